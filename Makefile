@@ -1,0 +1,30 @@
+# Everything a fresh machine needs: `make demo` runs the main job, `make test` runs the tests.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DATA ?= $(or $(BERTWATCH_DATA),../shared/data)
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test setup browser clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[demo,test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+browser: $(STAMP)
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed; browser tests will fail"
+
+demo: $(STAMP)
+	$(BIN)/bertwatch demo --data $(DATA) --out demo_out
+
+test: $(STAMP) browser
+	BERTWATCH_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+		$(BIN)/python -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) demo_out *.egg-info

@@ -1,0 +1,58 @@
+"""bertwatch: watch what every attention head of a BERT-family encoder does while it fine-tunes.
+
+``import bertwatch`` is cheap: it imports neither torch nor transformers. The public names below are
+loaded on first use, so TensorBoard can import the plugin without paying for the model stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "analyze": "bertwatch.analyze",
+    "capture": "bertwatch.capture",
+    "Intervention": "bertwatch.capture",
+    "TokenRoles": "bertwatch.roles",
+    "token_roles": "bertwatch.roles",
+    "compute_stats": "bertwatch.stats",
+    "BertWatchCallback": "bertwatch.callbacks",
+    "AttentionDriftCallback": "bertwatch.callbacks",
+    "SpecialTokenMassCallback": "bertwatch.callbacks",
+    "EntropyCallback": "bertwatch.callbacks",
+    "GradientImportanceCallback": "bertwatch.callbacks",
+    "AblationCallback": "bertwatch.callbacks",
+    "ablate": "bertwatch.ablation",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.ablation import ablate
+    from bertwatch.analyze import analyze
+    from bertwatch.callbacks import (
+        AblationCallback,
+        AttentionDriftCallback,
+        BertWatchCallback,
+        EntropyCallback,
+        GradientImportanceCallback,
+        SpecialTokenMassCallback,
+    )
+    from bertwatch.capture import Intervention, capture
+    from bertwatch.roles import TokenRoles, token_roles
+    from bertwatch.stats import compute_stats
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bertwatch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
