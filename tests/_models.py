@@ -1,0 +1,62 @@
+"""Tiny random encoders of every supported family, built offline for fast tests."""
+
+from __future__ import annotations
+
+import torch
+import transformers as T
+
+COMMON = dict(
+    vocab_size=120,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    num_labels=2,
+)
+
+
+def tiny_config(model_type: str) -> T.PretrainedConfig:
+    """A 3-layer, 4-head configuration of ``model_type`` with a 120-token vocabulary."""
+    if model_type == "distilbert":
+        return T.DistilBertConfig(
+            vocab_size=120, dim=32, n_layers=3, n_heads=4, hidden_dim=37, max_position_embeddings=64, num_labels=2
+        )
+    if model_type == "albert":
+        return T.AlbertConfig(embedding_size=16, **COMMON)
+    if model_type == "modernbert":
+        return T.ModernBertConfig(
+            **COMMON, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+            local_attention=4, global_attn_every_n_layers=2,
+        )
+    if model_type == "mobilebert":
+        return T.MobileBertConfig(
+            **{**COMMON, "hidden_size": 32}, embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16,
+            num_feedforward_networks=1,
+        )
+    classes = {
+        "bert": T.BertConfig,
+        "roberta": T.RobertaConfig,
+        "xlm-roberta": T.XLMRobertaConfig,
+        "camembert": T.CamembertConfig,
+        "electra": T.ElectraConfig,
+        "ernie": T.ErnieConfig,
+    }
+    return classes[model_type](**COMMON)
+
+
+def tiny_model(model_type: str, seed: int = 0) -> T.PreTrainedModel:
+    """A sequence classifier of ``model_type`` with random weights, in eval mode."""
+    torch.manual_seed(seed)
+    return T.AutoModelForSequenceClassification.from_config(tiny_config(model_type)).eval()
+
+
+def padded_batch(batch: int = 3, length: int = 10, seed: int = 1) -> dict[str, torch.Tensor]:
+    """Random ids with right padding of different lengths."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 120, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for b in range(1, batch):
+        mask[b, max(2, length - 3 * b):] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    return {"input_ids": ids, "attention_mask": mask}
