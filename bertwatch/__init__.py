@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "analyze": "bertwatch.analyze",
-    "capture": "bertwatch.capture",
+    "analyze": "bertwatch.analysis",
     "Intervention": "bertwatch.capture",
     "TokenRoles": "bertwatch.roles",
     "token_roles": "bertwatch.roles",
@@ -31,7 +30,7 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.ablation import ablate
-    from bertwatch.analyze import analyze
+    from bertwatch.analysis import analyze
     from bertwatch.callbacks import (
         AblationCallback,
         AttentionDriftCallback,
@@ -40,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
         GradientImportanceCallback,
         SpecialTokenMassCallback,
     )
-    from bertwatch.capture import Intervention, capture
+    from bertwatch.capture import Intervention
     from bertwatch.roles import TokenRoles, token_roles
     from bertwatch.stats import compute_stats
 

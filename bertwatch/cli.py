@@ -39,7 +39,7 @@ def _analyze_parser() -> argparse.ArgumentParser:
 
 def _run_analyze(argv: Sequence[str]) -> int:
     args = _analyze_parser().parse_args(argv)
-    from bertwatch.analyze import analyze
+    from bertwatch.analysis import analyze
 
     result = analyze(
         args.model, args.texts, out=args.out, max_length=args.max_length, batch_size=args.batch_size,

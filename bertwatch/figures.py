@@ -50,12 +50,14 @@ def grid_heatmap(
     layers, heads = grid.shape
     fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * heads + 2), max(2.6, 0.36 * layers + 1.2)))
     finite = grid[np.isfinite(grid)]
+    import matplotlib
+
     if center is not None and finite.size:
         span = max(float(np.max(np.abs(finite - center))), 1e-12)
-        image = ax.imshow(grid, cmap="RdBu_r", vmin=center - span, vmax=center + span, aspect="auto")
+        cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
+        image = ax.imshow(grid, cmap=cmap, vmin=center - span, vmax=center + span, aspect="auto")
     else:
-        image = ax.imshow(grid, cmap="viridis", aspect="auto")
-    image.cmap.set_bad("#bbbbbb")
+        image = ax.imshow(grid, cmap=matplotlib.colormaps["viridis"].with_extremes(bad="#bbbbbb"), aspect="auto")
     ax.set_xticks(range(heads), [str(h + 1) for h in range(heads)])
     ax.set_yticks(range(layers), [str(l + 1) for l in range(layers)])
     ax.set_xlabel("head")
