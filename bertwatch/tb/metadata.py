@@ -1,0 +1,125 @@
+"""Names, format version and ``SummaryMetadata`` for the bertwatch TensorBoard plugin.
+
+Shared by the writer (:mod:`bertwatch.summary`) and the reader (:mod:`bertwatch.tb.plugin`). Imports only
+``json`` and tensorboard's protobufs, never torch.
+
+Tag layout (``docs/architecture.md``):
+
+=====================================  ==============  =============================================
+tag                                    data class      content ``kind``
+=====================================  ==============  =============================================
+``bertwatch/heads/{stat}``             TENSOR          ``head_grid``       float32 ``[layers, heads]``
+``bertwatch/attention/{i:02d}``        BLOB_SEQUENCE   ``attention_map``   [JSON header, float16 maps]
+``bertwatch/ablation/{mode}/heads``    TENSOR          ``ablation_heads``  float32 ``[layers, heads, 5]``
+``bertwatch/ablation/{mode}/layers``   TENSOR          ``ablation_layers`` float32 ``[layers, 5]``
+``bertwatch/ablation/{mode}/pruning``  TENSOR          ``pruning_curve``   float32 ``[k, 2]``
+``bertwatch/clustering/{name}``        TENSOR          ``head_embedding``  float32 ``[layers*heads, 2]``
+``bertwatch_layers/{stat}/layer_{l}``  scalar          (scalars plugin)
+=====================================  ==============  =============================================
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tensorboard.compat.proto import summary_pb2
+
+PLUGIN_NAME = "bertwatch"
+#: Version of the JSON in ``plugin_data.content``; the plugin skips tags written by a newer format.
+FORMAT_VERSION = 1
+
+TAG_ROOT = "bertwatch"
+HEADS_PREFIX = "bertwatch/heads/"
+ATTENTION_PREFIX = "bertwatch/attention/"
+ABLATION_PREFIX = "bertwatch/ablation/"
+CLUSTERING_PREFIX = "bertwatch/clustering/"
+LAYER_SCALAR_ROOT = "bertwatch_layers"
+
+KIND_HEAD_GRID = "head_grid"
+KIND_ATTENTION = "attention_map"
+KIND_ABLATION_HEADS = "ablation_heads"
+KIND_ABLATION_LAYERS = "ablation_layers"
+KIND_PRUNING = "pruning_curve"
+KIND_EMBEDDING = "head_embedding"
+
+TENSOR_KINDS = (KIND_HEAD_GRID, KIND_ABLATION_HEADS, KIND_ABLATION_LAYERS, KIND_PRUNING, KIND_EMBEDDING)
+BLOB_KINDS = (KIND_ATTENTION,)
+
+#: Field order of the last axis of the ablation tables.
+ABLATION_FIELDS = ("value", "delta", "ci_low", "ci_high", "p")
+
+#: Human-readable descriptions (DESIGN.md §3); unknown statistics get a generic one.
+STAT_DESCRIPTIONS = {
+    "cls_mass": "Attention mass on [CLS], mean over queries (Clark et al. 2019, Fig. 2).",
+    "sep_mass": "Attention mass on all [SEP] tokens, mean over queries (Clark et al. 2019, Fig. 2).",
+    "punct_mass": 'Attention mass on "." and ",", mean over queries (Clark et al. 2019, Fig. 2).',
+    "sep_to_sep": "Attention from [SEP] queries to [SEP] keys (Clark et al. 2019, Fig. 2).",
+    "sep_mass_kovaleva": "Largest mean attention to a single [SEP] position (Kovaleva et al. 2019, Fig. 6).",
+    "self": "Attention of each token to itself.",
+    "prev": "Attention of each token to the previous token (Clark et al. 2019, Sec. 3.1).",
+    "next": "Attention of each token to the following token (Clark et al. 2019, Sec. 3.1).",
+    "entropy": "Mean entropy of the attention rows in nats (Clark et al. 2019, Fig. 4).",
+    "cls_entropy": "Entropy of the [CLS] row in nats (Clark et al. 2019, Fig. 4).",
+    "drift_cosine": "Cosine similarity to the pretrained model's maps; 1 = unchanged (Kovaleva et al. 2019, Fig. 5).",
+    "drift_js": "Jensen-Shannon divergence from the pretrained model's maps, in nats; 0 = unchanged.",
+    "head_importance": "Gradient head importance E|dL/d gate| (Michel et al. 2019).",
+    "attn_grad_sep": "Mean |dL/dA| on keys that are [SEP] (Clark et al. 2019, Fig. 3).",
+    "attn_grad_punct": "Mean |dL/dA| on punctuation keys (Clark et al. 2019, Fig. 3).",
+    "attn_grad_other": "Mean |dL/dA| on other keys (Clark et al. 2019, Fig. 3).",
+    "head_attribution_ig": "Integrated-gradients attribution of the loss to each head's gate.",
+}
+
+
+def heads_tag(stat: str) -> str:
+    return HEADS_PREFIX + stat
+
+
+def attention_tag(index: int) -> str:
+    return "%s%02d" % (ATTENTION_PREFIX, int(index))
+
+
+def ablation_tag(mode: str, part: str) -> str:
+    return "%s%s/%s" % (ABLATION_PREFIX, mode, part)
+
+
+def clustering_tag(name: str) -> str:
+    return CLUSTERING_PREFIX + name
+
+
+def layer_scalar_tag(stat: str, layer: int) -> str:
+    return "%s/%s/layer_%d" % (LAYER_SCALAR_ROOT, stat, int(layer))
+
+
+def create_summary_metadata(
+    kind: str, *, data_class: int, description: str = "", **content: Any
+) -> summary_pb2.SummaryMetadata:
+    """``SummaryMetadata`` of plugin ``bertwatch`` with an explicit data class and versioned JSON content."""
+    payload = {"version": FORMAT_VERSION, "kind": kind}
+    payload.update(content)
+    return summary_pb2.SummaryMetadata(
+        summary_description=description,
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=PLUGIN_NAME,
+            content=json.dumps(payload, sort_keys=True).encode("utf-8"),
+        ),
+        data_class=data_class,
+    )
+
+
+def parse_plugin_content(content: bytes | str | None) -> dict | None:
+    """The JSON dict in ``plugin_data.content``, or ``None`` when it is missing or malformed."""
+    if not content:
+        return None
+    try:
+        if isinstance(content, bytes):
+            content = content.decode("utf-8")
+        value = json.loads(content)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+        return None
+    version = value.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return None
+    return value

@@ -1,0 +1,89 @@
+// Data access: relative URLs only (they resolve against <base href="plugin/bertwatch/">, so the plugin works
+// under --path_prefix and /experiment/<id>/), and TensorBoard's JSON encoding of NaN/±Infinity as strings.
+
+export class HttpError extends Error {
+  constructor(status, text) {
+    super(text || `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+export async function getJSON(route, params = {}) {
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v !== undefined && v !== null && v !== '') query.set(k, String(v));
+  }
+  const qs = query.toString();
+  const response = await fetch(`./${route}${qs ? '?' + qs : ''}`, {headers: {Accept: 'application/json'}});
+  if (!response.ok) {
+    const text = (await response.text()).slice(0, 300);
+    throw new HttpError(response.status, text);
+  }
+  return response.json();
+}
+
+/** A number from TensorBoard's JSON: "NaN", "Infinity", "-Infinity" become the real values. */
+export function num(v) {
+  if (typeof v === 'number') return v;
+  if (v === 'NaN') return NaN;
+  if (v === 'Infinity') return Infinity;
+  if (v === '-Infinity') return -Infinity;
+  if (v === null || v === undefined) return NaN;
+  return Number(v);
+}
+
+/** Recursively convert nested arrays of JSON numbers. */
+export function nums(a) {
+  return Array.isArray(a) ? a.map(nums) : num(a);
+}
+
+/** The text a value had in the JSON response (for data-value attributes): numbers print as JS prints them. */
+export function rawText(v) {
+  return typeof v === 'string' ? v : String(v);
+}
+
+// --- tags -----------------------------------------------------------------------------------------
+
+export const STAT_GROUPS = [
+  ['Special tokens', ['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva']],
+  ['Position', ['self', 'prev', 'next']],
+  ['Spread', ['entropy', 'cls_entropy']],
+  ['Drift from pretrained', ['drift_cosine', 'drift_js']],
+  ['Importance', ['head_importance', 'head_attribution_ig', 'attn_grad_sep', 'attn_grad_punct', 'attn_grad_other']],
+];
+
+export const DRIFT_STATS = ['drift_cosine', 'drift_js'];
+
+function statOrder(stat) {
+  let i = 0;
+  for (const [, stats] of STAT_GROUPS) {
+    const j = stats.indexOf(stat);
+    if (j >= 0) return i + j;
+    i += stats.length;
+  }
+  return 1000;
+}
+
+export function statGroup(stat) {
+  for (const [group, stats] of STAT_GROUPS) if (stats.includes(stat)) return group;
+  return 'Other';
+}
+
+/** Head-grid tags of a run as [{tag, stat, ...info}], in the usual order of statistics. */
+export function gridTags(tags, run) {
+  const out = [];
+  for (const [tag, info] of Object.entries((tags.runs || {})[run] || {})) {
+    if (info.kind === 'head_grid') out.push({tag, ...info});
+  }
+  return out.sort((a, b) => statOrder(a.stat) - statOrder(b.stat) || (a.stat < b.stat ? -1 : 1));
+}
+
+export function tagsOfKind(tags, run, kind) {
+  return Object.entries((tags.runs || {})[run] || {})
+    .filter(([, info]) => info.kind === kind)
+    .map(([tag, info]) => ({tag, ...info}));
+}
+
+export function runsWithKind(tags, kind) {
+  return Object.keys(tags.runs || {}).filter((run) => tagsOfKind(tags, run, kind).length > 0);
+}

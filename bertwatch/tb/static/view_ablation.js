@@ -1,0 +1,150 @@
+// Ablation: the change of the task metric when each head / layer is disabled, with paired-bootstrap
+// intervals; a dot marks intervals that exclude 0. Plus the importance-ordered pruning curve if logged.
+
+import {h, clear, card, emptyState, field, fmt, fmtSigned, headName, setOptions} from './dom.js';
+import {getJSON, nums, rawText, tagsOfKind} from './api.js';
+import {heatmap} from './heatmap.js';
+import {diverging, halfWidth, legend} from './scales.js';
+import {barChart, chartWidth, lineChart} from './charts.js';
+
+const F = {value: 0, delta: 1, lo: 2, hi: 3, p: 4};
+
+const excludesZero = (lo, hi) => (Number.isFinite(lo) && Number.isFinite(hi) ? lo > 0 || hi < 0 : false);
+
+function stat(label, value, id) {
+  return h('div', {class: 'stat-tile', id: id || null}, h('div', {class: 'stat-label'}, label), h('div', {class: 'stat-value'}, value));
+}
+
+export class AblationView {
+  constructor(app) {
+    this.app = app;
+    this.id = 'ablation';
+    this.label = 'Ablation';
+    this.modeSelect = h('select', {id: 'ablation-mode', class: 'select', 'aria-label': 'Mode'});
+    this.modeSelect.addEventListener('change', () => this.load());
+    this.toolbar = h('div', {class: 'toolbar'}, field('Mode', this.modeSelect), h('span', {class: 'toolbar-note'}, 'uniform: attention spread evenly over the keys (Kovaleva) · zero: head output removed (Michel)'));
+    this.summary = h('div', {class: 'stat-tiles'});
+    this.headsCard = card('Heads', {class: 'grid-card'});
+    this.layersCard = card('Layers', {class: 'chart-card'});
+    this.pruneCard = card('Pruning curve', {class: 'chart-card'});
+    this.content = h('div', {}, this.summary, h('div', {class: 'layout-heads'}, this.headsCard.el, h('div', {class: 'stack'}, this.layersCard.el, this.pruneCard.el)));
+    this.emptyEl = h('div', {});
+    this.el = h('div', {class: 'view view-ablation', id: 'view-ablation'}, this.toolbar, this.emptyEl, this.content);
+    this.seq = 0;
+  }
+
+  modes(tags, run) {
+    return [...new Set(tagsOfKind(tags, run, 'ablation_heads').map((t) => t.mode))].sort();
+  }
+
+  hasData(tags, run) {
+    return this.modes(tags, run).length > 0;
+  }
+
+  hide() {}
+
+  async update() {
+    const modes = this.modes(this.app.tags, this.app.run);
+    clear(this.emptyEl);
+    this.content.hidden = this.toolbar.hidden = modes.length === 0;
+    if (!modes.length) {
+      this.emptyEl.append(emptyState('No ablation results in this run.', 'Run `bertwatch ablate` or add the AblationCallback; results land in bertwatch/ablation/<mode>/.'));
+      return;
+    }
+    setOptions(this.modeSelect, modes);
+    await this.load();
+  }
+
+  async load() {
+    const run = this.app.run;
+    const seq = ++this.seq;
+    const data = await getJSON('ablation', {run, mode: this.modeSelect.value});
+    if (seq !== this.seq) return;
+    const metric = data.metric || 'metric';
+    const baseline = Number(data.baseline);
+    const heads = nums(data.heads);
+    const layers = nums(data.layers);
+    const L = heads.length;
+    const deltas = heads.map((row) => row.map((c) => c[F.delta]));
+    const flags = heads.map((row) => row.map((c) => excludesZero(c[F.lo], c[F.hi])));
+    const nSig = flags.flat().filter(Boolean).length;
+    const scale = diverging(0, halfWidth(deltas, 0, 1e-6));
+    const layerScale = diverging(0, halfWidth(layers.map((r) => r[F.delta]), 0, 1e-6));
+
+    let best = null;
+    let worst = null;
+    deltas.forEach((row, l) => row.forEach((d, k) => {
+      if (!Number.isFinite(d)) return;
+      if (!best || d > best.d) best = {d, l, k};
+      if (!worst || d < worst.d) worst = {d, l, k};
+    }));
+    clear(this.summary).append(
+      stat('Metric', metric),
+      stat('Baseline', fmt(baseline, 4), 'ablation-baseline'),
+      stat('Evaluation examples', data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—'),
+      stat('Heads with interval excluding 0', `${nSig} of ${L * (heads[0] || []).length}`),
+      stat('Best single-head removal', best ? `${headName(best.l, best.k)}  ${fmtSigned(best.d, 3)}` : '—'),
+      stat('Most harmful removal', worst ? `${headName(worst.l, worst.k)}  ${fmtSigned(worst.d, 3)}` : '—'),
+    );
+
+    const rawDeltas = data.heads.map((row) => row.map((c) => rawText(c[F.delta])));
+    const hm = heatmap({
+      id: 'ablation-heatmap',
+      values: deltas,
+      raw: rawDeltas,
+      scale,
+      flags,
+      tooltip: (l, k) => {
+        const c = heads[l][k];
+        return [
+          `${headName(l, k)} disabled`,
+          [`Δ ${metric}`, fmtSigned(c[F.delta], 4)],
+          ['95% interval', `${fmtSigned(c[F.lo], 3)} … ${fmtSigned(c[F.hi], 3)}`],
+          [metric, fmt(c[F.value], 4)],
+          ['p', fmt(c[F.p], 3)],
+          ['', flags[l][k] ? 'interval excludes 0' : 'not distinguishable from 0'],
+        ];
+      },
+    });
+    const hc = this.headsCard;
+    hc.title.textContent = `Δ ${metric} per head`;
+    hc.sub.textContent = `${data.mode} · metric with the head disabled minus the baseline ${fmt(baseline, 4)}`;
+    clear(hc.body).append(
+      hm.el,
+      h('div', {class: 'legend-row'}, legend(scale, {title: `Δ ${metric}`, format: (v) => fmtSigned(v, 2), captions: ['worse', 'no change', 'better']}), h('div', {class: 'sig-note'}, h('span', {class: 'sig inline'}), '95% interval excludes 0')),
+    );
+
+    const lc = this.layersCard;
+    lc.title.textContent = `Δ ${metric} per layer`;
+    lc.sub.textContent = 'whole layer disabled; whiskers: 95% paired-bootstrap interval; * excludes 0';
+    const items = layers.map((r, l) => ({
+      label: `L${l}`,
+      value: r[F.delta],
+      lo: r[F.lo],
+      hi: r[F.hi],
+      color: layerScale.color(r[F.delta]),
+      flag: excludesZero(r[F.lo], r[F.hi]),
+      tooltip: [`L${l} disabled`, [`Δ ${metric}`, fmtSigned(r[F.delta], 4)], ['95% interval', `${fmtSigned(r[F.lo], 3)} … ${fmtSigned(r[F.hi], 3)}`], [metric, fmt(r[F.value], 4)], ['p', fmt(r[F.p], 3)]],
+    }));
+    clear(lc.body).append(barChart({width: chartWidth(lc.body, 420), id: 'ablation-layers', items, yLabel: `Δ ${metric}`, yFormat: (v) => fmtSigned(v, 2)}));
+
+    const pc = this.pruneCard;
+    pc.el.hidden = !data.pruning;
+    if (data.pruning) {
+      const curve = nums(data.pruning);
+      pc.sub.textContent = 'heads removed in order of importance (Michel et al. 2019)';
+      clear(pc.body).append(
+        lineChart({
+          width: chartWidth(pc.body),
+          id: 'pruning-chart',
+          series: [{name: metric, color: '#6a1b9a', xs: curve.map((p) => p[0] * 100), ys: curve.map((p) => p[1])}],
+          xLabel: 'heads pruned (%)',
+          xFormat: (v) => `${fmt(v, 3)}%`,
+          yLabel: metric,
+          hline: {y: baseline, label: `baseline ${fmt(baseline, 4)}`},
+          legend: false,
+        }),
+      );
+    }
+  }
+}

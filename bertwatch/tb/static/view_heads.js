@@ -1,0 +1,261 @@
+// Heads: one statistic as a [layers x heads] heatmap at a chosen step, Clark's behaviour labels on the
+// cells, the clicked head's trajectory over steps and every layer's mean over steps.
+
+import {h, clear, card, emptyState, field, fmt, fmtStep, headName, setOptions, stepper} from './dom.js';
+import {getJSON, gridTags, num, nums, rawText, statGroup} from './api.js';
+import {heatmap} from './heatmap.js';
+import {legend, layerColor, scaleForStat} from './scales.js';
+import {chartWidth, lineChart} from './charts.js';
+
+export const LABEL_GLYPHS = {cls: 'C', sep: 'S', punct: 'P', prev: '←', next: '→', broad: 'B'};
+const LABEL_TEXT = {
+  next: 'next token > 0.5',
+  prev: 'previous token > 0.5',
+  broad: 'broad: entropy > 3.8',
+  cls: '[CLS] mass > 0.6',
+  sep: '[SEP] mass > 0.6',
+  punct: '. and , mass > 0.6',
+};
+
+export class HeadsView {
+  constructor(app) {
+    this.app = app;
+    this.id = 'heads';
+    this.label = 'Heads';
+    this.state = {tag: null, stat: null, steps: [], range: null, selected: null, showLabels: true, showValues: false};
+    this.seq = 0;
+    this.statSelect = h('select', {id: 'stat-select', class: 'select', 'aria-label': 'Statistic'});
+    this.stepper = stepper({onChange: () => this.onStep()});
+    const labels = h('input', {type: 'checkbox', id: 'show-labels', checked: true});
+    const values = h('input', {type: 'checkbox', id: 'show-values'});
+    labels.addEventListener('change', () => { this.state.showLabels = labels.checked; if (labels.checked) this.loadGrid(); else this.renderGrid(); });
+    values.addEventListener('change', () => { this.state.showValues = values.checked; this.renderGrid(); });
+    this.statSelect.addEventListener('change', () => this.update('stat'));
+    this.toolbar = h(
+      'div',
+      {class: 'toolbar'},
+      field('Statistic', this.statSelect),
+      this.stepper.el,
+      h('label', {class: 'check', title: "Clark et al.'s behaviour labels from the same step"}, labels, h('span', {}, 'Behaviour labels')),
+      h('label', {class: 'check'}, values, h('span', {}, 'Values')),
+    );
+    this.gridCard = card('Heads', {class: 'grid-card'});
+    this.trajCard = card('Trajectory', {class: 'chart-card'});
+    this.meansCard = card('Layer means', {class: 'chart-card'});
+    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el));
+    this.emptyEl = h('div', {});
+    this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
+    this.grid = null;
+    this.traj = null;
+    this.means = null;
+  }
+
+  hasData(tags, run) {
+    return gridTags(tags, run).length > 0;
+  }
+
+  hide() {}
+
+  async update(reason) {
+    const app = this.app;
+    const tags = gridTags(app.tags, app.run);
+    clear(this.emptyEl);
+    this.content.hidden = tags.length === 0;
+    this.toolbar.hidden = tags.length === 0;
+    if (!tags.length) {
+      this.emptyEl.append(emptyState('No head statistics in this run.', 'They appear as bertwatch/heads/<stat> once the callback logs its first step.'));
+      return;
+    }
+    const preferred = (reason === 'stat' && this.statSelect.value) || this.state.stat || (tags.find((t) => t.stat === 'cls_mass') || tags[0]).stat;
+    setOptions(this.statSelect, tags.map((t) => ({value: t.stat, text: t.stat, group: statGroup(t.stat), title: t.description})), preferred);
+    const info = tags.find((t) => t.stat === this.statSelect.value);
+    const changedSeries = info.tag !== this.state.tag || reason === 'run';
+    if (changedSeries) this.grid = null;
+    if (reason === 'run' || app.run !== this.state.run) this.state.selected = null;
+    this.state.tag = info.tag;
+    this.state.stat = info.stat;
+    this.state.info = info;
+    this.state.run = app.run;
+    await this.loadSteps(changedSeries);
+  }
+
+  async loadSteps(changedSeries) {
+    const {tag, run} = this.state;
+    const seq = ++this.seq;
+    const data = await getJSON('steps', {run, tag});
+    if (seq !== this.seq) return;
+    const oldStep = this.stepper.step;
+    const steps = data.steps;
+    this.state.steps = steps;
+    this.state.range = {min: num(data.min), max: num(data.max)};
+    let index = steps.length - 1;
+    if (!this.stepper.follow && oldStep !== null) {
+      const j = steps.indexOf(oldStep);
+      if (j >= 0) index = j;
+    }
+    this.stepper.set(steps, index);
+    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans()]);
+  }
+
+  onStep() {
+    this.loadGrid();
+    const step = this.stepper.step;
+    for (const chart of [this.trajChart, this.meansChart]) if (chart) chart.setMarker(step);
+  }
+
+  async loadGrid() {
+    // While dragging the slider, at most one /grid request is in flight; the latest position wins.
+    if (this.gridBusy) {
+      this.gridPending = true;
+      return;
+    }
+    this.gridBusy = true;
+    try {
+      do {
+        this.gridPending = false;
+        await this.fetchGrid();
+      } while (this.gridPending);
+    } finally {
+      this.gridBusy = false;
+    }
+  }
+
+  async fetchGrid() {
+    const {run, tag, steps} = this.state;
+    if (!steps.length) return;
+    const step = steps[this.stepper.index];
+    const seq = (this.gridSeq = (this.gridSeq || 0) + 1);
+    const current = () => seq === this.gridSeq && run === this.state.run && tag === this.state.tag;
+    const t0 = performance.now();
+    // Labels need six other series: they arrive separately and never hold up the heatmap.
+    const labels = this.state.showLabels ? getJSON('labels', {run, step}).catch(() => null) : Promise.resolve(null);
+    const grid = await getJSON('grid', {run, tag, step});
+    if (!current()) return;
+    this.gridData = grid;
+    if (this.labels && this.labels.step !== step) this.labels = null;
+    const firstSelection = !this.state.selected;
+    if (firstSelection) this.state.selected = argmax(nums(grid.values));
+    this.renderGrid();
+    const t1 = performance.now();
+    const timings = this.app.timings;
+    timings.lastGrid = {step, fetchAndRenderMs: t1 - t0, at: t1};
+    if (timings.firstHeatmap === undefined) {
+      timings.firstHeatmap = t1;
+      performance.mark('bw-heatmap-rendered');
+    }
+    if (firstSelection) this.loadTrajectory();
+    labels.then((lab) => {
+      if (!current() || !lab) return;
+      this.labels = lab;
+      this.renderGrid();
+    });
+  }
+
+  renderGrid() {
+    const grid = this.gridData;
+    if (!grid) return;
+    const {stat, info, showLabels, showValues} = this.state;
+    const values = nums(grid.values);
+    const raw = grid.values.map((row) => row.map(rawText));
+    const scale = scaleForStat(stat, this.state.range, values);
+    const labelGrid = showLabels && this.labels && this.labels.labels ? this.labels.labels : null;
+    const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? LABEL_GLYPHS[l] : null))) : null;
+    const hm = heatmap({
+      id: 'heads-heatmap',
+      values,
+      raw,
+      scale,
+      marks,
+      showValues,
+      selected: this.state.selected,
+      tooltip: (l, hd, v) => {
+        const lines = [headName(l, hd), [stat, fmt(v, 4)], ['step', fmtStep(grid.step)]];
+        if (labelGrid && labelGrid[l][hd]) lines.push(['behaviour', labelGrid[l][hd]]);
+        return lines;
+      },
+      onClick: (l, hd) => {
+        this.state.selected = [l, hd];
+        hm.select([l, hd]);
+        this.loadTrajectory();
+      },
+    });
+    this.grid = hm;
+    const c = this.gridCard;
+    c.title.textContent = stat;
+    c.sub.textContent = `${grid.layers} layers × ${grid.heads} heads · step ${fmtStep(grid.step)}`;
+    c.sub.title = info && info.description ? info.description : '';
+    const hasNaN = values.flat().some(Number.isNaN);
+    const parts = [hm.el, h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: hasNaN}), labelGrid ? labelsLegend(labelGrid) : null)];
+    if (info && info.description) parts.push(h('p', {class: 'description'}, info.description));
+    clear(c.body).append(...parts);
+    clear(c.aside).append(h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`));
+  }
+
+  async loadTrajectory() {
+    const {run, tag, selected} = this.state;
+    if (!selected) return;
+    const seq = (this.trajSeq = (this.trajSeq || 0) + 1);
+    let data;
+    try {
+      data = await getJSON('trajectory', {run, tag, layer: selected[0], head: selected[1]});
+    } catch (e) {
+      data = null;
+    }
+    if (seq !== this.trajSeq || !data) return;
+    this.traj = data;
+    this.renderCharts();
+  }
+
+  async loadMeans() {
+    const {run, tag} = this.state;
+    const seq = (this.meansSeq = (this.meansSeq || 0) + 1);
+    const data = await getJSON('layer_means', {run, tag});
+    if (seq !== this.meansSeq) return;
+    this.means = data;
+    this.renderCharts();
+  }
+
+  renderCharts() {
+    const step = this.stepper.step;
+    const pick = (x) => {
+      const i = this.state.steps.indexOf(x);
+      if (i < 0) return;
+      this.stepper.set(this.state.steps, i);
+      this.onStep();
+    };
+    const stat = this.state.stat;
+    if (this.traj && this.traj.tag === this.state.tag) {
+      const t = this.traj;
+      const c = this.trajCard;
+      c.title.textContent = `Trajectory · ${headName(t.layer, t.head)}`;
+      c.sub.textContent = `${stat} over ${t.numSteps} logged step${t.numSteps === 1 ? '' : 's'}` + (t.steps.length < t.numSteps ? ` (${t.steps.length} shown, extremes kept)` : '') + ' · click a head to change';
+      this.trajChart = lineChart({width: chartWidth(c.body), id: 'trajectory-chart', series: [{name: headName(t.layer, t.head), color: '#e65100', xs: t.steps, ys: nums(t.values)}], yLabel: stat, marker: step, onPick: pick});
+      clear(c.body).append(this.trajChart);
+    }
+    if (this.means && this.means.tag === this.state.tag) {
+      const m = this.means;
+      const c = this.meansCard;
+      const L = m.means.length;
+      c.sub.textContent = `mean of ${stat} over the heads of each layer` + (m.steps.length < m.numSteps ? ` (${m.steps.length} of ${m.numSteps} steps shown)` : '');
+      const series = m.means.map((ys, l) => ({name: `L${l}`, color: layerColor(l, L), xs: m.steps, ys: nums(ys), width: 1.6}));
+      this.meansChart = lineChart({width: chartWidth(c.body), id: 'layer-means-chart', series, yLabel: stat, marker: step, onPick: pick, legend: true});
+      clear(c.body).append(this.meansChart);
+    }
+  }
+}
+
+function argmax(values) {
+  let best = null;
+  let bv = -Infinity;
+  values.forEach((row, i) => row.forEach((v, j) => { if (Number.isFinite(v) && v > bv) { bv = v; best = [i, j]; } }));
+  return best || [0, 0];
+}
+
+function labelsLegend(labelGrid) {
+  const counts = {};
+  for (const row of labelGrid) for (const l of row) if (l) counts[l] = (counts[l] || 0) + 1;
+  const items = Object.keys(LABEL_GLYPHS).map((l) =>
+    h('span', {class: 'label-item' + (counts[l] ? '' : ' zero'), title: LABEL_TEXT[l]}, h('b', {class: 'glyph'}, LABEL_GLYPHS[l]), `${l} ${counts[l] || 0}`),
+  );
+  return h('div', {class: 'labels-legend', id: 'labels-legend'}, h('div', {class: 'legend-title'}, 'Behaviour (Clark et al. 2019)'), h('div', {class: 'label-items'}, ...items));
+}

@@ -1,0 +1,274 @@
+"""Helpers for the TensorBoard plugin tests: synthetic bertwatch logs, an in-process TensorBoard WSGI app and
+a real ``tensorboard`` process. Synthetic data only (no torch): shapes of all-MiniLM-L6-v2 (6 x 12).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+
+from bertwatch.summary import SummaryWriter
+
+L, H = 6, 12
+STEPS = list(range(0, 301, 25))  # 13 logged steps
+XSS = "<img src=x onerror=alert(1)>"
+XSS_RUN = XSS  # a run directory named like an HTML payload
+STATS = (
+    "cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva", "self", "prev", "next",
+    "entropy", "cls_entropy", "drift_cosine", "drift_js", "head_importance",
+)  # fmt: skip
+
+TOKENS_A = "[CLS] the quick brown fox jumps over the lazy dog . [SEP] it was not amused , sadly . [SEP]".split()
+TOKENS_B = "[CLS] attention heads look at [SEP] and punctuation , mostly . [SEP]".split()
+
+
+def head_types(layers=L, heads=H, seed=0):
+    """A plausible role for each head: early layers [CLS]/positional, middle [SEP], late punctuation."""
+    rng = np.random.default_rng(seed)
+    types = np.empty((layers, heads), dtype=object)
+    for l in range(layers):
+        frac = l / max(1, layers - 1)
+        choices = ["cls", "prev", "next", "broad", "self", "mixed"] if frac < 0.34 else (
+            ["sep", "sep", "broad", "mixed", "next", "prev"] if frac < 0.67 else ["punct", "punct", "sep", "broad", "mixed", "cls"]
+        )  # fmt: skip
+        types[l] = rng.choice(choices, size=heads)
+    types[0, 3], types[1, 5], types[2, 7] = "prev", "next", "prev"
+    return types
+
+
+def synthetic_grids(step, *, layers=L, heads=H, seed=0, max_step=STEPS[-1]):
+    """``{stat: [layers, heads]}`` that look like Clark's figures and drift smoothly with ``step``."""
+    rng = np.random.default_rng(seed * 100003 + step)
+    types = head_types(layers, heads, seed)
+    p = step / max(1, max_step)
+    base = {s: np.full((layers, heads), 0.04) for s in ("cls_mass", "sep_mass", "punct_mass", "self", "prev", "next")}
+    entropy = np.full((layers, heads), 2.6)
+    for (l, k), t in np.ndenumerate(types):
+        strength = 0.62 + 0.25 * ((l * 7 + k * 3) % 10) / 10
+        if t in ("cls", "sep", "punct", "prev", "next", "self"):
+            key = {"cls": "cls_mass", "sep": "sep_mass", "punct": "punct_mass"}.get(t, t)
+            base[key][l, k] = strength
+            entropy[l, k] = 1.2 + 0.8 * (1 - strength)
+        elif t == "broad":
+            entropy[l, k] = 3.9 + 0.3 * ((l + k) % 3) / 3
+        else:
+            entropy[l, k] = 2.8 + 0.5 * ((l + 2 * k) % 5) / 5
+    late = np.linspace(0, 1, layers)[:, None] ** 2
+    out = {}
+    for name, grid in base.items():
+        g = grid + 0.02 * rng.standard_normal(grid.shape) + (0.08 * p * late if name == "sep_mass" else 0)
+        out[name] = np.clip(g, 0, 1)
+    out["sep_to_sep"] = np.clip(0.3 + 0.6 * out["sep_mass"] + 0.03 * rng.standard_normal((layers, heads)), 0, 1)
+    out["sep_mass_kovaleva"] = out["sep_mass"] / 2
+    out["entropy"] = entropy + 0.05 * rng.standard_normal((layers, heads))
+    out["cls_entropy"] = entropy * 0.9 + 0.3
+    drift = p * (0.02 + 0.22 * late) * (0.6 + 0.8 * np.random.default_rng(seed).random((layers, heads)))
+    out["drift_cosine"] = 1 - drift
+    out["drift_js"] = 0.45 * drift
+    out["head_importance"] = np.abs(np.random.default_rng(seed + 7).gamma(2.0, 0.5, (layers, heads))) * (1 + 0.3 * p)
+    return {k: v.astype(np.float32) for k, v in out.items()}
+
+
+def synthetic_maps(tokens, *, layers=L, heads=H, seed=0):
+    """``[layers, heads, T, T]`` row-stochastic maps whose patterns follow :func:`head_types`."""
+    T = len(tokens)
+    rng = np.random.default_rng(seed + 11)
+    types = head_types(layers, heads, seed)
+    cls = np.array([t == "[CLS]" for t in tokens])
+    sep = np.array([t == "[SEP]" for t in tokens])
+    punct = np.array([t in (".", ",") for t in tokens])
+    maps = np.zeros((layers, heads, T, T))
+    eye = np.eye(T)
+    for (l, k), t in np.ndenumerate(types):
+        logits = rng.normal(0, 0.6, (T, T))
+        if t == "cls":
+            logits[:, cls] += 3.2
+        elif t == "sep":
+            logits[:, sep] += 3.0
+        elif t == "punct":
+            logits[:, punct] += 2.8
+        elif t == "prev":
+            logits += 4.0 * np.eye(T, k=-1)
+        elif t == "next":
+            logits += 4.0 * np.eye(T, k=1)
+        elif t == "self":
+            logits += 3.5 * eye
+        elif t == "broad":
+            logits *= 0.2
+        else:
+            logits[:, sep] += 1.2
+            logits += 1.2 * eye
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        maps[l, k] = e / e.sum(axis=1, keepdims=True)
+    return maps.astype(np.float32)
+
+
+def segments_of(tokens):
+    seg, out = 0, []
+    for t in tokens:
+        out.append(seg)
+        if t == "[SEP]":
+            seg = 1
+    return out
+
+
+def ablation_tables(*, layers=L, heads=H, seed=0):
+    rng = np.random.default_rng(seed + 3)
+    baseline = 0.8612
+    delta = rng.normal(-0.004, 0.006, (layers, heads))
+    delta[1, 4], delta[4, 2], delta[5, 9] = -0.041, -0.027, 0.012
+    se = 0.0045 + 0.002 * rng.random((layers, heads))
+    heads_t = np.stack([baseline + delta, delta, delta - 1.96 * se, delta + 1.96 * se, np.minimum(1, 2 * np.exp(-np.abs(delta / se)))], -1)
+    ldelta = np.array([-0.085, -0.031, -0.012, -0.006, 0.004, -0.019][:layers] + [-0.01] * max(0, layers - 6))
+    lse = np.full(layers, 0.008)
+    layers_t = np.stack([baseline + ldelta, ldelta, ldelta - 1.96 * lse, ldelta + 1.96 * lse, np.minimum(1, 2 * np.exp(-np.abs(ldelta / lse)))], -1)
+    frac = np.linspace(0, 0.9, 10)
+    pruning = np.stack([frac, baseline - 0.002 * frac - 0.45 * np.clip(frac - 0.4, 0, None) ** 1.6], -1)
+    return baseline, heads_t.astype(np.float32), layers_t.astype(np.float32), pruning.astype(np.float32)
+
+
+def embedding_coords(*, layers=L, heads=H, seed=0):
+    rng = np.random.default_rng(seed + 5)
+    angles = np.linspace(0, 2 * np.pi, layers, endpoint=False)
+    centres = np.stack([np.cos(angles), np.sin(angles)], -1) * 1.0
+    coords = np.repeat(centres, heads, axis=0) + 0.28 * rng.standard_normal((layers * heads, 2))
+    return coords.astype(np.float32)
+
+
+def write_run(run_dir, *, seed=0, steps=STEPS, attention=True, ablation=True, clustering=True, tokens=(TOKENS_A, TOKENS_B)):
+    """A complete bertwatch run: grids at every step, attention maps at every other step, ablation, clusters."""
+    with SummaryWriter(str(run_dir)) as w:
+        for i, step in enumerate(steps):
+            w.add_head_grids(synthetic_grids(step, seed=seed, max_step=steps[-1]), step, walltime=1_700_000_000 + step)
+            if attention and (i % 2 == 0 or step == steps[-1]):
+                examples = [(t, synthetic_maps(t, seed=seed + step), segments_of(t)) for t in tokens]
+                w.add_attention_maps(examples, step, walltime=1_700_000_000 + step)
+        if ablation:
+            baseline, heads_t, layers_t, pruning = ablation_tables(seed=seed)
+            w.add_ablation("uniform", "accuracy", baseline, 872, heads_t, layers_t, pruning, step=steps[-1])
+            w.add_ablation("zero", "accuracy", baseline, 872, heads_t * np.float32(1.3), layers_t * np.float32(1.2), None, step=steps[-1])
+        if clustering:
+            w.add_embedding("js_mds", embedding_coords(seed=seed), L, H, step=steps[-1])
+
+
+def write_xss_run(run_dir):
+    """A run whose name, tokens and values are hostile: HTML payloads, NaN and infinities."""
+    grids = synthetic_grids(STEPS[-1], seed=3)
+    grids["sep_to_sep"][0, 0] = np.nan
+    grids["head_importance"][5, 11] = np.inf
+    grids["head_importance"][5, 10] = -np.inf
+    tokens = ["[CLS]", XSS, "<script>window.__xss=1</script>", ".", "[SEP]"]
+    with SummaryWriter(str(run_dir)) as w:
+        w.add_head_grids(grids, 0, walltime=1_600_000_000)
+        w.add_attention_maps([(tokens, synthetic_maps(tokens, seed=3), None)], 0, walltime=1_600_000_000)
+
+
+def write_demo_logdir(root):
+    """``root/finetune-a`` (full), ``root/finetune-b`` (grids only, other seed), ``root/<xss>``."""
+    root = os.fspath(root)
+    write_run(os.path.join(root, "finetune-a"), seed=0)
+    write_run(os.path.join(root, "finetune-b"), seed=1, attention=False, ablation=False, clustering=False)
+    write_xss_run(os.path.join(root, XSS_RUN))
+    return root
+
+
+# ------------------------------------------------------------------------------------------------------
+# In-process TensorBoard
+
+
+def make_wsgi_app(logdir, samples=0):
+    """TensorBoardWSGI with only the bertwatch plugin over a MultiplexerDataProvider (Python loader)."""
+    from tensorboard.backend import application
+    from tensorboard.backend.event_processing import data_provider as mdp
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+
+    from bertwatch.tb.plugin import BertwatchPlugin
+
+    mux = pem.EventMultiplexer(tensor_size_guidance={"bertwatch": samples})
+    mux.AddRunsFromDirectory(os.fspath(logdir))
+    mux.Reload()
+    provider = mdp.MultiplexerDataProvider(mux, os.fspath(logdir))
+    ctx = base_plugin.TBContext(data_provider=provider, logdir=os.fspath(logdir))
+    plugin = BertwatchPlugin(ctx)
+    app = application.TensorBoardWSGI([plugin], data_provider=provider)
+    return app, mux, plugin
+
+
+# ------------------------------------------------------------------------------------------------------
+# A real tensorboard process
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.headers, r.read()
+
+
+def http_json(url, timeout=10):
+    return json.loads(http_get(url, timeout)[2])
+
+
+@contextlib.contextmanager
+def tensorboard_server(logdir, *, extra=(), timeout=60):
+    """Start ``python -m tensorboard.main`` on a free port; yields its base URL; stops it by PID."""
+    log = open(os.path.join(os.fspath(logdir), os.pardir, "tensorboard.log"), "wb")
+    for attempt in range(3):
+        port = free_port()
+        cmd = [
+            sys.executable, "-m", "tensorboard.main", "--logdir", os.fspath(logdir), "--host", "127.0.0.1",
+            "--port", str(port), "--reload_interval", "1", *extra,
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + timeout
+        ok = False
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                listing = http_json(base + "/data/plugins_listing", timeout=2)
+                if listing.get("bertwatch", {}).get("enabled"):
+                    ok = True
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        if ok:
+            break
+        proc.terminate()
+        proc.wait(10)
+    else:
+        log.close()
+        raise RuntimeError("tensorboard did not start; see tensorboard.log next to the logdir")
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+def wait_for(predicate, timeout=20.0, interval=0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
