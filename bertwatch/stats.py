@@ -192,13 +192,13 @@ class _Batch:
         return torch.stack([dot, norm_cur, norm_old], dim=-2)
 
     def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
-        """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), with P/M = ρ = 2P/(P+Q), Q/M = 2 − ρ: `[b, c, T]`."""
+        """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, T]`."""
         keys, fill = self.key_mask[rows], self.context["js"][rows]
         p = torch.addcmul(fill, block, keys, value=JS_SMOOTHING, out=bufs[0])
         q = torch.addcmul(fill, old, keys, value=JS_SMOOTHING, out=bufs[1])
-        ratio = torch.div(p, torch.add(p, q, out=bufs[2]), out=bufs[3]).mul_(2.0)
-        terms = torch.log(ratio, out=bufs[2]).mul_(p)
-        terms.add_(ratio.neg_().add_(2.0).log_().mul_(q))
+        m = torch.lerp(p, q, 0.5, out=bufs[2])
+        terms = torch.div(p, m, out=bufs[3]).log_().mul_(p)
+        terms.add_(torch.div(q, m, out=bufs[0]).log_().mul_(q))
         return terms.sum(-1).mul_(0.5)
 
     def mass_to(self, mask: Tensor) -> Tensor:
