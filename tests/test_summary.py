@@ -228,7 +228,7 @@ def test_from_torch_writer_duck_typed(tmp_path):
 
 
 def test_from_real_torch_writer(tmp_path):
-    torch_tb = pytest.importorskip("torch.utils.tensorboard")
+    import torch.utils.tensorboard as torch_tb
     tw = torch_tb.SummaryWriter(log_dir=str(tmp_path))
     w = bs.SummaryWriter.from_torch_writer(tw)
     w.add_head_grids({"cls_mass": np.full((2, 2), 0.5)}, step=4)
