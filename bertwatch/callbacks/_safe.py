@@ -1,0 +1,60 @@
+"""Error containment for Trainer events: a failure inside bertwatch costs one warning, never the training run."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Callable, TypeVar
+
+__all__ = ["BertWatchWarning", "SetupError", "contained"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BertWatchWarning(UserWarning):
+    """A bertwatch monitor stopped; training continues without it."""
+
+
+class SetupError(ValueError):
+    """bertwatch was configured in a way it cannot work with; raised at ``on_train_begin``, never contained."""
+
+
+def _always_raised() -> tuple[type[BaseException], ...]:
+    from bertwatch.capture import UnsupportedModelError
+
+    return (SetupError, UnsupportedModelError)
+
+
+def contained(event: str) -> Callable[[F], F]:
+    """Wrap a callback event: skip it once the callback is disabled; on an error warn once and disable.
+
+    Setup errors (``SetupError``, ``UnsupportedModelError``) always propagate, and so does everything when the
+    callback was built with ``strict=True`` (for tests).
+    """
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(self, "disabled", False):
+                return None
+            try:
+                return fn(self, *args, **kwargs)
+            except _always_raised():
+                raise
+            except Exception as err:
+                if getattr(self, "strict", False):
+                    raise
+                self.disable(
+                    f"bertwatch: {type(self).__name__} stopped after an error in {event}: "
+                    f"{type(err).__name__}: {err}. Training continues without it."
+                )
+                return None
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def warn_stopped(message: str) -> None:
+    """Emit the one warning of a stopped monitor."""
+    warnings.warn(message, BertWatchWarning, stacklevel=4)

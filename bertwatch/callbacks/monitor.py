@@ -1,0 +1,391 @@
+"""The shared probe pass: one pass over the probe set per due step, whatever bertwatch callbacks asked for it.
+
+Callbacks with the same probe settings on the same model share one ``Monitor`` (a module-level registry). At each
+event the first callback to arrive runs a single pass for the union of what every due callback needs; the others
+find the results cached. The pass never changes the user's training: eval mode, restored RNG and attention
+implementation (``bertwatch.capture``), ``torch.no_grad`` for maps, ``torch.autograd.grad`` on gates for
+gradients, and its own copy of the probe batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import warnings
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError
+from bertwatch.callbacks.probe import ProbeSet, ReferenceCache, build_probe_set, crop_maps, pad_maps
+from bertwatch.capture import capture, model_shape
+from bertwatch.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
+
+__all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "monitor_for"]
+
+MAP_STATS: tuple[str, ...] = STAT_NAMES + DRIFT_NAMES
+ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,)
+
+
+class Subscriber(Protocol):
+    """What a monitor asks of a callback."""
+
+    disabled: bool
+    stat_names: frozenset[str]
+
+    def wants(self, event: str, step: int) -> bool: ...
+
+    def wants_maps(self, event: str, step: int) -> int: ...
+
+    def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None: ...
+
+
+@dataclass(eq=False)
+class ProbeSettings:
+    """Everything that decides what a probe pass computes; callbacks with equal settings share a monitor."""
+
+    texts: Sequence[Any] | None = None
+    dataset: Any = None
+    tokenizer: Any = None
+    collator: Callable | None = None
+    num_examples: int = 32
+    seed: int = 0
+    batch_size: int = 16
+    max_length: int = 128
+    reference_model: Any = None
+    cache_reference: bool = True
+    logging_dir: str | os.PathLike | None = None
+    loss_fn: Callable | None = None
+    ig_steps: int = 20
+    normalize_importance: bool = False
+    compat_length: int | None = None
+
+    def key(self) -> tuple:
+        ids = tuple(id(x) for x in (self.texts, self.dataset, self.tokenizer, self.collator, self.reference_model,
+                                     self.loss_fn))
+        return ids + (self.num_examples, self.seed, self.batch_size, self.max_length, self.cache_reference,
+                      None if self.logging_dir is None else os.fspath(self.logging_dir), self.ig_steps,
+                      self.normalize_importance, self.compat_length)
+
+
+_MONITORS: dict[tuple, "Monitor"] = {}
+
+
+def monitor_for(model: torch.nn.Module, settings: ProbeSettings) -> "Monitor":
+    """The monitor shared by every callback with these settings on this model."""
+    key = (id(model), settings.key())
+    monitor = _MONITORS.get(key)
+    if monitor is None or monitor.model is not model:
+        monitor = Monitor(model, settings)
+        _MONITORS[key] = monitor
+    return monitor
+
+
+def _tokenizer_of(processing_class: Any) -> Any:
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
+def _autocast(args: Any, device: torch.device) -> contextlib.AbstractContextManager:
+    """The training's mixed precision for the probe pass (statistics are taken in float32 afterwards)."""
+    dtype = torch.bfloat16 if getattr(args, "bf16", False) else torch.float16 if getattr(args, "fp16", False) else None
+    if dtype is None:
+        return contextlib.nullcontext()
+    try:
+        return torch.autocast(device.type, dtype=dtype)
+    except (RuntimeError, ValueError):
+        return contextlib.nullcontext()
+
+
+class Monitor:
+    """One probe set, one reference, one pass per due step, one event writer (world process zero only)."""
+
+    def __init__(self, model: torch.nn.Module, settings: ProbeSettings) -> None:
+        self._model = weakref.ref(model)
+        self.settings = settings
+        self.subscribers: list[Subscriber] = []
+        self.failed = False
+        self.probe: ProbeSet | None = None
+        self.writer: Any = None
+        self.run_dir: str | None = None
+        self._state: Any = None
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        return self._model()
+
+    # ---------------------------------------------------------------------------------------------- setup
+
+    def attach(self, subscriber: Subscriber, args: Any, state: Any, kwargs: Mapping[str, Any],
+               context: TrainerContext) -> None:
+        """Join this training run; the first subscriber of a run builds the probe set, reference and writer."""
+        if self._state is not state:
+            try:
+                self._setup(args, state, kwargs, context)
+            except BaseException:
+                self.failed = True
+                raise
+        if subscriber not in self.subscribers:
+            self.subscribers.append(subscriber)
+
+    def _setup(self, args: Any, state: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
+        self.close()
+        model = self.model
+        self.layers, self.heads = model_shape(model)
+        self.args = args
+        self._state = state
+        self.failed = False
+        self.subscribers = []
+        self.world_zero = bool(getattr(state, "is_world_process_zero", True))
+        self.device = next(model.parameters()).device
+        self._inputs = set(inspect.signature(model.forward).parameters) - {"labels"}
+        s = self.settings
+        self.tokenizer = s.tokenizer if s.tokenizer is not None else _tokenizer_of(kwargs.get("processing_class"))
+        self.probe = build_probe_set(
+            self.tokenizer,
+            texts=s.texts,
+            dataset=None if s.texts is not None else self._probe_dataset(kwargs, context),
+            collator=self._collator(kwargs, context),
+            model=model,
+            num_examples=s.num_examples,
+            seed=s.seed,
+            batch_size=s.batch_size,
+            max_length=s.max_length,
+            remove_unused_columns=bool(getattr(args, "remove_unused_columns", True)),
+            label_names=getattr(args, "label_names", None),
+        )
+        self._cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
+        self._reference: list[Tensor] | None = None
+        self._ref_padded: dict[int, Tensor] = {}
+        self.reference_source = "the model before its first optimiser step"
+        self.resumed = int(state.global_step) > 0
+        if self.resumed:
+            self._load_reference()
+        self.begin_pending = not self.resumed
+        self._handled: set[tuple[str, int]] = set()
+        self._step = -1
+        self._grids: dict[str, np.ndarray] = {}
+        self._maps_written: set[int] = set()
+        if self.world_zero:
+            from bertwatch.summary import SummaryWriter
+
+            self.run_dir = tensorboard_run_dir(args, context, s.logging_dir)
+            self.writer = SummaryWriter(self.run_dir)
+
+    def _probe_dataset(self, kwargs: Mapping[str, Any], context: TrainerContext) -> Any:
+        if self.settings.dataset is not None:
+            return self.settings.dataset
+        if context.eval_dataset is not None:
+            return context.eval_dataset
+        loader = kwargs.get("eval_dataloader")
+        if loader is not None and getattr(loader, "dataset", None) is not None:
+            return loader.dataset
+        train = context.train_dataset
+        if train is None and kwargs.get("train_dataloader") is not None:
+            train = getattr(kwargs["train_dataloader"], "dataset", None)
+        if train is not None:
+            warnings.warn(
+                "bertwatch: the Trainer has no eval_dataset, so the probe set is sampled from the training set; "
+                "pass probe_texts= or probe_dataset= to choose it",
+                BertWatchWarning,
+                stacklevel=2,
+            )
+        return train
+
+    def _collator(self, kwargs: Mapping[str, Any], context: TrainerContext) -> Callable | None:
+        if self.settings.collator is not None:
+            return self.settings.collator
+        if context.data_collator is not None:
+            return context.data_collator
+        loader = kwargs.get("train_dataloader") or kwargs.get("eval_dataloader")
+        return getattr(loader, "collate_fn", None)
+
+    def _load_reference(self) -> None:
+        maps = self._cache.load(self.probe.fingerprint, self.layers, self.heads)
+        if maps is not None:
+            self._reference = [m.to(self.device) for m in maps]
+            self.reference_source = f"the cache {self._cache.path}"
+        elif self.settings.reference_model is None:
+            self.reference_source = f"the model resumed at step {self._state.global_step}"
+
+    def _warn_resumed_reference(self) -> None:
+        warnings.warn(
+            f"bertwatch: resuming without a reference cache for this probe set at {self._cache.path}; drift is "
+            f"measured from the model at step {self._state.global_step}. Pass reference_model= to measure it "
+            "from the pretrained model.",
+            BertWatchWarning,
+            stacklevel=2,
+        )
+
+    def needs_drift(self) -> bool:
+        return any(set(DRIFT_NAMES) & s.stat_names for s in self.active())
+
+    def active(self) -> list[Subscriber]:
+        return [s for s in self.subscribers if not s.disabled]
+
+    # ---------------------------------------------------------------------------------------------- events
+
+    def run(self, event: str, state: Any) -> None:
+        """Handle ``event`` at ``state.global_step`` once for all subscribers; the begin pass runs first if pending."""
+        if self.failed:
+            raise RuntimeError("this bertwatch monitor already failed")
+        if self.begin_pending and event != "begin":
+            self.run("begin", state)
+        if event == "begin":
+            if not self.begin_pending:
+                return
+            self.begin_pending = False
+        step = int(state.global_step)
+        if (event, step) in self._handled:
+            return
+        self._handled.add((event, step))
+        try:
+            self._run(event, step)
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _run(self, event: str, step: int) -> None:
+        due = [s for s in self.active() if s.wants(event, step)]
+        need_reference = event == "begin" and self._reference is None and self.needs_drift()
+        if step != self._step:
+            self._step, self._grids = step, {}
+        wanted = set().union(*(s.stat_names for s in due)) if due else set()
+        missing = [n for n in ALL_STATS if n in wanted and n not in self._grids]
+        num_maps = max((s.wants_maps(event, step) for s in due), default=0)
+        if step in self._maps_written:
+            num_maps = 0
+        if self._reference is None and any(n in DRIFT_NAMES for n in missing):
+            if self.settings.reference_model is not None:
+                need_reference = True
+            elif self.resumed:
+                self._warn_resumed_reference()
+        if missing or num_maps or need_reference:
+            grids, examples = self._compute(missing, num_maps, need_reference)
+            self._grids.update(grids)
+            if self.writer is not None:
+                if grids:
+                    self.writer.add_head_grids(grids, step)
+                if examples:
+                    self.writer.add_attention_maps(examples, step)
+            if examples:
+                self._maps_written.add(step)
+        for s in due:
+            s.record(step, {n: self._grids[n] for n in ALL_STATS if n in s.stat_names and n in self._grids})
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def release(self, subscriber: Subscriber) -> None:
+        """A subscriber is done with this run; the last one closes the writer and frees the probe tensors."""
+        if subscriber in self.subscribers:
+            self.subscribers.remove(subscriber)
+        if not self.active():
+            self.close()
+            self._reference, self._ref_padded = None, {}
+            if not self.failed:  # a failed monitor stays registered, so callbacks still to attach see it failed
+                for key in [k for k, m in _MONITORS.items() if m is self]:
+                    del _MONITORS[key]
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    # ---------------------------------------------------------------------------------------------- the pass
+
+    def _model_inputs(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        return {k: v for k, v in batch.items() if k in self._inputs}
+
+    def _compute(self, names: Sequence[str], num_maps: int, need_reference: bool
+                 ) -> tuple[dict[str, np.ndarray], list[tuple]]:
+        """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps."""
+        model, s = self.model, self.settings
+        map_names = [n for n in names if n in MAP_STATS]
+        grad_names = [n for n in names if n in GRADIENT_NAMES]
+        want_ig = IG_NAME in names
+        if (grad_names or want_ig) and not self.probe.has_labels:
+            raise SetupError("gradient statistics need labels in every probe example")
+        if need_reference and s.reference_model is not None:
+            self._reference_from(s.reference_model)
+        building = self._reference is None and (need_reference or any(n in DRIFT_NAMES for n in map_names))
+        new_reference: list[Tensor] = []
+        per_example: dict[str, list[Tensor]] = defaultdict(list)
+        examples: list[tuple] = []
+        for k, cpu_batch in enumerate(self.probe.batches):
+            batch = {key: v.to(self.device) for key, v in cpu_batch.items()}
+            roles = self.probe.roles[k].to(self.device)
+            if map_names or len(examples) < num_maps or building:
+                with torch.no_grad(), _autocast(self.args, self.device), capture(model) as cap:
+                    model(**self._model_inputs(batch))
+                attn = cap.attentions
+                if building:
+                    new_reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
+                    self._ref_padded[k] = pad_maps(new_reference[-attn.shape[0]:], roles.real)
+                reference = self._reference_batch(k, roles) if any(n in DRIFT_NAMES for n in map_names) else None
+                if map_names:
+                    stats = compute_stats(attn, roles, map_names, reference, compat_length=s.compat_length)
+                    for name, value in stats.items():
+                        per_example[name].append(value)
+                for row, maps in enumerate(crop_maps(attn[: max(0, num_maps - len(examples))], roles.real)):
+                    index = len(examples)
+                    examples.append((self.probe.tokens[index], maps.float().cpu(), self.probe.segments[index]))
+                del attn
+            if grad_names:
+                with _autocast(self.args, self.device):
+                    grads = gradient_stats(model, batch, roles, loss_fn=s.loss_fn)
+                for name in grad_names:
+                    per_example[name].append(grads[name])
+            if want_ig:
+                with _autocast(self.args, self.device):
+                    per_example[IG_NAME].append(integrated_gradients(model, batch, loss_fn=s.loss_fn, steps=s.ig_steps))
+        if building:
+            self._reference = new_reference
+            if s.cache_reference and self.world_zero:
+                self._cache.save(new_reference, self.probe.fingerprint, self.layers, self.heads,
+                                 self.reference_source)
+        grids = aggregate({n: torch.cat(v) for n, v in per_example.items()})
+        if s.normalize_importance and "head_importance" in grids:
+            grids["head_importance"] = normalize_by_layer(grids["head_importance"])
+        ordered = {n: grids[n].detach().float().cpu().numpy() for n in names if n in grids}
+        return ordered, examples
+
+    def _reference_batch(self, k: int, roles: Any) -> Tensor:
+        if k not in self._ref_padded:
+            start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
+            size = self.probe.batches[k]["input_ids"].shape[0]
+            self._ref_padded[k] = pad_maps(self._reference[start : start + size], roles.real)
+        return self._ref_padded[k]
+
+    def _reference_from(self, reference_model: Any) -> None:
+        """The named reference model's maps on the probe set (cropped, float16)."""
+        if isinstance(reference_model, (str, os.PathLike)):
+            from transformers import AutoModel
+
+            reference_model = AutoModel.from_pretrained(reference_model).to(self.device)
+        if model_shape(reference_model) != (self.layers, self.heads):
+            raise SetupError(
+                f"reference_model has {model_shape(reference_model)} (layers, heads); the trained model has "
+                f"{(self.layers, self.heads)}"
+            )
+        device = next(reference_model.parameters()).device
+        inputs = set(inspect.signature(reference_model.forward).parameters) - {"labels"}
+        maps: list[Tensor] = []
+        for k, cpu_batch in enumerate(self.probe.batches):
+            batch = {key: v.to(device) for key, v in cpu_batch.items() if key in inputs}
+            with torch.no_grad(), capture(reference_model) as cap:
+                reference_model(**batch)
+            maps.extend(m.to(self.device, torch.float16) for m in crop_maps(cap.attentions, self.probe.roles[k].real))
+        self._reference = maps
+        self._ref_padded = {}
+        self.reference_source = f"the reference model {getattr(reference_model.config, '_name_or_path', '')}"
+        if self.settings.cache_reference and self.world_zero:
+            self._cache.save(maps, self.probe.fingerprint, self.layers, self.heads, self.reference_source)

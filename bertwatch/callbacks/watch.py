@@ -1,0 +1,344 @@
+"""The Trainer callbacks: ``BertWatchCallback`` and the single-purpose callbacks of the design card.
+
+Each callback names the statistics it wants and when; the probe pass itself is shared (``monitor.Monitor``).
+Every event is contained (``_safe.contained``): an error becomes one warning and stops that callback, while a
+misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train_begin``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+from transformers import TrainerCallback
+
+from bertwatch.callbacks._context import find_context
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
+from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
+from bertwatch.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.stats import DRIFT_NAMES, STAT_NAMES
+
+__all__ = [
+    "AttentionDriftCallback",
+    "BertWatchCallback",
+    "EntropyCallback",
+    "GradientImportanceCallback",
+    "SpecialTokenMassCallback",
+]
+
+SPECIAL_TOKEN_STATS = ("cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva")
+ENTROPY_STATS = ("entropy", "cls_entropy")
+
+
+def _check_stats(stats: Iterable[str]) -> tuple[str, ...]:
+    stats = tuple(stats)
+    unknown = [s for s in stats if s not in ALL_STATS]
+    if unknown:
+        raise ValueError(f"unknown bertwatch statistic(s) {unknown}; choose from {', '.join(ALL_STATS)}")
+    if not stats:
+        raise ValueError("stats must name at least one statistic")
+    return stats
+
+
+class _WatchCallback(TrainerCallback):
+    """Shared machinery: cadence, statistics, subscription to the shared probe pass, error containment.
+
+    ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
+    process (only world process zero writes event files).
+    """
+
+    default_stats: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        stats: Sequence[str] | None = None,
+        *,
+        every_n_steps: int = 50,
+        on_evaluate: bool = True,
+        at_start: bool = True,
+        at_end: bool = True,
+        probe_texts: Sequence[Any] | None = None,
+        probe_dataset: Any = None,
+        num_probe_examples: int = 32,
+        probe_seed: int = 0,
+        probe_batch_size: int = 16,
+        probe_max_length: int = 128,
+        tokenizer: Any = None,
+        data_collator: Callable | None = None,
+        reference_model: Any = None,
+        cache_reference: bool = True,
+        logging_dir: str | os.PathLike | None = None,
+        loss_fn: Callable | None = None,
+        strict: bool = False,
+        _settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.requested = None if stats is None else _check_stats(stats)
+        self.stat_names = frozenset(self.requested or self.default_stats)
+        if every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be >= 0 (0 = only at start, evaluation and end), got {every_n_steps}")
+        self.every_n_steps = int(every_n_steps)
+        self.measure_on_evaluate = bool(on_evaluate)
+        self.at_start = bool(at_start)
+        self.at_end = bool(at_end)
+        self.strict = bool(strict)
+        self.settings = ProbeSettings(
+            texts=probe_texts,
+            dataset=probe_dataset,
+            tokenizer=tokenizer,
+            collator=data_collator,
+            num_examples=int(num_probe_examples),
+            seed=int(probe_seed),
+            batch_size=int(probe_batch_size),
+            max_length=int(probe_max_length),
+            reference_model=reference_model,
+            cache_reference=bool(cache_reference),
+            logging_dir=logging_dir,
+            loss_fn=loss_fn,
+            **dict(_settings or {}),
+        )
+        self.disabled = False
+        self.monitor: Monitor | None = None
+        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+
+    # ------------------------------------------------------------------------------------------ subscriber
+
+    def wants(self, event: str, step: int) -> bool:
+        """Whether this callback measures at ``event`` ("begin", "step", "evaluate", "end") and ``step``."""
+        if event == "begin":
+            return self.at_start
+        if event == "step":
+            return self.every_n_steps > 0 and step % self.every_n_steps == 0
+        if event == "evaluate":
+            return self.measure_on_evaluate
+        return event == "end" and self.at_end
+
+    def wants_maps(self, event: str, step: int) -> int:
+        """How many probe examples' attention maps to write at this event (none, except for BertWatchCallback)."""
+        return 0
+
+    def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
+        """Keep the grids measured at ``step``."""
+        if self.history and self.history[-1][0] == step:
+            self.history[-1][1].update(grids)
+        else:
+            self.history.append((step, dict(grids)))
+
+    @property
+    def latest(self) -> dict[str, np.ndarray]:
+        """The grids of the last measured step (empty before the first)."""
+        return dict(self.history[-1][1]) if self.history else {}
+
+    def disable(self, message: str | None = None) -> None:
+        """Stop this callback for the rest of the run (with its one warning)."""
+        self.disabled = True
+        if message:
+            warn_stopped(message)
+        if self.monitor is not None:
+            self.monitor.release(self)
+
+    # ------------------------------------------------------------------------------------------ events
+
+    def _resolve_stats(self) -> None:
+        gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
+        if not gradient or self.monitor.probe.has_labels:
+            return
+        if self.requested is not None or not self.stat_names - gradient:
+            raise SetupError(
+                f"{type(self).__name__}: {sorted(gradient)} need labels in the probe examples; probe with labelled "
+                "examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label')"
+            )
+        warnings.warn(
+            f"bertwatch: the probe examples have no labels, so {type(self).__name__} skips {sorted(gradient)}",
+            BertWatchWarning,
+            stacklevel=3,
+        )
+        self.stat_names = self.stat_names - gradient
+
+    def _drive(self, event: str, state: Any) -> None:
+        if self.monitor is None:
+            return
+        if self.monitor.failed:
+            self.disable()
+            return
+        self.monitor.run(event, state)
+
+    @contained("on_train_begin")
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model = kwargs.get("model")
+        if model is None:
+            raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
+        self.history = []
+        self.stat_names = frozenset(self.requested or self.default_stats)
+        self.monitor = monitor_for(model, self.settings)
+        context = find_context()
+        self.monitor.attach(self, args, state, kwargs, context)
+        if self.monitor.failed:
+            self.disable()
+            return
+        self._resolve_stats()
+        self._check_setup(kwargs, context)
+
+    def _check_setup(self, kwargs: Mapping[str, Any], context: Any) -> None:
+        """Fail at on_train_begin on a configuration that could only fail later."""
+
+    @contained("on_step_begin")
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.monitor is not None and self.monitor.begin_pending:
+            self._drive("begin", state)
+
+    @contained("on_step_end")
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._drive("step", state)
+
+    @contained("on_evaluate")
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._drive("evaluate", state)
+
+    @contained("on_log")
+    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.monitor is not None:
+            self.monitor.flush()
+
+    @contained("on_train_end")
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.monitor is None:
+            return
+        try:
+            self._drive("end", state)
+            if not self.disabled:
+                self._after_end(args, state, kwargs)
+        finally:
+            if self.monitor is not None:
+                self.monitor.release(self)
+
+    def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
+        """Work after the last measurement (the ablation sweep of BertWatchCallback)."""
+
+
+class AttentionDriftCallback(_WatchCallback):
+    """``drift_cosine`` and ``drift_js`` of every head against the pretrained (or a named reference) model.
+
+    ``compat_length=N`` pads maps to N tokens and keeps the pad rows in ``drift_cosine``, as Kovaleva's notebook did.
+    """
+
+    default_stats = DRIFT_NAMES
+
+    def __init__(self, stats: Sequence[str] | None = None, *, compat_length: int | None = None, **kwargs: Any):
+        super().__init__(stats, _settings={"compat_length": compat_length}, **kwargs)
+
+
+class SpecialTokenMassCallback(_WatchCallback):
+    """Attention mass on [CLS], [SEP] and punctuation per head (Clark Fig 2, Kovaleva Fig 6)."""
+
+    default_stats = SPECIAL_TOKEN_STATS
+
+
+class EntropyCallback(_WatchCallback):
+    """Attention entropy per head and of the [CLS] row (Clark Fig 4), in nats."""
+
+    default_stats = ENTROPY_STATS
+
+
+class GradientImportanceCallback(_WatchCallback):
+    """Gradient head importance (Michel) and attention gradients by key type (Clark Fig 3); IG on request.
+
+    Gradients are taken with ``torch.autograd.grad`` on gates and maps, so the optimiser's gradients are untouched.
+    """
+
+    default_stats = GRADIENT_NAMES
+
+    def __init__(
+        self,
+        stats: Sequence[str] | None = None,
+        *,
+        integrated_gradients: bool = False,
+        ig_steps: int = 20,
+        normalize_by_layer: bool = False,
+        **kwargs: Any,
+    ):
+        if stats is None and integrated_gradients:
+            stats = GRADIENT_NAMES + (IG_NAME,)
+        super().__init__(
+            stats, _settings={"ig_steps": int(ig_steps), "normalize_importance": bool(normalize_by_layer)}, **kwargs
+        )
+
+
+class BertWatchCallback(_WatchCallback):
+    """Every statistic of DESIGN §3 for every head, attention maps of a few probe examples, ablation on request.
+
+    Drop it into ``callbacks=[...]`` of an unchanged Trainer script. Defaults: 32 probe examples from the eval
+    set, statistics at step 0, every 50 steps, every evaluation and the end; the maps of 4 probe examples at
+    step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the end. ``stats=`` selects
+    statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True`` runs the head/layer
+    disabling sweep of ``bertwatch.ablation`` on the eval set when training ends.
+    """
+
+    default_stats = STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES
+
+    def __init__(
+        self,
+        stats: Sequence[str] | None = None,
+        *,
+        num_maps: int = 4,
+        maps_every_n_steps: int | None = None,
+        integrated_gradients: bool = False,
+        ig_steps: int = 20,
+        normalize_importance: bool = False,
+        compat_length: int | None = None,
+        ablate_on_end: bool = False,
+        ablation_mode: str = "uniform",
+        ablation_kwargs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ):
+        if stats is None and integrated_gradients:
+            stats = self.default_stats + (IG_NAME,)
+        super().__init__(
+            stats,
+            _settings={
+                "ig_steps": int(ig_steps),
+                "normalize_importance": bool(normalize_importance),
+                "compat_length": compat_length,
+            },
+            **kwargs,
+        )
+        if num_maps < 0:
+            raise ValueError(f"num_maps must be >= 0, got {num_maps}")
+        self.num_maps = int(num_maps)
+        self.maps_every_n_steps = 4 * self.every_n_steps if maps_every_n_steps is None else int(maps_every_n_steps)
+        self.ablate_on_end = bool(ablate_on_end)
+        self.ablation_mode = ablation_mode
+        self.ablation_kwargs = dict(ablation_kwargs or {})
+        self.ablation_result: Any = None
+
+    def wants_maps(self, event: str, step: int) -> int:
+        if event in ("begin", "end"):
+            return self.num_maps
+        if event == "step" and self.maps_every_n_steps > 0 and step % self.maps_every_n_steps == 0:
+            return self.num_maps
+        return 0
+
+    def _check_setup(self, kwargs: Mapping[str, Any], context: Any) -> None:
+        if self.ablate_on_end and context.eval_dataset is None and kwargs.get("eval_dataloader") is None:
+            raise SetupError("ablate_on_end=True needs an eval_dataset on the Trainer to disable heads on")
+
+    def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
+        if not self.ablate_on_end or not getattr(state, "is_world_process_zero", True):
+            return
+        from bertwatch.ablation import run_ablation_on_trainer
+
+        context = find_context()
+        eval_dataset = context.eval_dataset
+        if eval_dataset is None and kwargs.get("eval_dataloader") is not None:
+            eval_dataset = kwargs["eval_dataloader"].dataset
+        if eval_dataset is None:
+            raise RuntimeError("ablate_on_end needs an eval_dataset on the Trainer")
+        settings = {
+            "mode": self.ablation_mode,
+            "out_dir": os.path.join(args.output_dir, "bertwatch_ablation"),
+            "writer": self.monitor.writer if self.monitor is not None else None,
+            **self.ablation_kwargs,
+        }
+        target = context.trainer if context.trainer is not None else kwargs["model"]
+        self.ablation_result = run_ablation_on_trainer(target, eval_dataset, **settings)
