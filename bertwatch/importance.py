@@ -70,13 +70,16 @@ def gradient_stats(
     batch: Mapping[str, torch.Tensor],
     roles: TokenRoles,
     loss_fn: LossFn | None = None,
-) -> dict[str, torch.Tensor]:
+    return_attentions: bool = False,
+) -> dict[str, torch.Tensor] | tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Per-example gradient statistics from one forward and one backward pass, ``{name: [batch, layers, heads]}``.
 
     ``head_importance`` = abs(∂L_b/∂ξ_h) with ξ a gate on head h's context (Michel et al. 2019), abs per example.
     ``attn_grad_{sep,punct,other}`` = mean over real queries i and keys j of that type of abs(∂L_b/∂A[i,j])
     (Clark et al. 2019, Fig 3); "other" is every real key that is neither [SEP] nor punctuation. Examples are
     independent, so the gradient of the summed loss restricted to example b is example b's own gradient.
+    With ``return_attentions`` the pass's maps ``[batch, layers, heads, T, T]`` come back too, so a caller that
+    also needs the attention statistics pays for one forward, not two.
     """
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
@@ -101,6 +104,8 @@ def gradient_stats(
         total = (per_key * keys.float()[:, None, None, :]).sum(-1)
         value = total / (queries * count.clamp_min(1))[:, None, None]
         out[f"attn_grad_{name}"] = torch.where(count[:, None, None] > 0, value, torch.nan).detach()
+    if return_attentions:
+        return out, torch.stack([m.detach() for m in maps], dim=1)
     return out
 
 

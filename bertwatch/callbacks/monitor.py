@@ -323,10 +323,17 @@ class Monitor:
         for k, cpu_batch in enumerate(self.probe.batches):
             batch = {key: v.to(self.device) for key, v in cpu_batch.items()}
             roles = self.probe.roles[k].to(self.device)
+            attn = None
+            if grad_names:
+                with _autocast(self.args, self.device):
+                    grads, attn = gradient_stats(model, batch, roles, loss_fn=s.loss_fn, return_attentions=True)
+                for name in grad_names:
+                    per_example[name].append(grads[name])
             if map_names or len(examples) < num_maps or building:
-                with torch.no_grad(), _autocast(self.args, self.device), capture(model) as cap:
-                    model(**self._model_inputs(batch))
-                attn = cap.attentions
+                if attn is None:
+                    with torch.no_grad(), _autocast(self.args, self.device), capture(model) as cap:
+                        model(**self._model_inputs(batch))
+                    attn = cap.attentions
                 if building:
                     new_reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
                     self._ref_padded[k] = pad_maps(new_reference[-attn.shape[0]:], roles.real)
@@ -338,12 +345,7 @@ class Monitor:
                 for row, maps in enumerate(crop_maps(attn[: max(0, num_maps - len(examples))], roles.real)):
                     index = len(examples)
                     examples.append((self.probe.tokens[index], maps.float().cpu(), self.probe.segments[index]))
-                del attn
-            if grad_names:
-                with _autocast(self.args, self.device):
-                    grads = gradient_stats(model, batch, roles, loss_fn=s.loss_fn)
-                for name in grad_names:
-                    per_example[name].append(grads[name])
+            del attn
             if want_ig:
                 with _autocast(self.args, self.device):
                     per_example[IG_NAME].append(integrated_gradients(model, batch, loss_fn=s.loss_fn, steps=s.ig_steps))
