@@ -163,7 +163,6 @@ class Monitor:
         )
         self._cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
         self._reference: list[Tensor] | None = None
-        self._ref_padded: dict[int, Tensor] = {}
         self.reference_source = "the model before its first optimiser step"
         self.resumed = int(state.global_step) > 0
         if self.resumed:
@@ -290,7 +289,7 @@ class Monitor:
             self.subscribers.remove(subscriber)
         if not self.active():
             self.close()
-            self._reference, self._ref_padded = None, {}
+            self._reference = None
             if not self.failed:  # a failed monitor stays registered, so callbacks still to attach see it failed
                 for key in [k for k, m in _MONITORS.items() if m is self]:
                     del _MONITORS[key]
@@ -336,8 +335,9 @@ class Monitor:
                     attn = cap.attentions
                 if building:
                     new_reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
-                    self._ref_padded[k] = pad_maps(new_reference[-attn.shape[0]:], roles.real)
-                reference = self._reference_batch(k, roles) if any(n in DRIFT_NAMES for n in map_names) else None
+                reference = None
+                if any(n in DRIFT_NAMES for n in map_names):
+                    reference = self._reference_batch(k, roles, new_reference if building else self._reference)
                 if map_names:
                     stats = compute_stats(attn, roles, map_names, reference, compat_length=s.compat_length)
                     for name, value in stats.items():
@@ -360,12 +360,11 @@ class Monitor:
         ordered = {n: grids[n].detach().float().cpu().numpy() for n in names if n in grids}
         return ordered, examples
 
-    def _reference_batch(self, k: int, roles: Any) -> Tensor:
-        if k not in self._ref_padded:
-            start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
-            size = self.probe.batches[k]["input_ids"].shape[0]
-            self._ref_padded[k] = pad_maps(self._reference[start : start + size], roles.real)
-        return self._ref_padded[k]
+    def _reference_batch(self, k: int, roles: Any, reference: list[Tensor]) -> Tensor:
+        """Batch k of the cropped float16 reference, padded like the probe batch (padded on demand, not kept)."""
+        start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
+        size = self.probe.batches[k]["input_ids"].shape[0]
+        return pad_maps(reference[start : start + size], roles.real)
 
     def _reference_from(self, reference_model: Any) -> None:
         """The named reference model's maps on the probe set (cropped, float16)."""
@@ -387,7 +386,6 @@ class Monitor:
                 reference_model(**batch)
             maps.extend(m.to(self.device, torch.float16) for m in crop_maps(cap.attentions, self.probe.roles[k].real))
         self._reference = maps
-        self._ref_padded = {}
         self.reference_source = f"the reference model {getattr(reference_model.config, '_name_or_path', '')}"
         if self.settings.cache_reference and self.world_zero:
             self._cache.save(maps, self.probe.fingerprint, self.layers, self.heads, self.reference_source)
