@@ -90,7 +90,7 @@ def run_demo(
     out: str | Path = "demo_out",
     glue_dir: str | None = None,
     data: str | None = None,
-    train_examples: int = 1600,
+    train_examples: int = 2400,
     eval_examples: int | None = None,
     epochs: float = 1.0,
     batch_size: int = 32,
@@ -202,7 +202,7 @@ def cli_demo(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
     parser.add_argument("--data", default=None, help="folder holding glue/SST-2 (or set BERTWATCH_DATA)")
     parser.add_argument("--glue-dir", default=None, help="GLUE folder; '' downloads SST-2 from the Hub")
-    parser.add_argument("--train-examples", type=int, default=1600)
+    parser.add_argument("--train-examples", type=int, default=2400)
     parser.add_argument("--eval-examples", type=int, default=None, help="first N dev examples (default all 872)")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--every", type=int, default=10, help="probe every N steps")
