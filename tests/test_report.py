@@ -1,0 +1,117 @@
+"""Ablation outputs: JSON/CSV round trips, a self-contained escaped HTML report, and ``bertwatch report`` on logs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertwatch.report import AblationResult, build_html, cli_report, read_run, write_outputs
+from bertwatch.summary import SummaryWriter
+
+torch.set_num_threads(1)
+
+HOSTILE = '<img src=x onerror="alert(1)">'
+
+
+def _result(task: str | None = "sst2", metric: str = "accuracy", mode: str = "uniform") -> AblationResult:
+    rng = np.random.default_rng(0)
+    layers, heads = 3, 4
+    cells = np.zeros((layers, heads, 5))
+    cells[..., 1] = rng.normal(0, 0.02, (layers, heads))
+    cells[..., 0] = 0.8 + cells[..., 1]
+    cells[..., 2] = cells[..., 1] - 0.01
+    cells[..., 3] = cells[..., 1] + 0.01
+    cells[..., 4] = rng.uniform(0, 1, (layers, heads))
+    cells[0, 0, 4] = 1e-4
+    cells[2, 3] = [np.nan, np.nan, np.nan, np.nan, np.nan]
+    layer_cells = cells[:, 0].copy()
+    keep = cells.copy()
+    keep[1, 2, 0] = 0.95
+    pruning = [{"pruned": 1, "fraction": 1 / 12, "value": 0.79, "delta": -0.01, "ci_low": -0.02, "ci_high": 0.0,
+                "p": 0.04, "heads": [[0, 1]]},
+               {"pruned": 2, "fraction": 2 / 12, "value": 0.7, "delta": -0.1, "ci_low": -0.12, "ci_high": -0.08,
+                "p": 0.001, "heads": [[0, 1], [2, 0]]}]
+    return AblationResult(task=task, mode=mode, metric=metric, num_examples=50, baseline=0.8, heads=cells,
+                          layers=layer_cells, keep_only=keep, pruning=pruning, importance=rng.random((layers, heads)),
+                          baseline_metrics={metric: 0.8}, config={"model": HOSTILE, "n_resamples": 1000})
+
+
+def test_json_round_trip_keeps_every_cell_and_writes_nan_as_null(tmp_path: Path) -> None:
+    result = _result()
+    paths = write_outputs(result, tmp_path)
+    doc = json.loads(paths["json"].read_text())
+    assert doc["heads"][2][3] == {"value": None, "delta": None, "ci_low": None, "ci_high": None, "p": None}
+    assert doc["keep_best"][1]["head"] == 2 and doc["keep_best"][1]["value"] == 0.95
+    back = AblationResult.from_json(doc)
+    np.testing.assert_array_equal(back.heads, result.heads)
+    np.testing.assert_array_equal(back.layers, result.layers)
+    np.testing.assert_array_equal(back.keep_only, result.keep_only)
+    assert back.pruning[1]["value"] == 0.7 and back.pruning[1]["heads"] == [[0, 1], [2, 0]]
+    np.testing.assert_allclose(result.pruning_curve(), [[0, 0.8], [1 / 12, 0.79], [2 / 12, 0.7]], rtol=1e-6)
+
+
+def test_csv_has_one_row_per_unit(tmp_path: Path) -> None:
+    paths = write_outputs(_result(), tmp_path)
+    rows = list(csv.DictReader(paths["csv"].open()))
+    units = [r["unit"] for r in rows]
+    assert units.count("baseline") == 1 and units.count("head") == 12 and units.count("layer") == 3
+    assert units.count("keep_only") == 12 and units.count("pruning") == 2
+    head = next(r for r in rows if r["unit"] == "head" and r["layer"] == "1" and r["head"] == "2")
+    assert float(head["delta"]) == pytest.approx(_result().heads[1, 2, 1])
+    missing = next(r for r in rows if r["unit"] == "head" and r["layer"] == "2" and r["head"] == "3")
+    assert missing["value"] == ""
+
+
+def test_html_is_self_contained_and_escapes_user_strings() -> None:
+    page = build_html([_result(task=HOSTILE, metric="acc<b>")])
+    assert "<script" not in page.lower()
+    assert HOSTILE not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
+    assert "acc<b>" not in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+    assert page.count("data:image/png;base64,") == 3  # heatmap, layer bars, pruning curve
+    assert "hurts most" in page and "helps most" in page and "Keep only the best head" in page
+
+
+def _write_run(run: Path, with_ablation: bool = True) -> None:
+    with SummaryWriter(str(run)) as writer:
+        writer.add_head_grids({"entropy": np.full((3, 4), 1.0), "cls_mass": np.zeros((3, 4))}, step=0)
+        writer.add_head_grids({"entropy": np.full((3, 4), 2.0)}, step=5)
+        writer.add_head_grids({"entropy": np.full((3, 4), 3.0), "cls_mass": np.ones((3, 4))}, step=10)
+        if with_ablation:
+            r = _result(mode="zero")
+            writer.add_ablation("zero", "accuracy", 0.8, 50, r.heads, r.layers, r.pruning_curve(), step=10)
+
+
+def test_read_run_takes_ablation_tables_and_first_and_last_grids(tmp_path: Path) -> None:
+    _write_run(tmp_path / "runs" / "a")
+    results, training = read_run(tmp_path)
+    assert [r.mode for r in results] == ["zero"]
+    np.testing.assert_allclose(results[0].heads, _result().heads, rtol=1e-6)
+    assert [p["pruned"] for p in results[0].pruning] == [1, 2]
+    first, last = training["grids"]["entropy"]["first"], training["grids"]["entropy"]["last"]
+    assert first[0] == 0 and last[0] == 10
+    np.testing.assert_array_equal(first[1], np.full((3, 4), 1.0))
+    np.testing.assert_array_equal(last[1], np.full((3, 4), 3.0))
+
+
+def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, capsys) -> None:
+    _write_run(tmp_path / "runs" / "a", with_ablation=False)
+    write_outputs(_result(), tmp_path / "bertwatch_ablation")
+    assert cli_report([str(tmp_path), "--out", str(tmp_path / "full.html")]) == 0
+    page = (tmp_path / "full.html").read_text()
+    assert "During training" in page and "entropy" in page and "cls_mass" in page
+    assert "Mode <code>uniform</code>" in page
+    assert page.count("data:image/png;base64,") == 3 + 2 * 3  # ablation + (first, last, change) per grid
+    assert "2 training grids" in capsys.readouterr().out
+
+
+def test_cli_report_says_what_is_missing(tmp_path: Path, capsys) -> None:
+    assert cli_report([str(tmp_path)]) == 2
+    assert "no ablation.json" in capsys.readouterr().out
+    assert cli_report([str(tmp_path / "nope")]) == 2
