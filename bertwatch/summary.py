@@ -176,28 +176,13 @@ def ablation_summaries(
         heads=int(heads_a.shape[1]),
     )
     summary = summary_pb2.Summary()
-    _tensor_value(
-        summary,
-        md.ablation_tag(mode, "heads"),
-        md.create_summary_metadata(
-            md.KIND_ABLATION_HEADS,
-            data_class=summary_pb2.DATA_CLASS_TENSOR,
-            description=f"Change of {metric} when each single head is disabled ({mode}).",
-            **common,
-        ),
-        heads_a,
-    )
-    _tensor_value(
-        summary,
-        md.ablation_tag(mode, "layers"),
-        md.create_summary_metadata(
-            md.KIND_ABLATION_LAYERS,
-            data_class=summary_pb2.DATA_CLASS_TENSOR,
-            description=f"Change of {metric} when each whole layer is disabled ({mode}).",
-            **common,
-        ),
-        layers_a,
-    )
+    for unit, kind, what, table in (("heads", md.KIND_ABLATION_HEADS, "single head", heads_a),
+                                    ("layers", md.KIND_ABLATION_LAYERS, "whole layer", layers_a)):
+        metadata = md.create_summary_metadata(
+            kind, data_class=summary_pb2.DATA_CLASS_TENSOR,
+            description=f"Change of {metric} when each {what} is disabled ({mode}).", **common,
+        )
+        _tensor_value(summary, md.ablation_tag(mode, unit), metadata, table)
     if pruning is not None:
         pruning_a = _to_numpy(pruning)
         if pruning_a.ndim != 2 or pruning_a.shape[1] != 2 or pruning_a.shape[0] == 0:
