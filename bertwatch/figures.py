@@ -9,12 +9,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["grid_heatmap", "special_token_figure", "png_bytes"]
+__all__ = ["grid_heatmap", "special_token_figure", "png_bytes", "pyplot"]
 
 DIVERGING = {"drift_cosine", "drift_js"}
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported on first use (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -25,7 +26,7 @@ def _pyplot():
 
 def png_bytes(figure) -> bytes:
     """Render a matplotlib figure to PNG bytes and close it."""
-    plt = _pyplot()
+    plt = pyplot()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
     plt.close(figure)
@@ -45,7 +46,7 @@ def grid_heatmap(
     ``center`` draws a diverging scale around that value; ``labels`` writes short marks into the cells.
     NaN cells are left grey.
     """
-    plt = _pyplot()
+    plt = pyplot()
     grid = np.asarray(grid, dtype=float)
     layers, heads = grid.shape
     fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * heads + 2), max(2.6, 0.36 * layers + 1.2)))
@@ -77,7 +78,7 @@ def grid_heatmap(
 
 def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | None = None) -> bytes:
     """Clark et al. 2019 Fig 2: per layer, each head's mass on [CLS], [SEP] and "."/"," as dots, layer mean as a line."""
-    plt = _pyplot()
+    plt = pyplot()
     names = [("cls_mass", "[CLS]"), ("sep_mass", "[SEP]"), ("punct_mass", '"." and ","')]
     names = [(n, t) for n, t in names if n in grids]
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), sharey=True, squeeze=False)

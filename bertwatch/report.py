@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bertwatch.bootstrap import benjamini_hochberg
+from bertwatch.figures import png_bytes, pyplot as _pyplot
 
 __all__ = [
     "FIELDS",
@@ -185,21 +186,8 @@ def _atomic_write(path: Path, text: str) -> None:
 # Figures
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _png(figure) -> str:
-    plt = _pyplot()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    return base64.b64encode(png_bytes(figure)).decode("ascii")
 
 
 def _marks(p: np.ndarray, q: np.ndarray, alpha: float) -> np.ndarray:
