@@ -91,7 +91,7 @@ def run_demo(
     glue_dir: str | None = None,
     data: str | None = None,
     train_examples: int = 2400,
-    eval_examples: int | None = None,
+    eval_examples: int | None = 500,
     epochs: float = 1.0,
     batch_size: int = 32,
     max_length: int = 64,
@@ -203,7 +203,8 @@ def cli_demo(argv: Sequence[str]) -> int:
     parser.add_argument("--data", default=None, help="folder holding glue/SST-2 (or set BERTWATCH_DATA)")
     parser.add_argument("--glue-dir", default=None, help="GLUE folder; '' downloads SST-2 from the Hub")
     parser.add_argument("--train-examples", type=int, default=2400)
-    parser.add_argument("--eval-examples", type=int, default=None, help="first N dev examples (default all 872)")
+    parser.add_argument("--eval-examples", type=int, default=500,
+                        help="first N dev examples, for evaluation and ablation (default 500 of 872)")
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--every", type=int, default=10, help="probe every N steps")
     parser.add_argument("--mode", default="uniform", choices=("uniform", "zero"), help="how heads are disabled")
