@@ -28,17 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import default_glue_dir  # noqa: E402
 
-
-def _default_glue_dir() -> str | None:
-    from bertwatch.data import default_glue_dir
-
-    found = default_glue_dir()
-    if found is not None:
-        return str(found)
-    local = REPO.parent / "shared" / "data" / "glue"
-    return str(local) if local.is_dir() else None
 
 
 def finetune_minilm(glue_dir: str | None, steps: int, out: str | Path, seed: int = 0, batch_size: int = 16,
@@ -126,7 +118,7 @@ def _file_order_batches(shard, features, batch_size: int, pad_id: int):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="fine-tuned SST-2 checkpoint (default: fine-tune MiniLM now)")
-    parser.add_argument("--glue-dir", default=_default_glue_dir())
+    parser.add_argument("--glue-dir", default=default_glue_dir())
     parser.add_argument("--limit", type=int, default=872, help="first N SST-2 dev examples (872 = all)")
     parser.add_argument("--mode", choices=("uniform", "zero"), default="uniform")
     parser.add_argument("--batch-size", type=int, default=32)

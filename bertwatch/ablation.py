@@ -15,7 +15,8 @@ It is exact and cheaper than evaluating each configuration on its own:
   stacked copies enter their first layer with identical states, so that layer's query/key/value projections
   run once and are tiled;
 * for sequence classifiers that read only the first token (BERT, RoBERTa, XLM-R, CamemBERT, ELECTRA, ERNIE,
-  DistilBERT), the last layer's feed-forward block runs on that token only.
+  DistilBERT), the last layer's output projection and feed-forward block run on that token only;
+* each pruning step starts from the previous step's states at the lowest layer where their masks differ.
 
 Attention itself is never re-implemented: interventions go through :mod:`bertwatch.capture`. Results are
 appended to ``partial.jsonl`` as they are found, so an interrupted sweep resumes where it stopped; with several
