@@ -412,9 +412,10 @@ def _training_section(training: dict[str, Any]) -> str:
 
 
 def build_html(results: Sequence[AblationResult], training: dict[str, Any] | None = None, alpha: float = 0.05,
-               title: str = "bertwatch ablation report") -> str:
+               title: str = "bertwatch ablation report", extra_sections: Sequence[str] = ()) -> str:
     """One self-contained HTML page: per mode the Δ heatmap with significance marks, layer bars, top heads,
-    keep-best table, pruning curve and the configuration; then training-time grids when ``training`` is given."""
+    keep-best table, pruning curve and the configuration; then training-time grids when ``training`` is given,
+    then ``extra_sections`` (trusted HTML fragments, e.g. the linguistic analyses)."""
     body = [f"<h1>{_e(title)}</h1>"]
     if not results and not training:
         body.append("<p>No ablation results and no training statistics were found.</p>")
@@ -422,6 +423,7 @@ def build_html(results: Sequence[AblationResult], training: dict[str, Any] | Non
         body.append(_section(result, alpha))
     if training and training.get("grids"):
         body.append(_training_section(training))
+    body.extend(extra_sections)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>\n"
@@ -529,7 +531,18 @@ def _report_parser() -> argparse.ArgumentParser:
     parser.add_argument("path", help="a training output folder, a TensorBoard run folder or an ablation folder")
     parser.add_argument("--out", default=None, help="HTML file to write (default: PATH/report.html)")
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the marks (default 0.05)")
+    parser.add_argument("--linguistics", default=None,
+                        help="a `bertwatch probe-syntax` output folder to add (default: PATH or PATH/linguistics "
+                        "when it holds syntax.json)")
     return parser
+
+
+def _linguistics_folder(root: Path, given: str | None) -> Path | None:
+    if given:
+        if not (Path(given) / "syntax.json").is_file():
+            raise FileNotFoundError(f"no syntax.json in {given}; pass the --out folder of `bertwatch probe-syntax`")
+        return Path(given)
+    return next((d for d in (root, root / "linguistics") if (d / "syntax.json").is_file()), None)
 
 
 def cli_report(argv: Sequence[str]) -> int:
@@ -538,16 +551,22 @@ def cli_report(argv: Sequence[str]) -> int:
     root = Path(args.path)
     try:
         results, training = read_run(root)
+        linguistics = _linguistics_folder(root, args.linguistics)
     except FileNotFoundError as error:
         print(f"bertwatch report: {error}")
         return 2
-    if not results and not training["grids"]:
+    extra = []
+    if linguistics is not None:
+        from bertwatch.linguistics import html_section
+
+        extra.append(html_section(linguistics))
+    if not results and not training["grids"] and not extra:
         print(f"bertwatch report: found no ablation.json and no bertwatch summaries under {root}; run "
               "`bertwatch ablate` or train with BertWatchCallback first")
         return 2
     out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out, build_html(results, training, alpha=args.alpha))
+    _atomic_write(out, build_html(results, training, alpha=args.alpha, extra_sections=extra))
     modes = ", ".join(r.mode for r in results) or "none"
     print(f"bertwatch report: ablation modes: {modes}; {len(training['grids'])} training grids -> {out}")
     return 0

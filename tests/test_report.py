@@ -115,3 +115,16 @@ def test_cli_report_says_what_is_missing(tmp_path: Path, capsys) -> None:
     assert cli_report([str(tmp_path)]) == 2
     assert "no ablation.json" in capsys.readouterr().out
     assert cli_report([str(tmp_path / "nope")]) == 2
+
+
+def test_cli_report_adds_the_linguistic_analyses(tmp_path: Path, capsys) -> None:
+    folder = tmp_path / "linguistics"
+    folder.mkdir()
+    relation = {"count": 7, "best_layer": 2, "best_head": 5, "best_accuracy": 0.8125, "direction": "dep->head",
+                "baseline_accuracy": 0.5, "baseline_offset": 1}
+    (folder / "syntax.json").write_text(json.dumps({"relations": {"det<b>": relation}}), encoding="utf-8")
+    assert cli_report([str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "Linguistic analyses" in page and "det&lt;b&gt;" in page and "2-5" in page
+    assert cli_report([str(tmp_path), "--linguistics", str(tmp_path / "missing")]) == 2
+    assert "no syntax.json" in capsys.readouterr().out
