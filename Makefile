@@ -23,6 +23,7 @@ demo: $(STAMP)
 	$(BIN)/bertwatch demo --data $(DATA) --out demo_out
 
 test: $(STAMP) browser
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	BERTWATCH_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 		$(BIN)/python -m pytest -q -p no:cacheprovider
 

@@ -9,7 +9,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def default_glue_dir() -> str | None:
     """$GLUE_DIR or $BERTWATCH_DATA/glue, else ../shared/data/glue beside the repository, else None (the Hub)."""
-    from bertwatch.data import default_glue_dir as from_environment
+    from bertwatch.data.glue import default_glue_dir as from_environment
 
     found = from_environment()
     if found is not None:

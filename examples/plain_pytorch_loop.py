@@ -14,12 +14,12 @@ import argparse
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from bertwatch.capture import capture
-from bertwatch.data import load_glue
-from bertwatch.importance import gradient_stats
-from bertwatch.roles import token_roles
-from bertwatch.stats import aggregate, compute_stats
-from bertwatch.summary import SummaryWriter
+from bertwatch.data.glue import load_glue
+from bertwatch.heads.capture import capture
+from bertwatch.heads.importance import gradient_stats
+from bertwatch.heads.roles import token_roles
+from bertwatch.heads.stats import aggregate, compute_stats
+from bertwatch.tb.summary import SummaryWriter
 
 
 def main() -> None:
@@ -43,8 +43,9 @@ def main() -> None:
     probe_examples = load_glue("sst2", "dev", args.glue_dir, limit=16)
 
     def encode(examples: list[dict]) -> dict[str, torch.Tensor]:
-        batch = tokenizer([e["text"] for e in examples], padding=True, truncation=True, max_length=64,
-                          return_tensors="pt")
+        batch = tokenizer(
+            [e["text"] for e in examples], padding=True, truncation=True, max_length=64, return_tensors="pt"
+        )
         batch["labels"] = torch.tensor([e["label"] for e in examples])
         return dict(batch)
 

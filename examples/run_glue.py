@@ -21,8 +21,8 @@ from transformers import (
 )
 
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.data import glue_task, load_glue
-from bertwatch.metrics import glue_metrics, predictions_from_logits
+from bertwatch.data.glue import glue_task, load_glue
+from bertwatch.data.metrics import glue_metrics, predictions_from_logits
 
 
 def default_model() -> str:

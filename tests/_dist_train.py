@@ -19,8 +19,8 @@ torch.set_num_threads(1)
 
 import transformers as T  # noqa: E402
 
-from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args  # noqa: E402
 from bertwatch.callbacks import BertWatchCallback  # noqa: E402
+from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args  # noqa: E402
 
 
 def main(out_dir: str) -> None:
@@ -29,13 +29,21 @@ def main(out_dir: str) -> None:
     model = tiny_bert(tokenizer)
     callback = BertWatchCallback(every_n_steps=2, num_probe_examples=8, strict=True)
     args = training_args(
-        os.path.join(out_dir, "train"), max_steps=4, ddp_backend="gloo", eval_strategy="steps", eval_steps=3,
+        os.path.join(out_dir, "train"),
+        max_steps=4,
+        ddp_backend="gloo",
+        eval_strategy="steps",
+        eval_steps=3,
         logging_steps=1,
     )
     trainer = T.Trainer(
-        model=model, args=args, train_dataset=toy_dataset(tokenizer, 32, 0),
-        eval_dataset=toy_dataset(tokenizer, 16, 1), processing_class=tokenizer,
-        data_collator=T.DataCollatorWithPadding(tokenizer), callbacks=[callback],
+        model=model,
+        args=args,
+        train_dataset=toy_dataset(tokenizer, 32, 0),
+        eval_dataset=toy_dataset(tokenizer, 16, 1),
+        processing_class=tokenizer,
+        data_collator=T.DataCollatorWithPadding(tokenizer),
+        callbacks=[callback],
     )
     trainer.train()
     grids = {f"{step}/{name}": value for step, measured in callback.history for name, value in measured.items()}

@@ -1,7 +1,7 @@
 """A tiny BERT trained "forever" with bertwatch probing every step; killed from outside by the hostile tests.
 
-    python -m tests._hostile_train LOGDIR OUTPUT_DIR            # trains until killed, prints "step N"
-    python -m tests._hostile_train LOGDIR OUTPUT_DIR PROBES     # one step with PROBES probe texts, prints peak RSS
+python -m tests._hostile_train LOGDIR OUTPUT_DIR            # trains until killed, prints "step N"
+python -m tests._hostile_train LOGDIR OUTPUT_DIR PROBES     # one step with PROBES probe texts, prints peak RSS
 """
 
 from __future__ import annotations
@@ -33,11 +33,23 @@ def main() -> None:
     tok = tiny_tokenizer()
     if len(sys.argv) > 3:
         texts = [f"good movie number {i} , fun . the plot was not dull" for i in range(int(sys.argv[3]))]
-        callback = BertWatchCallback(every_n_steps=0, logging_dir=logdir, probe_texts=texts,
-                                     num_probe_examples=len(texts), num_maps=0, strict=True,
-                                     stats=("cls_mass", "entropy", "drift_cosine", "drift_js"))
-        T.Trainer(model=tiny_bert(tok), args=training_args(output_dir, max_steps=1), train_dataset=toy_dataset(tok, 8, 0),
-                  processing_class=tok, data_collator=T.DataCollatorWithPadding(tok), callbacks=[callback]).train()
+        callback = BertWatchCallback(
+            every_n_steps=0,
+            logging_dir=logdir,
+            probe_texts=texts,
+            num_probe_examples=len(texts),
+            num_maps=0,
+            strict=True,
+            stats=("cls_mass", "entropy", "drift_cosine", "drift_js"),
+        )
+        T.Trainer(
+            model=tiny_bert(tok),
+            args=training_args(output_dir, max_steps=1),
+            train_dataset=toy_dataset(tok, 8, 0),
+            processing_class=tok,
+            data_collator=T.DataCollatorWithPadding(tok),
+            callbacks=[callback],
+        ).train()
         assert len(callback.history) == 2
         print(f"peak_rss_mib {_peak_rss_mib():.1f}", flush=True)
         return
@@ -48,8 +60,10 @@ def main() -> None:
         eval_dataset=toy_dataset(tok, 16, 1),
         processing_class=tok,
         data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=[BertWatchCallback(every_n_steps=1, logging_dir=logdir, num_maps=2, maps_every_n_steps=2),
-                   _Progress()],
+        callbacks=[
+            BertWatchCallback(every_n_steps=1, logging_dir=logdir, num_maps=2, maps_every_n_steps=2),
+            _Progress(),
+        ],
     )
     trainer.train()
 

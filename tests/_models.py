@@ -26,12 +26,21 @@ def tiny_config(model_type: str) -> T.PretrainedConfig:
         return T.AlbertConfig(embedding_size=16, **COMMON)
     if model_type == "modernbert":
         return T.ModernBertConfig(
-            **COMMON, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
-            local_attention=4, global_attn_every_n_layers=2,
+            **COMMON,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+            local_attention=4,
+            global_attn_every_n_layers=2,
         )
     if model_type == "mobilebert":
         return T.MobileBertConfig(
-            **{**COMMON, "hidden_size": 32}, embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16,
+            **{**COMMON, "hidden_size": 32},
+            embedding_size=16,
+            intra_bottleneck_size=16,
+            true_hidden_size=16,
             num_feedforward_networks=1,
         )
     classes = {
@@ -57,6 +66,6 @@ def padded_batch(batch: int = 3, length: int = 10, seed: int = 1) -> dict[str, t
     ids = torch.randint(5, 120, (batch, length), generator=g)
     mask = torch.ones(batch, length, dtype=torch.long)
     for b in range(1, batch):
-        mask[b, max(2, length - 3 * b):] = 0
+        mask[b, max(2, length - 3 * b) :] = 0
     ids = ids.masked_fill(mask == 0, 0)
     return {"input_ids": ids, "attention_mask": mask}

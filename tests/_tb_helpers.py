@@ -15,7 +15,7 @@ import urllib.request
 
 import numpy as np
 
-from bertwatch.summary import SummaryWriter
+from bertwatch.tb.summary import SummaryWriter
 
 L, H = 6, 12
 STEPS = list(range(0, 301, 25))  # 13 logged steps
@@ -126,10 +126,22 @@ def ablation_tables(*, layers=L, heads=H, seed=0):
     delta = rng.normal(-0.004, 0.006, (layers, heads))
     delta[1, 4], delta[4, 2], delta[5, 9] = -0.041, -0.027, 0.012
     se = 0.0045 + 0.002 * rng.random((layers, heads))
-    heads_t = np.stack([baseline + delta, delta, delta - 1.96 * se, delta + 1.96 * se, np.minimum(1, 2 * np.exp(-np.abs(delta / se)))], -1)
+    heads_t = np.stack(
+        [baseline + delta, delta, delta - 1.96 * se, delta + 1.96 * se, np.minimum(1, 2 * np.exp(-np.abs(delta / se)))],
+        -1,
+    )
     ldelta = np.array([-0.085, -0.031, -0.012, -0.006, 0.004, -0.019][:layers] + [-0.01] * max(0, layers - 6))
     lse = np.full(layers, 0.008)
-    layers_t = np.stack([baseline + ldelta, ldelta, ldelta - 1.96 * lse, ldelta + 1.96 * lse, np.minimum(1, 2 * np.exp(-np.abs(ldelta / lse)))], -1)
+    layers_t = np.stack(
+        [
+            baseline + ldelta,
+            ldelta,
+            ldelta - 1.96 * lse,
+            ldelta + 1.96 * lse,
+            np.minimum(1, 2 * np.exp(-np.abs(ldelta / lse))),
+        ],
+        -1,
+    )
     frac = np.linspace(0, 0.9, 10)
     pruning = np.stack([frac, baseline - 0.002 * frac - 0.45 * np.clip(frac - 0.4, 0, None) ** 1.6], -1)
     return baseline, heads_t.astype(np.float32), layers_t.astype(np.float32), pruning.astype(np.float32)
@@ -143,7 +155,9 @@ def embedding_coords(*, layers=L, heads=H, seed=0):
     return coords.astype(np.float32)
 
 
-def write_run(run_dir, *, seed=0, steps=STEPS, attention=True, ablation=True, clustering=True, tokens=(TOKENS_A, TOKENS_B)):
+def write_run(
+    run_dir, *, seed=0, steps=STEPS, attention=True, ablation=True, clustering=True, tokens=(TOKENS_A, TOKENS_B)
+):
     """A complete bertwatch run: grids at every step, attention maps at every other step, ablation, clusters."""
     with SummaryWriter(str(run_dir)) as w:
         for i, step in enumerate(steps):
@@ -154,7 +168,16 @@ def write_run(run_dir, *, seed=0, steps=STEPS, attention=True, ablation=True, cl
         if ablation:
             baseline, heads_t, layers_t, pruning = ablation_tables(seed=seed)
             w.add_ablation("uniform", "accuracy", baseline, 872, heads_t, layers_t, pruning, step=steps[-1])
-            w.add_ablation("zero", "accuracy", baseline, 872, heads_t * np.float32(1.3), layers_t * np.float32(1.2), None, step=steps[-1])
+            w.add_ablation(
+                "zero",
+                "accuracy",
+                baseline,
+                872,
+                heads_t * np.float32(1.3),
+                layers_t * np.float32(1.2),
+                None,
+                step=steps[-1],
+            )
         if clustering:
             w.add_embedding("js_mds", embedding_coords(seed=seed), L, H, step=steps[-1])
 
@@ -226,7 +249,7 @@ def http_json(url, timeout=10):
 def tensorboard_server(logdir, *, extra=(), timeout=60):
     """Start ``python -m tensorboard.main`` on a free port; yields its base URL; stops it by PID."""
     log = open(os.path.join(os.fspath(logdir), os.pardir, "tensorboard.log"), "wb")
-    for attempt in range(3):
+    for _attempt in range(3):
         port = free_port()
         cmd = [
             sys.executable, "-m", "tensorboard.main", "--logdir", os.fspath(logdir), "--host", "127.0.0.1",

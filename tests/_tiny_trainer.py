@@ -21,13 +21,19 @@ def tiny_tokenizer() -> T.PreTrainedTokenizerBase:
     return T.BertTokenizer(vocab=vocab)
 
 
-def tiny_bert(tokenizer: T.PreTrainedTokenizerBase, seed: int = 0, layers: int = 2, heads: int = 4
-              ) -> T.PreTrainedModel:
+def tiny_bert(
+    tokenizer: T.PreTrainedTokenizerBase, seed: int = 0, layers: int = 2, heads: int = 4
+) -> T.PreTrainedModel:
     """A randomly initialised 2-layer, 4-head BERT sequence classifier for ``tokenizer``'s vocabulary."""
     torch.manual_seed(seed)
     config = T.BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=37, max_position_embeddings=64, num_labels=2,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        num_labels=2,
         pad_token_id=tokenizer.pad_token_id,
     )
     return T.BertForSequenceClassification(config)
@@ -55,8 +61,9 @@ def toy_dataset(tokenizer: T.PreTrainedTokenizerBase, count: int, seed: int = 0,
     from datasets import Dataset
 
     rows = toy_texts(count, seed, pairs)
-    encoded = tokenizer([r["text"] for r in rows], [r["text_pair"] for r in rows] if pairs else None,
-                        truncation=True, max_length=32)
+    encoded = tokenizer(
+        [r["text"] for r in rows], [r["text_pair"] for r in rows] if pairs else None, truncation=True, max_length=32
+    )
     data = {"text": [r["text"] for r in rows], "label": [r["label"] for r in rows], **encoded}
     return Dataset.from_dict(data)
 
@@ -64,9 +71,19 @@ def toy_dataset(tokenizer: T.PreTrainedTokenizerBase, count: int, seed: int = 0,
 def training_args(output_dir: str, **overrides: Any) -> T.TrainingArguments:
     """Quiet, deterministic CPU TrainingArguments for a few steps."""
     values = dict(
-        output_dir=output_dir, per_device_train_batch_size=4, per_device_eval_batch_size=8, max_steps=6,
-        learning_rate=1e-3, logging_steps=2, save_strategy="no", report_to="none", seed=7, data_seed=7,
-        use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+        output_dir=output_dir,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=8,
+        max_steps=6,
+        learning_rate=1e-3,
+        logging_steps=2,
+        save_strategy="no",
+        report_to="none",
+        seed=7,
+        data_seed=7,
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
     )
     values.update(overrides)
     return T.TrainingArguments(**values)

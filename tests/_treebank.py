@@ -45,8 +45,31 @@ CONLLU = """# sent_id = s1
 
 """
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "##s", "chase", "##d", "a", "cat", ".", ",",
-         "did", "n", "'", "t", "s", "them", "was", "by", "not"]
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "the",
+    "dog",
+    "##s",
+    "chase",
+    "##d",
+    "a",
+    "cat",
+    ".",
+    ",",
+    "did",
+    "n",
+    "'",
+    "t",
+    "s",
+    "them",
+    "was",
+    "by",
+    "not",
+]
 
 
 def tiny_tokenizer() -> T.PreTrainedTokenizerBase:

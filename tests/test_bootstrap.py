@@ -8,15 +8,15 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from bertwatch.bootstrap import (
-    benjamini_hochberg,
+from bertwatch.ablation.bootstrap import (
     bootstrap_p,
     metric_on_counts,
     paired_bootstrap,
     resample_counts,
     resample_indices,
 )
-from bertwatch.metrics import metric_fn
+from bertwatch.core.significance import benjamini_hochberg
+from bertwatch.data.metrics import metric_fn
 
 torch.set_num_threads(1)
 
@@ -143,8 +143,9 @@ def test_benjamini_hochberg_equals_the_step_up_definition() -> None:
     q = benjamini_hochberg(p)
     finite = p[:-1]
     m = len(finite)
-    expected = np.array([min(1.0, min(sorted(finite)[j] * m / (j + 1) for j in range(m) if sorted(finite)[j] >= v))
-                         for v in finite])
+    expected = np.array(
+        [min(1.0, min(sorted(finite)[j] * m / (j + 1) for j in range(m) if sorted(finite)[j] >= v)) for v in finite]
+    )
     np.testing.assert_allclose(q[:-1], expected, rtol=1e-12)
     assert np.isnan(q[-1])
 

@@ -25,8 +25,8 @@ from bertwatch.callbacks import (
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import contained
 from bertwatch.callbacks.monitor import Monitor, ProbeSettings, monitor_for
-from bertwatch.callbacks.probe import ReferenceCache, build_probe_set, crop_maps, pad_maps, sample_indices
-from bertwatch.capture import UnsupportedModelError
+from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, pad_maps, sample_indices
+from bertwatch.heads.capture import UnsupportedModelError
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
 
 torch.set_num_threads(1)
@@ -51,8 +51,11 @@ def test_sample_indices_are_seeded_sorted_and_capped() -> None:
 
 
 def test_probe_set_from_texts_keeps_order_labels_tokens_and_segments(tok) -> None:
-    texts = [{"text": "good movie .", "label": 1}, {"text": "bad , dull plot", "label": 0},
-             {"text": "fun film", "text_pair": "great music", "label": 1}]
+    texts = [
+        {"text": "good movie .", "label": 1},
+        {"text": "bad , dull plot", "label": 0},
+        {"text": "fun film", "text_pair": "great music", "label": 1},
+    ]
     probe = build_probe_set(tok, texts=texts, batch_size=2)
     assert probe.size == 3 and len(probe.batches) == 2 and probe.has_labels
     assert probe.tokens[0] == ["[CLS]", "good", "movie", ".", "[SEP]"]
@@ -129,7 +132,7 @@ class _Dummy:
 
     def disable(self, message=None):
         self.disabled = True
-        warnings.warn(message, BertWatchWarning)
+        warnings.warn(message, BertWatchWarning, stacklevel=2)
 
     @contained("on_step_end")
     def on_step_end(self):
@@ -161,8 +164,10 @@ def test_statistics_are_selectable_and_validated() -> None:
     assert EntropyCallback().stat_names == {"entropy", "cls_entropy"}
     assert AttentionDriftCallback().stat_names == {"drift_cosine", "drift_js"}
     assert "sep_mass_kovaleva" in SpecialTokenMassCallback().stat_names
-    assert GradientImportanceCallback(integrated_gradients=True).stat_names >= {"head_importance",
-                                                                                 "head_attribution_ig"}
+    assert GradientImportanceCallback(integrated_gradients=True).stat_names >= {
+        "head_importance",
+        "head_attribution_ig",
+    }
     full = BertWatchCallback().stat_names
     assert {"drift_cosine", "head_importance", "attn_grad_other", "prev"} <= full
     assert "head_attribution_ig" not in full
@@ -214,7 +219,7 @@ def test_lazy_exports_from_package_root() -> None:
 
     assert bertwatch.BertWatchCallback is cbs.BertWatchCallback
     assert bertwatch.GradientImportanceCallback is cbs.GradientImportanceCallback
-    from bertwatch.ablation import AblationCallback
+    from bertwatch.callbacks.ablation import AblationCallback
 
     assert cbs.AblationCallback is AblationCallback and bertwatch.AblationCallback is AblationCallback
 

@@ -25,9 +25,9 @@ from bertwatch.callbacks import (
     GradientImportanceCallback,
     SetupError,
 )
-from bertwatch.capture import UnsupportedModelError
-from bertwatch.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.capture import UnsupportedModelError
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 torch.set_num_threads(1)
@@ -40,8 +40,12 @@ def _train(out, callbacks, *, model=None, resume=None, train_size=40, **override
     values = dict(eval_strategy="steps", eval_steps=3, logging_steps=1)
     values.update(overrides)
     trainer = T.Trainer(
-        model=model, args=training_args(str(out), **values), train_dataset=toy_dataset(tok, train_size, 0),
-        eval_dataset=toy_dataset(tok, 20, 1), processing_class=tok, data_collator=T.DataCollatorWithPadding(tok),
+        model=model,
+        args=training_args(str(out), **values),
+        train_dataset=toy_dataset(tok, train_size, 0),
+        eval_dataset=toy_dataset(tok, 20, 1),
+        processing_class=tok,
+        data_collator=T.DataCollatorWithPadding(tok),
         callbacks=callbacks,
     )
     trainer.train(resume_from_checkpoint=resume)
@@ -66,12 +70,20 @@ def _same_weights(a, b):
 # ------------------------------------------------------------------------------------------------ bit identity
 
 
-@pytest.mark.parametrize("overrides", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}],
-                         ids=["plain", "grad-accum", "bf16"])
+@pytest.mark.parametrize(
+    "overrides", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}], ids=["plain", "grad-accum", "bf16"]
+)
 def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, overrides) -> None:
     _, plain, plain_losses = _train(tmp_path / "a", [], **overrides)
-    everything = BertWatchCallback(every_n_steps=1, maps_every_n_steps=2, integrated_gradients=True, ig_steps=3,
-                                   num_probe_examples=8, probe_batch_size=3, strict=True)
+    everything = BertWatchCallback(
+        every_n_steps=1,
+        maps_every_n_steps=2,
+        integrated_gradients=True,
+        ig_steps=3,
+        num_probe_examples=8,
+        probe_batch_size=3,
+        strict=True,
+    )
     _, watched, watched_losses = _train(tmp_path / "b", [everything], **overrides)
     assert [s for s, _ in everything.history] == [0, 1, 2, 3, 4, 5, 6]
     assert set(everything.history[-1][1]) == set(STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES) | {IG_NAME}
@@ -195,8 +207,9 @@ def test_an_error_inside_bertwatch_is_one_warning_and_training_goes_on(tmp_path,
 
 def test_unsupported_model_and_empty_probe_fail_at_train_begin(tmp_path) -> None:
     tok = tiny_tokenizer()
-    config = T.GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4, n_positions=64, num_labels=2,
-                          pad_token_id=tok.pad_token_id)
+    config = T.GPT2Config(
+        vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4, n_positions=64, num_labels=2, pad_token_id=tok.pad_token_id
+    )
     torch.manual_seed(0)
     gpt2 = T.GPT2ForSequenceClassification(config)
     steps = []
@@ -269,8 +282,14 @@ def test_reference_model_can_be_named(tmp_path) -> None:
 
 
 def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path) -> None:
-    cb = BertWatchCallback(every_n_steps=3, num_probe_examples=4, ablate_on_end=True, ablation_mode="zero",
-                           ablation_kwargs={"n_resamples": 50, "progress": False}, strict=True)
+    cb = BertWatchCallback(
+        every_n_steps=3,
+        num_probe_examples=4,
+        ablate_on_end=True,
+        ablation_mode="zero",
+        ablation_kwargs={"n_resamples": 50, "progress": False},
+        strict=True,
+    )
     _train(tmp_path, [cb], eval_strategy="no")
     assert cb.ablation_result is not None
     assert (tmp_path / "bertwatch_ablation" / "ablation.json").is_file()
@@ -280,9 +299,14 @@ def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path) -> No
     assert {"bertwatch/ablation/zero/heads", "bertwatch/ablation/zero/layers", "bertwatch/heads/entropy"} <= set(tags)
     with pytest.raises(SetupError, match="eval_dataset"), pytest.warns(BertWatchWarning, match="no eval_dataset"):
         tok = tiny_tokenizer()
-        T.Trainer(model=tiny_bert(tok), args=training_args(str(tmp_path / "x")), processing_class=tok,
-                  train_dataset=toy_dataset(tok, 20, 0), data_collator=T.DataCollatorWithPadding(tok),
-                  callbacks=[BertWatchCallback(ablate_on_end=True)]).train()
+        T.Trainer(
+            model=tiny_bert(tok),
+            args=training_args(str(tmp_path / "x")),
+            processing_class=tok,
+            train_dataset=toy_dataset(tok, 20, 0),
+            data_collator=T.DataCollatorWithPadding(tok),
+            callbacks=[BertWatchCallback(ablate_on_end=True)],
+        ).train()
 
 
 # ------------------------------------------------------------------------------------------------ MiniLM
@@ -292,7 +316,7 @@ def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path) -> No
 def test_minilm_sst2_fine_tune_writes_every_statistic(tmp_path, minilm_path, glue_dir) -> None:
     from datasets import Dataset
 
-    from bertwatch.data import load_glue
+    from bertwatch.data.glue import load_glue
 
     tok = T.AutoTokenizer.from_pretrained(minilm_path)
 
@@ -307,11 +331,26 @@ def test_minilm_sst2_fine_tune_writes_every_statistic(tmp_path, minilm_path, glu
         T.set_seed(0)  # the new classifier head is drawn from the global RNG
         model = T.AutoModelForSequenceClassification.from_pretrained(minilm_path, num_labels=2)
         args = T.TrainingArguments(
-            output_dir=str(out), per_device_train_batch_size=8, max_steps=8, learning_rate=3e-4, logging_steps=1,
-            save_strategy="no", report_to="tensorboard", seed=0, use_cpu=True, disable_tqdm=True,
+            output_dir=str(out),
+            per_device_train_batch_size=8,
+            max_steps=8,
+            learning_rate=3e-4,
+            logging_steps=1,
+            save_strategy="no",
+            report_to="tensorboard",
+            seed=0,
+            use_cpu=True,
+            disable_tqdm=True,
         )
-        trainer = T.Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev, processing_class=tok,
-                            data_collator=T.DataCollatorWithPadding(tok), callbacks=callbacks)
+        trainer = T.Trainer(
+            model=model,
+            args=args,
+            train_dataset=train,
+            eval_dataset=dev,
+            processing_class=tok,
+            data_collator=T.DataCollatorWithPadding(tok),
+            callbacks=callbacks,
+        )
         trainer.train()
         return model, [h["loss"] for h in trainer.state.log_history if "loss" in h]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers as T
 
-from bertwatch.capture import Intervention, UnsupportedModelError, capture, model_shape
+from bertwatch.heads.capture import Intervention, UnsupportedModelError, capture, model_shape
 from tests._models import padded_batch, tiny_model
 
 torch.set_num_threads(1)
@@ -65,7 +65,9 @@ def test_restores_mode_implementation_and_rng_even_on_error() -> None:
 
 def test_unsupported_models_name_their_type() -> None:
     deberta = T.AutoModel.from_config(
-        T.DebertaV2Config(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+        T.DebertaV2Config(
+            vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8
+        )
     )
     with pytest.raises(UnsupportedModelError, match="deberta-v2"):
         with capture(deberta):
@@ -134,7 +136,9 @@ def _manual_bert_logits(
                 if uniform[layer, head]:
                     probs = torch.full((n, n), 1.0 / n, dtype=torch.float64)
                 context[:, head] = scale[layer, head] * (probs @ v[:, head])
-            attn = ln(lin(context.reshape(n, -1), pre + "attention.output.dense") + h, pre + "attention.output.LayerNorm")
+            attn = ln(
+                lin(context.reshape(n, -1), pre + "attention.output.dense") + h, pre + "attention.output.LayerNorm"
+            )
             inter = torch.nn.functional.gelu(lin(attn, pre + "intermediate.dense"))
             h = ln(lin(inter, pre + "output.dense") + attn, pre + "output.LayerNorm")
         pooled = torch.tanh(lin(h[0], "bert.pooler.dense"))
@@ -163,8 +167,9 @@ def test_interventions_match_hand_written_bert() -> None:
 def test_plain_model_matches_hand_written_bert() -> None:
     model = tiny_model("bert")
     batch = padded_batch()
-    expected = _manual_bert_logits(model, batch["input_ids"], batch["attention_mask"],
-                                   torch.zeros(3, 4, dtype=torch.bool), torch.ones(3, 4))
+    expected = _manual_bert_logits(
+        model, batch["input_ids"], batch["attention_mask"], torch.zeros(3, 4, dtype=torch.bool), torch.ones(3, 4)
+    )
     torch.testing.assert_close(model(**batch).logits.double(), expected, atol=1e-5, rtol=1e-5)
 
 

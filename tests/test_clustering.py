@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
-import bertwatch.clustering as clustering
-from bertwatch.clustering import HeadDistances, clustering_figure, js_rows, mds_embedding
+import bertwatch.linguistics.clustering as clustering
+from bertwatch.linguistics.clustering import HeadDistances, clustering_figure, js_rows, mds_embedding
 
 torch.set_num_threads(1)
 
@@ -107,7 +107,7 @@ def test_coordinates_go_to_tensorboard(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util import tensor_util
 
-    from bertwatch.summary import SummaryWriter
+    from bertwatch.tb.summary import SummaryWriter
 
     coords = np.arange(12, dtype=np.float32).reshape(6, 2)
     with SummaryWriter(str(tmp_path)) as writer:

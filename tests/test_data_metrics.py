@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertwatch.data import glue_task, load_glue, read_texts
-from bertwatch.metrics import glue_metrics, metric_fn, predictions_from_logits, primary_metric
+from bertwatch.data.glue import glue_task, load_glue, read_texts
+from bertwatch.data.metrics import glue_metrics, metric_fn, predictions_from_logits, primary_metric
 
 DEV_ROWS = {"cola": 1043, "sst2": 872, "mrpc": 408, "rte": 277, "stsb": 1500, "qnli": 5463}
 

@@ -23,10 +23,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
-import bertwatch.summary as summary_module
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, SetupError
-from bertwatch.capture import UnsupportedModelError
-from bertwatch.summary import SummaryWriter
+import bertwatch.tb.summary as summary_module
+from bertwatch.callbacks import BertWatchCallback, BertWatchWarning
+from bertwatch.heads.capture import UnsupportedModelError
+from bertwatch.tb.summary import SummaryWriter
 from tests._tb_helpers import http_json, make_wsgi_app, synthetic_grids, tensorboard_server, wait_for
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
@@ -60,7 +60,10 @@ def test_sigkill_mid_run_leaves_readable_event_files(tmp_path: Path) -> None:
     logdir = tmp_path / "runs" / "killed"
     process = subprocess.Popen(
         [sys.executable, "-m", "tests._hostile_train", str(logdir), str(tmp_path / "out")],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         timer = threading.Timer(240, process.kill)
@@ -107,8 +110,9 @@ def test_full_disk_warns_and_training_is_unchanged(tmp_path: Path, monkeypatch: 
     ours = [w for w in caught if issubclass(w.category, BertWatchWarning)]
     assert len(ours) == 1 and "No space left" in str(ours[0].message)
     assert [h["loss"] for h in trainer.state.log_history if "loss" in h] == losses
-    assert all(torch.equal(a, b) for a, b in zip(reference.model.state_dict().values(),
-                                                   trainer.model.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(reference.model.state_dict().values(), trainer.model.state_dict().values())
+    )
 
 
 def test_corrupt_and_truncated_event_files_do_not_break_other_runs(tmp_path: Path) -> None:
@@ -147,27 +151,47 @@ HOSTILE_TEXTS = [
 
 def test_hostile_probe_texts_reach_the_plugin_verbatim(tmp_path: Path) -> None:
     logdir = tmp_path / "runs" / "hostile"
-    callback = BertWatchCallback(every_n_steps=2, logging_dir=logdir, probe_texts=HOSTILE_TEXTS, num_maps=6,
-                                 stats=("cls_mass", "entropy", "drift_cosine"), strict=True)
+    callback = BertWatchCallback(
+        every_n_steps=2,
+        logging_dir=logdir,
+        probe_texts=HOSTILE_TEXTS,
+        num_maps=6,
+        stats=("cls_mass", "entropy", "drift_cosine"),
+        strict=True,
+    )
     _train(tmp_path / "out", [callback])
     app, _, _ = make_wsgi_app(tmp_path / "runs")
     client = Client(app)
     tokenizer = tiny_tokenizer()
     for index, text in enumerate(HOSTILE_TEXTS):
-        response = client.get(f"/data/plugin/bertwatch/attention?run=hostile&tag=bertwatch/attention/{index:02d}&layer=0")
+        response = client.get(
+            f"/data/plugin/bertwatch/attention?run=hostile&tag=bertwatch/attention/{index:02d}&layer=0"
+        )
         assert response.status_code == 200
         assert response.headers["Content-Type"].startswith("application/json")
         expected = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
         assert response.get_json()["tokens"] == expected
-    grids = np.array(client.get("/data/plugin/bertwatch/grid?run=hostile&tag=bertwatch/heads/cls_mass")
-                     .get_json()["values"], dtype=float)
+    grids = np.array(
+        client.get("/data/plugin/bertwatch/grid?run=hostile&tag=bertwatch/heads/cls_mass").get_json()["values"],
+        dtype=float,
+    )
     assert np.isfinite(grids).all()
 
 
 def _peak_rss(tmp_path: Path, probes: int) -> float:
     result = subprocess.run(
-        [sys.executable, "-m", "tests._hostile_train", str(tmp_path / f"runs{probes}"), str(tmp_path / f"o{probes}"),
-         str(probes)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "tests._hostile_train",
+            str(tmp_path / f"runs{probes}"),
+            str(tmp_path / f"o{probes}"),
+            str(probes),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return float(result.stdout.split("peak_rss_mib")[-1])
@@ -182,8 +206,9 @@ def test_ten_thousand_probe_texts_stay_bounded(tmp_path: Path) -> None:
 def test_models_that_are_not_encoders_fail_before_training(tmp_path: Path) -> None:
     tok = tiny_tokenizer()
     tok.pad_token = tok.pad_token or "[PAD]"
-    gpt2 = T.GPT2ForSequenceClassification(T.GPT2Config(
-        vocab_size=len(tok), n_layer=1, n_head=2, n_embd=16, n_positions=64, pad_token_id=tok.pad_token_id))
+    gpt2 = T.GPT2ForSequenceClassification(
+        T.GPT2Config(vocab_size=len(tok), n_layer=1, n_head=2, n_embd=16, n_positions=64, pad_token_id=tok.pad_token_id)
+    )
     with pytest.raises(UnsupportedModelError, match="gpt2"):
         _train(tmp_path / "out", [BertWatchCallback(logging_dir=tmp_path / "runs")], tok=tok, model=gpt2)
 
@@ -202,11 +227,14 @@ def test_user_attention_implementation_is_kept_for_training(tmp_path: Path, impl
 def test_tokenizer_without_cls_and_sep_gives_nan_not_errors(tmp_path: Path) -> None:
     tok = tiny_tokenizer()
     vocab = tok.get_vocab()
-    plain = T.PreTrainedTokenizerFast(
-        tokenizer_object=_word_level(vocab), pad_token="[PAD]", unk_token="[UNK]")
+    plain = T.PreTrainedTokenizerFast(tokenizer_object=_word_level(vocab), pad_token="[PAD]", unk_token="[UNK]")
     model = tiny_bert(tok)
-    callback = BertWatchCallback(every_n_steps=2, logging_dir=tmp_path / "runs", strict=True,
-                                 stats=("cls_mass", "sep_mass", "sep_to_sep", "cls_entropy", "entropy"))
+    callback = BertWatchCallback(
+        every_n_steps=2,
+        logging_dir=tmp_path / "runs",
+        strict=True,
+        stats=("cls_mass", "sep_mass", "sep_to_sep", "cls_entropy", "entropy"),
+    )
     _train(tmp_path / "out", [callback], tok=plain, model=model)
     _, grids = callback.history[-1]
     assert np.isnan(grids["sep_to_sep"]).all() and np.isnan(grids["cls_entropy"]).all()
@@ -235,8 +263,13 @@ def test_two_trainings_into_one_log_dir_at_once(tmp_path: Path) -> None:
         "          callbacks=[BertWatchCallback(every_n_steps=1, logging_dir=sys.argv[1], strict=True)]).train()\n"
     )
     processes = [
-        subprocess.Popen([sys.executable, "-c", script, str(logdir), str(seed), str(tmp_path / f"out{seed}")],
-                         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(logdir), str(seed), str(tmp_path / f"out{seed}")],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for seed in (1, 2)
     ]
     for process in processes:
@@ -249,5 +282,6 @@ def test_two_trainings_into_one_log_dir_at_once(tmp_path: Path) -> None:
         acc.Reload()
         steps = sorted(e.step for e in acc.Tensors("bertwatch/heads/entropy"))
         assert steps == list(range(7))
-        assert all(np.isfinite(tensor_util.make_ndarray(e.tensor_proto)).all()
-                   for e in acc.Tensors("bertwatch/heads/entropy"))
+        assert all(
+            np.isfinite(tensor_util.make_ndarray(e.tensor_proto)).all() for e in acc.Tensors("bertwatch/heads/entropy")
+        )

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.capture import capture
-from bertwatch.importance import gradient_stats, integrated_gradients, normalize_by_layer, per_example_loss
-from bertwatch.roles import TokenRoles
+from bertwatch.heads.capture import capture
+from bertwatch.heads.importance import gradient_stats, integrated_gradients, normalize_by_layer, per_example_loss
+from bertwatch.heads.roles import TokenRoles
 from tests._models import padded_batch, tiny_model
 
 torch.set_num_threads(1)

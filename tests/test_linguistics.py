@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.linguistics import _train_file, html_section, main
+from bertwatch.cli.probe_syntax import cli_probe_syntax as main
+from bertwatch.linguistics.syntax import training_treebank as _train_file
+from bertwatch.report.linguistics import html_section
 from tests._models import tiny_model
 from tests._treebank import CONLLU, tiny_tokenizer
 
@@ -24,9 +26,23 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         tiny_tokenizer().save_pretrained(root / name)
     (root / "tiny-dev.conllu").write_text(CONLLU, encoding="utf-8")
     (root / "tiny-train.conllu").write_text(CONLLU * 3, encoding="utf-8")
-    code = main(["--model", str(root / "model"), "--reference", str(root / "pretrained"), "--conllu",
-                 str(root / "tiny-dev.conllu"), "--out", str(root / "out"), "--min-count", "1", "--quiet",
-                 "--device", "cpu"])
+    code = main(
+        [
+            "--model",
+            str(root / "model"),
+            "--reference",
+            str(root / "pretrained"),
+            "--conllu",
+            str(root / "tiny-dev.conllu"),
+            "--out",
+            str(root / "out"),
+            "--min-count",
+            "1",
+            "--quiet",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0
     return root
 
@@ -49,18 +65,30 @@ def test_reference_model_side_by_side(run: Path) -> None:
     wordclass = json.loads((run / "out" / "wordclass.json").read_text())
     assert wordclass["reference"].endswith("pretrained")
     noun = wordclass["classes"]["noun"]
-    np.testing.assert_allclose(np.asarray(noun["difference"]),
-                               np.asarray(noun["grid"]) - np.asarray(noun["reference_grid"]), atol=2e-6)
+    np.testing.assert_allclose(
+        np.asarray(noun["difference"]), np.asarray(noun["grid"]) - np.asarray(noun["reference_grid"]), atol=2e-6
+    )
     assert not np.allclose(noun["grid"], noun["reference_grid"])
-    assert set(wordclass["cls_targets"]) == {"cls", "sep", "punct", "other", "noun", "verb", "pron", "subj", "obj",
-                                             "neg"}
+    assert set(wordclass["cls_targets"]) == {
+        "cls",
+        "sep",
+        "punct",
+        "other",
+        "noun",
+        "verb",
+        "pron",
+        "subj",
+        "obj",
+        "neg",
+    }
 
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
     runs = EventMultiplexer().AddRunsFromDirectory(str(run / "out"))
     runs.Reload()
     assert {"bertwatch/heads/wordclass_noun", "bertwatch/heads/syntax_det", "bertwatch/clustering/js_mds"} <= set(
-        runs.Runs()["."]["tensors"])
+        runs.Runs()["."]["tensors"]
+    )
     assert "bertwatch/heads/wordclass_noun" in runs.Runs()["reference"]["tensors"]
 
 

@@ -16,8 +16,8 @@ from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
 import bertwatch.tb.plugin as plugin_mod
-from bertwatch.summary import SummaryWriter
 from bertwatch.tb import metadata as md
+from bertwatch.tb.summary import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tb_helpers import (  # noqa: E402
@@ -51,7 +51,9 @@ def logdir(tmp_path_factory):
         s.value.add(
             tag="bertwatch/heads/no_class",
             metadata=summary_pb2.SummaryMetadata(
-                plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="bertwatch", content=b'{"version":1,"kind":"head_grid"}')
+                plugin_data=summary_pb2.SummaryMetadata.PluginData(
+                    plugin_name="bertwatch", content=b'{"version":1,"kind":"head_grid"}'
+                )
             ),
             tensor=tensor_util.make_tensor_proto(np.zeros((2, 2), np.float32)),
         )
@@ -116,7 +118,9 @@ def test_tags(client):
     # no data_class: TensorBoard drops it; newer format: listed as skipped, not served
     assert "bertwatch/heads/no_class" not in runs.get("odd", {})
     assert "bertwatch/heads/future" not in runs.get("odd", {})
-    assert {"run": "odd", "tag": "bertwatch/heads/future", "reason": "written by a newer bertwatch format"} in tags["skipped"]
+    assert {"run": "odd", "tag": "bertwatch/heads/future", "reason": "written by a newer bertwatch format"} in tags[
+        "skipped"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------- grids
@@ -214,7 +218,9 @@ def test_attention_maps(client):
     expected = synthetic_maps(TOKENS_A, seed=0 + STEPS[-1]).astype(np.float16)
     np.testing.assert_array_equal(np.array(a["maps"], np.float16), expected[2])
     one = get_json(client, "attention", run="finetune-a", tag=tag, layer=2, head=5, step=STEPS[0])
-    np.testing.assert_array_equal(np.array(one["maps"], np.float16), synthetic_maps(TOKENS_A, seed=0).astype(np.float16)[2, 5])
+    np.testing.assert_array_equal(
+        np.array(one["maps"], np.float16), synthetic_maps(TOKENS_A, seed=0).astype(np.float16)[2, 5]
+    )
 
 
 def test_attention_tokens_are_data_not_markup(client):
@@ -294,7 +300,14 @@ def test_static_traversal_and_unknown_files_are_404(client, path):
 def test_frontend_never_uses_html_sinks_or_absolute_urls():
     for f in STATIC.glob("*.js"):
         text = f.read_text()
-        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "createContextualFragment", "eval("):
+        for sink in (
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "createContextualFragment",
+            "eval(",
+        ):
             assert sink not in text, (f.name, sink)
         assert not re.search(r"""fetch\(\s*['"`]/""", text), f.name  # relative URLs only
         assert "/data/plugin" not in text, f.name
@@ -352,12 +365,16 @@ def test_real_tensorboard_process(tmp_path):
         assert tags["runs"]["live"]["bertwatch/heads/cls_mass"]["maxStep"] == 10
         q = urllib.parse.urlencode({"run": "live", "tag": "bertwatch/heads/cls_mass", "step": 10})
         g = http_json(base + "/data/plugin/bertwatch/grid?" + q)
-        np.testing.assert_array_equal(np.array(g["values"], np.float32), synthetic_grids(10, seed=4, max_step=20)["cls_mass"])
+        np.testing.assert_array_equal(
+            np.array(g["values"], np.float32), synthetic_grids(10, seed=4, max_step=20)["cls_mass"]
+        )
         # a step written while TensorBoard runs appears (reload_interval 1)
         with SummaryWriter(str(logdir / "live")) as w:
             w.add_head_grids(synthetic_grids(20, seed=4, max_step=20), 20)
         q = urllib.parse.urlencode({"run": "live", "tag": "bertwatch/heads/cls_mass"})
-        steps = wait_for(lambda: (s := http_json(base + "/data/plugin/bertwatch/steps?" + q)["steps"]) and 20 in s and s, timeout=20)
+        steps = wait_for(
+            lambda: (s := http_json(base + "/data/plugin/bertwatch/steps?" + q)["steps"]) and 20 in s and s, timeout=20
+        )
         assert steps == [0, 10, 20]
         # the scalars plugin sees the layer means
         scalar_tags = http_json(base + "/data/plugin/scalars/tags")

@@ -26,7 +26,7 @@ from _tb_helpers import (  # noqa: E402
     write_demo_logdir,
 )
 
-from bertwatch.summary import SummaryWriter  # noqa: E402
+from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 
 pytestmark = pytest.mark.browser
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.probes import (
+from bertwatch.linguistics.parsing import (
     AttentionProbe,
     AttentionWordProbe,
     ProbeExample,
@@ -72,8 +72,9 @@ def test_attention_probe_scores_match_loops() -> None:
         root = sum(s[k] * a[k, d + 1, 0] + e[k] * a[k, d + 1, n + 1] for k in range(K)) + 0.3
         assert scores[d, 0] == pytest.approx(root, abs=1e-5)
         for c in range(n):
-            expected = -math.inf if c == d else sum(w[k] * a[k, d + 1, c + 1] + u[k] * a[k, c + 1, d + 1]
-                                                    for k in range(K))
+            expected = (
+                -math.inf if c == d else sum(w[k] * a[k, d + 1, c + 1] + u[k] * a[k, c + 1, d + 1] for k in range(K))
+            )
             assert scores[d, c + 1] == pytest.approx(expected, abs=1e-5)
 
 
@@ -99,8 +100,11 @@ def test_attention_word_probe_scores_match_loops() -> None:
         assert scores[d, 0] == pytest.approx(root, abs=1e-4)
         for c in range(n):
             weights = W @ np.concatenate([v[d], v[c]]) + b
-            expected = -math.inf if c == d else sum(
-                weights[k] * a[k, d + 1, c + 1] + weights[K + k] * a[k, c + 1, d + 1] for k in range(K))
+            expected = (
+                -math.inf
+                if c == d
+                else sum(weights[k] * a[k, d + 1, c + 1] + weights[K + k] * a[k, c + 1, d + 1] for k in range(K))
+            )
             assert scores[d, c + 1] == pytest.approx(expected, abs=1e-4)
 
 

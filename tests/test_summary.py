@@ -1,4 +1,4 @@
-"""bertwatch.summary: the builders' protobufs, the writer's event files, and what TensorBoard's loader sees."""
+"""bertwatch.tb.summary: the builders' protobufs, the writer's event files, and what TensorBoard's loader sees."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from bertwatch import summary as bs
 from bertwatch.tb import metadata as md
+from bertwatch.tb import summary as bs
 
 
 def _content(value):
@@ -82,7 +82,9 @@ def test_builders_accept_tensor_like_objects_without_torch():
         lambda: bs.attention_summary(-1, ["a"], np.zeros((1, 1, 1, 1))),
         lambda: bs.ablation_summaries("uniform", "acc", 0.5, 10, np.zeros((2, 3, 4)), np.zeros((2, 5))),
         lambda: bs.ablation_summaries("uniform", "acc", 0.5, 10, np.zeros((2, 3, 5)), np.zeros((3, 5))),
-        lambda: bs.ablation_summaries("uniform", "acc", 0.5, 10, np.zeros((2, 3, 5)), np.zeros((2, 5)), np.zeros((4, 3))),
+        lambda: bs.ablation_summaries(
+            "uniform", "acc", 0.5, 10, np.zeros((2, 3, 5)), np.zeros((2, 5)), np.zeros((4, 3))
+        ),
         lambda: bs.embedding_summary("mds", np.zeros((5, 2)), 2, 3),
         lambda: bs.layer_scalar_summaries("x", np.zeros((2, 2, 2))),
     ],
@@ -104,7 +106,14 @@ def test_attention_summary_is_a_blob_sequence_of_header_and_float16_maps():
     assert _content(v) == {"version": 1, "kind": "attention_map", "index": 7}
     assert v.tensor.dtype == 7 and [d.size for d in v.tensor.tensor_shape.dim] == [2]  # rank-1 DT_STRING
     header = json.loads(v.tensor.string_val[0])
-    assert header == {"tokens": tokens, "layers": 2, "heads": 3, "length": 4, "dtype": "float16", "segments": [0, 0, 1, 1]}
+    assert header == {
+        "tokens": tokens,
+        "layers": 2,
+        "heads": 3,
+        "length": 4,
+        "dtype": "float16",
+        "segments": [0, 0, 1, 1],
+    }
     decoded = np.frombuffer(v.tensor.string_val[1], dtype="<f2").reshape(2, 3, 4, 4)
     np.testing.assert_array_equal(decoded, maps.astype(np.float16))
 
@@ -218,7 +227,7 @@ def test_from_torch_writer_duck_typed(tmp_path):
     w = bs.SummaryWriter.from_torch_writer(tw)
     assert w.logdir == "runs/x"
     w.add_head_grids({"prev": np.zeros((1, 2))}, step=3, walltime=9.0)
-    (summary, step, walltime), = tw.fw.calls
+    ((summary, step, walltime),) = tw.fw.calls
     assert step == 3 and walltime == 9.0 and summary.value[0].tag == "bertwatch/heads/prev"
     assert tw.flushes == 1
     w.close()
@@ -229,6 +238,7 @@ def test_from_torch_writer_duck_typed(tmp_path):
 
 def test_from_real_torch_writer(tmp_path):
     import torch.utils.tensorboard as torch_tb
+
     tw = torch_tb.SummaryWriter(log_dir=str(tmp_path))
     w = bs.SummaryWriter.from_torch_writer(tw)
     w.add_head_grids({"cls_mass": np.full((2, 2), 0.5)}, step=4)
@@ -241,7 +251,7 @@ def test_from_real_torch_writer(tmp_path):
 def test_summary_and_plugin_never_import_torch():
     code = (
         "import sys, numpy as np, tempfile\n"
-        "import bertwatch, bertwatch.summary as s, bertwatch.tb, bertwatch.tb.metadata, bertwatch.tb.plugin\n"
+        "import bertwatch, bertwatch.tb.summary as s, bertwatch.tb, bertwatch.tb.metadata, bertwatch.tb.plugin\n"
         "with s.SummaryWriter(tempfile.mkdtemp()) as w:\n"
         "    w.add_head_grids({'cls_mass': np.zeros((2, 2))}, 0)\n"
         "bad = [m for m in ('torch', 'transformers', 'tensorflow') if m in sys.modules]\n"
@@ -256,5 +266,12 @@ def test_summary_and_plugin_never_import_torch():
 def test_metadata_content_parsing():
     m = md.create_summary_metadata("head_grid", data_class=summary_pb2.DATA_CLASS_TENSOR, stat="x")
     assert md.parse_plugin_content(m.plugin_data.content) == {"version": 1, "kind": "head_grid", "stat": "x"}
-    for bad in (b"", b"not json", b"[]", b'{"kind": 3, "version": 1}', b'{"kind": "x"}', b'{"kind":"x","version":true}'):
+    for bad in (
+        b"",
+        b"not json",
+        b"[]",
+        b'{"kind": 3, "version": 1}',
+        b'{"kind": "x"}',
+        b'{"kind":"x","version":true}',
+    ):
         assert md.parse_plugin_content(bad) is None

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.capture import capture
-from bertwatch.syntax import (
+from bertwatch.cli.probe_syntax import cli_probe_syntax
+from bertwatch.heads.capture import capture
+from bertwatch.linguistics.syntax import (
     DIRECTIONS,
     OFFSETS,
     HeadAccuracy,
     attention_batches,
-    cli_probe_syntax,
     encode,
     parse_conllu,
     predict_heads,
@@ -63,8 +63,9 @@ def _plain_scores(maps, sentences, subtypes=False):
             gold = s.heads[i] - 1
             rels = ["all", s.deprels[i] if subtypes else s.deprels[i].split(":")[0]]
             for rel in rels:
-                entry = out.setdefault(rel, {"count": 0, "correct": np.zeros((2, layers, heads)),
-                                             "offsets": np.zeros(len(OFFSETS))})
+                entry = out.setdefault(
+                    rel, {"count": 0, "correct": np.zeros((2, layers, heads)), "offsets": np.zeros(len(OFFSETS))}
+                )
                 entry["count"] += 1
                 for k, off in enumerate(OFFSETS):
                     if 0 <= i + off < n and i + off == gold:
@@ -109,7 +110,17 @@ def test_encode_aligns_words_and_counts_skips() -> None:
     assert skipped == {"too_long": 0, "unaligned": 0}
     first = encoded[0]
     assert tokenizer.convert_ids_to_tokens(list(first.input_ids)) == [
-        "[CLS]", "the", "dog", "##s", "chase", "##d", "a", "cat", ".", "[SEP]"]
+        "[CLS]",
+        "the",
+        "dog",
+        "##s",
+        "chase",
+        "##d",
+        "a",
+        "cat",
+        ".",
+        "[SEP]",
+    ]
     assert first.groups == ((0,), (1,), (2, 3), (4, 5), (6,), (7,), (8,), (9,))
     assert [e.index for e in encoded] == [0, 1, 2]
 
@@ -217,8 +228,25 @@ def test_cli_probe_syntax_on_minilm_and_ud_dev(tmp_path: Path) -> None:
     dev = _data_dir() / "ud_english_ewt" / "en_ewt-ud-dev.conllu"
     assert dev.is_file(), f"UD English-EWT dev not found at {dev}; set BERTWATCH_DATA to the shared data folder"
     out = tmp_path / "out"
-    code = cli_probe_syntax(["--model", "minilm", "--conllu", str(dev), "--limit", "50", "--out", str(out),
-                             "--probe-train-limit", "50", "--cluster-limit", "20", "--min-count", "20", "--quiet"])
+    code = cli_probe_syntax(
+        [
+            "--model",
+            "minilm",
+            "--conllu",
+            str(dev),
+            "--limit",
+            "50",
+            "--out",
+            str(out),
+            "--probe-train-limit",
+            "50",
+            "--cluster-limit",
+            "20",
+            "--min-count",
+            "20",
+            "--quiet",
+        ]
+    )
     assert code == 0
     result = json.loads((out / "syntax.json").read_text())
     assert (result["layers"], result["heads"], result["num_sentences"]) == (6, 12, 50)
@@ -251,7 +279,12 @@ def test_cli_probe_syntax_on_minilm_and_ud_dev(tmp_path: Path) -> None:
     events = EventAccumulator(str(out))
     events.Reload()
     tags = set(events.Tags()["tensors"])
-    assert {"bertwatch/heads/syntax_all", "bertwatch/heads/syntax_det", "bertwatch/heads/wordclass_noun",
-            "bertwatch/heads/cls_target_sep", "bertwatch/clustering/js_mds"} <= tags
+    assert {
+        "bertwatch/heads/syntax_all",
+        "bertwatch/heads/syntax_det",
+        "bertwatch/heads/wordclass_noun",
+        "bertwatch/heads/cls_target_sep",
+        "bertwatch/clustering/js_mds",
+    } <= tags
     grid = events.Tensors("bertwatch/heads/syntax_det")[0].tensor_proto
     assert [d.size for d in grid.tensor_shape.dim] == [6, 12]

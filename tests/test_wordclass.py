@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.capture import capture
-from bertwatch.roles import token_roles
-from bertwatch.syntax import encode, parse_conllu
-from bertwatch.wordclass import (
+from bertwatch.heads.capture import capture
+from bertwatch.heads.roles import token_roles
+from bertwatch.linguistics.syntax import encode, parse_conllu
+from bertwatch.linguistics.wordclass import (
     WORD_CLASSES,
     class_attention,
     cls_targets,
@@ -52,9 +52,17 @@ def test_ud_word_classes_fall_back_to_upos_without_ptb_tags() -> None:
 
 
 def test_spacy_word_classes_with_duck_typed_tokens() -> None:
-    doc = [SimpleNamespace(text=t, tag_=tag, pos_=pos, dep_=dep) for t, tag, pos, dep in [
-        ("She", "PRP", "PRON", "nsubj"), ("did", "VBD", "AUX", "aux"), ("not", "RB", "PART", "neg"),
-        ("see", "VB", "VERB", "ROOT"), ("dogs", "NNS", "NOUN", "dobj"), ("by", "IN", "ADP", "agent")]]
+    doc = [
+        SimpleNamespace(text=t, tag_=tag, pos_=pos, dep_=dep)
+        for t, tag, pos, dep in [
+            ("She", "PRP", "PRON", "nsubj"),
+            ("did", "VBD", "AUX", "aux"),
+            ("not", "RB", "PART", "neg"),
+            ("see", "VB", "VERB", "ROOT"),
+            ("dogs", "NNS", "NOUN", "dobj"),
+            ("by", "IN", "ADP", "agent"),
+        ]
+    ]
     classes = spacy_word_classes(doc)
     assert classes["pron"] == [True, False, False, False, False, False]
     assert classes["verb"] == [False, True, False, True, False, False]
@@ -67,8 +75,10 @@ def test_token_masks_mark_every_piece_of_a_word() -> None:
     word_ids = [[None, 0, 1, 1, 2, None], [None, 0, 0, None]]
     classes = [{"noun": [False, True, False]}, {"noun": [True]}]
     masks = token_masks(classes, word_ids, 7)
-    assert masks["noun"].tolist() == [[False, False, True, True, False, False, False],
-                                      [False, True, True, False, False, False, False]]
+    assert masks["noun"].tolist() == [
+        [False, False, True, True, False, False, False],
+        [False, True, True, False, False, False, False],
+    ]
 
 
 def _batch(seed: int = 0):
@@ -89,8 +99,12 @@ def _batch(seed: int = 0):
 @pytest.mark.parametrize("reduce", ["max", "sum"])
 def test_class_attention_matches_loops(reduce: str) -> None:
     attn, real, masks = _batch()
-    got = class_attention(torch.from_numpy(attn), torch.from_numpy(real),
-                          {k: torch.from_numpy(v) for k, v in masks.items()}, reduce=reduce)
+    got = class_attention(
+        torch.from_numpy(attn),
+        torch.from_numpy(real),
+        {k: torch.from_numpy(v) for k, v in masks.items()},
+        reduce=reduce,
+    )
     b_, l_, h_, t_ = attn.shape[:4]
     for name, mask in masks.items():
         assert got[name].shape == (b_, l_, h_)
@@ -132,13 +146,13 @@ def test_monitors_on_a_tiny_model_batch() -> None:
     model = tiny_model("bert")
     sentences = parse_conllu(CONLLU)
     encoded, _ = encode(tokenizer, sentences, 512)
-    batch = tokenizer([list(s.words) for s in sentences], is_split_into_words=True, padding=True,
-                      return_tensors="pt")
+    batch = tokenizer([list(s.words) for s in sentences], is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad(), capture(model) as cap:
         model(**batch)
     roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer)
-    masks = token_masks([ud_word_classes(s) for s in sentences], [e.word_ids for e in encoded],
-                        batch["input_ids"].shape[1])
+    masks = token_masks(
+        [ud_word_classes(s) for s in sentences], [e.word_ids for e in encoded], batch["input_ids"].shape[1]
+    )
     values = class_attention(cap.attentions, roles.real, masks)
     assert set(values) == set(WORD_CLASSES) and values["noun"].shape == (3, 3, 4)
     assert torch.isnan(values["neg"][0]).all() and not torch.isnan(values["neg"][1:]).any()

@@ -2,7 +2,7 @@
 
 ``BertWatchCallback()`` in ``callbacks=[...]`` is the whole integration; the single-purpose callbacks
 (``AttentionDriftCallback``, ``SpecialTokenMassCallback``, ``EntropyCallback``, ``GradientImportanceCallback``)
-can be used alone or together, and share one probe pass. ``AblationCallback`` lives in ``bertwatch.ablation``
+can be used alone or together, and share one probe pass. ``AblationCallback`` lives in ``bertwatch.callbacks.ablation``
 and is loaded on first use. See ``docs/callbacks.md``.
 """
 
@@ -32,12 +32,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.ablation import AblationCallback
+    from bertwatch.callbacks.ablation import AblationCallback
 
 
 def __getattr__(name: str) -> Any:
     if name == "AblationCallback":
-        value = importlib.import_module("bertwatch.ablation").AblationCallback
+        value = importlib.import_module("bertwatch.callbacks.ablation").AblationCallback
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bertwatch.callbacks' has no attribute {name!r}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 __all__ = ["BertWatchWarning", "SetupError", "contained"]
 
@@ -20,7 +21,7 @@ class SetupError(ValueError):
 
 
 def _always_raised() -> tuple[type[BaseException], ...]:
-    from bertwatch.capture import UnsupportedModelError
+    from bertwatch.heads.capture import UnsupportedModelError
 
     return (SetupError, UnsupportedModelError)
 

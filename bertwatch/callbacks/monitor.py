@@ -3,7 +3,7 @@
 Callbacks with the same probe settings on the same model share one ``Monitor`` (a module-level registry). At each
 event the first callback to arrive runs a single pass for the union of what every due callback needs; the others
 find the results cached. The pass never changes the user's training: eval mode, restored RNG and attention
-implementation (``bertwatch.capture``), ``torch.no_grad`` for maps, ``torch.autograd.grad`` on gates for
+implementation (``bertwatch.heads.capture``), ``torch.no_grad`` for maps, ``torch.autograd.grad`` on gates for
 gradients, and its own copy of the probe batches.
 """
 
@@ -15,8 +15,9 @@ import os
 import warnings
 import weakref
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -24,10 +25,10 @@ from torch import Tensor
 
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
-from bertwatch.callbacks.probe import ProbeSet, ReferenceCache, build_probe_set, crop_maps, pad_maps
-from bertwatch.capture import capture, model_shape
-from bertwatch.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
-from bertwatch.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
+from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, pad_maps
+from bertwatch.heads.capture import capture, model_shape
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "monitor_for"]
 
@@ -69,17 +70,26 @@ class ProbeSettings:
     compat_length: int | None = None
 
     def key(self) -> tuple:
-        ids = tuple(id(x) for x in (self.texts, self.dataset, self.tokenizer, self.collator, self.reference_model,
-                                     self.loss_fn))
-        return ids + (self.num_examples, self.seed, self.batch_size, self.max_length, self.cache_reference,
-                      None if self.logging_dir is None else os.fspath(self.logging_dir), self.ig_steps,
-                      self.normalize_importance, self.compat_length)
+        ids = tuple(
+            id(x) for x in (self.texts, self.dataset, self.tokenizer, self.collator, self.reference_model, self.loss_fn)
+        )
+        return ids + (
+            self.num_examples,
+            self.seed,
+            self.batch_size,
+            self.max_length,
+            self.cache_reference,
+            None if self.logging_dir is None else os.fspath(self.logging_dir),
+            self.ig_steps,
+            self.normalize_importance,
+            self.compat_length,
+        )
 
 
-_MONITORS: dict[tuple, "Monitor"] = {}
+_MONITORS: dict[tuple, Monitor] = {}
 
 
-def monitor_for(model: torch.nn.Module, settings: ProbeSettings) -> "Monitor":
+def monitor_for(model: torch.nn.Module, settings: ProbeSettings) -> Monitor:
     """The monitor shared by every callback with these settings on this model."""
     key = (id(model), settings.key())
     monitor = _MONITORS.get(key)
@@ -123,8 +133,9 @@ class Monitor:
 
     # ---------------------------------------------------------------------------------------------- setup
 
-    def attach(self, subscriber: Subscriber, args: Any, state: Any, kwargs: Mapping[str, Any],
-               context: TrainerContext) -> None:
+    def attach(
+        self, subscriber: Subscriber, args: Any, state: Any, kwargs: Mapping[str, Any], context: TrainerContext
+    ) -> None:
         """Join this training run; the first subscriber of a run builds the probe set, reference and writer."""
         if self._state is not state:
             try:
@@ -173,7 +184,7 @@ class Monitor:
         self._grids: dict[str, np.ndarray] = {}
         self._maps_written: set[int] = set()
         if self.world_zero:
-            from bertwatch.summary import SummaryWriter
+            from bertwatch.tb.summary import SummaryWriter
 
             self.run_dir = tensorboard_run_dir(args, context, s.logging_dir)
             self.writer = SummaryWriter(self.run_dir)
@@ -304,8 +315,9 @@ class Monitor:
     def _model_inputs(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
         return {k: v for k, v in batch.items() if k in self._inputs}
 
-    def _compute(self, names: Sequence[str], num_maps: int, need_reference: bool
-                 ) -> tuple[dict[str, np.ndarray], list[tuple]]:
+    def _compute(
+        self, names: Sequence[str], num_maps: int, need_reference: bool
+    ) -> tuple[dict[str, np.ndarray], list[tuple]]:
         """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps."""
         model, s = self.model, self.settings
         map_names = [n for n in names if n in MAP_STATS]
@@ -342,7 +354,7 @@ class Monitor:
                     stats = compute_stats(attn, roles, map_names, reference, compat_length=s.compat_length)
                     for name, value in stats.items():
                         per_example[name].append(value)
-                for row, maps in enumerate(crop_maps(attn[: max(0, num_maps - len(examples))], roles.real)):
+                for _row, maps in enumerate(crop_maps(attn[: max(0, num_maps - len(examples))], roles.real)):
                     index = len(examples)
                     examples.append((self.probe.tokens[index], maps.float().cpu(), self.probe.segments[index]))
             del attn
@@ -352,8 +364,7 @@ class Monitor:
         if building:
             self._reference = new_reference
             if s.cache_reference and self.world_zero:
-                self._cache.save(new_reference, self.probe.fingerprint, self.layers, self.heads,
-                                 self.reference_source)
+                self._cache.save(new_reference, self.probe.fingerprint, self.layers, self.heads, self.reference_source)
         grids = aggregate({n: torch.cat(v) for n, v in per_example.items()})
         if s.normalize_importance and "head_importance" in grids:
             grids["head_importance"] = normalize_by_layer(grids["head_importance"])

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from transformers import TrainerCallback
@@ -17,8 +18,8 @@ from transformers import TrainerCallback
 from bertwatch.callbacks._context import find_context
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
-from bertwatch.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = [
     "AttentionDriftCallback",
@@ -272,7 +273,7 @@ class BertWatchCallback(_WatchCallback):
     set, statistics at step 0, every 50 steps, every evaluation and the end; the maps of 4 probe examples at
     step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the end. ``stats=`` selects
     statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True`` runs the head/layer
-    disabling sweep of ``bertwatch.ablation`` on the eval set when training ends.
+    disabling sweep of ``bertwatch.ablation.sweep`` on the eval set when training ends.
     """
 
     default_stats = STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES
@@ -326,7 +327,7 @@ class BertWatchCallback(_WatchCallback):
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         if not self.ablate_on_end or not getattr(state, "is_world_process_zero", True):
             return
-        from bertwatch.ablation import run_ablation_on_trainer
+        from bertwatch.callbacks.ablation import run_ablation_on_trainer
 
         context = find_context()
         eval_dataset = context.eval_dataset

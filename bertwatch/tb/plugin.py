@@ -268,7 +268,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     def _serve_static(self, request):
         prefix = "/data/plugin/%s/static/" % self.plugin_name
         path = request.path
-        name = path[path.find(prefix) + len(prefix):] if prefix in path else ""
+        name = path[path.find(prefix) + len(prefix) :] if prefix in path else ""
         mime = STATIC_FILES.get(name)
         if mime is None:
             return http_util.Respond(request, "Not found", "text/plain", code=404)
@@ -375,9 +375,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
                             skipped.append({"run": run, "tag": tag, "reason": "unreadable metadata"})
                             continue
                         if content["version"] > md.FORMAT_VERSION:
-                            skipped.append(
-                                {"run": run, "tag": tag, "reason": "written by a newer bertwatch format"}
-                            )
+                            skipped.append({"run": run, "tag": tag, "reason": "written by a newer bertwatch format"})
                             continue
                         if content["kind"] not in kinds:
                             continue
@@ -496,7 +494,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
         cold = self._uncached_tags(eid, run, [md.heads_tag(stat) for stat in stats])
         if len(cold) > 1:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(cold)) as pool:
-                list(pool.map(load, [tag[len(md.HEADS_PREFIX):] for tag in cold]))
+                list(pool.map(load, [tag[len(md.HEADS_PREFIX) :] for tag in cold]))
         for stat in stats:
             series = load(stat)
             if series is None:
@@ -622,7 +620,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
         )
         modes = sorted(
             {
-                tag[len(md.ABLATION_PREFIX):].rsplit("/", 1)[0]
+                tag[len(md.ABLATION_PREFIX) :].rsplit("/", 1)[0]
                 for tag in listing.get(run, {})
                 if tag.startswith(md.ABLATION_PREFIX) and tag.endswith("/heads")
             }

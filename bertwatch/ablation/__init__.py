@@ -1,0 +1,38 @@
+"""Disable heads and layers after training and measure, with bootstrap intervals, what each is worth.
+
+The flow: ``inputs`` (examples to padded batches) → ``configs`` (head masks) → ``runner`` (stacked configurations,
+lower layers reused) → ``evaluate`` (shards, ``store`` for resumption and the process split) → ``scoring`` and
+``bootstrap`` → ``pruning`` → ``sweep.ablate`` (the whole sweep, an ``AblationResult``).
+
+``import bertwatch.ablation`` does not import torch; the names below load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    "MODES": "bertwatch.ablation.configs",
+    "AblationConfig": "bertwatch.ablation.configs",
+    "sweep_configs": "bertwatch.ablation.configs",
+    "pruning_masks": "bertwatch.ablation.configs",
+    "ablate": "bertwatch.ablation.sweep",
+    "AblationResult": "bertwatch.report.result",
+}
+
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.ablation.configs import MODES, AblationConfig, pruning_masks, sweep_configs
+    from bertwatch.ablation.sweep import ablate
+    from bertwatch.report.result import AblationResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bertwatch.ablation' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,73 @@
+"""What one sweep evaluates: head masks (``AblationConfig``), the standard configurations, the pruning masks."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+MODES = ("uniform", "zero")
+
+
+@dataclass(frozen=True)
+class AblationConfig:
+    """One set of disabled heads: ``mask`` is bool ``[layers, heads]``, True = disabled."""
+
+    id: str
+    mask: np.ndarray
+
+    @property
+    def start_layer(self) -> int:
+        """The lowest layer with a disabled head (``layers`` for the baseline): everything below is unchanged."""
+        rows = np.flatnonzero(self.mask.any(axis=1))
+        return int(rows[0]) if rows.size else int(self.mask.shape[0])
+
+    @property
+    def key(self) -> str:
+        """A hash of the id and the mask, so a resumed sweep never mixes up configurations."""
+        digest = hashlib.sha1(self.id.encode())
+        digest.update(np.ascontiguousarray(self.mask, dtype=np.bool_).tobytes())
+        digest.update(str(self.mask.shape).encode())
+        return digest.hexdigest()[:16]
+
+
+def sweep_configs(num_layers: int, num_heads: int, keep_only: bool = True) -> list[AblationConfig]:
+    """The baseline, every single head (``head:l:h``), every layer (``layer:l``) and, with ``keep_only``, every
+    "only head h of layer l left on" (``keep:l:h``)."""
+    shape = (num_layers, num_heads)
+    configs = [AblationConfig("baseline", np.zeros(shape, dtype=bool))]
+    for l in range(num_layers):
+        for h in range(num_heads):
+            mask = np.zeros(shape, dtype=bool)
+            mask[l, h] = True
+            configs.append(AblationConfig(f"head:{l}:{h}", mask))
+    for l in range(num_layers):
+        mask = np.zeros(shape, dtype=bool)
+        mask[l] = True
+        configs.append(AblationConfig(f"layer:{l}", mask))
+    if keep_only and num_heads > 1:
+        for l in range(num_layers):
+            for h in range(num_heads):
+                mask = np.zeros(shape, dtype=bool)
+                mask[l] = True
+                mask[l, h] = False
+                configs.append(AblationConfig(f"keep:{l}:{h}", mask))
+    return configs
+
+
+def pruning_masks(importance: np.ndarray, step: float = 0.1) -> list[np.ndarray]:
+    """Cumulative pruning masks: each step disables ``max(1, int(step * remaining))`` more heads, least important
+    first (one global ranking, ascending; ties by position), until no head is left."""
+    if not 0 < step <= 1:
+        raise ValueError(f"the pruning step must be in (0, 1], got {step}")
+    importance = np.asarray(importance, dtype=np.float64)
+    order = np.argsort(np.nan_to_num(importance, nan=np.inf).ravel(), kind="stable")
+    total = order.size
+    masks, pruned = [], 0
+    while pruned < total:
+        pruned += max(1, int(step * (total - pruned)))
+        mask = np.zeros(total, dtype=bool)
+        mask[order[:pruned]] = True
+        masks.append(mask.reshape(importance.shape))
+    return masks

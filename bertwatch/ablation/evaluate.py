@@ -1,0 +1,108 @@
+"""Logits of many configurations over the evaluation set, shard by shard, resumable and split across processes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from bertwatch.ablation.configs import AblationConfig
+from bertwatch.ablation.inputs import EvalBatch, EvalData
+from bertwatch.ablation.runner import Runner
+from bertwatch.ablation.store import Processes, Store
+
+
+def _group_by_start(configs: Sequence[AblationConfig], reuse: bool) -> list[tuple[int, list[AblationConfig]]]:
+    groups: dict[int, list[AblationConfig]] = {}
+    for c in configs:
+        groups.setdefault(c.start_layer if reuse else 0, []).append(c)
+    return sorted(groups.items())
+
+
+def run_shard(
+    runner: Runner,
+    batches: Sequence[EvalBatch],
+    configs: Sequence[AblationConfig],
+    configs_per_batch: int,
+    progress: Any,
+) -> dict[str, np.ndarray]:
+    """Logits ``[shard examples, C]`` of each configuration, in the shard's batch order."""
+    num_layers = runner.num_layers
+    baseline_ids = {c.id for c in configs if c.start_layer >= num_layers}
+    others = [c for c in configs if c.start_layer < num_layers]
+    need_states = runner.reuses and any(c.start_layer > 0 for c in others)
+    parts: dict[str, list[np.ndarray]] = {c.id: [] for c in configs}
+    for batch in batches:
+        states = None
+        if baseline_ids or need_states:
+            logits, states = runner.baseline(batch.inputs, cache=need_states)
+            for cid in baseline_ids:
+                parts[cid].append(logits.float().cpu().numpy())
+            if progress is not None:
+                progress.update(batch.size * len(baseline_ids))
+        for start, group in _group_by_start(others, runner.reuses):
+            for i in range(0, len(group), configs_per_batch):
+                chunk = group[i : i + configs_per_batch]
+                out = runner.run(batch.inputs, states, np.stack([c.mask for c in chunk]), start)
+                out = out.float().cpu().numpy()
+                for j, c in enumerate(chunk):
+                    parts[c.id].append(out[j])
+                if progress is not None:
+                    progress.update(batch.size * len(chunk))
+    return {cid: np.concatenate(chunks, axis=0) for cid, chunks in parts.items()}
+
+
+def progress_bar(enabled: bool, total: int, desc: str, unit: str) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True)
+
+
+def evaluate_configs(
+    runner: Runner,
+    data: EvalData,
+    configs: Sequence[AblationConfig],
+    store: Store,
+    processes: Processes,
+    configs_per_batch: int,
+    progress: bool = True,
+    desc: str = "ablate",
+) -> dict[str, np.ndarray]:
+    """Logits ``[n, C]`` of every configuration in the evaluation set's order, shard by shard, resuming from and
+    appending to ``store``; configurations missing from a shard are split across processes."""
+    parts: dict[str, list[np.ndarray]] = {c.id: [] for c in configs}
+    todo_total = sum(
+        sum(b.size for b in shard) * sum(store.get(s, c) is None for c in configs)
+        for s, shard in enumerate(data.shards)
+    )
+    bar = progress_bar(progress and processes.is_main and todo_total > 0, todo_total, desc, "ex")
+    try:
+        for s, shard in enumerate(data.shards):
+            found = {c.id: store.get(s, c) for c in configs}
+            todo = [c for c in configs if found[c.id] is None]
+            if todo:
+                mine = processes.split(todo, runner.num_layers)
+                local = run_shard(runner, shard, mine, configs_per_batch, bar)
+                gathered = processes.gather(local)
+                for c in todo:
+                    store.put(s, c, gathered[c.id])
+                    found[c.id] = gathered[c.id]
+                if bar is not None and processes.world > 1:
+                    bar.update(sum(b.size for b in shard) * (len(todo) - len(mine)))
+            for c in configs:
+                parts[c.id].append(found[c.id])
+    finally:
+        if bar is not None:
+            bar.close()
+    return {cid: in_input_order(data, chunks) for cid, chunks in parts.items()}
+
+
+def in_input_order(data: EvalData, shard_parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Concatenate per-shard results (length-sorted batch order) and put them back in the input order."""
+    logits = np.concatenate(shard_parts, axis=0)
+    restored = np.empty_like(logits)
+    restored[np.concatenate([b.index for shard in data.shards for b in shard])] = logits
+    return restored

@@ -1,0 +1,169 @@
+"""Evaluation examples as token ids: rows of a dataset or texts tokenised once, sorted by length, cut into
+padded batches grouped into shards (the unit of resumption)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertwatch.heads.loading import max_input_length
+
+_TEXT_COLUMNS = (
+    ("text", "text_pair"),
+    ("text", None),
+    ("sentence1", "sentence2"),
+    ("question1", "question2"),
+    ("question", "sentence"),
+    ("premise", "hypothesis"),
+    ("sentence", None),
+)
+_LABEL_COLUMNS = ("label", "labels", "label_ids")
+
+
+@dataclass
+class EvalBatch:
+    """One padded batch: ``index`` into the evaluation set, tensors on the CPU."""
+
+    index: np.ndarray
+    inputs: dict[str, torch.Tensor]
+
+    @property
+    def size(self) -> int:
+        return int(self.index.size)
+
+
+@dataclass
+class EvalData:
+    """Tokenised evaluation examples, length-sorted batches grouped into shards (the unit of resumption)."""
+
+    features: list[dict[str, list[int]]]
+    labels: np.ndarray
+    shards: list[list[EvalBatch]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.features)
+
+
+def _rows(examples: Any) -> list[dict[str, Any]]:
+    if isinstance(examples, Mapping):
+        raise TypeError("pass a list of examples or a dataset, not a single dict")
+    if hasattr(examples, "column_names") and callable(getattr(examples, "to_list", None)):  # datasets.Dataset
+        return [dict(row) for row in examples.to_list()]
+    if hasattr(examples, "__getitem__") and hasattr(examples, "__len__"):
+        return [dict(examples[i]) for i in range(len(examples))]
+    return [dict(row) for row in examples]
+
+
+def _as_list(value: Any) -> list[int]:
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    return [int(v) for v in value]
+
+
+def _label_of(row: Mapping[str, Any], number: int) -> Any:
+    for name in _LABEL_COLUMNS:
+        if name in row and row[name] is not None:
+            value = row[name]
+            return value.item() if hasattr(value, "item") else value
+    raise ValueError(
+        f"example {number} has no label (looked for {', '.join(_LABEL_COLUMNS)}); the sweep scores "
+        "each configuration against the labels"
+    )
+
+
+def _text_columns(row: Mapping[str, Any]) -> tuple[str, str | None]:
+    for first, second in _TEXT_COLUMNS:
+        if first in row and (second is None or second in row):
+            return first, second
+    raise ValueError(
+        f"cannot find the text of an example with columns {sorted(row)}: give 'input_ids', or 'text' (+ "
+        "'text_pair'), or GLUE columns such as 'sentence' / 'sentence1'+'sentence2'"
+    )
+
+
+def prepare_examples(
+    model: nn.Module, examples: Any, tokenizer: Any, max_length: int, regression: bool
+) -> tuple[list[dict[str, list[int]]], np.ndarray]:
+    """Token ids (and segment ids) per example, unpadded, and the labels ``[n]``."""
+    rows = _rows(examples)
+    if not rows:
+        raise ValueError("the evaluation set is empty: the sweep needs labelled examples to score each configuration")
+    labels = [_label_of(r, i) for i, r in enumerate(rows)]
+    accepts = set(inspect.signature(model.forward).parameters)
+    if "input_ids" in rows[0]:
+        features = []
+        for row in rows:
+            ids = _as_list(row["input_ids"])
+            keep = _as_list(row["attention_mask"]) if row.get("attention_mask") is not None else [1] * len(ids)
+            feature = {"input_ids": [t for t, m in zip(ids, keep) if m]}
+            if row.get("token_type_ids") is not None and "token_type_ids" in accepts:
+                feature["token_type_ids"] = [t for t, m in zip(_as_list(row["token_type_ids"]), keep) if m]
+            features.append(feature)
+    else:
+        if tokenizer is None:
+            raise ValueError("the examples are text: pass the tokenizer")
+        first, second = _text_columns(rows[0])
+        texts = [str(r[first]) for r in rows]
+        pairs = [r.get(second) if second else None for r in rows]
+        length = max_input_length(model, tokenizer, max_length)
+        if all(p is None for p in pairs):
+            encoded = tokenizer(texts, truncation=True, max_length=length)
+        else:
+            if any(p is None for p in pairs):
+                raise ValueError(
+                    "some examples have a second sentence and some do not; the task must be one or the other"
+                )
+            encoded = tokenizer(texts, pairs, truncation=True, max_length=length)
+        keys = ["input_ids"] + (
+            ["token_type_ids"] if "token_type_ids" in encoded and "token_type_ids" in accepts else []
+        )
+        features = [{k: list(encoded[k][i]) for k in keys} for i in range(len(rows))]
+    if regression:
+        array = np.asarray(labels, dtype=np.float64)
+    else:
+        try:
+            array = np.asarray(labels, dtype=np.int64)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"labels must be class ids for a classifier: {error}") from error
+    if any(len(f["input_ids"]) == 0 for f in features):
+        raise ValueError("an example has no tokens; drop empty examples from the evaluation set")
+    return features, array
+
+
+def pad_features(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    length = max(len(f["input_ids"]) for f in features)
+    out = {
+        "input_ids": torch.full((len(features), length), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros(len(features), length, dtype=torch.long),
+    }
+    if "token_type_ids" in features[0]:
+        out["token_type_ids"] = torch.zeros(len(features), length, dtype=torch.long)
+    for i, f in enumerate(features):
+        n = len(f["input_ids"])
+        out["input_ids"][i, :n] = torch.tensor(f["input_ids"])
+        out["attention_mask"][i, :n] = 1
+        if "token_type_ids" in out:
+            out["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
+    return out
+
+
+def make_batches(data: EvalData, batch_size: int, shard_size: int, pad_id: int) -> None:
+    """Sort by length (less padding), cut into batches and group the batches into shards of ~``shard_size``."""
+    lengths = np.array([len(f["input_ids"]) for f in data.features])
+    order = np.argsort(lengths, kind="stable")
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    per_shard = max(1, shard_size // batch_size)
+    data.shards = [
+        [
+            EvalBatch(index, pad_features([data.features[i] for i in index], pad_id))
+            for index in batches[s : s + per_shard]
+        ]
+        for s in range(0, len(batches), per_shard)
+    ]

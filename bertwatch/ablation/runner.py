@@ -1,0 +1,270 @@
+"""Evaluate stacked configurations on one batch, reusing the baseline's hidden states below the first disabled
+layer; the model's own code runs every layer and the task head."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertwatch.ablation.configs import MODES
+from bertwatch.heads.capture import Intervention, capture, model_shape
+
+#: Families whose encoder is a ``ModuleList`` of layers called in order with (hidden, mask): layer reuse works.
+_REUSE_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "distilbert")
+#: Sequence classifiers whose head reads only the first token of the last layer.
+_FIRST_TOKEN_HEADS = (
+    "BertForSequenceClassification",
+    "RobertaForSequenceClassification",
+    "XLMRobertaForSequenceClassification",
+    "CamembertForSequenceClassification",
+    "ElectraForSequenceClassification",
+    "ErnieForSequenceClassification",
+    "DistilBertForSequenceClassification",
+)
+
+
+def model_type(model: nn.Module) -> str:
+    return str(getattr(model.config, "model_type", "")).replace("_", "-")
+
+
+class _Cached(nn.Module):
+    """Stands in for the layers below a configuration's first disabled layer: returns the cached hidden states."""
+
+    def __init__(self, hidden: torch.Tensor):
+        super().__init__()
+        self.hidden = hidden
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.hidden
+
+
+class _FirstTokenBertLayer(nn.Module):
+    """A BERT-style last layer whose attention output projection and feed-forward block run on the first token
+    only (all the classification head reads); its self-attention still sees every token."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.inner = layer
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: Any = None,
+        encoder_attention_mask: Any = None,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        attention = self.inner.attention
+        context, _ = attention.self(
+            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
+        )
+        first = attention.output(context[:, :1], hidden_states[:, :1])
+        return self.inner.feed_forward_chunk(first)
+
+
+class _FirstTokenDistilLayer(nn.Module):
+    """DistilBERT's last block with its feed-forward part on the first token only."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__()
+        self.inner = layer
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> torch.Tensor:
+        block = self.inner
+        attention_output, _ = block.attention(hidden_states, attention_mask=attention_mask, **kwargs)
+        first = block.sa_layer_norm(attention_output[:, :1] + hidden_states[:, :1])
+        return block.output_layer_norm(block.ffn(first) + first)
+
+
+class _Tiled(nn.Module):
+    """A projection whose input is ``copies`` stacked copies of one batch: computed once, then tiled."""
+
+    def __init__(self, linear: nn.Module, copies: int):
+        super().__init__()
+        self.linear = linear
+        self.copies = copies
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        once = self.linear(x[: x.shape[0] // self.copies])
+        return once.repeat(self.copies, *([1] * (once.dim() - 1)))
+
+
+_PROJECTIONS = (("attention.self", ("query", "key", "value")), ("attention", ("q_lin", "k_lin", "v_lin")))
+
+
+def _projections(layer: nn.Module) -> tuple[nn.Module, tuple[str, ...]] | None:
+    """The module holding a layer's query/key/value projections and their names (BERT-style or DistilBERT)."""
+    for path, names in _PROJECTIONS:
+        owner = layer
+        for part in path.split("."):
+            owner = getattr(owner, part, None)
+        if owner is not None and all(isinstance(getattr(owner, n, None), nn.Linear) for n in names):
+            return owner, names
+    return None
+
+
+@contextlib.contextmanager
+def _tiled_projections(layer: nn.Module, copies: int) -> Iterator[None]:
+    """While active, the layer's query/key/value projections run once on the first of ``copies`` equal blocks."""
+    found = _projections(layer) if copies > 1 else None
+    if found is None:
+        yield
+        return
+    owner, names = found
+    originals = {n: getattr(owner, n) for n in names}
+    try:
+        for n, linear in originals.items():
+            setattr(owner, n, _Tiled(linear, copies))
+        yield
+    finally:
+        for n, linear in originals.items():
+            setattr(owner, n, linear)
+
+
+def _layer_list(model: nn.Module, num_layers: int) -> nn.ModuleList | None:
+    if model_type(model) not in _REUSE_TYPES:
+        return None
+    base = getattr(model, "base_model", model)
+    holder = getattr(base, "encoder", None) or getattr(base, "transformer", None)
+    layers = getattr(holder, "layer", None)
+    if isinstance(layers, nn.ModuleList) and len(layers) == num_layers:
+        return layers
+    return None
+
+
+def _first_token_layer(model: nn.Module, layers: nn.ModuleList | None) -> nn.Module | None:
+    if layers is None or type(model).__name__ not in _FIRST_TOKEN_HEADS:
+        return None
+    last = layers[-1]
+    if all(hasattr(last, a) for a in ("sa_layer_norm", "ffn", "output_layer_norm", "attention")):
+        return _FirstTokenDistilLayer(last)
+    attention = getattr(last, "attention", None)
+    if (
+        hasattr(last, "feed_forward_chunk")
+        and hasattr(attention, "self")
+        and hasattr(attention, "output")
+        and not getattr(attention, "is_cross_attention", False)
+        and not getattr(last, "add_cross_attention", False)
+        and not getattr(last, "is_decoder", False)
+    ):
+        return _FirstTokenBertLayer(last)
+    return None
+
+
+class Runner:
+    """Evaluates stacked configurations on one batch, reusing the baseline's states below the first disabled layer."""
+
+    def __init__(self, model: nn.Module, mode: str, reuse: bool = True):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
+        self.model = model
+        self.mode = mode
+        self.num_layers, self.num_heads = model_shape(model)
+        self.layers = _layer_list(model, self.num_layers) if reuse else None
+        self.last = _first_token_layer(model, self.layers) if reuse else None
+        self.device = next(model.parameters()).device
+
+    @property
+    def reuses(self) -> bool:
+        return self.layers is not None
+
+    @contextlib.contextmanager
+    def _swapped(self, replacements: Mapping[int, nn.Module]) -> Iterator[None]:
+        originals = {i: self.layers[i] for i in replacements} if self.layers is not None else {}
+        try:
+            for i, module in replacements.items():
+                self.layers[i] = module
+            yield
+        finally:
+            for i, module in originals.items():
+                self.layers[i] = module
+
+    def _last(self) -> dict[int, nn.Module]:
+        return {self.num_layers - 1: self.last} if self.last is not None else {}
+
+    def _to_device(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device) for k, v in inputs.items()}
+
+    def baseline(
+        self, inputs: Mapping[str, torch.Tensor], cache: bool
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Baseline logits ``[B, C]`` and, with ``cache``, the hidden states entering each layer."""
+        inputs = self._to_device(inputs)
+        states: list[torch.Tensor | None] = [None] * self.num_layers
+        with self._swapped(self._last()):
+            hooks = []
+            if cache and self.layers is not None:
+                for i in range(self.num_layers):
+                    hooks.append(self.layers[i].register_forward_pre_hook(state_saver(states, i), with_kwargs=True))
+            try:
+                with capture(self.model, record=False):
+                    logits = self.model(**inputs).logits
+            finally:
+                for hook in hooks:
+                    hook.remove()
+        return logits, (states if cache and self.layers is not None else None)
+
+    def run(
+        self, inputs: Mapping[str, torch.Tensor], states: list[torch.Tensor] | None, masks: np.ndarray, start: int
+    ) -> torch.Tensor:
+        """Logits ``[k, B, C]`` of ``k`` configurations (masks ``[k, layers, heads]``) whose first disabled layer is
+        ``start`` or later, stacked into one batch."""
+        inputs = self._to_device(inputs)
+        k, size = masks.shape[0], next(iter(inputs.values())).shape[0]
+        stacked = {name: value.repeat(k, *([1] * (value.dim() - 1))) for name, value in inputs.items()}
+        per_example = torch.as_tensor(masks, dtype=torch.bool, device=self.device).repeat_interleave(size, dim=0)
+        intervention = Intervention.disable(per_example, self.mode)
+        replacements = self._last()
+        skip = self.layers is not None and states is not None and 0 < start < self.num_layers
+        if skip:
+            stub = _Cached(states[start].repeat(k, 1, 1))
+            replacements.update({i: stub for i in range(start)})
+        shared = contextlib.nullcontext()
+        if self.layers is not None and (skip or start == 0):
+            shared = _tiled_projections(self.layers[start], k)  # layer start sees k copies of the same states
+        with self._swapped(replacements), shared, capture(self.model, record=False, intervention=intervention) as cap:
+            hook = None
+            if skip:
+                hook = self.layers[start].register_forward_pre_hook(lambda *_: cap.reset(start_layer=start))
+            try:
+                logits = self.model(**stacked).logits
+            finally:
+                if hook is not None:
+                    hook.remove()
+        return logits.reshape(k, size, -1)
+
+    def run_keeping(
+        self,
+        inputs: Mapping[str, torch.Tensor],
+        states: list[torch.Tensor] | None,
+        mask: np.ndarray,
+        start: int,
+        keep: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[B, C]`` of one configuration and the hidden states entering layer ``keep`` (>= ``start``)."""
+        if self.layers is None or not start <= keep < self.num_layers:
+            raise ValueError(f"cannot keep the states entering layer {keep} of a pass that starts at {start}")
+        target = self.last if (keep == self.num_layers - 1 and self.last is not None) else self.layers[keep]
+        kept: list[torch.Tensor | None] = [None]
+        hook = target.register_forward_pre_hook(state_saver(kept, 0), with_kwargs=True)
+        try:
+            logits = self.run(inputs, states, mask[None], start)[0]
+        finally:
+            hook.remove()
+        return logits, kept[0]
+
+
+def state_saver(states: list, index: int) -> Callable:
+    def save(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        hidden = args[0] if args else kwargs.get("hidden_states", kwargs.get("x"))
+        states[index] = hidden.detach()
+
+    return save

@@ -1,0 +1,135 @@
+"""How a configuration's logits are scored: the task metric on the whole set and inside the paired bootstrap."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from bertwatch.ablation.bootstrap import kernel_name, metric_on_counts, paired_bootstrap
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Metric:
+    """How to score logits ``[n, C]``: the value on the whole set and the paired bootstrap's metric."""
+
+    name: str
+    labels: np.ndarray
+    predictions: Callable[[np.ndarray], np.ndarray]
+    score: Callable[[np.ndarray], float]
+    kernel: str | None
+    on_logits: Callable[[np.ndarray, np.ndarray], float] | None = None
+    all_metrics: Callable[[np.ndarray], dict[str, float]] | None = None
+
+    def bootstrap(
+        self, baseline: np.ndarray, configs: list[np.ndarray], n_resamples: int, seed: int, confidence: float
+    ):
+        if self.kernel is not None:
+            preds = np.stack([self.predictions(c) for c in configs])
+            return paired_bootstrap(
+                self.predictions(baseline), preds, self.labels, self.kernel, n_resamples, seed, confidence
+            )
+        return paired_bootstrap(baseline, np.stack(configs), self.labels, self.on_logits, n_resamples, seed, confidence)
+
+
+def _default_predictions(regression: bool) -> Callable[[np.ndarray], np.ndarray]:
+    def predictions(logits: np.ndarray) -> np.ndarray:
+        logits = np.asarray(logits)
+        return logits.reshape(len(logits), -1)[:, 0] if regression else logits.argmax(-1)
+
+    return predictions
+
+
+def make_metric(
+    task: str | None, compute_metrics: Callable | None, metric: str | None, labels: np.ndarray, regression: bool
+) -> Metric:
+    predictions = _default_predictions(regression)
+    if compute_metrics is not None:
+        from transformers import EvalPrediction
+
+        def full(logits: np.ndarray, lab: np.ndarray = labels) -> dict[str, float]:
+            values = compute_metrics(EvalPrediction(predictions=logits, label_ids=lab))
+            return {k: float(v) for k, v in values.items() if isinstance(v, (int, float, np.floating, np.integer))}
+
+        name = metric[len("eval_") :] if metric and metric.startswith("eval_") else metric
+        spec = Metric(name or "", labels, predictions, lambda logits: 0.0, None, all_metrics=full)
+
+        def named(values: Mapping[str, float]) -> float:
+            if not spec.name:
+                spec.name = _pick_metric(values, task)
+            if spec.name not in values:
+                raise ValueError(f"compute_metrics returned {sorted(values)}, not the metric {spec.name!r}")
+            return values[spec.name]
+
+        spec.score = lambda logits: named(full(logits))
+        spec.on_logits = lambda logits, lab: named(full(logits, lab))
+        return spec
+    if task is not None:
+        from bertwatch.data.metrics import glue_metrics, metric_fn, predictions_from_logits, primary_metric
+
+        name = metric or primary_metric(task)
+        fn = metric_fn(task, name)
+
+        def task_predictions(logits: np.ndarray) -> np.ndarray:
+            return predictions_from_logits(task, logits)
+
+        return Metric(
+            name,
+            labels,
+            task_predictions,
+            lambda logits: fn(task_predictions(logits), labels),
+            kernel_name(name),
+            on_logits=lambda logits, lab: fn(task_predictions(logits), lab),
+            all_metrics=lambda logits: glue_metrics(task, task_predictions(logits), labels),
+        )
+    name = metric or ("pearson" if regression else "accuracy")
+    if kernel_name(name) is None:
+        raise ValueError(
+            f"metric {name!r} needs a task or compute_metrics; built in: accuracy, f1, "
+            "matthews_correlation, pearson, spearmanr"
+        )
+
+    def score(logits: np.ndarray) -> float:
+        return float(metric_on_counts(name, predictions(logits)[None], labels, np.ones((1, len(labels))))[0, 0])
+
+    return Metric(name, labels, predictions, score, kernel_name(name), all_metrics=lambda logits: {name: score(logits)})
+
+
+def _pick_metric(values: Mapping[str, float], task: str | None) -> str:
+    if task is not None:
+        from bertwatch.data.metrics import primary_metric
+
+        if primary_metric(task) in values:
+            return primary_metric(task)
+    for preferred in ("accuracy", "f1", "matthews_correlation", "pearson"):
+        if preferred in values:
+            return preferred
+    if not values:
+        raise ValueError("compute_metrics returned no numeric metric")
+    return next(iter(values))
+
+
+def settle_metric(metric: Metric, logits: Mapping[str, np.ndarray]) -> None:
+    """With compute_metrics: fix the metric's name and use the vectorised bootstrap when the user's function
+    gives exactly what the built-in one gives on every configuration (else call it once per resample)."""
+    if metric.all_metrics is None or metric.kernel is not None:
+        return
+    metric.score(next(iter(logits.values())))
+    name = kernel_name(metric.name)
+    if name is None:
+        return
+    ones = np.ones((1, len(metric.labels)))
+    for value in logits.values():
+        theirs = metric.score(value)
+        ours = float(metric_on_counts(name, metric.predictions(value)[None], metric.labels, ones)[0, 0])
+        if not (math.isclose(theirs, ours, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(theirs) and math.isnan(ours))):
+            logger.info(
+                "compute_metrics' %s differs from the built-in one; bootstrapping it resample by resample", metric.name
+            )
+            return
+    metric.kernel = name

@@ -1,0 +1,112 @@
+"""The resumable ``partial.jsonl`` store and the split of configurations across processes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertwatch.ablation.configs import AblationConfig
+
+
+class Store:
+    """``partial.jsonl``: one line per (shard, configuration) with its logits; lines of another run are ignored."""
+
+    def __init__(self, path: Path | None, fingerprint: str, writer: bool):
+        self.path = path
+        self.fingerprint = fingerprint
+        self.writer = writer
+        self.entries: dict[tuple[int, str], np.ndarray] = {}
+        if path is None or not path.is_file():
+            return
+        stale = False
+        text = path.read_text(encoding="utf-8")
+        if text and not text.endswith("\n") and writer:
+            with path.open("a", encoding="utf-8") as file:
+                file.write("\n")  # end a line torn by an interruption, so the next one starts clean
+        for line in text.splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by an interruption
+            if row.get("run") != self.fingerprint:
+                stale = True
+                continue
+            data = np.frombuffer(base64.b64decode(row["logits"]), dtype=np.float32).reshape(row["shape"])
+            self.entries[(int(row["shard"]), row["key"])] = data
+        if stale and not self.entries and writer:
+            path.unlink()
+
+    def get(self, shard: int, config: AblationConfig) -> np.ndarray | None:
+        return self.entries.get((shard, config.key))
+
+    def put(self, shard: int, config: AblationConfig, logits: np.ndarray) -> None:
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+        self.entries[(shard, config.key)] = logits
+        if self.path is None or not self.writer:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        row = {
+            "run": self.fingerprint,
+            "shard": shard,
+            "id": config.id,
+            "key": config.key,
+            "shape": list(logits.shape),
+            "logits": base64.b64encode(logits.tobytes()).decode("ascii"),
+        }
+        with self.path.open("a", encoding="utf-8") as file:
+            file.write(json.dumps(row) + "\n")
+            file.flush()
+
+
+class Processes:
+    """This process's share of the configurations; one process unless launched with accelerate / torchrun."""
+
+    def __init__(self, distributed: bool | None, cpu: bool = False):
+        self.state = None
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        initialised = torch.distributed.is_available() and torch.distributed.is_initialized()
+        if distributed or (distributed is None and (world > 1 or initialised)):
+            from accelerate import PartialState
+
+            self.state = PartialState(cpu=cpu)  # cpu=True: gloo between CPU processes
+        self.rank = self.state.process_index if self.state is not None else 0
+        self.world = self.state.num_processes if self.state is not None else 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def split(self, configs: Sequence[AblationConfig], num_layers: int) -> list[AblationConfig]:
+        """Balance the cost (layers to run) across processes, then let accelerate hand out the contiguous parts."""
+        if self.world == 1:
+            return list(configs)
+        ranked = sorted(configs, key=lambda c: (-(num_layers - min(c.start_layer, num_layers - 1)), c.id))
+        base, extra = divmod(len(ranked), self.world)
+        sizes = [base + (1 if r < extra else 0) for r in range(self.world)]
+        buckets: list[list[AblationConfig]] = [[] for _ in range(self.world)]
+        cost = [0] * self.world
+        for config in ranked:
+            open_ranks = [r for r in range(self.world) if len(buckets[r]) < sizes[r]]
+            r = min(open_ranks, key=lambda r: (cost[r], r))
+            buckets[r].append(config)
+            cost[r] += num_layers - min(config.start_layer, num_layers - 1)
+        arranged = [c for bucket in buckets for c in bucket]
+        with self.state.split_between_processes(arranged) as mine:
+            return list(mine)
+
+    def gather(self, local: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.world == 1:
+            return local
+        from accelerate.utils import gather_object
+
+        return dict(gather_object(list(local.items())))
+
+    def barrier(self) -> None:
+        if self.state is not None:
+            self.state.wait_for_everyone()

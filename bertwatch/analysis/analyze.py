@@ -1,0 +1,152 @@
+"""``bertwatch analyze``: every per-head statistic of a model on a file of texts, as JSON and figures."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertwatch.heads.loading import load_model, max_input_length
+
+__all__ = ["analyze", "encode_texts"]
+
+logger = logging.getLogger(__name__)
+
+
+def encode_texts(
+    tokenizer: Any, texts: Sequence[tuple[str, str | None]], max_length: int
+) -> tuple[list[dict[str, list[int]]], int]:
+    """Tokenise examples (pairs where a second text is given) without padding; returns (encodings, truncated count)."""
+    encodings, truncated = [], 0
+    for first, second in texts:
+        full = tokenizer(first, second, truncation=False, add_special_tokens=True)
+        if len(full["input_ids"]) > max_length:
+            truncated += 1
+            full = tokenizer(first, second, truncation=True, max_length=max_length)
+        encodings.append(dict(full))
+    return encodings, truncated
+
+
+def analyze(
+    model: str | Any,
+    texts: str | Path | Sequence[str | tuple[str, str | None]],
+    out: str | Path | None = None,
+    max_length: int | None = None,
+    batch_size: int = 16,
+    tokenizer: Any = None,
+    reference: str | Any | None = None,
+    device: str | None = None,
+    progress: bool = True,
+    figures: bool = True,
+) -> dict[str, Any]:
+    """Compute every statistic of DESIGN §3 for ``model`` on ``texts`` and optionally write them to ``out``.
+
+    ``texts`` is a file (one example per line, a tab between the two sentences of a pair) or a list of strings or
+    (text, pair) tuples. ``reference`` (a model or path) adds the drift statistics. Returns the ``stats.json``
+    document: ``{"model", "num_layers", "num_heads", "num_examples", "stats": {name: [[...]]}, ...}``.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from bertwatch.data.glue import read_texts
+    from bertwatch.heads.capture import capture, model_shape
+    from bertwatch.heads.roles import token_roles
+    from bertwatch.heads.stats import (
+        DRIFT_NAMES,
+        STAT_NAMES,
+        StatsAccumulator,
+        behaviour_labels,
+        compute_stats,
+        pattern_classes,
+    )
+
+    if isinstance(texts, (str, Path)):
+        examples = read_texts(texts)
+    else:
+        examples = [(t, None) if isinstance(t, str) else (t[0], t[1]) for t in texts]
+        if not examples:
+            raise ValueError("no texts to analyse")
+    name = (
+        model if isinstance(model, (str, Path)) else getattr(getattr(model, "config", None), "_name_or_path", "model")
+    )
+    if isinstance(model, (str, Path)):
+        model, loaded_tokenizer = load_model(str(model), device)
+        tokenizer = tokenizer or loaded_tokenizer
+    if tokenizer is None:
+        raise ValueError("pass the model's tokenizer when giving a model object")
+    layers, heads = model_shape(model)
+    ref_model = None
+    if reference is not None:
+        ref_model = load_model(str(reference), device)[0] if isinstance(reference, (str, Path)) else reference
+        if model_shape(ref_model) != (layers, heads):
+            raise ValueError(f"the reference model has shape {model_shape(ref_model)}, the model {(layers, heads)}")
+    length = max_input_length(model, tokenizer, max_length)
+    encodings, truncated = encode_texts(tokenizer, examples, length)
+    if truncated:
+        warnings.warn(
+            f"{truncated} of {len(examples)} examples were longer than {length} tokens and were truncated", stacklevel=2
+        )
+
+    device_obj = next(model.parameters()).device
+    accumulator = StatsAccumulator()
+    bar = tqdm(total=len(encodings), desc="bertwatch analyze", unit="ex", disable=not progress)
+    with torch.no_grad():
+        for start in range(0, len(encodings), batch_size):
+            chunk = encodings[start : start + batch_size]
+            batch = tokenizer.pad(chunk, return_tensors="pt")
+            batch = {k: v.to(device_obj) for k, v in batch.items()}
+            roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))
+            with capture(model) as cap:
+                model(**batch)
+            ref_maps = None
+            if ref_model is not None:
+                with capture(ref_model) as ref_cap:
+                    ref_model(**batch)
+                ref_maps = ref_cap.attentions
+            names = STAT_NAMES + (DRIFT_NAMES if ref_maps is not None else ())
+            accumulator.add(compute_stats(cap.attentions, roles, names=names, reference=ref_maps))
+            bar.update(len(chunk))
+    bar.close()
+
+    grids = {k: v.detach().cpu().double().numpy() for k, v in accumulator.result().items()}
+    result: dict[str, Any] = {
+        "model": str(name),
+        "num_layers": layers,
+        "num_heads": heads,
+        "num_examples": len(encodings),
+        "max_length": length,
+        "truncated": truncated,
+        "stats": {k: _nan_to_none(v) for k, v in grids.items()},
+        "labels": behaviour_labels({k: torch.as_tensor(v) for k, v in grids.items()}),
+        "patterns": pattern_classes({k: torch.as_tensor(v) for k, v in grids.items()}),
+    }
+    if out is not None:
+        _write(result, grids, Path(out), figures)
+    return result
+
+
+def _nan_to_none(grid: np.ndarray) -> list[list[float | None]]:
+    return [[float(x) if np.isfinite(x) else None for x in row] for row in grid]
+
+
+def _write(result: dict[str, Any], grids: dict[str, np.ndarray], out: Path, figures: bool) -> None:
+    from bertwatch.report.figures import grid_heatmap, reference_value, special_token_figure
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "stats.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if not figures:
+        return
+    for name, grid in grids.items():
+        grid_heatmap(
+            grid,
+            f"{name} ({result['num_examples']} examples)",
+            out / f"{name}.png",
+            center=reference_value(name),
+            colorbar_label=name,
+        )
+    special_token_figure(grids, out / "special_tokens.png")

@@ -1,0 +1,282 @@
+"""The probe set (a fixed, seeded sample of examples, collated once) and the float16 reference-attention cache.
+
+The probe set is built once per training run, with the Trainer's own tokenizer and collator, and never touches
+the training dataloader or the global random state (collators such as masked-LM ones draw random numbers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import os
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertwatch.callbacks._safe import SetupError
+from bertwatch.heads.roles import TokenRoles, token_roles
+
+__all__ = ["ProbeSet", "ReferenceCache", "build_probe_set", "crop_maps", "pad_maps", "sample_indices"]
+
+_LABEL_KEYS = ("labels", "label", "label_ids")
+CACHE_VERSION = 1
+
+
+@contextlib.contextmanager
+def rng_untouched() -> Iterator[None]:
+    """Restore the torch, numpy and Python random states on exit, so the user's training draws the same numbers."""
+    torch_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+
+
+@dataclass
+class ProbeSet:
+    """Collated probe batches (CPU tensors, fixed order) with their token roles and token strings.
+
+    ``batches[k]`` holds the model inputs ``[batch, T_k]`` and, when known, ``labels``; ``roles[k]`` its roles;
+    ``tokens[i]`` / ``segments[i]`` the real tokens (and segment ids or None) of example i over all batches.
+    """
+
+    batches: list[dict[str, Tensor]]
+    roles: list[TokenRoles]
+    tokens: list[list[str]]
+    segments: list[list[int] | None]
+    fingerprint: str
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def has_labels(self) -> bool:
+        return all("labels" in b for b in self.batches)
+
+
+def sample_indices(length: int, num_examples: int, seed: int) -> list[int]:
+    """A seeded sample of ``min(num_examples, length)`` indices in increasing order (the probe set's fixed order)."""
+    if num_examples <= 0:
+        raise SetupError(f"num_probe_examples must be positive, got {num_examples}")
+    if length <= num_examples:
+        return list(range(length))
+    rng = np.random.default_rng(seed)
+    return sorted(int(i) for i in rng.choice(length, size=num_examples, replace=False))
+
+
+def _as_text_example(item: Any) -> tuple[str, str | None, Any]:
+    """A probe text as (text, text_pair, label): a string, a (text, pair) tuple or a dict with "text"."""
+    if isinstance(item, str):
+        return item, None, None
+    if isinstance(item, Mapping):
+        if "text" not in item:
+            raise SetupError(f"a probe text given as a dict needs a 'text' key, got keys {sorted(item)}")
+        return item["text"], item.get("text_pair"), item.get("label", item.get("labels"))
+    if isinstance(item, (tuple, list)) and 1 <= len(item) <= 2:
+        return item[0], (item[1] if len(item) == 2 else None), None
+    raise SetupError(f"probe texts must be strings, (text, text_pair) tuples or dicts; got {type(item).__name__}")
+
+
+def _text_features(texts: Sequence[Any], tokenizer: Any, max_length: int) -> list[dict[str, Any]]:
+    features = []
+    for item in texts:
+        text, pair, label = _as_text_example(item)
+        encoded = dict(tokenizer(text, pair, truncation=True, max_length=max_length))
+        if label is not None:
+            encoded["labels"] = label
+        features.append(encoded)
+    return features
+
+
+def _pad_collate(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+    def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
+        labels = [f.pop("labels") for f in features if "labels" in f]
+        batch = dict(tokenizer.pad(features, padding=True, return_tensors="pt"))
+        if labels and len(labels) == len(features):
+            batch["labels"] = torch.tensor(labels)
+        return batch
+
+    return collate
+
+
+def _model_columns(model: Any, label_names: Sequence[str] | None) -> set[str]:
+    """What the Trainer keeps with ``remove_unused_columns``: the forward signature's names and the label names."""
+    names = set(inspect.signature(model.forward).parameters)
+    return names | set(_LABEL_KEYS) | set(label_names or ())
+
+
+def _dataset_features(dataset: Any, indices: Sequence[int], keep: set[str] | None) -> list[Any]:
+    features = []
+    for i in indices:
+        example = dataset[i]
+        if keep is not None and isinstance(example, Mapping):
+            example = {k: v for k, v in example.items() if k in keep}
+        features.append(example)
+    return features
+
+
+def _first_examples(dataset: Any, num_examples: int) -> list[Any]:
+    """The first examples of an iterable (streaming) dataset."""
+    out = []
+    for example in dataset:
+        out.append(example)
+        if len(out) >= num_examples:
+            break
+    return out
+
+
+def _tensor_batch(batch: Mapping[str, Any]) -> dict[str, Tensor]:
+    out = {k: v for k, v in dict(batch).items() if isinstance(v, Tensor)}
+    for key in ("label", "label_ids"):
+        if key in out and "labels" not in out:
+            out["labels"] = out.pop(key)
+    if "input_ids" not in out:
+        raise SetupError(
+            f"the collated probe batch has no 'input_ids' (keys: {sorted(out)}); pass tokenized examples as "
+            "probe_dataset=, raw strings as probe_texts=, or the collator that tokenizes as data_collator="
+        )
+    return out
+
+
+def _fingerprint(batches: Sequence[Mapping[str, Tensor]]) -> str:
+    digest = hashlib.sha1()
+    for b in batches:
+        for key in ("input_ids", "attention_mask", "token_type_ids"):
+            if key in b:
+                digest.update(key.encode())
+                digest.update(b[key].detach().cpu().to(torch.int64).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def build_probe_set(
+    tokenizer: Any,
+    *,
+    texts: Sequence[Any] | None = None,
+    dataset: Any = None,
+    collator: Callable | None = None,
+    model: Any = None,
+    num_examples: int = 32,
+    seed: int = 0,
+    batch_size: int = 16,
+    max_length: int = 128,
+    remove_unused_columns: bool = True,
+    label_names: Sequence[str] | None = None,
+) -> ProbeSet:
+    """Collate the probe examples once: ``texts`` (all of them) or a seeded sample of ``dataset``.
+
+    Raises ``SetupError`` with what to do when there is nothing to probe.
+    """
+    if tokenizer is None:
+        raise SetupError(
+            "bertwatch needs the tokenizer to find [CLS], [SEP] and punctuation: pass processing_class= to the "
+            "Trainer or tokenizer= to the callback"
+        )
+    with rng_untouched():
+        if texts is not None:
+            features = _text_features(list(texts), tokenizer, max_length)
+            collate = _pad_collate(tokenizer)
+        elif dataset is not None:
+            if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+                indices = sample_indices(len(dataset), num_examples, seed) if len(dataset) else []
+                keep = _model_columns(model, label_names) if remove_unused_columns and model is not None else None
+                features = _dataset_features(dataset, indices, keep)
+            else:
+                features = _first_examples(dataset, num_examples)
+            collate = collator if collator is not None else _pad_collate(tokenizer)
+        else:
+            raise SetupError(
+                "bertwatch found no probe examples: give the Trainer an eval_dataset, or pass probe_texts= or "
+                "probe_dataset= to the callback"
+            )
+        if not features:
+            raise SetupError(
+                "the probe set is empty: the evaluation dataset (or probe_texts / probe_dataset) has no examples"
+            )
+        if batch_size <= 0:
+            raise SetupError(f"probe_batch_size must be positive, got {batch_size}")
+        batches = [
+            _tensor_batch(collate([dict(f) if isinstance(f, Mapping) else f for f in features[i : i + batch_size]]))
+            for i in range(0, len(features), batch_size)
+        ]
+    roles, tokens, segments = [], [], []
+    for b in batches:
+        r = token_roles(b["input_ids"], b.get("attention_mask"), tokenizer, b.get("token_type_ids"))
+        roles.append(r)
+        for row in range(b["input_ids"].shape[0]):
+            real = r.real[row]
+            tokens.append([str(t) for t in tokenizer.convert_ids_to_tokens(b["input_ids"][row][real].tolist())])
+            segments.append(None if r.segment is None else r.segment[row][real].tolist())
+    return ProbeSet(batches, roles, tokens, segments, _fingerprint(batches))
+
+
+def crop_maps(attn: Tensor, real: Tensor) -> list[Tensor]:
+    """Padded maps ``[batch, L, H, T, T]`` -> per example ``[L, H, n, n]`` over its real positions."""
+    out = []
+    for row in range(attn.shape[0]):
+        idx = real[row].nonzero().squeeze(-1).to(attn.device)
+        out.append(attn[row].index_select(-2, idx).index_select(-1, idx))
+    return out
+
+
+def pad_maps(maps: Sequence[Tensor], real: Tensor) -> Tensor:
+    """Per example ``[L, H, n, n]`` -> ``[batch, L, H, T, T]``, zeros at pad positions (inverse of ``crop_maps``)."""
+    batch, length = real.shape
+    layers, heads = maps[0].shape[:2]
+    out = maps[0].new_zeros(batch, layers, heads, length, length)
+    for row, m in enumerate(maps):
+        idx = real[row].nonzero().squeeze(-1).to(m.device)
+        out[row, :, :, idx[:, None], idx[None, :]] = m
+    return out
+
+
+class ReferenceCache:
+    """The reference model's cropped probe maps in float16 under ``<output_dir>/bertwatch/reference.pt``.
+
+    A resumed run loads it, so drift is still measured from the pretrained model, not from the checkpoint.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def save(self, maps: Sequence[Tensor], fingerprint: str, layers: int, heads: int, source: str) -> None:
+        """Write atomically (a temporary file, then a rename): a reader never sees half a file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "version": CACHE_VERSION,
+            "fingerprint": fingerprint,
+            "layers": int(layers),
+            "heads": int(heads),
+            "source": source,
+            "maps": [m.detach().to("cpu", torch.float16).contiguous() for m in maps],
+        }
+        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+        torch.save(payload, tmp)
+        os.replace(tmp, self.path)
+
+    def load(self, fingerprint: str, layers: int, heads: int) -> list[Tensor] | None:
+        """The cached maps if the file exists and was made for this probe set and model shape, else None."""
+        if not self.path.is_file():
+            return None
+        payload = torch.load(self.path, map_location="cpu", weights_only=True)
+        if (
+            payload.get("version") != CACHE_VERSION
+            or payload.get("fingerprint") != fingerprint
+            or (payload.get("layers"), payload.get("heads")) != (layers, heads)
+        ):
+            return None
+        return list(payload["maps"])

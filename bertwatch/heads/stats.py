@@ -1,0 +1,514 @@
+"""Per-head attention statistics of DESIGN §3: pure tensor functions, maps + token roles in, grids out.
+
+Shapes: `attn` is `[batch, layers, heads, T, T]` (query, key), padded; only the real (non-pad) tokens of each
+example count, i.e. every map is cropped to its n real tokens before a statistic is taken. Rows of pad queries
+and columns of pad keys may hold any finite values and are ignored. A per-example statistic is
+`[batch, layers, heads]` (float32, on the device of `attn`; NaN where undefined, e.g. for an example without
+real tokens); `aggregate` turns it into a `[layers, heads]` grid. Logarithms are natural.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from bertwatch.heads.roles import TokenRoles
+
+__all__ = [
+    "STAT_NAMES",
+    "DRIFT_NAMES",
+    "compute_stats",
+    "aggregate",
+    "StatsAccumulator",
+    "cls_mass",
+    "sep_mass",
+    "punct_mass",
+    "sep_to_sep",
+    "sep_mass_kovaleva",
+    "self_mass",
+    "prev_mass",
+    "next_mass",
+    "entropy",
+    "cls_entropy",
+    "intra_segment_mass",
+    "drift_cosine",
+    "drift_js",
+    "behaviour_labels",
+    "pattern_classes",
+]
+
+STAT_NAMES: tuple[str, ...] = (
+    "cls_mass",
+    "sep_mass",
+    "punct_mass",
+    "sep_to_sep",
+    "sep_mass_kovaleva",
+    "self",
+    "prev",
+    "next",
+    "entropy",
+    "cls_entropy",
+    "intra_segment_mass",
+)
+DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
+
+ENTROPY_SMOOTHING = 0.9999
+JS_SMOOTHING = 0.999
+
+SPECIAL_THRESHOLD = 0.6
+POSITION_THRESHOLD = 0.5
+BROAD_THRESHOLD = 3.8
+
+VERTICAL_THRESHOLD = 0.5
+DIAGONAL_THRESHOLD = 0.5
+MIXED_THRESHOLD = 0.25
+BLOCK_THRESHOLD = 0.8
+PATTERN_CLASSES: tuple[str, ...] = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
+
+
+_CPU_BLOCK = 1 << 18
+_DEVICE_BLOCK = 1 << 26
+
+_PASSES: dict[str, tuple[str, ...]] = {
+    "cls_mass": ("query",),
+    "sep_mass": ("query",),
+    "punct_mass": ("query",),
+    "sep_to_sep": ("query",),
+    "sep_mass_kovaleva": ("query",),
+    "self": (),
+    "prev": (),
+    "next": (),
+    "entropy": ("entropy",),
+    "cls_entropy": ("query",),
+    "intra_segment_mass": ("intra",),
+    "drift_cosine": ("cosine",),
+    "drift_js": ("js",),
+}
+_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 2, "js": 4}
+
+
+class _Batch:
+    """One batch of maps with its roles; every full-size reduction is done in a single blocked sweep.
+
+    The sweep reads `attn` (and the reference) once, in blocks of at most `_CPU_BLOCK` elements on CPU, with
+    cache-sized scratch reused across blocks: a fresh full-size temporary costs more in page faults than the
+    arithmetic, and a block still in cache is cheap to pass over several times.
+    """
+
+    def __init__(
+        self, attn: Tensor, roles: TokenRoles, reference: Tensor | None = None, compat_length: int | None = None
+    ) -> None:
+        if attn.dim() != 5 or attn.shape[-1] != attn.shape[-2]:
+            raise ValueError(f"attn must be [batch, layers, heads, T, T], got {tuple(attn.shape)}")
+        batch, length = attn.shape[0], attn.shape[-1]
+        if tuple(roles.real.shape) != (batch, length):
+            raise ValueError(f"roles are {tuple(roles.real.shape)}, attention needs ({batch}, {length})")
+        self.a = attn if attn.is_floating_point() else attn.float()
+        device = self.a.device
+        self.ref = None
+        if reference is not None:
+            if tuple(reference.shape) != tuple(attn.shape):
+                raise ValueError(f"reference is {tuple(reference.shape)}, attention is {tuple(attn.shape)}")
+            self.ref = reference.to(device)
+        self.compat_length = compat_length
+        self.real = roles.real.to(device).bool()
+        self.cls = roles.cls.to(device).bool() & self.real
+        self.sep = roles.sep.to(device).bool() & self.real
+        self.punct = roles.punct.to(device).bool() & self.real
+        self.segment = None if roles.segment is None else roles.segment.to(device)
+        self.content = self.real & ~self.cls & ~self.sep
+        self.realf = self.real.float()
+        self.n = self.realf.sum(-1)
+        self.has_cls = self.cls.any(-1)
+        self.num_sep = self.sep.sum(-1).float()
+        self.key_mask = self.realf[:, None, None, :]
+        self.rows: dict[str, Tensor] = {}
+        self.context: dict[str, Tensor] = {}
+        self.shape = tuple(attn.shape)
+
+    def compute(self, names: Sequence[str]) -> dict[str, Tensor]:
+        """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one sweep."""
+        unknown = [name for name in names if name not in _PASSES]
+        if unknown:
+            raise ValueError(f"unknown statistic {unknown[0]!r}; known: {STAT_NAMES + DRIFT_NAMES}")
+        if self.ref is None and any(name in DRIFT_NAMES for name in names):
+            raise ValueError(f"{[n for n in names if n in DRIFT_NAMES]} need a reference attention tensor")
+        self.rows = self.sweep({p for name in names for p in _PASSES[name]})
+        return {name: getattr(self, "_" + name)() for name in names}
+
+    def per_example(self, value: Tensor) -> Tensor:
+        """`[batch]` -> `[batch, 1, 1]` for broadcasting against `[batch, layers, heads]`."""
+        return value.view(-1, 1, 1)
+
+    def sum_over_real_queries(self, per_row: Tensor) -> Tensor:
+        """Σ_{i real} x[i]: `[B, ..., T]` -> `[B, ...]` (pad rows dropped, even if not finite)."""
+        mask = self.real.view(self.real.shape[0], *([1] * (per_row.dim() - 2)), -1)
+        return torch.where(mask, per_row, 0.0).sum(-1)
+
+    def mean_over_real_queries(self, per_row: Tensor) -> Tensor:
+        """(1/n) Σ_{i real} x[i]: `[B, L, H, T]` -> `[B, L, H]`."""
+        return self.sum_over_real_queries(per_row) / self.per_example(self.n)
+
+    def smoothing_fill(self, smoothing: float) -> Tensor:
+        """(1−s)/n on real keys and 1 on pad keys (ln 1 = 0 drops them): `[B, 1, 1, T]`."""
+        return ((1.0 - smoothing) / self.n).view(-1, 1, 1, 1) * self.key_mask + (1.0 - self.key_mask)
+
+    def sweep(self, passes: set[str]) -> dict[str, Tensor]:
+        """Per-row results of each pass (`[B, L, H, T]`; `[B, L, H, 3, T]` for "query" and "cosine").
+
+        Each block is read once and converted to float32 there, so half-precision maps are never copied whole.
+        """
+        if not passes:
+            return {}
+        a = self.a.reshape(self.a.shape[0], -1, *self.a.shape[-2:])
+        r = None if self.ref is None else self.ref.reshape(a.shape)
+        batch, maps, length = a.shape[0], a.shape[1], a.shape[-1]
+        limit = _CPU_BLOCK if self.a.device.type == "cpu" else _DEVICE_BLOCK
+        per_block = max(1, limit // (length * length))
+        batch_step = min(batch, per_block)
+        map_step = min(maps, max(1, per_block // batch))
+        size = batch_step * map_step * length * length
+        scratch = [torch.empty(size, device=self.a.device) for _ in range(max(_SCRATCH[p] for p in passes))]
+        kernels = {
+            "query": self._query_rows,
+            "entropy": self._entropy_rows,
+            "intra": self._intra_rows,
+            "cosine": self._cosine_rows,
+            "js": self._js_rows,
+        }
+        shapes = {"query": (3, length), "cosine": (3, length)}
+        out = {p: torch.empty(batch, maps, *shapes.get(p, (length,)), device=self.a.device) for p in passes}
+        self.context = self._sweep_context(passes)
+        for b0 in range(0, batch, batch_step):
+            rows = slice(b0, b0 + batch_step)
+            for m0 in range(0, maps, map_step):
+                cols = slice(m0, m0 + map_step)
+                block = a[rows, cols].float()
+                old = None if r is None else r[rows, cols].float()
+                bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
+                for p in passes:
+                    out[p][rows, cols] = kernels[p](rows, block, old, bufs)
+        return {p: value.view(*self.shape[:3], *value.shape[2:]) for p, value in out.items()}
+
+    def _sweep_context(self, passes: set[str]) -> dict[str, Tensor]:
+        """Per-example tensors for the kernels: query weights `[B, 1, 3, T]`, smoothing fills `[B, 1, 1, T]`,
+        same-segment key masks `[B, 1, T, T]`."""
+        context = {"entropy": self.smoothing_fill(ENTROPY_SMOOTHING), "js": self.smoothing_fill(JS_SMOOTHING)}
+        if "query" in passes:
+            first_cls = torch.nn.functional.one_hot(self.cls.float().argmax(-1), self.a.shape[-1]).float()
+            weights = torch.stack([self.realf, self.sep.float(), first_cls * self.has_cls[:, None]], dim=1)
+            context["weights"] = weights[:, None]
+        if "intra" in passes and self.segment is not None:
+            seg, content = self.segment, self.content
+            same = content[:, :, None] & content[:, None, :] & (seg[:, :, None] == seg[:, None, :])
+            context["same"] = same.float()[:, None]
+        return context
+
+    def _query_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+        """Sum over real queries, sum over [SEP] queries, first [CLS] row, of a block `[b, c, T, T]`: `[b, c, 3, T]`."""
+        return torch.matmul(self.context["weights"][rows], block)
+
+    def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+        """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, T]`."""
+        fill = self.context["entropy"][rows]
+        p = torch.addcmul(fill, block, self.key_mask[rows], value=ENTROPY_SMOOTHING, out=bufs[0])
+        return torch.log(p, out=bufs[1]).mul_(p).sum(-1).neg_()
+
+    def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+        """Σ_j A[i, j] over non-special keys of the query's own segment: `[b, c, T]`."""
+        if "same" not in self.context:
+            return block.new_zeros(block.shape[:-1])
+        return torch.mul(block, self.context["same"][rows], out=bufs[0]).sum(-1)
+
+    def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+        """Σ_{j real} A·R, A·A and R·R per row: `[b, c, 3, T]`."""
+        keys = self.key_mask[rows]
+        masked = torch.mul(block, keys, out=bufs[0])
+        dot = torch.mul(masked, old, out=bufs[1]).sum(-1)
+        norm_cur = torch.linalg.vector_norm(masked, dim=-1).square_()
+        norm_old = torch.linalg.vector_norm(torch.mul(old, keys, out=bufs[0]), dim=-1).square_()
+        return torch.stack([dot, norm_cur, norm_old], dim=-2)
+
+    def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+        """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, T]`."""
+        keys, fill = self.key_mask[rows], self.context["js"][rows]
+        p = torch.addcmul(fill, block, keys, value=JS_SMOOTHING, out=bufs[0])
+        q = torch.addcmul(fill, old, keys, value=JS_SMOOTHING, out=bufs[1])
+        m = torch.lerp(p, q, 0.5, out=bufs[2])
+        terms = torch.div(p, m, out=bufs[3]).log_().mul_(p)
+        terms.add_(torch.div(q, m, out=bufs[0]).log_().mul_(q))
+        return terms.sum(-1).mul_(0.5)
+
+    def mass_to(self, mask: Tensor) -> Tensor:
+        """(1/n) Σ_{i real} Σ_{j in mask} A[i, j]: `[batch, layers, heads]`."""
+        column_sums = self.rows["query"][..., 0, :]
+        return (column_sums * mask.float()[:, None, None, :]).sum(-1) / self.per_example(self.n)
+
+    def diagonal_mass(self, offset: int) -> Tensor:
+        """(1/n) Σ_i A[i, i + offset] over real queries i whose key i + offset is real: `[batch, layers, heads]`."""
+        length = self.a.shape[-1]
+        if abs(offset) >= length:
+            return torch.zeros(self.a.shape[:3], device=self.a.device)
+        diag = torch.diagonal(self.a, offset, dim1=-2, dim2=-1).float()
+        lo, hi = max(0, -offset), length - max(0, offset)
+        valid = self.real[:, lo:hi] & self.real[:, lo + offset : hi + offset]
+        return torch.where(valid[:, None, None, :], diag, 0.0).sum(-1) / self.per_example(self.n)
+
+    def _cls_mass(self) -> Tensor:
+        return self.mass_to(self.cls)
+
+    def _sep_mass(self) -> Tensor:
+        return self.mass_to(self.sep)
+
+    def _punct_mass(self) -> Tensor:
+        return self.mass_to(self.punct)
+
+    def _sep_to_sep(self) -> Tensor:
+        total = (self.rows["query"][..., 1, :] * self.sep.float()[:, None, None, :]).sum(-1)
+        count = self.per_example(self.num_sep)
+        return torch.where(count > 0, total / count.clamp_min(1.0), math.nan)
+
+    def _sep_mass_kovaleva(self) -> Tensor:
+        column_mass = self.rows["query"][..., 0, :] / self.n.view(-1, 1, 1, 1)
+        best = column_mass.masked_fill(~self.sep[:, None, None, :], -math.inf).amax(-1)
+        return torch.where(self.per_example(self.num_sep) > 0, best, math.nan)
+
+    def _self(self) -> Tensor:
+        return self.diagonal_mass(0)
+
+    def _prev(self) -> Tensor:
+        return self.diagonal_mass(-1)
+
+    def _next(self) -> Tensor:
+        return self.diagonal_mass(1)
+
+    def _entropy(self) -> Tensor:
+        return self.mean_over_real_queries(self.rows["entropy"])
+
+    def _cls_entropy(self) -> Tensor:
+        row = self.rows["query"][..., 2, :]
+        fill = self.smoothing_fill(ENTROPY_SMOOTHING)
+        p = torch.addcmul(fill, row, self.key_mask, value=ENTROPY_SMOOTHING)
+        value = -torch.special.xlogy(p, p).sum(-1)
+        return torch.where(self.per_example(self.has_cls), value, math.nan)
+
+    def _intra_segment_mass(self) -> Tensor:
+        if self.segment is None:
+            return torch.full(self.a.shape[:3], math.nan, device=self.a.device)
+        big = torch.iinfo(torch.long).max
+        lowest = torch.where(self.content, self.segment, big).amin(-1)
+        highest = torch.where(self.content, self.segment, -big).amax(-1)
+        total = torch.where(self.content[:, None, None, :], self.rows["intra"], 0.0).sum(-1)
+        count = self.per_example(self.content.sum(-1).float())
+        return torch.where(self.per_example(highest > lowest), total / count.clamp_min(1.0), math.nan)
+
+    def _drift_cosine(self) -> Tensor:
+        dot, norm_cur, norm_old = self.sum_over_real_queries(self.rows["cosine"]).unbind(-1)
+        if self.compat_length is not None:
+            if bool((self.n > self.compat_length).any()):
+                raise ValueError(
+                    f"compat_length={self.compat_length} is shorter than an example ({int(self.n.max())} real tokens)"
+                )
+            pad_rows = self.per_example((self.compat_length - self.n) / self.n)
+            dot, norm_cur, norm_old = dot + pad_rows, norm_cur + pad_rows, norm_old + pad_rows
+        return dot / (norm_cur * norm_old).sqrt()
+
+    def _drift_js(self) -> Tensor:
+        return self.mean_over_real_queries(self.rows["js"]).clamp_min(0.0)
+
+
+def compute_stats(
+    attn: Tensor,
+    roles: TokenRoles,
+    names: Iterable[str] | None = None,
+    reference: Tensor | None = None,
+    *,
+    compat_length: int | None = None,
+) -> dict[str, Tensor]:
+    """Statistics `{name: [batch, layers, heads]}` of `attn` `[batch, layers, heads, T, T]`, in one sweep.
+
+    `names` defaults to STAT_NAMES, plus DRIFT_NAMES when `reference` (the reference model's maps on the
+    same batch, same shape) is given. `compat_length` goes to `drift_cosine`.
+    """
+    if names is None:
+        names = STAT_NAMES + (DRIFT_NAMES if reference is not None else ())
+    return _Batch(attn, roles, reference, compat_length).compute(list(names))
+
+
+def cls_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """(1/n) Σ_i A[i, CLS], Clark Fig 2: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["cls_mass"])["cls_mass"]
+
+
+def sep_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """(1/n) Σ_i Σ_{j∈SEP} A[i, j], summed over all [SEP]s, Clark Fig 2: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["sep_mass"])["sep_mass"]
+
+
+def punct_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """(1/n) Σ_i Σ_{j∈{".", ","}} A[i, j], Clark Fig 2: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["punct_mass"])["punct_mass"]
+
+
+def sep_to_sep(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """(1/#SEP) Σ_{i∈SEP} Σ_{j∈SEP} A[i, j], NaN without [SEP]: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["sep_to_sep"])["sep_to_sep"]
+
+
+def sep_mass_kovaleva(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """max over [SEP] positions j of (1/n) Σ_i A[i, j], Kovaleva Fig 6, NaN without [SEP]: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["sep_mass_kovaleva"])["sep_mass_kovaleva"]
+
+
+def self_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """Statistic "self": (1/n) Σ_i A[i, i]: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["self"])["self"]
+
+
+def prev_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """Statistic "prev": (1/n) Σ_i A[i, i−1], attention to the previous token: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["prev"])["prev"]
+
+
+def next_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """Statistic "next": (1/n) Σ_i A[i, i+1], attention to the following token: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["next"])["next"]
+
+
+def entropy(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """(1/n) Σ_i −Σ_j A' ln A', A' = 0.9999·A + 0.0001/n (nats), Clark Fig 4: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["entropy"])["entropy"]
+
+
+def cls_entropy(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """Smoothed entropy of the (first) [CLS] query row, NaN without [CLS]: `[batch, layers, heads]`."""
+    return compute_stats(attn, roles, ["cls_entropy"])["cls_entropy"]
+
+
+def intra_segment_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
+    """Mean over non-special real queries of their mass on non-special keys of their own segment.
+
+    The "block" evidence of Kovaleva's classes; NaN unless the example has two or more segments among its
+    non-special tokens (or when `roles.segment` is None): `[batch, layers, heads]`.
+    """
+    return compute_stats(attn, roles, ["intra_segment_mass"])["intra_segment_mass"]
+
+
+def drift_cosine(attn: Tensor, ref: Tensor, roles: TokenRoles, compat_length: int | None = None) -> Tensor:
+    """Cosine similarity of each head's flattened cropped map with the reference's (1 = unchanged): `[B, L, H]`.
+
+    `compat_length=N` reproduces Kovaleva's notebook: maps padded to N with the pad query rows kept. A pad
+    query row of an eager BERT is uniform over the real keys (pad keys are masked, pad queries are not), so
+    each of the N − n pad rows is taken as 1/n on every real key for both models, whatever `attn` holds there.
+    """
+    return compute_stats(attn, roles, ["drift_cosine"], ref, compat_length=compat_length)["drift_cosine"]
+
+
+def drift_js(attn: Tensor, ref: Tensor, roles: TokenRoles) -> Tensor:
+    """(1/n) Σ_i JS(A'[i], R'[i]) with A' = 0.999·A + 0.001/n (nats), per head against the reference: `[B, L, H]`."""
+    return compute_stats(attn, roles, ["drift_js"], ref)["drift_js"]
+
+
+def aggregate(per_example: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """`{name: [batch, layers, heads]}` -> `{name: [layers, heads]}`, unweighted mean skipping NaN examples."""
+    return {name: torch.nanmean(value.float(), dim=0) for name, value in per_example.items()}
+
+
+class StatsAccumulator:
+    """Unweighted mean over all examples of several batches (NaN examples skipped); sums kept on CPU in float64."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, Tensor] = {}
+        self._counts: dict[str, Tensor] = {}
+
+    def add(self, per_example: Mapping[str, Tensor]) -> None:
+        """Add one batch `{name: [batch, layers, heads]}`."""
+        for name, value in per_example.items():
+            value = value.detach().to("cpu", torch.float64)
+            finite = ~torch.isnan(value)
+            total = torch.where(finite, value, 0.0).sum(0)
+            count = finite.sum(0)
+            if name in self._sums:
+                self._sums[name] = self._sums[name] + total
+                self._counts[name] = self._counts[name] + count
+            else:
+                self._sums[name], self._counts[name] = total, count
+
+    def result(self) -> dict[str, Tensor]:
+        """`{name: [layers, heads]}` float32 on CPU, NaN where no example defined the statistic."""
+        return {
+            name: torch.where(self._counts[name] > 0, total / self._counts[name].clamp_min(1), math.nan).float()
+            for name, total in self._sums.items()
+        }
+
+
+def _grid(stats: Mapping[str, object], name: str) -> Tensor:
+    """`stats[name]` as a float32 CPU tensor `[..., layers, heads]`, with a clear error when missing."""
+    if name not in stats:
+        raise KeyError(f"this needs the statistic {name!r}")
+    return torch.as_tensor(stats[name]).detach().float().cpu()
+
+
+def _nested(codes: Tensor, labels: tuple[str, ...]) -> list:
+    """An integer tensor of label codes -> nested lists of label strings of the same shape."""
+
+    def walk(item: object) -> object:
+        return [walk(x) for x in item] if isinstance(item, list) else labels[item]
+
+    return walk(codes.tolist())  # type: ignore[return-value]
+
+
+def behaviour_labels(
+    grids: Mapping[str, object],
+    *,
+    special: float = SPECIAL_THRESHOLD,
+    position: float = POSITION_THRESHOLD,
+    broad: float = BROAD_THRESHOLD,
+) -> list:
+    """Clark's head labels `[layers][heads]` from grids `[layers, heads]` (or `[..., layers, heads]`).
+
+    Rules applied in Clark's order, the later winning: next > 0.5, prev > 0.5, entropy > 3.8 nats ("broad"),
+    cls_mass, sep_mass, punct_mass > 0.6; labels "next", "prev", "broad", "cls", "sep", "punct" or "".
+    """
+    labels = ("", "next", "prev", "broad", "cls", "sep", "punct")
+    rules = (
+        ("next", position),
+        ("prev", position),
+        ("entropy", broad),
+        ("cls_mass", special),
+        ("sep_mass", special),
+        ("punct_mass", special),
+    )
+    codes = torch.zeros(_grid(grids, "next").shape, dtype=torch.long)
+    for code, (name, threshold) in enumerate(rules, start=1):
+        codes = torch.where(_grid(grids, name) > threshold, code, codes)
+    return _nested(codes, labels)
+
+
+def pattern_classes(
+    stats: Mapping[str, object],
+    *,
+    vertical: float = VERTICAL_THRESHOLD,
+    diagonal: float = DIAGONAL_THRESHOLD,
+    mixed: float = MIXED_THRESHOLD,
+    block: float = BLOCK_THRESHOLD,
+) -> list:
+    """Kovaleva's five pattern classes by rule, from grids `[layers, heads]` or per-example `[batch, layers, heads]`.
+
+    Kovaleva's CNN was never released; these rules and thresholds are bertwatch's choice. With v = cls_mass +
+    sep_mass and d = prev + next + self: "vertical+diagonal" if v ≥ 0.25 and d ≥ 0.25, else "vertical" if
+    v ≥ 0.5, else "diagonal" if d ≥ 0.5, else "block" if intra_segment_mass ≥ 0.8 (pair inputs only; the stat
+    may be absent), else "heterogeneous". Nested lists of the input's shape.
+    """
+    v = _grid(stats, "cls_mass") + _grid(stats, "sep_mass")
+    d = _grid(stats, "prev") + _grid(stats, "next") + _grid(stats, "self")
+    codes = torch.zeros(v.shape, dtype=torch.long)
+    if "intra_segment_mass" in stats:
+        codes = torch.where(_grid(stats, "intra_segment_mass") >= block, 4, codes)
+    codes = torch.where(d >= diagonal, 2, codes)
+    codes = torch.where(v >= vertical, 1, codes)
+    codes = torch.where((v >= mixed) & (d >= mixed), 3, codes)
+    return _nested(codes, PATTERN_CLASSES)

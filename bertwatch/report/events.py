@@ -1,0 +1,120 @@
+"""Read a run's ablation results and training-time grids back from ``ablation.json`` files and event files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertwatch.report.result import AblationResult
+from bertwatch.tb import metadata as md
+
+
+def _event_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path] if "tfevents" in path.name else []
+    return sorted(p for p in path.rglob("*") if p.is_file() and "tfevents" in p.name)
+
+
+def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
+    """Ablation results and training-time grids of a run: ``ablation.json`` files under ``path`` first, then the
+    bertwatch summaries in its TensorBoard event files (ablation tables and the first/last step of each grid)."""
+    root = Path(path)
+    if not root.exists():
+        raise FileNotFoundError(
+            f"{root} does not exist; pass a run's output folder, TensorBoard run or ablation folder"
+        )
+    results: dict[str, AblationResult] = {}
+    json_files = (
+        [root]
+        if root.is_file() and root.suffix == ".json"
+        else sorted(root.rglob("ablation.json"))
+        if root.is_dir()
+        else []
+    )
+    for file in json_files:
+        result = AblationResult.from_json(json.loads(file.read_text(encoding="utf-8")))
+        results.setdefault(result.mode, result)
+    tb_results, grids = _read_events(_event_files(root))
+    for mode, result in tb_results.items():
+        results.setdefault(mode, result)
+    training = {"grids": grids, "source": str(root)}
+    return [results[m] for m in sorted(results)], training
+
+
+def _read_events(files: Sequence[Path]) -> tuple[dict[str, AblationResult], dict[str, Any]]:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    content: dict[str, dict[str, Any]] = {}
+    series: dict[str, list[tuple[int, float, np.ndarray]]] = {}
+    for file in files:
+        for event in EventFileLoader(str(file)).Load():
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                if value.HasField("metadata") and value.metadata.plugin_data.plugin_name == md.PLUGIN_NAME:
+                    try:
+                        content[value.tag] = json.loads(value.metadata.plugin_data.content.decode("utf-8") or "{}")
+                    except ValueError:
+                        continue
+                if value.tag not in content or not value.HasField("tensor"):
+                    continue
+                kind = content[value.tag].get("kind")
+                if kind not in (md.KIND_HEAD_GRID, md.KIND_ABLATION_HEADS, md.KIND_ABLATION_LAYERS, md.KIND_PRUNING):
+                    continue
+                array = tensor_util.make_ndarray(value.tensor)
+                series.setdefault(value.tag, []).append((int(event.step), float(event.wall_time), array))
+    grids: dict[str, Any] = {}
+    tables: dict[str, dict[str, Any]] = {}
+    for tag, points in series.items():
+        points.sort(key=lambda t: (t[0], t[1]))
+        meta = content[tag]
+        kind = meta.get("kind")
+        if kind == md.KIND_HEAD_GRID:
+            stat = meta.get("stat") or tag[len(md.HEADS_PREFIX) :]
+            grids[stat] = {"first": (points[0][0], points[0][2]), "last": (points[-1][0], points[-1][2])}
+        else:
+            mode = meta.get("mode") or tag[len(md.ABLATION_PREFIX) :].split("/")[0]
+            entry = tables.setdefault(mode, {})
+            entry[kind] = points[-1][2]
+            if kind == md.KIND_ABLATION_HEADS:
+                entry["meta"] = meta
+    results = {}
+    for mode, entry in tables.items():
+        if md.KIND_ABLATION_HEADS not in entry or md.KIND_ABLATION_LAYERS not in entry:
+            continue
+        meta = entry["meta"]
+        heads = np.asarray(entry[md.KIND_ABLATION_HEADS], dtype=np.float64)
+        baseline = float(meta.get("baseline", np.nan))
+        pruning = []
+        curve = entry.get(md.KIND_PRUNING)
+        if curve is not None:
+            total = heads.shape[0] * heads.shape[1]
+            for fraction, value in np.asarray(curve, dtype=np.float64)[1:]:
+                pruning.append(
+                    {
+                        "pruned": int(round(fraction * total)),
+                        "fraction": float(fraction),
+                        "value": float(value),
+                        "delta": float(value - baseline),
+                        "ci_low": np.nan,
+                        "ci_high": np.nan,
+                        "p": np.nan,
+                    }
+                )
+        results[mode] = AblationResult(
+            task=None,
+            mode=mode,
+            metric=str(meta.get("metric", "metric")),
+            num_examples=int(meta.get("num_examples", 0)),
+            baseline=baseline,
+            heads=heads,
+            layers=np.asarray(entry[md.KIND_ABLATION_LAYERS], dtype=np.float64),
+            pruning=pruning,
+            config={"source": "TensorBoard summaries"},
+        )
+    return results, grids

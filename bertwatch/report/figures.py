@@ -1,0 +1,124 @@
+"""Static figures (matplotlib, no display needed): head grids as heatmaps and Clark et al.'s Fig 2 dots."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["grid_heatmap", "special_token_figure", "png_bytes", "pyplot"]
+
+DIVERGING = {"drift_cosine", "drift_js"}
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported on first use (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_bytes(figure) -> bytes:
+    """Render a matplotlib figure to PNG bytes and close it."""
+    plt = pyplot()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    return buffer.getvalue()
+
+
+def grid_heatmap(
+    grid: np.ndarray,
+    title: str,
+    path: str | Path | None = None,
+    labels: Sequence[Sequence[str]] | None = None,
+    center: float | None = None,
+    colorbar_label: str = "",
+) -> bytes:
+    """A labelled ``[layers, heads]`` heatmap (layers and heads numbered from 1, as in the papers); PNG bytes.
+
+    ``center`` draws a diverging scale around that value; ``labels`` writes short marks into the cells.
+    NaN cells are left grey.
+    """
+    plt = pyplot()
+    grid = np.asarray(grid, dtype=float)
+    layers, heads = grid.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * heads + 2), max(2.6, 0.36 * layers + 1.2)))
+    finite = grid[np.isfinite(grid)]
+    import matplotlib
+
+    if center is not None and finite.size:
+        span = max(float(np.max(np.abs(finite - center))), 1e-12)
+        cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
+        image = ax.imshow(grid, cmap=cmap, vmin=center - span, vmax=center + span, aspect="auto")
+    else:
+        image = ax.imshow(grid, cmap=matplotlib.colormaps["viridis"].with_extremes(bad="#bbbbbb"), aspect="auto")
+    ax.set_xticks(range(heads), [str(h + 1) for h in range(heads)])
+    ax.set_yticks(range(layers), [str(l + 1) for l in range(layers)])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title)
+    if labels is not None:
+        for l in range(layers):
+            for h in range(heads):
+                if labels[l][h]:
+                    ax.text(h, l, labels[l][h][:4], ha="center", va="center", fontsize=6, color="white")
+    fig.colorbar(image, ax=ax, label=colorbar_label)
+    data = png_bytes(fig)
+    if path is not None:
+        Path(path).write_bytes(data)
+    return data
+
+
+def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | None = None) -> bytes:
+    """Clark et al. 2019 Fig 2: per layer, each head's mass on [CLS], [SEP] and "."/"," as dots, layer mean as a line."""
+    plt = pyplot()
+    names = [("cls_mass", "[CLS]"), ("sep_mass", "[SEP]"), ("punct_mass", '"." and ","')]
+    names = [(n, t) for n, t in names if n in grids]
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), sharey=True, squeeze=False)
+    for ax, (name, label) in zip(axes[0], names):
+        grid = np.asarray(grids[name], dtype=float)
+        layers, heads = grid.shape
+        xs = np.arange(1, layers + 1)
+        rng = np.random.default_rng(0)
+        for l in range(layers):
+            ax.scatter(
+                np.full(heads, xs[l]) + rng.uniform(-0.15, 0.15, heads), grid[l], s=12, alpha=0.6, color="#3b6ea8"
+            )
+        ax.plot(xs, np.nanmean(grid, axis=1), color="#c0392b", lw=1.5, label="layer mean")
+        ax.set_title(f"attention to {label}")
+        ax.set_xlabel("layer")
+        ax.set_xticks(xs)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("avg. attention")
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    data = png_bytes(fig)
+    if path is not None:
+        Path(path).write_bytes(data)
+    return data
+
+
+def is_diverging(stat: str) -> bool:
+    """Whether a statistic is read against a reference value (drift), so a diverging scale fits."""
+    return stat in DIVERGING
+
+
+def reference_value(stat: str) -> float | None:
+    """The neutral value of a diverging statistic: 1 for cosine similarity, 0 for divergences."""
+    if stat == "drift_cosine":
+        return 1.0
+    if stat == "drift_js":
+        return 0.0
+    return None
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: write it as null."""
+    return None if value is None or not math.isfinite(value) else float(value)

@@ -1,0 +1,348 @@
+"""The self-contained HTML report of ablation results and training-time grids.
+
+It embeds its figures as base64 PNG and carries no scripts or external assets, so it opens offline; every user
+string is escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertwatch.core.significance import benjamini_hochberg
+from bertwatch.report.figures import png_bytes
+from bertwatch.report.figures import pyplot as _pyplot
+from bertwatch.report.result import FIELDS, AblationResult, atomic_write
+
+
+def write_outputs(
+    result: AblationResult, out_dir: str | Path, training: dict[str, Any] | None = None
+) -> dict[str, Path]:
+    """Write ``ablation.json``, ``ablation.csv`` and ``report.html`` into ``out_dir``; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "ablation.json", "csv": out / "ablation.csv", "html": out / "report.html"}
+    atomic_write(paths["json"], json.dumps(result.to_json(), indent=1, allow_nan=False))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["unit", "layer", "head", "pruned", *FIELDS], lineterminator="\n")
+    writer.writeheader()
+    for row in result.csv_rows():
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    atomic_write(paths["csv"], buffer.getvalue())
+    atomic_write(paths["html"], build_html([result], training))
+    return paths
+
+
+def _png(figure) -> str:
+    return base64.b64encode(png_bytes(figure)).decode("ascii")
+
+
+def _marks(p: np.ndarray, q: np.ndarray, alpha: float) -> np.ndarray:
+    """'**' where the BH-adjusted q < alpha, '*' where only the raw p < alpha, '' otherwise."""
+    marks = np.full(p.shape, "", dtype=object)
+    marks[np.nan_to_num(p, nan=1.0) < alpha] = "*"
+    marks[np.nan_to_num(q, nan=1.0) < alpha] = "**"
+    return marks
+
+
+def _delta_heatmap(result: AblationResult, alpha: float) -> str:
+    plt = _pyplot()
+    delta = result.heads[..., 1]
+    p = result.heads[..., 4]
+    q = benjamini_hochberg(p.ravel()).reshape(p.shape)
+    marks = _marks(p, q, alpha)
+    num_layers, num_heads = result.shape
+    fig, ax = plt.subplots(figsize=(max(4.5, 0.5 * num_heads + 2), max(2.8, 0.42 * num_layers + 1.3)))
+    finite = delta[np.isfinite(delta)]
+    span = max(float(np.max(np.abs(finite))) if finite.size else 0.0, 1e-9)
+    image = ax.imshow(
+        delta, cmap=plt.get_cmap("RdBu").with_extremes(bad="#bbbbbb"), vmin=-span, vmax=span, aspect="auto"
+    )
+    for l in range(num_layers):
+        for h in range(num_heads):
+            if marks[l, h]:
+                dark = abs(np.nan_to_num(delta[l, h])) > 0.6 * span
+                ax.text(h, l, marks[l, h], ha="center", va="center", fontsize=9, color="white" if dark else "black")
+    ax.set_xticks(range(num_heads), [str(h + 1) for h in range(num_heads)])
+    ax.set_yticks(range(num_layers), [str(l + 1) for l in range(num_layers)])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(f"Δ {result.metric} when one head is disabled ({result.mode})")
+    fig.colorbar(image, ax=ax, label=f"Δ {result.metric} (blue = better)")
+    return _png(fig)
+
+
+def _layer_bars(result: AblationResult) -> str:
+    plt = _pyplot()
+    rows = result.layers
+    num_layers = rows.shape[0]
+    xs = np.arange(1, num_layers + 1)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * num_layers + 2), 3.0))
+    delta = rows[:, 1]
+    lower = np.clip(delta - rows[:, 2], 0, None)
+    upper = np.clip(rows[:, 3] - delta, 0, None)
+    colors = ["#2c7bb6" if d >= 0 else "#d7191c" for d in np.nan_to_num(delta)]
+    ax.bar(xs, np.nan_to_num(delta), color=colors, yerr=np.nan_to_num(np.vstack([lower, upper])), capsize=3)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(xs)
+    ax.set_xlabel("layer disabled")
+    ax.set_ylabel(f"Δ {result.metric}")
+    ax.set_title(f"whole layers ({result.mode}), 95% bootstrap intervals")
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def _pruning_figure(result: AblationResult) -> str:
+    plt = _pyplot()
+    curve = result.pruning_curve()
+    fig, ax = plt.subplots(figsize=(5.0, 3.2))
+    lows = [result.baseline] + [p.get("ci_low", np.nan) + result.baseline for p in result.pruning]
+    highs = [result.baseline] + [p.get("ci_high", np.nan) + result.baseline for p in result.pruning]
+    ax.fill_between(100 * curve[:, 0], lows, highs, color="#9ecae1", alpha=0.5, label="95% interval")
+    ax.plot(100 * curve[:, 0], curve[:, 1], marker="o", ms=3, color="#08519c", label=result.metric)
+    ax.axhline(
+        0.9 * result.baseline if result.baseline >= 0 else 1.1 * result.baseline,
+        color="#d7191c",
+        ls="--",
+        lw=1,
+        label="90% of baseline",
+    )
+    ax.set_xlabel("heads pruned (%), least important first")
+    ax.set_ylabel(result.metric)
+    ax.set_title(f"iterative pruning ({result.mode})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _grid_figure(grid: np.ndarray, title: str, diverging: bool = False) -> str:
+    plt = _pyplot()
+    grid = np.asarray(grid, dtype=float)
+    num_layers, num_heads = grid.shape
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.4 * num_heads + 2), max(2.4, 0.34 * num_layers + 1.2)))
+    finite = grid[np.isfinite(grid)]
+    if diverging and finite.size:
+        span = max(float(np.max(np.abs(finite))), 1e-12)
+        cmap, limits = "RdBu_r", {"vmin": -span, "vmax": span}
+    else:
+        cmap, limits = "viridis", {}
+    image = ax.imshow(grid, cmap=plt.get_cmap(cmap).with_extremes(bad="#bbbbbb"), aspect="auto", **limits)
+    ax.set_xticks(range(num_heads), [str(h + 1) for h in range(num_heads)])
+    ax.set_yticks(range(num_layers), [str(l + 1) for l in range(num_layers)])
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=ax)
+    return _png(fig)
+
+
+# --------------------------------------------------------------------------------------------------------
+# HTML
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;max-width:1100px;color:#222;padding:0 16px}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:4px}
+table{border-collapse:collapse;margin:8px 0;font-size:0.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
+th{background:#f4f4f4}td.l,th.l{text-align:left}img{max-width:100%;height:auto}.note{color:#555;font-size:0.9em}
+.grids{display:flex;flex-wrap:wrap;gap:8px}.grids figure{margin:0}figcaption{font-size:0.85em;color:#555}
+code{background:#f4f4f4;padding:1px 4px}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    value = float(value)
+    if not math.isfinite(value):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _img(b64: str, alt: str) -> str:
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{b64}">'
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 0) -> str:
+    head = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_e(c)}</td>' for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _top_heads(result: AblationResult, alpha: float, count: int = 10) -> str:
+    delta = result.heads[..., 1]
+    p = result.heads[..., 4]
+    q = benjamini_hochberg(p.ravel()).reshape(p.shape)
+    num_layers, num_heads = result.shape
+    units = [(l, h) for l in range(num_layers) for h in range(num_heads) if np.isfinite(delta[l, h])]
+
+    def rows(units_sorted):
+        return [
+            [
+                f"{l + 1}-{h + 1}",
+                f"{l}:{h}",
+                _fmt(result.heads[l, h, 0]),
+                _fmt(delta[l, h]),
+                f"[{_fmt(result.heads[l, h, 2])}, {_fmt(result.heads[l, h, 3])}]",
+                _fmt(p[l, h], 3),
+                _fmt(q[l, h], 3),
+            ]
+            for l, h in units_sorted
+        ]
+
+    header = ["layer-head (from 1)", "index (from 0)", result.metric, "Δ", "95% interval", "p", "q (BH)"]
+    hurt = sorted(units, key=lambda u: (delta[u], u))[:count]
+    helped = sorted(units, key=lambda u: (-delta[u], u))[:count]
+    return (
+        f"<h3>The {len(hurt)} heads whose removal hurts most</h3>"
+        + _table(header, rows(hurt), left=2)
+        + f"<h3>The {len(helped)} heads whose removal helps most</h3>"
+        + _table(header, rows(helped), left=2)
+    )
+
+
+def _section(result: AblationResult, alpha: float) -> str:
+    parts = [
+        f"<h2>Mode <code>{_e(result.mode)}</code>: {_e(result.metric)} on {result.num_examples} examples"
+        f"{' of ' + _e(result.task) if result.task else ''}</h2>"
+    ]
+    metrics = ", ".join(f"{_e(k)} = {_fmt(v)}" for k, v in result.baseline_metrics.items())
+    parts.append(
+        f"<p>Baseline {_e(result.metric)} = <b>{_fmt(result.baseline)}</b>"
+        f"{' (' + metrics + ')' if metrics else ''}.</p>"
+    )
+    n_resamples = result.config.get("n_resamples", "?")
+    parts.append(
+        f'<p class="note">Δ = metric with the unit disabled − baseline. Intervals: paired bootstrap over evaluation '
+        f"examples ({_e(n_resamples)} resamples, percentile 95%). <b>*</b> p &lt; {alpha}; <b>**</b> also "
+        f"significant after Benjamini–Hochberg correction over all {result.heads[..., 0].size} heads (FDR {alpha}). "
+        "Layers and heads are numbered from 1 in figures, from 0 in files.</p>"
+    )
+    parts.append(_img(_delta_heatmap(result, alpha), "delta heatmap"))
+    parts.append(_img(_layer_bars(result), "layer bars"))
+    parts.append(
+        _table(
+            ["layer", result.metric, "Δ", "95% interval", "p"],
+            [
+                [l + 1, _fmt(r[0]), _fmt(r[1]), f"[{_fmt(r[2])}, {_fmt(r[3])}]", _fmt(r[4], 3)]
+                for l, r in enumerate(result.layers)
+            ],
+        )
+    )
+    parts.append(_top_heads(result, alpha))
+    best = result.keep_best()
+    if best:
+        parts.append("<h3>Keep only the best head of a layer (Michel et al.)</h3>")
+        parts.append(
+            '<p class="note">For each layer, every head was tried as the only one left on; the best is '
+            "shown. Picking the best of many makes its Δ optimistic.</p>"
+        )
+        parts.append(
+            _table(
+                ["layer", "best head", result.metric, "Δ", "95% interval", "p"],
+                [
+                    [
+                        b["layer"] + 1,
+                        b["head"] + 1,
+                        _fmt(b["value"]),
+                        _fmt(b["delta"]),
+                        f"[{_fmt(b['ci_low'])}, {_fmt(b['ci_high'])}]",
+                        _fmt(b["p"], 3),
+                    ]
+                    for b in best
+                ],
+            )
+        )
+    if result.pruning:
+        parts.append("<h3>Iterative pruning curve</h3>")
+        parts.append(_img(_pruning_figure(result), "pruning curve"))
+        parts.append(
+            _table(
+                ["heads pruned", "fraction", result.metric, "Δ", "95% interval", "p"],
+                [
+                    [
+                        p["pruned"],
+                        _fmt(p["fraction"], 3),
+                        _fmt(p["value"]),
+                        _fmt(p["delta"]),
+                        f"[{_fmt(p['ci_low'])}, {_fmt(p['ci_high'])}]",
+                        _fmt(p["p"], 3),
+                    ]
+                    for p in result.pruning
+                ],
+            )
+        )
+    if result.config:
+        parts.append("<h3>Configuration</h3>")
+        parts.append(
+            _table(
+                ["setting", "value"],
+                [[k, json.dumps(v) if not isinstance(v, str) else v] for k, v in sorted(result.config.items())],
+                left=2,
+            )
+        )
+    return "\n".join(parts)
+
+
+def _training_section(training: dict[str, Any]) -> str:
+    parts = [
+        "<h2>During training: first and last step of each head statistic</h2>",
+        f'<p class="note">Read from {_e(training.get("source", "the run"))}.</p>',
+    ]
+    for stat, entry in sorted(training.get("grids", {}).items()):
+        first, last = entry["first"], entry["last"]
+        figures = [
+            (_grid_figure(first[1], f"{stat}, step {first[0]}"), f"{stat} at step {first[0]}"),
+            (_grid_figure(last[1], f"{stat}, step {last[0]}"), f"{stat} at step {last[0]}"),
+        ]
+        if first[0] != last[0]:
+            figures.append(
+                (
+                    _grid_figure(np.asarray(last[1]) - np.asarray(first[1]), f"{stat}: last − first", diverging=True),
+                    f"{stat} change",
+                )
+            )
+        cells = "".join(f"<figure>{_img(b64, alt)}<figcaption>{_e(alt)}</figcaption></figure>" for b64, alt in figures)
+        parts.append(f'<h3>{_e(stat)}</h3><div class="grids">{cells}</div>')
+    return "\n".join(parts)
+
+
+def build_html(
+    results: Sequence[AblationResult],
+    training: dict[str, Any] | None = None,
+    alpha: float = 0.05,
+    title: str = "bertwatch ablation report",
+    extra_sections: Sequence[str] = (),
+) -> str:
+    """One self-contained HTML page: per mode the Δ heatmap with significance marks, layer bars, top heads,
+    keep-best table, pruning curve and the configuration; then training-time grids when ``training`` is given,
+    then ``extra_sections`` (trusted HTML fragments, e.g. the linguistic analyses)."""
+    body = [f"<h1>{_e(title)}</h1>"]
+    if not results and not training:
+        body.append("<p>No ablation results and no training statistics were found.</p>")
+    for result in results:
+        body.append(_section(result, alpha))
+    if training and training.get("grids"):
+        body.append(_training_section(training))
+    body.extend(extra_sections)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )

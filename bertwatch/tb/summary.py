@@ -1,0 +1,355 @@
+"""numpy arrays -> TensorBoard summaries of plugin ``bertwatch``, and the event writer that writes them.
+
+The builders are pure: they validate shapes and return a ``summary_pb2.Summary``. :class:`SummaryWriter` writes
+them with TensorBoard's own TF-free ``EventFileWriter``, or through an existing torch ``SummaryWriter``
+(:meth:`SummaryWriter.from_torch_writer`). This module never imports torch: array-likes with ``.detach()``
+(torch tensors) are converted by duck typing.
+
+Every summary carries ``plugin_data.plugin_name = "bertwatch"``, an explicit ``data_class`` (TensorBoard
+silently drops third-party series without one) and a versioned JSON ``plugin_data.content``; see
+``docs/architecture.md`` for the tag layout. Values are float32; NaN and infinities are kept as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.util import tensor_util
+
+from bertwatch.tb import metadata as md
+
+__all__ = [
+    "head_grid_summary",
+    "attention_summary",
+    "ablation_summaries",
+    "embedding_summary",
+    "layer_scalar_summaries",
+    "SummaryWriter",
+]
+
+
+def _to_numpy(x: Any, dtype=np.float32) -> np.ndarray:
+    """An array of ``dtype`` from a numpy array, a nested sequence or a torch tensor (duck-typed)."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor, without importing torch
+        x = x.detach().cpu()
+        if hasattr(x, "float"):
+            x = x.float()
+        x = x.numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def _check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not name or name != name.strip() or "/" in name:
+        raise ValueError(f"{what} must be a non-empty string without '/' or surrounding spaces, got {name!r}")
+    return name
+
+
+def _tensor_value(summary: summary_pb2.Summary, tag: str, metadata, array: np.ndarray) -> None:
+    summary.value.add(tag=tag, metadata=metadata, tensor=tensor_util.make_tensor_proto(array))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Pure builders
+
+
+def head_grid_summary(stat: str, grid: Any) -> summary_pb2.Summary:
+    """``bertwatch/heads/{stat}``: a float32 ``[layers, heads]`` TENSOR."""
+    _check_name(stat, "stat")
+    array = _to_numpy(grid)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"grid for {stat!r} must be [layers, heads], got shape {array.shape}")
+    layers, heads = array.shape
+    meta = md.create_summary_metadata(
+        md.KIND_HEAD_GRID,
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+        description=md.STAT_DESCRIPTIONS.get(stat, f"bertwatch head statistic {stat}"),
+        stat=stat,
+        layers=int(layers),
+        heads=int(heads),
+    )
+    summary = summary_pb2.Summary()
+    _tensor_value(summary, md.heads_tag(stat), meta, array)
+    return summary
+
+
+def layer_scalar_summaries(stat: str, grid: Any) -> summary_pb2.Summary:
+    """Ordinary scalars ``bertwatch_layers/{stat}/layer_{l}``: each layer's mean over its heads.
+
+    Heads whose value is NaN are left out of the mean; a layer with no finite-or-infinite value is NaN.
+    Written as ``simple_value`` so the Scalars dashboard and tools such as tbparse read them.
+    """
+    _check_name(stat, "stat")
+    array = _to_numpy(grid, np.float64)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"grid for {stat!r} must be [layers, heads], got shape {array.shape}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN layer -> NaN, silently
+        means = np.nanmean(array, axis=1)
+    summary = summary_pb2.Summary()
+    for layer, value in enumerate(means):
+        summary.value.add(tag=md.layer_scalar_tag(stat, layer), simple_value=float(value))
+    return summary
+
+
+def attention_summary(index: int, tokens: Sequence[str], maps: Any, segments: Sequence[int] | None = None):
+    """``bertwatch/attention/{index:02d}``: a BLOB_SEQUENCE of [JSON header, float16 ``[L, H, T, T]`` bytes].
+
+    ``tokens`` are the T token strings of the probe example (already cropped to its real tokens), ``maps``
+    its attention ``[layers, heads, T, T]`` (rows = queries), ``segments`` optional segment ids (T ints).
+    """
+    index = int(index)
+    if index < 0:
+        raise ValueError(f"index must be >= 0, got {index}")
+    tokens = [str(t) for t in tokens]
+    array = _to_numpy(maps)
+    if array.ndim != 4 or array.shape[2] != array.shape[3]:
+        raise ValueError(f"maps must be [layers, heads, T, T], got shape {array.shape}")
+    layers, heads, length, _ = array.shape
+    if len(tokens) != length:
+        raise ValueError(f"{len(tokens)} tokens for maps of length {length}")
+    if segments is not None:
+        segments = [int(s) for s in _to_numpy(segments, np.int64).reshape(-1)]
+        if len(segments) != length:
+            raise ValueError(f"{len(segments)} segment ids for maps of length {length}")
+    header = {
+        "tokens": tokens,
+        "layers": int(layers),
+        "heads": int(heads),
+        "length": int(length),
+        "dtype": "float16",
+        "segments": segments,
+    }
+    blob_header = json.dumps(header, ensure_ascii=False).encode("utf-8")
+    blob_maps = np.ascontiguousarray(array.astype("<f2")).tobytes()
+    meta = md.create_summary_metadata(
+        md.KIND_ATTENTION,
+        data_class=summary_pb2.DATA_CLASS_BLOB_SEQUENCE,
+        description="Attention maps of probe example %d: [layers, heads, query, key]." % index,
+        index=index,
+    )
+    summary = summary_pb2.Summary()
+    summary.value.add(
+        tag=md.attention_tag(index),
+        metadata=meta,
+        tensor=tensor_util.make_tensor_proto([blob_header, blob_maps], dtype=np.object_),
+    )
+    return summary
+
+
+def ablation_summaries(
+    mode: str,
+    metric: str,
+    baseline: float,
+    num_examples: int,
+    heads: Any,
+    layers: Any,
+    pruning: Any | None = None,
+) -> summary_pb2.Summary:
+    """``bertwatch/ablation/{mode}/heads`` ``[L, H, 5]``, ``.../layers`` ``[L, 5]`` and optional ``.../pruning``.
+
+    The last axis of ``heads`` and ``layers`` is ``(value, delta, ci_low, ci_high, p)``: the metric with the
+    unit disabled, its difference to ``baseline``, the bootstrap interval of the difference and a p-value.
+    ``pruning`` is ``[k, 2]``: (fraction of heads pruned, metric).
+    """
+    _check_name(mode, "mode")
+    if not isinstance(metric, str) or not metric:
+        raise ValueError(f"metric must be a non-empty string, got {metric!r}")
+    heads_a = _to_numpy(heads)
+    layers_a = _to_numpy(layers)
+    nf = len(md.ABLATION_FIELDS)
+    if heads_a.ndim != 3 or heads_a.shape[2] != nf or 0 in heads_a.shape:
+        raise ValueError(f"heads must be [layers, heads, {nf}], got shape {heads_a.shape}")
+    if layers_a.shape != (heads_a.shape[0], nf):
+        raise ValueError(f"layers must be [{heads_a.shape[0]}, {nf}], got shape {layers_a.shape}")
+    common = dict(
+        mode=mode,
+        metric=metric,
+        baseline=float(baseline),
+        num_examples=int(num_examples),
+        fields=list(md.ABLATION_FIELDS),
+        layers=int(heads_a.shape[0]),
+        heads=int(heads_a.shape[1]),
+    )
+    summary = summary_pb2.Summary()
+    for unit, kind, what, table in (
+        ("heads", md.KIND_ABLATION_HEADS, "single head", heads_a),
+        ("layers", md.KIND_ABLATION_LAYERS, "whole layer", layers_a),
+    ):
+        metadata = md.create_summary_metadata(
+            kind,
+            data_class=summary_pb2.DATA_CLASS_TENSOR,
+            description=f"Change of {metric} when each {what} is disabled ({mode}).",
+            **common,
+        )
+        _tensor_value(summary, md.ablation_tag(mode, unit), metadata, table)
+    if pruning is not None:
+        pruning_a = _to_numpy(pruning)
+        if pruning_a.ndim != 2 or pruning_a.shape[1] != 2 or pruning_a.shape[0] == 0:
+            raise ValueError(f"pruning must be [k, 2] (fraction pruned, metric), got shape {pruning_a.shape}")
+        _tensor_value(
+            summary,
+            md.ablation_tag(mode, "pruning"),
+            md.create_summary_metadata(
+                md.KIND_PRUNING,
+                data_class=summary_pb2.DATA_CLASS_TENSOR,
+                description=f"{metric} as heads are pruned in order of importance ({mode}).",
+                mode=mode,
+                metric=metric,
+                baseline=float(baseline),
+            ),
+            pruning_a,
+        )
+    return summary
+
+
+def embedding_summary(name: str, coords: Any, layers: int, heads: int) -> summary_pb2.Summary:
+    """``bertwatch/clustering/{name}``: float32 ``[layers*heads, 2]`` coordinates (e.g. MDS), row = l*heads + h."""
+    _check_name(name, "name")
+    array = _to_numpy(coords)
+    layers, heads = int(layers), int(heads)
+    if array.shape != (layers * heads, 2):
+        raise ValueError(f"coords must be [{layers}*{heads}, 2], got shape {array.shape}")
+    meta = md.create_summary_metadata(
+        md.KIND_EMBEDDING,
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+        description=f"2-D embedding of the heads ({name}); row = layer * heads + head.",
+        name=name,
+        layers=layers,
+        heads=heads,
+    )
+    summary = summary_pb2.Summary()
+    _tensor_value(summary, md.clustering_tag(name), meta, array)
+    return summary
+
+
+# --------------------------------------------------------------------------------------------------------
+# Writer
+
+
+class SummaryWriter:
+    """Writes bertwatch summaries into a run directory (one event file, suffix ``.bertwatch``).
+
+    Call it on world process zero only. Every ``add_*`` call writes one event and flushes, so TensorBoard
+    sees each logging step at once. Use :meth:`from_torch_writer` to write into the event file of an
+    existing ``torch.utils.tensorboard.SummaryWriter`` (e.g. the HF ``TensorBoardCallback``'s) instead.
+    """
+
+    def __init__(self, logdir: str, filename_suffix: str = ".bertwatch", *, flush_secs: float = 120):
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._logdir = str(logdir)
+        self._file_writer = EventFileWriter(self._logdir, flush_secs=flush_secs, filename_suffix=filename_suffix)
+        self._torch_writer = None
+        self._closed = False
+
+    @classmethod
+    def from_torch_writer(cls, writer: Any) -> SummaryWriter:
+        """Write through ``writer._get_file_writer().add_summary(...)`` of a torch ``SummaryWriter`` (duck-typed).
+
+        :meth:`close` then only flushes: the torch writer belongs to its creator.
+        """
+        if not callable(getattr(writer, "_get_file_writer", None)):
+            raise TypeError(f"expected a torch.utils.tensorboard.SummaryWriter, got {type(writer).__name__}")
+        self = cls.__new__(cls)
+        self._torch_writer = writer
+        self._file_writer = None
+        self._closed = False
+        get_logdir = getattr(writer, "get_logdir", None)
+        self._logdir = get_logdir() if callable(get_logdir) else getattr(writer, "log_dir", None)
+        return self
+
+    @property
+    def logdir(self) -> str | None:
+        return self._logdir
+
+    # -- low level
+
+    def add_summary(self, summary: summary_pb2.Summary, step: int, walltime: float | None = None) -> None:
+        """Write one summary as one event at ``step`` (no flush)."""
+        if self._closed:
+            raise RuntimeError("SummaryWriter is closed")
+        step = int(step)
+        walltime = time.time() if walltime is None else float(walltime)
+        if self._torch_writer is not None:
+            self._torch_writer._get_file_writer().add_summary(summary, global_step=step, walltime=walltime)
+        else:
+            self._file_writer.add_event(event_pb2.Event(wall_time=walltime, step=step, summary=summary))
+
+    def _write(self, summaries: Iterable[summary_pb2.Summary], step: int, walltime: float | None) -> None:
+        merged = summary_pb2.Summary()
+        for s in summaries:
+            merged.value.extend(s.value)
+        if merged.value:
+            self.add_summary(merged, step, walltime)
+        self.flush()
+
+    # -- high level
+
+    def add_head_grids(self, grids: Mapping[str, Any], step: int, walltime: float | None = None) -> None:
+        """Every ``[layers, heads]`` grid as ``bertwatch/heads/{stat}`` plus its layer means as scalars."""
+        summaries = []
+        for stat, grid in grids.items():
+            summaries.append(head_grid_summary(stat, grid))
+            summaries.append(layer_scalar_summaries(stat, grid))
+        self._write(summaries, step, walltime)
+
+    def add_attention_maps(self, examples: Sequence[tuple], step: int, walltime: float | None = None) -> None:
+        """``examples``: ``(tokens, maps[L, H, T, T])`` or ``(tokens, maps, segments)`` per probe example;
+        example ``i`` goes to ``bertwatch/attention/{i:02d}``."""
+        summaries = []
+        for i, example in enumerate(examples):
+            if len(example) not in (2, 3):
+                raise ValueError("each example must be (tokens, maps) or (tokens, maps, segments)")
+            summaries.append(attention_summary(i, *example))
+        self._write(summaries, step, walltime)
+
+    def add_ablation(
+        self,
+        mode: str,
+        metric: str,
+        baseline: float,
+        num_examples: int,
+        heads: Any,
+        layers: Any,
+        pruning: Any | None = None,
+        step: int = 0,
+        walltime: float | None = None,
+    ) -> None:
+        """The ablation tables of one mode (``uniform`` or ``zero``); see :func:`ablation_summaries`."""
+        self._write([ablation_summaries(mode, metric, baseline, num_examples, heads, layers, pruning)], step, walltime)
+
+    def add_embedding(
+        self, name: str, coords: Any, layers: int, heads: int, step: int = 0, walltime: float | None = None
+    ) -> None:
+        """A 2-D head embedding ``bertwatch/clustering/{name}``; see :func:`embedding_summary`."""
+        self._write([embedding_summary(name, coords, layers, heads)], step, walltime)
+
+    def flush(self) -> None:
+        if self._closed:
+            return
+        if self._torch_writer is not None:
+            self._torch_writer.flush()
+        else:
+            self._file_writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file (a borrowed torch writer is only flushed)."""
+        if self._closed:
+            return
+        if self._torch_writer is not None:
+            self._torch_writer.flush()
+        else:
+            self._file_writer.close()
+        self._closed = True
+
+    def __enter__(self) -> SummaryWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
