@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import transformers as T
 
-    from bertwatch.ablation.configs import AblationConfig, sweep_configs
+    from bertwatch.ablation.configs import HeadMask, sweep_configs
     from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
     from bertwatch.ablation.runner import Runner
     from bertwatch.ablation.sweep import ablate
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         mask = np.zeros((layers, heads), dtype=bool)
         for l, h in step["heads"]:
             mask[l, h] = True
-        pruning.append(AblationConfig(f"prune:{step['pruned']}", mask))
+        pruning.append(HeadMask(f"prune:{step['pruned']}", mask))
     configs = main_configs + pruning
 
     pad_id = tokenizer.pad_token_id or 0

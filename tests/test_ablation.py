@@ -85,7 +85,7 @@ def test_every_configuration_equals_its_own_evaluation(family: str, mode: str) -
     assert runner.reuses == (family not in ("albert", "modernbert"))
     configs = C.sweep_configs(3, 4)
     rng = np.random.default_rng(0)
-    configs.append(C.AblationConfig("random", rng.random((3, 4)) < 0.5))
+    configs.append(C.HeadMask("random", rng.random((3, 4)) < 0.5))
     with torch.inference_mode():
         got = E.evaluate_configs(
             runner,
@@ -508,7 +508,7 @@ def test_minilm_sweep_equals_independent_evaluation() -> None:
         for c in C.sweep_configs(6, 12, keep_only=False)
         if c.id == "baseline" or c.id.startswith(("head:0:", "head:5:", "layer:"))
     ]
-    configs.append(C.AblationConfig("keep:3:7", np.pad(~np.eye(12, dtype=bool)[7:8], ((3, 2), (0, 0)))))
+    configs.append(C.HeadMask("keep:3:7", np.pad(~np.eye(12, dtype=bool)[7:8], ((3, 2), (0, 0)))))
     with torch.inference_mode():
         got = E.evaluate_configs(
             R.Runner(model, "uniform"),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 _LAZY = {
     "MODES": "bertwatch.ablation.configs",
-    "AblationConfig": "bertwatch.ablation.configs",
+    "HeadMask": "bertwatch.ablation.configs",
     "sweep_configs": "bertwatch.ablation.configs",
     "pruning_masks": "bertwatch.ablation.configs",
     "ablate": "bertwatch.ablation.sweep",
@@ -24,7 +24,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.ablation.configs import MODES, AblationConfig, pruning_masks, sweep_configs
+    from bertwatch.ablation.configs import MODES, HeadMask, pruning_masks, sweep_configs
     from bertwatch.ablation.sweep import ablate
     from bertwatch.report.result import AblationResult
 

@@ -1,4 +1,4 @@
-"""What one sweep evaluates: head masks (``AblationConfig``), the standard configurations, the pruning masks."""
+"""What one sweep evaluates: head masks (``HeadMask``), the standard configurations, the pruning masks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ MODES = ("uniform", "zero")
 
 
 @dataclass(frozen=True)
-class AblationConfig:
+class HeadMask:
     """One set of disabled heads: ``mask`` is bool ``[layers, heads]``, True = disabled."""
 
     id: str
@@ -32,27 +32,27 @@ class AblationConfig:
         return digest.hexdigest()[:16]
 
 
-def sweep_configs(num_layers: int, num_heads: int, keep_only: bool = True) -> list[AblationConfig]:
+def sweep_configs(num_layers: int, num_heads: int, keep_only: bool = True) -> list[HeadMask]:
     """The baseline, every single head (``head:l:h``), every layer (``layer:l``) and, with ``keep_only``, every
     "only head h of layer l left on" (``keep:l:h``)."""
     shape = (num_layers, num_heads)
-    configs = [AblationConfig("baseline", np.zeros(shape, dtype=bool))]
+    configs = [HeadMask("baseline", np.zeros(shape, dtype=bool))]
     for l in range(num_layers):
         for h in range(num_heads):
             mask = np.zeros(shape, dtype=bool)
             mask[l, h] = True
-            configs.append(AblationConfig(f"head:{l}:{h}", mask))
+            configs.append(HeadMask(f"head:{l}:{h}", mask))
     for l in range(num_layers):
         mask = np.zeros(shape, dtype=bool)
         mask[l] = True
-        configs.append(AblationConfig(f"layer:{l}", mask))
+        configs.append(HeadMask(f"layer:{l}", mask))
     if keep_only and num_heads > 1:
         for l in range(num_layers):
             for h in range(num_heads):
                 mask = np.zeros(shape, dtype=bool)
                 mask[l] = True
                 mask[l, h] = False
-                configs.append(AblationConfig(f"keep:{l}:{h}", mask))
+                configs.append(HeadMask(f"keep:{l}:{h}", mask))
     return configs
 
 

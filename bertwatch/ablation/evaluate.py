@@ -7,14 +7,14 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.ablation.configs import AblationConfig
+from bertwatch.ablation.configs import HeadMask
 from bertwatch.ablation.inputs import EvalBatch, EvalData
 from bertwatch.ablation.runner import Runner
 from bertwatch.ablation.store import Processes, Store
 
 
-def _group_by_start(configs: Sequence[AblationConfig], reuse: bool) -> list[tuple[int, list[AblationConfig]]]:
-    groups: dict[int, list[AblationConfig]] = {}
+def _group_by_start(configs: Sequence[HeadMask], reuse: bool) -> list[tuple[int, list[HeadMask]]]:
+    groups: dict[int, list[HeadMask]] = {}
     for c in configs:
         groups.setdefault(c.start_layer if reuse else 0, []).append(c)
     return sorted(groups.items())
@@ -23,7 +23,7 @@ def _group_by_start(configs: Sequence[AblationConfig], reuse: bool) -> list[tupl
 def run_shard(
     runner: Runner,
     batches: Sequence[EvalBatch],
-    configs: Sequence[AblationConfig],
+    configs: Sequence[HeadMask],
     configs_per_batch: int,
     progress: Any,
 ) -> dict[str, np.ndarray]:
@@ -64,7 +64,7 @@ def progress_bar(enabled: bool, total: int, desc: str, unit: str) -> Any:
 def evaluate_configs(
     runner: Runner,
     data: EvalData,
-    configs: Sequence[AblationConfig],
+    configs: Sequence[HeadMask],
     store: Store,
     processes: Processes,
     configs_per_batch: int,

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertwatch.ablation.configs import AblationConfig, pruning_masks
+from bertwatch.ablation.configs import HeadMask, pruning_masks
 from bertwatch.ablation.evaluate import evaluate_configs, in_input_order, progress_bar
 from bertwatch.ablation.inputs import EvalData
 from bertwatch.ablation.runner import Runner
@@ -67,7 +67,7 @@ def _chain_step(
     ``carried`` maps (shard, batch) to the states entering ``_first_change(masks[j], masks[j-1])`` under step
     ``j-1``, or is None (then step ``j`` runs from layer 0). Returns its logits and what step ``j+1`` needs.
     """
-    config = AblationConfig(f"prune:{int(masks[j].sum())}", masks[j])
+    config = HeadMask(f"prune:{int(masks[j].sum())}", masks[j])
     start = _first_change(masks[j], masks[j - 1] if j else None) if carried is not None else 0
     following = _first_change(masks[j + 1], masks[j]) if j + 1 < len(masks) else None
     keep = following if following is not None and max(start, 1) <= following < runner.num_layers else None
@@ -127,7 +127,7 @@ def pruning_curve(
     carried: dict[tuple[int, int], torch.Tensor] | None = None
     try:
         for first in range(0, len(masks), chunk):
-            configs = [AblationConfig(f"prune:{int(m.sum())}", m) for m in masks[first : first + chunk]]
+            configs = [HeadMask(f"prune:{int(m.sum())}", m) for m in masks[first : first + chunk]]
             if chain:
                 got, carried = _chain_step(runner, data, store, masks, first, carried)
             else:

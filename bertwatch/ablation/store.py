@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertwatch.ablation.configs import AblationConfig
+from bertwatch.ablation.configs import HeadMask
 
 
 class Store:
@@ -42,10 +42,10 @@ class Store:
         if stale and not self.entries and writer:
             path.unlink()
 
-    def get(self, shard: int, config: AblationConfig) -> np.ndarray | None:
+    def get(self, shard: int, config: HeadMask) -> np.ndarray | None:
         return self.entries.get((shard, config.key))
 
-    def put(self, shard: int, config: AblationConfig, logits: np.ndarray) -> None:
+    def put(self, shard: int, config: HeadMask, logits: np.ndarray) -> None:
         logits = np.ascontiguousarray(logits, dtype=np.float32)
         self.entries[(shard, config.key)] = logits
         if self.path is None or not self.writer:
@@ -82,14 +82,14 @@ class Processes:
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def split(self, configs: Sequence[AblationConfig], num_layers: int) -> list[AblationConfig]:
+    def split(self, configs: Sequence[HeadMask], num_layers: int) -> list[HeadMask]:
         """Balance the cost (layers to run) across processes, then let accelerate hand out the contiguous parts."""
         if self.world == 1:
             return list(configs)
         ranked = sorted(configs, key=lambda c: (-(num_layers - min(c.start_layer, num_layers - 1)), c.id))
         base, extra = divmod(len(ranked), self.world)
         sizes = [base + (1 if r < extra else 0) for r in range(self.world)]
-        buckets: list[list[AblationConfig]] = [[] for _ in range(self.world)]
+        buckets: list[list[HeadMask]] = [[] for _ in range(self.world)]
         cost = [0] * self.world
         for config in ranked:
             open_ranks = [r for r in range(self.world) if len(buckets[r]) < sizes[r]]
