@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from bertwatch.cli import main
-from tests.test_stats import _roles_from_strings, reference_stats
+from tests.test_stats import roles_from_strings, reference_stats
 
 torch.set_num_threads(1)
 
@@ -62,7 +62,7 @@ def test_analyze_matches_independent_definitions(tmp_path: Path, minilm_path: st
         enc = tokenizer(first, second or None, truncation=True, max_length=24, return_tensors="pt")
         with torch.no_grad():
             maps = torch.stack(model(**enc, output_attentions=True).attentions, dim=1)
-        per_example.append(reference_stats(maps.numpy(), _roles_from_strings(tokenizer, enc)))
+        per_example.append(reference_stats(maps.numpy(), roles_from_strings(tokenizer, enc)))
     for name, grid in result["stats"].items():
         got = np.array([[np.nan if x is None else x for x in row] for row in grid])
         want = np.nanmean(np.concatenate([p[name] for p in per_example]), axis=0)

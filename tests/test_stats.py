@@ -480,7 +480,7 @@ def _encode(tokenizer, padding_side="right"):
     return {k: torch.cat([e[k] for e in encs]) for k in encs[0]}
 
 
-def _roles_from_strings(tokenizer, enc) -> TokenRoles:
+def roles_from_strings(tokenizer, enc) -> TokenRoles:
     """Roles the way Clark's notebook finds them: by token string."""
     real = enc["attention_mask"].bool()
     toks = [tokenizer.convert_ids_to_tokens(row) for row in enc["input_ids"].tolist()]
@@ -500,7 +500,7 @@ def test_minilm_maps_match_loop_reference(minilm):
     attn = _maps(model, enc)
     assert attn.shape[1:3] == (6, 12) and bool((~enc["attention_mask"].bool()).any())
     roles = token_roles(enc["input_ids"], enc["attention_mask"], tokenizer, enc["token_type_ids"])
-    by_string = _roles_from_strings(tokenizer, enc)
+    by_string = roles_from_strings(tokenizer, enc)
     for field in ("real", "cls", "sep", "punct", "segment"):
         assert torch.equal(getattr(roles, field), getattr(by_string, field)), field
     assert bool(roles.punct.any()) and int(roles.sep.sum(-1).max()) == 2

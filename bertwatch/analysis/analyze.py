@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.jsonable import jsonable
 from bertwatch.heads.loading import load_model, max_input_length
 
 __all__ = ["analyze", "encode_texts"]
@@ -121,17 +122,13 @@ def analyze(
         "num_examples": len(encodings),
         "max_length": length,
         "truncated": truncated,
-        "stats": {k: _nan_to_none(v) for k, v in grids.items()},
+        "stats": {k: jsonable(v) for k, v in grids.items()},
         "labels": behaviour_labels({k: torch.as_tensor(v) for k, v in grids.items()}),
         "patterns": pattern_classes({k: torch.as_tensor(v) for k, v in grids.items()}),
     }
     if out is not None:
         _write(result, grids, Path(out), figures)
     return result
-
-
-def _nan_to_none(grid: np.ndarray) -> list[list[float | None]]:
-    return [[float(x) if np.isfinite(x) else None for x in row] for row in grid]
 
 
 def _write(result: dict[str, Any], grids: dict[str, np.ndarray], out: Path, figures: bool) -> None:

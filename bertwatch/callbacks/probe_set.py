@@ -6,12 +6,10 @@ the training dataloader or the global random state (collators such as masked-LM 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import os
-import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,29 +19,13 @@ import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import SetupError
+from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
 
 __all__ = ["ProbeSet", "ReferenceCache", "build_probe_set", "crop_maps", "pad_maps", "sample_indices"]
 
 _LABEL_KEYS = ("labels", "label", "label_ids")
 CACHE_VERSION = 1
-
-
-@contextlib.contextmanager
-def rng_untouched() -> Iterator[None]:
-    """Restore the torch, numpy and Python random states on exit, so the user's training draws the same numbers."""
-    torch_state = torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    np_state = np.random.get_state()
-    py_state = random.getstate()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(torch_state)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
-        np.random.set_state(np_state)
-        random.setstate(py_state)
 
 
 @dataclass

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertwatch.heads.rng import rng_untouched
+
 IMPLEMENTATION = "bertwatch"
 
 SUPPORTED_MODEL_TYPES = (
@@ -277,18 +279,6 @@ def _user_implementation(model: nn.Module) -> str | None:
 
 
 @contextlib.contextmanager
-def _rng_preserved(device: torch.device) -> Iterator[None]:
-    cpu_state = torch.get_rng_state()
-    cuda_state = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    try:
-        yield
-    finally:
-        torch.set_rng_state(cpu_state)
-        if cuda_state is not None:
-            torch.cuda.set_rng_state(cuda_state, device)
-
-
-@contextlib.contextmanager
 def capture(
     model: nn.Module,
     record: bool = True,
@@ -320,10 +310,9 @@ def capture(
     cap = Capture(num_layers, num_heads, record, intervention, gates, keep_graph)
     previous = _user_implementation(model)
     modes = {m: m.training for m in model.modules()}
-    device = next(model.parameters()).device
     hook = model.register_forward_pre_hook(lambda *_: cap.reset())
     try:
-        with _rng_preserved(device):
+        with rng_untouched():
             model.set_attn_implementation(IMPLEMENTATION)
             if _user_implementation(model) != IMPLEMENTATION:
                 raise UnsupportedModelError(

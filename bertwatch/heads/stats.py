@@ -90,7 +90,7 @@ _PASSES: dict[str, tuple[str, ...]] = {
 _SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 2, "js": 4}
 
 
-class _Batch:
+class _MapSweep:
     """One batch of maps with its roles; every full-size reduction is done in a single blocked sweep.
 
     The sweep reads `attn` (and the reference) once, in blocks of at most `_CPU_BLOCK` elements on CPU, with
@@ -335,7 +335,7 @@ def compute_stats(
     """
     if names is None:
         names = STAT_NAMES + (DRIFT_NAMES if reference is not None else ())
-    return _Batch(attn, roles, reference, compat_length).compute(list(names))
+    return _MapSweep(attn, roles, reference, compat_length).compute(list(names))
 
 
 def cls_mass(attn: Tensor, roles: TokenRoles) -> Tensor:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertwatch.core.jsonable import jsonable as core_jsonable
 from bertwatch.linguistics.scan import Scan
 
 
@@ -32,19 +32,8 @@ def dumps(obj: Any, indent: int = 0) -> str:
 
 
 def jsonable(obj: Any) -> Any:
-    """NaN/inf → null, numpy → python, so the JSON is strict."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(x) for x in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        value = float(obj)
-        return round(value, 6) if math.isfinite(value) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj
+    """Strict JSON values (see :mod:`bertwatch.core.jsonable`) with six decimals, enough for a fraction."""
+    return core_jsonable(obj, digits=6)
 
 
 def write_json(path: Path, obj: Mapping[str, Any]) -> Path:

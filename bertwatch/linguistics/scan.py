@@ -23,7 +23,6 @@ DEFAULT_PROBE_TRAIN_LIMIT = 2000
 DEFAULT_CLUSTER_LIMIT = 1000
 _MINILM_NAMES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 _BEHAVIOUR_STATS = ("next", "prev", "entropy", "cls_mass", "sep_mass", "punct_mass")
-_TOKEN_TYPES = ("cls", "sep", "punct", "other")
 _MAIN_RELATIONS = (
     "all",
     "nsubj",

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 __all__ = ["grid_heatmap", "special_token_figure", "png_bytes", "pyplot"]
-
-DIVERGING = {"drift_cosine", "drift_js"}
 
 
 def pyplot():
@@ -105,11 +102,6 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
     return data
 
 
-def is_diverging(stat: str) -> bool:
-    """Whether a statistic is read against a reference value (drift), so a diverging scale fits."""
-    return stat in DIVERGING
-
-
 def reference_value(stat: str) -> float | None:
     """The neutral value of a diverging statistic: 1 for cosine similarity, 0 for divergences."""
     if stat == "drift_cosine":
@@ -117,8 +109,3 @@ def reference_value(stat: str) -> float | None:
     if stat == "drift_js":
         return 0.0
     return None
-
-
-def finite_or_none(value: float) -> float | None:
-    """JSON has no NaN: write it as null."""
-    return None if value is None or not math.isfinite(value) else float(value)

@@ -5,13 +5,13 @@ Torch-free: the report, the plugin and ``bertwatch report`` read it without load
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bertwatch.core.jsonable import finite_or_none
 from bertwatch.core.significance import ABLATION_FIELDS as FIELDS
 
 __all__ = ["FIELDS", "AblationResult", "atomic_write"]
@@ -19,16 +19,8 @@ __all__ = ["FIELDS", "AblationResult", "atomic_write"]
 FORMAT_VERSION = 1
 
 
-def _num(value: Any) -> float | None:
-    """JSON has no NaN or infinity: write them as null."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _cell(row: np.ndarray) -> dict[str, float | None]:
-    return {name: _num(v) for name, v in zip(FIELDS, row)}
+    return {name: finite_or_none(v) for name, v in zip(FIELDS, row)}
 
 
 def _uncell(cell: dict[str, Any]) -> list[float]:
@@ -84,7 +76,7 @@ class AblationResult:
             "mode": self.mode,
             "metric": self.metric,
             "num_examples": int(self.num_examples),
-            "baseline": _num(self.baseline),
+            "baseline": finite_or_none(self.baseline),
             "heads": [[_cell(c) for c in row] for row in self.heads],
             "layers": [_cell(c) for c in self.layers],
         }
@@ -93,11 +85,12 @@ class AblationResult:
             doc["keep_best"] = self.keep_best()
         if self.pruning:
             doc["pruning"] = [
-                {k: (_num(v) if k in FIELDS or k == "fraction" else v) for k, v in p.items()} for p in self.pruning
+                {k: (finite_or_none(v) if k in FIELDS or k == "fraction" else v) for k, v in p.items()}
+                for p in self.pruning
             ]
         if self.importance is not None:
-            doc["importance"] = [[_num(v) for v in row] for row in self.importance]
-        doc["baseline_metrics"] = {k: _num(v) for k, v in self.baseline_metrics.items()}
+            doc["importance"] = [[finite_or_none(v) for v in row] for row in self.importance]
+        doc["baseline_metrics"] = {k: finite_or_none(v) for k, v in self.baseline_metrics.items()}
         doc["config"] = self.config
         return doc
 
@@ -155,7 +148,7 @@ class AblationResult:
                     "layer": "",
                     "head": "",
                     "pruned": p["pruned"],
-                    **{k: _num(p.get(k)) for k in FIELDS},
+                    **{k: finite_or_none(p.get(k)) for k in FIELDS},
                 }
             )
         return rows

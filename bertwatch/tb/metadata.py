@@ -25,11 +25,12 @@ from typing import Any
 
 from tensorboard.compat.proto import summary_pb2
 
+from bertwatch.core.significance import ABLATION_FIELDS  # noqa: F401 (re-exported: the tables' field order)
+
 PLUGIN_NAME = "bertwatch"
 #: Version of the JSON in ``plugin_data.content``; the plugin skips tags written by a newer format.
 FORMAT_VERSION = 1
 
-TAG_ROOT = "bertwatch"
 HEADS_PREFIX = "bertwatch/heads/"
 ATTENTION_PREFIX = "bertwatch/attention/"
 ABLATION_PREFIX = "bertwatch/ablation/"
@@ -46,10 +47,8 @@ KIND_EMBEDDING = "head_embedding"
 TENSOR_KINDS = (KIND_HEAD_GRID, KIND_ABLATION_HEADS, KIND_ABLATION_LAYERS, KIND_PRUNING, KIND_EMBEDDING)
 BLOB_KINDS = (KIND_ATTENTION,)
 
-#: Field order of the last axis of the ablation tables.
-ABLATION_FIELDS = ("value", "delta", "ci_low", "ci_high", "p")
 
-#: Human-readable descriptions (DESIGN.md §3); unknown statistics get a generic one.
+#: Human-readable descriptions (docs/statistics.md); unknown statistics get a generic one.
 STAT_DESCRIPTIONS = {
     "cls_mass": "Attention mass on [CLS], mean over queries (Clark et al. 2019, Fig. 2).",
     "sep_mass": "Attention mass on all [SEP] tokens, mean over queries (Clark et al. 2019, Fig. 2).",

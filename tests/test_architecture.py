@@ -1,0 +1,305 @@
+"""The package's shape, checked from the source (see docs/architecture.md for the rules and their reasons).
+
+Everything here reads files with ``ast``; only the torch checks import bertwatch, in a fresh interpreter.
+Each failure names the modules or functions that break the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "bertwatch"
+
+# Lowest layer first; a module may import its own subpackage or a lower layer. Siblings share a number.
+LAYERS = {
+    "core": 1,
+    "data": 2,
+    "heads": 3,
+    "tb": 4,
+    "report": 5,
+    "ablation": 6,
+    "linguistics": 6,
+    "analysis": 6,
+    "callbacks": 7,
+    "cli": 8,
+}
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+LONG_REASON = "Long because"  # a function over MAX_FUNCTION_LINES says why in its docstring with this marker
+EXEMPT_FROM_LAYERS = {"bertwatch"}  # the root __init__ only names things lazily
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # importing module, e.g. "bertwatch.report.html"
+    target: str  # imported module, e.g. "bertwatch.report.figures"
+    names: tuple[str, ...]  # names taken with `from target import ...` (empty for `import target`)
+    line: int
+    type_checking: bool  # inside `if TYPE_CHECKING:`
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_files() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def python_files(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+MODULES = {module_name(p): p for p in package_files()}
+
+
+def is_package(name: str) -> bool:
+    return MODULES.get(name, Path()).name == "__init__.py"
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def resolve_relative(source: str, level: int, module: str | None) -> str:
+    base = source.split(".") if is_package(source) else source.split(".")[:-1]
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join(base + ([module] if module else []))
+
+
+def imports_of(path: Path) -> list[Import]:
+    source = module_name(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[Import] = []
+
+    def visit(node: ast.AST, type_checking: bool) -> None:
+        if isinstance(node, ast.If) and is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True)
+            for child in node.orelse:
+                visit(child, type_checking)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append(Import(source, alias.name, (), node.lineno, type_checking))
+        elif isinstance(node, ast.ImportFrom):
+            target = resolve_relative(source, node.level, node.module) if node.level else (node.module or "")
+            found.append(Import(source, target, tuple(a.name for a in node.names), node.lineno, type_checking))
+        for child in ast.iter_child_nodes(node):
+            visit(child, type_checking)
+
+    visit(tree, False)
+    return found
+
+
+def internal_targets(imp: Import) -> list[str]:
+    """The bertwatch modules an import loads: `from pkg import sub` names the submodule, otherwise the module."""
+    if imp.target != "bertwatch" and not imp.target.startswith("bertwatch."):
+        return []
+    subs = [f"{imp.target}.{n}" for n in imp.names if f"{imp.target}.{n}" in MODULES]
+    plain = [n for n in imp.names if f"{imp.target}.{n}" not in MODULES]
+    targets = subs + ([imp.target] if plain or not imp.names else [])
+    return [t for t in targets if t in MODULES]
+
+
+def subpackage(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, path in MODULES.items():
+        if name in EXEMPT_FROM_LAYERS:
+            continue
+        for imp in imports_of(path):
+            if imp.type_checking:
+                continue
+            graph[name].update(t for t in internal_targets(imp) if t != name)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each listed in sorted order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return cycles
+
+
+def functions(tree: ast.AST, prefix: str = ""):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{prefix}{node.name}", node
+            yield from functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from functions(node, f"{prefix}{node.name}.")
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_every_subpackage_has_a_layer():
+    unknown = sorted({s for s in map(subpackage, MODULES) if s is not None and s not in LAYERS})
+    assert not unknown, f"subpackages without a layer in tests/test_architecture.py LAYERS: {unknown}"
+
+
+def test_no_import_cycles():
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles between bertwatch modules:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_imports_run_downward():
+    bad = []
+    for name, path in MODULES.items():
+        if name in EXEMPT_FROM_LAYERS:
+            continue
+        own = subpackage(name)
+        for imp in imports_of(path):
+            if imp.type_checking:
+                continue
+            for target in internal_targets(imp):
+                other = subpackage(target)
+                if other is None or other == own:
+                    continue
+                if LAYERS[other] >= LAYERS[own]:
+                    bad.append(
+                        f"{relative(path)}:{imp.line} {name} ({own}, layer {LAYERS[own]}) imports {target} "
+                        f"({other}, layer {LAYERS[other]})"
+                    )
+    assert not bad, "imports that go up or sideways between subpackages:\n" + "\n".join(bad)
+
+
+def test_modules_are_short():
+    long = [
+        f"{relative(p)}: {n} lines"
+        for p in package_files()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job):\n" + "\n".join(long)
+
+
+def test_long_functions_say_why():
+    bad = []
+    for path in package_files():
+        tree = ast.parse(path.read_text())
+        for qualname, node in functions(tree):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES and LONG_REASON not in (ast.get_docstring(node) or ""):
+                bad.append(f"{relative(path)}:{node.lineno} {qualname}: {length} lines")
+    assert not bad, (
+        f"functions over {MAX_FUNCTION_LINES} lines without '{LONG_REASON} ...' in their docstring "
+        "(split them into named steps, or give the reason):\n" + "\n".join(bad)
+    )
+
+
+def test_only_the_command_line_reads_argv():
+    bad = []
+    for name, path in MODULES.items():
+        if subpackage(name) == "cli":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "argv":
+                bad.append(f"{relative(path)}:{node.lineno} reads .argv")
+        for imp in imports_of(path):
+            if imp.target == "argparse" or (imp.target == "sys" and "argv" in imp.names):
+                bad.append(f"{relative(path)}:{imp.line} imports {imp.target} {list(imp.names) or ''}".rstrip())
+    assert not bad, "argv / argparse outside bertwatch/cli/:\n" + "\n".join(bad)
+
+
+def test_no_private_names_imported_across_modules():
+    bad = []
+    for path in python_files("bertwatch", "tests", "benchmarks"):
+        for imp in imports_of(path):
+            top = imp.target.split(".")[0]
+            if top not in ("bertwatch", "tests", "benchmarks"):
+                continue
+            module_path = ROOT / Path(*imp.target.split("."))
+            for n in imp.names:
+                is_module = (module_path / f"{n}.py").exists() or (module_path / n / "__init__.py").exists()
+                if is_private(n) and not is_module:
+                    bad.append(f"{relative(path)}:{imp.line} from {imp.target} import {n}")
+    assert not bad, "private names imported from another module (make them public where defined):\n" + "\n".join(bad)
+
+
+def test_no_stack_walking():
+    bad = []
+    for path in package_files():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and (
+                node.attr in ("_getframe", "stack", "currentframe", "getouterframes")
+            ):
+                owner = node.value.id if isinstance(node.value, ast.Name) else ""
+                if owner in ("sys", "inspect"):
+                    bad.append(f"{relative(path)}:{node.lineno} {owner}.{node.attr}")
+        for imp in imports_of(path):
+            taken = {"_getframe"} & set(imp.names) if imp.target == "sys" else set()
+            taken |= {"stack", "currentframe", "getouterframes"} & set(imp.names) if imp.target == "inspect" else set()
+            bad += [f"{relative(path)}:{imp.line} from {imp.target} import {n}" for n in sorted(taken)]
+    assert not bad, "call-stack walking in bertwatch/ (pass what is needed as arguments):\n" + "\n".join(bad)
+
+
+def no_torch_after(code: str) -> None:
+    check = f"{code}\nimport sys\nheavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
+    check += "assert not heavy, heavy\n"
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"`{code}` imports torch or transformers:\n{done.stderr[-2000:]}"
+
+
+def test_import_bertwatch_tb_and_report_do_not_import_torch():
+    no_torch_after(
+        "import bertwatch, bertwatch.core, bertwatch.tb, bertwatch.tb.metadata, bertwatch.tb.summary, "
+        "bertwatch.tb.plugin, bertwatch.report, bertwatch.report.html, bertwatch.report.events, "
+        "bertwatch.report.linguistics, bertwatch.report.result, bertwatch.report.figures"
+    )
+
+
+def test_bertwatch_report_command_does_not_import_torch():
+    no_torch_after("import bertwatch.cli, bertwatch.cli.report")
