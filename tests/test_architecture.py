@@ -303,3 +303,36 @@ def test_import_bertwatch_tb_and_report_do_not_import_torch():
 
 def test_bertwatch_report_command_does_not_import_torch():
     no_torch_after("import bertwatch.cli, bertwatch.cli.report")
+
+
+#: private methods of torch objects that bertwatch once reached for; a generic check cannot tell their owner
+PRIVATE_TORCH_METHODS = {"_get_file_writer"}
+
+
+def attribute_chain(node: ast.Attribute) -> list[str]:
+    parts = [node.attr]
+    while isinstance(node.value, ast.Attribute):
+        node = node.value
+        parts.append(node.attr)
+    if isinstance(node.value, ast.Name):
+        parts.append(node.value.id)
+    return parts[::-1]
+
+
+def test_no_private_torch_api():
+    bad = []
+    for path in package_files():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                chain = attribute_chain(node)
+                if (
+                    chain[0] == "torch" and any(is_private(p) for p in chain[1:])
+                ) or node.attr in PRIVATE_TORCH_METHODS:
+                    bad.append(f"{relative(path)}:{node.lineno} {'.'.join(chain)}")
+        for imp in imports_of(path):
+            if imp.target.split(".")[0] != "torch":
+                continue
+            names = imp.target.split(".")[1:] + list(imp.names)
+            bad += [f"{relative(path)}:{imp.line} import of {imp.target} {n}" for n in names if is_private(n)]
+    assert not bad, "private torch API in bertwatch/ (use a public route):\n" + "\n".join(sorted(set(bad)))

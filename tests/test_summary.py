@@ -200,38 +200,21 @@ def test_tensorboard_loader_sees_every_series(tmp_path):
 
 
 def test_from_torch_writer_duck_typed(tmp_path):
-    class FakeFileWriter:
-        def __init__(self):
-            self.calls = []
-
-        def add_summary(self, summary, global_step=None, walltime=None):
-            self.calls.append((summary, global_step, walltime))
-
-    class FakeTorchWriter:
-        def __init__(self):
-            self.fw, self.flushes, self.closed = FakeFileWriter(), 0, False
-
-        def _get_file_writer(self):
-            return self.fw
-
+    class FakeTorchWriter:  # only the public get_logdir() is read; nothing else may be called
         def get_logdir(self):
-            return "runs/x"
+            return str(tmp_path)
 
-        def flush(self):
-            self.flushes += 1
+        def __getattr__(self, name):
+            raise AssertionError(f"bertwatch touched the torch writer's {name}")
 
-        def close(self):
-            self.closed = True
-
-    tw = FakeTorchWriter()
-    w = bs.SummaryWriter.from_torch_writer(tw)
-    assert w.logdir == "runs/x"
+    w = bs.SummaryWriter.from_torch_writer(FakeTorchWriter())
+    assert w.logdir == str(tmp_path)
     w.add_head_grids({"prev": np.zeros((1, 2))}, step=3, walltime=9.0)
-    ((summary, step, walltime),) = tw.fw.calls
-    assert step == 3 and walltime == 9.0 and summary.value[0].tag == "bertwatch/heads/prev"
-    assert tw.flushes == 1
+    files, events = _events(str(tmp_path))  # flushed: readable before close
+    assert len(files) == 1 and files[0].endswith(".bertwatch")
+    (event,) = [e for e in events if any(v.tag == "bertwatch/heads/prev" for v in e.summary.value)]
+    assert event.step == 3 and event.wall_time == 9.0
     w.close()
-    assert not tw.closed and tw.flushes == 2  # the borrowed writer is flushed, never closed
     with pytest.raises(TypeError):
         bs.SummaryWriter.from_torch_writer(object())
 
@@ -240,12 +223,16 @@ def test_from_real_torch_writer(tmp_path):
     import torch.utils.tensorboard as torch_tb
 
     tw = torch_tb.SummaryWriter(log_dir=str(tmp_path))
+    tw.add_scalar("loss", 1.0, 4)
     w = bs.SummaryWriter.from_torch_writer(tw)
     w.add_head_grids({"cls_mass": np.full((2, 2), 0.5)}, step=4)
-    _, events = _events(str(tmp_path))  # flushed through the torch writer: readable before close
+    _, events = _events(str(tmp_path))  # bertwatch's own file in the same run, readable before close
     assert any(v.tag == "bertwatch/heads/cls_mass" for e in events for v in e.summary.value)
     w.close()
+    tw.add_scalar("loss", 0.5, 5)  # the torch writer is still the user's and still open
     tw.close()
+    _, events = _events(str(tmp_path))
+    assert [e.step for e in events if any(v.tag == "loss" for v in e.summary.value)] == [4, 5]
 
 
 def test_summary_and_plugin_never_import_torch():

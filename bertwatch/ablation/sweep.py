@@ -108,7 +108,7 @@ def writer_for(writer: Any, logdir: str | os.PathLike | None):
         return writer, False
     if isinstance(writer, (str, os.PathLike)):
         return SummaryWriter(os.fspath(writer)), True
-    return SummaryWriter.from_torch_writer(writer), False
+    return SummaryWriter.from_torch_writer(writer), True
 
 
 def ablate(

@@ -1,9 +1,9 @@
 """numpy arrays -> TensorBoard summaries of plugin ``bertwatch``, and the event writer that writes them.
 
 The builders are pure: they validate shapes and return a ``summary_pb2.Summary``. :class:`SummaryWriter` writes
-them with TensorBoard's own TF-free ``EventFileWriter``, or through an existing torch ``SummaryWriter``
-(:meth:`SummaryWriter.from_torch_writer`). This module never imports torch: array-likes with ``.detach()``
-(torch tensors) are converted by duck typing.
+them with TensorBoard's own TF-free ``EventFileWriter``, also beside an existing torch ``SummaryWriter``
+(:meth:`SummaryWriter.from_torch_writer`: same run directory, own event file). This module never imports torch:
+array-likes with ``.detach()`` (torch tensors) are converted by duck typing.
 
 Every summary carries ``plugin_data.plugin_name = "bertwatch"``, an explicit ``data_class`` (TensorBoard
 silently drops third-party series without one) and a versioned JSON ``plugin_data.content``; see
@@ -13,6 +13,7 @@ silently drops third-party series without one) and a versioned JSON ``plugin_dat
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -236,8 +237,8 @@ class SummaryWriter:
     """Writes bertwatch summaries into a run directory (one event file, suffix ``.bertwatch``).
 
     Call it on world process zero only. Every ``add_*`` call writes one event and flushes, so TensorBoard
-    sees each logging step at once. Use :meth:`from_torch_writer` to write into the event file of an
-    existing ``torch.utils.tensorboard.SummaryWriter`` (e.g. the HF ``TensorBoardCallback``'s) instead.
+    sees each logging step at once. Use :meth:`from_torch_writer` to write into the run directory of an
+    existing ``torch.utils.tensorboard.SummaryWriter`` (e.g. the HF ``TensorBoardCallback``'s).
     """
 
     def __init__(self, logdir: str, filename_suffix: str = ".bertwatch", *, flush_secs: float = 120):
@@ -245,24 +246,25 @@ class SummaryWriter:
 
         self._logdir = str(logdir)
         self._file_writer = EventFileWriter(self._logdir, flush_secs=flush_secs, filename_suffix=filename_suffix)
-        self._torch_writer = None
         self._closed = False
 
     @classmethod
-    def from_torch_writer(cls, writer: Any) -> SummaryWriter:
-        """Write through ``writer._get_file_writer().add_summary(...)`` of a torch ``SummaryWriter`` (duck-typed).
+    def from_torch_writer(
+        cls, writer: Any, filename_suffix: str = ".bertwatch", *, flush_secs: float = 120
+    ) -> SummaryWriter:
+        """A writer whose event file lies in the run directory of a torch ``SummaryWriter`` (e.g. the HF
+        ``TensorBoardCallback``'s), so TensorBoard shows bertwatch's series in the same run.
 
-        :meth:`close` then only flushes: the torch writer belongs to its creator.
+        Only the writer's public ``get_logdir()`` (or ``log_dir``) is read; the torch writer is never written to,
+        flushed or closed. :meth:`close` closes bertwatch's own file.
         """
-        if not callable(getattr(writer, "_get_file_writer", None)):
-            raise TypeError(f"expected a torch.utils.tensorboard.SummaryWriter, got {type(writer).__name__}")
-        self = cls.__new__(cls)
-        self._torch_writer = writer
-        self._file_writer = None
-        self._closed = False
         get_logdir = getattr(writer, "get_logdir", None)
-        self._logdir = get_logdir() if callable(get_logdir) else getattr(writer, "log_dir", None)
-        return self
+        logdir = get_logdir() if callable(get_logdir) else getattr(writer, "log_dir", None)
+        if not isinstance(logdir, (str, os.PathLike)):
+            raise TypeError(
+                f"expected a torch.utils.tensorboard.SummaryWriter (with get_logdir()), got {type(writer).__name__}"
+            )
+        return cls(os.fspath(logdir), filename_suffix, flush_secs=flush_secs)
 
     @property
     def logdir(self) -> str | None:
@@ -276,10 +278,7 @@ class SummaryWriter:
             raise RuntimeError("SummaryWriter is closed")
         step = int(step)
         walltime = time.time() if walltime is None else float(walltime)
-        if self._torch_writer is not None:
-            self._torch_writer._get_file_writer().add_summary(summary, global_step=step, walltime=walltime)
-        else:
-            self._file_writer.add_event(event_pb2.Event(wall_time=walltime, step=step, summary=summary))
+        self._file_writer.add_event(event_pb2.Event(wall_time=walltime, step=step, summary=summary))
 
     def _write(self, summaries: Iterable[summary_pb2.Summary], step: int, walltime: float | None) -> None:
         merged = summary_pb2.Summary()
@@ -333,19 +332,13 @@ class SummaryWriter:
     def flush(self) -> None:
         if self._closed:
             return
-        if self._torch_writer is not None:
-            self._torch_writer.flush()
-        else:
-            self._file_writer.flush()
+        self._file_writer.flush()
 
     def close(self) -> None:
-        """Flush and close the event file (a borrowed torch writer is only flushed)."""
+        """Flush and close the event file."""
         if self._closed:
             return
-        if self._torch_writer is not None:
-            self._torch_writer.flush()
-        else:
-            self._file_writer.close()
+        self._file_writer.close()
         self._closed = True
 
     def __enter__(self) -> SummaryWriter:
