@@ -45,53 +45,85 @@ def analyze(
     progress: bool = True,
     figures: bool = True,
 ) -> dict[str, Any]:
-    """Compute every statistic of DESIGN §3 for ``model`` on ``texts`` and optionally write them to ``out``.
+    """Compute every statistic of ``docs/statistics.md`` for ``model`` on ``texts``; optionally write them to ``out``.
 
     ``texts`` is a file (one example per line, a tab between the two sentences of a pair) or a list of strings or
     (text, pair) tuples. ``reference`` (a model or path) adds the drift statistics. Returns the ``stats.json``
     document: ``{"model", "num_layers", "num_heads", "num_examples", "stats": {name: [[...]]}, ...}``.
     """
     import torch
-    from tqdm.auto import tqdm
 
-    from bertwatch.data.glue import read_texts
-    from bertwatch.heads.capture import capture, model_shape
-    from bertwatch.heads.roles import token_roles
-    from bertwatch.heads.stats import (
-        DRIFT_NAMES,
-        STAT_NAMES,
-        StatsAccumulator,
-        behaviour_labels,
-        compute_stats,
-        pattern_classes,
-    )
+    from bertwatch.heads.capture import model_shape
+    from bertwatch.heads.stats import behaviour_labels, pattern_classes
 
-    if isinstance(texts, (str, Path)):
-        examples = read_texts(texts)
-    else:
-        examples = [(t, None) if isinstance(t, str) else (t[0], t[1]) for t in texts]
-        if not examples:
-            raise ValueError("no texts to analyse")
+    examples = _examples(texts)
     name = (
         model if isinstance(model, (str, Path)) else getattr(getattr(model, "config", None), "_name_or_path", "model")
     )
-    if isinstance(model, (str, Path)):
-        model, loaded_tokenizer = load_model(str(model), device)
-        tokenizer = tokenizer or loaded_tokenizer
-    if tokenizer is None:
-        raise ValueError("pass the model's tokenizer when giving a model object")
+    model, tokenizer, ref_model = _models(model, tokenizer, reference, device)
     layers, heads = model_shape(model)
-    ref_model = None
-    if reference is not None:
-        ref_model = load_model(str(reference), device)[0] if isinstance(reference, (str, Path)) else reference
-        if model_shape(ref_model) != (layers, heads):
-            raise ValueError(f"the reference model has shape {model_shape(ref_model)}, the model {(layers, heads)}")
     length = max_input_length(model, tokenizer, max_length)
     encodings, truncated = encode_texts(tokenizer, examples, length)
     if truncated:
         warnings.warn(
             f"{truncated} of {len(examples)} examples were longer than {length} tokens and were truncated", stacklevel=2
         )
+    grids = _grids(model, ref_model, tokenizer, encodings, batch_size, progress)
+    result: dict[str, Any] = {
+        "model": str(name),
+        "num_layers": layers,
+        "num_heads": heads,
+        "num_examples": len(encodings),
+        "max_length": length,
+        "truncated": truncated,
+        "stats": {k: jsonable(v) for k, v in grids.items()},
+        "labels": behaviour_labels({k: torch.as_tensor(v) for k, v in grids.items()}),
+        "patterns": pattern_classes({k: torch.as_tensor(v) for k, v in grids.items()}),
+    }
+    if out is not None:
+        _write(result, grids, Path(out), figures)
+    return result
+
+
+def _examples(texts: str | Path | Sequence[str | tuple[str, str | None]]) -> list[tuple[str, str | None]]:
+    """(text, pair or None) per example, from a file or a list."""
+    from bertwatch.data.glue import read_texts
+
+    if isinstance(texts, (str, Path)):
+        return read_texts(texts)
+    examples = [(t, None) if isinstance(t, str) else (t[0], t[1]) for t in texts]
+    if not examples:
+        raise ValueError("no texts to analyse")
+    return examples
+
+
+def _models(model: str | Any, tokenizer: Any, reference: str | Any | None, device: str | None) -> tuple[Any, Any, Any]:
+    """(model, tokenizer, reference model or None), loading paths and refusing a reference of another shape."""
+    from bertwatch.heads.capture import model_shape
+
+    if isinstance(model, (str, Path)):
+        model, loaded_tokenizer = load_model(str(model), device)
+        tokenizer = tokenizer or loaded_tokenizer
+    if tokenizer is None:
+        raise ValueError("pass the model's tokenizer when giving a model object")
+    ref_model = None
+    if reference is not None:
+        ref_model = load_model(str(reference), device)[0] if isinstance(reference, (str, Path)) else reference
+        if model_shape(ref_model) != model_shape(model):
+            raise ValueError(f"the reference model has shape {model_shape(ref_model)}, the model {model_shape(model)}")
+    return model, tokenizer, ref_model
+
+
+def _grids(
+    model: Any, ref_model: Any, tokenizer: Any, encodings: list[dict[str, list[int]]], batch_size: int, progress: bool
+) -> dict[str, np.ndarray]:
+    """Every statistic's ``[layers, heads]`` grid (float64) over the encoded examples, batch by batch."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from bertwatch.heads.capture import capture
+    from bertwatch.heads.roles import token_roles
+    from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, StatsAccumulator, compute_stats
 
     device_obj = next(model.parameters()).device
     accumulator = StatsAccumulator()
@@ -113,22 +145,7 @@ def analyze(
             accumulator.add(compute_stats(cap.attentions, roles, names=names, reference=ref_maps))
             bar.update(len(chunk))
     bar.close()
-
-    grids = {k: v.detach().cpu().double().numpy() for k, v in accumulator.result().items()}
-    result: dict[str, Any] = {
-        "model": str(name),
-        "num_layers": layers,
-        "num_heads": heads,
-        "num_examples": len(encodings),
-        "max_length": length,
-        "truncated": truncated,
-        "stats": {k: jsonable(v) for k, v in grids.items()},
-        "labels": behaviour_labels({k: torch.as_tensor(v) for k, v in grids.items()}),
-        "patterns": pattern_classes({k: torch.as_tensor(v) for k, v in grids.items()}),
-    }
-    if out is not None:
-        _write(result, grids, Path(out), figures)
-    return result
+    return {k: v.detach().cpu().double().numpy() for k, v in accumulator.result().items()}
 
 
 def _write(result: dict[str, Any], grids: dict[str, np.ndarray], out: Path, figures: bool) -> None:

