@@ -1,4 +1,4 @@
-"""`bertwatch analyze` on the packaged MiniLM against an independent loop implementation of DESIGN §3."""
+"""`bertwatch analyze` on the packaged MiniLM against an independent loop implementation of docs/statistics.md."""
 
 from __future__ import annotations
 

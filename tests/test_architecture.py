@@ -336,3 +336,41 @@ def test_no_private_torch_api():
             names = imp.target.split(".")[1:] + list(imp.names)
             bad += [f"{relative(path)}:{imp.line} import of {imp.target} {n}" for n in names if is_private(n)]
     assert not bad, "private torch API in bertwatch/ (use a public route):\n" + "\n".join(sorted(set(bad)))
+
+
+def top_level_names(path: Path) -> set[str]:
+    """Names a module defines or imports at its top level (what `from module import name` can take)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+            if any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in targets) and isinstance(node.value, ast.Dict):
+                names.update(k.value for k in node.value.keys if isinstance(k, ast.Constant))  # loaded on first use
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def test_documented_imports_exist():
+    """Every `from bertwatch.x import a, b` in README.md and docs/*.md names a module and names that exist."""
+    bad = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            stripped = line.strip()
+            if not stripped.startswith("from bertwatch") or " import " not in stripped:
+                continue
+            module, _, names = stripped.partition(" import ")
+            module = module.removeprefix("from ").strip()
+            names = names.split("#")[0].strip().strip("()")
+            path = MODULES.get(module)
+            if path is None:
+                bad.append(f"{relative(doc)}:{number} no module {module}")
+                continue
+            defined = top_level_names(path)
+            for name in (n.strip().split(" as ")[0] for n in names.split(",") if n.strip()):
+                if name not in defined and f"{module}.{name}" not in MODULES:
+                    bad.append(f"{relative(doc)}:{number} {module} has no {name}")
+    assert not bad, "imports shown in the docs that fail:\n" + "\n".join(bad)

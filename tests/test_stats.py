@@ -53,7 +53,7 @@ def _js(p: list[float], q: list[float]) -> float:
 
 
 def reference_stats(attn, roles: TokenRoles, ref=None, compat_length=None) -> dict[str, np.ndarray]:
-    """Every statistic of DESIGN §3 with explicit loops over examples, layers, heads, queries and keys."""
+    """Every statistic of docs/statistics.md with explicit loops over examples, layers, heads, queries and keys."""
     attn = np.asarray(attn, dtype=np.float64)
     ref = None if ref is None else np.asarray(ref, dtype=np.float64)
     real = roles.real.numpy()

@@ -267,7 +267,7 @@ class GradientImportanceCallback(_WatchCallback):
 
 
 class BertWatchCallback(_WatchCallback):
-    """Every statistic of DESIGN §3 for every head, attention maps of a few probe examples, ablation on request.
+    """Every statistic (docs/statistics.md) of every head, the maps of a few probe examples, ablation on request.
 
     Drop it into ``callbacks=[...]`` of an unchanged Trainer script. Defaults: 32 probe examples from the eval
     set, statistics at step 0, every 50 steps, every evaluation and the end; the maps of 4 probe examples at

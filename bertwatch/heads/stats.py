@@ -1,4 +1,4 @@
-"""Per-head attention statistics of DESIGN §3: pure tensor functions, maps + token roles in, grids out.
+"""Per-head attention statistics of docs/statistics.md: pure tensor functions, maps + token roles in, grids out.
 
 Shapes: `attn` is `[batch, layers, heads, T, T]` (query, key), padded; only the real (non-pad) tokens of each
 example count, i.e. every map is cropped to its n real tokens before a statistic is taken. Rows of pad queries
