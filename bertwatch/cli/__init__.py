@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 __all__ = ["main"]
 
 _DELEGATED = {
+    "analyze": ("bertwatch.cli.analyze", "cli_analyze", "per-head statistics of a model on a file of texts"),
     "ablate": ("bertwatch.cli.ablate", "cli_ablate", "disable heads and layers of a checkpoint and measure each"),
     "report": ("bertwatch.cli.report", "cli_report", "build the HTML report from a run's logs or an ablation folder"),
     "probe-syntax": (
@@ -25,46 +26,7 @@ _DELEGATED = {
 }
 
 
-def _analyze_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bertwatch analyze",
-        description="Compute every per-head attention statistic of a model on a file of texts.",
-    )
-    parser.add_argument("--model", required=True, help="local model folder or Hub name")
-    parser.add_argument("--texts", required=True, help="one example per line; a tab separates a sentence pair")
-    parser.add_argument("--out", required=True, help="output folder for stats.json and the figures")
-    parser.add_argument("--max-length", type=int, default=None, help="tokens per example (default 128)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--reference", default=None, help="a second model (e.g. the pretrained one): adds drift")
-    parser.add_argument("--device", default=None, help="torch device, e.g. cuda:0 (default: cpu)")
-    parser.add_argument("--no-figures", action="store_true", help="write stats.json only")
-    return parser
-
-
-def _run_analyze(argv: Sequence[str]) -> int:
-    args = _analyze_parser().parse_args(argv)
-    from bertwatch.analysis.analyze import analyze
-
-    result = analyze(
-        args.model,
-        args.texts,
-        out=args.out,
-        max_length=args.max_length,
-        batch_size=args.batch_size,
-        reference=args.reference,
-        device=args.device,
-        figures=not args.no_figures,
-    )
-    print(
-        f"bertwatch: {result['num_examples']} examples, {result['num_layers']} layers x {result['num_heads']} "
-        f"heads -> {args.out}/stats.json"
-    )
-    return 0
-
-
 def _command(name: str) -> Callable[[Sequence[str]], int]:
-    if name == "analyze":
-        return _run_analyze
     module, function, _ = _DELEGATED[name]
     return getattr(importlib.import_module(module), function)
 
@@ -77,7 +39,6 @@ def _top_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"bertwatch {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("analyze", help="per-head statistics of a model on a file of texts", add_help=False)
     for name, (_, _, help_text) in _DELEGATED.items():
         commands.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -97,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(argv or ["--help"])
         return 0
     name, rest = argv[0], argv[1:]
-    if name != "analyze" and name not in _DELEGATED:
+    if name not in _DELEGATED:
         parser.error(f"unknown command {name!r}")
     warnings.simplefilter("default", UserWarning)
     warnings.formatwarning = lambda message, *_, **__: f"bertwatch {name}: warning: {message}\n"

@@ -1,9 +1,8 @@
-"""``bertwatch probe-syntax``: the papers' linguistic analyses of one model on a CoNLL-U treebank.
+"""One pass of a model over encoded sentences that gathers every linguistic analysis at once.
 
-One pass over the evaluation sentences gives Clark's syntactic heads (``syntax``), Kovaleva's attention to word
-classes and [CLS] targets (``wordclass``), Clark's head clustering (``clustering``) and the dev side of the
-probes; a pass over training sentences trains the probes (``probes``). Results go to ``DIR/*.json``, PNG
-figures, TensorBoard summaries in ``--logdir`` (default DIR) and ``DIR/linguistics.html``.
+The pass feeds Clark's syntactic heads (``syntax``), Kovaleva's attention to word classes and [CLS] targets
+(``wordclass``), Clark's head clustering (``clustering``) and the examples of the parsing probes (``parsing``);
+``bertwatch probe-syntax`` (``bertwatch/cli/probe_syntax.py``) runs it and writes the files.
 """
 
 from __future__ import annotations
