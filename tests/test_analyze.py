@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from bertwatch.cli import main
-from tests.test_stats import roles_from_strings, reference_stats
+from tests.test_stats import reference_stats, roles_from_strings
 
 torch.set_num_threads(1)
 
