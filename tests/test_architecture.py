@@ -39,6 +39,7 @@ class Import:
     source: str  # importing module, e.g. "bertwatch.report.html"
     target: str  # imported module, e.g. "bertwatch.report.figures"
     names: tuple[str, ...]  # names taken with `from target import ...` (empty for `import target`)
+    aliases: tuple[tuple[str, str], ...]  # (local name, dotted module) of `import a.b as c` / `from a import b as c`
     line: int
     type_checking: bool  # inside `if TYPE_CHECKING:`
 
@@ -91,10 +92,13 @@ def imports_of(path: Path) -> list[Import]:
             return
         if isinstance(node, ast.Import):
             for alias in node.names:
-                found.append(Import(source, alias.name, (), node.lineno, type_checking))
+                bound = ((alias.asname, alias.name),) if alias.asname else ()
+                found.append(Import(source, alias.name, (), bound, node.lineno, type_checking))
         elif isinstance(node, ast.ImportFrom):
             target = resolve_relative(source, node.level, node.module) if node.level else (node.module or "")
-            found.append(Import(source, target, tuple(a.name for a in node.names), node.lineno, type_checking))
+            names = tuple(a.name for a in node.names)
+            bound = tuple((a.asname, f"{target}.{a.name}") for a in node.names if a.asname)
+            found.append(Import(source, target, names, bound, node.lineno, type_checking))
         for child in ast.iter_child_nodes(node):
             visit(child, type_checking)
 
@@ -253,19 +257,46 @@ def test_only_the_command_line_reads_argv():
     assert not bad, "argv / argparse outside bertwatch/cli/:\n" + "\n".join(bad)
 
 
+def is_module_path(dotted: str) -> bool:
+    path = ROOT / Path(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def imported_modules(path: Path) -> dict[str, str]:
+    """Local names bound to project modules (bertwatch, tests, benchmarks) by the imports of one file."""
+    bound = {}
+    for imp in imports_of(path):
+        if imp.target.split(".")[0] not in PROJECT_ROOTS:
+            continue
+        for name in imp.names or (imp.target.split(".")[0],):
+            dotted = f"{imp.target}.{name}" if imp.names else name
+            if is_module_path(dotted):
+                bound[name] = dotted
+        for alias_name, dotted in imp.aliases:
+            if is_module_path(dotted):
+                bound[alias_name] = dotted
+    return bound
+
+
+PROJECT_ROOTS = ("bertwatch", "tests", "benchmarks", "_common")
+
+
 def test_no_private_names_imported_across_modules():
     bad = []
     for path in python_files("bertwatch", "tests", "benchmarks"):
         for imp in imports_of(path):
-            top = imp.target.split(".")[0]
-            if top not in ("bertwatch", "tests", "benchmarks"):
+            if imp.target.split(".")[0] not in PROJECT_ROOTS:
                 continue
-            module_path = ROOT / Path(*imp.target.split("."))
             for n in imp.names:
-                is_module = (module_path / f"{n}.py").exists() or (module_path / n / "__init__.py").exists()
-                if is_private(n) and not is_module:
+                if is_private(n) and not is_module_path(f"{imp.target}.{n}"):
                     bad.append(f"{relative(path)}:{imp.line} from {imp.target} import {n}")
-    assert not bad, "private names imported from another module (make them public where defined):\n" + "\n".join(bad)
+        modules = imported_modules(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and is_private(node.attr) and isinstance(node.value, ast.Name):
+                owner = modules.get(node.value.id)
+                if owner is not None and not is_module_path(f"{owner}.{node.attr}"):
+                    bad.append(f"{relative(path)}:{node.lineno} {node.value.id}.{node.attr} ({owner})")
+    assert not bad, "private names used from another module (make them public where defined):\n" + "\n".join(bad)
 
 
 def test_no_stack_walking():
