@@ -332,8 +332,22 @@ def test_import_bertwatch_tb_and_report_do_not_import_torch():
     no_torch_after("import " + ", ".join(modules))
 
 
-def test_bertwatch_report_command_does_not_import_torch():
-    no_torch_after("import bertwatch.cli, bertwatch.cli.report")
+def test_bertwatch_report_command_does_not_import_torch(tmp_path):
+    """`bertwatch report DIR` end to end on an ablation.json and a run's head grids, without loading torch."""
+    no_torch_after(
+        "import numpy as np\n"
+        "from bertwatch.cli import main\n"
+        "from bertwatch.report.html import write_outputs\n"
+        "from bertwatch.report.result import AblationResult\n"
+        "from bertwatch.tb.summary import SummaryWriter\n"
+        f"root = {str(tmp_path)!r}\n"
+        "cells = np.full((2, 3, 5), 0.5)\n"
+        "write_outputs(AblationResult('sst2', 'uniform', 'accuracy', 10, 0.5, cells, cells[:, 0]), root + '/abl')\n"
+        "with SummaryWriter(root + '/run') as w:\n"
+        "    for step in (0, 5):\n"
+        "        w.add_head_grids({'cls_mass': np.full((2, 3), step / 10)}, step)\n"
+        "assert main(['report', root, '--out', root + '/report.html']) == 0\n"
+    )
 
 
 #: private methods of torch objects that bertwatch once reached for; a generic check cannot tell their owner
