@@ -37,35 +37,40 @@ def grid_heatmap(
     labels: Sequence[Sequence[str]] | None = None,
     center: float | None = None,
     colorbar_label: str = "",
+    cmap: str | None = None,
 ) -> bytes:
     """A labelled ``[layers, heads]`` heatmap (layers and heads numbered from 1, as in the papers); PNG bytes.
 
-    ``center`` draws a diverging scale around that value; ``labels`` writes short marks into the cells.
-    NaN cells are left grey.
+    ``center`` draws a diverging scale (``RdBu_r`` unless ``cmap`` says otherwise) symmetric around that value;
+    ``labels`` writes short marks into the cells, white on dark cells. NaN cells are left grey.
     """
+    import matplotlib
+
     plt = pyplot()
     grid = np.asarray(grid, dtype=float)
     layers, heads = grid.shape
     fig, ax = plt.subplots(figsize=(max(4.0, 0.42 * heads + 2), max(2.6, 0.36 * layers + 1.2)))
     finite = grid[np.isfinite(grid)]
-    import matplotlib
-
+    span = None
     if center is not None and finite.size:
         span = max(float(np.max(np.abs(finite - center))), 1e-12)
-        cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
-        image = ax.imshow(grid, cmap=cmap, vmin=center - span, vmax=center + span, aspect="auto")
+        colors = matplotlib.colormaps[cmap or "RdBu_r"].with_extremes(bad="#bbbbbb")
+        image = ax.imshow(grid, cmap=colors, vmin=center - span, vmax=center + span, aspect="auto")
     else:
-        image = ax.imshow(grid, cmap=matplotlib.colormaps["viridis"].with_extremes(bad="#bbbbbb"), aspect="auto")
+        colors = matplotlib.colormaps[cmap or "viridis"].with_extremes(bad="#bbbbbb")
+        image = ax.imshow(grid, cmap=colors, aspect="auto")
     ax.set_xticks(range(heads), [str(h + 1) for h in range(heads)])
     ax.set_yticks(range(layers), [str(l + 1) for l in range(layers)])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     if labels is not None:
         for l in range(layers):
             for h in range(heads):
                 if labels[l][h]:
-                    ax.text(h, l, labels[l][h][:4], ha="center", va="center", fontsize=6, color="white")
+                    dark = span is None or abs(np.nan_to_num(grid[l, h] - center)) > 0.6 * span
+                    color = "white" if dark else "black"
+                    ax.text(h, l, labels[l][h][:4], ha="center", va="center", fontsize=8, color=color)
     fig.colorbar(image, ax=ax, label=colorbar_label)
     data = png_bytes(fig)
     if path is not None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.significance import benjamini_hochberg
-from bertwatch.report.figures import png_bytes
+from bertwatch.report.figures import grid_heatmap, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.result import FIELDS, AblationResult, atomic_write
 
@@ -42,8 +42,12 @@ def write_outputs(
     return paths
 
 
+def _b64(png: bytes) -> str:
+    return base64.b64encode(png).decode("ascii")
+
+
 def _png(figure) -> str:
-    return base64.b64encode(png_bytes(figure)).decode("ascii")
+    return _b64(png_bytes(figure))
 
 
 def _marks(p: np.ndarray, q: np.ndarray, alpha: float) -> np.ndarray:
@@ -55,30 +59,18 @@ def _marks(p: np.ndarray, q: np.ndarray, alpha: float) -> np.ndarray:
 
 
 def _delta_heatmap(result: AblationResult, alpha: float) -> str:
-    plt = _pyplot()
-    delta = result.heads[..., 1]
+    """Δ per head on a diverging scale (blue = better), with the significance marks of :func:`_marks`."""
     p = result.heads[..., 4]
     q = benjamini_hochberg(p.ravel()).reshape(p.shape)
-    marks = _marks(p, q, alpha)
-    num_layers, num_heads = result.shape
-    fig, ax = plt.subplots(figsize=(max(4.5, 0.5 * num_heads + 2), max(2.8, 0.42 * num_layers + 1.3)))
-    finite = delta[np.isfinite(delta)]
-    span = max(float(np.max(np.abs(finite))) if finite.size else 0.0, 1e-9)
-    image = ax.imshow(
-        delta, cmap=plt.get_cmap("RdBu").with_extremes(bad="#bbbbbb"), vmin=-span, vmax=span, aspect="auto"
+    png = grid_heatmap(
+        result.heads[..., 1],
+        f"Δ {result.metric} when one head is disabled ({result.mode})",
+        labels=_marks(p, q, alpha).tolist(),
+        center=0.0,
+        colorbar_label=f"Δ {result.metric} (blue = better)",
+        cmap="RdBu",
     )
-    for l in range(num_layers):
-        for h in range(num_heads):
-            if marks[l, h]:
-                dark = abs(np.nan_to_num(delta[l, h])) > 0.6 * span
-                ax.text(h, l, marks[l, h], ha="center", va="center", fontsize=9, color="white" if dark else "black")
-    ax.set_xticks(range(num_heads), [str(h + 1) for h in range(num_heads)])
-    ax.set_yticks(range(num_layers), [str(l + 1) for l in range(num_layers)])
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(f"Δ {result.metric} when one head is disabled ({result.mode})")
-    fig.colorbar(image, ax=ax, label=f"Δ {result.metric} (blue = better)")
-    return _png(fig)
+    return _b64(png)
 
 
 def _layer_bars(result: AblationResult) -> str:
@@ -125,24 +117,7 @@ def _pruning_figure(result: AblationResult) -> str:
 
 
 def _grid_figure(grid: np.ndarray, title: str, diverging: bool = False) -> str:
-    plt = _pyplot()
-    grid = np.asarray(grid, dtype=float)
-    num_layers, num_heads = grid.shape
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.4 * num_heads + 2), max(2.4, 0.34 * num_layers + 1.2)))
-    finite = grid[np.isfinite(grid)]
-    if diverging and finite.size:
-        span = max(float(np.max(np.abs(finite))), 1e-12)
-        cmap, limits = "RdBu_r", {"vmin": -span, "vmax": span}
-    else:
-        cmap, limits = "viridis", {}
-    image = ax.imshow(grid, cmap=plt.get_cmap(cmap).with_extremes(bad="#bbbbbb"), aspect="auto", **limits)
-    ax.set_xticks(range(num_heads), [str(h + 1) for h in range(num_heads)])
-    ax.set_yticks(range(num_layers), [str(l + 1) for l in range(num_layers)])
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=ax)
-    return _png(fig)
+    return _b64(grid_heatmap(grid, title, center=0.0 if diverging else None))
 
 
 # --------------------------------------------------------------------------------------------------------
