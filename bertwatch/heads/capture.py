@@ -239,6 +239,8 @@ def _allowed_keys(attention_mask: torch.Tensor, like: torch.Tensor) -> torch.Ten
     """1 where a query may attend to a key under the model's mask, broadcast to ``like``."""
     if attention_mask.dtype == torch.bool:
         allowed = attention_mask
+    elif not attention_mask.is_floating_point():  # 0/1 integers (DeBERTa's own mask)
+        allowed = attention_mask != 0
     else:
         allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2
     if allowed.dim() == 3:
