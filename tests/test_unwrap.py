@@ -19,7 +19,7 @@ from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.monitor import Monitor, ProbeSettings
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
 from bertwatch.heads.unwrap import UnsupportedInputError, input_names, select_inputs, unwrap
-from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
+from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 
 torch.set_num_threads(1)
 
@@ -110,10 +110,37 @@ def test_compiled_model_is_unwrapped_and_keeps_every_input(tok, tmp_path) -> Non
     found = unwrap(compiled)
     assert found.model is model and found.wrappers == ("OptimizedModule",)
     assert {"input_ids", "attention_mask", "token_type_ids"} <= input_names(compiled)
+    patched = tiny_bert(tok)
+    patched.forward = lambda *args, **kwargs: None  # what accelerate's mixed-precision wrapping does to forward
+    assert "token_type_ids" in input_names(patched)
     texts = toy_texts(4, seed=5, pairs=True)
     got = _step0(compiled, tok, texts, tmp_path)
     expected = _eager_masses(model, tok, texts)
     np.testing.assert_allclose(got["cls_mass"], expected["cls_mass"], atol=1e-6, rtol=0)
+
+
+def test_trainer_on_a_compiled_model_measures_the_eager_oracle(tok, tmp_path) -> None:
+
+    model = tiny_bert(tok)
+    with torch.no_grad():
+        model.bert.embeddings.token_type_embeddings.weight.normal_(0, 1.0)
+    before = copy.deepcopy(model)
+    callback = BertWatchCallback(stats=["cls_mass", "sep_mass"], every_n_steps=1, num_probe_examples=4, strict=True)
+    trainer = T.Trainer(
+        model=torch.compile(model, backend="eager"),
+        args=training_args(str(tmp_path), max_steps=1, remove_unused_columns=False),  # the Trainer's own filter
+        train_dataset=toy_dataset(tok, 4, 0, pairs=True).remove_columns("text"),  # drops every column of a compiled
+        eval_dataset=toy_dataset(tok, 4, 1, pairs=True).remove_columns("text"),  # model (it sees *args, **kwargs)
+        processing_class=tok,
+        data_collator=T.DataCollatorWithPadding(tok),
+        callbacks=[callback],
+    )
+    trainer.train()
+    step, grids = callback.history[0]
+    expected = _eager_masses(before, tok, toy_texts(4, seed=1, pairs=True))
+    assert step == 0
+    for name in expected:
+        np.testing.assert_allclose(grids[name], expected[name], atol=1e-6, rtol=0, err_msg=name)
 
 
 def test_data_parallel_and_nested_wrappers_unwrap_to_the_same_parameters(tok) -> None:
