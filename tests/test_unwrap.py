@@ -17,6 +17,7 @@ from bertwatch.ablation.inputs import prepare_examples
 from bertwatch.callbacks import BertWatchCallback
 from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+from bertwatch.callbacks.probe_set import text_examples
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
 from bertwatch.heads.unwrap import UnsupportedInputError, input_names, select_inputs, unwrap
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
@@ -60,7 +61,9 @@ def _eager_masses(model, tok, texts, segments: bool = True) -> dict[str, np.ndar
     model.set_attn_implementation("eager")
     per = {"cls_mass": [], "sep_mass": []}
     for t in texts:
-        enc = tok(t["text"], t["text_pair"], return_tensors="pt")
+        enc = tok(t["text"], t.get("text_pair"), return_tensors="pt")
+        if not segments and "token_type_ids" not in enc:
+            raise AssertionError("the tokenizer produced no segment ids")
         if not segments:
             enc.pop("token_type_ids")
         with torch.no_grad():
@@ -205,9 +208,11 @@ def test_sentence_transformer_trainer_writes_bertwatch_grids(tok, tmp_path) -> N
         }
     )
     callback = BertWatchCallback(every_n_steps=1, num_probe_examples=6, strict=True)
+    before = copy.deepcopy(encoder.auto_model)
     args = SentenceTransformerTrainingArguments(
         output_dir=str(tmp_path / "out"),
         max_steps=2,
+        learning_rate=0.0,
         per_device_train_batch_size=4,
         report_to="none",
         use_cpu=True,
@@ -230,4 +235,14 @@ def test_sentence_transformer_trainer_writes_bertwatch_grids(tok, tmp_path) -> N
     steps = [e.step for e in acc.Tensors("bertwatch/heads/cls_mass")]
     assert steps[0] == 0 and steps[-1] == 2
     assert [s for s, _ in callback.history][:3] == [0, 1, 2]
-    assert np.isfinite(callback.history[0][1]["cls_mass"]).all()
+    texts = [{"text": t} for t in text_examples(data, 6, 0)]
+    expected = _eager_masses(before, tok, texts)
+    np.testing.assert_allclose(callback.history[0][1]["cls_mass"], expected["cls_mass"], atol=1e-6, rtol=0)
+    for _, grids in callback.history:  # learning rate 0: the model, so its attention, never changes
+        np.testing.assert_allclose(grids["drift_cosine"], 1.0, atol=1e-4)
+
+
+def test_sharded_wrappers_are_refused_with_what_to_do() -> None:
+    sharded = type("FullyShardedDataParallel", (torch.nn.Module,), {})()
+    with pytest.raises(UnsupportedModelError, match="FullyShardedDataParallel.*model the Trainer was built with"):
+        unwrap(sharded)
