@@ -9,6 +9,7 @@ the encoder cannot take, is refused with what to do, never dropped silently.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,8 @@ def _is_transformers_model(model: Any) -> bool:
 
 def _peft_inner(model: Any) -> nn.Module | None:
     """The transformers model inside a peft wrapper, with its adapters injected (the model as trained)."""
+    if "peft" not in sys.modules:  # not imported: nothing can be a peft model (and importing it is slow)
+        return None
     try:
         from peft import PeftMixedModel, PeftModel
         from peft.tuners.tuners_utils import BaseTuner
@@ -80,6 +83,8 @@ def _peft_inner(model: Any) -> nn.Module | None:
 
 def _sentence_transformer(model: Any) -> tuple[nn.Module, Any] | None:
     """The ``auto_model`` and tokenizer of a SentenceTransformer's single Transformer module."""
+    if "sentence_transformers" not in sys.modules:
+        return None
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
