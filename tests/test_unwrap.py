@@ -18,6 +18,7 @@ from bertwatch.callbacks import BertWatchCallback
 from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.monitor import Monitor, ProbeSettings
 from bertwatch.callbacks.probe_set import text_examples
+from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
 from bertwatch.heads.unwrap import UnsupportedInputError, input_names, select_inputs, unwrap
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
@@ -58,7 +59,8 @@ def _step0(model, tok, texts, tmp_path) -> dict[str, np.ndarray]:
 def _eager_masses(model, tok, texts, segments: bool = True) -> dict[str, np.ndarray]:
     """cls_mass / sep_mass by loops over eager maps, float64, each example on its own (no padding)."""
     model = copy.deepcopy(model).eval()
-    model.set_attn_implementation("eager")
+    if model.config.model_type not in ADAPTERS:
+        model.set_attn_implementation("eager")
     per = {"cls_mass": [], "sep_mass": []}
     for t in texts:
         enc = tok(t["text"], t.get("text_pair"), return_tensors="pt")
@@ -105,6 +107,39 @@ def test_lora_with_sentence_pairs_keeps_segment_ids_and_measures_the_adapted_mod
     assert np.abs(without_segments["cls_mass"] - got["cls_mass"]).max() > 1e-3  # the test can see a drop
     untouched = _eager_masses(tiny_bert(tok), tok, texts)
     assert np.abs(untouched["cls_mass"] - got["cls_mass"]).max() > 1e-3  # LoRA weights are in the statistics
+
+
+@pytest.mark.parametrize("family", ["deberta-v2", "mpnet"])
+def test_probe_pass_on_adapter_families_equals_the_eager_oracle(family: str, tmp_path) -> None:
+    from tests._tiny_trainer import SPECIAL, WORDS
+
+    vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
+    names = ["input_ids", "attention_mask"] + (["token_type_ids"] if family == "deberta-v2" else [])
+    tok = T.BertTokenizer(vocab=vocab, model_input_names=names)
+    sizes = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    if family == "deberta-v2":  # shaped like v3: relative attention both ways, buckets, shared keys
+        config = T.DebertaV2Config(
+            **sizes,
+            relative_attention=True,
+            pos_att_type=["p2c", "c2p"],
+            position_buckets=16,
+            share_att_key=True,
+            norm_rel_ebd="layer_norm",
+            type_vocab_size=2,
+            initializer_range=0.3,
+        )
+    else:
+        config = T.MPNetConfig(**sizes, initializer_range=0.3)
+    torch.manual_seed(0)
+    model = T.AutoModelForSequenceClassification.from_config(config)
+    texts = toy_texts(5, seed=8, pairs=True)
+    got = _step0(model, tok, texts, tmp_path)
+    expected = _eager_masses(model, tok, texts)
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], atol=1e-6, rtol=0, err_msg=name)
+    if family == "mpnet":  # a tokenizer that makes segment ids MPNet cannot take: refused at setup, not dropped
+        with pytest.raises(UnsupportedInputError, match="token_type_ids.*MPNetForSequenceClassification"):
+            _step0(model, tiny_tokenizer(), texts, tmp_path / "refused")
 
 
 def test_compiled_model_is_unwrapped_and_keeps_every_input(tok, tmp_path) -> None:
