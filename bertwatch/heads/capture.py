@@ -15,6 +15,7 @@ and gates whose gradients measure head importance.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -80,14 +81,16 @@ def _model_type(model: nn.Module) -> str:
 
 def check_supported(model: nn.Module) -> None:
     """Raise UnsupportedModelError, naming the model type and what to do, unless bertwatch can capture the
-    attention of the encoder inside ``model`` exactly (verified once per encoder class, see ``verification``)."""
+    attention of the encoder inside ``model`` exactly (verified by a short pass against eager attention, once
+    per encoder class and configuration)."""
     encoder = unwrap(model).model
     model_type = _model_type(encoder)
     if getattr(encoder.config, "is_encoder_decoder", False) or getattr(encoder.config, "is_decoder", False):
         raise UnsupportedModelError(f"bertwatch watches encoders; this {model_type!r} model is configured as a decoder")
-    problem = _VERIFIED.get(type(encoder), "unverified")
+    key = (type(encoder), _config_key(encoder.config))
+    problem = _VERIFIED.get(key, "unverified")
     if problem == "unverified":
-        problem = _VERIFIED[type(encoder)] = _verify(encoder)
+        problem = _VERIFIED[key] = _verify(encoder)
     if problem is not None:
         raise UnsupportedModelError(problem)
 
@@ -352,8 +355,16 @@ def _open(encoder: nn.Module, cap: Capture, train_mode: bool = False) -> Iterato
             module.training = training
 
 
-#: Per encoder class: None when capture was verified exact, else why not (the error message).
-_VERIFIED: dict[type, str | None] = {}
+#: Per encoder class and configuration: None when capture was verified exact, else why not (the error message).
+_VERIFIED: dict[tuple[type, str], str | None] = {}
+
+
+def _config_key(config: Any) -> str:
+    """The configuration's public settings: a class whose attention path depends on them is verified per variant."""
+    settings = {k: v for k, v in config.to_dict().items() if not k.startswith("_")}
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
 _SUPPORT_HINT = (
     "bertwatch supports encoders whose attention goes through transformers' AttentionInterface, and "
     "DeBERTa-v2/v3 and MPNet through adapters (bertwatch.heads.adapters). For this family, add a "
@@ -380,7 +391,8 @@ def _probe_inputs(encoder: nn.Module) -> dict[str, torch.Tensor]:
 def _verify(encoder: nn.Module) -> str | None:
     """Why bertwatch cannot capture ``encoder`` exactly, or None: one pass on a tiny padded input, recorded maps
     and outputs against the model's own eager attention (``output_attentions=True``), plus a bidirectionality
-    check. Run once per encoder class; the model is restored afterwards (implementation, modes, RNG)."""
+    check. Run once per encoder class and configuration; the model is restored afterwards (implementation,
+    modes, RNG)."""
     model_type = _model_type(encoder)
     what = f"{type(encoder).__name__} (model type {model_type!r})"
     layers, heads = int(encoder.config.num_hidden_layers), int(encoder.config.num_attention_heads)
@@ -401,7 +413,8 @@ def _verify(encoder: nn.Module) -> str | None:
     except UnsupportedModelError:
         return f"{what} does not route its attention through transformers' AttentionInterface. {_SUPPORT_HINT}"
     except Exception as error:  # any failure means: not verified
-        return f"{what}: bertwatch could not verify its attention capture ({type(error).__name__}: {error}). {_SUPPORT_HINT}"
+        failure = f"{type(error).__name__}: {error}"
+        return f"{what}: bertwatch could not verify its attention capture ({failure}). {_SUPPORT_HINT}"
     finally:
         if previous is not None and _user_implementation(encoder) != previous:
             encoder.set_attn_implementation(previous)
