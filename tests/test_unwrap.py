@@ -181,6 +181,27 @@ def test_trainer_on_a_compiled_model_measures_the_eager_oracle(tok, tmp_path) ->
         np.testing.assert_allclose(grids[name], expected[name], atol=1e-6, rtol=0, err_msg=name)
 
 
+def test_accelerate_mixed_precision_forward_is_verified_and_captured(tok) -> None:
+    from types import MethodType
+
+    from accelerate.utils import convert_outputs_to_fp32
+
+    model = tiny_bert(tok, heads=2, seed=4).eval()  # a configuration no other test verified
+    batch = dict(tok(["good movie , fun"], ["great music"], return_tensors="pt"))
+    with torch.no_grad():
+        model.set_attn_implementation("eager")
+        reference = torch.stack(model(**batch, output_attentions=True).attentions, 1)
+        model.set_attn_implementation("sdpa")
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    model.forward = MethodType(convert_outputs_to_fp32(autocast(type(model).forward)), model)  # accelerate's bf16
+    assert unwrap(model).model is model and "token_type_ids" in input_names(model)
+    assert model_shape(model) == (2, 2)
+    with torch.no_grad(), capture(model) as cap:
+        model(**batch)
+    assert cap.attentions.dtype == torch.bfloat16
+    torch.testing.assert_close(cap.attentions.float(), reference, atol=2e-2, rtol=0)
+
+
 def test_data_parallel_and_nested_wrappers_unwrap_to_the_same_parameters(tok) -> None:
     model = tiny_bert(tok)
     wrapped = torch.nn.DataParallel(_lora(model))

@@ -423,7 +423,7 @@ def _verify(encoder: nn.Module) -> str | None:
     expected = getattr(eager, "attentions", None)
     if not expected or cap.attentions is None or len(cap._maps) != len(expected) or len(expected) != layers:
         return f"{what} does not route its attention through transformers' AttentionInterface. {_SUPPORT_HINT}"
-    low = expected[0].dtype in (torch.float16, torch.bfloat16)
+    low = any(t.dtype in (torch.float16, torch.bfloat16) for t in (expected[0], *cap._maps))  # mixed precision
     expected = torch.stack([a.float() for a in expected], 1)
     real = (
         inputs["attention_mask"].bool()[:, None, None, :, None]
