@@ -3,7 +3,6 @@ padded batches grouped into shards (the unit of resumption)."""
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +12,7 @@ import torch
 from torch import nn
 
 from bertwatch.heads.loading import max_input_length
+from bertwatch.heads.unwrap import select_inputs
 
 _TEXT_COLUMNS = (
     ("text", "text_pair"),
@@ -88,6 +88,17 @@ def _text_columns(row: Mapping[str, Any]) -> tuple[str, str | None]:
     )
 
 
+#: What tokenizers return; every one the examples carry must reach the model (the sweep pads the first three).
+_TOKENIZER_OUTPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
+
+
+def _check_inputs(model: nn.Module, example: Mapping[str, Any]) -> None:
+    """Refuse tokenizer outputs the model cannot take, or that the sweep would not pass on (never drop them)."""
+    select_inputs(model, {k: v for k, v in example.items() if k in _TOKENIZER_OUTPUTS})
+    if "position_ids" in example:
+        raise ValueError("the examples carry position_ids, which the sweep does not pass on; drop that column")
+
+
 def prepare_examples(
     model: nn.Module, examples: Any, tokenizer: Any, max_length: int, regression: bool
 ) -> tuple[list[dict[str, list[int]]], np.ndarray]:
@@ -96,14 +107,14 @@ def prepare_examples(
     if not rows:
         raise ValueError("the evaluation set is empty: the sweep needs labelled examples to score each configuration")
     labels = [_label_of(r, i) for i, r in enumerate(rows)]
-    accepts = set(inspect.signature(model.forward).parameters)
     if "input_ids" in rows[0]:
+        _check_inputs(model, {k: v for k, v in rows[0].items() if k in _TOKENIZER_OUTPUTS and v is not None})
         features = []
         for row in rows:
             ids = _as_list(row["input_ids"])
             keep = _as_list(row["attention_mask"]) if row.get("attention_mask") is not None else [1] * len(ids)
             feature = {"input_ids": [t for t, m in zip(ids, keep) if m]}
-            if row.get("token_type_ids") is not None and "token_type_ids" in accepts:
+            if row.get("token_type_ids") is not None:
                 feature["token_type_ids"] = [t for t, m in zip(_as_list(row["token_type_ids"]), keep) if m]
             features.append(feature)
     else:
@@ -121,9 +132,8 @@ def prepare_examples(
                     "some examples have a second sentence and some do not; the task must be one or the other"
                 )
             encoded = tokenizer(texts, pairs, truncation=True, max_length=length)
-        keys = ["input_ids"] + (
-            ["token_type_ids"] if "token_type_ids" in encoded and "token_type_ids" in accepts else []
-        )
+        _check_inputs(model, dict(encoded))
+        keys = ["input_ids"] + (["token_type_ids"] if "token_type_ids" in encoded else [])
         features = [{k: list(encoded[k][i]) for k in keys} for i in range(len(rows))]
     if regression:
         array = np.asarray(labels, dtype=np.float64)

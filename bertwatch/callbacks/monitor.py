@@ -10,7 +10,6 @@ gradients, and its own copy of the probe batches.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import warnings
 import weakref
@@ -25,10 +24,18 @@ from torch import Tensor
 
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
-from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, pad_maps
+from bertwatch.callbacks.probe_set import (
+    ProbeSet,
+    ReferenceCache,
+    build_probe_set,
+    crop_maps,
+    pad_maps,
+    text_examples,
+)
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
+from bertwatch.heads.unwrap import select_inputs, unwrap
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "monitor_for"]
 
@@ -126,10 +133,16 @@ class Monitor:
         self.writer: Any = None
         self.run_dir: str | None = None
         self._state: Any = None
+        self._encoder: Any = lambda: None
 
     @property
     def model(self) -> torch.nn.Module | None:
         return self._model()
+
+    @property
+    def encoder(self) -> torch.nn.Module | None:
+        """The transformers model inside the Trainer's model (``bertwatch.heads.unwrap``), as trained."""
+        return self._encoder()
 
     # ---------------------------------------------------------------------------------------------- setup
 
@@ -150,19 +163,27 @@ class Monitor:
         self.close()
         model = self.model
         self.layers, self.heads = model_shape(model)
+        unwrapped = unwrap(model)
+        self._encoder = weakref.ref(unwrapped.model)
         self.args = args
         self._state = state
         self.failed = False
         self.subscribers = []
         self.world_zero = bool(getattr(state, "is_world_process_zero", True))
-        self.device = next(model.parameters()).device
-        self._inputs = set(inspect.signature(model.forward).parameters) - {"labels"}
+        self.device = next(self.encoder.parameters()).device
         s = self.settings
         self.tokenizer = s.tokenizer if s.tokenizer is not None else _tokenizer_of(kwargs.get("processing_class"))
+        if self.tokenizer is None:
+            self.tokenizer = unwrapped.tokenizer
+        texts, dataset = s.texts, None
+        if texts is None:
+            dataset = self._probe_dataset(kwargs, context)
+            if unwrapped.tokenizer is not None and s.dataset is None:  # sentence-transformers: raw text columns
+                texts, dataset = text_examples(dataset, s.num_examples, s.seed), None
         self.probe = build_probe_set(
             self.tokenizer,
-            texts=s.texts,
-            dataset=None if s.texts is not None else self._probe_dataset(kwargs, context),
+            texts=texts,
+            dataset=dataset,
             collator=self._collator(kwargs, context),
             model=model,
             num_examples=s.num_examples,
@@ -172,6 +193,8 @@ class Monitor:
             remove_unused_columns=bool(getattr(args, "remove_unused_columns", True)),
             label_names=getattr(args, "label_names", None),
         )
+        for batch in self.probe.batches:
+            select_inputs(self.encoder, batch, getattr(args, "label_names", None) or ())
         self._cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
         self._reference: list[Tensor] | None = None
         self.reference_source = "the model before its first optimiser step"
@@ -313,13 +336,13 @@ class Monitor:
     # ---------------------------------------------------------------------------------------------- the pass
 
     def _model_inputs(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        return {k: v for k, v in batch.items() if k in self._inputs}
+        return select_inputs(self.encoder, batch, getattr(self.args, "label_names", None) or ())
 
     def _compute(
         self, names: Sequence[str], num_maps: int, need_reference: bool
     ) -> tuple[dict[str, np.ndarray], list[tuple]]:
         """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps."""
-        model, s = self.model, self.settings
+        model, s = self.encoder, self.settings
         map_names = [n for n in names if n in MAP_STATS]
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
@@ -388,11 +411,11 @@ class Monitor:
                 f"reference_model has {model_shape(reference_model)} (layers, heads); the trained model has "
                 f"{(self.layers, self.heads)}"
             )
+        reference_model = unwrap(reference_model).model
         device = next(reference_model.parameters()).device
-        inputs = set(inspect.signature(reference_model.forward).parameters) - {"labels"}
         maps: list[Tensor] = []
         for k, cpu_batch in enumerate(self.probe.batches):
-            batch = {key: v.to(device) for key, v in cpu_batch.items() if key in inputs}
+            batch = {key: v.to(device) for key, v in select_inputs(reference_model, cpu_batch).items()}
             with torch.no_grad(), capture(reference_model) as cap:
                 reference_model(**batch)
             maps.extend(m.to(self.device, torch.float16) for m in crop_maps(cap.attentions, self.probe.roles[k].real))

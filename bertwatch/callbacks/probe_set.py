@@ -7,7 +7,6 @@ the training dataloader or the global random state (collators such as masked-LM 
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,8 +20,9 @@ from torch import Tensor
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
+from bertwatch.heads.unwrap import input_names
 
-__all__ = ["ProbeSet", "ReferenceCache", "build_probe_set", "crop_maps", "pad_maps", "sample_indices"]
+__all__ = ["ProbeSet", "ReferenceCache", "build_probe_set", "crop_maps", "pad_maps", "sample_indices", "text_examples"]
 
 _LABEL_KEYS = ("labels", "label", "label_ids")
 CACHE_VERSION = 1
@@ -97,9 +97,20 @@ def _pad_collate(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, A
 
 
 def _model_columns(model: Any, label_names: Sequence[str] | None) -> set[str]:
-    """What the Trainer keeps with ``remove_unused_columns``: the forward signature's names and the label names."""
-    names = set(inspect.signature(model.forward).parameters)
-    return names | set(_LABEL_KEYS) | set(label_names or ())
+    """What the Trainer keeps with ``remove_unused_columns``: the unwrapped encoder's inputs and the label names."""
+    return set(input_names(model)) | set(_LABEL_KEYS) | set(label_names or ())
+
+
+def text_examples(dataset: Any, num_examples: int, seed: int) -> list[str]:
+    """A seeded sample of the strings in a dataset's text columns, each one probe text (bi-encoders such as
+    sentence-transformers embed every sentence of a pair on its own)."""
+    if dataset is None or not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise SetupError("bertwatch needs an eval_dataset with text columns, or probe_texts=, for this model")
+    rows = [dataset[i] for i in sample_indices(len(dataset), num_examples, seed)] if len(dataset) else []
+    columns = [k for k in (rows[0] if rows and isinstance(rows[0], Mapping) else {}) if isinstance(rows[0][k], str)]
+    if not columns:
+        raise SetupError("the probe dataset has no text columns; pass probe_texts= (strings) to the callback")
+    return [str(row[c]) for row in rows for c in columns][:num_examples]
 
 
 def _dataset_features(dataset: Any, indices: Sequence[int], keep: set[str] | None) -> list[Any]:

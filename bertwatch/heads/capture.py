@@ -15,6 +15,7 @@ and gates whose gradients measure head importance.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,37 +24,22 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.rng import rng_untouched
+from bertwatch.heads.unwrap import UnsupportedModelError, unwrap
 
 IMPLEMENTATION = "bertwatch"
 
-SUPPORTED_MODEL_TYPES = (
-    "bert",
-    "roberta",
-    "xlm-roberta",
-    "camembert",
-    "distilbert",
-    "electra",
-    "albert",
-    "ernie",
-    "mobilebert",
-    "modernbert",
-)
-
 __all__ = [
     "IMPLEMENTATION",
-    "SUPPORTED_MODEL_TYPES",
     "Capture",
     "Intervention",
     "UnsupportedModelError",
     "capture",
     "check_supported",
+    "intervene",
     "model_shape",
 ]
-
-
-class UnsupportedModelError(ValueError):
-    """The model's attention does not go through transformers' AttentionInterface."""
 
 
 @dataclass(frozen=True)
@@ -95,23 +81,25 @@ def _model_type(model: nn.Module) -> str:
 
 
 def check_supported(model: nn.Module) -> None:
-    """Raise UnsupportedModelError, naming the model type, unless bertwatch can capture its attention."""
-    model_type = _model_type(model)
-    if getattr(model, "config", None) is None or not hasattr(model, "set_attn_implementation"):
-        raise UnsupportedModelError(f"bertwatch needs a transformers PreTrainedModel; got {type(model).__name__}")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"model type {model_type!r} does not route its attention through transformers' AttentionInterface, "
-            f"so bertwatch cannot capture or change it. Supported: {', '.join(SUPPORTED_MODEL_TYPES)}."
-        )
-    if getattr(model.config, "is_encoder_decoder", False) or getattr(model.config, "is_decoder", False):
+    """Raise UnsupportedModelError, naming the model type and what to do, unless bertwatch can capture the
+    attention of the encoder inside ``model`` exactly (verified by a short pass against eager attention, once
+    per encoder class and configuration)."""
+    encoder = unwrap(model).model
+    model_type = _model_type(encoder)
+    if getattr(encoder.config, "is_encoder_decoder", False) or getattr(encoder.config, "is_decoder", False):
         raise UnsupportedModelError(f"bertwatch watches encoders; this {model_type!r} model is configured as a decoder")
+    key = (type(encoder), _config_key(encoder.config))
+    problem = _VERIFIED.get(key, "unverified")
+    if problem == "unverified":
+        problem = _VERIFIED[key] = _verify(encoder)
+    if problem is not None:
+        raise UnsupportedModelError(problem)
 
 
 def model_shape(model: nn.Module) -> tuple[int, int]:
-    """Return (layers, heads) of a supported encoder; raises UnsupportedModelError otherwise."""
+    """Return (layers, heads) of a supported encoder (wrappers removed); raises UnsupportedModelError otherwise."""
     check_supported(model)
-    config = model.config
+    config = unwrap(model).model.config
     return int(config.num_hidden_layers), int(config.num_attention_heads)
 
 
@@ -192,6 +180,33 @@ def _per_head(
     return out.to(device=like.device, dtype=like.dtype if out.is_floating_point() else out.dtype)
 
 
+def intervene(probs: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What the active capture does to one layer's post-softmax probabilities ``[batch, heads, query, key]``.
+
+    Counts the layer, makes marked heads uniform over the keys ``attention_mask`` allows (boolean, or additive
+    with large negatives; any shape that broadcasts), records the result, and returns it with the per-head factor
+    ``[batch or 1, heads, 1, 1]`` for the context (None when nothing scales). Outside a capture: unchanged, None.
+    """
+    cap = _STATE.active
+    if cap is None:
+        return probs, None
+    layer = cap._next_layer()
+    batch, heads = probs.shape[0], probs.shape[1]
+    if cap.intervention is not None and cap.intervention.uniform is not None:
+        mark = _per_head(cap.intervention.uniform, layer, batch, heads, probs)
+        allowed = torch.ones_like(probs) if attention_mask is None else _allowed_keys(attention_mask, probs)
+        uniform = allowed / allowed.sum(-1, keepdim=True).clamp_min(1)
+        probs = torch.where(mark, uniform, probs)
+    if cap.record:
+        cap._maps.append(probs if cap.keep_graph else probs.detach())
+    scale = None
+    for spec in (cap.intervention.scale if cap.intervention is not None else None, cap.gates):
+        if spec is not None:
+            s = _per_head(spec, layer, batch, heads, probs)
+            scale = s if scale is None else scale * s
+    return probs, scale
+
+
 def _attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -216,27 +231,7 @@ def _attention(
         else:
             scores = scores + attention_mask[:, :, :, : key.shape[-2]]
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-
-    cap = _STATE.active
-    scale = None
-    if cap is not None:
-        layer = cap._next_layer()
-        batch, heads = probs.shape[0], probs.shape[1]
-        if cap.intervention is not None and cap.intervention.uniform is not None:
-            mark = _per_head(cap.intervention.uniform, layer, batch, heads, probs)
-            allowed = torch.ones_like(probs) if attention_mask is None else _allowed_keys(attention_mask, probs)
-            uniform = allowed / allowed.sum(-1, keepdim=True).clamp_min(1)
-            probs = torch.where(mark, uniform, probs)
-        if cap.record:
-            cap._maps.append(probs if cap.keep_graph else probs.detach())
-        scales = [
-            _per_head(s, layer, batch, heads, probs)
-            for s in (cap.intervention.scale if cap.intervention is not None else None, cap.gates)
-            if s is not None
-        ]
-        for s in scales:
-            scale = s if scale is None else scale * s
-
+    probs, scale = intervene(probs, attention_mask)
     weights = nn.functional.dropout(probs, p=dropout, training=module.training)
     context = torch.matmul(weights, value)
     if scale is not None:
@@ -248,9 +243,13 @@ def _allowed_keys(attention_mask: torch.Tensor, like: torch.Tensor) -> torch.Ten
     """1 where a query may attend to a key under the model's mask, broadcast to ``like``."""
     if attention_mask.dtype == torch.bool:
         allowed = attention_mask
+    elif not attention_mask.is_floating_point():  # 0/1 integers (DeBERTa's own mask)
+        allowed = attention_mask != 0
     else:
         allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-    allowed = allowed[:, :, :, : like.shape[-1]]
+    if allowed.dim() == 3:
+        allowed = allowed[:, None]
+    allowed = allowed[..., : like.shape[-1]]
     return allowed.to(like.dtype).expand_as(like)
 
 
@@ -289,14 +288,15 @@ def capture(
 ) -> Iterator[Capture]:
     """Run the block's forward passes through bertwatch's attention, then restore the model exactly.
 
-    Inside the block the model uses the "bertwatch" implementation and is in eval mode (unless ``train_mode``);
-    on exit, also on error, its attention implementation, ``training`` flags and the torch RNG state are
-    restored. Each ``model(...)`` call starts a new pass; ``cap.attentions`` holds the last one. With
-    ``keep_graph`` the recorded maps stay in the autograd graph, so ``torch.autograd.grad(loss, cap.layer(l))``
-    gives ∂L/∂A.
+    ``model`` may be wrapped (peft, torch.compile, DDP, sentence-transformers; see ``bertwatch.heads.unwrap``):
+    the encoder inside is captured, and calling either the wrapper or the encoder inside the block is recorded.
+    Inside the block the encoder uses the "bertwatch" implementation (or its family's adapter) and is in eval
+    mode (unless ``train_mode``); on exit, also on error, its attention implementation, ``training`` flags and
+    the torch RNG state are restored. Each forward pass starts a new recording; ``cap.attentions`` holds the
+    last one. With ``keep_graph`` the recorded maps stay in the autograd graph, so
+    ``torch.autograd.grad(loss, cap.layer(l))`` gives ∂L/∂A.
     """
     num_layers, num_heads = model_shape(model)
-    _register()
     for name, spec in (
         ("uniform", getattr(intervention, "uniform", None)),
         ("scale", getattr(intervention, "scale", None)),
@@ -304,27 +304,132 @@ def capture(
     ):
         if spec is not None and tuple(spec.shape[-2:]) != (num_layers, num_heads):
             raise ValueError(f"{name} must end in [layers={num_layers}, heads={num_heads}], got {tuple(spec.shape)}")
+    with _open(
+        unwrap(model).model, Capture(num_layers, num_heads, record, intervention, gates, keep_graph), train_mode
+    ):
+        yield _STATE.active
+
+
+@contextlib.contextmanager
+def _open(encoder: nn.Module, cap: Capture, train_mode: bool = False) -> Iterator[None]:
+    """Make ``cap`` the active capture of ``encoder`` (an unwrapped transformers model) for the block."""
     if _STATE.active is not None:
         raise RuntimeError("bertwatch.heads.capture blocks cannot be nested")
-
-    cap = Capture(num_layers, num_heads, record, intervention, gates, keep_graph)
-    previous = _user_implementation(model)
-    modes = {m: m.training for m in model.modules()}
-    hook = model.register_forward_pre_hook(lambda *_: cap.reset())
+    adapter = adapter_for(encoder)
+    previous = _user_implementation(encoder)
+    modes = {m: m.training for m in encoder.modules()}
+    device = next(encoder.parameters()).device
+    handles = [encoder.register_forward_pre_hook(lambda *_: cap.reset())]
     try:
         with rng_untouched():
-            model.set_attn_implementation(IMPLEMENTATION)
-            if _user_implementation(model) != IMPLEMENTATION:
-                raise UnsupportedModelError(
-                    f"{type(model).__name__} refused the {IMPLEMENTATION!r} attention implementation"
-                )
-            model.train(train_mode)
+            if adapter is not None:
+                handles.extend(adapter.install(encoder, intervene))
+            else:
+                _register()
+                encoder.set_attn_implementation(IMPLEMENTATION)
+                if _user_implementation(encoder) != IMPLEMENTATION:
+                    raise UnsupportedModelError(
+                        f"{type(encoder).__name__} refused the {IMPLEMENTATION!r} attention implementation"
+                    )
+            encoder.train(train_mode)
             _STATE.active = cap
-            yield cap
+            yield
     finally:
         _STATE.active = None
-        hook.remove()
-        if previous is not None and _user_implementation(model) != previous:
-            model.set_attn_implementation(previous)
+        for handle in handles:
+            handle.remove()
+        if adapter is None and previous is not None and _user_implementation(encoder) != previous:
+            encoder.set_attn_implementation(previous)
         for module, training in modes.items():
             module.training = training
+
+
+#: Per encoder class and configuration: None when capture was verified exact, else why not (the error message).
+_VERIFIED: dict[tuple[type, str], str | None] = {}
+
+
+def _config_key(config: Any) -> str:
+    """The configuration's public settings: a class whose attention path depends on them is verified per variant."""
+    settings = {k: v for k, v in config.to_dict().items() if not k.startswith("_")}
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
+_SUPPORT_HINT = (
+    "bertwatch supports encoders whose attention goes through transformers' AttentionInterface, and "
+    "DeBERTa-v2/v3 and MPNet through adapters (bertwatch.heads.adapters). For this family, add a "
+    "DropoutHookAdapter to bertwatch.heads.adapters.ADAPTERS if its attention module ends in "
+    "softmax -> self.dropout -> probs @ value, or fine-tune a supported encoder"
+)
+
+
+def _probe_inputs(encoder: nn.Module) -> dict[str, torch.Tensor]:
+    """Two short sequences, the second right-padded, with ids that are neither padding nor outside the vocabulary."""
+    config = encoder.config
+    vocab = int(getattr(config, "vocab_size", 0) or 100)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(min(5, vocab - 1), vocab, (2, 7), generator=g)
+    pad = getattr(config, "pad_token_id", None)
+    if pad is not None:
+        ids = ids.masked_fill(ids == pad, (int(pad) + 1) % vocab)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    device = next(encoder.parameters()).device
+    return {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+
+
+def _verify(encoder: nn.Module) -> str | None:
+    """Why bertwatch cannot capture ``encoder`` exactly, or None: one pass on a tiny padded input, recorded maps
+    and outputs against the model's own eager attention (``output_attentions=True``), plus a bidirectionality
+    check. Run once per encoder class and configuration; the model is restored afterwards (implementation,
+    modes, RNG)."""
+    model_type = _model_type(encoder)
+    what = f"{type(encoder).__name__} (model type {model_type!r})"
+    layers, heads = int(encoder.config.num_hidden_layers), int(encoder.config.num_attention_heads)
+    inputs = _probe_inputs(encoder)
+    previous = _user_implementation(encoder)
+    modes = {m: m.training for m in encoder.modules()}
+    try:
+        with torch.no_grad(), rng_untouched():
+            encoder.eval()
+            if adapter_for(encoder) is None and previous != "eager":
+                encoder.set_attn_implementation("eager")
+            eager = encoder(**inputs, output_attentions=True)
+            if adapter_for(encoder) is None and previous != "eager":
+                encoder.set_attn_implementation(previous)
+            cap = Capture(layers, heads, True, None, None)
+            with _open(encoder, cap):
+                captured = encoder(**inputs)
+    except UnsupportedModelError:
+        return f"{what} does not route its attention through transformers' AttentionInterface. {_SUPPORT_HINT}"
+    except Exception as error:  # any failure means: not verified
+        failure = f"{type(error).__name__}: {error}"
+        return f"{what}: bertwatch could not verify its attention capture ({failure}). {_SUPPORT_HINT}"
+    finally:
+        if previous is not None and _user_implementation(encoder) != previous:
+            encoder.set_attn_implementation(previous)
+        for module, training in modes.items():
+            module.training = training
+    expected = getattr(eager, "attentions", None)
+    if not expected or cap.attentions is None or len(cap._maps) != len(expected) or len(expected) != layers:
+        return f"{what} does not route its attention through transformers' AttentionInterface. {_SUPPORT_HINT}"
+    low = any(t.dtype in (torch.float16, torch.bfloat16) for t in (expected[0], *cap._maps))  # mixed precision
+    expected = torch.stack([a.float() for a in expected], 1)
+    real = (
+        inputs["attention_mask"].bool()[:, None, None, :, None]
+        & inputs["attention_mask"].bool()[:, None, None, None, :]
+    )
+    got = cap.attentions.float()
+    tol = 1e-2 if low else 1e-5
+    if got.shape != expected.shape or not torch.allclose(
+        got[real.expand_as(got)], expected[real.expand_as(expected)], atol=tol, rtol=tol
+    ):
+        return f"{what}: bertwatch's captured attention differs from the model's own eager attention. {_SUPPORT_HINT}"
+    keep = inputs["attention_mask"].bool()
+    out, ref = captured[0].float(), eager[0].float()
+    if out.shape[:2] == keep.shape:
+        out, ref = out[keep], ref[keep]
+    if out.shape != ref.shape or not torch.allclose(out, ref, atol=10 * tol, rtol=10 * tol):
+        return f"{what}: the model's outputs change under bertwatch's capture. {_SUPPORT_HINT}"
+    if bool((expected[0, :, :, 0, 1:] == 0).all()):
+        return f"bertwatch watches bidirectional encoders; {what} attends causally (each token sees only earlier ones)"
+    return None
