@@ -318,7 +318,6 @@ def _open(encoder: nn.Module, cap: Capture, train_mode: bool = False) -> Iterato
     adapter = adapter_for(encoder)
     previous = _user_implementation(encoder)
     modes = {m: m.training for m in encoder.modules()}
-    device = next(encoder.parameters()).device
     handles = [encoder.register_forward_pre_hook(lambda *_: cap.reset())]
     try:
         with rng_untouched():
