@@ -43,38 +43,31 @@ from bertwatch.ablation.evaluate import evaluate_configs
 from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
 from bertwatch.ablation.pruning import head_importance, pruning_curve
 from bertwatch.ablation.runner import Runner, model_type
-from bertwatch.ablation.scoring import Metric, make_metric, settle_metric
+from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
+from bertwatch.ablation.tasks import Task, prepare_task_examples, resolve_task, task_parts
 from bertwatch.heads.capture import model_shape
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import FIELDS, AblationResult
 
 
 def check_model(model: nn.Module, task: str | None) -> tuple[bool, int]:
-    """(regression, number of outputs); clear errors for models the sweep cannot score."""
-    name = type(model).__name__
-    if not name.endswith("ForSequenceClassification"):
-        raise ValueError(
-            f"{name} has no sequence-classification head; the sweep scores a fine-tuned classifier. Load the "
-            "checkpoint with AutoModelForSequenceClassification (after fine-tuning it on the task)."
-        )
+    """(regression, number of outputs); clear errors for models the sweep cannot score and for a GLUE task whose
+    labels do not fit the head."""
+    resolved = resolve_task(model, task)
     num_labels = int(getattr(model.config, "num_labels", 0))
-    problem = getattr(model.config, "problem_type", None)
-    if problem == "multi_label_classification":
-        raise ValueError("multi-label classifiers are not supported by the ablation sweep")
-    regression = problem == "regression" or num_labels == 1
-    if task is not None:
+    if resolved.glue is not None:
         from bertwatch.data.glue import glue_task
 
-        spec = glue_task(task)
-        if spec.num_labels != num_labels or spec.is_regression != regression:
+        spec = glue_task(resolved.glue)
+        if spec.num_labels != num_labels or spec.is_regression != resolved.regression:
             raise ValueError(
                 f"task {spec.name!r} has {spec.num_labels} label{'s' if spec.num_labels != 1 else ''}"
                 f"{' (regression)' if spec.is_regression else ''}, but the model's head has {num_labels} output"
                 f"{'s' if num_labels != 1 else ''}: was this checkpoint fine-tuned on {spec.name}?"
             )
-    return regression, num_labels
+    return resolved.regression, num_labels
 
 
 def check_labels(labels: np.ndarray, regression: bool, num_labels: int) -> None:
@@ -119,6 +112,7 @@ class Prepared:
 
     model: nn.Module
     settings: AblationSettings
+    task: Task
     regression: bool
     num_layers: int
     num_heads: int
@@ -135,18 +129,31 @@ class Prepared:
 def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings):
     """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
     any configuration is evaluated."""
+    task = resolve_task(model, s.task)
     regression, num_labels = check_model(model, s.task)
     num_layers, num_heads = model_shape(model)
-    features, labels = prepare_examples(model, examples, tokenizer, s.max_length, regression)
-    check_labels(labels, regression, num_labels)
+    found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
+    if found is None:
+        features, labels = prepare_examples(model, examples, tokenizer, s.max_length, regression)
+        if task.type != "multi-label":
+            check_labels(labels, regression, num_labels)
+        references: list = []
+    else:
+        features, labels, references = found.features, found.labels, found.references
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = getattr(model.config, "pad_token_id", None) or 0
-    data = EvalData(features, labels)
+    data = EvalData(features, labels, task_type=task.type)
     make_batches(data, s.batch_size, s.shard_size, int(pad_id))
     runner = Runner(model, s.mode, reuse=s.reuse)
+    if task.type in ("token-classification", "question-answering"):
+        runner.pad_to = max(len(f["input_ids"]) for f in features)
     processes = Processes(s.distributed, cpu=runner.device.type == "cpu")
-    metric = make_metric(s.task, compute_metrics, s.metric, labels, regression)
+    parts = task_parts(task, labels, references) if compute_metrics is None else None
+    if parts is not None:
+        metric = parts_metric(parts[0], parts[1], labels, s.metric)
+    else:
+        metric = make_metric(task.glue, compute_metrics, s.metric, labels, regression)
     out_path = Path(s.out_dir) if s.out_dir is not None else None
     run_id = fingerprint(model, data, s.mode, s.batch_size, s.shard_size)
     store = Store(
@@ -156,6 +163,7 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
     return Prepared(
         model,
         s,
+        task,
         regression,
         num_layers,
         num_heads,
@@ -260,7 +268,8 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "heads": p.num_heads,
         "mode": s.mode,
         "metric": p.metric.name,
-        "metric_source": "compute_metrics" if p.compute_metrics is not None else ("glue" if s.task else "built-in"),
+        "task_type": p.task.type,
+        "metric_source": metric_source(p),
         "greater_is_better": bool(s.greater_is_better),
         "n_resamples": int(s.n_resamples),
         "seed": int(s.seed),
@@ -278,6 +287,14 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "num_configurations": num_configurations,
         "seconds": {k: p.seconds.get(k, 0.0) for k in ("sweep", "importance", "pruning", "bootstrap")},
     }
+
+
+def metric_source(p: Prepared) -> str:
+    if p.compute_metrics is not None:
+        return "compute_metrics"
+    if p.metric.combine is not None:
+        return p.task.type
+    return "glue" if p.task.glue else "built-in"
 
 
 def publish(p: Prepared, result: AblationResult, writer: Any) -> None:
