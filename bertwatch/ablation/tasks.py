@@ -261,7 +261,7 @@ def label_batch(task_type: str, labels: np.ndarray, length: int, device: Any) ->
             "end_positions": torch.as_tensor(labels[:, 1], device=device),
         }
     if task_type == "token-classification":
-        return {"labels": torch.as_tensor(labels[:, :length], device=device).long()}
+        return {"labels": torch.as_tensor(np.ascontiguousarray(labels[:, :length]), device=device).long()}
     tensor = torch.as_tensor(labels, device=device)
     return {"labels": tensor.float() if task_type in ("regression", "multi-label") else tensor.long()}
 
