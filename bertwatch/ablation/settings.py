@@ -22,6 +22,7 @@ class AblationSettings:
     remaining heads a step, until the metric falls below ``prune_threshold`` x baseline).
     Scoring: ``metric`` (a key of ``compute_metrics``' result, or a built-in name), ``greater_is_better``,
     ``n_resamples``/``seed``/``confidence`` of the paired bootstrap.
+    QA: ``max_answer_length``, the longest span (in tokens) the best answer may have.
     Running: ``batch_size`` examples a batch, ``configs_per_batch`` configurations stacked in one batch (None: 1024
     rows on a GPU, 128 on a CPU), ``shard_size`` examples per resumable unit, ``max_length`` tokens per example,
     ``reuse`` (lower-layer reuse), ``resume`` (from ``out_dir/partial.jsonl``), ``distributed`` (None: when
@@ -48,6 +49,7 @@ class AblationSettings:
     configs_per_batch: int | None = None
     shard_size: int = 256
     max_length: int = 128
+    max_answer_length: int = 30
     reuse: bool = True
     resume: bool = True
     distributed: bool | None = None
@@ -56,7 +58,7 @@ class AblationSettings:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
-        for name in ("batch_size", "shard_size", "max_length", "n_resamples"):
+        for name in ("batch_size", "shard_size", "max_length", "max_answer_length", "n_resamples"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.configs_per_batch is not None and self.configs_per_batch < 1:

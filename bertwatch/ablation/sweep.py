@@ -25,6 +25,7 @@ processes (``accelerate launch`` / ``torchrun``) configurations are split across
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -129,7 +130,7 @@ class Prepared:
 def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings):
     """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
     any configuration is evaluated."""
-    task = resolve_task(model, s.task)
+    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length)
     regression, num_labels = check_model(model, s.task)
     num_layers, num_heads = model_shape(model)
     found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
@@ -281,6 +282,7 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "batch_size": int(s.batch_size),
         "configs_per_batch": int(p.configs_per_batch),
         "max_length": int(s.max_length),
+        "max_answer_length": int(s.max_answer_length),
         "layer_reuse": p.runner.reuses,
         "first_token_last_layer": p.runner.last is not None,
         "processes": p.processes.world,
