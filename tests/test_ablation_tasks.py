@@ -60,13 +60,13 @@ def _masks():
         yield "layer", l, mask
 
 
-def _check(result, plain) -> None:
+def _check(result, plain, rel: float = 0.0) -> None:
     for unit, where, mask in _masks():
         expected = plain(mask)
         got = {"baseline": lambda: result.baseline, "head": lambda: result.heads[where][0]}.get(
             unit, lambda: result.layers[where][0]
         )()
-        assert got == pytest.approx(expected, abs=1e-9), (unit, where)
+        assert got == pytest.approx(expected, rel=rel, abs=1e-9), (unit, where)
     assert 0 < result.baseline and np.any(result.heads[..., 1] != 0)  # a test that could fail
 
 
@@ -213,9 +213,12 @@ def test_multi_label_micro_f1() -> None:
 
 def test_heads_and_tasks_that_do_not_fit_are_refused_at_setup() -> None:
     tokenizer = tiny_tokenizer()
+    bare = _model(T.BertModel, tokenizer)
+    with pytest.raises(ValueError, match="no sequence-classification head"):
+        SW.ablate(bare, [{"text": "good", "label": 0}], tokenizer, progress=False)
     mlm = _model(T.BertForMaskedLM, tokenizer)
-    with pytest.raises(ValueError, match="masked-LM"):
-        SW.ablate(mlm, [{"text": "good"}], tokenizer, progress=False)
+    with pytest.raises(ValueError, match="only special tokens"):
+        SW.ablate(mlm, [{"input_ids": [2, 3]}], tokenizer, progress=False)
     tagger = _model(T.BertForTokenClassification, tokenizer, id2label=dict(enumerate(TAGS)))
     with pytest.raises(ValueError, match="does not fit"):
         SW.ablate(tagger, _sentences(3, 0), tokenizer, task="question-answering", progress=False)
@@ -226,3 +229,41 @@ def test_heads_and_tasks_that_do_not_fit_are_refused_at_setup() -> None:
     qa = _model(T.BertForQuestionAnswering, tokenizer)
     with pytest.raises(ValueError, match="SQuAD layout"):
         SW.ablate(qa, [{"text": "good"}], tokenizer, progress=False)
+
+
+def test_masked_lm_loss_and_pseudo_perplexity_on_fixed_masks() -> None:
+    from bertwatch.ablation.settings import AblationSettings
+
+    tokenizer = tiny_tokenizer()
+    model = _model(T.BertForMaskedLM, tokenizer, seed=4)
+    rows = [{"text": t["text"]} for t in _texts(14)]
+    kwargs = dict(n_resamples=40, keep_only=False, batch_size=4, progress=False, task="mlm")
+    result = SW.ablate(model, rows, tokenizer, **kwargs)
+    assert result.metric == "mlm_loss" and set(result.baseline_metrics) == {"mlm_loss", "pseudo_perplexity"}
+    assert result.config["greater_is_better"] is False  # lower loss is better: the pruning stops above 110%
+    features = SW.prepare(model, rows, tokenizer, None, AblationSettings(**kwargs)).data.features
+    for row, feature in zip(rows, features):  # the masks: [MASK] where a label is, the original token as label
+        original = tokenizer(row["text"])["input_ids"]
+        for token, masked, label in zip(original, feature["input_ids"], feature["labels"]):
+            assert (masked, label) == ((tokenizer.mask_token_id, token) if label != -100 else (token, -100))
+
+    def plain(mask):
+        total, count = 0.0, 0
+        for feature in features:
+            logits = _alone(model, {"input_ids": feature["input_ids"]}, mask, "uniform").logits[0].double()
+            for position, label in enumerate(feature["labels"]):
+                if label != -100:
+                    total -= float(torch.log_softmax(logits[position], -1)[label])
+                    count += 1
+        return total / count
+
+    _check(result, plain, rel=1e-5)
+    assert result.baseline_metrics["pseudo_perplexity"] == pytest.approx(np.exp(result.baseline), rel=1e-9)
+    again = SW.ablate(model, rows, tokenizer, **kwargs)
+    np.testing.assert_array_equal(again.heads, result.heads)  # the same masks every time
+
+
+def _texts(count: int):
+    from tests._tiny_trainer import toy_texts
+
+    return toy_texts(count, seed=5)

@@ -167,12 +167,16 @@ def pad_features(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[
     }
     if "token_type_ids" in features[0]:
         out["token_type_ids"] = torch.zeros(len(features), length, dtype=torch.long)
+    if "labels" in features[0]:  # masked LM: the fixed masks' targets go into the forward
+        out["labels"] = torch.full((len(features), length), -100, dtype=torch.long)
     for i, f in enumerate(features):
         n = len(f["input_ids"])
         out["input_ids"][i, :n] = torch.tensor(f["input_ids"])
         out["attention_mask"][i, :n] = 1
         if "token_type_ids" in out:
             out["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
+        if "labels" in out:
+            out["labels"][i, :n] = torch.tensor(f["labels"])
     return out
 
 

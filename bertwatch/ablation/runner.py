@@ -173,12 +173,18 @@ class Runner:
         self.device = next(model.parameters()).device
         #: Token-level outputs are padded to this many positions, so that batches of any length concatenate.
         self.pad_to: int | None = None
+        #: Masked LM: the outputs are the negative log-likelihood of each labelled token ``[B, T, 1]`` (0 elsewhere).
+        self.token_nll = False
 
-    def outputs(self, output: Any) -> torch.Tensor:
-        """The head's outputs as one tensor: ``logits``, or QA's start and end logits stacked ``[B, T, 2]``;
-        token-level outputs padded (with zeros) to ``pad_to`` positions."""
+    def outputs(self, output: Any, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The head's outputs as one tensor: ``logits``, QA's start and end logits stacked ``[B, T, 2]``, or the
+        masked-LM token NLL; token-level outputs padded (with zeros) to ``pad_to`` positions."""
         start = getattr(output, "start_logits", None)
         logits = torch.stack([start, output.end_logits], dim=-1) if start is not None else output.logits
+        if self.token_nll:
+            labels = inputs["labels"]
+            logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.clamp_min(0)[..., None])
+            logits = torch.where(labels[..., None] != -100, -logp, torch.zeros_like(logp))
         if self.pad_to is not None and logits.dim() == 3 and logits.shape[1] < self.pad_to:
             logits = nn.functional.pad(logits, (0, 0, 0, self.pad_to - logits.shape[1]))
         return logits
@@ -217,7 +223,7 @@ class Runner:
                     hooks.append(self.layers[i].register_forward_pre_hook(state_saver(states, i), with_kwargs=True))
             try:
                 with capture(self.model, record=False):
-                    logits = self.outputs(self.model(**inputs))
+                    logits = self.outputs(self.model(**inputs), inputs)
             finally:
                 for hook in hooks:
                     hook.remove()
@@ -247,7 +253,7 @@ class Runner:
             if skip:
                 hook = self.layers[start].register_forward_pre_hook(lambda *_: cap.reset(start_layer=start))
             try:
-                logits = self.outputs(self.model(**stacked))
+                logits = self.outputs(self.model(**stacked), stacked)
             finally:
                 if hook is not None:
                     hook.remove()

@@ -27,6 +27,8 @@ class Metric:
     all_metrics: Callable[[np.ndarray], dict[str, float]] | None = None
     #: For a metric of summed per-example parts (``predictions`` gives the parts ``[n, k]``): sums -> value.
     combine: Callable[[np.ndarray], np.ndarray] | None = None
+    #: False for a metric where lower is better whatever the settings say (masked-LM loss, perplexity).
+    greater_is_better: bool = True
 
     def bootstrap(
         self, baseline: np.ndarray, configs: list[np.ndarray], n_resamples: int, seed: int, confidence: float
@@ -161,4 +163,5 @@ def parts_metric(
         None,
         all_metrics=lambda outputs: {n: float(m(parts(outputs).sum(0))) for n, m in metrics.items()},
         combine=chosen,
+        greater_is_better=chosen.greater_is_better,
     )

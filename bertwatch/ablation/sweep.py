@@ -130,7 +130,7 @@ class Prepared:
 def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings):
     """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
     any configuration is evaluated."""
-    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length)
+    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
     regression, num_labels = check_model(model, s.task)
     num_layers, num_heads = model_shape(model)
     found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
@@ -147,8 +147,9 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
     data = EvalData(features, labels, task_type=task.type)
     make_batches(data, s.batch_size, s.shard_size, int(pad_id))
     runner = Runner(model, s.mode, reuse=s.reuse)
-    if task.type in ("token-classification", "question-answering"):
+    if task.type in ("token-classification", "question-answering", "masked-lm"):
         runner.pad_to = max(len(f["input_ids"]) for f in features)
+    runner.token_nll = task.type == "masked-lm"
     processes = Processes(s.distributed, cpu=runner.device.type == "cpu")
     parts = task_parts(task, labels, references) if compute_metrics is None else None
     if parts is not None:
@@ -210,7 +211,8 @@ def prune(
     importance = head_importance(p.model, p.data, p.regression, loss_fn)
     p.seconds["importance"] = round(time.perf_counter() - started, 3)
     margin = (1 - s.prune_threshold) * abs(baseline)
-    limit = baseline - margin if s.greater_is_better else baseline + margin
+    greater = greater_is_better(p)
+    limit = baseline - margin if greater else baseline + margin
     started = time.perf_counter()
     with torch.inference_mode():
         pruning, prune_logits = pruning_curve(
@@ -222,7 +224,7 @@ def prune(
             p.metric.score,
             importance,
             s.prune_step,
-            (lambda value: value < limit) if s.greater_is_better else (lambda value: value > limit),
+            (lambda value: value < limit) if greater else (lambda value: value > limit),
             s.progress,
             s.mode,
         )
@@ -271,7 +273,7 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "metric": p.metric.name,
         "task_type": p.task.type,
         "metric_source": metric_source(p),
-        "greater_is_better": bool(s.greater_is_better),
+        "greater_is_better": greater_is_better(p),
         "n_resamples": int(s.n_resamples),
         "seed": int(s.seed),
         "confidence": float(s.confidence),
@@ -289,6 +291,11 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "num_configurations": num_configurations,
         "seconds": {k: p.seconds.get(k, 0.0) for k in ("sweep", "importance", "pruning", "bootstrap")},
     }
+
+
+def greater_is_better(p: Prepared) -> bool:
+    """The settings' direction, except for a metric where lower is always better (masked-LM loss, perplexity)."""
+    return bool(p.settings.greater_is_better and p.metric.greater_is_better)
 
 
 def metric_source(p: Prepared) -> str:

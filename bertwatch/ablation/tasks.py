@@ -22,7 +22,7 @@ from bertwatch.data.task_metrics import (
     token_classification_parts,
 )
 from bertwatch.heads.loading import max_input_length
-from bertwatch.heads.tasks import head_kind, problem_type
+from bertwatch.heads.tasks import fixed_mask, head_kind, problem_type
 
 __all__ = ["TASK_TYPES", "Task", "label_batch", "prepare_task_examples", "resolve_task", "task_parts"]
 
@@ -34,8 +34,9 @@ TASK_TYPES = (
     "token-classification",
     "question-answering",
     "multiple-choice",
+    "masked-lm",
 )
-ALIASES = {"ner": "token-classification", "qa": "question-answering", "squad": "question-answering"}
+ALIASES = {"ner": "token-classification", "qa": "question-answering", "squad": "question-answering", "mlm": "masked-lm"}
 #: A task type and the head kind it needs.
 _HEAD_OF = {
     "sequence-classification": "sequence-classification",
@@ -44,6 +45,7 @@ _HEAD_OF = {
     "token-classification": "token-classification",
     "question-answering": "question-answering",
     "multiple-choice": "multiple-choice",
+    "masked-lm": "masked-lm",
 }
 
 
@@ -56,6 +58,9 @@ class Task:
     glue: str | None = None
     label_names: tuple[str, ...] = ()
     max_answer_length: int = 30
+    #: Masked LM: the share of tokens masked (fixed, seeded masks) and the seed.
+    mask_probability: float = 0.15
+    seed: int = 0
 
     @property
     def regression(self) -> bool:
@@ -83,11 +88,10 @@ def resolve_task(model: nn.Module, task: str | None) -> Task:
     for a head the sweep cannot score or a task that does not fit the head."""
     name, kind = type(model).__name__, head_kind(model)
     if kind not in set(_HEAD_OF.values()):
-        what = "a masked-LM head (the sweep does not score masked-LM models yet)" if kind == "masked-lm" else None
         raise ValueError(
-            f"{name} has no sequence-classification head (nor a token-classification, question-answering or "
-            f"multiple-choice one){': it has ' + what if what else ''}; the sweep scores a fine-tuned task model. "
-            "Load the checkpoint with its AutoModelFor... class (after fine-tuning it on the task)."
+            f"{name} has no sequence-classification head (nor a token-classification, question-answering, "
+            "multiple-choice or masked-LM one); the sweep scores a fine-tuned task model. Load the checkpoint with "
+            "its AutoModelFor... class (after fine-tuning it on the task)."
         )
     wanted = ALIASES.get(str(task).lower(), str(task).lower()) if task is not None else None
     if wanted is not None and wanted not in TASK_TYPES:
@@ -236,11 +240,47 @@ def _choice_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_len
     return TaskExamples(features, np.asarray(labels, dtype=np.int64))
 
 
+def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task, max_length: int) -> TaskExamples:
+    """Masked LM: texts (``text``) or ``input_ids``, each with a fixed, seeded mask (:func:`fixed_mask`, seeded by
+    ``task.seed`` and the example's position), so every configuration is scored on the same masked tokens."""
+    mask_id = getattr(tokenizer, "mask_token_id", None)
+    if mask_id is None:
+        raise ValueError("masked-LM scoring needs the model's tokenizer (with a mask token)")
+    specials = list(getattr(tokenizer, "all_special_ids", []))
+    length = max_input_length(model, tokenizer, max_length)
+    keep_types = "token_type_ids" in _accepts(model)
+    features, labels = [], []
+    for number, row in enumerate(rows):
+        if "input_ids" in row:
+            ids, types = [int(t) for t in row["input_ids"]], row.get("token_type_ids")
+        elif "text" in row:
+            encoded = tokenizer(str(row["text"]), truncation=True, max_length=length)
+            ids, types = list(encoded["input_ids"]), encoded.get("token_type_ids")
+        else:
+            raise ValueError(f"example {number} has neither 'text' nor 'input_ids'")
+        tensor = torch.tensor([ids])
+        masked, target = fixed_mask(
+            tensor, torch.ones_like(tensor), mask_id, specials, task.mask_probability, task.seed * 1_000_003 + number
+        )
+        if not bool((target != IGNORE).any()):
+            raise ValueError(f"example {number} has no token that can be masked (only special tokens)")
+        feature = {"input_ids": masked[0].tolist(), "labels": target[0].tolist()}
+        if keep_types and types is not None:
+            feature["token_type_ids"] = [int(t) for t in types]
+        features.append(feature)
+        labels.append(target[0].tolist())
+    width = max(len(x) for x in labels)
+    array = np.full((len(labels), width), IGNORE, dtype=np.int64)
+    for i, row in enumerate(labels):
+        array[i, : len(row)] = row
+    return TaskExamples(features, array)
+
+
 def prepare_task_examples(
     model: nn.Module, examples: Any, tokenizer: Any, task: Task, max_length: int
 ) -> TaskExamples | None:
     """Token classification and QA examples; None for the sequence-level tasks (``inputs.prepare_examples``)."""
-    if task.type not in ("token-classification", "question-answering", "multiple-choice"):
+    if task.type not in ("token-classification", "question-answering", "multiple-choice", "masked-lm"):
         return None
     rows = _rows(examples)
     if not rows:
@@ -249,6 +289,8 @@ def prepare_task_examples(
         return _token_examples(model, rows, tokenizer, task, max_length)
     if task.type == "multiple-choice":
         return _choice_examples(model, rows, tokenizer, max_length)
+    if task.type == "masked-lm":
+        return _mlm_examples(model, rows, tokenizer, task, max_length)
     return _qa_examples(model, rows, tokenizer, max_length)
 
 
@@ -260,7 +302,7 @@ def label_batch(task_type: str, labels: np.ndarray, length: int, device: Any) ->
             "start_positions": torch.as_tensor(labels[:, 0], device=device),
             "end_positions": torch.as_tensor(labels[:, 1], device=device),
         }
-    if task_type == "token-classification":
+    if task_type in ("token-classification", "masked-lm"):
         return {"labels": torch.as_tensor(np.ascontiguousarray(labels[:, :length]), device=device).long()}
     tensor = torch.as_tensor(labels, device=device)
     return {"labels": tensor.float() if task_type in ("regression", "multi-label") else tensor.long()}
@@ -291,4 +333,11 @@ def task_parts(task: Task, labels: np.ndarray, references: Sequence[Any]):
             return np.asarray(rows, dtype=np.float64)
 
         return "question-answering", spans
+    if task.type == "masked-lm":
+        counts = (labels != IGNORE).sum(1).astype(np.float64)
+
+        def nll(outputs: np.ndarray) -> np.ndarray:
+            return np.stack([np.asarray(outputs, dtype=np.float64)[..., 0].sum(1), counts], axis=1)
+
+        return "masked-lm", nll
     return None

@@ -41,6 +41,7 @@ class AdditiveMetric:
 
     name: str
     column: Callable[[np.ndarray], np.ndarray]
+    greater_is_better: bool = True
 
     def __call__(self, sums: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -81,8 +82,8 @@ ADDITIVE_METRICS: dict[str, tuple[AdditiveMetric, ...]] = {
     "multi-label": (AdditiveMetric("micro_f1", lambda s: _micro_f1(s)),),
     # parts: summed negative log-likelihood of the masked tokens, their number
     "masked-lm": (
-        AdditiveMetric("mlm_loss", _ratio(0, 1)),
-        AdditiveMetric("pseudo_perplexity", lambda s: np.exp(_ratio(0, 1)(s))),
+        AdditiveMetric("mlm_loss", _ratio(0, 1), greater_is_better=False),
+        AdditiveMetric("pseudo_perplexity", lambda s: np.exp(_ratio(0, 1)(s)), greater_is_better=False),
     ),
 }
 
