@@ -92,8 +92,11 @@ def gradient_stats(
 
     ``head_importance`` = abs(∂L_b/∂ξ_h) with ξ a gate on head h's context (Michel et al. 2019), abs per example.
     ``attn_grad_{sep,punct,other}`` = mean over real queries i and keys j of that type of abs(∂L_b/∂A[i,j])
-    (Clark et al. 2019, Fig 3); "other" is every real key that is neither [SEP] nor punctuation. Examples are
-    independent, so the gradient of the summed loss restricted to example b is example b's own gradient.
+    (Clark et al. 2019, Fig 3); "other" is every real key that is neither [SEP] nor punctuation. L_b is example
+    b's share of the model's own loss (:func:`bertwatch.heads.tasks.model_loss`, any task head; refused at the
+    first pass when it cannot be computed), or ``loss_fn(outputs, batch)[b]``. Examples are independent, so the
+    rescaled gradient of the batch loss restricted to example b is example b's own. Multiple choice: ``roles`` are
+    per choice row ``[batch * choices, T]`` and a gate is shared by an example's choices.
     With ``return_attentions`` the pass's maps ``[batch, layers, heads, T, T]`` come back too, so a caller that
     also needs the attention statistics pays for one forward, not two.
     """
