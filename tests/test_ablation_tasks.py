@@ -267,3 +267,21 @@ def _texts(count: int):
     from tests._tiny_trainer import toy_texts
 
     return toy_texts(count, seed=5)
+
+
+def test_compute_metrics_still_wins_for_token_classification() -> None:
+    tokenizer = tiny_tokenizer()
+    model = _model(T.BertForTokenClassification, tokenizer, id2label=dict(enumerate(TAGS)))
+    rows = _sentences(10, 2)
+
+    def compute_metrics(prediction):
+        preds, labels = prediction.predictions.argmax(-1), prediction.label_ids
+        keep = labels != -100
+        return {"accuracy": float((preds[keep] == labels[keep]).mean())}
+
+    kwargs = dict(n_resamples=20, keep_only=False, prune=False, progress=False)
+    theirs = SW.ablate(model, rows, tokenizer, compute_metrics=compute_metrics, **kwargs)
+    ours = SW.ablate(model, rows, tokenizer, metric="token_accuracy", **kwargs)
+    assert theirs.metric == "accuracy" and theirs.config["metric_source"] == "compute_metrics"
+    assert theirs.baseline == pytest.approx(ours.baseline_metrics["token_accuracy"])
+    np.testing.assert_allclose(theirs.heads[..., 0], ours.heads[..., 0], atol=1e-12)
