@@ -18,6 +18,7 @@ _LAZY = {
     "sweep_configs": "bertwatch.ablation.configs",
     "pruning_masks": "bertwatch.ablation.configs",
     "ablate": "bertwatch.ablation.sweep",
+    "AblationSettings": "bertwatch.ablation.settings",
     "AblationResult": "bertwatch.report.result",
 }
 
@@ -25,6 +26,7 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.ablation.configs import MODES, HeadMask, pruning_masks, sweep_configs
+    from bertwatch.ablation.settings import AblationSettings
     from bertwatch.ablation.sweep import ablate
     from bertwatch.report.result import AblationResult
 

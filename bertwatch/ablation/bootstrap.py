@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "additive_bootstrap",
     "BootstrapResult",
     "KERNELS",
     "bootstrap_p",
@@ -264,6 +265,43 @@ def paired_bootstrap(
         point = np.array([metric(p, labels) for p in everything], dtype=np.float64)
         idx = resample_indices(n, n_resamples, seed)
         samples = np.array([[metric(p[i], labels[i]) for i in idx] for p in everything], dtype=np.float64)
+    deltas = samples[1:] - samples[:1]
+    lows, highs, p = _summarise(deltas, confidence)
+    return BootstrapResult(
+        baseline=float(point[0]),
+        value=point[1:],
+        delta=point[1:] - point[0],
+        ci_low=lows,
+        ci_high=highs,
+        p=p,
+        n_resamples=int(n_resamples),
+        seed=int(seed),
+        confidence=float(confidence),
+    )
+
+
+def additive_bootstrap(
+    baseline: np.ndarray,
+    configs: np.ndarray,
+    combine: Callable[[np.ndarray], np.ndarray],
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> BootstrapResult:
+    """Paired bootstrap of a metric ``combine(Σ_i parts_i)`` of per-example parts (entity counts, exact matches,
+    ...): ``baseline`` ``[n, k]``, ``configs`` ``[K, n, k]``; each resample is ``combine(counts @ parts)``, the
+    same resamples as :func:`paired_bootstrap`."""
+    baseline = np.asarray(baseline, dtype=np.float64)
+    configs = np.asarray(configs, dtype=np.float64).reshape(-1, *baseline.shape)
+    n = baseline.shape[0]
+    if n == 0:
+        raise ValueError("the bootstrap needs at least one evaluation example")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    everything = np.concatenate([baseline[None], configs], axis=0)  # [K+1, n, k]
+    point = np.asarray(combine(everything.sum(1)), dtype=np.float64)
+    counts = resample_counts(n, n_resamples, seed)
+    samples = np.asarray(combine(np.einsum("rn,cnk->crk", counts, everything)), dtype=np.float64)
     deltas = samples[1:] - samples[:1]
     lows, highs, p = _summarise(deltas, confidence)
     return BootstrapResult(

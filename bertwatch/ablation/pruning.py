@@ -19,6 +19,7 @@ from bertwatch.ablation.store import Processes, Store
 
 def head_importance(model: nn.Module, data: EvalData, regression: bool, loss_fn: Callable | None) -> np.ndarray:
     """Michel et al.'s importance ``E_x |dL/d gate|`` over the evaluation set, L2-normalised per layer."""
+    from bertwatch.ablation.tasks import label_batch
     from bertwatch.heads.importance import gradient_stats, normalize_by_layer
     from bertwatch.heads.roles import TokenRoles
 
@@ -27,12 +28,12 @@ def head_importance(model: nn.Module, data: EvalData, regression: bool, loss_fn:
     for shard in data.shards:
         for batch in shard:
             inputs = {k: v.to(device) for k, v in batch.inputs.items()}
-            real = inputs["attention_mask"].bool()
+            real = inputs["attention_mask"].bool().reshape(-1, inputs["attention_mask"].shape[-1])
             none = torch.zeros_like(real)
             roles = TokenRoles(real=real, cls=none, sep=none, punct=none)
-            labels = torch.as_tensor(data.labels[batch.index], device=device)
-            labels = labels.float() if regression else labels.long()
-            stats = gradient_stats(model, {**inputs, "labels": labels}, roles, loss_fn=loss_fn)
+            task_type = "regression" if regression else data.task_type
+            labels = label_batch(task_type, data.labels[batch.index], real.shape[-1], device)
+            stats = gradient_stats(model, {**inputs, **labels}, roles, loss_fn=loss_fn)
             part = stats["head_importance"].double().sum(0).cpu()
             total = part if total is None else total + part
             count += batch.size

@@ -171,6 +171,23 @@ class Runner:
         self.layers = _layer_list(model, self.num_layers) if reuse else None
         self.last = _first_token_layer(model, self.layers) if reuse else None
         self.device = next(model.parameters()).device
+        #: Token-level outputs are padded to this many positions, so that batches of any length concatenate.
+        self.pad_to: int | None = None
+        #: Masked LM: the outputs are the negative log-likelihood of each labelled token ``[B, T, 1]`` (0 elsewhere).
+        self.token_nll = False
+
+    def outputs(self, output: Any, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The head's outputs as one tensor: ``logits``, QA's start and end logits stacked ``[B, T, 2]``, or the
+        masked-LM token NLL; token-level outputs padded (with zeros) to ``pad_to`` positions."""
+        start = getattr(output, "start_logits", None)
+        logits = torch.stack([start, output.end_logits], dim=-1) if start is not None else output.logits
+        if self.token_nll:
+            labels = inputs["labels"]
+            logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.clamp_min(0)[..., None])
+            logits = torch.where(labels[..., None] != -100, -logp, torch.zeros_like(logp))
+        if self.pad_to is not None and logits.dim() == 3 and logits.shape[1] < self.pad_to:
+            logits = nn.functional.pad(logits, (0, 0, 0, self.pad_to - logits.shape[1]))
+        return logits
 
     @property
     def reuses(self) -> bool:
@@ -206,7 +223,7 @@ class Runner:
                     hooks.append(self.layers[i].register_forward_pre_hook(state_saver(states, i), with_kwargs=True))
             try:
                 with capture(self.model, record=False):
-                    logits = self.model(**inputs).logits
+                    logits = self.outputs(self.model(**inputs), inputs)
             finally:
                 for hook in hooks:
                     hook.remove()
@@ -219,8 +236,9 @@ class Runner:
         ``start`` or later, stacked into one batch."""
         inputs = self._to_device(inputs)
         k, size = masks.shape[0], next(iter(inputs.values())).shape[0]
+        rows = size * (inputs["input_ids"].shape[1] if inputs["input_ids"].dim() == 3 else 1)  # x choices
         stacked = {name: value.repeat(k, *([1] * (value.dim() - 1))) for name, value in inputs.items()}
-        per_example = torch.as_tensor(masks, dtype=torch.bool, device=self.device).repeat_interleave(size, dim=0)
+        per_example = torch.as_tensor(masks, dtype=torch.bool, device=self.device).repeat_interleave(rows, dim=0)
         intervention = Intervention.disable(per_example, self.mode)
         replacements = self._last()
         skip = self.layers is not None and states is not None and 0 < start < self.num_layers
@@ -235,11 +253,11 @@ class Runner:
             if skip:
                 hook = self.layers[start].register_forward_pre_hook(lambda *_: cap.reset(start_layer=start))
             try:
-                logits = self.model(**stacked).logits
+                logits = self.outputs(self.model(**stacked), stacked)
             finally:
                 if hook is not None:
                     hook.remove()
-        return logits.reshape(k, size, -1)
+        return logits.reshape(k, size, *logits.shape[1:])
 
     def run_keeping(
         self,

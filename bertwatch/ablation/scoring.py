@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertwatch.ablation.bootstrap import kernel_name, metric_on_counts, paired_bootstrap
+from bertwatch.ablation.bootstrap import additive_bootstrap, kernel_name, metric_on_counts, paired_bootstrap
 
 logger = logging.getLogger(__name__)
 
@@ -25,10 +25,17 @@ class Metric:
     kernel: str | None
     on_logits: Callable[[np.ndarray, np.ndarray], float] | None = None
     all_metrics: Callable[[np.ndarray], dict[str, float]] | None = None
+    #: For a metric of summed per-example parts (``predictions`` gives the parts ``[n, k]``): sums -> value.
+    combine: Callable[[np.ndarray], np.ndarray] | None = None
+    #: False for a metric where lower is better whatever the settings say (masked-LM loss, perplexity).
+    greater_is_better: bool = True
 
     def bootstrap(
         self, baseline: np.ndarray, configs: list[np.ndarray], n_resamples: int, seed: int, confidence: float
     ):
+        if self.combine is not None:
+            parts = np.stack([self.predictions(c) for c in configs])
+            return additive_bootstrap(self.predictions(baseline), parts, self.combine, n_resamples, seed, confidence)
         if self.kernel is not None:
             preds = np.stack([self.predictions(c) for c in configs])
             return paired_bootstrap(
@@ -117,7 +124,10 @@ def _pick_metric(values: Mapping[str, float], task: str | None) -> str:
 def settle_metric(metric: Metric, logits: Mapping[str, np.ndarray]) -> None:
     """With compute_metrics: fix the metric's name and use the vectorised bootstrap when the user's function
     gives exactly what the built-in one gives on every configuration (else call it once per resample)."""
-    if metric.all_metrics is None or metric.kernel is not None:
+    if metric.all_metrics is None or metric.kernel is not None or metric.combine is not None:
+        return
+    if np.asarray(metric.labels).ndim != 1:  # token labels, QA spans, multi-label: no built-in to compare with
+        metric.score(next(iter(logits.values())))
         return
     metric.score(next(iter(logits.values())))
     name = kernel_name(metric.name)
@@ -133,3 +143,28 @@ def settle_metric(metric: Metric, logits: Mapping[str, np.ndarray]) -> None:
             )
             return
     metric.kernel = name
+
+
+def parts_metric(
+    kind: str, parts: Callable[[np.ndarray], np.ndarray], labels: np.ndarray, metric: str | None
+) -> Metric:
+    """A task metric of summed per-example parts (entity F1, exact match, micro-F1, ...): ``metric`` picks one
+    of the task's metrics (default: its first), all of them are reported for the baseline."""
+    from bertwatch.data.task_metrics import ADDITIVE_METRICS
+
+    metrics = {m.name: m for m in ADDITIVE_METRICS[kind]}
+    name = metric[len("eval_") :] if metric and metric.startswith("eval_") else metric
+    name = name or next(iter(metrics))
+    if name not in metrics:
+        raise ValueError(f"metric {name!r} is not one of this task's metrics: {', '.join(metrics)}")
+    chosen = metrics[name]
+    return Metric(
+        name,
+        labels,
+        parts,
+        lambda outputs: float(chosen(parts(outputs).sum(0))),
+        None,
+        all_metrics=lambda outputs: {n: float(m(parts(outputs).sum(0))) for n, m in metrics.items()},
+        combine=chosen,
+        greater_is_better=chosen.greater_is_better,
+    )

@@ -25,11 +25,13 @@ processes (``accelerate launch`` / ``torchrun``) configurations are split across
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,42 +39,36 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertwatch.ablation.configs import MODES, sweep_configs
+from bertwatch.ablation.configs import HeadMask, sweep_configs
 from bertwatch.ablation.evaluate import evaluate_configs
 from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
 from bertwatch.ablation.pruning import head_importance, pruning_curve
 from bertwatch.ablation.runner import Runner, model_type
-from bertwatch.ablation.scoring import make_metric, settle_metric
+from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
+from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
+from bertwatch.ablation.tasks import Task, prepare_task_examples, resolve_task, task_parts
 from bertwatch.heads.capture import model_shape
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import FIELDS, AblationResult
 
 
 def check_model(model: nn.Module, task: str | None) -> tuple[bool, int]:
-    """(regression, number of outputs); clear errors for models the sweep cannot score."""
-    name = type(model).__name__
-    if not name.endswith("ForSequenceClassification"):
-        raise ValueError(
-            f"{name} has no sequence-classification head; the sweep scores a fine-tuned classifier. Load the "
-            "checkpoint with AutoModelForSequenceClassification (after fine-tuning it on the task)."
-        )
+    """(regression, number of outputs); clear errors for models the sweep cannot score and for a GLUE task whose
+    labels do not fit the head."""
+    resolved = resolve_task(model, task)
     num_labels = int(getattr(model.config, "num_labels", 0))
-    problem = getattr(model.config, "problem_type", None)
-    if problem == "multi_label_classification":
-        raise ValueError("multi-label classifiers are not supported by the ablation sweep")
-    regression = problem == "regression" or num_labels == 1
-    if task is not None:
+    if resolved.glue is not None:
         from bertwatch.data.glue import glue_task
 
-        spec = glue_task(task)
-        if spec.num_labels != num_labels or spec.is_regression != regression:
+        spec = glue_task(resolved.glue)
+        if spec.num_labels != num_labels or spec.is_regression != resolved.regression:
             raise ValueError(
                 f"task {spec.name!r} has {spec.num_labels} label{'s' if spec.num_labels != 1 else ''}"
                 f"{' (regression)' if spec.is_regression else ''}, but the model's head has {num_labels} output"
                 f"{'s' if num_labels != 1 else ''}: was this checkpoint fine-tuned on {spec.name}?"
             )
-    return regression, num_labels
+    return resolved.regression, num_labels
 
 
 def check_labels(labels: np.ndarray, regression: bool, num_labels: int) -> None:
@@ -111,133 +107,271 @@ def writer_for(writer: Any, logdir: str | os.PathLike | None):
     return SummaryWriter.from_torch_writer(writer), True
 
 
+@dataclass
+class Prepared:
+    """Everything the sweep's steps share: the model's shape, the batched data, the runner, the metric, the store."""
+
+    model: nn.Module
+    settings: AblationSettings
+    task: Task
+    regression: bool
+    num_layers: int
+    num_heads: int
+    data: EvalData
+    runner: Runner
+    processes: Processes
+    configs_per_batch: int
+    metric: Metric
+    store: Store
+    compute_metrics: Callable | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings):
+    """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
+    any configuration is evaluated."""
+    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
+    regression, num_labels = check_model(model, s.task)
+    num_layers, num_heads = model_shape(model)
+    found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
+    if found is None:
+        features, labels = prepare_examples(model, examples, tokenizer, s.max_length, regression)
+        if task.type != "multi-label":
+            check_labels(labels, regression, num_labels)
+        references: list = []
+    else:
+        features, labels, references = found.features, found.labels, found.references
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    if pad_id is None:
+        pad_id = getattr(model.config, "pad_token_id", None) or 0
+    data = EvalData(features, labels, task_type=task.type)
+    make_batches(data, s.batch_size, s.shard_size, int(pad_id))
+    runner = Runner(model, s.mode, reuse=s.reuse)
+    if task.type in ("token-classification", "question-answering", "masked-lm"):
+        runner.pad_to = max(len(f["input_ids"]) for f in features)
+    runner.token_nll = task.type == "masked-lm"
+    processes = Processes(s.distributed, cpu=runner.device.type == "cpu")
+    parts = task_parts(task, labels, references) if compute_metrics is None else None
+    if parts is not None:
+        metric = parts_metric(parts[0], parts[1], labels, s.metric)
+    else:
+        metric = make_metric(task.glue, compute_metrics, s.metric, labels, regression)
+    out_path = Path(s.out_dir) if s.out_dir is not None else None
+    run_id = fingerprint(model, data, s.mode, s.batch_size, s.shard_size)
+    store = Store(
+        out_path / "partial.jsonl" if (out_path is not None and s.resume) else None, run_id, processes.is_main
+    )
+    processes.barrier()
+    return Prepared(
+        model,
+        s,
+        task,
+        regression,
+        num_layers,
+        num_heads,
+        data,
+        runner,
+        processes,
+        s.resolved_configs_per_batch(runner.device.type),
+        metric,
+        store,
+        compute_metrics,
+    )
+
+
+def sweep(p: Prepared) -> tuple[list[HeadMask], dict[str, np.ndarray]]:
+    """Outputs of the baseline, every head, every layer and every keep-only configuration; fixes the metric."""
+    started = time.perf_counter()
+    configs = sweep_configs(p.num_layers, p.num_heads, keep_only=p.settings.keep_only)
+    with torch.inference_mode():
+        logits = evaluate_configs(
+            p.runner,
+            p.data,
+            configs,
+            p.store,
+            p.processes,
+            p.configs_per_batch,
+            p.settings.progress,
+            desc=f"ablate ({p.settings.mode})",
+        )
+    settle_metric(p.metric, logits)
+    p.seconds["sweep"] = round(time.perf_counter() - started, 3)
+    return configs, logits
+
+
+def prune(
+    p: Prepared, baseline: float, loss_fn: Callable | None
+) -> tuple[list[dict[str, Any]], np.ndarray | None, list[np.ndarray]]:
+    """Importance (once, on the evaluation set) and the pruning curve down to ``prune_threshold`` x baseline."""
+    s = p.settings
+    if not s.prune:
+        p.seconds.update(importance=0.0, pruning=0.0)
+        return [], None, []
+    started = time.perf_counter()
+    importance = head_importance(p.model, p.data, p.regression, loss_fn)
+    p.seconds["importance"] = round(time.perf_counter() - started, 3)
+    margin = (1 - s.prune_threshold) * abs(baseline)
+    greater = greater_is_better(p)
+    limit = baseline - margin if greater else baseline + margin
+    started = time.perf_counter()
+    with torch.inference_mode():
+        pruning, prune_logits = pruning_curve(
+            p.runner,
+            p.data,
+            p.store,
+            p.processes,
+            p.configs_per_batch,
+            p.metric.score,
+            importance,
+            s.prune_step,
+            (lambda value: value < limit) if greater else (lambda value: value > limit),
+            s.progress,
+            s.mode,
+        )
+    p.seconds["pruning"] = round(time.perf_counter() - started, 3)
+    return pruning, importance, prune_logits
+
+
+def tables(
+    p: Prepared,
+    configs: list[HeadMask],
+    logits: dict[str, np.ndarray],
+    pruning: list[dict[str, Any]],
+    prune_logits: list[np.ndarray],
+):
+    """The paired bootstrap of every configuration against the baseline, laid out as the result's tables:
+    (bootstrap, heads ``[L, H, 5]``, layers ``[L, 5]``, keep-only ``[L, H, 5]`` or None); fills the pruning rows."""
+    started = time.perf_counter()
+    s = p.settings
+    names = [c.id for c in configs if c.id != "baseline"]
+    boot = p.metric.bootstrap(
+        logits["baseline"], [logits[i] for i in names] + prune_logits, s.n_resamples, s.seed, s.confidence
+    )
+    cells = boot.cells()
+    index = {cid: i for i, cid in enumerate(names)}
+    L, H = p.num_layers, p.num_heads
+    heads = np.stack([[cells[index[f"head:{l}:{h}"]] for h in range(H)] for l in range(L)])
+    layers = np.stack([cells[index[f"layer:{l}"]] for l in range(L)])
+    keep = None
+    if s.keep_only and H > 1:
+        keep = np.stack([[cells[index[f"keep:{l}:{h}"]] for h in range(H)] for l in range(L)])
+    for j, entry in enumerate(pruning):
+        entry.update(dict(zip(FIELDS, (float(v) for v in cells[len(names) + j]))))
+    p.seconds["bootstrap"] = round(time.perf_counter() - started, 3)
+    return boot, heads, layers, keep
+
+
+def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
+    """What the result records about how it was computed."""
+    s, model = p.settings, p.model
+    return {
+        "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
+        "model_type": model_type(model),
+        "layers": p.num_layers,
+        "heads": p.num_heads,
+        "mode": s.mode,
+        "metric": p.metric.name,
+        "task_type": p.task.type,
+        "metric_source": metric_source(p),
+        "greater_is_better": greater_is_better(p),
+        "n_resamples": int(s.n_resamples),
+        "seed": int(s.seed),
+        "confidence": float(s.confidence),
+        "p_value": "two-sided bootstrap: min(1, 2*min(1+#(d<=0), 1+#(d>=0))/(R+1))",
+        "prune_step": float(s.prune_step),
+        "prune_threshold": float(s.prune_threshold),
+        "importance": "E|dL/d gate| on the evaluation set, L2-normalised per layer, computed once",
+        "batch_size": int(s.batch_size),
+        "configs_per_batch": int(p.configs_per_batch),
+        "max_length": int(s.max_length),
+        "max_answer_length": int(s.max_answer_length),
+        "layer_reuse": p.runner.reuses,
+        "first_token_last_layer": p.runner.last is not None,
+        "processes": p.processes.world,
+        "num_configurations": num_configurations,
+        "seconds": {k: p.seconds.get(k, 0.0) for k in ("sweep", "importance", "pruning", "bootstrap")},
+    }
+
+
+def greater_is_better(p: Prepared) -> bool:
+    """The settings' direction, except for a metric where lower is always better (masked-LM loss, perplexity)."""
+    return bool(p.settings.greater_is_better and p.metric.greater_is_better)
+
+
+def metric_source(p: Prepared) -> str:
+    if p.compute_metrics is not None:
+        return "compute_metrics"
+    if p.metric.combine is not None:
+        return p.task.type
+    return "glue" if p.task.glue else "built-in"
+
+
+def publish(p: Prepared, result: AblationResult, writer: Any) -> None:
+    """On the main process: the files in ``out_dir`` and the TensorBoard summaries."""
+    s = p.settings
+    if not p.processes.is_main:
+        return
+    if s.out_dir is not None:
+        write_outputs(result, Path(s.out_dir))
+    sw, owned = writer_for(writer, s.logdir)
+    if sw is None:
+        return
+    try:
+        sw.add_ablation(
+            s.mode,
+            result.metric,
+            result.baseline,
+            result.num_examples,
+            result.heads.astype(np.float32),
+            result.layers.astype(np.float32),
+            result.pruning_curve() if result.pruning else None,
+            step=s.step,
+        )
+    finally:
+        sw.close() if owned else sw.flush()
+
+
 def ablate(
     model: nn.Module,
     examples_or_dataset: Any,
     tokenizer: Any = None,
     task: str | None = None,
     compute_metrics: Callable | None = None,
-    mode: str = "uniform",
+    mode: str | None = None,
     out_dir: str | os.PathLike | None = None,
     writer: Any = None,
     *,
-    metric: str | None = None,
-    greater_is_better: bool = True,
-    logdir: str | os.PathLike | None = None,
-    step: int = 0,
-    keep_only: bool = True,
-    prune: bool = True,
-    prune_step: float = 0.1,
-    prune_threshold: float = 0.9,
-    n_resamples: int = 1000,
-    seed: int = 0,
-    confidence: float = 0.95,
-    batch_size: int = 32,
-    configs_per_batch: int | None = None,
-    shard_size: int = 256,
-    max_length: int = 128,
-    reuse: bool = True,
-    resume: bool = True,
-    distributed: bool | None = None,
-    progress: bool = True,
+    settings: AblationSettings | None = None,
     loss_fn: Callable | None = None,
+    **overrides: Any,
 ) -> AblationResult:
     """Disable every head, every layer, each layer but one head, and prune by importance; score each with a
     paired bootstrap against the baseline.
 
     ``examples_or_dataset``: ``{"text", "text_pair", "label"}`` dicts (:func:`bertwatch.data.glue.load_glue`), or a
     (HF) dataset with ``input_ids`` (+ ``token_type_ids``) and ``label``/``labels``, or GLUE text columns.
+    ``settings`` (:class:`~bertwatch.ablation.settings.AblationSettings`) holds every other choice; ``task``,
+    ``mode``, ``out_dir`` and any settings field given as a keyword (``n_resamples=200``) override it.
     The metric is ``compute_metrics``' (``metric`` names which key, default: the task's primary one or accuracy),
-    else the task's GLUE metric, else accuracy (Pearson for regression). ``mode``: "uniform" (Kovaleva) or "zero"
-    (Michel). Pruning removes ``max(1, int(prune_step * remaining))`` heads a step, least important first
-    (importance computed once, on the evaluation set), until the metric falls below ``prune_threshold`` x
-    baseline or no head is left. ``out_dir``: ablation.json, ablation.csv, report.html and the resumable
-    partial.jsonl. ``writer`` (a bertwatch or torch SummaryWriter, or a run directory) or ``logdir`` receive the
-    TensorBoard ablation summaries at ``step``. Runs split across processes under accelerate / torchrun.
+    else the task's metric, else accuracy (Pearson for regression). ``writer`` (a bertwatch or torch
+    SummaryWriter, or a run directory) or ``logdir`` receive the TensorBoard ablation summaries at ``step``.
+    ``loss_fn(outputs, batch) -> [batch]`` replaces the model's loss in the pruning importance. Runs split across
+    processes under accelerate / torchrun.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    started = time.perf_counter()
-    regression, num_labels = check_model(model, task)
-    num_layers, num_heads = model_shape(model)
-    features, labels = prepare_examples(model, examples_or_dataset, tokenizer, max_length, regression)
-    check_labels(labels, regression, num_labels)
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    if pad_id is None:
-        pad_id = getattr(model.config, "pad_token_id", None) or 0
-    data = EvalData(features, labels)
-    make_batches(data, batch_size, shard_size, int(pad_id))
-    runner = Runner(model, mode, reuse=reuse)
-    processes = Processes(distributed, cpu=runner.device.type == "cpu")
-    if configs_per_batch is None:
-        rows = 1024 if runner.device.type == "cuda" else 128
-        configs_per_batch = max(1, rows // batch_size)
-    metric_spec = make_metric(task, compute_metrics, metric, labels, regression)
-    out_path = Path(out_dir) if out_dir is not None else None
-    run_id = fingerprint(model, data, mode, batch_size, shard_size)
-    store = Store(out_path / "partial.jsonl" if (out_path is not None and resume) else None, run_id, processes.is_main)
-    processes.barrier()
-
-    configs = sweep_configs(num_layers, num_heads, keep_only=keep_only)
-    with torch.inference_mode():
-        logits = evaluate_configs(
-            runner, data, configs, store, processes, configs_per_batch, progress, desc=f"ablate ({mode})"
-        )
-    evaluated = time.perf_counter()
-    settle_metric(metric_spec, logits)
+    given = {k: v for k, v in (("task", task), ("mode", mode), ("out_dir", out_dir)) if v is not None}
+    s = AblationSettings.resolve(settings, **given, **overrides)
+    p = prepare(model, examples_or_dataset, tokenizer, compute_metrics, s)
+    configs, logits = sweep(p)
     baseline_logits = logits["baseline"]
-    baseline = metric_spec.score(baseline_logits)
-
-    pruning, importance, prune_logits = [], None, []
-    importance_seconds = 0.0
-    if prune:
-        importance = head_importance(model, data, regression, loss_fn)
-        importance_seconds = time.perf_counter() - evaluated
-        limit = (
-            baseline - (1 - prune_threshold) * abs(baseline)
-            if greater_is_better
-            else baseline + (1 - prune_threshold) * abs(baseline)
-        )
-        with torch.inference_mode():
-            pruning, prune_logits = pruning_curve(
-                runner,
-                data,
-                store,
-                processes,
-                configs_per_batch,
-                metric_spec.score,
-                importance,
-                prune_step,
-                (lambda value: value < limit) if greater_is_better else (lambda value: value > limit),
-                progress,
-                mode,
-            )
-        logits.update(zip((f"prune:{p['pruned']}" for p in pruning), prune_logits))
-    pruned = time.perf_counter()
-
-    names = [c.id for c in configs if c.id != "baseline"]
-    boot = metric_spec.bootstrap(
-        baseline_logits, [logits[i] for i in names] + prune_logits, n_resamples, seed, confidence
-    )
-    cells = boot.cells()
-    index = {cid: i for i, cid in enumerate(names)}
-    heads = np.stack([[cells[index[f"head:{l}:{h}"]] for h in range(num_heads)] for l in range(num_layers)])
-    layers = np.stack([cells[index[f"layer:{l}"]] for l in range(num_layers)])
-    keep = None
-    if keep_only and num_heads > 1:
-        keep = np.stack([[cells[index[f"keep:{l}:{h}"]] for h in range(num_heads)] for l in range(num_layers)])
-    for j, entry in enumerate(pruning):
-        entry.update(dict(zip(FIELDS, (float(v) for v in cells[len(names) + j]))))
-    finished = time.perf_counter()
-
-    baseline_metrics = metric_spec.all_metrics(baseline_logits) if metric_spec.all_metrics else {}
+    pruning, importance, prune_logits = prune(p, p.metric.score(baseline_logits), loss_fn)
+    logits.update(zip((f"prune:{e['pruned']}" for e in pruning), prune_logits))
+    boot, heads, layers, keep = tables(p, configs, logits, pruning, prune_logits)
+    baseline_metrics = p.metric.all_metrics(baseline_logits) if p.metric.all_metrics else {}
     result = AblationResult(
-        task=task,
-        mode=mode,
-        metric=metric_spec.name,
-        num_examples=data.size,
+        task=s.task,
+        mode=s.mode,
+        metric=p.metric.name,
+        num_examples=p.data.size,
         baseline=float(boot.baseline),
         heads=heads,
         layers=layers,
@@ -245,55 +379,9 @@ def ablate(
         pruning=pruning,
         importance=importance,
         baseline_metrics={k: float(v) for k, v in baseline_metrics.items()},
-        config={
-            "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
-            "model_type": model_type(model),
-            "layers": num_layers,
-            "heads": num_heads,
-            "mode": mode,
-            "metric": metric_spec.name,
-            "metric_source": "compute_metrics" if compute_metrics is not None else ("glue" if task else "built-in"),
-            "greater_is_better": bool(greater_is_better),
-            "n_resamples": int(n_resamples),
-            "seed": int(seed),
-            "confidence": float(confidence),
-            "p_value": "two-sided bootstrap: min(1, 2*min(1+#(d<=0), 1+#(d>=0))/(R+1))",
-            "prune_step": float(prune_step),
-            "prune_threshold": float(prune_threshold),
-            "importance": "E|dL/d gate| on the evaluation set, L2-normalised per layer, computed once",
-            "batch_size": int(batch_size),
-            "configs_per_batch": int(configs_per_batch),
-            "max_length": int(max_length),
-            "layer_reuse": runner.reuses,
-            "first_token_last_layer": runner.last is not None,
-            "processes": processes.world,
-            "num_configurations": len(configs) + len(pruning),
-            "seconds": {
-                "sweep": round(evaluated - started, 3),
-                "importance": round(importance_seconds, 3),
-                "pruning": round(pruned - evaluated - importance_seconds, 3),
-                "bootstrap": round(finished - pruned, 3),
-            },
-        },
+        config=run_config(p, len(configs) + len(pruning)),
         logits=logits,
     )
-    if processes.is_main:
-        if out_path is not None:
-            write_outputs(result, out_path)
-        sw, owned = writer_for(writer, logdir)
-        if sw is not None:
-            try:
-                sw.add_ablation(
-                    mode,
-                    result.metric,
-                    result.baseline,
-                    result.num_examples,
-                    result.heads.astype(np.float32),
-                    result.layers.astype(np.float32),
-                    result.pruning_curve() if pruning else None,
-                    step=step,
-                )
-            finally:
-                sw.close() if owned else sw.flush()
-    processes.barrier()
+    publish(p, result, writer)
+    p.processes.barrier()
     return result

@@ -48,7 +48,8 @@ class ProbeSet:
 
     @property
     def has_labels(self) -> bool:
-        return all("labels" in b for b in self.batches)
+        """Every batch holds a head's label fields: ``labels``, or QA's ``start_positions`` and ``end_positions``."""
+        return all("labels" in b or {"start_positions", "end_positions"} <= set(b) for b in self.batches)
 
 
 def sample_indices(length: int, num_examples: int, seed: int) -> list[int]:

@@ -1,4 +1,5 @@
-"""``bertwatch ablate``: the sweep on a fine-tuned checkpoint and a GLUE split."""
+"""``bertwatch ablate``: the sweep on a fine-tuned checkpoint and a GLUE split, a CoNLL file (token
+classification) or a SQuAD file (question answering)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,22 @@ def _ablate_parser() -> argparse.ArgumentParser:
         description="Disable every head and every layer of a fine-tuned checkpoint (and prune it by importance); "
         "write ablation.json, ablation.csv, report.html and TensorBoard summaries with bootstrap intervals.",
     )
-    parser.add_argument("--model", required=True, help="checkpoint folder of a fine-tuned sequence classifier")
-    parser.add_argument("--task", required=True, help="GLUE task name, e.g. sst2, mrpc, cola, stsb")
+    parser.add_argument("--model", required=True, help="checkpoint folder of a fine-tuned task model")
+    parser.add_argument(
+        "--task",
+        required=True,
+        help="a GLUE task name (sst2, mrpc, cola, stsb, ...), token-classification (alias ner: --data is a CoNLL "
+        "file) or question-answering (alias qa: --data is a SQuAD JSON file)",
+    )
+    parser.add_argument("--data", default=None, help="the evaluation file of a token-classification or QA task")
+    parser.add_argument(
+        "--max-answer-length", type=int, default=30, help="QA: longest answer span in tokens (default 30)"
+    )
     parser.add_argument(
         "--glue-dir", default=None, help="local GLUE folder (default: $GLUE_DIR or $BERTWATCH_DATA/glue)"
     )
     parser.add_argument("--split", default="dev", help="split to evaluate on (default: dev)")
-    parser.add_argument("--limit", type=int, default=None, help="use the first N examples of the split (file order)")
+    parser.add_argument("--limit", type=int, default=None, help="use the first N examples (file order)")
     parser.add_argument("--mode", choices=MODES, default="uniform", help="uniform (Kovaleva) or zero (Michel)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--logdir", default=None, help="TensorBoard run folder for the summaries (default: OUT)")
@@ -47,10 +57,41 @@ def _ablate_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _task_type(args: argparse.Namespace) -> str:
+    """The head ``--task`` needs (its file is checked here, before the model loads)."""
+    from bertwatch.ablation.tasks import ALIASES, TASK_TYPES
+
+    wanted = ALIASES.get(args.task.lower(), args.task.lower())
+    if wanted in ("token-classification", "question-answering"):
+        if args.data is None:
+            kind = "a CoNLL file (token and tag per line)" if wanted == "token-classification" else "a SQuAD JSON file"
+            raise ValueError(f"--task {args.task} reads its examples from --data: pass {kind}")
+        return wanted
+    if wanted in TASK_TYPES:
+        raise ValueError(
+            f"--task {args.task} has no file reader on the command line; use bertwatch.ablate() from Python, or a "
+            "GLUE task, token-classification or question-answering"
+        )
+    from bertwatch.data.glue import glue_task
+
+    glue_task(args.task)
+    return "sequence-classification"
+
+
+def _examples(args: argparse.Namespace, task_type: str) -> list:
+    from bertwatch.data.files import read_conll, read_squad
+    from bertwatch.data.glue import load_glue
+
+    if task_type == "token-classification":
+        return read_conll(args.data, limit=args.limit)
+    if task_type == "question-answering":
+        return read_squad(args.data, limit=args.limit)
+    return load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
+
+
 def cli_ablate(argv: Sequence[str]) -> int:
     """``bertwatch ablate --model CKPT --task NAME [--glue-dir DIR] [--split dev] [--limit N] [--mode M] --out DIR``."""
     args = _ablate_parser().parse_args(list(argv))
-    from bertwatch.data.glue import load_glue
 
     wanted = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     processes = Processes(None, cpu=wanted.startswith("cpu"))
@@ -58,8 +99,9 @@ def cli_ablate(argv: Sequence[str]) -> int:
     if device is None and processes.state is not None:
         device = str(processes.state.device)
     try:
-        model, tokenizer = load_model(args.model, device, head="sequence-classification")
-        examples = load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
+        task_type = _task_type(args)
+        model, tokenizer = load_model(args.model, device, head=task_type)
+        examples = _examples(args, task_type)
         result = ablate(
             model,
             examples,
@@ -74,6 +116,7 @@ def cli_ablate(argv: Sequence[str]) -> int:
             batch_size=args.batch_size,
             configs_per_batch=args.configs_per_batch,
             max_length=args.max_length,
+            max_answer_length=args.max_answer_length,
             keep_only=not args.no_keep_only,
             prune=not args.no_prune,
             resume=not args.no_resume,
@@ -86,7 +129,8 @@ def cli_ablate(argv: Sequence[str]) -> int:
         best = np.nanargmax(result.heads[..., 1])
         l, h = divmod(int(best), result.shape[1])
         print(
-            f"bertwatch ablate: {result.task} {result.mode}, {result.num_examples} examples, baseline "
+            f"bertwatch ablate: {result.task} ({result.config.get('task_type')}) {result.mode}, "
+            f"{result.num_examples} examples, baseline "
             f"{result.metric} {result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} "
             f"(layer {l}, head {h}, p={result.heads[l, h, 4]:.3f}) -> {args.out}/ablation.json, ablation.csv, report.html"
         )

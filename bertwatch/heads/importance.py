@@ -15,6 +15,15 @@ from torch import nn
 
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.tasks import (
+    LABEL_FIELDS,
+    check_loss_inputs,
+    head_kind,
+    label_fields,
+    model_loss,
+    per_example_loss,
+    problem_type,
+)
 
 GRADIENT_NAMES = ("head_importance", "attn_grad_sep", "attn_grad_punct", "attn_grad_other")
 IG_NAME = "head_attribution_ig"
@@ -31,37 +40,45 @@ __all__ = [
 ]
 
 
-def per_example_loss(outputs: Any, batch: Mapping[str, torch.Tensor], problem_type: str | None = None) -> torch.Tensor:
-    """The task loss of each example, ``[batch]``, from the logits and ``batch["labels"]``.
-
-    Cross-entropy for classification, squared error for regression (one output), binary cross-entropy for
-    multi-label; token-level labels (``[batch, T]``, -100 ignored) are averaged per example.
-    """
-    logits = outputs.logits if hasattr(outputs, "logits") else outputs[0]
-    labels = batch.get("labels")
-    if labels is None:
-        raise ValueError("gradient statistics need labels in the batch (the loss is the task's own loss)")
-    labels = labels.to(logits.device)
-    if problem_type == "regression" or (problem_type is None and logits.shape[-1] == 1 and labels.is_floating_point()):
-        return (logits.reshape(labels.shape[0], -1).squeeze(-1).float() - labels.float()) ** 2
-    if problem_type == "multi_label_classification":
-        bce = nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float(), reduction="none")
-        return bce.reshape(bce.shape[0], -1).mean(-1)
-    if logits.dim() == 3:
-        flat = nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none", ignore_index=-100)
-        counted = (labels != -100).sum(-1).clamp_min(1)
-        return flat.sum(-1) / counted
-    return nn.functional.cross_entropy(logits.float(), labels, reduction="none")
-
-
-def _model_inputs(batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in batch.items() if k != "labels"}
+def _model_inputs(batch: Mapping[str, torch.Tensor], keep: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in batch.items() if k not in LABEL_FIELDS or k in keep}
 
 
 def _loss(model: nn.Module, outputs: Any, batch: Mapping[str, torch.Tensor], loss_fn: LossFn | None) -> torch.Tensor:
+    """Per-example losses ``[batch]``: ``loss_fn``'s, else the head's own (:func:`bertwatch.heads.tasks.weighted_losses`)."""
     if loss_fn is not None:
         return loss_fn(outputs, batch)
-    return per_example_loss(outputs, batch, getattr(model.config, "problem_type", None))
+    kind = head_kind(model)
+    labels = batch.get("labels")
+    problem = problem_type(model, labels) if kind == "sequence-classification" else None
+    return per_example_loss(outputs, batch, problem, kind)
+
+
+def _choices(batch: Mapping[str, torch.Tensor]) -> int:
+    """Rows per example: the number of choices of a multiple-choice batch ``[batch, choices, T]``, else 1."""
+    ids = batch.get("input_ids")
+    return int(ids.shape[1]) if ids is not None and ids.dim() == 3 else 1
+
+
+def _gated_pass(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], rows: int, loss_fn: LossFn | None
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
+    """One gated forward and backward: gate gradients ``[rows, layers, heads]``, map gradients per layer, the
+    per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps."""
+    layers, heads = model_shape(model)
+    device = next(model.parameters()).device
+    kind = None if loss_fn is not None else check_loss_inputs(model, batch)
+    gates = torch.ones(rows, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
+    with torch.enable_grad(), capture(model, gates=gates, keep_graph=True) as cap:
+        if loss_fn is not None:
+            outputs = model(**_model_inputs(batch))
+            total, scale = loss_fn(outputs, batch).sum(), None
+        else:
+            outputs = model(**_model_inputs(batch, label_fields(kind)))
+            total, scale = model_loss(model, outputs, batch, kind)
+        maps = [cap.layer(l) for l in range(layers)]
+        grads = torch.autograd.grad(total, [gates, *maps])
+    return grads[0], list(grads[1:]), scale, maps
 
 
 def gradient_stats(
@@ -75,34 +92,33 @@ def gradient_stats(
 
     ``head_importance`` = abs(∂L_b/∂ξ_h) with ξ a gate on head h's context (Michel et al. 2019), abs per example.
     ``attn_grad_{sep,punct,other}`` = mean over real queries i and keys j of that type of abs(∂L_b/∂A[i,j])
-    (Clark et al. 2019, Fig 3); "other" is every real key that is neither [SEP] nor punctuation. Examples are
-    independent, so the gradient of the summed loss restricted to example b is example b's own gradient.
+    (Clark et al. 2019, Fig 3); "other" is every real key that is neither [SEP] nor punctuation. L_b is example
+    b's share of the model's own loss (:func:`bertwatch.heads.tasks.model_loss`, any task head; refused at the
+    first pass when it cannot be computed), or ``loss_fn(outputs, batch)[b]``. Examples are independent, so the
+    rescaled gradient of the batch loss restricted to example b is example b's own. Multiple choice: ``roles`` are
+    per choice row ``[batch * choices, T]`` and a gate is shared by an example's choices.
     With ``return_attentions`` the pass's maps ``[batch, layers, heads, T, T]`` come back too, so a caller that
     also needs the attention statistics pays for one forward, not two.
     """
-    layers, heads = model_shape(model)
-    device = next(model.parameters()).device
-    size = roles.real.shape[0]
-    gates = torch.ones(size, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
-    with torch.enable_grad(), capture(model, gates=gates, keep_graph=True) as cap:
-        outputs = model(**_model_inputs(batch))
-        loss = _loss(model, outputs, batch, loss_fn)
-        maps = [cap.layer(l) for l in range(layers)]
-        grads = torch.autograd.grad(loss.sum(), [gates, *maps])
-    gate_grad, map_grads = grads[0], torch.stack(grads[1:], dim=1)
-
-    roles = roles.to(device)
+    rows = roles.real.shape[0]
+    group = _choices(batch)
+    gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn)
+    size = rows // group
+    roles = roles.to(gate_grad.device)
     real = roles.real.float()
     queries = real.sum(-1).clamp_min(1)
-    magnitude = map_grads.float().abs() * real[:, None, None, :, None]
-    per_key = magnitude.sum(-2)
-    out = {"head_importance": gate_grad.abs().detach()}
+    per_key = (torch.stack(map_grads, dim=1).float().abs() * real[:, None, None, :, None]).sum(-2)
+    factor = torch.ones(size, device=gate_grad.device) if scale is None else scale.float()
+    importance = gate_grad.float().reshape(size, group, *gate_grad.shape[1:]).sum(1).abs()
+    out = {"head_importance": (importance * factor[:, None, None]).detach()}
     other = roles.real & ~roles.sep & ~roles.punct
     for name, keys in (("sep", roles.sep & roles.real), ("punct", roles.punct & roles.real), ("other", other)):
         count = keys.float().sum(-1)
         total = (per_key * keys.float()[:, None, None, :]).sum(-1)
-        value = total / (queries * count.clamp_min(1))[:, None, None]
-        out[f"attn_grad_{name}"] = torch.where(count[:, None, None] > 0, value, torch.nan).detach()
+        total = total.reshape(size, group, *total.shape[1:]).sum(1)
+        cells = (queries * count).reshape(size, group).sum(1)
+        value = total * factor[:, None, None] / cells.clamp_min(1)[:, None, None]
+        out[f"attn_grad_{name}"] = torch.where(cells[:, None, None] > 0, value, torch.nan).detach()
     if return_attentions:
         return out, torch.stack([m.detach() for m in maps], dim=1)
     return out

@@ -60,8 +60,8 @@ def _source(name: str) -> str:
 def load_model(name_or_path: str, device: Any = None, *, head: str = "encoder", **kwargs: Any) -> tuple[Any, Any]:
     """A model (eval mode) and its tokenizer from a local folder, a Hub name or ``"minilm"``.
 
-    ``head``: ``"encoder"`` (``AutoModel``) or ``"sequence-classification"``, which refuses a checkpoint whose
-    classification head was never trained. Errors say what to pass instead.
+    ``head``: ``"encoder"`` (``AutoModel``) or a task head of :data:`TASK_HEADS` (``"sequence-classification"``,
+    ...), which refuses a checkpoint whose head was never trained. Errors say what to pass instead.
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
@@ -79,25 +79,36 @@ def load_model(name_or_path: str, device: Any = None, *, head: str = "encoder", 
         ) from error
     if head == "encoder":
         model = AutoModel.from_pretrained(source, **kwargs)
-    elif head == "sequence-classification":
-        model = _load_classifier(source, config, **kwargs)
+    elif head in TASK_HEADS:
+        model = _load_classifier(source, config, head, **kwargs)
     else:
-        raise ValueError(f"unknown head {head!r}: use 'encoder' or 'sequence-classification'")
+        raise ValueError(f"unknown head {head!r}: use 'encoder' or one of {', '.join(TASK_HEADS)}")
     if device:
         model.to(device)
     return model.eval(), tokenizer
 
 
-def _load_classifier(source: str, config: Any, **kwargs: Any) -> Any:
-    from transformers import AutoModelForSequenceClassification
+#: Task heads ``load_model`` loads, and the model class suffix each needs.
+TASK_HEADS = {
+    "sequence-classification": "ForSequenceClassification",
+    "token-classification": "ForTokenClassification",
+    "question-answering": "ForQuestionAnswering",
+    "multiple-choice": "ForMultipleChoice",
+}
 
+
+def _load_classifier(source: str, config: Any, head: str = "sequence-classification", **kwargs: Any) -> Any:
+    import transformers
+
+    suffix = TASK_HEADS[head]
+    auto = getattr(transformers, f"AutoModel{suffix}")
     architectures = getattr(config, "architectures", None) or []
-    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+    if architectures and not any(a.endswith(suffix) for a in architectures):
         raise ValueError(
-            f"{source} is a {', '.join(architectures)} checkpoint without a sequence-classification head; "
-            "fine-tune it on the task first (AutoModelForSequenceClassification + Trainer) and ablate that checkpoint"
+            f"{source} is a {', '.join(architectures)} checkpoint without a {head} head; "
+            f"fine-tune it on the task first (AutoModel{suffix} + Trainer) and ablate that checkpoint"
         )
-    model, info = AutoModelForSequenceClassification.from_pretrained(source, output_loading_info=True, **kwargs)
+    model, info = auto.from_pretrained(source, output_loading_info=True, **kwargs)
     prefix = getattr(model, "base_model_prefix", "")
     missing = [k for k in info.get("missing_keys", []) if not k.startswith(prefix + ".")]
     if missing:

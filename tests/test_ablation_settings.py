@@ -1,0 +1,57 @@
+"""AblationSettings: defaults, validation, keyword overrides of ablate(), the sweep's steps stay short."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+from bertwatch.ablation import sweep as SW
+from bertwatch.ablation.settings import AblationSettings
+from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
+
+torch.set_num_threads(1)
+
+
+def test_defaults_overrides_and_refusals() -> None:
+    s = AblationSettings()
+    assert (s.mode, s.n_resamples, s.batch_size, s.prune_step, s.confidence) == ("uniform", 1000, 32, 0.1, 0.95)
+    t = AblationSettings.resolve(s, n_resamples=10, mode="zero")
+    assert (t.n_resamples, t.mode, s.n_resamples) == (10, "zero", 1000)
+    with pytest.raises(TypeError, match="n_resample"):
+        AblationSettings.resolve(s, n_resample=10)
+    with pytest.raises(ValueError, match="unknown mode"):
+        AblationSettings(mode="mean")
+    with pytest.raises(ValueError, match="batch_size"):
+        AblationSettings(batch_size=0)
+    with pytest.raises(ValueError, match="prune_step"):
+        AblationSettings(prune_step=0)
+    with pytest.raises(AttributeError):
+        s.mode = "zero"  # frozen
+    assert AblationSettings(batch_size=32).resolved_configs_per_batch("cpu") == 4
+    assert AblationSettings(batch_size=32).resolved_configs_per_batch("cuda") == 32
+
+
+def test_settings_object_and_keywords_give_the_same_sweep() -> None:
+    tokenizer = tiny_tokenizer()
+    model = tiny_bert(tokenizer).eval()
+    examples = toy_texts(12, seed=2)
+    kwargs = dict(n_resamples=30, prune=False, keep_only=False, progress=False, batch_size=4)
+    by_keywords = SW.ablate(model, examples, tokenizer, mode="zero", **kwargs)
+    settings = AblationSettings(mode="zero", **kwargs)
+    by_object = SW.ablate(model, examples, tokenizer, settings=settings)
+    mixed = SW.ablate(model, examples, tokenizer, settings=AblationSettings(mode="zero", **kwargs), n_resamples=31)
+    np.testing.assert_array_equal(by_keywords.heads, by_object.heads)
+    assert by_object.config["n_resamples"] == 30 and mixed.config["n_resamples"] == 31
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        SW.ablate(model, examples, tokenizer, n_resample=3)
+
+
+def test_every_step_of_the_sweep_is_short() -> None:
+    tree = ast.parse(inspect.getsource(SW))
+    lengths = {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert {"prepare", "sweep", "prune", "tables", "publish", "ablate"} <= set(lengths)
+    assert max(lengths.values()) <= 80, lengths
