@@ -9,9 +9,11 @@ Also ``python -m bertwatch run ...``, so ``torchrun ... -m bertwatch run script.
 from __future__ import annotations
 
 import argparse
+import builtins
+import io
 import os
-import runpy
 import sys
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,6 +100,30 @@ def _exit_status(code: Any) -> int:
     return 1
 
 
+def _run_as_main(path: str) -> None:
+    """Execute the file at ``path`` as the ``__main__`` module, as ``python path`` does: ``__file__`` absolute,
+    ``sys.argv`` left as set (``runpy.run_path`` would put ``path`` in ``sys.argv[0]``), classes picklable."""
+    with io.open_code(path) as handle:
+        code = compile(handle.read(), path, "exec")
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=path, __builtins__=builtins, __spec__=None, __loader__=None, __cached__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _from_script(trace: Any, script: str) -> Any:
+    """The traceback from the script's own first frame on, as ``python script.py`` would print it."""
+    target, start = os.path.abspath(script), trace
+    while start is not None and os.path.abspath(start.tb_frame.f_code.co_filename) != target:
+        start = start.tb_next
+    return start if start is not None else trace
+
+
 def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]) -> int:
     """Run ``script`` as ``__main__`` with ``sys.argv = [script, *script_args]`` inside
     :func:`~bertwatch.callbacks.attach.watching_trainers`; returns its exit status. An uncaught exception is
@@ -116,7 +142,7 @@ def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]
         sys.path.insert(0, script_dir)
     try:
         with watching_trainers(**settings):
-            runpy.run_path(script, run_name="__main__")
+            _run_as_main(os.path.abspath(script))
         return 0
     except SystemExit as stop:
         return _exit_status(stop.code)
@@ -124,7 +150,8 @@ def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]
         raise
     except BaseException:
         kind, value, trace = sys.exc_info()
-        sys.excepthook(kind, value, trace.tb_next if trace is not None else None)
+        trace = _from_script(trace, script)
+        sys.excepthook(kind, value.with_traceback(trace) if value is not None else value, trace)
         return 1
     finally:
         sys.argv = saved_argv
