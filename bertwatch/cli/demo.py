@@ -1,7 +1,7 @@
 """``bertwatch demo``: the whole story in one command, on the packaged MiniLM and SST-2.
 
 It starts TensorBoard first (so the heads can be watched live), fine-tunes MiniLM on a slice of SST-2 with
-``BertWatchCallback(ablate_on_end=True)``, which disables every head and layer on the dev set when training
+``bertwatch.watch(trainer, ablate_on_end=True)``, which disables every head and layer on the dev set when training
 ends, builds the HTML report, and keeps TensorBoard serving on 127.0.0.1 until Ctrl-C when run from a terminal
 (otherwise it prints the exact command to start it).
 """
@@ -122,7 +122,7 @@ def run_demo(
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
-    from bertwatch.callbacks import BertWatchCallback
+    from bertwatch.callbacks import watch
     from bertwatch.data.glue import load_glue
     from bertwatch.data.metrics import glue_metrics
 
@@ -171,7 +171,6 @@ def run_demo(
             use_cpu=not torch.cuda.is_available(),
             disable_tqdm=False,
         )
-        watch = BertWatchCallback(every_n_steps=every_n_steps, ablate_on_end=True, ablation_mode=ablation_mode)
         trainer = Trainer(
             model=model,
             args=args,
@@ -179,8 +178,8 @@ def run_demo(
             eval_dataset=_dataset(dev, tokenizer, max_length),
             processing_class=tokenizer,
             compute_metrics=compute_metrics,
-            callbacks=[watch],
         )
+        watch(trainer, every_n_steps=every_n_steps, ablate_on_end=True, ablation_mode=ablation_mode)
         _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {every_n_steps} steps")
         trainer.train()
         metrics = trainer.evaluate()
