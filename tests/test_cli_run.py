@@ -7,10 +7,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -108,3 +110,24 @@ def test_bertwatch_run_reports_the_scripts_exception_as_python_does(tmp_path) ->
     assert frames == [f'File "{script}", line 3, in <module>']  # the script's frame alone, as Python prints it
     missing = _run(tmp_path, "-m", "bertwatch", "run", "nowhere.py")
     assert missing.returncode == 2 and "no such script: nowhere.py" in missing.stderr
+
+
+@pytest.mark.distributed
+def test_torchrun_two_processes_through_bertwatch_run(tmp_path) -> None:
+    model_dir, script = _setup(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _run(
+        tmp_path,
+        "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+        "--master_port", str(port), "-m", "bertwatch", "run", "--every-n-steps", "2", "--num-probe-examples", "4",
+        str(script), str(model_dir), str(tmp_path / "out"), "0",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert sum(line.startswith("ARGV ") for line in proc.stdout.splitlines()) == 2  # each rank ran the script
+    files = glob.glob(str(tmp_path / "out" / "runs" / "*" / "*.bertwatch"))
+    assert len(files) == 1  # world process zero alone writes
+    acc = EventAccumulator(os.path.dirname(files[0]), size_guidance={"tensors": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Tensors("bertwatch/heads/entropy")] == [0, 2, 4]
