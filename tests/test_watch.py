@@ -21,7 +21,7 @@ from bertwatch.callbacks import (
     watch,
     watching_trainers,
 )
-from bertwatch.callbacks.tracking import layer_mean_logs, tracker_key
+from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, tracker_key
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 torch.set_num_threads(1)
@@ -58,6 +58,18 @@ def _trainer(out, callbacks=None, cls=T.Trainer, with_eval=True, **overrides) ->
 
 def _plain_layer_means(grid: np.ndarray) -> list[float]:
     return [sum(float(v) for v in row) / len(row) for row in grid.astype(np.float64)]
+
+
+def _plain_most_drifted(grid: np.ndarray, lower_is_more: bool) -> tuple[float, int, int]:
+    best = None
+    for layer in range(grid.shape[0]):
+        for head in range(grid.shape[1]):
+            value = float(grid[layer, head])
+            if value != value:
+                continue
+            if best is None or (value < best[0] if lower_is_more else value > best[0]):
+                best = (value, layer, head)
+    return best
 
 
 # ------------------------------------------------------------------------------------------------ attaching
@@ -117,7 +129,8 @@ def test_trackers_get_the_layer_means_at_the_measured_steps_and_training_is_unch
     plain.train()
     tracker = Recorder()
     trainer = _trainer(tmp_path / "b", callbacks=[tracker])
-    cb = watch(trainer, stats=["entropy", "cls_mass"], every_n_steps=2, num_probe_examples=6, strict=True)
+    stats = ["entropy", "cls_mass", "drift_cosine"]
+    cb = watch(trainer, stats=stats, every_n_steps=2, num_probe_examples=6, strict=True)
     trainer.train()
 
     ours = [(step, logs) for step, logs in tracker.logged if any(k.startswith("bertwatch/") for k in logs)]
@@ -128,9 +141,17 @@ def test_trackers_get_the_layer_means_at_the_measured_steps_and_training_is_unch
     for step, logs in ours:
         expected = {
             f"bertwatch/{stat}/layer_{layer}": value
-            for stat in ("entropy", "cls_mass")
+            for stat in stats
             for layer, value in enumerate(_plain_layer_means(history[step][stat]))
         }
+        value, layer, head = _plain_most_drifted(history[step]["drift_cosine"], lower_is_more=True)
+        expected.update(
+            {
+                "bertwatch/drift_cosine/most_drifted": value,
+                "bertwatch/drift_cosine/most_drifted_layer": layer,
+                "bertwatch/drift_cosine/most_drifted_head": head,
+            }
+        )
         assert sorted(logs) == sorted(expected)
         np.testing.assert_allclose([logs[k] for k in expected], list(expected.values()), rtol=1e-6)
     assert not any(k.startswith("bertwatch") for entry in trainer.state.log_history for k in entry)
@@ -164,6 +185,21 @@ def test_trackers_can_be_turned_off_and_a_failing_tracker_is_one_warning(tmp_pat
 def test_layer_mean_logs_leave_out_layers_without_a_value() -> None:
     grid = np.array([[0.5, np.nan, 1.5], [np.nan, np.nan, np.nan]], dtype=np.float32)
     assert layer_mean_logs({"punct_mass": grid}) == {"bertwatch/punct_mass/layer_0": 1.0}
+
+
+def test_headline_logs_name_the_most_drifted_head_of_each_drift_statistic() -> None:
+    rng = np.random.default_rng(0)
+    cosine, js = rng.uniform(0.8, 1.0, (3, 4)), rng.uniform(0.0, 0.2, (3, 4))
+    cosine[0, 1] = np.nan
+    got = headline_logs({"drift_cosine": cosine, "drift_js": js, "entropy": js})
+    for stat, grid, lower in (("drift_cosine", cosine, True), ("drift_js", js, False)):
+        value, layer, head = _plain_most_drifted(grid, lower)
+        assert got[f"bertwatch/{stat}/most_drifted"] == value
+        assert (got[f"bertwatch/{stat}/most_drifted_layer"], got[f"bertwatch/{stat}/most_drifted_head"]) == (
+            layer,
+            head,
+        )
+    assert len(got) == 6 and headline_logs({"drift_js": np.full((2, 2), np.nan)}) == {}
 
 
 def test_mlflow_file_store_run_holds_the_layer_means(tmp_path, monkeypatch) -> None:

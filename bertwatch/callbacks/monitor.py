@@ -26,7 +26,7 @@ from torch import Tensor
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, pad_maps
-from bertwatch.callbacks.tracking import is_tracker, layer_mean_logs, send_to_trackers
+from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
@@ -299,15 +299,15 @@ class Monitor:
             self._send_layer_means(step, [s for s in due if _sends_to_trackers(s)])
 
     def _send_layer_means(self, step: int, senders: Sequence[Subscriber]) -> None:
-        """The layer means of the statistics measured at ``step`` to the Trainer's trackers, once per statistic."""
+        """The layer means (and most drifted heads) of the statistics measured at ``step`` to the Trainer's
+        trackers, once per statistic."""
         if not senders or not self.trackers:
             return
         wanted = set().union(*(s.stat_names for s in senders)) - self._sent[step]
         grids = {n: self._grids[n] for n in ALL_STATS if n in wanted and n in self._grids}
         self._sent[step].update(grids)
-        for tracker, err in send_to_trackers(
-            self.trackers, self.args, self._state, layer_mean_logs(grids), self._event
-        ):
+        logs = {**layer_mean_logs(grids), **headline_logs(grids)}
+        for tracker, err in send_to_trackers(self.trackers, self.args, self._state, logs, self._event):
             self.trackers.remove(tracker)
             warnings.warn(
                 f"bertwatch: {type(tracker).__name__} failed on bertwatch's layer means ({type(err).__name__}: "

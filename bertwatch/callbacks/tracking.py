@@ -1,7 +1,8 @@
 """bertwatch's per-layer means through the Trainer's trackers (``report_to``: W&B, MLflow, Comet, ...).
 
-At each probe step the layer means of every measured statistic are handed to the ``on_log`` of the Trainer's
-reporting callbacks, as ``bertwatch/{stat}/layer_{l}`` at the step they were measured. ``Trainer.log`` itself is
+At each probe step the layer means of every measured statistic, and where the most drifted head is, are handed
+to the ``on_log`` of the Trainer's reporting callbacks, as ``bertwatch/{stat}/layer_{l}`` and
+``bertwatch/{stat}/most_drifted*`` at the step they were measured. ``Trainer.log`` itself is
 not called: it appends to ``state.log_history``, prints through the progress callback and runs subclass
 overrides that keep their own accumulators (TRL's trainers clear theirs on every call), all of which would
 change the run's own bookkeeping. Full grids and maps stay in the TensorBoard plugin.
@@ -20,7 +21,9 @@ from bertwatch.tb.summary import layer_means
 __all__ = [
     "TRACKER_PREFIX",
     "is_tracker",
+    "headline_logs",
     "layer_mean_logs",
+    "metric_name",
     "reported_trackers",
     "send_to_trackers",
     "tracker_key",
@@ -29,9 +32,34 @@ __all__ = [
 TRACKER_PREFIX = "bertwatch"
 
 
+# For each drift statistic, whether a lower value means more drift (cosine similarity) or a higher one (JS).
+DRIFT_DIRECTION = {"drift_cosine": "min", "drift_js": "max"}
+
+
+def metric_name(stat: str, part: str) -> str:
+    """Every bertwatch metric name in a tracker: ``bertwatch/{stat}/{part}``."""
+    return f"{TRACKER_PREFIX}/{stat}/{part}"
+
+
 def tracker_key(stat: str, layer: int) -> str:
     """The metric name of one layer's mean in every tracker: ``bertwatch/{stat}/layer_{l}``."""
-    return f"{TRACKER_PREFIX}/{stat}/layer_{int(layer)}"
+    return metric_name(stat, f"layer_{int(layer)}")
+
+
+def headline_logs(grids: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """The most drifted head of each drift statistic: ``bertwatch/{stat}/most_drifted`` (its value) and
+    ``.../most_drifted_layer``, ``.../most_drifted_head`` (where it is, counted from 0). NaN heads are ignored."""
+    logs: dict[str, float] = {}
+    for stat, direction in DRIFT_DIRECTION.items():
+        grid = np.asarray(grids[stat], dtype=np.float64) if stat in grids else None
+        if grid is None or not np.isfinite(grid).any():
+            continue
+        flat = np.where(np.isfinite(grid), grid, np.inf if direction == "min" else -np.inf)
+        layer, head = np.unravel_index(int(flat.argmin() if direction == "min" else flat.argmax()), grid.shape)
+        logs[metric_name(stat, "most_drifted")] = float(grid[layer, head])
+        logs[metric_name(stat, "most_drifted_layer")] = float(layer)
+        logs[metric_name(stat, "most_drifted_head")] = float(head)
+    return logs
 
 
 def layer_mean_logs(grids: Mapping[str, np.ndarray]) -> dict[str, float]:
