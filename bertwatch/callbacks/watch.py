@@ -295,11 +295,11 @@ class BertWatchCallback(WatchCallback):
     on request.
 
     Attach it with ``bertwatch.watch(trainer)`` (or run an unchanged script with ``bertwatch run``); in
-    ``callbacks=[...]`` alone it sees only what the Trainer's events carry (see ``_context``). Defaults: 32 probe examples from the eval
-    set, statistics at step 0, every 50 steps, every evaluation and the end; the maps of 4 probe examples at
-    step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the end. ``stats=`` selects
-    statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True`` runs the head/layer
-    disabling sweep of ``bertwatch.ablation.sweep`` on the eval set when training ends.
+    ``callbacks=[...]`` alone it sees only what the Trainer's events carry (see ``_context``). Defaults: 32
+    probe examples from the eval set, statistics at step 0, every 50 steps, every evaluation and the end; the
+    maps of 4 probe examples at step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the
+    end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
+    runs an ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement.
     """
 
     default_stats = STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES
