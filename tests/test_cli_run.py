@@ -102,8 +102,8 @@ def test_bertwatch_run_watches_an_unchanged_script(tmp_path) -> None:
 def test_bertwatch_run_reports_the_scripts_exception_as_python_does(tmp_path) -> None:
     script = tmp_path / "fails.py"
     script.write_text("import sys\nprint(sys.argv[1:])\nraise ValueError('boom from the script')\n")
-    failed = _run(tmp_path, "-m", "bertwatch", "run", "--every-n-steps", "0", "--", str(script), "--flag", "x")
-    assert failed.returncode == 1 and failed.stdout == "['--flag', 'x']\n"
+    failed = _run(tmp_path, "-m", "bertwatch", "run", "--every-n-steps", "0", "--", str(script), "--flag", "--", "x")
+    assert failed.returncode == 1 and failed.stdout == "['--flag', '--', 'x']\n"
     assert failed.stderr.rstrip().endswith("ValueError: boom from the script")
     trace = failed.stderr[failed.stderr.index("Traceback") :]
     frames = [line.strip() for line in trace.splitlines() if line.strip().startswith("File ")]

@@ -157,24 +157,10 @@ def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]
         sys.argv = saved_argv
         if saved_path0 is not None:
             sys.path[0] = saved_path0
-
-
-def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Options before ``--`` and ``script ARGS...`` after it; without ``--``, argparse finds the script."""
-    argv = list(argv)
-    if "--" in argv:
-        cut = argv.index("--")
-        return argv[:cut], argv[cut + 1 :]
-    return argv, []
+        else:
+            sys.path.remove(script_dir)
 
 
 def cli_run(argv: Sequence[str]) -> int:
-    options, after = _split(argv)
-    parser = _run_parser()
-    if after:
-        opts = parser.parse_args([*options, after[0]])
-        opts.script_args = after[1:]
-    else:
-        opts = parser.parse_args(options)
-    settings = _settings(opts)
-    return run_script(opts.script, opts.script_args, settings)
+    opts = _run_parser().parse_args(list(argv))  # argparse ends bertwatch's options at the script or at "--"
+    return run_script(opts.script, opts.script_args, _settings(opts))
