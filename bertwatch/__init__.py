@@ -24,6 +24,7 @@ _LAZY = {
     "GradientImportanceCallback": "bertwatch.callbacks",
     "AblationCallback": "bertwatch.callbacks",
     "ablate": "bertwatch.ablation.sweep",
+    "watch": "bertwatch.callbacks.attach",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
         GradientImportanceCallback,
         SpecialTokenMassCallback,
     )
+    from bertwatch.callbacks.attach import watch
     from bertwatch.heads.capture import Intervention
     from bertwatch.heads.roles import TokenRoles, token_roles
     from bertwatch.heads.stats import compute_stats

@@ -1,4 +1,5 @@
-"""An ordinary GLUE fine-tuning script with the HuggingFace Trainer; bertwatch is the one marked line.
+"""An ordinary GLUE fine-tuning script with the HuggingFace Trainer; bertwatch is the one marked line (or none:
+``examples/finetune_sst2.py`` run through ``bertwatch run``).
 
     python examples/run_glue.py --task sst2 --glue-dir ../shared/data/glue --output-dir runs/sst2 --max-steps 300
     tensorboard --logdir runs/sst2/runs --samples_per_plugin=bertwatch=0
@@ -20,7 +21,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from bertwatch.callbacks import BertWatchCallback
+import bertwatch
 from bertwatch.data.glue import glue_task, load_glue
 from bertwatch.data.metrics import glue_metrics, predictions_from_logits
 
@@ -97,8 +98,8 @@ def main() -> None:
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,
-        callbacks=[BertWatchCallback(ablate_on_end=opts.ablate)],  # <- bertwatch
     )
+    bertwatch.watch(trainer, ablate_on_end=opts.ablate)  # <- bertwatch
     trainer.train()
     print(trainer.evaluate())
 

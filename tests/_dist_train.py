@@ -19,7 +19,7 @@ torch.set_num_threads(1)
 
 import transformers as T  # noqa: E402
 
-from bertwatch.callbacks import BertWatchCallback  # noqa: E402
+from bertwatch.callbacks import BertWatchCallback, watch  # noqa: E402
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args  # noqa: E402
 
 
@@ -45,6 +45,7 @@ def main(out_dir: str) -> None:
         data_collator=T.DataCollatorWithPadding(tokenizer),
         callbacks=[callback],
     )
+    watch(trainer)
     trainer.train()
     grids = {f"{step}/{name}": value for step, measured in callback.history for name, value in measured.items()}
     np.savez(os.path.join(out_dir, f"grids_rank{rank}.npz"), **grids)

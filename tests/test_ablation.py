@@ -465,6 +465,7 @@ def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
         data_collator=T.DataCollatorWithPadding(tokenizer),
         callbacks=[callback],
     )
+    callback.set_trainer(trainer)
     trainer.train()
     result = callback.results["uniform"]
     assert result.num_examples == 12 and result.heads.shape == (2, 4, 5)

@@ -24,6 +24,7 @@ from bertwatch.callbacks import (
     EntropyCallback,
     GradientImportanceCallback,
     SetupError,
+    watch,
 )
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
@@ -34,7 +35,8 @@ torch.set_num_threads(1)
 
 
 def _train(out, callbacks, *, model=None, resume=None, train_size=40, **overrides):
-    """A tiny BERT trained for 6 steps (evaluation at step 3 and 6); returns (trainer, model, per-step losses)."""
+    """A tiny BERT trained for 6 steps (evaluation at step 3 and 6) with ``callbacks`` attached by
+    ``bertwatch.watch``; returns (trainer, model, per-step losses)."""
     tok = tiny_tokenizer()
     model = model if model is not None else tiny_bert(tok)
     values = dict(eval_strategy="steps", eval_steps=3, logging_steps=1)
@@ -48,6 +50,8 @@ def _train(out, callbacks, *, model=None, resume=None, train_size=40, **override
         data_collator=T.DataCollatorWithPadding(tok),
         callbacks=callbacks,
     )
+    if callbacks:
+        watch(trainer)
     trainer.train(resume_from_checkpoint=resume)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return trainer, model, losses
@@ -299,14 +303,16 @@ def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path) -> No
     assert {"bertwatch/ablation/zero/heads", "bertwatch/ablation/zero/layers", "bertwatch/heads/entropy"} <= set(tags)
     with pytest.raises(SetupError, match="eval_dataset"), pytest.warns(BertWatchWarning, match="no eval_dataset"):
         tok = tiny_tokenizer()
-        T.Trainer(
+        trainer = T.Trainer(
             model=tiny_bert(tok),
             args=training_args(str(tmp_path / "x")),
             processing_class=tok,
             train_dataset=toy_dataset(tok, 20, 0),
             data_collator=T.DataCollatorWithPadding(tok),
             callbacks=[BertWatchCallback(ablate_on_end=True)],
-        ).train()
+        )
+        watch(trainer)
+        trainer.train()
 
 
 # ------------------------------------------------------------------------------------------------ MiniLM
@@ -351,6 +357,8 @@ def test_minilm_sst2_fine_tune_writes_every_statistic(tmp_path, minilm_path, glu
             data_collator=T.DataCollatorWithPadding(tok),
             callbacks=callbacks,
         )
+        if callbacks:
+            watch(trainer)
         trainer.train()
         return model, [h["loss"] for h in trainer.state.log_history if "loss" in h]
 

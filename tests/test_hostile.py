@@ -24,7 +24,7 @@ from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
 import bertwatch.tb.summary as summary_module
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning
+from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, watch
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.tb.summary import SummaryWriter
 from tests._tb_helpers import http_json, make_wsgi_app, synthetic_grids, tensorboard_server, wait_for
@@ -45,6 +45,8 @@ def _train(out: Path, callbacks: list, *, tok=None, model=None, steps: int = 4, 
         data_collator=T.DataCollatorWithPadding(tok),
         callbacks=callbacks,
     )
+    if callbacks:
+        watch(trainer)
     trainer.train()
     return trainer
 

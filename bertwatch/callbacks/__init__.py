@@ -1,6 +1,6 @@
 """HuggingFace ``Trainer`` callbacks that measure every attention head while the model fine-tunes.
 
-``BertWatchCallback()`` in ``callbacks=[...]`` is the whole integration; the single-purpose callbacks
+``bertwatch.watch(trainer)`` (or ``bertwatch run script.py``) is the whole integration; the single-purpose callbacks
 (``AttentionDriftCallback``, ``SpecialTokenMassCallback``, ``EntropyCallback``, ``GradientImportanceCallback``)
 can be used alone or together, and share one probe pass. ``AblationCallback`` lives in ``bertwatch.callbacks.ablation``
 and is loaded on first use. See ``docs/callbacks.md``.
@@ -12,6 +12,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
+from bertwatch.callbacks.attach import watch, watching_trainers
 from bertwatch.callbacks.watch import (
     AttentionDriftCallback,
     BertWatchCallback,
@@ -29,6 +30,8 @@ __all__ = [
     "GradientImportanceCallback",
     "SetupError",
     "SpecialTokenMassCallback",
+    "watch",
+    "watching_trainers",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,76 +1,105 @@
 """What a callback can learn about the Trainer that calls it: datasets, collator, tokenizer, TensorBoard run dir.
 
-``TrainerCallback`` events receive the model, tokenizer and dataloaders but not the Trainer. For the evaluation
-set and the TensorBoard run directory bertwatch looks one step further: the ``CallbackHandler`` and ``Trainer``
-that are calling it, found on the call stack. Every lookup has an explicit argument that overrides it.
+Two sources, no guessing: the Trainer itself when the callback was given it (``bertwatch.watch(trainer)``,
+``bertwatch run`` or ``callback.set_trainer(trainer)``, as transformers' own ``JITCheckpointCallback`` is), and
+the keyword arguments every Trainer event carries (``model``, ``processing_class``, ``train_dataloader``,
+``eval_dataloader``, ...). A callback only placed in ``callbacks=[...]`` sees the second source alone: the eval set
+once the Trainer has evaluated, and not the ``TensorBoardCallback``. Every lookup has an explicit argument that
+overrides it.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from dataclasses import dataclass
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TrainerContext", "find_context", "tensorboard_run_dir"]
+__all__ = ["TrainerContext", "TrainerLink", "tensorboard_run_dir"]
+
+
+def _first(dataset: Any) -> Any:
+    if isinstance(dataset, dict):
+        return next(iter(dataset.values()), None)
+    return dataset
 
 
 @dataclass
 class TrainerContext:
-    """The Trainer and its CallbackHandler on the current call stack (either may be None)."""
+    """The Trainer (when the callback was given it), its CallbackHandler and the arguments of the current event."""
 
     trainer: Any = None
     handler: Any = None
+    event: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def bound(self) -> bool:
+        """Whether the Trainer itself is known (so its eval set and callbacks are, before any evaluation)."""
+        return self.trainer is not None
+
+    def _loader(self, name: str) -> Any:
+        return self.event.get(name)
 
     @property
     def eval_dataset(self) -> Any:
-        dataset = getattr(self.trainer, "eval_dataset", None)
-        if isinstance(dataset, dict):
-            dataset = next(iter(dataset.values()), None)
+        dataset = _first(getattr(self.trainer, "eval_dataset", None))
+        if dataset is None:
+            dataset = getattr(self._loader("eval_dataloader"), "dataset", None)
         return dataset
 
     @property
     def train_dataset(self) -> Any:
-        return getattr(self.trainer, "train_dataset", None)
+        dataset = getattr(self.trainer, "train_dataset", None)
+        if dataset is None:
+            dataset = getattr(self._loader("train_dataloader"), "dataset", None)
+        return dataset
 
     @property
     def data_collator(self) -> Any:
-        return getattr(self.trainer, "data_collator", None)
+        collator = getattr(self.trainer, "data_collator", None)
+        if collator is None:
+            loader = self._loader("train_dataloader") or self._loader("eval_dataloader")
+            collator = getattr(loader, "collate_fn", None)
+        return collator
 
     @property
     def compute_metrics(self) -> Any:
         return getattr(self.trainer, "compute_metrics", None)
 
+    @property
+    def processing_class(self) -> Any:
+        value = self.event.get("processing_class")
+        return value if value is not None else getattr(self.trainer, "processing_class", None)
+
     def callbacks(self) -> list[Any]:
-        return list(getattr(self.handler, "callbacks", []) or [])
+        handler = self.handler if self.handler is not None else getattr(self.trainer, "callback_handler", None)
+        return list(getattr(handler, "callbacks", []) or [])
 
 
-def find_context(max_depth: int = 24) -> TrainerContext:
-    """Walk up the call stack to the ``CallbackHandler`` and ``Trainer`` running this event."""
-    from transformers import Trainer
-    from transformers.trainer_callback import CallbackHandler
+class TrainerLink:
+    """A weak link from a callback to the Trainer it was given; ``context(kwargs)`` combines it with an event's."""
 
-    context = TrainerContext()
-    frame = sys._getframe(1)
-    for _ in range(max_depth):
-        if frame is None:
-            break
-        owner = frame.f_locals.get("self")
-        if context.handler is None and isinstance(owner, CallbackHandler):
-            context.handler = owner
-        elif isinstance(owner, Trainer):
-            context.trainer = owner
-            break
-        frame = frame.f_back
-    return context
+    def __init__(self) -> None:
+        self._trainer: Any = None
+
+    def set(self, trainer: Any) -> None:
+        self._trainer = None if trainer is None else weakref.ref(trainer)
+
+    @property
+    def trainer(self) -> Any:
+        return None if self._trainer is None else self._trainer()
+
+    def context(self, event: Mapping[str, Any] | None = None) -> TrainerContext:
+        return TrainerContext(trainer=self.trainer, event=dict(event or {}))
 
 
 def tensorboard_run_dir(args: Any, context: TrainerContext, explicit: str | os.PathLike | None = None) -> str:
     """The directory the Trainer's TensorBoard scalars go to, so bertwatch's summaries share their run.
 
-    In order: ``explicit``; the ``TensorBoardCallback``'s writer or logging dir; ``$TENSORBOARD_LOGGING_DIR``;
-    ``<output_dir>/runs/<date>_<host>`` (transformers' default). When the TensorBoardCallback has not picked its
-    directory yet, it is given bertwatch's, so both write into the same run.
+    In order: ``explicit``; the ``TensorBoardCallback``'s writer or logging dir (when the Trainer is known);
+    ``$TENSORBOARD_LOGGING_DIR``; ``<output_dir>/runs/<date>_<host>`` (transformers' default). When the
+    TensorBoardCallback has not picked its directory yet, it is given bertwatch's, so both write into the same run.
     """
     if explicit is not None:
         return os.fspath(explicit)

@@ -11,7 +11,35 @@ from transformers import TrainerCallback
 
 from bertwatch.ablation.configs import MODES
 from bertwatch.ablation.sweep import ablate
+from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
 from bertwatch.report.result import AblationResult
+
+__all__ = ["AblationCallback", "run_ablation_on_trainer", "trainer_ablation_kwargs"]
+
+
+def trainer_ablation_kwargs(
+    args: Any,
+    *,
+    compute_metrics: Callable | None = None,
+    processing_class: Any = None,
+    step: int | None = None,
+) -> dict[str, Any]:
+    """The :func:`ablate` keyword arguments a Trainer implies: its eval batch size, its ``compute_metrics`` and
+    ``metric_for_best_model`` / ``greater_is_better`` (only with ``compute_metrics``: the metric is its key),
+    its tokenizer and the step. The one place these are read from a Trainer; explicit settings override them.
+    """
+    kwargs: dict[str, Any] = {"batch_size": int(getattr(args, "per_device_eval_batch_size", 32) or 32)}
+    if compute_metrics is not None:
+        kwargs["compute_metrics"] = compute_metrics
+        if getattr(args, "metric_for_best_model", None):
+            kwargs["metric"] = args.metric_for_best_model
+            if getattr(args, "greater_is_better", None) is not None:
+                kwargs["greater_is_better"] = bool(args.greater_is_better)
+    if processing_class is not None:
+        kwargs["tokenizer"] = getattr(processing_class, "tokenizer", processing_class)
+    if step is not None:
+        kwargs["step"] = int(step)
+    return kwargs
 
 
 def run_ablation_on_trainer(
@@ -22,43 +50,25 @@ def run_ablation_on_trainer(
     writer: Any = None,
     **kwargs: Any,
 ) -> AblationResult:
-    """Run :func:`ablate` with what a ``Trainer`` knows: its model, tokenizer, ``compute_metrics``,
-    ``metric_for_best_model``, eval batch size and global step (``kwargs`` override any of them).
+    """Run :func:`ablate` with what a ``Trainer`` knows (:func:`trainer_ablation_kwargs`); ``kwargs`` override.
 
-    Meant for one process (``BertWatchCallback`` calls it on world process zero), so it does not split the work
-    across processes unless ``distributed=True`` is passed and every process calls it.
+    Meant for one process, so it does not split the work across processes unless ``distributed=True`` is passed
+    and every process calls it.
     """
     trainer = trainer_or_model if hasattr(trainer_or_model, "model") and hasattr(trainer_or_model, "args") else None
     model = trainer.model if trainer is not None else trainer_or_model
     settings: dict[str, Any] = {}
     if trainer is not None:
-        args = trainer.args
-        settings["tokenizer"] = getattr(trainer, "processing_class", None)
-        settings["compute_metrics"] = getattr(trainer, "compute_metrics", None)
-        if getattr(args, "metric_for_best_model", None) and settings["compute_metrics"] is not None:
-            settings["metric"] = args.metric_for_best_model
-            if getattr(args, "greater_is_better", None) is not None:
-                settings["greater_is_better"] = bool(args.greater_is_better)
-        settings["batch_size"] = int(getattr(args, "per_device_eval_batch_size", 32) or 32)
-        settings["step"] = int(getattr(trainer.state, "global_step", 0))
-    settings["distributed"] = False
-    settings.update(kwargs)
+        settings = trainer_ablation_kwargs(
+            trainer.args,
+            compute_metrics=getattr(trainer, "compute_metrics", None),
+            processing_class=getattr(trainer, "processing_class", None),
+            step=getattr(trainer.state, "global_step", 0),
+        )
+    settings = {"distributed": False, **settings, **kwargs}
     if isinstance(eval_dataset, dict):
         eval_dataset = next(iter(eval_dataset.values()))
-    tokenizer = settings.pop("tokenizer", None)
-    compute_metrics = settings.pop("compute_metrics", None)
-    task = settings.pop("task", None)
-    return ablate(
-        model,
-        eval_dataset,
-        tokenizer,
-        task=task,
-        compute_metrics=compute_metrics,
-        mode=mode,
-        out_dir=out_dir,
-        writer=writer,
-        **settings,
-    )
+    return ablate(model, eval_dataset, mode=mode, out_dir=out_dir, writer=writer, **settings)
 
 
 class AblationCallback(TrainerCallback):
@@ -67,6 +77,9 @@ class AblationCallback(TrainerCallback):
     Summaries go to the Trainer's TensorBoard run (``bertwatch/ablation/{mode}/...``); the report, JSON and CSV
     to ``<output_dir>/bertwatch_ablation/`` (one sub-folder per mode when there are several). ``eval_dataset``,
     ``compute_metrics`` and ``task`` default to the Trainer's; other keyword arguments go to :func:`ablate`.
+    The Trainer's eval set and ``compute_metrics`` are known when the callback is attached with
+    ``bertwatch.watch(trainer)`` or ``set_trainer(trainer)``; from ``callbacks=[...]`` alone it sees the eval set
+    only if the Trainer evaluated during training.
     """
 
     def __init__(
@@ -90,51 +103,43 @@ class AblationCallback(TrainerCallback):
         self.logdir = logdir
         self.ablate_kwargs = ablate_kwargs
         self.results: dict[str, AblationResult] = {}
+        self._link = TrainerLink()
 
-    def on_train_end(
-        self,
-        args: Any,
-        state: Any,
-        control: Any,
-        model: Any = None,
-        processing_class: Any = None,
-        eval_dataloader: Any = None,
-        **kwargs: Any,
-    ) -> None:
-        from bertwatch.callbacks._context import find_context, tensorboard_run_dir
+    def set_trainer(self, trainer: Any) -> None:
+        """Give the callback its Trainer (weakly held): its eval set, ``compute_metrics`` and TensorBoard run."""
+        self._link.set(trainer)
 
-        context = find_context()
-        dataset = self.eval_dataset if self.eval_dataset is not None else context.eval_dataset
-        if dataset is None and eval_dataloader is not None:
-            dataset = eval_dataloader.dataset
+    def eval_set(self, context: TrainerContext) -> Any:
+        """The evaluation set to disable heads on: the explicit one, else the Trainer's (None if unknown)."""
+        return self.eval_dataset if self.eval_dataset is not None else context.eval_dataset
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        context = self._link.context(kwargs)
+        run_dir = tensorboard_run_dir(args, context, self.logdir) if state.is_world_process_zero else None
+        self.run(args, state, context, writer=run_dir)
+
+    def run(
+        self, args: Any, state: Any, context: TrainerContext, writer: Any = None, **overrides: Any
+    ) -> dict[str, AblationResult]:
+        """Ablate the model of ``context`` once per mode; ``writer`` is a run directory or an open SummaryWriter."""
+        dataset = self.eval_set(context)
         if dataset is None:
             raise ValueError(
-                "AblationCallback needs an evaluation set: give the Trainer an eval_dataset or pass "
-                "AblationCallback(eval_dataset=...)"
+                "AblationCallback needs an evaluation set: give the Trainer an eval_dataset and attach bertwatch with "
+                "bertwatch.watch(trainer), or pass AblationCallback(eval_dataset=...)"
             )
         compute = self.compute_metrics if self.compute_metrics is not None else context.compute_metrics
-        trainer = context.trainer
-        settings: dict[str, Any] = {"batch_size": int(getattr(args, "per_device_eval_batch_size", 32) or 32)}
-        if getattr(args, "metric_for_best_model", None) and compute is not None:
-            settings["metric"] = args.metric_for_best_model
-            if getattr(args, "greater_is_better", None) is not None:
-                settings["greater_is_better"] = bool(args.greater_is_better)
-        settings.update(self.ablate_kwargs)
-        run_dir = tensorboard_run_dir(args, context, self.logdir) if state.is_world_process_zero else None
+        settings = trainer_ablation_kwargs(
+            args, compute_metrics=compute, processing_class=context.processing_class, step=state.global_step
+        )
+        settings.update({**overrides, **self.ablate_kwargs})
+        model = context.event.get("model")
+        if model is None:
+            model = getattr(context.trainer, "model", None)
         out_root = Path(self.out_dir) if self.out_dir is not None else Path(args.output_dir) / "bertwatch_ablation"
-        model = model if model is not None else getattr(trainer, "model", None)
-        tokenizer = processing_class if processing_class is not None else getattr(trainer, "processing_class", None)
         for mode in self.modes:
             out = out_root if len(self.modes) == 1 else out_root / mode
             self.results[mode] = ablate(
-                model,
-                dataset,
-                tokenizer,
-                task=self.task,
-                compute_metrics=compute,
-                mode=mode,
-                out_dir=out,
-                writer=run_dir,
-                step=int(state.global_step),
-                **settings,
+                model, dataset, task=self.task, mode=mode, out_dir=out, writer=writer, **settings
             )
+        return self.results

@@ -32,6 +32,7 @@ from bertwatch.callbacks.probe_set import (
     pad_maps,
     text_examples,
 )
+from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
@@ -54,6 +55,10 @@ class Subscriber(Protocol):
     def wants_maps(self, event: str, step: int) -> int: ...
 
     def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None: ...
+
+
+def _sends_to_trackers(subscriber: Subscriber) -> bool:
+    return bool(getattr(subscriber, "log_to_trackers", False))
 
 
 @dataclass(eq=False)
@@ -211,22 +216,26 @@ class Monitor:
 
             self.run_dir = tensorboard_run_dir(args, context, s.logging_dir)
             self.writer = SummaryWriter(self.run_dir)
+        self._event = {k: v for k, v in kwargs.items() if k not in ("args", "state", "control")}
+        self.trackers = [cb for cb in context.callbacks() if is_tracker(cb)] if self.world_zero else []
+        self._sent: dict[int, set[str]] = defaultdict(set)
 
     def _probe_dataset(self, kwargs: Mapping[str, Any], context: TrainerContext) -> Any:
         if self.settings.dataset is not None:
             return self.settings.dataset
         if context.eval_dataset is not None:
             return context.eval_dataset
-        loader = kwargs.get("eval_dataloader")
-        if loader is not None and getattr(loader, "dataset", None) is not None:
-            return loader.dataset
         train = context.train_dataset
-        if train is None and kwargs.get("train_dataloader") is not None:
-            train = getattr(kwargs["train_dataloader"], "dataset", None)
         if train is not None:
+            why = (
+                "the Trainer has no eval_dataset"
+                if context.bound
+                else "bertwatch cannot see the Trainer's eval_dataset before its first evaluation (the callback was "
+                "only placed in callbacks=[...]; attach it with bertwatch.watch(trainer) to use the eval set)"
+            )
             warnings.warn(
-                "bertwatch: the Trainer has no eval_dataset, so the probe set is sampled from the training set; "
-                "pass probe_texts= or probe_dataset= to choose it",
+                f"bertwatch: {why}, so the probe set is sampled from the training set; pass probe_texts= or "
+                "probe_dataset= to choose it",
                 BertWatchWarning,
                 stacklevel=2,
             )
@@ -235,10 +244,7 @@ class Monitor:
     def _collator(self, kwargs: Mapping[str, Any], context: TrainerContext) -> Callable | None:
         if self.settings.collator is not None:
             return self.settings.collator
-        if context.data_collator is not None:
-            return context.data_collator
-        loader = kwargs.get("train_dataloader") or kwargs.get("eval_dataloader")
-        return getattr(loader, "collate_fn", None)
+        return context.data_collator
 
     def _load_reference(self) -> None:
         maps = self._cache.load(self.probe.fingerprint, self.layers, self.heads)
@@ -312,6 +318,26 @@ class Monitor:
                 self._maps_written.add(step)
         for s in due:
             s.record(step, {n: self._grids[n] for n in ALL_STATS if n in s.stat_names and n in self._grids})
+        if event != "end":  # by on_train_end the trackers have closed their runs
+            self._send_layer_means(step, [s for s in due if _sends_to_trackers(s)])
+
+    def _send_layer_means(self, step: int, senders: Sequence[Subscriber]) -> None:
+        """The layer means (and most drifted heads) of the statistics measured at ``step`` to the Trainer's
+        trackers, once per statistic."""
+        if not senders or not self.trackers:
+            return
+        wanted = set().union(*(s.stat_names for s in senders)) - self._sent[step]
+        grids = {n: self._grids[n] for n in ALL_STATS if n in wanted and n in self._grids}
+        self._sent[step].update(grids)
+        logs = {**layer_mean_logs(grids), **headline_logs(grids)}
+        for tracker, err in send_to_trackers(self.trackers, self.args, self._state, logs, self._event):
+            self.trackers.remove(tracker)
+            warnings.warn(
+                f"bertwatch: {type(tracker).__name__} failed on bertwatch's layer means ({type(err).__name__}: "
+                f"{err}); they are no longer sent to it. Training continues.",
+                BertWatchWarning,
+                stacklevel=2,
+            )
 
     def flush(self) -> None:
         if self.writer is not None:

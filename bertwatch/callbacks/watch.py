@@ -15,13 +15,15 @@ from typing import Any
 import numpy as np
 from transformers import TrainerCallback
 
-from bertwatch.callbacks._context import find_context
+from bertwatch.callbacks._context import TrainerContext, TrainerLink
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
+from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = [
+    "WatchCallback",
     "AttentionDriftCallback",
     "BertWatchCallback",
     "EntropyCallback",
@@ -43,11 +45,12 @@ def _check_stats(stats: Iterable[str]) -> tuple[str, ...]:
     return stats
 
 
-class _WatchCallback(TrainerCallback):
+class WatchCallback(TrainerCallback):
     """Shared machinery: cadence, statistics, subscription to the shared probe pass, error containment.
 
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
-    process (only world process zero writes event files).
+    process (only world process zero writes event files). ``log_to_trackers`` (default on) also sends each
+    statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
 
     default_stats: tuple[str, ...] = ()
@@ -72,6 +75,7 @@ class _WatchCallback(TrainerCallback):
         cache_reference: bool = True,
         logging_dir: str | os.PathLike | None = None,
         loss_fn: Callable | None = None,
+        log_to_trackers: bool = True,
         strict: bool = False,
         _settings: Mapping[str, Any] | None = None,
     ) -> None:
@@ -84,6 +88,7 @@ class _WatchCallback(TrainerCallback):
         self.at_start = bool(at_start)
         self.at_end = bool(at_end)
         self.strict = bool(strict)
+        self.log_to_trackers = bool(log_to_trackers)
         self.settings = ProbeSettings(
             texts=probe_texts,
             dataset=probe_dataset,
@@ -102,6 +107,17 @@ class _WatchCallback(TrainerCallback):
         self.disabled = False
         self.monitor: Monitor | None = None
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+        self._link = TrainerLink()
+
+    def set_trainer(self, trainer: Any) -> None:
+        """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
+        TensorBoardCallback before any evaluation. ``bertwatch.watch(trainer)`` and ``bertwatch run`` call it."""
+        self._link.set(trainer)
+
+    @property
+    def trainer(self) -> Any:
+        """The Trainer given with :meth:`set_trainer` (None when the callback was only put in ``callbacks=``)."""
+        return self._link.trainer
 
     # ------------------------------------------------------------------------------------------ subscriber
 
@@ -173,15 +189,23 @@ class _WatchCallback(TrainerCallback):
         self.history = []
         self.stat_names = frozenset(self.requested or self.default_stats)
         self.monitor = monitor_for(model, self.settings)
-        context = find_context()
+        context = self._link.context(kwargs)
         self.monitor.attach(self, args, state, kwargs, context)
         if self.monitor.failed:
             self.disable()
             return
         self._resolve_stats()
-        self._check_setup(kwargs, context)
+        self._check_setup(args, kwargs, context)
+        if self.log_to_trackers and not context.bound and reported_trackers(args):
+            warnings.warn(
+                f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
+                "attached with bertwatch.watch(trainer) (or bertwatch run); from callbacks=[...] they go to "
+                "TensorBoard only",
+                BertWatchWarning,
+                stacklevel=3,
+            )
 
-    def _check_setup(self, kwargs: Mapping[str, Any], context: Any) -> None:
+    def _check_setup(self, args: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
         """Fail at on_train_begin on a configuration that could only fail later."""
 
     @contained("on_step_begin")
@@ -218,7 +242,7 @@ class _WatchCallback(TrainerCallback):
         """Work after the last measurement (the ablation sweep of BertWatchCallback)."""
 
 
-class AttentionDriftCallback(_WatchCallback):
+class AttentionDriftCallback(WatchCallback):
     """``drift_cosine`` and ``drift_js`` of every head against the pretrained (or a named reference) model.
 
     ``compat_length=N`` pads maps to N tokens and keeps the pad rows in ``drift_cosine``, as Kovaleva's notebook did.
@@ -230,19 +254,19 @@ class AttentionDriftCallback(_WatchCallback):
         super().__init__(stats, _settings={"compat_length": compat_length}, **kwargs)
 
 
-class SpecialTokenMassCallback(_WatchCallback):
+class SpecialTokenMassCallback(WatchCallback):
     """Attention mass on [CLS], [SEP] and punctuation per head (Clark Fig 2, Kovaleva Fig 6)."""
 
     default_stats = SPECIAL_TOKEN_STATS
 
 
-class EntropyCallback(_WatchCallback):
+class EntropyCallback(WatchCallback):
     """Attention entropy per head and of the [CLS] row (Clark Fig 4), in nats."""
 
     default_stats = ENTROPY_STATS
 
 
-class GradientImportanceCallback(_WatchCallback):
+class GradientImportanceCallback(WatchCallback):
     """Gradient head importance (Michel) and attention gradients by key type (Clark Fig 3); IG on request.
 
     Gradients are taken with ``torch.autograd.grad`` on gates and maps, so the optimiser's gradients are untouched.
@@ -266,14 +290,16 @@ class GradientImportanceCallback(_WatchCallback):
         )
 
 
-class BertWatchCallback(_WatchCallback):
-    """Every statistic (docs/statistics.md) of every head, the maps of a few probe examples, ablation on request.
+class BertWatchCallback(WatchCallback):
+    """Every statistic of ``docs/statistics.md`` for every head, attention maps of a few probe examples, ablation
+    on request.
 
-    Drop it into ``callbacks=[...]`` of an unchanged Trainer script. Defaults: 32 probe examples from the eval
-    set, statistics at step 0, every 50 steps, every evaluation and the end; the maps of 4 probe examples at
-    step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the end. ``stats=`` selects
-    statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True`` runs the head/layer
-    disabling sweep of ``bertwatch.ablation.sweep`` on the eval set when training ends.
+    Attach it with ``bertwatch.watch(trainer)`` (or run an unchanged script with ``bertwatch run``); in
+    ``callbacks=[...]`` alone it sees only what the Trainer's events carry (see ``_context``). Defaults: 32
+    probe examples from the eval set, statistics at step 0, every 50 steps, every evaluation and the end; the
+    maps of 4 probe examples at step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the
+    end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
+    runs an ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement.
     """
 
     default_stats = STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES
@@ -312,6 +338,11 @@ class BertWatchCallback(_WatchCallback):
         self.ablation_mode = ablation_mode
         self.ablation_kwargs = dict(ablation_kwargs or {})
         self.ablation_result: Any = None
+        self.ablation: Any = None
+        if self.ablate_on_end:
+            from bertwatch.callbacks.ablation import AblationCallback
+
+            self.ablation = AblationCallback(modes=ablation_mode, **self.ablation_kwargs)
 
     def wants_maps(self, event: str, step: int) -> int:
         if event in ("begin", "end"):
@@ -320,26 +351,21 @@ class BertWatchCallback(_WatchCallback):
             return self.num_maps
         return 0
 
-    def _check_setup(self, kwargs: Mapping[str, Any], context: Any) -> None:
-        if self.ablate_on_end and context.eval_dataset is None and kwargs.get("eval_dataloader") is None:
+    def _check_setup(self, args: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
+        if self.ablation is None or self.ablation.eval_set(context) is not None:
+            return
+        if context.bound:
             raise SetupError("ablate_on_end=True needs an eval_dataset on the Trainer to disable heads on")
+        if getattr(args, "eval_strategy", "no") == "no":
+            raise SetupError(
+                "ablate_on_end=True needs the Trainer's eval_dataset, which a callback only placed in callbacks=[...] "
+                "sees once the Trainer evaluates (eval_strategy is 'no'): attach it with bertwatch.watch(trainer), "
+                "or pass ablation_kwargs={'eval_dataset': ...}"
+            )
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
-        if not self.ablate_on_end or not getattr(state, "is_world_process_zero", True):
+        if self.ablation is None or not getattr(state, "is_world_process_zero", True):
             return
-        from bertwatch.callbacks.ablation import run_ablation_on_trainer
-
-        context = find_context()
-        eval_dataset = context.eval_dataset
-        if eval_dataset is None and kwargs.get("eval_dataloader") is not None:
-            eval_dataset = kwargs["eval_dataloader"].dataset
-        if eval_dataset is None:
-            raise RuntimeError("ablate_on_end needs an eval_dataset on the Trainer")
-        settings = {
-            "mode": self.ablation_mode,
-            "out_dir": os.path.join(args.output_dir, "bertwatch_ablation"),
-            "writer": self.monitor.writer if self.monitor is not None else None,
-            **self.ablation_kwargs,
-        }
-        target = context.trainer if context.trainer is not None else kwargs["model"]
-        self.ablation_result = run_ablation_on_trainer(target, eval_dataset, **settings)
+        writer = self.monitor.writer if self.monitor is not None else None
+        results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=False)
+        self.ablation_result = results[self.ablation_mode]

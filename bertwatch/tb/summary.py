@@ -30,6 +30,7 @@ __all__ = [
     "attention_summary",
     "ablation_summaries",
     "embedding_summary",
+    "layer_means",
     "layer_scalar_summaries",
     "SummaryWriter",
 ]
@@ -79,6 +80,17 @@ def head_grid_summary(stat: str, grid: Any) -> summary_pb2.Summary:
     return summary
 
 
+def layer_means(grid: Any, stat: str = "grid") -> np.ndarray:
+    """``[layers, heads]`` -> ``[layers]`` float64: each layer's mean over its heads, NaN heads left out (a layer
+    with no value is NaN). The one rule for a layer's value, in TensorBoard and in every other tracker."""
+    array = _to_numpy(grid, np.float64)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"grid for {stat!r} must be [layers, heads], got shape {array.shape}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN layer -> NaN, silently
+        return np.nanmean(array, axis=1)
+
+
 def layer_scalar_summaries(stat: str, grid: Any) -> summary_pb2.Summary:
     """Ordinary scalars ``bertwatch_layers/{stat}/layer_{l}``: each layer's mean over its heads.
 
@@ -86,14 +98,8 @@ def layer_scalar_summaries(stat: str, grid: Any) -> summary_pb2.Summary:
     Written as ``simple_value`` so the Scalars dashboard and tools such as tbparse read them.
     """
     _check_name(stat, "stat")
-    array = _to_numpy(grid, np.float64)
-    if array.ndim != 2 or 0 in array.shape:
-        raise ValueError(f"grid for {stat!r} must be [layers, heads], got shape {array.shape}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN layer -> NaN, silently
-        means = np.nanmean(array, axis=1)
     summary = summary_pb2.Summary()
-    for layer, value in enumerate(means):
+    for layer, value in enumerate(layer_means(grid, stat)):
         summary.value.add(tag=md.layer_scalar_tag(stat, layer), simple_value=float(value))
     return summary
 

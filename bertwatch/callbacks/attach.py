@@ -1,0 +1,74 @@
+"""Attaching bertwatch to Trainers: ``watch(trainer)`` for one, ``watching_trainers()`` for every one a script makes.
+
+Both give each bertwatch callback its Trainer (``set_trainer``), so it sees the eval set, the collator, the
+``compute_metrics`` and the other callbacks (TensorBoard run, trackers) without looking anywhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from bertwatch.callbacks.watch import BertWatchCallback, WatchCallback
+
+__all__ = ["bertwatch_callbacks", "watch", "watching_trainers"]
+
+
+def bertwatch_callbacks(trainer: Any) -> list[Any]:
+    """The bertwatch callbacks (monitors and ``AblationCallback``) among ``trainer``'s callbacks, in order."""
+    from bertwatch.callbacks.ablation import AblationCallback
+
+    handler = getattr(trainer, "callback_handler", None)
+    if handler is None:
+        raise TypeError(f"bertwatch.watch expects a transformers Trainer, got {type(trainer).__name__}")
+    return [cb for cb in handler.callbacks if isinstance(cb, (WatchCallback, AblationCallback))]
+
+
+def watch(trainer: Any, **settings: Any) -> WatchCallback:
+    """Attach bertwatch to an existing ``Trainer`` (subclasses included) and return its bertwatch callback.
+
+    Adds ``BertWatchCallback(**settings)`` unless the Trainer already has a bertwatch monitor (``BertWatchCallback``
+    or a single-purpose one, which is then returned, a ``BertWatchCallback`` first), and gives every bertwatch
+    callback it has the Trainer. Idempotent: a second call returns the same callback. Call it before
+    ``trainer.train()``.
+    """
+    monitors = [cb for cb in bertwatch_callbacks(trainer) if isinstance(cb, WatchCallback)]
+    if monitors and settings:
+        raise ValueError(
+            f"this Trainer already has a {type(monitors[0]).__name__}; watch(trainer, ...) cannot change its settings"
+        )
+    if monitors:
+        callback = next((cb for cb in monitors if isinstance(cb, BertWatchCallback)), monitors[0])
+    else:
+        callback = BertWatchCallback(**settings)
+        trainer.add_callback(callback)
+    for cb in bertwatch_callbacks(trainer):
+        cb.set_trainer(trainer)
+    return callback
+
+
+@contextlib.contextmanager
+def watching_trainers(**settings: Any) -> Iterator[list[WatchCallback]]:
+    """Within the block, every ``transformers.Trainer`` built (subclasses included) gets :func:`watch` with
+    ``settings``; yields the list of callbacks attached so far. ``Trainer.__init__`` is restored on exit, error
+    or not. ``settings`` are checked before the block runs.
+    """
+    from transformers import Trainer
+
+    BertWatchCallback(**settings)
+    original = Trainer.__dict__["__init__"]
+    attached: list[WatchCallback] = []
+
+    @functools.wraps(original)
+    def init_and_watch(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        has_one = any(isinstance(cb, WatchCallback) for cb in bertwatch_callbacks(self))
+        attached.append(watch(self) if has_one else watch(self, **settings))
+
+    Trainer.__init__ = init_and_watch
+    try:
+        yield attached
+    finally:
+        Trainer.__init__ = original

@@ -1,0 +1,166 @@
+"""``bertwatch run [OPTIONS] script.py [ARGS...]``: run an unchanged training script with bertwatch on every Trainer.
+
+The script runs in this process as ``__main__`` with its own ``sys.argv`` (``script.py ARGS...``) and its own
+directory first on ``sys.path``, as ``python script.py ARGS...`` would; its exit status is returned. Every
+``transformers.Trainer`` it builds (subclasses included) gets ``bertwatch.watch`` with the options' settings.
+Also ``python -m bertwatch run ...``, so ``torchrun ... -m bertwatch run script.py`` works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import io
+import os
+import sys
+import types
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["cli_run", "run_script"]
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertwatch run",
+        description="Run a training script unchanged, with bertwatch attached to every transformers Trainer it "
+        "creates. Options go before the script; everything after the script (or after --) is the script's own.",
+        usage="bertwatch run [OPTIONS] [--] script.py [ARGS...]",
+    )
+    parser.add_argument("script", help="the Python training script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    parser.add_argument(
+        "--every-n-steps",
+        "--probe-every",
+        type=int,
+        default=None,
+        dest="every_n_steps",
+        help="measure every N optimiser steps (default 50; 0: only at start, evaluation and end)",
+    )
+    parser.add_argument("--stats", default=None, help="comma-separated statistics (default: all but IG)")
+    parser.add_argument("--num-probe-examples", type=int, default=None, help="probe examples (default 32)")
+    parser.add_argument(
+        "--probe-texts", default=None, help="a file with one probe text per line (a tab separates a sentence pair)"
+    )
+    parser.add_argument("--num-maps", type=int, default=None, help="probe examples whose maps are kept (default 4)")
+    parser.add_argument("--logdir", default=None, help="TensorBoard run directory (default: the Trainer's run)")
+    parser.add_argument(
+        "--ablate",
+        "--ablate-on-end",
+        action="store_true",
+        dest="ablate",
+        help="run the head/layer ablation sweep on the eval set when training ends",
+    )
+    parser.add_argument(
+        "--ablation-mode", choices=("uniform", "zero"), default=None, help="how a head is disabled (default uniform)"
+    )
+    parser.add_argument(
+        "--no-trackers", action="store_true", help="do not send the layer means to the Trainer's report_to trackers"
+    )
+    return parser
+
+
+def _probe_texts(path: str) -> list[Any]:
+    with open(path, encoding="utf-8") as handle:
+        lines = [line.rstrip("\n") for line in handle if line.strip()]
+    return [tuple(line.split("\t", 1)) if "\t" in line else line for line in lines]
+
+
+def _settings(opts: argparse.Namespace) -> dict[str, Any]:
+    """The options given, as ``BertWatchCallback`` keyword arguments (the callback's defaults for the rest)."""
+    settings: dict[str, Any] = {}
+    if opts.every_n_steps is not None:
+        settings["every_n_steps"] = opts.every_n_steps
+    if opts.stats:
+        settings["stats"] = [s.strip() for s in opts.stats.split(",") if s.strip()]
+    if opts.num_probe_examples is not None:
+        settings["num_probe_examples"] = opts.num_probe_examples
+    if opts.probe_texts:
+        settings["probe_texts"] = _probe_texts(opts.probe_texts)
+    if opts.num_maps is not None:
+        settings["num_maps"] = opts.num_maps
+    if opts.logdir:
+        settings["logging_dir"] = opts.logdir
+    if opts.ablate:
+        settings["ablate_on_end"] = True
+    if opts.ablation_mode:
+        settings["ablation_mode"] = opts.ablation_mode
+    if opts.no_trackers:
+        settings["log_to_trackers"] = False
+    return settings
+
+
+def _exit_status(code: Any) -> int:
+    """What ``python script.py`` exits with for ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_as_main(path: str) -> None:
+    """Execute the file at ``path`` as the ``__main__`` module, as ``python path`` does: ``__file__`` absolute,
+    ``sys.argv`` left as set (``runpy.run_path`` would put ``path`` in ``sys.argv[0]``), classes picklable."""
+    with io.open_code(path) as handle:
+        code = compile(handle.read(), path, "exec")
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=path, __builtins__=builtins, __spec__=None, __loader__=None, __cached__=None)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = module
+    try:
+        exec(code, module.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _from_script(trace: Any, script: str) -> Any:
+    """The traceback from the script's own first frame on, as ``python script.py`` would print it."""
+    target, start = os.path.abspath(script), trace
+    while start is not None and os.path.abspath(start.tb_frame.f_code.co_filename) != target:
+        start = start.tb_next
+    return start if start is not None else trace
+
+
+def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]) -> int:
+    """Run ``script`` as ``__main__`` with ``sys.argv = [script, *script_args]`` inside
+    :func:`~bertwatch.callbacks.attach.watching_trainers`; returns its exit status. An uncaught exception is
+    reported as Python would (through ``sys.excepthook``) and gives 1; ``sys.argv`` and ``sys.path`` are restored.
+    """
+    from bertwatch.callbacks.attach import watching_trainers
+
+    if not os.path.isfile(script):
+        raise FileNotFoundError(f"no such script: {script}")
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [script, *script_args]
+    script_dir = os.path.dirname(os.path.abspath(script))
+    if sys.path:
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    try:
+        with watching_trainers(**settings):
+            _run_as_main(os.path.abspath(script))
+        return 0
+    except SystemExit as stop:
+        return _exit_status(stop.code)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        kind, value, trace = sys.exc_info()
+        trace = _from_script(trace, script)
+        sys.excepthook(kind, value.with_traceback(trace) if value is not None else value, trace)
+        return 1
+    finally:
+        sys.argv = saved_argv
+        if saved_path0 is not None:
+            sys.path[0] = saved_path0
+        else:
+            sys.path.remove(script_dir)
+
+
+def cli_run(argv: Sequence[str]) -> int:
+    opts = _run_parser().parse_args(list(argv))  # argparse ends bertwatch's options at the script or at "--"
+    return run_script(opts.script, opts.script_args, _settings(opts))
