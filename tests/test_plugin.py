@@ -16,7 +16,9 @@ from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
 import bertwatch.tb.plugin as plugin_mod
+from bertwatch.core import rules
 from bertwatch.tb import metadata as md
+from bertwatch.tb import queries
 from bertwatch.tb.summary import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -171,10 +173,10 @@ def test_minmax_decimation_keeps_extremes():
     values[1234] = 9.0
     values[4321] = -9.0
     values[77] = np.nan
-    keep = plugin_mod._minmax_indices(values, 300)
+    keep = queries.minmax_indices(values, 300)
     assert len(keep) <= 302 and keep[0] == 0 and keep[-1] == 4999
     assert 1234 in keep and 4321 in keep
-    assert list(plugin_mod._decimate_indices(10, 0)) == list(range(10))
+    assert list(queries.decimate_indices(10, 0)) == list(range(10))
 
 
 def test_labels_follow_clarks_thresholds_and_precedence(client):
@@ -189,19 +191,29 @@ def test_labels_follow_clarks_thresholds_and_precedence(client):
     grids["entropy"][0, 7] = 4.0  # ... broad over prev
     grids["sep_mass"][0, 7] = 0.61  # ... sep over broad
     grids["punct_mass"][0, 7] = np.nan  # NaN never labels
-    labels = plugin_mod.behaviour_labels(grids).tolist()
+    labels = rules.behaviour_labels(grids).tolist()
     assert labels == [[None, "next", "prev", "broad", "cls", "sep", "punct", "sep"]]
-    assert plugin_mod.behaviour_labels({"prev": np.full((1, 1), 0.5)}).tolist() == [[None]]  # strictly greater
-    assert plugin_mod.behaviour_labels({"cls_mass": np.full((1, 1), 0.6, np.float32)}).tolist() == [[None]]
+    assert rules.behaviour_labels({"prev": np.full((1, 1), 0.5)}).tolist() == [[None]]  # strictly greater
+    assert rules.behaviour_labels({"cls_mass": np.full((1, 1), 0.6, np.float32)}).tolist() == [[None]]
 
     out = get_json(client, "labels", run="finetune-a", step=STEPS[-1])
     g = synthetic_grids(STEPS[-1], seed=0)
-    expected = plugin_mod.behaviour_labels({k: g[k].astype(np.float64) for k in grids})
+    expected = rules.behaviour_labels({k: g[k].astype(np.float64) for k in grids})
     assert out["labels"] == expected.tolist()
     assert out["stepsUsed"]["cls_mass"] == STEPS[-1]
     between = get_json(client, "labels", run="finetune-a", step=STEPS[3] + 1)  # nearest logged step at or before
     assert set(between["stepsUsed"].values()) == {STEPS[3]}
     assert [r["label"] for r in out["rules"]] == ["next", "prev", "broad", "cls", "sep", "punct"]
+    assert out["rules"] == get_json(client, "labels")["rules"]  # without a run: only the rules
+    assert [(r["stat"], r["threshold"], r["glyph"]) for r in out["rules"]] == [
+        ("next", 0.5, "→"),
+        ("prev", 0.5, "←"),
+        ("entropy", 3.8, "B"),
+        ("cls_mass", 0.6, "C"),
+        ("sep_mass", 0.6, "S"),
+        ("punct_mass", 0.6, "P"),
+    ]
+    assert out["patterns"]["classes"][3] == "vertical+diagonal"
 
 
 # ---------------------------------------------------------------------------------------------------- others

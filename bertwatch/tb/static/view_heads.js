@@ -7,15 +7,7 @@ import {heatmap} from './heatmap.js';
 import {legend, layerColor, scaleForStat} from './scales.js';
 import {chartWidth, lineChart} from './charts.js';
 
-export const LABEL_GLYPHS = {cls: 'C', sep: 'S', punct: 'P', prev: '←', next: '→', broad: 'B'};
-const LABEL_TEXT = {
-  next: 'next token > 0.5',
-  prev: 'previous token > 0.5',
-  broad: 'broad: entropy > 3.8',
-  cls: '[CLS] mass > 0.6',
-  sep: '[SEP] mass > 0.6',
-  punct: '. and , mass > 0.6',
-};
+// The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
 
 export class HeadsView {
   constructor(app) {
@@ -159,7 +151,8 @@ export class HeadsView {
     const raw = grid.values.map((row) => row.map(rawText));
     const scale = scaleForStat(stat, this.state.range, values);
     const labelGrid = showLabels && this.labels && this.labels.labels ? this.labels.labels : null;
-    const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? LABEL_GLYPHS[l] : null))) : null;
+    const glyphs = labelGrid ? Object.fromEntries(this.labels.rules.map((r) => [r.label, r.glyph])) : {};
+    const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? glyphs[l] : null))) : null;
     const hm = heatmap({
       id: 'heads-heatmap',
       values,
@@ -185,7 +178,7 @@ export class HeadsView {
     c.sub.textContent = `${grid.layers} layers × ${grid.heads} heads · step ${fmtStep(grid.step)}`;
     c.sub.title = info && info.description ? info.description : '';
     const hasNaN = values.flat().some(Number.isNaN);
-    const parts = [hm.el, h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: hasNaN}), labelGrid ? labelsLegend(labelGrid) : null)];
+    const parts = [hm.el, h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: hasNaN}), labelGrid ? labelsLegend(labelGrid, this.labels.rules) : null)];
     if (info && info.description) parts.push(h('p', {class: 'description'}, info.description));
     clear(c.body).append(...parts);
     clear(c.aside).append(h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`));
@@ -251,11 +244,11 @@ function argmax(values) {
   return best || [0, 0];
 }
 
-function labelsLegend(labelGrid) {
+function labelsLegend(labelGrid, rules) {
   const counts = {};
   for (const row of labelGrid) for (const l of row) if (l) counts[l] = (counts[l] || 0) + 1;
-  const items = Object.keys(LABEL_GLYPHS).map((l) =>
-    h('span', {class: 'label-item' + (counts[l] ? '' : ' zero'), title: LABEL_TEXT[l]}, h('b', {class: 'glyph'}, LABEL_GLYPHS[l]), `${l} ${counts[l] || 0}`),
+  const items = rules.map(({label, glyph, text}) =>
+    h('span', {class: 'label-item' + (counts[label] ? '' : ' zero'), title: text}, h('b', {class: 'glyph'}, glyph), `${label} ${counts[label] || 0}`),
   );
   return h('div', {class: 'labels-legend', id: 'labels-legend'}, h('div', {class: 'legend-title'}, 'Behaviour (Clark et al. 2019)'), h('div', {class: 'label-items'}, ...items));
 }
