@@ -19,6 +19,7 @@ from bertwatch.callbacks._context import find_context
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = [
@@ -142,6 +143,11 @@ class _WatchCallback(TrainerCallback):
     # ------------------------------------------------------------------------------------------ events
 
     def _resolve_stats(self) -> None:
+        norms = self.stat_names & set(NORM_NAMES)
+        if norms and not supports_norms(self.monitor.model):
+            if self.requested is not None:
+                raise SetupError(f"{type(self).__name__}: {sorted(norms)} are not available for this model family")
+            self.stat_names = self.stat_names - norms
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
         if not gradient or self.monitor.probe.has_labels:
             return
@@ -276,7 +282,7 @@ class BertWatchCallback(_WatchCallback):
     disabling sweep of ``bertwatch.ablation.sweep`` on the eval set when training ends.
     """
 
-    default_stats = STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES
+    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
 
     def __init__(
         self,

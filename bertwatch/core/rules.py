@@ -14,6 +14,7 @@ __all__ = [
     "BEHAVIOUR_RULES",
     "LabelRule",
     "PATTERN_CLASSES",
+    "PATTERN_REQUIRED",
     "PATTERN_STATS",
     "PATTERN_THRESHOLDS",
     "PatternThresholds",
@@ -49,6 +50,8 @@ BEHAVIOUR_RULES: tuple[LabelRule, ...] = (
 PATTERN_CLASSES: tuple[str, ...] = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
 #: The grids the pattern rules read (``intra_segment_mass`` may be absent: no "block" then).
 PATTERN_STATS: tuple[str, ...] = ("cls_mass", "sep_mass", "prev", "next", "self", "intra_segment_mass")
+#: Those the pattern rules cannot do without.
+PATTERN_REQUIRED: tuple[str, ...] = PATTERN_STATS[:5]
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def pattern_codes(
     short inputs push heads toward "vertical+diagonal": a uniform head on n tokens has v = 2/n and d ≈ 3/n,
     both ≥ 0.25 for n ≤ 8.
     """
-    missing = [s for s in PATTERN_STATS[:5] if s not in grids]
+    missing = [s for s in PATTERN_REQUIRED if s not in grids]
     if missing:
         raise KeyError(f"pattern classes need the statistics {missing}")
     f = {name: np.asarray(grids[name], dtype=np.float64) for name in PATTERN_STATS if name in grids}

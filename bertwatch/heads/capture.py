@@ -134,8 +134,11 @@ class Capture:
         intervention: Intervention | None,
         gates: torch.Tensor | None,
         keep_graph: bool = False,
+        record_values: bool = False,
     ) -> None:
         self.num_layers = num_layers
+        self.record_values = record_values
+        self._values: list[torch.Tensor] = []
         self.keep_graph = keep_graph
         self.num_heads = num_heads
         self.record = record
@@ -150,6 +153,7 @@ class Capture:
         self.start_layer = start_layer
         self._calls = 0
         self._maps = []
+        self._values = []
 
     @property
     def attentions(self) -> torch.Tensor | None:
@@ -157,6 +161,13 @@ class Capture:
         if not self._maps:
             return None
         return torch.stack(self._maps, dim=1)
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        """Value states of the last pass (``record_values=True``), ``[batch, layers, heads, key, d_head]``."""
+        if not self._values:
+            return None
+        return torch.stack(self._values, dim=1)
 
     def layer(self, index: int) -> torch.Tensor:
         """Recorded probabilities of one layer, ``[batch, heads, query, key]``."""
@@ -227,6 +238,8 @@ def _attention(
             probs = torch.where(mark, uniform, probs)
         if cap.record:
             cap._maps.append(probs if cap.keep_graph else probs.detach())
+        if cap.record_values:
+            cap._values.append(value.detach())
         scales = [
             _per_head(s, layer, batch, heads, probs)
             for s in (cap.intervention.scale if cap.intervention is not None else None, cap.gates)
@@ -296,6 +309,7 @@ def capture(
     gates: torch.Tensor | None = None,
     train_mode: bool = False,
     keep_graph: bool = False,
+    record_values: bool = False,
 ) -> Iterator[Capture]:
     """Run the block's forward passes through bertwatch's attention, then restore the model exactly.
 
@@ -303,7 +317,7 @@ def capture(
     on exit, also on error, its attention implementation, ``training`` flags and the torch RNG state are
     restored. Each ``model(...)`` call starts a new pass; ``cap.attentions`` holds the last one. With
     ``keep_graph`` the recorded maps stay in the autograd graph, so ``torch.autograd.grad(loss, cap.layer(l))``
-    gives ∂L/∂A.
+    gives ∂L/∂A. With ``record_values`` each layer's value states (bias included) are kept too, as ``cap.values``.
     """
     num_layers, num_heads = model_shape(model)
     _register()
@@ -317,7 +331,7 @@ def capture(
     if _STATE.active is not None:
         raise RuntimeError("bertwatch.heads.capture blocks cannot be nested")
 
-    cap = Capture(num_layers, num_heads, record, intervention, gates, keep_graph)
+    cap = Capture(num_layers, num_heads, record, intervention, gates, keep_graph, record_values)
     previous = _user_implementation(model)
     modes = {m: m.training for m in model.modules()}
     device = next(model.parameters()).device

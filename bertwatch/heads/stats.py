@@ -40,7 +40,6 @@ __all__ = [
     "drift_js",
     "behaviour_labels",
     "pattern_classes",
-    "uniform_baselines",
     "PATTERN_CLASSES",
 ]
 
@@ -437,19 +436,3 @@ class StatsAccumulator:
             name: torch.where(self._counts[name] > 0, total / self._counts[name].clamp_min(1), math.nan).float()
             for name, total in self._sums.items()
         }
-
-
-def uniform_baselines(roles: TokenRoles) -> dict[str, Tensor]:
-    """What a uniform head scores on these inputs: ``{"vertical": cls+sep mass, "diagonal": prev+next+self}``.
-
-    Scalars (float64, mean over examples, like the grids), from the same definitions applied to maps that are
-    uniform over each example's real keys; the pattern rules measure heads against them.
-    """
-    real = roles.real.bool()
-    uniform = real[:, None, :].float().expand(-1, real.shape[1], -1) / real.sum(-1).clamp_min(1)[:, None, None]
-    grids = aggregate(compute_stats(uniform[:, None, None], roles, ["cls_mass", "sep_mass", "prev", "next", "self"]))
-    value = {k: v.double().reshape(()) for k, v in grids.items()}
-    return {
-        "vertical": value["cls_mass"] + value["sep_mass"],
-        "diagonal": value["prev"] + value["next"] + value["self"],
-    }

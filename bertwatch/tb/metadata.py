@@ -14,7 +14,9 @@ tag                                    data class      content ``kind``
 ``bertwatch/ablation/{mode}/layers``   TENSOR          ``ablation_layers`` float32 ``[layers, 5]``
 ``bertwatch/ablation/{mode}/pruning``  TENSOR          ``pruning_curve``   float32 ``[k, 2]``
 ``bertwatch/clustering/{name}``        TENSOR          ``head_embedding``  float32 ``[layers*heads, 2]``
+``bertwatch/series/{name}``            TENSOR          ``named_values``    float32 ``[k]``, names in content
 ``bertwatch_layers/{stat}/layer_{l}``  scalar          (scalars plugin)
+``bertwatch_series/{name}/{key}``      scalar          (scalars plugin)
 =====================================  ==============  =============================================
 """
 
@@ -34,6 +36,10 @@ HEADS_PREFIX = "bertwatch/heads/"
 ATTENTION_PREFIX = "bertwatch/attention/"
 ABLATION_PREFIX = "bertwatch/ablation/"
 CLUSTERING_PREFIX = "bertwatch/clustering/"
+SERIES_PREFIX = "bertwatch/series/"
+SERIES_SCALAR_ROOT = "bertwatch_series"
+#: The ``named_values`` series of Kovaleva's pattern-class shares.
+PATTERN_SERIES = "pattern_classes"
 LAYER_SCALAR_ROOT = "bertwatch_layers"
 
 KIND_HEAD_GRID = "head_grid"
@@ -42,8 +48,16 @@ KIND_ABLATION_HEADS = "ablation_heads"
 KIND_ABLATION_LAYERS = "ablation_layers"
 KIND_PRUNING = "pruning_curve"
 KIND_EMBEDDING = "head_embedding"
+KIND_NAMED_VALUES = "named_values"
 
-TENSOR_KINDS = (KIND_HEAD_GRID, KIND_ABLATION_HEADS, KIND_ABLATION_LAYERS, KIND_PRUNING, KIND_EMBEDDING)
+TENSOR_KINDS = (
+    KIND_HEAD_GRID,
+    KIND_ABLATION_HEADS,
+    KIND_ABLATION_LAYERS,
+    KIND_PRUNING,
+    KIND_EMBEDDING,
+    KIND_NAMED_VALUES,
+)
 BLOB_KINDS = (KIND_ATTENTION,)
 
 #: Field order of the last axis of the ablation tables.
@@ -61,6 +75,10 @@ STAT_DESCRIPTIONS = {
     "next": "Attention of each token to the following token (Clark et al. 2019, Sec. 3.1).",
     "entropy": "Mean entropy of the attention rows in nats (Clark et al. 2019, Fig. 4).",
     "cls_entropy": "Entropy of the [CLS] row in nats (Clark et al. 2019, Fig. 4).",
+    "cls_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [CLS], mean over queries (Kobayashi et al. 2020).",
+    "sep_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [SEP] tokens, mean over queries (Kobayashi et al. 2020).",
+    "punct_mass_norm": 'Share of the norm-weighted attention ‖A·f(x)‖ on "." and ",", mean over queries (Kobayashi et al. 2020).',
+    "norm_ratio": "‖Σ A·f(x)‖ / Σ A·‖f(x)‖, mean over queries; low = the weighted vectors cancel (Kobayashi et al. 2020).",
     "drift_cosine": "Cosine similarity to the pretrained model's maps; 1 = unchanged (Kovaleva et al. 2019, Fig. 5).",
     "drift_js": "Jensen-Shannon divergence from the pretrained model's maps, in nats; 0 = unchanged.",
     "head_importance": "Gradient head importance E|dL/d gate| (Michel et al. 2019).",
@@ -85,6 +103,14 @@ def ablation_tag(mode: str, part: str) -> str:
 
 def clustering_tag(name: str) -> str:
     return CLUSTERING_PREFIX + name
+
+
+def series_tag(name: str) -> str:
+    return SERIES_PREFIX + name
+
+
+def series_scalar_tag(name: str, key: str) -> str:
+    return "%s/%s/%s" % (SERIES_SCALAR_ROOT, name, key)
 
 
 def layer_scalar_tag(stat: str, layer: int) -> str:

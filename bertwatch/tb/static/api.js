@@ -46,6 +46,7 @@ export function rawText(v) {
 
 export const STAT_GROUPS = [
   ['Special tokens', ['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva']],
+  ['Norm-based (Kobayashi)', ['cls_mass_norm', 'sep_mass_norm', 'punct_mass_norm', 'norm_ratio']],
   ['Position', ['self', 'prev', 'next']],
   ['Spread', ['entropy', 'cls_entropy']],
   ['Drift from pretrained', ['drift_cosine', 'drift_js']],
