@@ -131,6 +131,9 @@ def test_event_files_hold_every_statistic_maps_and_layer_scalars_in_the_trainers
     arr = np.frombuffer(blob, dtype="<f2").reshape(2, 4, length, length)
     np.testing.assert_allclose(arr.astype(np.float32).sum(-1), 1.0, atol=1e-2)
     assert info["tokens"][0] == "[CLS]" and info["tokens"][-1] == "[SEP]"
+    shares = {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in acc.Tensors("bertwatch/series/pattern_classes")}
+    assert sorted(shares) == [0, 2, 3, 4, 6] and all(abs(v.sum() - 1.0) < 1e-6 for v in shares.values())
+    assert "bertwatch_series/pattern_classes/vertical" in scalars
 
 
 def test_writes_without_tensorboard_reporting_to_the_default_run_dir(tmp_path, monkeypatch) -> None:

@@ -18,7 +18,7 @@ from werkzeug.test import Client
 import bertwatch.tb.plugin as plugin_mod
 from bertwatch.core import rules
 from bertwatch.tb import metadata as md
-from bertwatch.tb import queries
+from bertwatch.tb import series
 from bertwatch.tb.summary import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -173,10 +173,10 @@ def test_minmax_decimation_keeps_extremes():
     values[1234] = 9.0
     values[4321] = -9.0
     values[77] = np.nan
-    keep = queries.minmax_indices(values, 300)
+    keep = series.minmax_indices(values, 300)
     assert len(keep) <= 302 and keep[0] == 0 and keep[-1] == 4999
     assert 1234 in keep and 4321 in keep
-    assert list(queries.decimate_indices(10, 0)) == list(range(10))
+    assert list(series.decimate_indices(10, 0)) == list(range(10))
 
 
 def test_labels_follow_clarks_thresholds_and_precedence(client):
@@ -391,3 +391,16 @@ def test_real_tensorboard_process(tmp_path):
         # the scalars plugin sees the layer means
         scalar_tags = http_json(base + "/data/plugin/scalars/tags")
         assert "bertwatch_layers/cls_mass/layer_0" in scalar_tags["live"]
+
+
+def test_pattern_class_shares_over_steps(client):
+    tag = "bertwatch/series/pattern_classes"
+    info = get_json(client, "tags")["runs"]["finetune-a"][tag]
+    assert info["kind"] == "named_values" and info["names"] == list(rules.PATTERN_CLASSES)
+    out = get_json(client, "series", run="finetune-a", tag=tag)
+    assert out["steps"] == list(STEPS) and out["names"] == list(rules.PATTERN_CLASSES)
+    for k, step in enumerate(STEPS):
+        want = rules.pattern_shares(rules.pattern_codes(synthetic_grids(step, seed=0, max_step=STEPS[-1])))
+        got = {name: out["values"][c][k] for c, name in enumerate(out["names"])}
+        assert got == pytest.approx(want, abs=1e-6)
+    assert get(client, "series", run="finetune-a", tag="bertwatch/heads/cls_mass").status_code == 404

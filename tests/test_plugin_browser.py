@@ -357,3 +357,10 @@ def test_polling_pauses_while_the_tab_is_hidden(s):
     s.page.get_by_role("tab", name="BERT heads").click()
     s.frame.wait_for_function("() => document.querySelector('#live-status').dataset.state === 'live'", timeout=10000)
     s.frame.wait_for_function(f"() => window.__bertwatch.live.stats.polls > {before}", timeout=10000)  # polling resumed
+
+
+def test_pattern_class_shares_chart(s):
+    s.tab("heads")
+    s.frame.wait_for_selector("#pattern-card #pattern-chart")
+    assert s.frame.is_visible("#pattern-chart")
+    assert s.frame.eval_on_selector_all("#pattern-chart path.series", "els => els.length") == 5

@@ -15,6 +15,7 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/attention?run&tag[&step]&layer[&head]``             tokens and the maps of one layer (or one head)
 ``/ablation?run[&mode]``                               ablation tables of one mode and the pruning curve
 ``/embedding?run&tag``                                 2-D head embedding (latest step)
+``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
 =====================================================  ========================================================
 
 Numbers are JSON numbers; NaN and infinities arrive as the strings ``"NaN"``, ``"Infinity"``,
@@ -119,6 +120,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/attention": self._serve_attention,
             "/ablation": self._serve_ablation,
             "/embedding": self._serve_embedding,
+            "/series": self._serve_series,
         }
 
     def is_active(self):
@@ -201,3 +203,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(_run_tag)
     def _serve_embedding(self):
         return self.queries.embedding
+
+    @json_route(lambda r: (*_run_tag(r), int_arg(r, "max_points", required=False, minimum=0)))
+    def _serve_series(self):
+        return self.queries.named_values

@@ -6,11 +6,9 @@ Imports only tensorboard and numpy (TensorBoard imports the plugin, and so this 
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import json
 import threading
-import warnings
 
 import numpy as np
 from tensorboard import errors
@@ -18,115 +16,13 @@ from tensorboard.data import provider
 
 from bertwatch.core import rules
 from bertwatch.tb import metadata as md
+from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
 
-__all__ = ["LRU", "Queries", "Series", "decimate_indices", "f32_list", "minmax_indices"]
+__all__ = ["Queries", "label_rules"]
 
 DOWNSAMPLE = 1_000_000_000  # "everything the loader kept"; the real limit is --samples_per_plugin
 MAX_JSON_VALUES = 2_000_000  # cap on the numbers one response may carry
 DEFAULT_MAX_POINTS = 1000
-
-
-def f32_list(array) -> list:
-    """Nested lists of floats printed as the shortest decimal that round-trips the float32/16 value."""
-    array = np.asarray(array)
-    if array.dtype not in (np.float16, np.float32):
-        array = array.astype(np.float32)
-    return array.astype(str).astype(np.float64).tolist()
-
-
-def decimate_indices(n: int, max_points: int) -> np.ndarray:
-    """Evenly spaced indices, at most ``max_points`` of ``n`` (all when ``max_points`` is 0)."""
-    if max_points <= 0 or n <= max_points:
-        return np.arange(n)
-    return np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
-
-
-def minmax_indices(values: np.ndarray, max_points: int) -> np.ndarray:
-    """Indices keeping each bucket's first, min and max and the last point, so spikes survive decimation."""
-    n = len(values)
-    if max_points <= 0 or n <= max_points:
-        return np.arange(n)
-    buckets = max(1, max_points // 3)
-    bounds = np.linspace(0, n, buckets + 1).astype(np.int64)
-    keep = [0, n - 1]
-    finite = np.where(np.isnan(values), np.inf, values)
-    finite_neg = np.where(np.isnan(values), -np.inf, values)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        if b <= a:
-            continue
-        keep += [a, a + int(np.argmin(finite[a:b])), a + int(np.argmax(finite_neg[a:b]))]
-    return np.unique(np.asarray(keep, dtype=np.int64))
-
-
-class Series:
-    """All kept steps of one tensor tag, stacked: ``steps [N]``, ``wall [N]``, ``values [N, ...]``."""
-
-    __slots__ = ("signature", "steps", "wall", "values", "content", "_layer_means", "_range")
-
-    def __init__(self, signature, steps, wall, values, content):
-        self.signature = signature
-        self.steps = steps
-        self.wall = wall
-        self.values = values
-        self.content = content
-        self._layer_means = None
-        self._range = None
-
-    def value_range(self) -> tuple:
-        """(min, max) over the finite values of every step, or (None, None)."""
-        if self._range is None:
-            finite = self.values[np.isfinite(self.values)]
-            self._range = (float(finite.min()), float(finite.max())) if finite.size else (None, None)
-        return self._range
-
-    @property
-    def nbytes(self) -> int:
-        return self.values.nbytes + self.steps.nbytes + self.wall.nbytes
-
-    def index_of(self, step: int) -> int:
-        i = int(np.searchsorted(self.steps, step))
-        if i >= len(self.steps) or self.steps[i] != step:
-            raise errors.NotFoundError("no step %d" % step)
-        return i
-
-    def index_at_or_before(self, step: int) -> int | None:
-        i = int(np.searchsorted(self.steps, step, side="right")) - 1
-        return i if i >= 0 else None
-
-    def layer_means(self) -> np.ndarray:
-        if self._layer_means is None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                self._layer_means = np.nanmean(self.values, axis=2)
-        return self._layer_means
-
-
-class LRU:
-    """A small thread-safe LRU bounded by total bytes."""
-
-    def __init__(self, max_bytes: int):
-        self._max_bytes = max_bytes
-        self._items: collections.OrderedDict = collections.OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            item = self._items.get(key)
-            if item is not None:
-                self._items.move_to_end(key)
-            return item
-
-    def put(self, key, item, nbytes: int) -> None:
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
-            self._items[key] = (item, nbytes)
-            self._bytes += nbytes
-            while self._bytes > self._max_bytes and len(self._items) > 1:
-                _, (_, size) = self._items.popitem(last=False)
-                self._bytes -= size
 
 
 class Queries:
@@ -311,6 +207,23 @@ class Queries:
             "numSteps": len(series.steps),
             "steps": series.steps[keep].tolist(),
             "means": f32_list(means.T),  # [layers][n]
+        }
+
+    def named_values(self, ctx, eid, run, tag, max_points) -> dict:
+        """A ``named_values`` series (e.g. the pattern-class shares) over steps: ``values`` is ``[names][steps]``."""
+        series = self.series(ctx, eid, run, tag, kind=md.KIND_NAMED_VALUES)
+        names = [str(n) for n in series.content.get("names", [])]
+        if series.values.ndim != 2 or series.values.shape[1] != len(names):
+            raise errors.NotFoundError("malformed series %r" % tag)
+        keep = decimate_indices(len(series.steps), DEFAULT_MAX_POINTS if max_points is None else max_points)
+        return {
+            "run": run,
+            "tag": tag,
+            "name": series.content.get("name"),
+            "names": names,
+            "numSteps": len(series.steps),
+            "steps": series.steps[keep].tolist(),
+            "values": f32_list(series.values[keep].T),
         }
 
     def load_grids(self, ctx, eid, run, stats) -> dict:

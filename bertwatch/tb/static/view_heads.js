@@ -2,7 +2,7 @@
 // cells, the clicked head's trajectory over steps and every layer's mean over steps.
 
 import {h, clear, card, emptyState, field, fmt, fmtStep, headName, setOptions, stepper} from './dom.js';
-import {getJSON, gridTags, num, nums, rawText, statGroup} from './api.js';
+import {getJSON, gridTags, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
 import {heatmap} from './heatmap.js';
 import {legend, layerColor, scaleForStat} from './scales.js';
 import {chartWidth, lineChart} from './charts.js';
@@ -34,7 +34,10 @@ export class HeadsView {
     this.gridCard = card('Heads', {class: 'grid-card'});
     this.trajCard = card('Trajectory', {class: 'chart-card'});
     this.meansCard = card('Layer means', {class: 'chart-card'});
-    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el));
+    this.patternCard = card('Pattern classes', {class: 'chart-card'});
+    this.patternCard.el.id = 'pattern-card';
+    this.patternCard.el.hidden = true;
+    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el));
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
     this.grid = null;
@@ -86,13 +89,13 @@ export class HeadsView {
       if (j >= 0) index = j;
     }
     this.stepper.set(steps, index);
-    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans()]);
+    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans(), this.loadPatterns()]);
   }
 
   onStep() {
     this.loadGrid();
     const step = this.stepper.step;
-    for (const chart of [this.trajChart, this.meansChart]) if (chart) chart.setMarker(step);
+    for (const chart of [this.trajChart, this.meansChart, this.patternChart]) if (chart) chart.setMarker(step);
   }
 
   async loadGrid() {
@@ -208,6 +211,16 @@ export class HeadsView {
     this.renderCharts();
   }
 
+  async loadPatterns() {
+    const run = this.state.run;
+    const info = tagsOfKind(this.app.tags, run, 'named_values').find((t) => t.name === 'pattern_classes');
+    const seq = (this.patternSeq = (this.patternSeq || 0) + 1);
+    const data = info ? await getJSON('series', {run, tag: info.tag}).catch(() => null) : null;
+    if (seq !== this.patternSeq) return;
+    this.patterns = data;
+    this.renderCharts();
+  }
+
   renderCharts() {
     const step = this.stepper.step;
     const pick = (x) => {
@@ -233,6 +246,16 @@ export class HeadsView {
       const series = m.means.map((ys, l) => ({name: `L${l}`, color: layerColor(l, L), xs: m.steps, ys: nums(ys), width: 1.6}));
       this.meansChart = lineChart({width: chartWidth(c.body), id: 'layer-means-chart', series, yLabel: stat, marker: step, onPick: pick, legend: true});
       clear(c.body).append(this.meansChart);
+    }
+    const p = this.patterns;
+    this.patternCard.el.hidden = !p;
+    if (p) {
+      const c = this.patternCard;
+      c.sub.textContent = "share of heads in each of Kovaleva et al.'s classes (rules judged against a uniform head)";
+      const colors = ['#9e9e9e', '#1565c0', '#e65100', '#6a1b9a', '#2e7d32'];
+      const series = p.names.map((name, k) => ({name, color: colors[k % colors.length], xs: p.steps, ys: nums(p.values[k]), width: 1.6}));
+      this.patternChart = lineChart({width: chartWidth(c.body), id: 'pattern-chart', series, yLabel: 'share of heads', marker: step, onPick: pick, legend: true});
+      clear(c.body).append(this.patternChart);
     }
   }
 }
