@@ -282,8 +282,9 @@ class Monitor:
                 need_reference = True
             elif self.resumed:
                 self._warn_resumed_reference()
-        if missing or num_maps or need_reference:
-            grids, examples = self._compute(missing, num_maps, need_reference)
+        consumers = [c for s in due for c in getattr(s, "map_consumers", lambda monitor, step: [])(self, step)]
+        if missing or num_maps or need_reference or consumers:
+            grids, examples = self._compute(missing, num_maps, need_reference, consumers)
             self._grids.update(grids)
             if self.writer is not None:
                 if grids:
@@ -334,9 +335,11 @@ class Monitor:
         return {k: v for k, v in batch.items() if k in self._inputs}
 
     def _compute(
-        self, names: Sequence[str], num_maps: int, need_reference: bool
+        self, names: Sequence[str], num_maps: int, need_reference: bool, consumers: Sequence[Any] = ()
     ) -> tuple[dict[str, np.ndarray], list[tuple]]:
-        """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps."""
+        """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps.
+
+        ``consumers`` (``bertwatch.callbacks.analyses``) see every batch's maps and add their own grids."""
         model, s = self.model, self.settings
         map_names = [n for n in names if n in MAP_STATS]
         norm_names = [n for n in map_names if n in NORM_NAMES]
@@ -361,7 +364,7 @@ class Monitor:
                     grads, attn = gradient_stats(model, batch, roles, loss_fn=s.loss_fn, return_attentions=True)
                 for name in grad_names:
                     per_example[name].append(grads[name])
-            if map_names or norm_names or len(examples) < num_maps or building:
+            if map_names or norm_names or len(examples) < num_maps or building or consumers:
                 values = None
                 if attn is None or norm_names:
                     record_values = bool(norm_names)
@@ -376,6 +379,9 @@ class Monitor:
                     for name, value in norm_stats(attn, values, grams, roles, norm_names).items():
                         per_example[name].append(value)
                 del values
+                start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
+                for consumer in consumers:
+                    consumer.consume(start, attn, roles)
                 if building:
                     new_reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
                 reference = None
@@ -400,6 +406,8 @@ class Monitor:
         if s.normalize_importance and "head_importance" in grids:
             grids["head_importance"] = normalize_by_layer(grids["head_importance"])
         ordered = {n: grids[n].detach().float().cpu().numpy() for n in names if n in grids}
+        for consumer in consumers:
+            ordered.update(consumer.finish(self.writer, self._step))
         return ordered, examples
 
     def _reference_batch(self, k: int, roles: Any, reference: list[Tensor]) -> Tensor:

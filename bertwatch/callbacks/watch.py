@@ -17,6 +17,7 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks._context import find_context
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
+from bertwatch.callbacks.analyses import ClusterTrack, consumers_for
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
@@ -279,7 +280,10 @@ class BertWatchCallback(_WatchCallback):
     set, statistics at step 0, every 50 steps, every evaluation and the end; the maps of 4 probe examples at
     step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the end. ``stats=`` selects
     statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True`` runs the head/layer
-    disabling sweep of ``bertwatch.ablation.sweep`` on the eval set when training ends.
+    disabling sweep of ``bertwatch.ablation.sweep`` on the eval set when training ends. ``word_classes=True`` adds
+    attention to pronouns, subjects, objects and negation and the [CLS] row's targets (``wordclass_*``,
+    ``cls_target_*`` grids); ``head_clusters=True`` logs the heads' JS/MDS map at every probe step, aligned between
+    steps (``bertwatch/clustering/js_mds_training``, from the first ``cluster_examples`` probe examples).
     """
 
     default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
@@ -297,6 +301,9 @@ class BertWatchCallback(_WatchCallback):
         ablate_on_end: bool = False,
         ablation_mode: str = "uniform",
         ablation_kwargs: Mapping[str, Any] | None = None,
+        word_classes: bool = False,
+        head_clusters: bool = False,
+        cluster_examples: int = 8,
         **kwargs: Any,
     ):
         if stats is None and integrated_gradients:
@@ -318,6 +325,18 @@ class BertWatchCallback(_WatchCallback):
         self.ablation_mode = ablation_mode
         self.ablation_kwargs = dict(ablation_kwargs or {})
         self.ablation_result: Any = None
+        self.word_classes = bool(word_classes)
+        self.cluster_track = ClusterTrack() if head_clusters else None
+        self.cluster_examples = int(cluster_examples)
+        self.consumed_step: int | None = None
+
+    def map_consumers(self, monitor: Monitor, step: int) -> list:
+        """The probe-pass analyses asked for (``word_classes``, ``head_clusters``), once per step; see
+        ``callbacks.analyses``."""
+        if step == self.consumed_step:
+            return []
+        self.consumed_step = step
+        return consumers_for(monitor, self.word_classes, self.cluster_track, self.cluster_examples)
 
     def wants_maps(self, event: str, step: int) -> int:
         if event in ("begin", "end"):
