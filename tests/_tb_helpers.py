@@ -167,6 +167,9 @@ def write_run(
             w.add_head_grids(grids, step, walltime=1_700_000_000 + step)
             shares = rules.pattern_shares(rules.pattern_codes(grids))
             w.add_named_values(PATTERN_SERIES, shares, step, walltime=1_700_000_000 + step)
+            if clustering:
+                moved = embedding_coords(seed=seed) + np.float32(0.01 * i)
+                w.add_embedding("js_mds_training", moved, L, H, step=step, walltime=1_700_000_000 + step)
             if attention and (i % 2 == 0 or step == steps[-1]):
                 examples = [(t, synthetic_maps(t, seed=seed + step), segments_of(t)) for t in tokens]
                 w.add_attention_maps(examples, step, walltime=1_700_000_000 + step)

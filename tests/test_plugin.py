@@ -404,3 +404,15 @@ def test_pattern_class_shares_over_steps(client):
         got = {name: out["values"][c][k] for c, name in enumerate(out["names"])}
         assert got == pytest.approx(want, abs=1e-6)
     assert get(client, "series", run="finetune-a", tag="bertwatch/heads/cls_mass").status_code == 404
+
+
+def test_embedding_over_steps_with_the_previous_map(client):
+    tag = "bertwatch/clustering/js_mds_training"
+    latest = get_json(client, "embedding", run="finetune-a", tag=tag)
+    assert latest["steps"] == list(STEPS) and latest["step"] == STEPS[-1]
+    at = get_json(client, "embedding", run="finetune-a", tag=tag, step=STEPS[2])
+    base = embedding_coords(seed=0)
+    np.testing.assert_allclose(np.array(at["coords"]), base + np.float32(0.02), atol=1e-6)
+    np.testing.assert_allclose(np.array(at["previous"]), base + np.float32(0.01), atol=1e-6)
+    assert get_json(client, "embedding", run="finetune-a", tag=tag, step=STEPS[0])["previous"] is None
+    assert get(client, "embedding", run="finetune-a", tag=tag, step=STEPS[0] + 1).status_code == 404

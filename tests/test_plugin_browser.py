@@ -364,3 +364,16 @@ def test_pattern_class_shares_chart(s):
     s.frame.wait_for_selector("#pattern-card #pattern-chart")
     assert s.frame.is_visible("#pattern-chart")
     assert s.frame.eval_on_selector_all("#pattern-chart path.series", "els => els.length") == 5
+
+
+def test_cluster_map_moves_with_the_step_slider(s):
+    s.tab("clusters")
+    s.frame.select_option("#cluster-select", "bertwatch/clustering/js_mds_training")
+    s.frame.wait_for_selector("#cluster-step-slider:not([disabled])")
+    s.frame.wait_for_selector("#cluster-scatter line.trail")
+    assert s.frame.eval_on_selector_all("#cluster-scatter line.trail", "els => els.length") == 72
+    s.frame.eval_on_selector("#cluster-step-slider", "e => { e.value = '0'; e.dispatchEvent(new Event('input')); }")
+    s.frame.wait_for_function("() => document.querySelectorAll('#cluster-scatter line.trail').length === 0")
+    assert s.frame.eval_on_selector_all("#cluster-scatter .pt", "els => els.length") == 72
+    s.frame.select_option("#cluster-select", "bertwatch/clustering/js_mds")
+    s.frame.wait_for_function("() => document.querySelector('#cluster-step-slider').closest('.stepper').hidden")

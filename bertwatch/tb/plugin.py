@@ -14,7 +14,7 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/labels[?run[&step]]``                               the label rules; with ``run``, Clark's labels of that step
 ``/attention?run&tag[&step]&layer[&head]``             tokens and the maps of one layer (or one head)
 ``/ablation?run[&mode]``                               ablation tables of one mode and the pruning curve
-``/embedding?run&tag``                                 2-D head embedding (latest step)
+``/embedding?run&tag[&step]``                          2-D head embedding of a step (latest), its steps, the previous map
 ``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
 =====================================================  ========================================================
 
@@ -200,7 +200,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     def _serve_ablation(self):
         return self.queries.ablation
 
-    @json_route(_run_tag)
+    @json_route(lambda r: (*_run_tag(r), int_arg(r, "step", required=False)))
     def _serve_embedding(self):
         return self.queries.embedding
 

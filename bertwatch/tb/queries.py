@@ -380,8 +380,12 @@ class Queries:
             "pruning": pruning,
         }
 
-    def embedding(self, ctx, eid, run, tag) -> dict:
-        series, coords, step = self.latest(ctx, eid, run, tag, md.KIND_EMBEDDING)
+    def embedding(self, ctx, eid, run, tag, step=None) -> dict:
+        """The head map at ``step`` (latest by default), the logged steps, and the map of the step before
+        (``previous``, None at the first), so the view can show where each head came from."""
+        series = self.series(ctx, eid, run, tag, kind=md.KIND_EMBEDDING)
+        i = len(series.steps) - 1 if step is None else series.index_of(step)
+        coords = series.values[i]
         layers = int(series.content.get("layers", 0))
         heads = int(series.content.get("heads", 0))
         if coords.ndim != 2 or coords.shape[1] != 2 or coords.shape[0] != layers * heads:
@@ -389,11 +393,13 @@ class Queries:
         return {
             "run": run,
             "tag": tag,
-            "step": step,
+            "step": int(series.steps[i]),
+            "steps": series.steps.tolist(),
             "name": series.content.get("name"),
             "layers": layers,
             "heads": heads,
             "coords": f32_list(coords),
+            "previous": f32_list(series.values[i - 1]) if i > 0 else None,
         }
 
 
