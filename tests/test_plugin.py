@@ -416,3 +416,24 @@ def test_embedding_over_steps_with_the_previous_map(client):
     np.testing.assert_allclose(np.array(at["previous"]), base + np.float32(0.01), atol=1e-6)
     assert get_json(client, "embedding", run="finetune-a", tag=tag, step=STEPS[0])["previous"] is None
     assert get(client, "embedding", run="finetune-a", tag=tag, step=STEPS[0] + 1).status_code == 404
+
+
+def bh_loop(p):
+    """Benjamini-Hochberg by its definition: q_i = min over j with p_j >= p_i of p_j * m / rank_j, capped at 1."""
+    p = [float(x) for x in np.ravel(p)]
+    finite = sorted((x, i) for i, x in enumerate(p) if np.isfinite(x))
+    m = len(finite)
+    q = [float("nan")] * len(p)
+    for rank, (_, i) in enumerate(finite, start=1):
+        q[i] = min(1.0, min(finite[k][0] * m / (k + 1) for k in range(rank - 1, m)))
+    return q
+
+
+def test_ablation_cells_carry_bh_q_values(client):
+    _, heads_t, layers_t, _ = ablation_tables(seed=0)
+    a = get_json(client, "ablation", run="finetune-a")
+    q = np.array(a["headsQ"], dtype=np.float64)
+    assert q.shape == heads_t.shape[:2]
+    np.testing.assert_allclose(q.ravel(), bh_loop(heads_t[..., 4]), rtol=1e-6)
+    np.testing.assert_allclose(np.array(a["layersQ"], np.float64), bh_loop(layers_t[..., 4]), rtol=1e-6)
+    assert (q >= heads_t[..., 4] - 1e-7).all()

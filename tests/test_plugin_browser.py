@@ -270,9 +270,16 @@ def test_ablation_numbers_equal_the_route(s, shot_dir):
     route = s.route("ablation", run="finetune-a", mode="uniform")
     deltas = np.array([[c[1] for c in row] for row in route["heads"]])
     np.testing.assert_array_equal(s.grid_from_page("ablation-heatmap"), deltas)
-    flags = s.frame.eval_on_selector_all("#ablation-heatmap .cell", "els => els.map(e => !!e.querySelector('.sig'))")
+    flag_js = "els => els.map(e => !!e.querySelector('.sig'))"
+    flags = s.frame.eval_on_selector_all("#ablation-heatmap .cell", flag_js)
+    by_q = [q < 0.05 for row in route["headsQ"] for q in row]  # default: Benjamini-Hochberg q-values
+    assert flags == by_q and "Benjamini" in s.frame.text_content("#ablation-sig-note")
+    s.frame.select_option("#ablation-marks", "ci")
+    s.frame.wait_for_function("() => document.querySelector('#ablation-sig-note').textContent.includes('uncorrected')")
+    flags = s.frame.eval_on_selector_all("#ablation-heatmap .cell", flag_js)
     expected = [(c[2] > 0 or c[3] < 0) for row in route["heads"] for c in row]
-    assert flags == expected and any(flags)
+    assert flags == expected and any(flags) and flags != by_q
+    assert s.frame.text_content("#ablation-marked .stat-label") == "Heads with interval excluding 0"
     assert s.frame.text_content("#ablation-baseline .stat-value") == "0.8612"
     assert s.frame.eval_on_selector_all("#ablation-layers .bar", "els => els.length") == len(route["layers"])
     assert s.frame.is_visible("#pruning-chart")

@@ -15,6 +15,7 @@ from tensorboard import errors
 from tensorboard.data import provider
 
 from bertwatch.core import rules
+from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.tb import metadata as md
 from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
 
@@ -366,6 +367,7 @@ class Queries:
             _, curve, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning"), md.KIND_PRUNING)
             pruning = f32_list(curve)
         content = hs.content
+        fields = content.get("fields", list(md.ABLATION_FIELDS))
         return {
             "run": run,
             "mode": mode,
@@ -374,9 +376,11 @@ class Queries:
             "metric": content.get("metric"),
             "baseline": content.get("baseline"),
             "numExamples": content.get("num_examples"),
-            "fields": content.get("fields", list(md.ABLATION_FIELDS)),
+            "fields": fields,
             "heads": f32_list(heads),
             "layers": f32_list(layers_table),
+            "headsQ": q_values(heads, fields),
+            "layersQ": q_values(layers_table, fields),
             "pruning": pruning,
         }
 
@@ -401,6 +405,15 @@ class Queries:
             "coords": f32_list(coords),
             "previous": f32_list(series.values[i - 1]) if i > 0 else None,
         }
+
+
+def q_values(table: np.ndarray, fields) -> list | None:
+    """Benjamini-Hochberg q-values over all cells of an ablation table ``[..., fields]`` (its ``p`` field), in the
+    table's shape without the field axis; None when the table has no p-values."""
+    if "p" not in fields:
+        return None
+    p = np.asarray(table, dtype=np.float64)[..., list(fields).index("p")]
+    return f32_list(benjamini_hochberg(p.ravel()).reshape(p.shape))
 
 
 def label_rules() -> dict:
