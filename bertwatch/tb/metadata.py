@@ -89,6 +89,19 @@ STAT_DESCRIPTIONS = {
 }
 
 
+_CLASS_WORDS = {"pron": "pronouns", "subj": "subject pronouns", "obj": "object pronouns", "neg": "negation words"}
+STAT_DESCRIPTIONS.update(
+    {
+        f"wordclass_{key}": f"Largest mean attention received by one of the {words} (Kovaleva et al. 2019, Sec. 4.4)."
+        for key, words in _CLASS_WORDS.items()
+    }
+    | {
+        f"cls_target_{key}": f"Largest attention of the [CLS] row to one of the {words} (Kovaleva et al. 2019, Sec. 4.5)."
+        for key, words in _CLASS_WORDS.items()
+    }
+)
+
+
 def heads_tag(stat: str) -> str:
     return HEADS_PREFIX + stat
 

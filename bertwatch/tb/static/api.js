@@ -51,6 +51,7 @@ export const STAT_GROUPS = [
   ['Spread', ['entropy', 'cls_entropy']],
   ['Drift from pretrained', ['drift_cosine', 'drift_js']],
   ['Importance', ['head_importance', 'head_attribution_ig', 'attn_grad_sep', 'attn_grad_punct', 'attn_grad_other']],
+  ['Word classes (Kovaleva)', ['wordclass_pron', 'wordclass_subj', 'wordclass_obj', 'wordclass_neg', 'cls_target_pron', 'cls_target_subj', 'cls_target_obj', 'cls_target_neg']],
 ];
 
 export const DRIFT_STATS = ['drift_cosine', 'drift_js'];
