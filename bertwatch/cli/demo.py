@@ -171,7 +171,13 @@ def run_demo(
             use_cpu=not torch.cuda.is_available(),
             disable_tqdm=False,
         )
-        watch = BertWatchCallback(every_n_steps=every_n_steps, ablate_on_end=True, ablation_mode=ablation_mode)
+        watch = BertWatchCallback(
+            every_n_steps=every_n_steps,
+            ablate_on_end=True,
+            ablation_mode=ablation_mode,
+            word_classes=True,
+            head_clusters=True,
+        )
         trainer = Trainer(
             model=model,
             args=args,
