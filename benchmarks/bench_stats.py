@@ -1,4 +1,5 @@
-"""Time to compute every statistic of a probe batch, divided by the time of the probe forward pass itself.
+"""Time to compute every statistic of a probe batch (weight- and norm-based), divided by the time of the probe
+forward pass itself (recording maps and value states, as the monitor does).
 
 MiniLM (6 layers x 12 heads), batch 32, length 128, in one run. Target: ratio <= 0.25.
 
@@ -40,6 +41,7 @@ def main() -> None:
     from transformers import AutoModel, AutoTokenizer
 
     from bertwatch.heads.capture import capture
+    from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
     from bertwatch.heads.roles import token_roles
     from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 
@@ -63,26 +65,36 @@ def main() -> None:
     ).to(device)
     roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))
 
-    def forward() -> torch.Tensor:
-        with torch.no_grad(), capture(model) as cap:
+    def forward() -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad(), capture(model, record_values=True) as cap:
             model(**batch)
-        return cap.attentions
+        return cap.attentions, cap.values
 
-    maps = forward()
+    maps, values = forward()
     reference = maps.flip(0)
 
-    def stats() -> None:
+    def weight_stats() -> None:
         with torch.no_grad():
             compute_stats(maps, roles, names=STAT_NAMES + DRIFT_NAMES, reference=reference)
 
+    def norm_based() -> None:
+        with torch.no_grad():
+            norm_stats(maps, values, head_grams(model), roles)
+
     forward_s = _time(forward, args.repeats, device)
-    stats_s = _time(stats, args.repeats, device)
+    weight_s = _time(weight_stats, args.repeats, device)
+    norm_s = _time(norm_based, args.repeats, device)
+    count = len(STAT_NAMES + DRIFT_NAMES + NORM_NAMES)
     print(
         f"model {args.model} on {device}, batch {args.batch} x {args.length} tokens, "
-        f"{maps.shape[1]} layers x {maps.shape[2]} heads, {len(STAT_NAMES + DRIFT_NAMES)} statistics"
+        f"{maps.shape[1]} layers x {maps.shape[2]} heads, {count} statistics"
     )
-    print(f"probe forward (capture): {forward_s * 1000:.1f} ms   all statistics: {stats_s * 1000:.1f} ms")
-    print(f"ratio statistics / forward = {stats_s / forward_s:.3f}   (target <= 0.25)")
+    print(
+        f"probe forward (capture): {forward_s * 1000:.1f} ms   weight-based statistics: {weight_s * 1000:.1f} ms   "
+        f"norm-based: {norm_s * 1000:.1f} ms"
+    )
+    print(f"ratio norm-based / forward = {norm_s / forward_s:.3f}")
+    print(f"ratio all statistics / forward = {(weight_s + norm_s) / forward_s:.3f}   (target <= 0.25)")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import urllib.request
 
 import numpy as np
 
+from bertwatch.core import rules
+from bertwatch.tb.metadata import PATTERN_SERIES
 from bertwatch.tb.summary import SummaryWriter
 
 L, H = 6, 12
@@ -161,7 +163,13 @@ def write_run(
     """A complete bertwatch run: grids at every step, attention maps at every other step, ablation, clusters."""
     with SummaryWriter(str(run_dir)) as w:
         for i, step in enumerate(steps):
-            w.add_head_grids(synthetic_grids(step, seed=seed, max_step=steps[-1]), step, walltime=1_700_000_000 + step)
+            grids = synthetic_grids(step, seed=seed, max_step=steps[-1])
+            w.add_head_grids(grids, step, walltime=1_700_000_000 + step)
+            shares = rules.pattern_shares(rules.pattern_codes(grids))
+            w.add_named_values(PATTERN_SERIES, shares, step, walltime=1_700_000_000 + step)
+            if clustering:
+                moved = embedding_coords(seed=seed) + np.float32(0.01 * i)
+                w.add_embedding("js_mds_training", moved, L, H, step=step, walltime=1_700_000_000 + step)
             if attention and (i % 2 == 0 or step == steps[-1]):
                 examples = [(t, synthetic_maps(t, seed=seed + step), segments_of(t)) for t in tokens]
                 w.add_attention_maps(examples, step, walltime=1_700_000_000 + step)

@@ -28,6 +28,7 @@ from bertwatch.callbacks import (
 )
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
@@ -90,7 +91,7 @@ def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, override
     )
     _, watched, watched_losses = _train(tmp_path / "b", [everything], **overrides)
     assert [s for s, _ in everything.history] == [0, 1, 2, 3, 4, 5, 6]
-    assert set(everything.history[-1][1]) == set(STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES) | {IG_NAME}
+    assert set(everything.history[-1][1]) == set(STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES) | {IG_NAME}
     assert len(plain_losses) == len(watched_losses) == 6
     assert plain_losses == watched_losses
     assert _same_weights(plain, watched)
@@ -110,7 +111,7 @@ def test_event_files_hold_every_statistic_maps_and_layer_scalars_in_the_trainers
     assert len(files) == 2 and sum(f.endswith(".bertwatch") for f in files) == 1
     acc = _events(runs[0])
     assert "train/loss" in acc.Tags()["scalars"]
-    for stat in STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES:
+    for stat in STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES:
         grids = _grids(acc, stat)
         assert sorted(grids) == [0, 2, 3, 4, 6], stat  # step 0, every 2, evaluation at 3 (and 6), the end
         assert all(g.shape == (2, 4) and g.dtype == np.float32 for g in grids.values())
@@ -134,6 +135,9 @@ def test_event_files_hold_every_statistic_maps_and_layer_scalars_in_the_trainers
     arr = np.frombuffer(blob, dtype="<f2").reshape(2, 4, length, length)
     np.testing.assert_allclose(arr.astype(np.float32).sum(-1), 1.0, atol=1e-2)
     assert info["tokens"][0] == "[CLS]" and info["tokens"][-1] == "[SEP]"
+    shares = {e.step: tensor_util.make_ndarray(e.tensor_proto) for e in acc.Tensors("bertwatch/series/pattern_classes")}
+    assert sorted(shares) == [0, 2, 3, 4, 6] and all(abs(v.sum() - 1.0) < 1e-6 for v in shares.values())
+    assert "bertwatch_series/pattern_classes/vertical" in scalars
 
 
 def test_writes_without_tensorboard_reporting_to_the_default_run_dir(tmp_path, monkeypatch) -> None:

@@ -16,7 +16,9 @@ from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
 import bertwatch.tb.plugin as plugin_mod
+from bertwatch.core import rules
 from bertwatch.tb import metadata as md
+from bertwatch.tb import series
 from bertwatch.tb.summary import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -171,10 +173,10 @@ def test_minmax_decimation_keeps_extremes():
     values[1234] = 9.0
     values[4321] = -9.0
     values[77] = np.nan
-    keep = plugin_mod._minmax_indices(values, 300)
+    keep = series.minmax_indices(values, 300)
     assert len(keep) <= 302 and keep[0] == 0 and keep[-1] == 4999
     assert 1234 in keep and 4321 in keep
-    assert list(plugin_mod._decimate_indices(10, 0)) == list(range(10))
+    assert list(series.decimate_indices(10, 0)) == list(range(10))
 
 
 def test_labels_follow_clarks_thresholds_and_precedence(client):
@@ -189,19 +191,29 @@ def test_labels_follow_clarks_thresholds_and_precedence(client):
     grids["entropy"][0, 7] = 4.0  # ... broad over prev
     grids["sep_mass"][0, 7] = 0.61  # ... sep over broad
     grids["punct_mass"][0, 7] = np.nan  # NaN never labels
-    labels = plugin_mod.behaviour_labels(grids).tolist()
+    labels = rules.behaviour_labels(grids).tolist()
     assert labels == [[None, "next", "prev", "broad", "cls", "sep", "punct", "sep"]]
-    assert plugin_mod.behaviour_labels({"prev": np.full((1, 1), 0.5)}).tolist() == [[None]]  # strictly greater
-    assert plugin_mod.behaviour_labels({"cls_mass": np.full((1, 1), 0.6, np.float32)}).tolist() == [[None]]
+    assert rules.behaviour_labels({"prev": np.full((1, 1), 0.5)}).tolist() == [[None]]  # strictly greater
+    assert rules.behaviour_labels({"cls_mass": np.full((1, 1), 0.6, np.float32)}).tolist() == [[None]]
 
     out = get_json(client, "labels", run="finetune-a", step=STEPS[-1])
     g = synthetic_grids(STEPS[-1], seed=0)
-    expected = plugin_mod.behaviour_labels({k: g[k].astype(np.float64) for k in grids})
+    expected = rules.behaviour_labels({k: g[k].astype(np.float64) for k in grids})
     assert out["labels"] == expected.tolist()
     assert out["stepsUsed"]["cls_mass"] == STEPS[-1]
     between = get_json(client, "labels", run="finetune-a", step=STEPS[3] + 1)  # nearest logged step at or before
     assert set(between["stepsUsed"].values()) == {STEPS[3]}
     assert [r["label"] for r in out["rules"]] == ["next", "prev", "broad", "cls", "sep", "punct"]
+    assert out["rules"] == get_json(client, "labels")["rules"]  # without a run: only the rules
+    assert [(r["stat"], r["threshold"], r["glyph"]) for r in out["rules"]] == [
+        ("next", 0.5, "→"),
+        ("prev", 0.5, "←"),
+        ("entropy", 3.8, "B"),
+        ("cls_mass", 0.6, "C"),
+        ("sep_mass", 0.6, "S"),
+        ("punct_mass", 0.6, "P"),
+    ]
+    assert out["patterns"]["classes"][3] == "vertical+diagonal"
 
 
 # ---------------------------------------------------------------------------------------------------- others
@@ -379,3 +391,49 @@ def test_real_tensorboard_process(tmp_path):
         # the scalars plugin sees the layer means
         scalar_tags = http_json(base + "/data/plugin/scalars/tags")
         assert "bertwatch_layers/cls_mass/layer_0" in scalar_tags["live"]
+
+
+def test_pattern_class_shares_over_steps(client):
+    tag = "bertwatch/series/pattern_classes"
+    info = get_json(client, "tags")["runs"]["finetune-a"][tag]
+    assert info["kind"] == "named_values" and info["names"] == list(rules.PATTERN_CLASSES)
+    out = get_json(client, "series", run="finetune-a", tag=tag)
+    assert out["steps"] == list(STEPS) and out["names"] == list(rules.PATTERN_CLASSES)
+    for k, step in enumerate(STEPS):
+        want = rules.pattern_shares(rules.pattern_codes(synthetic_grids(step, seed=0, max_step=STEPS[-1])))
+        got = {name: out["values"][c][k] for c, name in enumerate(out["names"])}
+        assert got == pytest.approx(want, abs=1e-6)
+    assert get(client, "series", run="finetune-a", tag="bertwatch/heads/cls_mass").status_code == 404
+
+
+def test_embedding_over_steps_with_the_previous_map(client):
+    tag = "bertwatch/clustering/js_mds_training"
+    latest = get_json(client, "embedding", run="finetune-a", tag=tag)
+    assert latest["steps"] == list(STEPS) and latest["step"] == STEPS[-1]
+    at = get_json(client, "embedding", run="finetune-a", tag=tag, step=STEPS[2])
+    base = embedding_coords(seed=0)
+    np.testing.assert_allclose(np.array(at["coords"]), base + np.float32(0.02), atol=1e-6)
+    np.testing.assert_allclose(np.array(at["previous"]), base + np.float32(0.01), atol=1e-6)
+    assert get_json(client, "embedding", run="finetune-a", tag=tag, step=STEPS[0])["previous"] is None
+    assert get(client, "embedding", run="finetune-a", tag=tag, step=STEPS[0] + 1).status_code == 404
+
+
+def bh_loop(p):
+    """Benjamini-Hochberg by its definition: q_i = min over j with p_j >= p_i of p_j * m / rank_j, capped at 1."""
+    p = [float(x) for x in np.ravel(p)]
+    finite = sorted((x, i) for i, x in enumerate(p) if np.isfinite(x))
+    m = len(finite)
+    q = [float("nan")] * len(p)
+    for rank, (_, i) in enumerate(finite, start=1):
+        q[i] = min(1.0, min(finite[k][0] * m / (k + 1) for k in range(rank - 1, m)))
+    return q
+
+
+def test_ablation_cells_carry_bh_q_values(client):
+    _, heads_t, layers_t, _ = ablation_tables(seed=0)
+    a = get_json(client, "ablation", run="finetune-a")
+    q = np.array(a["headsQ"], dtype=np.float64)
+    assert q.shape == heads_t.shape[:2]
+    np.testing.assert_allclose(q.ravel(), bh_loop(heads_t[..., 4]), rtol=1e-6)
+    np.testing.assert_allclose(np.array(a["layersQ"], np.float64), bh_loop(layers_t[..., 4]), rtol=1e-6)
+    assert (q >= heads_t[..., 4] - 1e-7).all()

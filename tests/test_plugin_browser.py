@@ -270,9 +270,16 @@ def test_ablation_numbers_equal_the_route(s, shot_dir):
     route = s.route("ablation", run="finetune-a", mode="uniform")
     deltas = np.array([[c[1] for c in row] for row in route["heads"]])
     np.testing.assert_array_equal(s.grid_from_page("ablation-heatmap"), deltas)
-    flags = s.frame.eval_on_selector_all("#ablation-heatmap .cell", "els => els.map(e => !!e.querySelector('.sig'))")
+    flag_js = "els => els.map(e => !!e.querySelector('.sig'))"
+    flags = s.frame.eval_on_selector_all("#ablation-heatmap .cell", flag_js)
+    by_q = [q < 0.05 for row in route["headsQ"] for q in row]  # default: Benjamini-Hochberg q-values
+    assert flags == by_q and "Benjamini" in s.frame.text_content("#ablation-sig-note")
+    s.frame.select_option("#ablation-marks", "ci")
+    s.frame.wait_for_function("() => document.querySelector('#ablation-sig-note').textContent.includes('uncorrected')")
+    flags = s.frame.eval_on_selector_all("#ablation-heatmap .cell", flag_js)
     expected = [(c[2] > 0 or c[3] < 0) for row in route["heads"] for c in row]
-    assert flags == expected and any(flags)
+    assert flags == expected and any(flags) and flags != by_q
+    assert s.frame.text_content("#ablation-marked .stat-label") == "Heads with interval excluding 0"
     assert s.frame.text_content("#ablation-baseline .stat-value") == "0.8612"
     assert s.frame.eval_on_selector_all("#ablation-layers .bar", "els => els.length") == len(route["layers"])
     assert s.frame.is_visible("#pruning-chart")
@@ -357,3 +364,23 @@ def test_polling_pauses_while_the_tab_is_hidden(s):
     s.page.get_by_role("tab", name="BERT heads").click()
     s.frame.wait_for_function("() => document.querySelector('#live-status').dataset.state === 'live'", timeout=10000)
     s.frame.wait_for_function(f"() => window.__bertwatch.live.stats.polls > {before}", timeout=10000)  # polling resumed
+
+
+def test_pattern_class_shares_chart(s):
+    s.tab("heads")
+    s.frame.wait_for_selector("#pattern-card #pattern-chart")
+    assert s.frame.is_visible("#pattern-chart")
+    assert s.frame.eval_on_selector_all("#pattern-chart path.series", "els => els.length") == 5
+
+
+def test_cluster_map_moves_with_the_step_slider(s):
+    s.tab("clusters")
+    s.frame.select_option("#cluster-select", "bertwatch/clustering/js_mds_training")
+    s.frame.wait_for_selector("#cluster-step-slider:not([disabled])")
+    s.frame.wait_for_selector("#cluster-scatter line.trail")
+    assert s.frame.eval_on_selector_all("#cluster-scatter line.trail", "els => els.length") == 72
+    s.frame.eval_on_selector("#cluster-step-slider", "e => { e.value = '0'; e.dispatchEvent(new Event('input')); }")
+    s.frame.wait_for_function("() => document.querySelectorAll('#cluster-scatter line.trail').length === 0")
+    assert s.frame.eval_on_selector_all("#cluster-scatter .pt", "els => els.length") == 72
+    s.frame.select_option("#cluster-select", "bertwatch/clustering/js_mds")
+    s.frame.wait_for_function("() => document.querySelector('#cluster-step-slider').closest('.stepper').hidden")

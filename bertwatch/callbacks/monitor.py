@@ -33,14 +33,17 @@ from bertwatch.callbacks.probe_set import (
     text_examples,
 )
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
+from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
+from bertwatch.heads.patterns import pattern_shares, uniform_baselines
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
 from bertwatch.heads.unwrap import select_inputs, unwrap
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "monitor_for"]
 
-MAP_STATS: tuple[str, ...] = STAT_NAMES + DRIFT_NAMES
+MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + DRIFT_NAMES
 ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,)
 
 
@@ -211,6 +214,8 @@ class Monitor:
         self._step = -1
         self._grids: dict[str, np.ndarray] = {}
         self._maps_written: set[int] = set()
+        self._patterns_written: set[int] = set()
+        self._uniform: dict[str, float] | None = None
         if self.world_zero:
             from bertwatch.tb.summary import SummaryWriter
 
@@ -306,12 +311,14 @@ class Monitor:
                 need_reference = True
             elif self.resumed:
                 self._warn_resumed_reference()
-        if missing or num_maps or need_reference:
-            grids, examples = self._compute(missing, num_maps, need_reference)
+        consumers = [c for s in due for c in getattr(s, "map_consumers", lambda monitor, step: [])(self, step)]
+        if missing or num_maps or need_reference or consumers:
+            grids, examples = self._compute(missing, num_maps, need_reference, consumers)
             self._grids.update(grids)
             if self.writer is not None:
                 if grids:
                     self.writer.add_head_grids(grids, step)
+                    self._write_patterns(step)
                 if examples:
                     self.writer.add_attention_maps(examples, step)
             if examples:
@@ -339,6 +346,18 @@ class Monitor:
                 stacklevel=2,
             )
 
+    def _write_patterns(self, step: int) -> None:
+        """The share of heads in each of Kovaleva's pattern classes at this step, once its statistics are in."""
+        if step in self._patterns_written or not all(n in self._grids for n in PATTERN_REQUIRED):
+            return
+        if self._uniform is None:
+            self._uniform = uniform_baselines(self.probe.roles)
+        from bertwatch.tb import metadata as md
+
+        shares = pattern_shares(self._grids, self._uniform)
+        self.writer.add_named_values(md.PATTERN_SERIES, shares, step, "Share of heads in each pattern class (Kovaleva)")
+        self._patterns_written.add(step)
+
     def flush(self) -> None:
         if self.writer is not None:
             self.writer.flush()
@@ -365,11 +384,16 @@ class Monitor:
         return select_inputs(self.encoder, batch, getattr(self.args, "label_names", None) or ())
 
     def _compute(
-        self, names: Sequence[str], num_maps: int, need_reference: bool
+        self, names: Sequence[str], num_maps: int, need_reference: bool, consumers: Sequence[Any] = ()
     ) -> tuple[dict[str, np.ndarray], list[tuple]]:
-        """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps."""
+        """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps.
+
+        ``consumers`` (``bertwatch.callbacks.analyses``) see every batch's maps and add their own grids."""
         model, s = self.encoder, self.settings
         map_names = [n for n in names if n in MAP_STATS]
+        norm_names = [n for n in map_names if n in NORM_NAMES]
+        map_names = [n for n in map_names if n not in NORM_NAMES]
+        grams = head_grams(model) if norm_names else None
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
         if (grad_names or want_ig) and not self.probe.has_labels:
@@ -389,11 +413,24 @@ class Monitor:
                     grads, attn = gradient_stats(model, batch, roles, loss_fn=s.loss_fn, return_attentions=True)
                 for name in grad_names:
                     per_example[name].append(grads[name])
-            if map_names or len(examples) < num_maps or building:
-                if attn is None:
-                    with torch.no_grad(), _autocast(self.args, self.device), capture(model) as cap:
+            if map_names or norm_names or len(examples) < num_maps or building or consumers:
+                values = None
+                if attn is None or norm_names:
+                    record_values = bool(norm_names)
+                    with (
+                        torch.no_grad(),
+                        _autocast(self.args, self.device),
+                        capture(model, record_values=record_values) as cap,
+                    ):
                         model(**self._model_inputs(batch))
-                    attn = cap.attentions
+                    attn, values = cap.attentions, cap.values
+                if norm_names:
+                    for name, value in norm_stats(attn, values, grams, roles, norm_names).items():
+                        per_example[name].append(value)
+                del values
+                start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
+                for consumer in consumers:
+                    consumer.consume(start, attn, roles)
                 if building:
                     new_reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
                 reference = None
@@ -418,6 +455,8 @@ class Monitor:
         if s.normalize_importance and "head_importance" in grids:
             grids["head_importance"] = normalize_by_layer(grids["head_importance"])
         ordered = {n: grids[n].detach().float().cpu().numpy() for n in names if n in grids}
+        for consumer in consumers:
+            ordered.update(consumer.finish(self.writer, self._step))
         return ordered, examples
 
     def _reference_batch(self, k: int, roles: Any, reference: list[Tensor]) -> Tensor:

@@ -17,9 +17,11 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks._context import TrainerContext, TrainerLink
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
+from bertwatch.callbacks.analyses import ClusterTrack, consumers_for
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = [
@@ -158,6 +160,11 @@ class WatchCallback(TrainerCallback):
     # ------------------------------------------------------------------------------------------ events
 
     def _resolve_stats(self) -> None:
+        norms = self.stat_names & set(NORM_NAMES)
+        if norms and not supports_norms(self.monitor.model):
+            if self.requested is not None:
+                raise SetupError(f"{type(self).__name__}: {sorted(norms)} are not available for this model family")
+            self.stat_names = self.stat_names - norms
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
         if not gradient or self.monitor.probe.has_labels:
             return
@@ -300,9 +307,13 @@ class BertWatchCallback(WatchCallback):
     maps of 4 probe examples at step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the
     end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
     runs an ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement.
+    ``word_classes=True`` adds attention to pronouns, subjects, objects and negation and the [CLS] row's targets
+    (``wordclass_*``, ``cls_target_*`` grids); ``head_clusters=True`` logs the heads' JS/MDS map at every probe
+    step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first ``cluster_examples``
+    probe examples).
     """
 
-    default_stats = STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES
+    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
 
     def __init__(
         self,
@@ -317,6 +328,9 @@ class BertWatchCallback(WatchCallback):
         ablate_on_end: bool = False,
         ablation_mode: str = "uniform",
         ablation_kwargs: Mapping[str, Any] | None = None,
+        word_classes: bool = False,
+        head_clusters: bool = False,
+        cluster_examples: int = 8,
         **kwargs: Any,
     ):
         if stats is None and integrated_gradients:
@@ -343,6 +357,18 @@ class BertWatchCallback(WatchCallback):
             from bertwatch.callbacks.ablation import AblationCallback
 
             self.ablation = AblationCallback(modes=ablation_mode, **self.ablation_kwargs)
+        self.word_classes = bool(word_classes)
+        self.cluster_track = ClusterTrack() if head_clusters else None
+        self.cluster_examples = int(cluster_examples)
+        self.consumed_step: int | None = None
+
+    def map_consumers(self, monitor: Monitor, step: int) -> list:
+        """The probe-pass analyses asked for (``word_classes``, ``head_clusters``), once per step; see
+        ``callbacks.analyses``."""
+        if step == self.consumed_step:
+            return []
+        self.consumed_step = step
+        return consumers_for(monitor, self.word_classes, self.cluster_track, self.cluster_examples)
 
     def wants_maps(self, event: str, step: int) -> int:
         if event in ("begin", "end"):

@@ -210,7 +210,14 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
     )
-    watch(trainer, every_n_steps=settings.every_n_steps, ablate_on_end=True, ablation_mode=settings.ablation_mode)
+    watch(
+        trainer,
+        every_n_steps=settings.every_n_steps,
+        ablate_on_end=True,
+        ablation_mode=settings.ablation_mode,
+        word_classes=True,
+        head_clusters=True,
+    )
     _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {settings.every_n_steps} steps")
     trainer.train()
     metrics = trainer.evaluate()

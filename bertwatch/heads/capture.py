@@ -124,8 +124,11 @@ class Capture:
         intervention: Intervention | None,
         gates: torch.Tensor | None,
         keep_graph: bool = False,
+        record_values: bool = False,
     ) -> None:
         self.num_layers = num_layers
+        self.record_values = record_values
+        self._values: list[torch.Tensor] = []
         self.keep_graph = keep_graph
         self.num_heads = num_heads
         self.record = record
@@ -140,6 +143,7 @@ class Capture:
         self.start_layer = start_layer
         self._calls = 0
         self._maps = []
+        self._values = []
 
     @property
     def attentions(self) -> torch.Tensor | None:
@@ -147,6 +151,13 @@ class Capture:
         if not self._maps:
             return None
         return torch.stack(self._maps, dim=1)
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        """Value states of the last pass (``record_values=True``), ``[batch, layers, heads, key, d_head]``."""
+        if not self._values:
+            return None
+        return torch.stack(self._values, dim=1)
 
     def layer(self, index: int) -> torch.Tensor:
         """Recorded probabilities of one layer, ``[batch, heads, query, key]``."""
@@ -232,6 +243,9 @@ def _attention(
             scores = scores + attention_mask[:, :, :, : key.shape[-2]]
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     probs, scale = intervene(probs, attention_mask)
+    cap = _STATE.active
+    if cap is not None and cap.record_values:
+        cap._values.append(value.detach())
     weights = nn.functional.dropout(probs, p=dropout, training=module.training)
     context = torch.matmul(weights, value)
     if scale is not None:
@@ -285,6 +299,7 @@ def capture(
     gates: torch.Tensor | None = None,
     train_mode: bool = False,
     keep_graph: bool = False,
+    record_values: bool = False,
 ) -> Iterator[Capture]:
     """Run the block's forward passes through bertwatch's attention, then restore the model exactly.
 
@@ -294,7 +309,8 @@ def capture(
     mode (unless ``train_mode``); on exit, also on error, its attention implementation, ``training`` flags and
     the torch RNG state are restored. Each forward pass starts a new recording; ``cap.attentions`` holds the
     last one. With ``keep_graph`` the recorded maps stay in the autograd graph, so
-    ``torch.autograd.grad(loss, cap.layer(l))`` gives ∂L/∂A.
+    ``torch.autograd.grad(loss, cap.layer(l))`` gives ∂L/∂A. With ``record_values`` each
+    layer's value states (bias included) are kept too, as ``cap.values`` (interface path only).
     """
     num_layers, num_heads = model_shape(model)
     for name, spec in (
@@ -305,7 +321,9 @@ def capture(
         if spec is not None and tuple(spec.shape[-2:]) != (num_layers, num_heads):
             raise ValueError(f"{name} must end in [layers={num_layers}, heads={num_heads}], got {tuple(spec.shape)}")
     with _open(
-        unwrap(model).model, Capture(num_layers, num_heads, record, intervention, gates, keep_graph), train_mode
+        unwrap(model).model,
+        Capture(num_layers, num_heads, record, intervention, gates, keep_graph, record_values),
+        train_mode,
     ):
         yield _STATE.active
 

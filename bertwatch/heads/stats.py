@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from bertwatch.core.rules import PATTERN_CLASSES
+from bertwatch.heads.patterns import behaviour_labels, pattern_classes
 from bertwatch.heads.roles import TokenRoles
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "drift_js",
     "behaviour_labels",
     "pattern_classes",
+    "PATTERN_CLASSES",
 ]
 
 STAT_NAMES: tuple[str, ...] = (
@@ -57,16 +60,6 @@ DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
 
 ENTROPY_SMOOTHING = 0.9999
 JS_SMOOTHING = 0.999
-
-SPECIAL_THRESHOLD = 0.6
-POSITION_THRESHOLD = 0.5
-BROAD_THRESHOLD = 3.8
-
-VERTICAL_THRESHOLD = 0.5
-DIAGONAL_THRESHOLD = 0.5
-MIXED_THRESHOLD = 0.25
-BLOCK_THRESHOLD = 0.8
-PATTERN_CLASSES: tuple[str, ...] = ("heterogeneous", "vertical", "diagonal", "vertical+diagonal", "block")
 
 
 _CPU_BLOCK = 1 << 18
@@ -443,72 +436,3 @@ class StatsAccumulator:
             name: torch.where(self._counts[name] > 0, total / self._counts[name].clamp_min(1), math.nan).float()
             for name, total in self._sums.items()
         }
-
-
-def _grid(stats: Mapping[str, object], name: str) -> Tensor:
-    """`stats[name]` as a float32 CPU tensor `[..., layers, heads]`, with a clear error when missing."""
-    if name not in stats:
-        raise KeyError(f"this needs the statistic {name!r}")
-    return torch.as_tensor(stats[name]).detach().float().cpu()
-
-
-def _nested(codes: Tensor, labels: tuple[str, ...]) -> list:
-    """An integer tensor of label codes -> nested lists of label strings of the same shape."""
-
-    def walk(item: object) -> object:
-        return [walk(x) for x in item] if isinstance(item, list) else labels[item]
-
-    return walk(codes.tolist())  # type: ignore[return-value]
-
-
-def behaviour_labels(
-    grids: Mapping[str, object],
-    *,
-    special: float = SPECIAL_THRESHOLD,
-    position: float = POSITION_THRESHOLD,
-    broad: float = BROAD_THRESHOLD,
-) -> list:
-    """Clark's head labels `[layers][heads]` from grids `[layers, heads]` (or `[..., layers, heads]`).
-
-    Rules applied in Clark's order, the later winning: next > 0.5, prev > 0.5, entropy > 3.8 nats ("broad"),
-    cls_mass, sep_mass, punct_mass > 0.6; labels "next", "prev", "broad", "cls", "sep", "punct" or "".
-    """
-    labels = ("", "next", "prev", "broad", "cls", "sep", "punct")
-    rules = (
-        ("next", position),
-        ("prev", position),
-        ("entropy", broad),
-        ("cls_mass", special),
-        ("sep_mass", special),
-        ("punct_mass", special),
-    )
-    codes = torch.zeros(_grid(grids, "next").shape, dtype=torch.long)
-    for code, (name, threshold) in enumerate(rules, start=1):
-        codes = torch.where(_grid(grids, name) > threshold, code, codes)
-    return _nested(codes, labels)
-
-
-def pattern_classes(
-    stats: Mapping[str, object],
-    *,
-    vertical: float = VERTICAL_THRESHOLD,
-    diagonal: float = DIAGONAL_THRESHOLD,
-    mixed: float = MIXED_THRESHOLD,
-    block: float = BLOCK_THRESHOLD,
-) -> list:
-    """Kovaleva's five pattern classes by rule, from grids `[layers, heads]` or per-example `[batch, layers, heads]`.
-
-    Kovaleva's CNN was never released; these rules and thresholds are bertwatch's choice. With v = cls_mass +
-    sep_mass and d = prev + next + self: "vertical+diagonal" if v ≥ 0.25 and d ≥ 0.25, else "vertical" if
-    v ≥ 0.5, else "diagonal" if d ≥ 0.5, else "block" if intra_segment_mass ≥ 0.8 (pair inputs only; the stat
-    may be absent), else "heterogeneous". Nested lists of the input's shape.
-    """
-    v = _grid(stats, "cls_mass") + _grid(stats, "sep_mass")
-    d = _grid(stats, "prev") + _grid(stats, "next") + _grid(stats, "self")
-    codes = torch.zeros(v.shape, dtype=torch.long)
-    if "intra_segment_mass" in stats:
-        codes = torch.where(_grid(stats, "intra_segment_mass") >= block, 4, codes)
-    codes = torch.where(d >= diagonal, 2, codes)
-    codes = torch.where(v >= vertical, 1, codes)
-    codes = torch.where((v >= mixed) & (d >= mixed), 3, codes)
-    return _nested(codes, PATTERN_CLASSES)

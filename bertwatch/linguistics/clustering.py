@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["JS_SMOOTHING", "HeadDistances", "js_rows", "mds_embedding", "clustering_figure"]
+__all__ = ["JS_SMOOTHING", "HeadDistances", "js_rows", "mds_embedding", "procrustes_align", "clustering_figure"]
 
 JS_SMOOTHING = 0.999
 _CHUNK_ELEMENTS = 1 << 22
@@ -148,3 +148,15 @@ def clustering_figure(
     path = Path(path)
     fig.savefig(path, dpi=110)
     return path
+
+
+def procrustes_align(coords: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """``coords`` ``[K, 2]`` rotated (or reflected) and shifted onto ``reference`` ``[K, 2]`` by least squares,
+    without scaling, so that an MDS map of one step lines up with the previous step's (MDS fixes neither)."""
+    a = np.asarray(coords, dtype=np.float64)
+    b = np.asarray(reference, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"coords {a.shape} and reference {b.shape} differ")
+    a_mean, b_mean = a.mean(0), b.mean(0)
+    u, _, vt = np.linalg.svd((a - a_mean).T @ (b - b_mean))
+    return (a - a_mean) @ (u @ vt) + b_mean

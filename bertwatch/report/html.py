@@ -310,7 +310,30 @@ def _training_section(training: dict[str, Any]) -> str:
             )
         cells = "".join(f"<figure>{_img(b64, alt)}<figcaption>{_e(alt)}</figcaption></figure>" for b64, alt in figures)
         parts.append(f'<h3>{_e(stat)}</h3><div class="grids">{cells}</div>')
+    parts.append(_norm_comparison(training.get("grids", {})))
     return "\n".join(parts)
+
+
+def _norm_comparison(grids: dict[str, Any]) -> str:
+    """Weight-based masses next to their norm-based twins (Kobayashi et al. 2020), layer means at the last step."""
+    pairs = [(w, w + "_norm") for w in ("cls_mass", "sep_mass", "punct_mass") if w in grids and w + "_norm" in grids]
+    if not pairs:
+        return ""
+    step = grids[pairs[0][1]]["last"][0]
+    layers = np.asarray(grids[pairs[0][1]]["last"][1]).shape[0]
+    rows = []
+    for layer in range(layers):
+        row: list[Any] = [layer]
+        for weight, norm in pairs:
+            row += [np.nanmean(np.asarray(grids[name]["last"][1])[layer]) for name in (weight, norm)]
+        rows.append(row)
+    header = ["layer"] + [f"{name} ({kind})" for w, _ in pairs for name, kind in ((w, "weight"), (w, "norm"))]
+    return (
+        f"<h3>Weight-based vs norm-based masses, layer means at step {_e(step)}</h3>"
+        '<p class="note">Norm-based: the share of Σ A·‖f(x)‖ on those keys, f(x) the value vector through the '
+        "head's slice of the output projection (Kobayashi et al. 2020). A large weight on a small vector moves "
+        "little.</p>" + _table(header, [[r[0]] + [_fmt(v, 3) for v in r[1:]] for r in rows])
+    )
 
 
 def build_html(

@@ -14,7 +14,9 @@ tag                                    data class      content ``kind``
 ``bertwatch/ablation/{mode}/layers``   TENSOR          ``ablation_layers`` float32 ``[layers, 5]``
 ``bertwatch/ablation/{mode}/pruning``  TENSOR          ``pruning_curve``   float32 ``[k, 2]``
 ``bertwatch/clustering/{name}``        TENSOR          ``head_embedding``  float32 ``[layers*heads, 2]``
+``bertwatch/series/{name}``            TENSOR          ``named_values``    float32 ``[k]``, names in content
 ``bertwatch_layers/{stat}/layer_{l}``  scalar          (scalars plugin)
+``bertwatch_series/{name}/{key}``      scalar          (scalars plugin)
 =====================================  ==============  =============================================
 """
 
@@ -35,6 +37,10 @@ HEADS_PREFIX = "bertwatch/heads/"
 ATTENTION_PREFIX = "bertwatch/attention/"
 ABLATION_PREFIX = "bertwatch/ablation/"
 CLUSTERING_PREFIX = "bertwatch/clustering/"
+SERIES_PREFIX = "bertwatch/series/"
+SERIES_SCALAR_ROOT = "bertwatch_series"
+#: The ``named_values`` series of Kovaleva's pattern-class shares.
+PATTERN_SERIES = "pattern_classes"
 LAYER_SCALAR_ROOT = "bertwatch_layers"
 
 KIND_HEAD_GRID = "head_grid"
@@ -43,8 +49,16 @@ KIND_ABLATION_HEADS = "ablation_heads"
 KIND_ABLATION_LAYERS = "ablation_layers"
 KIND_PRUNING = "pruning_curve"
 KIND_EMBEDDING = "head_embedding"
+KIND_NAMED_VALUES = "named_values"
 
-TENSOR_KINDS = (KIND_HEAD_GRID, KIND_ABLATION_HEADS, KIND_ABLATION_LAYERS, KIND_PRUNING, KIND_EMBEDDING)
+TENSOR_KINDS = (
+    KIND_HEAD_GRID,
+    KIND_ABLATION_HEADS,
+    KIND_ABLATION_LAYERS,
+    KIND_PRUNING,
+    KIND_EMBEDDING,
+    KIND_NAMED_VALUES,
+)
 BLOB_KINDS = (KIND_ATTENTION,)
 
 
@@ -60,6 +74,10 @@ STAT_DESCRIPTIONS = {
     "next": "Attention of each token to the following token (Clark et al. 2019, Sec. 3.1).",
     "entropy": "Mean entropy of the attention rows in nats (Clark et al. 2019, Fig. 4).",
     "cls_entropy": "Entropy of the [CLS] row in nats (Clark et al. 2019, Fig. 4).",
+    "cls_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [CLS], mean over queries (Kobayashi et al. 2020).",
+    "sep_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [SEP] tokens, mean over queries (Kobayashi et al. 2020).",
+    "punct_mass_norm": 'Share of the norm-weighted attention ‖A·f(x)‖ on "." and ",", mean over queries (Kobayashi et al. 2020).',
+    "norm_ratio": "‖Σ A·f(x)‖ / Σ A·‖f(x)‖, mean over queries; low = the weighted vectors cancel (Kobayashi et al. 2020).",
     "drift_cosine": "Cosine similarity to the pretrained model's maps; 1 = unchanged (Kovaleva et al. 2019, Fig. 5).",
     "drift_js": "Jensen-Shannon divergence from the pretrained model's maps, in nats; 0 = unchanged.",
     "head_importance": "Gradient head importance E|dL/d gate| (Michel et al. 2019).",
@@ -68,6 +86,19 @@ STAT_DESCRIPTIONS = {
     "attn_grad_other": "Mean |dL/dA| on other keys (Clark et al. 2019, Fig. 3).",
     "head_attribution_ig": "Integrated-gradients attribution of the loss to each head's gate.",
 }
+
+
+_CLASS_WORDS = {"pron": "pronouns", "subj": "subject pronouns", "obj": "object pronouns", "neg": "negation words"}
+STAT_DESCRIPTIONS.update(
+    {
+        f"wordclass_{key}": f"Largest mean attention received by one of the {words} (Kovaleva et al. 2019, Sec. 4.4)."
+        for key, words in _CLASS_WORDS.items()
+    }
+    | {
+        f"cls_target_{key}": f"Largest attention of the [CLS] row to one of the {words} (Kovaleva et al. 2019, Sec. 4.5)."
+        for key, words in _CLASS_WORDS.items()
+    }
+)
 
 
 def heads_tag(stat: str) -> str:
@@ -84,6 +115,14 @@ def ablation_tag(mode: str, part: str) -> str:
 
 def clustering_tag(name: str) -> str:
     return CLUSTERING_PREFIX + name
+
+
+def series_tag(name: str) -> str:
+    return SERIES_PREFIX + name
+
+
+def series_scalar_tag(name: str, key: str) -> str:
+    return "%s/%s/%s" % (SERIES_SCALAR_ROOT, name, key)
 
 
 def layer_scalar_tag(stat: str, layer: int) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "embedding_summary",
     "layer_means",
     "layer_scalar_summaries",
+    "named_values_summary",
     "SummaryWriter",
 ]
 
@@ -235,6 +236,26 @@ def embedding_summary(name: str, coords: Any, layers: int, heads: int) -> summar
     return summary
 
 
+def named_values_summary(name: str, values: Mapping[str, float], description: str = "") -> summary_pb2.Summary:
+    """``bertwatch/series/{name}``: float32 ``[k]`` with the k names in the metadata, plus one ordinary scalar
+    ``bertwatch_series/{name}/{key}`` per value (e.g. the share of heads in each pattern class)."""
+    _check_name(name, "name")
+    keys = [str(k) for k in values]
+    array = _to_numpy([float(values[k]) for k in values])
+    meta = md.create_summary_metadata(
+        md.KIND_NAMED_VALUES,
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+        description=description or f"bertwatch series {name}",
+        name=name,
+        names=keys,
+    )
+    summary = summary_pb2.Summary()
+    _tensor_value(summary, md.series_tag(name), meta, array)
+    for key, value in zip(keys, array.tolist()):
+        summary.value.add(tag=md.series_scalar_tag(name, key), simple_value=float(value))
+    return summary
+
+
 # --------------------------------------------------------------------------------------------------------
 # Writer
 
@@ -334,6 +355,12 @@ class SummaryWriter:
     ) -> None:
         """A 2-D head embedding ``bertwatch/clustering/{name}``; see :func:`embedding_summary`."""
         self._write([embedding_summary(name, coords, layers, heads)], step, walltime)
+
+    def add_named_values(
+        self, name: str, values: Mapping[str, float], step: int, description: str = "", walltime: float | None = None
+    ) -> None:
+        """Named values of one step; see :func:`named_values_summary`."""
+        self._write([named_values_summary(name, values, description)], step, walltime)
 
     def flush(self) -> None:
         if self._closed:

@@ -46,10 +46,12 @@ export function rawText(v) {
 
 export const STAT_GROUPS = [
   ['Special tokens', ['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva']],
+  ['Norm-based (Kobayashi)', ['cls_mass_norm', 'sep_mass_norm', 'punct_mass_norm', 'norm_ratio']],
   ['Position', ['self', 'prev', 'next']],
   ['Spread', ['entropy', 'cls_entropy']],
   ['Drift from pretrained', ['drift_cosine', 'drift_js']],
   ['Importance', ['head_importance', 'head_attribution_ig', 'attn_grad_sep', 'attn_grad_punct', 'attn_grad_other']],
+  ['Word classes (Kovaleva)', ['wordclass_pron', 'wordclass_subj', 'wordclass_obj', 'wordclass_neg', 'cls_target_pron', 'cls_target_subj', 'cls_target_obj', 'cls_target_neg']],
 ];
 
 export const DRIFT_STATS = ['drift_cosine', 'drift_js'];

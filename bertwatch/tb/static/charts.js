@@ -191,12 +191,13 @@ export function barChart({items, width = 420, height = 240, yLabel = '', xLabel 
 }
 
 /** Scatter of points [{x, y, color, tooltip, group}] with an HTML legend [{color, label}]. */
-export function scatter({points, width = 560, height = 440, legendItems = [], id}) {
+// trails: optional [{x0, y0, x1, y1, color}] drawn under the points (e.g. where each head came from).
+export function scatter({points, width = 560, height = 440, legendItems = [], id, trails = []}) {
   const W = width;
   const H = height;
   const m = {l: 20, r: 20, t: 20, b: 20};
-  const [xa, xb] = extent([points.map((p) => p.x)]);
-  const [ya, yb] = extent([points.map((p) => p.y)]);
+  const [xa, xb] = extent([points.map((p) => p.x), trails.map((t) => t.x0)]);
+  const [ya, yb] = extent([points.map((p) => p.y), trails.map((t) => t.y0)]);
   const span = Math.max(xb - xa, yb - ya) || 1;
   const cx = (xa + xb) / 2;
   const cy = (ya + yb) / 2;
@@ -205,6 +206,11 @@ export function scatter({points, width = 560, height = 440, legendItems = [], id
   const Y = (v) => H / 2 - (v - cy) * scale;
   const svg = s('svg', {class: 'chart scatter', width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: id || null});
   svg.append(s('rect', {class: 'frame', x: 0.5, y: 0.5, width: W - 1, height: H - 1, rx: 4}));
+  for (const t of trails) {
+    if (![t.x0, t.y0, t.x1, t.y1].every(Number.isFinite)) continue;
+    svg.append(s('line', {class: 'trail', x1: X(t.x0), y1: Y(t.y0), x2: X(t.x1), y2: Y(t.y1), stroke: t.color, 'stroke-width': 1.2, 'stroke-opacity': 0.55}));
+    svg.append(s('circle', {class: 'trail-start', cx: X(t.x0), cy: Y(t.y0), r: 2, fill: t.color, 'fill-opacity': 0.5}));
+  }
   for (const p of points) {
     if (!Number.isFinite(p.x) || !Number.isFinite(p.y)) continue;
     const c = s('circle', {class: 'pt', cx: X(p.x), cy: Y(p.y), r: 5.5, fill: p.color, dataset: p.data || {}});

@@ -72,7 +72,7 @@ export function halfWidth(values, mid = 0, floor = 1e-6) {
   return Math.max(m, floor);
 }
 
-const PROPORTIONS = new Set(['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva', 'self', 'prev', 'next']);
+const PROPORTIONS = new Set(['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva', 'self', 'prev', 'next', 'cls_mass_norm', 'sep_mass_norm', 'punct_mass_norm', 'norm_ratio']);
 
 /**
  * The scale for a statistic, stable across steps: `range` is {min, max} over every logged step of the

@@ -1,5 +1,7 @@
 // Ablation: the change of the task metric when each head / layer is disabled, with paired-bootstrap
-// intervals; a dot marks intervals that exclude 0. Plus the importance-ordered pruning curve if logged.
+// intervals. A dot marks the cells whose Benjamini-Hochberg q-value (corrected over all heads, or all layers)
+// is below 0.05, or, as an option, those whose uncorrected 95% interval excludes 0; the view says which.
+// Plus the importance-ordered pruning curve if logged.
 
 import {h, clear, card, emptyState, field, fmt, fmtSigned, headName, setOptions} from './dom.js';
 import {getJSON, nums, rawText, tagsOfKind} from './api.js';
@@ -10,6 +12,11 @@ import {barChart, chartWidth, lineChart} from './charts.js';
 const F = {value: 0, delta: 1, lo: 2, hi: 3, p: 4};
 
 const excludesZero = (lo, hi) => (Number.isFinite(lo) && Number.isFinite(hi) ? lo > 0 || hi < 0 : false);
+const FDR = 0.05;
+const MARKS = {
+  q: {text: `BH q < ${FDR} (corrected)`, tile: `Heads with BH q < ${FDR}`, note: `Benjamini–Hochberg q < ${FDR} over all cells (FDR ${FDR})`},
+  ci: {text: '95% interval excludes 0 (uncorrected)', tile: 'Heads with interval excluding 0', note: '95% interval excludes 0 (uncorrected)'},
+};
 
 function stat(label, value, id) {
   return h('div', {class: 'stat-tile', id: id || null}, h('div', {class: 'stat-label'}, label), h('div', {class: 'stat-value'}, value));
@@ -22,7 +29,10 @@ export class AblationView {
     this.label = 'Ablation';
     this.modeSelect = h('select', {id: 'ablation-mode', class: 'select', 'aria-label': 'Mode'});
     this.modeSelect.addEventListener('change', () => this.load());
-    this.toolbar = h('div', {class: 'toolbar'}, field('Mode', this.modeSelect), h('span', {class: 'toolbar-note'}, 'uniform: attention spread evenly over the keys (Kovaleva) · zero: head output removed (Michel)'));
+    this.marksSelect = h('select', {id: 'ablation-marks', class: 'select', 'aria-label': 'Marks'});
+    setOptions(this.marksSelect, Object.entries(MARKS).map(([value, m]) => ({value, text: m.text})), 'q');
+    this.marksSelect.addEventListener('change', () => this.load());
+    this.toolbar = h('div', {class: 'toolbar'}, field('Mode', this.modeSelect), field('Marks', this.marksSelect), h('span', {class: 'toolbar-note'}, 'uniform: attention spread evenly over the keys (Kovaleva) · zero: head output removed (Michel)'));
     this.summary = h('div', {class: 'stat-tiles'});
     this.headsCard = card('Heads', {class: 'grid-card'});
     this.layersCard = card('Layers', {class: 'chart-card'});
@@ -66,7 +76,11 @@ export class AblationView {
     const layers = nums(data.layers);
     const L = heads.length;
     const deltas = heads.map((row) => row.map((c) => c[F.delta]));
-    const flags = heads.map((row) => row.map((c) => excludesZero(c[F.lo], c[F.hi])));
+    const marks = this.marksSelect.value in MARKS ? this.marksSelect.value : 'q';
+    const headsQ = data.headsQ ? nums(data.headsQ) : null;
+    const layersQ = data.layersQ ? nums(data.layersQ) : null;
+    const marked = (c, q) => (marks === 'q' ? Number.isFinite(q) && q < FDR : excludesZero(c[F.lo], c[F.hi]));
+    const flags = heads.map((row, l) => row.map((c, k) => marked(c, headsQ ? headsQ[l][k] : NaN)));
     const nSig = flags.flat().filter(Boolean).length;
     const scale = diverging(0, halfWidth(deltas, 0, 1e-6));
     const layerScale = diverging(0, halfWidth(layers.map((r) => r[F.delta]), 0, 1e-6));
@@ -82,7 +96,7 @@ export class AblationView {
       stat('Metric', metric),
       stat('Baseline', fmt(baseline, 4), 'ablation-baseline'),
       stat('Evaluation examples', data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—'),
-      stat('Heads with interval excluding 0', `${nSig} of ${L * (heads[0] || []).length}`),
+      stat(MARKS[marks].tile, `${nSig} of ${L * (heads[0] || []).length}`, 'ablation-marked'),
       stat('Best single-head removal', best ? `${headName(best.l, best.k)}  ${fmtSigned(best.d, 3)}` : '—'),
       stat('Most harmful removal', worst ? `${headName(worst.l, worst.k)}  ${fmtSigned(worst.d, 3)}` : '—'),
     );
@@ -102,7 +116,8 @@ export class AblationView {
           ['95% interval', `${fmtSigned(c[F.lo], 3)} … ${fmtSigned(c[F.hi], 3)}`],
           [metric, fmt(c[F.value], 4)],
           ['p', fmt(c[F.p], 3)],
-          ['', flags[l][k] ? 'interval excludes 0' : 'not distinguishable from 0'],
+          ['BH q', headsQ ? fmt(headsQ[l][k], 3) : '—'],
+          ['', flags[l][k] ? `marked: ${MARKS[marks].note}` : 'not marked'],
         ];
       },
     });
@@ -111,20 +126,20 @@ export class AblationView {
     hc.sub.textContent = `${data.mode} · metric with the head disabled minus the baseline ${fmt(baseline, 4)}`;
     clear(hc.body).append(
       hm.el,
-      h('div', {class: 'legend-row'}, legend(scale, {title: `Δ ${metric}`, format: (v) => fmtSigned(v, 2), captions: ['worse', 'no change', 'better']}), h('div', {class: 'sig-note'}, h('span', {class: 'sig inline'}), '95% interval excludes 0')),
+      h('div', {class: 'legend-row'}, legend(scale, {title: `Δ ${metric}`, format: (v) => fmtSigned(v, 2), captions: ['worse', 'no change', 'better']}), h('div', {class: 'sig-note', id: 'ablation-sig-note'}, h('span', {class: 'sig inline'}), MARKS[marks].note)),
     );
 
     const lc = this.layersCard;
     lc.title.textContent = `Δ ${metric} per layer`;
-    lc.sub.textContent = 'whole layer disabled; whiskers: 95% paired-bootstrap interval; * excludes 0';
+    lc.sub.textContent = `whole layer disabled; whiskers: 95% paired-bootstrap interval; * ${MARKS[marks].note}`;
     const items = layers.map((r, l) => ({
       label: `L${l}`,
       value: r[F.delta],
       lo: r[F.lo],
       hi: r[F.hi],
       color: layerScale.color(r[F.delta]),
-      flag: excludesZero(r[F.lo], r[F.hi]),
-      tooltip: [`L${l} disabled`, [`Δ ${metric}`, fmtSigned(r[F.delta], 4)], ['95% interval', `${fmtSigned(r[F.lo], 3)} … ${fmtSigned(r[F.hi], 3)}`], [metric, fmt(r[F.value], 4)], ['p', fmt(r[F.p], 3)]],
+      flag: marked(r, layersQ ? layersQ[l] : NaN),
+      tooltip: [`L${l} disabled`, [`Δ ${metric}`, fmtSigned(r[F.delta], 4)], ['95% interval', `${fmtSigned(r[F.lo], 3)} … ${fmtSigned(r[F.hi], 3)}`], [metric, fmt(r[F.value], 4)], ['p', fmt(r[F.p], 3)], ['BH q', layersQ ? fmt(layersQ[l], 3) : '—']],
     }));
     clear(lc.body).append(barChart({width: chartWidth(lc.body, 420), id: 'ablation-layers', items, yLabel: `Δ ${metric}`, yFormat: (v) => fmtSigned(v, 2)}));
 

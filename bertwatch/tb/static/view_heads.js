@@ -2,20 +2,12 @@
 // cells, the clicked head's trajectory over steps and every layer's mean over steps.
 
 import {h, clear, card, emptyState, field, fmt, fmtStep, headName, setOptions, stepper} from './dom.js';
-import {getJSON, gridTags, num, nums, rawText, statGroup} from './api.js';
+import {getJSON, gridTags, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
 import {heatmap} from './heatmap.js';
 import {legend, layerColor, scaleForStat} from './scales.js';
 import {chartWidth, lineChart} from './charts.js';
 
-export const LABEL_GLYPHS = {cls: 'C', sep: 'S', punct: 'P', prev: '←', next: '→', broad: 'B'};
-const LABEL_TEXT = {
-  next: 'next token > 0.5',
-  prev: 'previous token > 0.5',
-  broad: 'broad: entropy > 3.8',
-  cls: '[CLS] mass > 0.6',
-  sep: '[SEP] mass > 0.6',
-  punct: '. and , mass > 0.6',
-};
+// The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
 
 export class HeadsView {
   constructor(app) {
@@ -42,7 +34,10 @@ export class HeadsView {
     this.gridCard = card('Heads', {class: 'grid-card'});
     this.trajCard = card('Trajectory', {class: 'chart-card'});
     this.meansCard = card('Layer means', {class: 'chart-card'});
-    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el));
+    this.patternCard = card('Pattern classes', {class: 'chart-card'});
+    this.patternCard.el.id = 'pattern-card';
+    this.patternCard.el.hidden = true;
+    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el));
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
     this.grid = null;
@@ -94,13 +89,13 @@ export class HeadsView {
       if (j >= 0) index = j;
     }
     this.stepper.set(steps, index);
-    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans()]);
+    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans(), this.loadPatterns()]);
   }
 
   onStep() {
     this.loadGrid();
     const step = this.stepper.step;
-    for (const chart of [this.trajChart, this.meansChart]) if (chart) chart.setMarker(step);
+    for (const chart of [this.trajChart, this.meansChart, this.patternChart]) if (chart) chart.setMarker(step);
   }
 
   async loadGrid() {
@@ -159,7 +154,8 @@ export class HeadsView {
     const raw = grid.values.map((row) => row.map(rawText));
     const scale = scaleForStat(stat, this.state.range, values);
     const labelGrid = showLabels && this.labels && this.labels.labels ? this.labels.labels : null;
-    const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? LABEL_GLYPHS[l] : null))) : null;
+    const glyphs = labelGrid ? Object.fromEntries(this.labels.rules.map((r) => [r.label, r.glyph])) : {};
+    const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? glyphs[l] : null))) : null;
     const hm = heatmap({
       id: 'heads-heatmap',
       values,
@@ -185,7 +181,7 @@ export class HeadsView {
     c.sub.textContent = `${grid.layers} layers × ${grid.heads} heads · step ${fmtStep(grid.step)}`;
     c.sub.title = info && info.description ? info.description : '';
     const hasNaN = values.flat().some(Number.isNaN);
-    const parts = [hm.el, h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: hasNaN}), labelGrid ? labelsLegend(labelGrid) : null)];
+    const parts = [hm.el, h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: hasNaN}), labelGrid ? labelsLegend(labelGrid, this.labels.rules) : null)];
     if (info && info.description) parts.push(h('p', {class: 'description'}, info.description));
     clear(c.body).append(...parts);
     clear(c.aside).append(h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`));
@@ -215,6 +211,16 @@ export class HeadsView {
     this.renderCharts();
   }
 
+  async loadPatterns() {
+    const run = this.state.run;
+    const info = tagsOfKind(this.app.tags, run, 'named_values').find((t) => t.name === 'pattern_classes');
+    const seq = (this.patternSeq = (this.patternSeq || 0) + 1);
+    const data = info ? await getJSON('series', {run, tag: info.tag}).catch(() => null) : null;
+    if (seq !== this.patternSeq) return;
+    this.patterns = data;
+    this.renderCharts();
+  }
+
   renderCharts() {
     const step = this.stepper.step;
     const pick = (x) => {
@@ -241,6 +247,16 @@ export class HeadsView {
       this.meansChart = lineChart({width: chartWidth(c.body), id: 'layer-means-chart', series, yLabel: stat, marker: step, onPick: pick, legend: true});
       clear(c.body).append(this.meansChart);
     }
+    const p = this.patterns;
+    this.patternCard.el.hidden = !p;
+    if (p) {
+      const c = this.patternCard;
+      c.sub.textContent = "share of heads in each of Kovaleva et al.'s classes (rules judged against a uniform head)";
+      const colors = ['#9e9e9e', '#1565c0', '#e65100', '#6a1b9a', '#2e7d32'];
+      const series = p.names.map((name, k) => ({name, color: colors[k % colors.length], xs: p.steps, ys: nums(p.values[k]), width: 1.6}));
+      this.patternChart = lineChart({width: chartWidth(c.body), id: 'pattern-chart', series, yLabel: 'share of heads', marker: step, onPick: pick, legend: true});
+      clear(c.body).append(this.patternChart);
+    }
   }
 }
 
@@ -251,11 +267,11 @@ function argmax(values) {
   return best || [0, 0];
 }
 
-function labelsLegend(labelGrid) {
+function labelsLegend(labelGrid, rules) {
   const counts = {};
   for (const row of labelGrid) for (const l of row) if (l) counts[l] = (counts[l] || 0) + 1;
-  const items = Object.keys(LABEL_GLYPHS).map((l) =>
-    h('span', {class: 'label-item' + (counts[l] ? '' : ' zero'), title: LABEL_TEXT[l]}, h('b', {class: 'glyph'}, LABEL_GLYPHS[l]), `${l} ${counts[l] || 0}`),
+  const items = rules.map(({label, glyph, text}) =>
+    h('span', {class: 'label-item' + (counts[label] ? '' : ' zero'), title: text}, h('b', {class: 'glyph'}, glyph), `${label} ${counts[label] || 0}`),
   );
   return h('div', {class: 'labels-legend', id: 'labels-legend'}, h('div', {class: 'legend-title'}, 'Behaviour (Clark et al. 2019)'), h('div', {class: 'label-items'}, ...items));
 }

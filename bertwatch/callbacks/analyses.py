@@ -1,0 +1,136 @@
+"""Analyses that ride on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
+
+Each is a consumer of one pass: the monitor hands it every probe batch's maps (``consume``), then asks for its
+grids and lets it write extra summaries (``finish``). They never touch the model.
+
+- ``WordClassPass``: Kovaleva et al. 2019's attention to word classes (Sec 4.4) and the targets of [CLS] (Sec 4.5)
+  per head, logged as ``wordclass_<class>`` and ``cls_target_<class>`` grids. The classes come from a small rule
+  set on the probe tokens (closed word lists): pronouns, subject and object pronouns, negation. Nouns and verbs
+  need a tagger or UD annotations and are offline analyses (``bertwatch probe-syntax``).
+- ``HeadClusterPass``: Clark et al. 2019's JS distances between heads and their 2-D MDS map at every probe step,
+  aligned to the previous step by an orthogonal Procrustes fit so that heads move smoothly; logged as the head
+  embedding ``bertwatch/clustering/js_mds_training`` at each step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.stats import StatsAccumulator
+from bertwatch.linguistics.clustering import HeadDistances, mds_embedding, procrustes_align
+from bertwatch.linguistics.wordclass import NEGATION_WORDS, class_attention, cls_targets
+
+__all__ = ["ClusterTrack", "HeadClusterPass", "RULE_CLASSES", "WordClassPass", "consumers_for", "rule_word_classes"]
+
+SUBJECT_PRONOUNS = frozenset({"i", "he", "she", "we", "they", "who"})
+OBJECT_PRONOUNS = frozenset({"me", "him", "us", "them", "whom"})
+OTHER_PRONOUNS = frozenset(
+    {"you", "it", "her", "my", "your", "his", "its", "our", "their", "mine", "yours", "hers", "ours", "theirs"}
+    | {"myself", "yourself", "himself", "herself", "itself", "ourselves", "themselves", "this", "that", "these"}
+    | {"those", "someone", "something", "anyone", "anything", "everyone", "everything"}
+)
+#: The classes the token rules give (Kovaleva's noun and verb need a tagger).
+RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
+EMBEDDING_NAME = "js_mds_training"
+
+
+def _word(token: str) -> str:
+    """A word piece without WordPiece / byte-level BPE / sentencepiece markers, lower-cased."""
+    return token.removeprefix("##").removeprefix("Ġ").removeprefix("▁").lower()
+
+
+def rule_word_classes(tokens: Sequence[str]) -> dict[str, list[bool]]:
+    """Per token: pron (personal, possessive, reflexive, demonstrative, indefinite pronouns), subj (nominative
+    pronouns), obj (accusative pronouns), neg (``wordclass.NEGATION_WORDS``). Word-continuation pieces never match."""
+    out: dict[str, list[bool]] = {name: [] for name in RULE_CLASSES}
+    for token in tokens:
+        word = "" if token.startswith("##") else _word(token)
+        out["subj"].append(word in SUBJECT_PRONOUNS)
+        out["obj"].append(word in OBJECT_PRONOUNS)
+        out["pron"].append(word in SUBJECT_PRONOUNS | OBJECT_PRONOUNS | OTHER_PRONOUNS)
+        out["neg"].append(word in NEGATION_WORDS)
+    return out
+
+
+def _masks(tokens: Sequence[Sequence[str]], real: Tensor) -> dict[str, Tensor]:
+    """``{class: bool [batch, T]}``: each example's real tokens, in order, on its real positions."""
+    masks = {name: torch.zeros(real.shape, dtype=torch.bool) for name in RULE_CLASSES}
+    for b, example in enumerate(tokens):
+        positions = real[b].nonzero().flatten().tolist()
+        for name, flags in rule_word_classes(example).items():
+            for position, flag in zip(positions, flags):
+                masks[name][b, position] = flag
+    return masks
+
+
+class WordClassPass:
+    """Attention to word classes and [CLS] targets of every head over one probe pass (see the module doc)."""
+
+    def __init__(self, tokens: Sequence[Sequence[str]]) -> None:
+        self.tokens = tokens
+        self.accumulator = StatsAccumulator()
+
+    def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
+        """Add a batch ``[B, L, H, T, T]`` whose first example is probe example ``start``."""
+        real = roles.real.bool().cpu()
+        masks = _masks(self.tokens[start : start + attn.shape[0]], real)
+        values = class_attention(attn, roles.real, masks)
+        per_example = {f"wordclass_{name}": value for name, value in values.items()}
+        for name, value in cls_targets(attn, roles.cls, masks).items():
+            per_example[f"cls_target_{name}"] = value
+        self.accumulator.add(per_example)
+
+    def finish(self, writer: Any, step: int) -> dict[str, np.ndarray]:
+        """``{name: [layers, heads]}``: NaN where no probe example has the class."""
+        return {name: grid.numpy() for name, grid in self.accumulator.result().items()}
+
+
+@dataclass
+class ClusterTrack:
+    """The head map of the last probe step of a run (``[K, 2]``), which the next step's map is aligned to."""
+
+    previous: np.ndarray | None = None
+
+
+class HeadClusterPass:
+    """JS distances between heads on the first ``num_examples`` probe examples and their MDS map, aligned to the
+    track's previous map, which it then replaces."""
+
+    def __init__(self, layers: int, heads: int, track: ClusterTrack, num_examples: int = 8) -> None:
+        self.distances = HeadDistances(layers, heads)
+        self.track = track
+        self.num_examples = num_examples
+
+    def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
+        take = max(0, min(attn.shape[0], self.num_examples - start))
+        if take:
+            lengths = roles.real[:take].sum(-1).tolist()
+            self.distances.add_batch(attn[:take].detach().float().cpu(), lengths)
+
+    def finish(self, writer: Any, step: int) -> dict[str, np.ndarray]:
+        coords = mds_embedding(self.distances.distances, seed=0, n_init=1)
+        if self.track.previous is not None:
+            coords = procrustes_align(coords, self.track.previous)
+        self.track.previous = coords
+        if writer is not None:
+            writer.add_embedding(EMBEDDING_NAME, coords, self.distances.layers, self.distances.heads, step=step)
+        return {}
+
+
+def consumers_for(
+    monitor: Any, word_classes: bool, track: ClusterTrack | None, cluster_examples: int = 8
+) -> list[WordClassPass | HeadClusterPass]:
+    """The passes asked for, over ``monitor``'s probe set: word classes, and head clusters when ``track`` is given."""
+    out: list[WordClassPass | HeadClusterPass] = []
+    if word_classes:
+        out.append(WordClassPass(monitor.probe.tokens))
+    if track is not None:
+        out.append(HeadClusterPass(monitor.layers, monitor.heads, track, cluster_examples))
+    return out

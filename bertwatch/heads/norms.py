@@ -1,0 +1,128 @@
+"""Norm-based attention (Kobayashi et al. 2020, "Attention is Not Only a Weight"): each head's attention weights
+times the norm of the vector they weight.
+
+For head h of a layer, f_h(x_j) = (x_j W_V + b_V)_h W_O^h: key j's value vector (value bias included, as the model
+computes it) through the head's slice of the output projection. The output projection's bias is excluded: it is
+added once after the heads are summed, so it belongs to no head. With A the head's map over real keys:
+
+- ``cls_mass_norm`` / ``sep_mass_norm`` / ``punct_mass_norm``: the share of Σ_j A[i,j]·‖f_h(x_j)‖ on the [CLS] /
+  [SEP] / "." and "," keys, averaged over real queries i (then over examples), like ``cls_mass`` and its twins;
+- ``norm_ratio``: the mean over real queries of ‖Σ_j A[i,j] f_h(x_j)‖ / Σ_j A[i,j]‖f_h(x_j)‖ (1 when the weighted
+  vectors point the same way, near 0 when they cancel).
+
+Inputs: ``attn`` ``[batch, layers, heads, T, T]`` and ``values`` ``[batch, layers, heads, T, d_head]`` from one
+``capture(model, record_values=True)`` pass, the per-head Gram matrices ``[layers, heads, d_head, d_head]`` of
+:func:`head_grams`. ‖f‖² = v G v with G = W_O^hᵀ W_O^h, so the output projection is never applied to every key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+from bertwatch.heads.capture import UnsupportedModelError, model_shape
+from bertwatch.heads.roles import TokenRoles
+
+__all__ = ["NORM_NAMES", "head_grams", "norm_stats", "output_projections", "supports_norms", "transformed_norms"]
+
+NORM_NAMES: tuple[str, ...] = ("cls_mass_norm", "sep_mass_norm", "punct_mass_norm", "norm_ratio")
+
+_BERT_LIKE = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "mobilebert")
+
+
+def output_projections(model: nn.Module) -> list[nn.Linear]:
+    """Each layer's attention output projection (the linear map applied to the concatenated heads), in order.
+
+    Raises UnsupportedModelError for a family whose projection bertwatch does not know.
+    """
+    num_layers, _ = model_shape(model)
+    model_type = str(model.config.model_type).replace("_", "-")
+    base = getattr(model, "base_model", model)
+    if model_type in _BERT_LIKE:
+        found = [layer.attention.output.dense for layer in base.encoder.layer]
+    elif model_type == "distilbert":
+        found = [layer.attention.out_lin for layer in base.transformer.layer]
+    elif model_type == "modernbert":
+        found = [layer.attn.Wo for layer in base.layers]
+    elif model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1:
+        found = [base.encoder.albert_layer_groups[0].albert_layers[0].attention.dense] * num_layers
+    else:
+        raise UnsupportedModelError(
+            f"norm-based statistics {NORM_NAMES} do not know the output projection of {model_type!r} models; "
+            "leave them out of stats="
+        )
+    if len(found) != num_layers:
+        raise UnsupportedModelError(f"found {len(found)} attention output projections for {num_layers} layers")
+    return found
+
+
+def supports_norms(model: nn.Module) -> bool:
+    """Whether :func:`output_projections` knows this model."""
+    try:
+        output_projections(model)
+    except (UnsupportedModelError, AttributeError):
+        return False
+    return True
+
+
+def head_grams(model: nn.Module) -> Tensor:
+    """G[l, h] = W_O^hᵀ W_O^h ``[layers, heads, d_head, d_head]`` (float32), W_O^h the head's input columns of layer
+    l's output projection."""
+    _, heads = model_shape(model)
+    grams = []
+    for linear in output_projections(model):
+        weight = linear.weight.detach().float()  # [out, heads * d_head]
+        if weight.shape[1] % heads:
+            raise UnsupportedModelError(f"an output projection of {weight.shape[1]} inputs does not split into {heads}")
+        per_head = weight.reshape(weight.shape[0], heads, -1).transpose(0, 1)  # [heads, out, d_head]
+        grams.append(per_head.transpose(1, 2) @ per_head)
+    return torch.stack(grams)
+
+
+def transformed_norms(values: Tensor, grams: Tensor) -> Tensor:
+    """‖f_h(x_j)‖ = sqrt(v G v): values ``[batch, layers, heads, T, d]``, grams ``[layers, heads, d, d]`` ->
+    ``[batch, layers, heads, T]``."""
+    v = values.float()
+    squared = torch.einsum("blhtd,lhde,blhte->blht", v, grams.to(v.device, torch.float32), v)
+    return squared.clamp_min(0.0).sqrt()
+
+
+def norm_stats(
+    attn: Tensor, values: Tensor, grams: Tensor, roles: TokenRoles, names: Iterable[str] = NORM_NAMES
+) -> dict[str, Tensor]:
+    """``{name: [batch, layers, heads]}`` for NORM_NAMES from attn ``[B, L, H, T, T]``, values ``[B, L, H, T, d]``
+    and grams ``[L, H, d, d]``; pad queries and keys are ignored, NaN for an example without real tokens."""
+    names = list(names)
+    unknown = [n for n in names if n not in NORM_NAMES]
+    if unknown:
+        raise ValueError(f"unknown norm statistic {unknown[0]!r}; known: {NORM_NAMES}")
+    if attn.dim() != 5 or values.shape[:4] != attn.shape[:4]:
+        raise ValueError(f"attn {tuple(attn.shape)} and values {tuple(values.shape)} must share [B, L, H, T]")
+    device = attn.device
+    real = roles.real.to(device).bool()
+    keys = real[:, None, None, :, None].float()
+    a = attn.float()
+    norms = transformed_norms(values, grams)[..., None] * keys  # [B, L, H, T, 1]
+    masks = [roles.cls, roles.sep, roles.punct]
+    columns = [norms] + [norms * (m.to(device).bool() & real)[:, None, None, :, None].float() for m in masks]
+    weighted = a @ torch.cat(columns, dim=-1)  # [B, L, H, T, 4]: Σ_j A‖f‖ over real / cls / sep / punct keys
+    total = weighted[..., 0]
+    queries = real[:, None, None, :]
+    n = real.sum(-1).float().view(-1, 1, 1)
+
+    def mean_over_queries(per_query: Tensor) -> Tensor:
+        valid = queries & (total > 0)
+        return torch.where(valid, per_query, 0.0).sum(-1) / n
+
+    out = {}
+    for k, name in enumerate(("cls_mass_norm", "sep_mass_norm", "punct_mass_norm"), start=1):
+        if name in names:
+            out[name] = mean_over_queries(weighted[..., k] / total.clamp_min(1e-30))
+    if "norm_ratio" in names:
+        context = a @ (values.float() * keys)  # Σ_j A[i, j] v_j over real keys: [B, L, H, T, d]
+        summed = transformed_norms(context, grams)
+        out["norm_ratio"] = mean_over_queries(summed / total.clamp_min(1e-30))
+    return {name: torch.where(n > 0, value, math.nan) for name, value in out.items()}

@@ -1,0 +1,422 @@
+"""What the bertwatch TensorBoard plugin's routes compute: reads through ``context.data_provider``, caching,
+decimation and the JSON bodies. Request parsing and the route table live in :mod:`bertwatch.tb.plugin`.
+
+Imports only tensorboard and numpy (TensorBoard imports the plugin, and so this module, at start-up).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+
+import numpy as np
+from tensorboard import errors
+from tensorboard.data import provider
+
+from bertwatch.core import rules
+from bertwatch.core.significance import benjamini_hochberg
+from bertwatch.tb import metadata as md
+from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
+
+__all__ = ["Queries", "label_rules"]
+
+DOWNSAMPLE = 1_000_000_000  # "everything the loader kept"; the real limit is --samples_per_plugin
+MAX_JSON_VALUES = 2_000_000  # cap on the numbers one response may carry
+DEFAULT_MAX_POINTS = 1000
+
+
+class Queries:
+    """The routes' implementations over one data provider; thread-safe, with byte-bounded caches."""
+
+    def __init__(self, data_provider, plugin_name: str = md.PLUGIN_NAME):
+        self.data_provider = data_provider
+        self.plugin_name = plugin_name
+        self.series_cache = LRU(max_bytes=512 * 1024 * 1024)
+        self.attention_cache = LRU(max_bytes=64 * 1024 * 1024)
+        self._locks_guard = threading.Lock()
+        self._locks: dict = {}
+
+    # -- data access
+
+    def require_provider(self):
+        if self.data_provider is None:
+            raise errors.NotFoundError("TensorBoard has no data provider")
+        return self.data_provider
+
+    def tensor_meta(self, ctx, eid, run, tag):
+        """The listing entry and parsed metadata of one tensor tag (NotFoundError when absent or unreadable)."""
+        dp = self.require_provider()
+        listing = dp.list_tensors(
+            ctx,
+            experiment_id=eid,
+            plugin_name=self.plugin_name,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
+        )
+        ts = listing.get(run, {}).get(tag)
+        if ts is None:
+            raise errors.NotFoundError("no bertwatch tensor for run=%r tag=%r" % (run, tag))
+        content = md.parse_plugin_content(ts.plugin_content)
+        if content is None or content["version"] > md.FORMAT_VERSION:
+            raise errors.NotFoundError("tag %r has no readable bertwatch metadata" % tag)
+        return ts, content
+
+    def _key_lock(self, key) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.Lock()
+            return lock
+
+    def series(self, ctx, eid, run, tag, kind=None) -> Series:
+        """The stacked series of a tensor tag, re-read only when its max step / wall time changed."""
+        ts, content = self.tensor_meta(ctx, eid, run, tag)
+        if kind is not None and content["kind"] not in ((kind,) if isinstance(kind, str) else kind):
+            raise errors.NotFoundError("tag %r is a %s, not a %s" % (tag, content["kind"], kind))
+        signature = (ts.max_step, ts.max_wall_time, ts.plugin_content)
+        key = (eid, run, tag)
+        with self._key_lock(key):
+            cached = self.series_cache.get(key)
+            if cached is not None and cached[0].signature == signature:
+                return cached[0]
+            data = self.require_provider().read_tensors(
+                ctx,
+                experiment_id=eid,
+                plugin_name=self.plugin_name,
+                downsample=DOWNSAMPLE,
+                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
+            )
+            points = data.get(run, {}).get(tag) or []
+            if not points:
+                raise errors.NotFoundError("no data for run=%r tag=%r" % (run, tag))
+            points = sorted(points, key=lambda d: d.step)
+            shape = np.shape(points[-1].numpy)
+            points = [d for d in points if np.shape(d.numpy) == shape]  # a shape change keeps the newest shape
+            steps = np.fromiter((d.step for d in points), dtype=np.int64, count=len(points))
+            if len(np.unique(steps)) != len(steps):  # a step logged twice (e.g. a resumed run): keep the last
+                _, first_from_end = np.unique(steps[::-1], return_index=True)
+                points = [points[len(points) - 1 - i] for i in first_from_end]
+                steps = np.fromiter((d.step for d in points), dtype=np.int64, count=len(points))
+            wall = np.fromiter((d.wall_time for d in points), dtype=np.float64, count=len(points))
+            values = np.stack([np.asarray(d.numpy, dtype=np.float32) for d in points])
+            series = Series(signature, steps, wall, values, content)
+            self.series_cache.put(key, series, series.nbytes)
+            return series
+
+    def uncached_tags(self, eid, run, tags) -> list:
+        """Those of ``tags`` never read into the cache (a stale entry is refreshed by :meth:`series`)."""
+        return [tag for tag in tags if self.series_cache.get((eid, run, tag)) is None]
+
+    def grid_series(self, ctx, eid, run, tag) -> Series:
+        series = self.series(ctx, eid, run, tag, kind=md.KIND_HEAD_GRID)
+        if series.values.ndim != 3:
+            raise errors.NotFoundError("tag %r is not a [layers, heads] grid" % tag)
+        return series
+
+    def latest(self, ctx, eid, run, tag, kind):
+        series = self.series(ctx, eid, run, tag, kind=kind)
+        return series, series.values[-1], int(series.steps[-1])
+
+    # -- route bodies
+
+    def tags(self, ctx, eid) -> dict:
+        dp = self.data_provider
+        runs: dict = {}
+        skipped = []
+        if dp is not None:
+            listings = [
+                dp.list_tensors(ctx, experiment_id=eid, plugin_name=self.plugin_name),
+                dp.list_blob_sequences(ctx, experiment_id=eid, plugin_name=self.plugin_name),
+            ]
+            for listing, kinds in zip(listings, (md.TENSOR_KINDS, md.BLOB_KINDS)):
+                for run, tags in listing.items():
+                    for tag, ts in tags.items():
+                        content = md.parse_plugin_content(ts.plugin_content)
+                        if content is None:
+                            skipped.append({"run": run, "tag": tag, "reason": "unreadable metadata"})
+                            continue
+                        if content["version"] > md.FORMAT_VERSION:
+                            skipped.append({"run": run, "tag": tag, "reason": "written by a newer bertwatch format"})
+                            continue
+                        if content["kind"] not in kinds:
+                            continue
+                        info = {k: v for k, v in content.items() if k != "version"}
+                        info.update(
+                            maxStep=int(ts.max_step),
+                            maxWallTime=float(ts.max_wall_time),
+                            description=ts.description or "",
+                        )
+                        runs.setdefault(run, {})[tag] = info
+        ordered = {run: dict(sorted(runs[run].items())) for run in sorted(runs)}
+        return {"version": md.FORMAT_VERSION, "runs": ordered, "skipped": skipped}
+
+    def steps(self, ctx, eid, run, tag) -> dict:
+        if tag.startswith(md.ATTENTION_PREFIX):
+            points, _ = self.blob_points(ctx, eid, run, tag)
+            steps = [int(p.step) for p in points]
+            wall = [float(p.wall_time) for p in points]
+            extra = {}
+        else:
+            series = self.series(ctx, eid, run, tag)
+            steps, wall = series.steps.tolist(), series.wall.tolist()
+            lo, hi = series.value_range()
+            extra = {"min": lo, "max": hi}
+        return {"run": run, "tag": tag, "steps": steps, "wallTimes": wall, **extra}
+
+    def grid(self, ctx, eid, run, tag, step) -> dict:
+        series = self.grid_series(ctx, eid, run, tag)
+        i = len(series.steps) - 1 if step is None else series.index_of(step)
+        layers, heads = series.values.shape[1:]
+        return {
+            "run": run,
+            "tag": tag,
+            "stat": series.content.get("stat"),
+            "step": int(series.steps[i]),
+            "wallTime": float(series.wall[i]),
+            "index": i,
+            "numSteps": len(series.steps),
+            "maxStep": int(series.steps[-1]),
+            "layers": int(layers),
+            "heads": int(heads),
+            "values": f32_list(series.values[i]),
+        }
+
+    def trajectory(self, ctx, eid, run, tag, layer, head, max_points) -> dict:
+        series = self.grid_series(ctx, eid, run, tag)
+        layers, heads = series.values.shape[1:]
+        if layer >= layers or head >= heads:
+            raise errors.NotFoundError("no head L%d H%d in a %d x %d grid" % (layer, head, layers, heads))
+        values = series.values[:, layer, head]
+        keep = minmax_indices(values, DEFAULT_MAX_POINTS if max_points is None else max_points)
+        return {
+            "run": run,
+            "tag": tag,
+            "layer": layer,
+            "head": head,
+            "numSteps": len(series.steps),
+            "steps": series.steps[keep].tolist(),
+            "values": f32_list(values[keep]),
+        }
+
+    def layer_means(self, ctx, eid, run, tag, max_points) -> dict:
+        series = self.grid_series(ctx, eid, run, tag)
+        keep = decimate_indices(len(series.steps), DEFAULT_MAX_POINTS if max_points is None else max_points)
+        means = series.layer_means()[keep]  # [n, layers]
+        return {
+            "run": run,
+            "tag": tag,
+            "numSteps": len(series.steps),
+            "steps": series.steps[keep].tolist(),
+            "means": f32_list(means.T),  # [layers][n]
+        }
+
+    def named_values(self, ctx, eid, run, tag, max_points) -> dict:
+        """A ``named_values`` series (e.g. the pattern-class shares) over steps: ``values`` is ``[names][steps]``."""
+        series = self.series(ctx, eid, run, tag, kind=md.KIND_NAMED_VALUES)
+        names = [str(n) for n in series.content.get("names", [])]
+        if series.values.ndim != 2 or series.values.shape[1] != len(names):
+            raise errors.NotFoundError("malformed series %r" % tag)
+        keep = decimate_indices(len(series.steps), DEFAULT_MAX_POINTS if max_points is None else max_points)
+        return {
+            "run": run,
+            "tag": tag,
+            "name": series.content.get("name"),
+            "names": names,
+            "numSteps": len(series.steps),
+            "steps": series.steps[keep].tolist(),
+            "values": f32_list(series.values[keep].T),
+        }
+
+    def load_grids(self, ctx, eid, run, stats) -> dict:
+        """``{stat: Series or None}`` for several heads grids of a run; cold series are read concurrently (a
+        first read of a long series mostly waits on the data server)."""
+
+        def load(stat):
+            try:
+                return self.grid_series(ctx, eid, run, md.heads_tag(stat))
+            except errors.NotFoundError:
+                return None
+
+        cold = self.uncached_tags(eid, run, [md.heads_tag(stat) for stat in stats])
+        if len(cold) > 1:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(cold)) as pool:
+                list(pool.map(load, [tag[len(md.HEADS_PREFIX) :] for tag in cold]))
+        return {stat: load(stat) for stat in stats}
+
+    def labels(self, ctx, eid, run, step) -> dict:
+        """Clark's labels of the step at or before ``step`` (latest by default), with the rules they follow;
+        without ``run``, only the rules."""
+        body = {"run": run, "step": step, "labels": None, "stepsUsed": {}, **label_rules()}
+        if run is None:
+            return body
+        grids, used = {}, {}
+        stats = list(dict.fromkeys(rule.stat for rule in rules.BEHAVIOUR_RULES))
+        for stat, series in self.load_grids(ctx, eid, run, stats).items():
+            i = None
+            if series is not None:
+                i = len(series.steps) - 1 if step is None else series.index_at_or_before(step)
+            if i is None:
+                used[stat] = None
+                continue
+            grids[stat] = series.values[i]
+            used[stat] = int(series.steps[i])
+        body["labels"] = rules.behaviour_labels(grids).tolist() if grids else None
+        body["stepsUsed"] = used
+        return body
+
+    def blob_points(self, ctx, eid, run, tag):
+        dp = self.require_provider()
+        listing = dp.list_blob_sequences(
+            ctx,
+            experiment_id=eid,
+            plugin_name=self.plugin_name,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
+        )
+        ts = listing.get(run, {}).get(tag)
+        content = md.parse_plugin_content(ts.plugin_content) if ts is not None else None
+        if content is None or content["version"] > md.FORMAT_VERSION or content["kind"] != md.KIND_ATTENTION:
+            raise errors.NotFoundError("no bertwatch attention maps for run=%r tag=%r" % (run, tag))
+        data = dp.read_blob_sequences(
+            ctx,
+            experiment_id=eid,
+            plugin_name=self.plugin_name,
+            downsample=DOWNSAMPLE,
+            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
+        )
+        points = sorted(data.get(run, {}).get(tag) or [], key=lambda d: d.step)
+        if not points:
+            raise errors.NotFoundError("no data for run=%r tag=%r" % (run, tag))
+        return points, content
+
+    def attention_maps(self, ctx, eid, run, tag, step):
+        points, content = self.blob_points(ctx, eid, run, tag)
+        if step is None:
+            point = points[-1]
+        else:
+            point = next((p for p in points if p.step == step), None)
+            if point is None:
+                raise errors.NotFoundError("no attention maps at step %d" % step)
+        key = (eid, run, tag, int(point.step), float(point.wall_time))
+        cached = self.attention_cache.get(key)
+        if cached is not None:
+            return cached[0]
+        if len(point.values) < 2:
+            raise errors.NotFoundError("malformed attention blob sequence")
+        dp = self.require_provider()
+        header_bytes = dp.read_blob(ctx, blob_key=point.values[0].blob_key)
+        maps_bytes = dp.read_blob(ctx, blob_key=point.values[1].blob_key)
+        try:
+            header = json.loads(header_bytes.decode("utf-8"))
+            layers, heads, length = int(header["layers"]), int(header["heads"]), int(header["length"])
+            tokens = [str(t) for t in header["tokens"]]
+            maps = np.frombuffer(maps_bytes, dtype="<f2").reshape(layers, heads, length, length)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise errors.NotFoundError("malformed attention blob: %s" % e) from None
+        if len(tokens) != length:
+            raise errors.NotFoundError("malformed attention blob: %d tokens, length %d" % (len(tokens), length))
+        segments = header.get("segments")
+        result = (int(point.step), float(point.wall_time), content.get("index"), tokens, segments, maps)
+        self.attention_cache.put(key, result, maps.nbytes + len(header_bytes))
+        return result
+
+    def attention(self, ctx, eid, run, tag, step, layer, head) -> dict:
+        step, wall, index, tokens, segments, maps = self.attention_maps(ctx, eid, run, tag, step)
+        layers, heads, length = maps.shape[0], maps.shape[1], maps.shape[2]
+        if layer >= layers or (head is not None and head >= heads):
+            raise errors.NotFoundError("no such layer/head in a %d x %d model" % (layers, heads))
+        selected = maps[layer] if head is None else maps[layer, head]
+        if selected.size > MAX_JSON_VALUES:
+            raise errors.InvalidArgumentError("%d values are too many for one response: pass head=" % selected.size)
+        return {
+            "run": run,
+            "tag": tag,
+            "step": step,
+            "wallTime": wall,
+            "index": index,
+            "tokens": tokens,
+            "segments": segments,
+            "layers": layers,
+            "heads": heads,
+            "length": length,
+            "layer": layer,
+            "head": head,
+            "maps": f32_list(selected),  # [heads][T][T], or [T][T] when head is given
+        }
+
+    def ablation(self, ctx, eid, run, mode) -> dict:
+        listing = self.require_provider().list_tensors(
+            ctx, experiment_id=eid, plugin_name=self.plugin_name, run_tag_filter=provider.RunTagFilter(runs=[run])
+        )
+        modes = sorted(
+            {
+                tag[len(md.ABLATION_PREFIX) :].rsplit("/", 1)[0]
+                for tag in listing.get(run, {})
+                if tag.startswith(md.ABLATION_PREFIX) and tag.endswith("/heads")
+            }
+        )
+        if not modes:
+            raise errors.NotFoundError("no ablation results in run %r" % run)
+        if mode is None:
+            mode = modes[0]
+        if mode not in modes:
+            raise errors.NotFoundError("no ablation mode %r in run %r" % (mode, run))
+        hs, heads, step = self.latest(ctx, eid, run, md.ablation_tag(mode, "heads"), md.KIND_ABLATION_HEADS)
+        _, layers_table, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "layers"), md.KIND_ABLATION_LAYERS)
+        pruning = None
+        if md.ablation_tag(mode, "pruning") in listing.get(run, {}):
+            _, curve, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning"), md.KIND_PRUNING)
+            pruning = f32_list(curve)
+        content = hs.content
+        fields = content.get("fields", list(md.ABLATION_FIELDS))
+        return {
+            "run": run,
+            "mode": mode,
+            "modes": modes,
+            "step": step,
+            "metric": content.get("metric"),
+            "baseline": content.get("baseline"),
+            "numExamples": content.get("num_examples"),
+            "fields": fields,
+            "heads": f32_list(heads),
+            "layers": f32_list(layers_table),
+            "headsQ": q_values(heads, fields),
+            "layersQ": q_values(layers_table, fields),
+            "pruning": pruning,
+        }
+
+    def embedding(self, ctx, eid, run, tag, step=None) -> dict:
+        """The head map at ``step`` (latest by default), the logged steps, and the map of the step before
+        (``previous``, None at the first), so the view can show where each head came from."""
+        series = self.series(ctx, eid, run, tag, kind=md.KIND_EMBEDDING)
+        i = len(series.steps) - 1 if step is None else series.index_of(step)
+        coords = series.values[i]
+        layers = int(series.content.get("layers", 0))
+        heads = int(series.content.get("heads", 0))
+        if coords.ndim != 2 or coords.shape[1] != 2 or coords.shape[0] != layers * heads:
+            raise errors.NotFoundError("malformed head embedding %r" % tag)
+        return {
+            "run": run,
+            "tag": tag,
+            "step": int(series.steps[i]),
+            "steps": series.steps.tolist(),
+            "name": series.content.get("name"),
+            "layers": layers,
+            "heads": heads,
+            "coords": f32_list(coords),
+            "previous": f32_list(series.values[i - 1]) if i > 0 else None,
+        }
+
+
+def q_values(table: np.ndarray, fields) -> list | None:
+    """Benjamini-Hochberg q-values over all cells of an ablation table ``[..., fields]`` (its ``p`` field), in the
+    table's shape without the field axis; None when the table has no p-values."""
+    if "p" not in fields:
+        return None
+    p = np.asarray(table, dtype=np.float64)[..., list(fields).index("p")]
+    return f32_list(benjamini_hochberg(p.ravel()).reshape(p.shape))
+
+
+def label_rules() -> dict:
+    """The labelling rules as the frontend uses them: ``rules`` (behaviour, precedence order) and ``patterns``."""
+    served = rules.rules_json()
+    return {"rules": served["behaviour"], "patterns": served["patterns"]}
