@@ -28,6 +28,7 @@ from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, pad_maps
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.sharding import ShardingError, check_sharding
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "monitor_for"]
@@ -150,6 +151,10 @@ class Monitor:
         self.close()
         model = self.model
         self.layers, self.heads = model_shape(model)
+        try:
+            check_sharding(model)
+        except ShardingError as err:
+            raise SetupError(str(err)) from err
         self.args = args
         self._state = state
         self.failed = False

@@ -1,0 +1,96 @@
+"""FSDP2 on CPU: two processes (gloo) fine-tune a tiny BERT whose weights are sharded with ``fully_shard`` while
+BertWatchCallback measures it; the grids equal one unsharded process's, one rank writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertwatch.heads.sharding import ShardingError, check_sharding, is_sharded, is_zero3
+from tests._tiny_trainer import tiny_bert, tiny_tokenizer
+
+HELPER = Path(__file__).with_name("_fsdp_train.py")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict[str, str]:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    env.pop("TENSORBOARD_LOGGING_DIR", None)
+    return env
+
+
+def _run(command: list[str], what: str, timeout: int = 90) -> None:
+    try:
+        proc = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        pytest.fail(f"{what} did not finish in {timeout} s (a rank hung in a collective?):\n{out[-3000:]}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+@pytest.mark.distributed
+def test_fsdp2_training_gives_the_single_process_grids(tmp_path: Path) -> None:
+    sharded, single = tmp_path / "fsdp", tmp_path / "single"
+    sharded.mkdir()
+    single.mkdir()
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]
+    launcher += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    _run([*launcher, str(HELPER), str(sharded)], "the 2-process FSDP2 run")
+    _run([sys.executable, str(HELPER), str(single), "single"], "the single-process run")
+
+    info = [json.loads((sharded / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [i["sharded"] for i in info] == [True, True]
+    assert [i["disabled"] for i in info] == [False, False]
+    assert info[0]["steps"] == info[1]["steps"] == [0, 2, 4]
+    assert info[0]["run_dir"] is not None and info[1]["run_dir"] is None
+
+    grids = [np.load(sharded / f"grids_rank{r}.npz") for r in (0, 1)]
+    reference = np.load(single / "grids_rank0.npz")
+    assert sorted(grids[0].files) == sorted(grids[1].files) == sorted(reference.files)
+    for name in ("4/drift_cosine", "4/head_importance", "4/entropy", "2/sep_mass"):
+        assert name in reference.files
+    for key in reference.files:
+        for rank in (0, 1):
+            np.testing.assert_allclose(grids[rank][key], reference[key], rtol=0, atol=1e-5, err_msg=f"{key} {rank}")
+    assert not np.allclose(reference["4/drift_js"], 0), "training moved nothing: the comparison proves little"
+
+    events = list(sharded.rglob("*.bertwatch"))
+    assert len(events) == 1 and str(events[0]).startswith(info[0]["run_dir"])
+    assert [c.name for c in sharded.rglob("reference.pt*")] == ["reference.pt"]
+
+
+def test_sharding_detection_and_zero3_refusal() -> None:
+    model = tiny_bert(tiny_tokenizer())
+    assert not is_sharded(model) and not is_zero3(model)
+    check_sharding(model)
+    first = next(model.parameters())
+    first.ds_id = 0  # what DeepSpeed ZeRO-3 puts on a partitioned parameter
+    try:
+        assert is_zero3(model)
+        with pytest.raises(ShardingError, match="ZeRO stage 3.*FSDP2"):
+            check_sharding(model)
+    finally:
+        del first.ds_id
+    assert isinstance(first, torch.nn.Parameter)
