@@ -4,7 +4,9 @@ loop that drives BertWatchCallback through the Trainer's callback events.
 Usage: ``torchrun --nproc_per_node 2 tests/_fsdp_train.py OUT_DIR`` (sharded, each rank trains on its half of
 every batch) or ``python tests/_fsdp_train.py OUT_DIR single`` (one process, whole batches, no FSDP). Each rank
 dumps the grids its callback measured to ``OUT_DIR/grids_rank{rank}.npz`` and what it knows to
-``OUT_DIR/rank{rank}.json``. accelerate (1.15) enables FSDP only on GPU backends (on CPU the Trainer's ``fsdp``
+``OUT_DIR/rank{rank}.json``; the callback's end-of-training sweep writes ``OUT_DIR/train/bertwatch_ablation``.
+``torchrun ... tests/_fsdp_train.py OUT_DIR sweep [die]`` runs only ``ablate`` on a sharded 3-layer model
+(``die``: rank 1 exits abruptly in the second shard, as a crashed process would). accelerate (1.15) enables FSDP only on GPU backends (on CPU the Trainer's ``fsdp``
 option silently runs DDP), so the Trainer is replaced here by the loop it would run.
 """
 
@@ -43,6 +45,46 @@ def batches(tokenizer, rank: int, world: int) -> list[dict[str, torch.Tensor]]:
     return out
 
 
+def shard(model: torch.nn.Module, world: int) -> None:
+    """FSDP2 as the Trainer applies it: each encoder layer, then the whole model."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in model.bert.encoder.layer:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def sweep(out_dir: str, die: bool) -> None:
+    """The sweep alone on a sharded model; rank 0 writes ``OUT_DIR/ablation.json``."""
+    from bertwatch.ablation import evaluate
+    from bertwatch.ablation.sweep import ablate
+
+    torch.distributed.init_process_group("gloo")
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    tokenizer = tiny_tokenizer()
+    model = tiny_bert(tokenizer, layers=3).eval()
+    shard(model, world)
+    if die and rank == 1:
+        calls = []
+        original = evaluate.run_shard_split
+
+        def crash_in_second_shard(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                os._exit(3)
+            return original(*args, **kwargs)
+
+        evaluate.run_shard_split = crash_in_second_shard
+    ablate(model, toy_texts(30, 2), tokenizer, out_dir=out_dir, **SWEEP)
+    torch.distributed.destroy_process_group()
+
+
+#: The sweep of the sweep test (also run unsharded by the test itself).
+SWEEP = dict(mode="zero", n_resamples=100, batch_size=4, shard_size=8, max_length=64, prune=False, progress=False)
+
+
 def main(out_dir: str, sharded: bool) -> None:
     if sharded:
         torch.distributed.init_process_group("gloo")
@@ -54,13 +96,7 @@ def main(out_dir: str, sharded: bool) -> None:
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0  # both runs must take identical optimiser steps
     if sharded:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = init_device_mesh("cpu", (world,))
-        for layer in model.bert.encoder.layer:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        shard(model, world)
     probe = [{"text": r["text"], "label": r["label"]} for r in toy_texts(8, 1)]
     callback = BertWatchCallback(
         every_n_steps=2,
@@ -68,7 +104,8 @@ def main(out_dir: str, sharded: bool) -> None:
         tokenizer=tokenizer,
         logging_dir=os.path.join(out_dir, "runs"),
         strict=True,
-        ablate_on_end=False,
+        ablate_on_end=True,
+        ablation_kwargs=dict(n_resamples=50, batch_size=4, shard_size=8, progress=False),
     )
     args = T.TrainingArguments(output_dir=os.path.join(out_dir, "train"), use_cpu=True, report_to="none")
     state = T.TrainerState()
@@ -76,7 +113,9 @@ def main(out_dir: str, sharded: bool) -> None:
     state.is_local_process_zero = rank == 0
     state.max_steps = STEPS
     control = T.TrainerControl()
-    events = dict(model=model, processing_class=tokenizer)
+    evaluation = toy_dataset(tokenizer, 12, 1).remove_columns("text")
+    loader = torch.utils.data.DataLoader(evaluation, batch_size=4)
+    events = dict(model=model, processing_class=tokenizer, eval_dataloader=loader)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     model.train()
     callback.on_train_begin(args, state, control, **events)
@@ -105,4 +144,7 @@ def main(out_dir: str, sharded: bool) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sharded=sys.argv[2:3] != ["single"])
+    if sys.argv[2:3] == ["sweep"]:
+        sweep(sys.argv[1], die=sys.argv[3:4] == ["die"])
+    else:
+        main(sys.argv[1], sharded=sys.argv[2:3] != ["single"])

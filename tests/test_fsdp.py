@@ -3,6 +3,7 @@ BertWatchCallback measures it; the grids equal one unsharded process's, one rank
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -79,6 +80,76 @@ def test_fsdp2_training_gives_the_single_process_grids(tmp_path: Path) -> None:
     events = list(sharded.rglob("*.bertwatch"))
     assert len(events) == 1 and str(events[0]).startswith(info[0]["run_dir"])
     assert [c.name for c in sharded.rglob("reference.pt*")] == ["reference.pt"]
+
+    two, one = (
+        json.loads((d / "train" / "bertwatch_ablation" / "ablation.json").read_text()) for d in (sharded, single)
+    )
+    assert two["config"]["processes"] == 2 and one["config"]["processes"] == 1
+    assert two["config"]["layer_reuse"] is False and one["config"]["layer_reuse"] is True
+    assert two["num_examples"] == one["num_examples"] == 12
+    sweeps = tuple(d / "train" / "bertwatch_ablation" for d in (sharded, single))
+    _assert_same_ablation(two, one, ("baseline", "heads", "layers", "keep_only", "pruning", "importance"), sweeps)
+
+
+def _numbers(value: object) -> list[float]:
+    if isinstance(value, dict):
+        return [x for k in sorted(value) for x in _numbers(value[k])]
+    if isinstance(value, list):
+        return [x for v in value for x in _numbers(v)]
+    return [float("nan") if value is None else float(value)]
+
+
+def _logits(path: Path) -> dict[tuple[int, str], np.ndarray]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {
+        (r["shard"], r["key"]): np.frombuffer(base64.b64decode(r["logits"]), np.float32).reshape(r["shape"])
+        for r in rows
+    }
+
+
+def _assert_same_ablation(two: dict, one: dict, keys: tuple[str, ...], dirs: tuple[Path, Path]) -> None:
+    """Every configuration's logits (the resumable stores) to 1e-5 and every reported number alike."""
+    a, b = (_logits(d / "partial.jsonl") for d in dirs)
+    assert sorted(a) == sorted(b) and len(a) > 0
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=0, atol=1e-5, err_msg=str(key))
+    for key in keys:
+        np.testing.assert_allclose(_numbers(two[key]), _numbers(one[key]), atol=1e-5, err_msg=key)
+
+
+@pytest.mark.distributed
+def test_sharded_sweep_resumes_after_a_rank_dies(tmp_path: Path) -> None:
+    from bertwatch.ablation.sweep import ablate
+    from tests._fsdp_train import SWEEP
+    from tests._tiny_trainer import toy_texts
+
+    out = tmp_path / "two"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]
+    launcher += ["--master_addr", "127.0.0.1"]
+    crashed = subprocess.run(
+        [*launcher, "--master_port", str(_free_port()), str(HELPER), str(out), "sweep", "die"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert crashed.returncode != 0 and not (out / "ablation.json").exists()
+    before = (out / "partial.jsonl").read_text().splitlines()
+    configs = 1 + 12 + 3 + 12  # baseline, heads, layers, keep-only of 3 layers x 4 heads
+    assert len(before) == configs and {json.loads(r)["shard"] for r in before} == {0}
+
+    _run([*launcher, "--master_port", str(_free_port()), str(HELPER), str(out), "sweep"], "the resumed sweep")
+    rows = [json.loads(r) for r in (out / "partial.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * configs and len({(r["shard"], r["key"]) for r in rows}) == 4 * configs
+    two = json.loads((out / "ablation.json").read_text())
+    assert two["config"]["processes"] == 2
+
+    torch.set_num_threads(1)
+    tokenizer = tiny_tokenizer()
+    model = tiny_bert(tokenizer, layers=3).eval()
+    one = ablate(model, toy_texts(30, 2), tokenizer, out_dir=tmp_path / "one", **SWEEP).to_json()
+    _assert_same_ablation(two, one, ("baseline", "heads", "layers", "keep_only"), (out, tmp_path / "one"))
+    assert two["num_examples"] == one["num_examples"] == 30
 
 
 def test_sharding_detection_and_zero3_refusal() -> None:

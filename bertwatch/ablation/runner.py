@@ -13,6 +13,7 @@ from torch import nn
 
 from bertwatch.ablation.configs import MODES
 from bertwatch.heads.capture import Intervention, capture, model_shape
+from bertwatch.heads.sharding import is_sharded
 
 #: Families whose encoder is a ``ModuleList`` of layers called in order with (hidden, mask): layer reuse works.
 _REUSE_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "distilbert")
@@ -160,7 +161,11 @@ def _first_token_layer(model: nn.Module, layers: nn.ModuleList | None) -> nn.Mod
 
 
 class Runner:
-    """Evaluates stacked configurations on one batch, reusing the baseline's states below the first disabled layer."""
+    """Evaluates stacked configurations on one batch, reusing the baseline's states below the first disabled layer.
+
+    Sharded weights (FSDP) gather each layer's parameters in that layer's own forward hooks, which swapped or
+    partly called layers would bypass: a sharded model runs every layer whole (no reuse).
+    """
 
     def __init__(self, model: nn.Module, mode: str, reuse: bool = True):
         if mode not in MODES:
@@ -168,6 +173,8 @@ class Runner:
         self.model = model
         self.mode = mode
         self.num_layers, self.num_heads = model_shape(model)
+        self.sharded = is_sharded(model)
+        reuse = reuse and not self.sharded
         self.layers = _layer_list(model, self.num_layers) if reuse else None
         self.last = _first_token_layer(model, self.layers) if reuse else None
         self.device = next(model.parameters()).device

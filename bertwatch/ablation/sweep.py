@@ -92,6 +92,8 @@ def fingerprint(model: nn.Module, data: EvalData, mode: str, batch_size: int, sh
     digest = hashlib.sha1(f"{mode}|{batch_size}|{shard_size}|{type(model).__name__}".encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()  # a shard (FSDP2): every process gathers the same whole tensor
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     for feature in data.features:
         digest.update(json.dumps(feature, sort_keys=True).encode())
@@ -170,7 +172,14 @@ def ablate(
     data = EvalData(features, labels)
     make_batches(data, batch_size, shard_size, int(pad_id))
     runner = Runner(model, mode, reuse=reuse)
-    processes = Processes(distributed, cpu=runner.device.type == "cpu")
+    if runner.sharded and distributed is False:
+        raise ValueError(
+            "the model's weights are sharded (FSDP), so every process must run the sweep together: call ablate() "
+            "on every process with distributed=None or True"
+        )
+    processes = Processes(
+        True if runner.sharded else distributed, cpu=runner.device.type == "cpu", sharded=runner.sharded
+    )
     if configs_per_batch is None:
         rows = 1024 if runner.device.type == "cuda" else 128
         configs_per_batch = max(1, rows // batch_size)

@@ -11,6 +11,7 @@ from transformers import TrainerCallback
 
 from bertwatch.ablation.configs import MODES
 from bertwatch.ablation.sweep import ablate
+from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
 
 
@@ -26,7 +27,8 @@ def run_ablation_on_trainer(
     ``metric_for_best_model``, eval batch size and global step (``kwargs`` override any of them).
 
     Meant for one process (``BertWatchCallback`` calls it on world process zero), so it does not split the work
-    across processes unless ``distributed=True`` is passed and every process calls it.
+    across processes unless ``distributed=True`` is passed and every process calls it; a sharded (FSDP) model
+    is always swept by every process together.
     """
     trainer = trainer_or_model if hasattr(trainer_or_model, "model") and hasattr(trainer_or_model, "args") else None
     model = trainer.model if trainer is not None else trainer_or_model
@@ -41,7 +43,7 @@ def run_ablation_on_trainer(
                 settings["greater_is_better"] = bool(args.greater_is_better)
         settings["batch_size"] = int(getattr(args, "per_device_eval_batch_size", 32) or 32)
         settings["step"] = int(getattr(trainer.state, "global_step", 0))
-    settings["distributed"] = False
+    settings["distributed"] = is_sharded(model)  # sharded weights: every process must run the sweep together
     settings.update(kwargs)
     if isinstance(eval_dataset, dict):
         eval_dataset = next(iter(eval_dataset.values()))

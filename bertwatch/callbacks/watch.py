@@ -19,6 +19,7 @@ from bertwatch.callbacks._context import find_context
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = [
@@ -325,7 +326,8 @@ class BertWatchCallback(_WatchCallback):
             raise SetupError("ablate_on_end=True needs an eval_dataset on the Trainer to disable heads on")
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
-        if not self.ablate_on_end or not getattr(state, "is_world_process_zero", True):
+        sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
+        if not self.ablate_on_end or not (sharded or getattr(state, "is_world_process_zero", True)):
             return
         from bertwatch.callbacks.ablation import run_ablation_on_trainer
 
