@@ -275,3 +275,38 @@ def state_saver(states: list, index: int) -> Callable:
         states[index] = hidden.detach()
 
     return save
+
+
+#: Share of the accelerator's free memory that stacked configurations may fill (the rest: allocator slack, cache).
+MEMORY_SHARE = 0.5
+#: Rows (examples x configurations) per forward on a CPU, where stacking past a few hundred rows gains nothing.
+CPU_ROWS = 128
+#: Upper bound on configurations per forward, whatever the memory.
+MAX_CONFIGS = 512
+
+
+def row_bytes(config: Any, length: int, dtype_bytes: int) -> int:
+    """Peak activation bytes of one example row in one encoder layer at sequence ``length`` in inference: the
+    scores, float32 softmax, probabilities and intervention temporaries ``[heads, L, L]`` and the hidden-size
+    tensors (query, key, value, context, output, residual, intermediate) ``[L, ...]``."""
+    heads, hidden = int(config.num_attention_heads), int(config.hidden_size)
+    intermediate = int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden)
+    attention = heads * length * length * (3 * dtype_bytes + 4)
+    states = length * (6 * hidden + intermediate) * dtype_bytes
+    return attention + states
+
+
+def configs_that_fit(free_bytes: int, batch_size: int, per_row: int) -> int:
+    """How many configurations of ``batch_size`` rows each fit in ``MEMORY_SHARE`` of ``free_bytes``."""
+    fit = int(MEMORY_SHARE * free_bytes) // max(1, batch_size * per_row)
+    return max(1, min(MAX_CONFIGS, fit))
+
+
+def default_configs_per_batch(model: nn.Module, device: torch.device, batch_size: int, length: int) -> int:
+    """Configurations stacked per forward: on CUDA as many as fit in the free memory at the longest ``length``;
+    elsewhere ``CPU_ROWS`` rows."""
+    if device.type != "cuda":
+        return max(1, CPU_ROWS // batch_size)
+    free, _total = torch.cuda.mem_get_info(device)
+    dtype_bytes = next(model.parameters()).element_size()
+    return configs_that_fit(free, batch_size, row_bytes(model.config, length, dtype_bytes))

@@ -41,7 +41,7 @@ from bertwatch.ablation.configs import MODES, sweep_configs
 from bertwatch.ablation.evaluate import evaluate_configs
 from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
 from bertwatch.ablation.pruning import head_importance, pruning_curve
-from bertwatch.ablation.runner import Runner, model_type
+from bertwatch.ablation.runner import Runner, default_configs_per_batch, model_type
 from bertwatch.ablation.scoring import make_metric, settle_metric
 from bertwatch.ablation.store import Processes, Store
 from bertwatch.heads.capture import model_shape
@@ -181,8 +181,8 @@ def ablate(
         True if runner.sharded else distributed, cpu=runner.device.type == "cpu", sharded=runner.sharded
     )
     if configs_per_batch is None:
-        rows = 1024 if runner.device.type == "cuda" else 128
-        configs_per_batch = max(1, rows // batch_size)
+        longest = max(len(f["input_ids"]) for f in features)
+        configs_per_batch = default_configs_per_batch(model, runner.device, batch_size, longest)
     metric_spec = make_metric(task, compute_metrics, metric, labels, regression)
     out_path = Path(out_dir) if out_dir is not None else None
     run_id = fingerprint(model, data, mode, batch_size, shard_size)
