@@ -5,8 +5,9 @@ Usage: ``torchrun --nproc_per_node 2 tests/_fsdp_train.py OUT_DIR`` (sharded, ea
 every batch) or ``python tests/_fsdp_train.py OUT_DIR single`` (one process, whole batches, no FSDP). Each rank
 dumps the grids its callback measured to ``OUT_DIR/grids_rank{rank}.npz`` and what it knows to
 ``OUT_DIR/rank{rank}.json``; the callback's end-of-training sweep writes ``OUT_DIR/train/bertwatch_ablation``.
-``torchrun ... tests/_fsdp_train.py OUT_DIR sweep [die]`` runs only ``ablate`` on a sharded 3-layer model
-(``die``: rank 1 exits abruptly in the second shard, as a crashed process would). accelerate (1.15) enables FSDP only on GPU backends (on CPU the Trainer's ``fsdp``
+``torchrun ... tests/_fsdp_train.py OUT_DIR sweep [die|apart]`` runs only ``ablate`` on a sharded 3-layer model
+(``die``: rank 1 exits abruptly in the second shard, as a crashed process would; ``apart``: rank 1 gets a folder
+of its own, as on another machine without a shared filesystem). accelerate (1.15) enables FSDP only on GPU backends (on CPU the Trainer's ``fsdp``
 option silently runs DDP), so the Trainer is replaced here by the loop it would run.
 """
 
@@ -56,7 +57,7 @@ def shard(model: torch.nn.Module, world: int) -> None:
     fully_shard(model, mesh=mesh)
 
 
-def sweep(out_dir: str, die: bool) -> None:
+def sweep(out_dir: str, die: bool, apart: bool) -> None:
     """The sweep alone on a sharded model; rank 0 writes ``OUT_DIR/ablation.json``."""
     from bertwatch.ablation import evaluate
     from bertwatch.ablation.sweep import ablate
@@ -77,7 +78,8 @@ def sweep(out_dir: str, die: bool) -> None:
             return original(*args, **kwargs)
 
         evaluate.run_shard_split = crash_in_second_shard
-    ablate(model, toy_texts(30, 2), tokenizer, out_dir=out_dir, **SWEEP)
+    folder = os.path.join(out_dir, "elsewhere") if apart and rank == 1 else out_dir
+    ablate(model, toy_texts(30, 2), tokenizer, out_dir=folder, **SWEEP)
     torch.distributed.destroy_process_group()
 
 
@@ -145,6 +147,6 @@ def main(out_dir: str, sharded: bool) -> None:
 
 if __name__ == "__main__":
     if sys.argv[2:3] == ["sweep"]:
-        sweep(sys.argv[1], die=sys.argv[3:4] == ["die"])
+        sweep(sys.argv[1], die=sys.argv[3:4] == ["die"], apart=sys.argv[3:4] == ["apart"])
     else:
         main(sys.argv[1], sharded=sys.argv[2:3] != ["single"])

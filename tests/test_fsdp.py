@@ -118,7 +118,7 @@ def _assert_same_ablation(two: dict, one: dict, keys: tuple[str, ...], dirs: tup
 
 
 @pytest.mark.distributed
-def test_sharded_sweep_resumes_after_a_rank_dies(tmp_path: Path) -> None:
+def test_sharded_sweep_resumes_after_a_rank_dies_even_on_another_machine(tmp_path: Path) -> None:
     from bertwatch.ablation.sweep import ablate
     from tests._fsdp_train import SWEEP
     from tests._tiny_trainer import toy_texts
@@ -138,7 +138,9 @@ def test_sharded_sweep_resumes_after_a_rank_dies(tmp_path: Path) -> None:
     configs = 1 + 12 + 3 + 12  # baseline, heads, layers, keep-only of 3 layers x 4 heads
     assert len(before) == configs and {json.loads(r)["shard"] for r in before} == {0}
 
-    _run([*launcher, "--master_port", str(_free_port()), str(HELPER), str(out), "sweep"], "the resumed sweep")
+    # resumed with rank 1 blind to rank 0's partial.jsonl (another machine): it gets rank 0's view
+    _run([*launcher, "--master_port", str(_free_port()), str(HELPER), str(out), "sweep", "apart"], "the resumed sweep")
+    assert not (out / "elsewhere").exists()
     rows = [json.loads(r) for r in (out / "partial.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * configs and len({(r["shard"], r["key"]) for r in rows}) == 4 * configs
     two = json.loads((out / "ablation.json").read_text())

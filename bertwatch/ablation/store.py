@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -129,6 +130,19 @@ class Processes:
         from accelerate.utils import gather_object
 
         return list(gather_object(local))
+
+    def share(self, store: Store) -> None:
+        """Give every process rank 0's view of ``store``: on several machines only rank 0's ``partial.jsonl`` is
+        written, and every process must agree on what is left to evaluate (or their collectives would not match)."""
+        if self.world == 1:
+            return
+        from accelerate.utils import broadcast_object_list, gather_object
+
+        digest = hashlib.sha1(json.dumps(sorted(f"{s}:{k}" for s, k in store.entries)).encode()).hexdigest()
+        if len(set(gather_object([digest]))) > 1:
+            payload = [store.entries if self.is_main else None]
+            broadcast_object_list(payload, from_process=0)
+            store.entries = payload[0]
 
     def barrier(self) -> None:
         if self.state is not None:

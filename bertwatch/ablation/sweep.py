@@ -188,6 +188,7 @@ def ablate(
     run_id = fingerprint(model, data, mode, batch_size, shard_size)
     store = Store(out_path / "partial.jsonl" if (out_path is not None and resume) else None, run_id, processes.is_main)
     processes.barrier()
+    processes.share(store)
 
     configs = sweep_configs(num_layers, num_heads, keep_only=keep_only)
     with torch.inference_mode():
