@@ -167,3 +167,18 @@ def test_sharding_detection_and_zero3_refusal() -> None:
     finally:
         del first.ds_id
     assert isinstance(first, torch.nn.Parameter)
+
+
+def test_every_rank_runs_as_many_batches_and_together_they_cover_all() -> None:
+    from bertwatch.ablation.store import Processes
+
+    for world in (1, 2, 3):
+        for count in (0, 1, 2, 5, 7):
+            shares = []
+            for rank in range(world):
+                processes = Processes(False)
+                processes.rank, processes.world = rank, world
+                shares.append(processes.share_batches(count))
+            assert len({len(s) for s in shares}) == 1 and len(shares[0]) == -(-count // world)
+            assert sorted(set().union(*map(set, shares))) == list(range(count)) or count == 0
+            assert all(b in range(max(count, 1)) for s in shares for b in s)
