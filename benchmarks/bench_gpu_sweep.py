@@ -35,6 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _shapes import SHAPES, device_and_dtype, random_classifier, random_rows, timed  # noqa: E402
 
 
+def on(inputs: dict, device: torch.device) -> dict:
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
 def naive_capture(model, batches, configs, mode: str) -> dict[str, np.ndarray]:
     """Each configuration on its own: one full forward per batch through bertwatch's attention."""
     from bertwatch.heads.capture import Intervention, capture
@@ -43,7 +47,9 @@ def naive_capture(model, batches, configs, mode: str) -> dict[str, np.ndarray]:
     for config in configs:
         intervention = Intervention.disable(torch.as_tensor(config.mask), mode)
         with torch.inference_mode(), capture(model, record=False, intervention=intervention):
-            out[config.id] = np.concatenate([model(**b.inputs).logits.float().cpu().numpy() for b in batches])
+            out[config.id] = np.concatenate(
+                [model(**on(b.inputs, model.device)).logits.float().cpu().numpy() for b in batches]
+            )
     return out
 
 
