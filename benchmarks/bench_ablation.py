@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier timings)")
     parser.add_argument("--train-steps", type=int, default=60)
     parser.add_argument("--naive-batches", choices=("sorted", "file"), default="sorted")
+    parser.add_argument(
+        "--configs-per-batch", type=int, default=None, help="configurations stacked per forward (default: ablate's)"
+    )
     parser.add_argument("--no-keep-only", action="store_true")
     parser.add_argument("--no-prune", action="store_true")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -171,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 mode=opts.mode,
                 out_dir=Path(tmp) / "sweep",
                 batch_size=opts.batch_size,
+                configs_per_batch=opts.configs_per_batch,
                 keep_only=not opts.no_keep_only,
                 prune=not opts.no_prune,
                 resume=False,
@@ -239,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         "pruning_steps": len(pruning),
         "mode": opts.mode,
         "threads": opts.threads,
+        "configs_per_batch": cpb,
         "naive_batches": opts.naive_batches,
         "baseline_accuracy": round(result.baseline, 4),
         "times_s": {k: {"wall": round(v[0], 2), "cpu": round(v[1], 2)} for k, v in times.items()},

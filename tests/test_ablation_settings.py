@@ -31,8 +31,6 @@ def test_defaults_overrides_and_refusals() -> None:
         AblationSettings(prune_step=0)
     with pytest.raises(AttributeError):
         s.mode = "zero"  # frozen
-    assert AblationSettings(batch_size=32).resolved_configs_per_batch("cpu") == 4
-    assert AblationSettings(batch_size=32).resolved_configs_per_batch("cuda") == 32
 
 
 def test_settings_object_and_keywords_give_the_same_sweep() -> None:

@@ -53,6 +53,25 @@ def run_shard(
     return {cid: np.concatenate(chunks, axis=0) for cid, chunks in parts.items()}
 
 
+def run_shard_split(
+    runner: Runner,
+    batches: Sequence[EvalBatch],
+    configs: Sequence[HeadMask],
+    configs_per_batch: int,
+    processes: Processes,
+) -> dict[str, np.ndarray]:
+    """``run_shard`` for sharded weights: every process runs every configuration on its share of the batches, in
+    step (the same number of forward passes each), and gets back the whole shard's logits."""
+    local = [
+        (b, run_shard(runner, [batches[b]], configs, configs_per_batch, None))
+        for b in processes.share_batches(len(batches))
+    ]
+    found: dict[int, dict[str, np.ndarray]] = {}
+    for b, logits in processes.gather_pairs(local):
+        found[b] = logits
+    return {c.id: np.concatenate([found[b][c.id] for b in range(len(batches))], axis=0) for c in configs}
+
+
 def progress_bar(enabled: bool, total: int, desc: str, unit: str) -> Any:
     if not enabled:
         return None
@@ -83,15 +102,19 @@ def evaluate_configs(
         for s, shard in enumerate(data.shards):
             found = {c.id: store.get(s, c) for c in configs}
             todo = [c for c in configs if found[c.id] is None]
-            if todo:
+            if todo and processes.sharded and processes.world > 1:
+                gathered = run_shard_split(runner, shard, todo, configs_per_batch, processes)
+                if bar is not None:
+                    bar.update(sum(b.size for b in shard) * len(todo))
+            elif todo:
                 mine = processes.split(todo, runner.num_layers)
                 local = run_shard(runner, shard, mine, configs_per_batch, bar)
                 gathered = processes.gather(local)
-                for c in todo:
-                    store.put(s, c, gathered[c.id])
-                    found[c.id] = gathered[c.id]
                 if bar is not None and processes.world > 1:
                     bar.update(sum(b.size for b in shard) * (len(todo) - len(mine)))
+            for c in todo:
+                store.put(s, c, gathered[c.id])
+                found[c.id] = gathered[c.id]
             for c in configs:
                 parts[c.id].append(found[c.id])
     finally:

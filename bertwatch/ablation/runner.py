@@ -13,6 +13,7 @@ from torch import nn
 
 from bertwatch.ablation.configs import MODES
 from bertwatch.heads.capture import Intervention, capture, model_shape
+from bertwatch.heads.sharding import is_sharded
 
 #: Families whose encoder is a ``ModuleList`` of layers called in order with (hidden, mask): layer reuse works.
 _REUSE_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "distilbert")
@@ -160,7 +161,11 @@ def _first_token_layer(model: nn.Module, layers: nn.ModuleList | None) -> nn.Mod
 
 
 class Runner:
-    """Evaluates stacked configurations on one batch, reusing the baseline's states below the first disabled layer."""
+    """Evaluates stacked configurations on one batch, reusing the baseline's states below the first disabled layer.
+
+    Sharded weights (FSDP) gather each layer's parameters in that layer's own forward hooks, which swapped or
+    partly called layers would bypass: a sharded model runs every layer whole (no reuse).
+    """
 
     def __init__(self, model: nn.Module, mode: str, reuse: bool = True):
         if mode not in MODES:
@@ -168,6 +173,8 @@ class Runner:
         self.model = model
         self.mode = mode
         self.num_layers, self.num_heads = model_shape(model)
+        self.sharded = is_sharded(model)
+        reuse = reuse and not self.sharded
         self.layers = _layer_list(model, self.num_layers) if reuse else None
         self.last = _first_token_layer(model, self.layers) if reuse else None
         self.device = next(model.parameters()).device
@@ -286,3 +293,38 @@ def state_saver(states: list, index: int) -> Callable:
         states[index] = hidden.detach()
 
     return save
+
+
+#: Share of the accelerator's free memory that stacked configurations may fill (the rest: allocator slack, cache).
+MEMORY_SHARE = 0.5
+#: Rows (examples x configurations) per forward on a CPU, where stacking past a few hundred rows gains nothing.
+CPU_ROWS = 128
+#: Upper bound on configurations per forward, whatever the memory.
+MAX_CONFIGS = 512
+
+
+def row_bytes(config: Any, length: int, dtype_bytes: int) -> int:
+    """Peak activation bytes of one example row in one encoder layer at sequence ``length`` in inference: the
+    scores, float32 softmax, probabilities and intervention temporaries ``[heads, L, L]`` and the hidden-size
+    tensors (query, key, value, context, output, residual, intermediate) ``[L, ...]``."""
+    heads, hidden = int(config.num_attention_heads), int(config.hidden_size)
+    intermediate = int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden)
+    attention = heads * length * length * (3 * dtype_bytes + 4)
+    states = length * (6 * hidden + intermediate) * dtype_bytes
+    return attention + states
+
+
+def configs_that_fit(free_bytes: int, batch_size: int, per_row: int) -> int:
+    """How many configurations of ``batch_size`` rows each fit in ``MEMORY_SHARE`` of ``free_bytes``."""
+    fit = int(MEMORY_SHARE * free_bytes) // max(1, batch_size * per_row)
+    return max(1, min(MAX_CONFIGS, fit))
+
+
+def default_configs_per_batch(model: nn.Module, device: torch.device, batch_size: int, length: int) -> int:
+    """Configurations stacked per forward: on CUDA as many as fit in the free memory at the longest ``length``;
+    elsewhere ``CPU_ROWS`` rows."""
+    if device.type != "cuda":
+        return max(1, CPU_ROWS // batch_size)
+    free, _total = torch.cuda.mem_get_info(device)
+    dtype_bytes = next(model.parameters()).element_size()
+    return configs_that_fit(free, batch_size, row_bytes(model.config, length, dtype_bytes))

@@ -86,10 +86,3 @@ class AblationSettings:
         if not isinstance(base, cls):
             raise TypeError(f"settings must be an AblationSettings, not {type(base).__name__}")
         return dataclasses.replace(base, **overrides) if overrides else base
-
-    def resolved_configs_per_batch(self, device_type: str) -> int:
-        """``configs_per_batch``, or enough configurations for ~1024 rows on a GPU (~128 on a CPU)."""
-        if self.configs_per_batch is not None:
-            return int(self.configs_per_batch)
-        rows = 1024 if device_type == "cuda" else 128
-        return max(1, rows // self.batch_size)

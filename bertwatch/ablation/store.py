@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -65,10 +66,16 @@ class Store:
 
 
 class Processes:
-    """This process's share of the configurations; one process unless launched with accelerate / torchrun."""
+    """This process's share of the work; one process unless launched with accelerate / torchrun.
 
-    def __init__(self, distributed: bool | None, cpu: bool = False):
+    Replicated models (DDP, or one copy per process) split the configurations. With ``sharded`` weights (FSDP)
+    every forward pass is a collective, so every process runs every configuration, in the same order, on its
+    share of each shard's batches instead.
+    """
+
+    def __init__(self, distributed: bool | None, cpu: bool = False, sharded: bool = False):
         self.state = None
+        self.sharded = bool(sharded)
         world = int(os.environ.get("WORLD_SIZE", "1"))
         initialised = torch.distributed.is_available() and torch.distributed.is_initialized()
         if distributed or (distributed is None and (world > 1 or initialised)):
@@ -84,7 +91,7 @@ class Processes:
 
     def split(self, configs: Sequence[HeadMask], num_layers: int) -> list[HeadMask]:
         """Balance the cost (layers to run) across processes, then let accelerate hand out the contiguous parts."""
-        if self.world == 1:
+        if self.world == 1 or self.sharded:
             return list(configs)
         ranked = sorted(configs, key=lambda c: (-(num_layers - min(c.start_layer, num_layers - 1)), c.id))
         base, extra = divmod(len(ranked), self.world)
@@ -100,12 +107,42 @@ class Processes:
         with self.state.split_between_processes(arranged) as mine:
             return list(mine)
 
+    def share_batches(self, count: int) -> list[int]:
+        """The batch indices this process runs (every ``world``-th), padded by repeating one so that every process
+        runs the same number of forward passes (``ceil(count / world)``), as sharded weights require."""
+        mine = list(range(self.rank, count, self.world))
+        rounds = -(-count // self.world)
+        while len(mine) < rounds:
+            mine.append(mine[-1] if mine else 0)
+        return mine
+
     def gather(self, local: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.world == 1:
             return local
         from accelerate.utils import gather_object
 
         return dict(gather_object(list(local.items())))
+
+    def gather_pairs(self, local: list[tuple]) -> list[tuple]:
+        """Every process's ``local`` items, concatenated in rank order."""
+        if self.world == 1:
+            return list(local)
+        from accelerate.utils import gather_object
+
+        return list(gather_object(local))
+
+    def share(self, store: Store) -> None:
+        """Give every process rank 0's view of ``store``: on several machines only rank 0's ``partial.jsonl`` is
+        written, and every process must agree on what is left to evaluate (or their collectives would not match)."""
+        if self.world == 1:
+            return
+        from accelerate.utils import broadcast_object_list, gather_object
+
+        digest = hashlib.sha1(json.dumps(sorted(f"{s}:{k}" for s, k in store.entries)).encode()).hexdigest()
+        if len(set(gather_object([digest]))) > 1:
+            payload = [store.entries if self.is_main else None]
+            broadcast_object_list(payload, from_process=0)
+            store.entries = payload[0]
 
     def barrier(self) -> None:
         if self.state is not None:

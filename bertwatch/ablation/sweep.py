@@ -43,7 +43,7 @@ from bertwatch.ablation.configs import HeadMask, sweep_configs
 from bertwatch.ablation.evaluate import evaluate_configs
 from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
 from bertwatch.ablation.pruning import head_importance, pruning_curve
-from bertwatch.ablation.runner import Runner, model_type
+from bertwatch.ablation.runner import Runner, default_configs_per_batch, model_type
 from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
@@ -88,6 +88,8 @@ def fingerprint(model: nn.Module, data: EvalData, mode: str, batch_size: int, sh
     digest = hashlib.sha1(f"{mode}|{batch_size}|{shard_size}|{type(model).__name__}".encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()  # a shard (FSDP2): every process gathers the same whole tensor
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     for feature in data.features:
         digest.update(json.dumps(feature, sort_keys=True).encode())
@@ -150,7 +152,14 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
     if task.type in ("token-classification", "question-answering", "masked-lm"):
         runner.pad_to = max(len(f["input_ids"]) for f in features)
     runner.token_nll = task.type == "masked-lm"
-    processes = Processes(s.distributed, cpu=runner.device.type == "cpu")
+    if runner.sharded and s.distributed is False:
+        raise ValueError(
+            "the model's weights are sharded (FSDP), so every process must run the sweep together: call ablate() "
+            "on every process with distributed=None or True"
+        )
+    processes = Processes(
+        True if runner.sharded else s.distributed, cpu=runner.device.type == "cpu", sharded=runner.sharded
+    )
     parts = task_parts(task, labels, references) if compute_metrics is None else None
     if parts is not None:
         metric = parts_metric(parts[0], parts[1], labels, s.metric)
@@ -162,6 +171,11 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
         out_path / "partial.jsonl" if (out_path is not None and s.resume) else None, run_id, processes.is_main
     )
     processes.barrier()
+    processes.share(store)
+    configs_per_batch = s.configs_per_batch
+    if configs_per_batch is None:
+        longest = max(len(f["input_ids"]) for f in features)
+        configs_per_batch = default_configs_per_batch(model, runner.device, s.batch_size, longest)
     return Prepared(
         model,
         s,
@@ -172,7 +186,7 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
         data,
         runner,
         processes,
-        s.resolved_configs_per_batch(runner.device.type),
+        int(configs_per_batch),
         metric,
         store,
         compute_metrics,

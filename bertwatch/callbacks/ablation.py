@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 from bertwatch.ablation.configs import MODES
 from bertwatch.ablation.sweep import ablate
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
+from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
 
 __all__ = ["AblationCallback", "run_ablation_on_trainer", "trainer_ablation_kwargs"]
@@ -52,8 +53,9 @@ def run_ablation_on_trainer(
 ) -> AblationResult:
     """Run :func:`ablate` with what a ``Trainer`` knows (:func:`trainer_ablation_kwargs`); ``kwargs`` override.
 
-    Meant for one process, so it does not split the work across processes unless ``distributed=True`` is passed
-    and every process calls it.
+    Meant for one process (``BertWatchCallback`` calls it on world process zero), so it does not split the work
+    across processes unless ``distributed=True`` is passed and every process calls it; a sharded (FSDP) model
+    is always swept by every process together.
     """
     trainer = trainer_or_model if hasattr(trainer_or_model, "model") and hasattr(trainer_or_model, "args") else None
     model = trainer.model if trainer is not None else trainer_or_model
@@ -65,7 +67,7 @@ def run_ablation_on_trainer(
             processing_class=getattr(trainer, "processing_class", None),
             step=getattr(trainer.state, "global_step", 0),
         )
-    settings = {"distributed": False, **settings, **kwargs}
+    settings = {**settings, "distributed": is_sharded(model), **kwargs}  # sharded: every process sweeps
     if isinstance(eval_dataset, dict):
         eval_dataset = next(iter(eval_dataset.values()))
     return ablate(model, eval_dataset, mode=mode, out_dir=out_dir, writer=writer, **settings)

@@ -38,6 +38,7 @@ from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.patterns import pattern_shares, uniform_baselines
+from bertwatch.heads.sharding import ShardingError, check_sharding
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
 from bertwatch.heads.unwrap import select_inputs, unwrap
 
@@ -171,6 +172,10 @@ class Monitor:
         self.close()
         model = self.model
         self.layers, self.heads = model_shape(model)
+        try:
+            check_sharding(model)
+        except ShardingError as err:
+            raise SetupError(str(err)) from err
         unwrapped = unwrap(model)
         self._encoder = weakref.ref(unwrapped.model)
         self.args = args

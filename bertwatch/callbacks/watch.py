@@ -22,6 +22,7 @@ from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monit
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
+from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = [
@@ -390,7 +391,8 @@ class BertWatchCallback(WatchCallback):
             )
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
-        if self.ablation is None or not getattr(state, "is_world_process_zero", True):
+        sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
+        if self.ablation is None or not (sharded or getattr(state, "is_world_process_zero", True)):
             return
         writer = self.monitor.writer if self.monitor is not None else None
         results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=False)
