@@ -31,7 +31,7 @@ LAYERS = {
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 LONG_REASON = "Long because"  # a function over MAX_FUNCTION_LINES says why in its docstring with this marker
-EXEMPT_FROM_LAYERS = {"bertwatch"}  # the root __init__ only names things lazily
+EXEMPT_FROM_LAYERS = {"bertwatch", "bertwatch.__main__"}  # the lazy root and `python -m bertwatch`
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def internal_targets(imp: Import) -> list[str]:
 
 def subpackage(name: str) -> str | None:
     parts = name.split(".")
-    return parts[1] if len(parts) > 1 else None
+    return parts[1] if len(parts) > 1 and name not in EXEMPT_FROM_LAYERS else None
 
 
 def import_graph() -> dict[str, set[str]]:

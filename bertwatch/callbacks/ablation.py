@@ -84,6 +84,8 @@ class AblationCallback(TrainerCallback):
     only if the Trainer evaluated during training.
     """
 
+    is_bertwatch = True  # not a metrics tracker: callbacks.tracking skips it
+
     def __init__(
         self,
         modes: str | Sequence[str] = ("uniform",),

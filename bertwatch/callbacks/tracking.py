@@ -86,20 +86,16 @@ def reported_trackers(args: Any) -> list[str]:
 
 def _not_trackers() -> tuple[type, ...]:
     """Callbacks that receive ``on_log`` but are not trackers: progress display, flow control, TensorBoard
-    (bertwatch writes the same layer means there itself, as ``bertwatch_layers/...``) and bertwatch's own."""
+    (bertwatch writes the same layer means there itself, as ``bertwatch_layers/...``); bertwatch's own callbacks
+    say so with ``is_bertwatch``."""
     from transformers.integrations import TensorBoardCallback
     from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback
-
-    from bertwatch.callbacks.ablation import AblationCallback
-    from bertwatch.callbacks.watch import WatchCallback
 
     skipped: list[type] = [
         DefaultFlowCallback,
         PrinterCallback,
         ProgressCallback,
         TensorBoardCallback,
-        WatchCallback,
-        AblationCallback,
     ]
     try:
         from transformers.utils.notebook import NotebookProgressCallback
@@ -112,7 +108,7 @@ def _not_trackers() -> tuple[type, ...]:
 
 def is_tracker(callback: Any) -> bool:
     """Whether ``callback`` is one the Trainer reports metrics to (anything with ``on_log`` but the above)."""
-    return not isinstance(callback, _not_trackers())
+    return not getattr(callback, "is_bertwatch", False) and not isinstance(callback, _not_trackers())
 
 
 def send_to_trackers(

@@ -56,6 +56,8 @@ class WatchCallback(TrainerCallback):
     statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
 
+    is_bertwatch = True  # not a metrics tracker: callbacks.tracking skips it
+
     default_stats: tuple[str, ...] = ()
 
     def __init__(
