@@ -67,6 +67,8 @@ def _train(tmp_path, model, dataset_fn, collator, callbacks):
         data_collator=collator(tokenizer),
         callbacks=callbacks,
     )
+    for callback in callbacks:
+        callback.set_trainer(trainer)  # what bertwatch.watch does: the eval set comes from the Trainer
     trainer.train()
 
 

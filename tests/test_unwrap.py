@@ -173,6 +173,7 @@ def test_trainer_on_a_compiled_model_measures_the_eager_oracle(tok, tmp_path) ->
         data_collator=T.DataCollatorWithPadding(tok),
         callbacks=[callback],
     )
+    callback.set_trainer(trainer)  # the probe set comes from the eval set, as with bertwatch.watch(trainer)
     trainer.train()
     step, grids = callback.history[0]
     expected = _eager_masses(before, tok, toy_texts(4, seed=1, pairs=True))

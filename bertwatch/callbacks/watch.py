@@ -397,5 +397,5 @@ class BertWatchCallback(WatchCallback):
         if self.ablation is None or not (sharded or getattr(state, "is_world_process_zero", True)):
             return
         writer = self.monitor.writer if self.monitor is not None else None
-        results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=False)
+        results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=sharded)
         self.ablation_result = results[self.ablation_mode]

@@ -26,6 +26,7 @@ from torch import nn
 
 from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.rng import rng_untouched
+from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.unwrap import UnsupportedModelError, unwrap
 
 IMPLEMENTATION = "bertwatch"
@@ -88,10 +89,13 @@ def check_supported(model: nn.Module) -> None:
     model_type = _model_type(encoder)
     if getattr(encoder.config, "is_encoder_decoder", False) or getattr(encoder.config, "is_decoder", False):
         raise UnsupportedModelError(f"bertwatch watches encoders; this {model_type!r} model is configured as a decoder")
-    key = (type(encoder), _config_key(encoder.config))
+    base = getattr(encoder, "base_model", None)  # the bare encoder: task heads (multiple choice) reshape inputs,
+    if is_sharded(encoder) or not isinstance(base, nn.Module) or getattr(base, "config", None) is None:
+        base = encoder  # but a sharded model gathers its weights only when called from its root
+    key = (type(base), _config_key(base.config))
     problem = _VERIFIED.get(key, "unverified")
     if problem == "unverified":
-        problem = _VERIFIED[key] = _verify(encoder)
+        problem = _VERIFIED[key] = _verify(base)
     if problem is not None:
         raise UnsupportedModelError(problem)
 

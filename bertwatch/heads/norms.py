@@ -74,7 +74,10 @@ def head_grams(model: nn.Module) -> Tensor:
     _, heads = model_shape(model)
     grams = []
     for linear in output_projections(model):
-        weight = linear.weight.detach().float()  # [out, heads * d_head]
+        weight = linear.weight.detach()  # [out, heads * d_head]
+        if hasattr(weight, "full_tensor"):  # an FSDP2 shard: every rank gathers the whole weight together
+            weight = weight.full_tensor()
+        weight = weight.float()
         if weight.shape[1] % heads:
             raise UnsupportedModelError(f"an output projection of {weight.shape[1]} inputs does not split into {heads}")
         per_head = weight.reshape(weight.shape[0], heads, -1).transpose(0, 1)  # [heads, out, d_head]
