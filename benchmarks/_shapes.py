@@ -6,8 +6,10 @@ without a GPU (its figures say nothing about a GPU).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -87,3 +89,25 @@ def timed(fn, device: torch.device):
     value = fn()
     synchronize(device)
     return value, time.perf_counter() - start
+
+
+def run_grid(opts, bench_one) -> int:
+    """Run ``bench_one(shape, length, opts, device, dtype)`` over every shape and length, print each line of figures
+    as JSON, and write them all to ``opts.json`` when given."""
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    device, dtype = device_and_dtype(opts.device)
+    results = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(dtype).replace("torch.", ""),
+        "torch": torch.__version__,
+        "runs": [],
+    }
+    for name in opts.shapes:
+        for length in opts.seqs:
+            figures = bench_one(name, length, opts, device, dtype)
+            results["runs"].append(figures)
+            print(json.dumps(figures), flush=True)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(results, indent=1))
+    return 0

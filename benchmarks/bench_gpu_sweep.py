@@ -24,7 +24,6 @@ and ``pruning_over_naive`` (target <= 0.6). Predictions are checked against the 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shapes import SHAPES, device_and_dtype, random_classifier, random_rows, timed  # noqa: E402
+from _shapes import SHAPES, random_classifier, random_rows, run_grid, timed  # noqa: E402
 
 
 def on(inputs: dict, device: torch.device) -> dict:
@@ -211,23 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-prune", action="store_true")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args(argv)
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
-    device, dtype = device_and_dtype(opts.device)
-    results = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "dtype": str(dtype).replace("torch.", ""),
-        "torch": torch.__version__,
-        "runs": [],
-    }
-    for name in opts.shapes:
-        for length in opts.seqs:
-            figures = bench_one(name, length, opts, device, dtype)
-            results["runs"].append(figures)
-            print(json.dumps(figures), flush=True)
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(results, indent=1))
-    return 0
+    return run_grid(opts, bench_one)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Printed (JSON): the median wall time of ``trainer.train()`` each way, ``overhead
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shapes import SHAPES, device_and_dtype, random_classifier, random_rows, synchronize, tokenizer_for  # noqa: E402
+from _shapes import SHAPES, random_classifier, random_rows, run_grid, synchronize, tokenizer_for  # noqa: E402
 
 
 class TimedCallback:
@@ -138,23 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args(argv)
-    if opts.threads:
-        torch.set_num_threads(opts.threads)
-    device, dtype = device_and_dtype(opts.device)
-    results = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "dtype": str(dtype).replace("torch.", ""),
-        "torch": torch.__version__,
-        "runs": [],
-    }
-    for name in opts.shapes:
-        for length in opts.seqs:
-            figures = bench_one(name, length, opts, device, dtype)
-            results["runs"].append(figures)
-            print(json.dumps(figures), flush=True)
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(results, indent=1))
-    return 0
+    return run_grid(opts, bench_one)
 
 
 if __name__ == "__main__":

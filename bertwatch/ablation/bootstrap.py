@@ -265,19 +265,7 @@ def paired_bootstrap(
         point = np.array([metric(p, labels) for p in everything], dtype=np.float64)
         idx = resample_indices(n, n_resamples, seed)
         samples = np.array([[metric(p[i], labels[i]) for i in idx] for p in everything], dtype=np.float64)
-    deltas = samples[1:] - samples[:1]
-    lows, highs, p = _summarise(deltas, confidence)
-    return BootstrapResult(
-        baseline=float(point[0]),
-        value=point[1:],
-        delta=point[1:] - point[0],
-        ci_low=lows,
-        ci_high=highs,
-        p=p,
-        n_resamples=int(n_resamples),
-        seed=int(seed),
-        confidence=float(confidence),
-    )
+    return _result(point, samples, n_resamples, seed, confidence)
 
 
 def additive_bootstrap(
@@ -302,8 +290,12 @@ def additive_bootstrap(
     point = np.asarray(combine(everything.sum(1)), dtype=np.float64)
     counts = resample_counts(n, n_resamples, seed)
     samples = np.asarray(combine(np.einsum("rn,cnk->crk", counts, everything)), dtype=np.float64)
-    deltas = samples[1:] - samples[:1]
-    lows, highs, p = _summarise(deltas, confidence)
+    return _result(point, samples, n_resamples, seed, confidence)
+
+
+def _result(point: np.ndarray, samples: np.ndarray, n_resamples: int, seed: int, confidence: float) -> BootstrapResult:
+    """The baseline-first point values ``[K+1]`` and resampled values ``[K+1, R]`` as deltas with intervals."""
+    lows, highs, p = _summarise(samples[1:] - samples[:1], confidence)
     return BootstrapResult(
         baseline=float(point[0]),
         value=point[1:],
