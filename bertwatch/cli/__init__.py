@@ -61,9 +61,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     if name not in _DELEGATED:
         parser.error(f"unknown command {name!r}")
-    if name != "run":  # a script run by `bertwatch run` keeps Python's own warning filters and format
+    if name == "run":  # a script run by `bertwatch run` keeps Python's own warning filters and format
+        return _run_command(name, rest)
+    previous_format = warnings.formatwarning
+    with warnings.catch_warnings():  # the caller's filters and format come back afterwards (main() in-process)
         warnings.simplefilter("default", UserWarning)
         warnings.formatwarning = lambda message, *_, **__: f"bertwatch {name}: warning: {message}\n"
+        try:
+            return _run_command(name, rest)
+        finally:
+            warnings.formatwarning = previous_format
+
+
+def _run_command(name: str, rest: list[str]) -> int:
+    """Run one command, turning the errors a user can fix into a one-line message and exit status 2."""
     try:
         return int(_command(name)(rest) or 0)
     except (FileNotFoundError, ValueError, RuntimeError) as error:
