@@ -109,6 +109,8 @@ def worker(opts: argparse.Namespace) -> dict:
             data_collator=T.DataCollatorWithPadding(tokenizer),
             callbacks=callbacks,
         )
+        if timer is not None:
+            timer.callback.set_trainer(trainer)  # as bertwatch.watch does: the probe set comes from the eval set
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
