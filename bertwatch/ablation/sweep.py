@@ -340,6 +340,9 @@ def publish(p: Prepared, result: AblationResult, writer: Any) -> None:
             result.layers.astype(np.float32),
             result.pruning_curve() if result.pruning else None,
             step=s.step,
+            task_type=result.task_type,
+            metrics=result.metrics,
+            baseline_metrics=result.baseline_metrics,
         )
     finally:
         sw.close() if owned else sw.flush()
@@ -394,6 +397,7 @@ def ablate(
         importance=importance,
         baseline_metrics={k: float(v) for k, v in baseline_metrics.items()},
         config=run_config(p, len(configs) + len(pruning)),
+        task_type=p.task.type,
         logits=logits,
     )
     publish(p, result, writer)

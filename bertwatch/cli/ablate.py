@@ -126,12 +126,19 @@ def cli_ablate(argv: Sequence[str]) -> int:
         print(f"bertwatch ablate: {error}", file=sys.stderr)
         return 2
     if processes.is_main:
-        best = np.nanargmax(result.heads[..., 1])
-        l, h = divmod(int(best), result.shape[1])
-        print(
-            f"bertwatch ablate: {result.task} ({result.config.get('task_type')}) {result.mode}, "
-            f"{result.num_examples} examples, baseline "
-            f"{result.metric} {result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} "
-            f"(layer {l}, head {h}, p={result.heads[l, h, 4]:.3f}) -> {args.out}/ablation.json, ablation.csv, report.html"
-        )
+        print(summary_lines(result, args.out))
     return 0
+
+
+def summary_lines(result, out: str) -> str:
+    """What ``bertwatch ablate`` prints: the task type and metrics by name, the baseline, the best single head."""
+    best = np.nanargmax(result.heads[..., 1])
+    l, h = divmod(int(best), result.shape[1])
+    label = result.metrics[0]["label"] if result.metrics else result.metric
+    return (
+        f"bertwatch ablate: {result.task} [{result.task_type}]: {result.description}\n"
+        f"  mode {result.mode}, {result.num_examples} examples, baseline {label} ({result.metric}) "
+        f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (layer {l}, head {h}, "
+        f"p={result.heads[l, h, 4]:.3f})\n"
+        f"  -> {out}/ablation.json, ablation.csv, report.html"
+    )

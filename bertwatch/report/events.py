@@ -45,6 +45,20 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     return [results[m] for m in sorted(results)], training
 
 
+def _about(meta: dict[str, Any]) -> dict[str, Any]:
+    """The task type, metric names and baseline values that ablation tables carry (none in older logs)."""
+    entries = [m for m in meta.get("metrics") or [] if isinstance(m, dict) and m.get("name")]
+    return {
+        "task_type": meta.get("task_type"),
+        "metrics": [{k: str(m.get(k) or "") for k in ("name", "label", "description")} for m in entries],
+        "baseline_metrics": {
+            str(m["name"]): np.nan if m.get("baseline") is None else float(m["baseline"])
+            for m in entries
+            if "baseline" in m
+        },
+    }
+
+
 def _read_events(files: Sequence[Path]) -> tuple[dict[str, AblationResult], dict[str, Any]]:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
@@ -116,5 +130,6 @@ def _read_events(files: Sequence[Path]) -> tuple[dict[str, AblationResult], dict
             layers=np.asarray(entry[md.KIND_ABLATION_LAYERS], dtype=np.float64),
             pruning=pruning,
             config={"source": "TensorBoard summaries"},
+            **_about(meta),
         )
     return results, grids

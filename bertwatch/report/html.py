@@ -198,11 +198,7 @@ def _section(result: AblationResult, alpha: float) -> str:
         f"<h2>Mode <code>{_e(result.mode)}</code>: {_e(result.metric)} on {result.num_examples} examples"
         f"{' of ' + _e(result.task) if result.task else ''}</h2>"
     ]
-    metrics = ", ".join(f"{_e(k)} = {_fmt(v)}" for k, v in result.baseline_metrics.items())
-    parts.append(
-        f"<p>Baseline {_e(result.metric)} = <b>{_fmt(result.baseline)}</b>"
-        f"{' (' + metrics + ')' if metrics else ''}.</p>"
-    )
+    parts.append(_task_paragraph(result))
     n_resamples = result.config.get("n_resamples", "?")
     parts.append(
         f'<p class="note">Δ = metric with the unit disabled − baseline. Intervals: paired bootstrap over evaluation '
@@ -234,6 +230,20 @@ def _section(result: AblationResult, alpha: float) -> str:
             )
         )
     return "\n".join(p for p in parts if p)
+
+
+def _task_paragraph(result: AblationResult) -> str:
+    """The task type and every metric measured (the compared one first): label, key, baseline value, definition."""
+    task = f"Task: <b>{_e(result.description)}</b>. " if result.description else ""
+    head = (
+        f'<p class="task">{task}Baseline {_e(result.metrics[0]["label"] if result.metrics else result.metric)} = '
+        f"<b>{_fmt(result.baseline)}</b>; Δ below is in this metric.</p>"
+    )
+    rows = []
+    for m in result.metrics:
+        value = result.baseline if m["name"] == result.metric else result.baseline_metrics.get(m["name"])
+        rows.append([m["label"], m["name"], m.get("description", ""), _fmt(value)])
+    return head + _table(["metric", "key", "definition", "baseline"], rows, left=3) if rows else head
 
 
 def _keep_best_section(result: AblationResult) -> str:

@@ -13,10 +13,13 @@ import numpy as np
 
 from bertwatch.core.jsonable import finite_or_none
 from bertwatch.core.significance import ABLATION_FIELDS as FIELDS
+from bertwatch.core.task_names import describe, metric_entries
 
-__all__ = ["FIELDS", "AblationResult", "atomic_write"]
+__all__ = ["FIELDS", "FORMAT_VERSION", "AblationResult", "atomic_write"]
 
-FORMAT_VERSION = 1
+#: Version of ``ablation.json``. 2 added ``task_type`` and ``metrics`` (names and definitions); a version-1 file
+#: reads its task type from ``config`` and gets its metric names from :mod:`bertwatch.core.task_names`.
+FORMAT_VERSION = 2
 
 
 def _cell(row: np.ndarray) -> dict[str, float | None]:
@@ -43,9 +46,25 @@ class AblationResult:
     importance: np.ndarray | None = None  # [layers, heads], the order of the pruning curve
     baseline_metrics: dict[str, float] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
+    #: The task type (``bertwatch.ablation.tasks.TASK_TYPES``); by default ``config["task_type"]``.
+    task_type: str | None = None
+    #: ``[{"name", "label", "description"}]``: the compared metric first, then the other baseline metrics.
+    metrics: list[dict[str, str]] = field(default_factory=list)
     #: logits ``[n, C]`` per configuration id (``baseline``, ``head:l:h``, ``layer:l``, ``keep:l:h``, ``prune:k``);
     #: in memory only, not written to the JSON
     logits: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.task_type is None:
+            self.task_type = self.config.get("task_type")
+        if not self.metrics:
+            from_user = self.config.get("metric_source") == "compute_metrics"
+            self.metrics = metric_entries([self.metric, *self.baseline_metrics], from_compute_metrics=from_user)
+
+    @property
+    def description(self) -> str:
+        """``"token classification · entity F1 (seqeval), token accuracy"``: the task type and the metrics."""
+        return describe(self.task_type, self.metrics)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -73,8 +92,10 @@ class AblationResult:
         doc: dict[str, Any] = {
             "version": FORMAT_VERSION,
             "task": self.task,
+            "task_type": self.task_type,
             "mode": self.mode,
             "metric": self.metric,
+            "metrics": [dict(m) for m in self.metrics],
             "num_examples": int(self.num_examples),
             "baseline": finite_or_none(self.baseline),
             "heads": [[_cell(c) for c in row] for row in self.heads],
@@ -96,7 +117,13 @@ class AblationResult:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> AblationResult:
-        """Read back what :meth:`to_json` wrote."""
+        """Read back what :meth:`to_json` wrote, this version or an older one; a newer file is refused."""
+        version = doc.get("version", 1)
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise ValueError(
+                f"ablation.json version {version!r} is newer than this bertwatch reads ({FORMAT_VERSION}); "
+                "upgrade bertwatch"
+            )
         heads = np.array([[_uncell(c) for c in row] for row in doc["heads"]], dtype=np.float64)
         layers = np.array([_uncell(c) for c in doc["layers"]], dtype=np.float64)
         keep = doc.get("keep_only")
@@ -116,6 +143,8 @@ class AblationResult:
             importance=None if importance is None else np.array(importance, dtype=np.float64),
             baseline_metrics={k: (np.nan if v is None else v) for k, v in doc.get("baseline_metrics", {}).items()},
             config=doc.get("config", {}),
+            task_type=doc.get("task_type"),
+            metrics=[dict(m) for m in doc.get("metrics", []) if isinstance(m, dict) and m.get("name")],
         )
 
     def csv_rows(self) -> list[dict[str, Any]]:

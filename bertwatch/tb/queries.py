@@ -16,10 +16,11 @@ from tensorboard.data import provider
 
 from bertwatch.core import rules
 from bertwatch.core.significance import benjamini_hochberg
+from bertwatch.core.task_names import describe, metric_entries, metric_label, task_label
 from bertwatch.tb import metadata as md
 from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
 
-__all__ = ["Queries", "label_rules"]
+__all__ = ["Queries", "ablation_about", "label_rules"]
 
 DOWNSAMPLE = 1_000_000_000  # "everything the loader kept"; the real limit is --samples_per_plugin
 MAX_JSON_VALUES = 2_000_000  # cap on the numbers one response may carry
@@ -368,11 +369,13 @@ class Queries:
             pruning = f32_list(curve)
         content = hs.content
         fields = content.get("fields", list(md.ABLATION_FIELDS))
+        about = ablation_about(content)
         return {
             "run": run,
             "mode": mode,
             "modes": modes,
             "step": step,
+            **about,
             "metric": content.get("metric"),
             "baseline": content.get("baseline"),
             "numExamples": content.get("num_examples"),
@@ -405,6 +408,33 @@ class Queries:
             "coords": f32_list(coords),
             "previous": f32_list(series.values[i - 1]) if i > 0 else None,
         }
+
+
+def ablation_about(content: dict) -> dict:
+    """What an ablation measured, from its tables' content: ``taskType``, ``taskLabel``, ``metrics`` (name,
+    label, definition, baseline value; the compared metric first) and the one-line ``description``. Tables
+    written before these were recorded give ``taskType`` None and the compared metric's name from
+    :mod:`bertwatch.core.task_names`."""
+    metric = content.get("metric")
+    task_type = content.get("task_type") if isinstance(content.get("task_type"), str) else None
+    given = [m for m in content.get("metrics") or [] if isinstance(m, dict) and isinstance(m.get("name"), str)]
+    if not given:
+        given = metric_entries([metric] if isinstance(metric, str) else [])
+    metrics = [
+        {
+            "name": m["name"],
+            "label": str(m.get("label") or metric_label(m["name"])),
+            "description": str(m.get("description") or ""),
+            "baseline": m.get("baseline"),
+        }
+        for m in given
+    ]
+    return {
+        "taskType": task_type,
+        "taskLabel": task_label(task_type) or None,
+        "metrics": metrics,
+        "description": describe(task_type, metrics),
+    }
 
 
 def q_values(table: np.ndarray, fields) -> list | None:

@@ -13,6 +13,7 @@ silently drops third-party series without one) and a versioned JSON ``plugin_dat
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -23,6 +24,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
 
+from bertwatch.core.task_names import metric_entries
 from bertwatch.tb import metadata as md
 
 __all__ = [
@@ -150,6 +152,28 @@ def attention_summary(index: int, tokens: Sequence[str], maps: Any, segments: Se
     return summary
 
 
+def _metric_entries(
+    metric: str, metrics: Sequence[Mapping[str, Any]] | None, baseline_metrics: Mapping[str, float] | None
+) -> list[dict[str, Any]]:
+    """The metrics' names, labels, definitions and baseline values (None where not finite), the compared first."""
+    values = dict(baseline_metrics or {})
+    given = {str(m["name"]): m for m in metrics or () if m.get("name")}
+    names = [metric, *given, *values]
+    out = []
+    for entry in metric_entries(names):
+        known = given.get(entry["name"], {})
+        value = values.get(entry["name"])
+        out.append(
+            {
+                "name": entry["name"],
+                "label": str(known.get("label") or entry["label"]),
+                "description": str(known.get("description") or entry["description"]),
+                "baseline": float(value) if value is not None and math.isfinite(float(value)) else None,
+            }
+        )
+    return out
+
+
 def ablation_summaries(
     mode: str,
     metric: str,
@@ -158,12 +182,18 @@ def ablation_summaries(
     heads: Any,
     layers: Any,
     pruning: Any | None = None,
+    *,
+    task_type: str | None = None,
+    metrics: Sequence[Mapping[str, Any]] | None = None,
+    baseline_metrics: Mapping[str, float] | None = None,
 ) -> summary_pb2.Summary:
     """``bertwatch/ablation/{mode}/heads`` ``[L, H, 5]``, ``.../layers`` ``[L, 5]`` and optional ``.../pruning``.
 
     The last axis of ``heads`` and ``layers`` is ``(value, delta, ci_low, ci_high, p)``: the metric with the
     unit disabled, its difference to ``baseline``, the bootstrap interval of the difference and a p-value.
-    ``pruning`` is ``[k, 2]``: (fraction of heads pruned, metric).
+    ``pruning`` is ``[k, 2]``: (fraction of heads pruned, metric). ``task_type``, ``metrics`` (``{"name", "label",
+    "description"}``, the compared one first; labels default to :mod:`bertwatch.core.task_names`) and the
+    ``baseline_metrics`` values go into the tables' content, so the plugin can say what was measured.
     """
     _check_name(mode, "mode")
     if not isinstance(metric, str) or not metric:
@@ -183,7 +213,10 @@ def ablation_summaries(
         fields=list(md.ABLATION_FIELDS),
         layers=int(heads_a.shape[0]),
         heads=int(heads_a.shape[1]),
+        metrics=_metric_entries(metric, metrics, baseline_metrics),
     )
+    if task_type is not None:
+        common["task_type"] = str(task_type)
     summary = summary_pb2.Summary()
     for unit, kind, what, table in (
         ("heads", md.KIND_ABLATION_HEADS, "single head", heads_a),
@@ -346,9 +379,12 @@ class SummaryWriter:
         pruning: Any | None = None,
         step: int = 0,
         walltime: float | None = None,
+        **about: Any,
     ) -> None:
-        """The ablation tables of one mode (``uniform`` or ``zero``); see :func:`ablation_summaries`."""
-        self._write([ablation_summaries(mode, metric, baseline, num_examples, heads, layers, pruning)], step, walltime)
+        """The ablation tables of one mode (``uniform`` or ``zero``); ``about``: ``task_type``, ``metrics``,
+        ``baseline_metrics``. See :func:`ablation_summaries`."""
+        summary = ablation_summaries(mode, metric, baseline, num_examples, heads, layers, pruning, **about)
+        self._write([summary], step, walltime)
 
     def add_embedding(
         self, name: str, coords: Any, layers: int, heads: int, step: int = 0, walltime: float | None = None

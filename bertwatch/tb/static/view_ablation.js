@@ -18,8 +18,20 @@ const MARKS = {
   ci: {text: '95% interval excludes 0 (uncorrected)', tile: 'Heads with interval excluding 0', note: '95% interval excludes 0 (uncorrected)'},
 };
 
-function stat(label, value, id) {
-  return h('div', {class: 'stat-tile', id: id || null}, h('div', {class: 'stat-label'}, label), h('div', {class: 'stat-value'}, value));
+function stat(label, value, id, title) {
+  return h('div', {class: 'stat-tile', id: id || null, title: title || null}, h('div', {class: 'stat-label'}, label), h('div', {class: 'stat-value'}, value));
+}
+
+// What was measured, from the route: the task type and each metric's name, definition and baseline value
+// (tables written before these were recorded have only the compared metric's key).
+function aboutLines(data) {
+  const metrics = Array.isArray(data.metrics) ? data.metrics : [];
+  const compared = metrics[0];
+  const lines = [h('div', {class: 'about-line', id: 'ablation-description'}, data.description || data.metric || 'metric')];
+  if (compared && compared.description) lines.push(h('div', {class: 'about-note'}, `${compared.label}: ${compared.description}`));
+  const others = metrics.slice(1).map((m) => `${m.label} ${m.baseline === null || m.baseline === undefined ? '—' : fmt(Number(m.baseline), 4)}`);
+  if (others.length) lines.push(h('div', {class: 'about-note', id: 'ablation-other-metrics'}, `Also at baseline: ${others.join(' · ')}`));
+  return lines;
 }
 
 export class AblationView {
@@ -33,11 +45,12 @@ export class AblationView {
     setOptions(this.marksSelect, Object.entries(MARKS).map(([value, m]) => ({value, text: m.text})), 'q');
     this.marksSelect.addEventListener('change', () => this.load());
     this.toolbar = h('div', {class: 'toolbar'}, field('Mode', this.modeSelect), field('Marks', this.marksSelect), h('span', {class: 'toolbar-note'}, 'uniform: attention spread evenly over the keys (Kovaleva) · zero: head output removed (Michel)'));
+    this.about = h('div', {class: 'ablation-about', id: 'ablation-about'});
     this.summary = h('div', {class: 'stat-tiles'});
     this.headsCard = card('Heads', {class: 'grid-card'});
     this.layersCard = card('Layers', {class: 'chart-card'});
     this.pruneCard = card('Pruning curve', {class: 'chart-card'});
-    this.content = h('div', {}, this.summary, h('div', {class: 'layout-heads'}, this.headsCard.el, h('div', {class: 'stack'}, this.layersCard.el, this.pruneCard.el)));
+    this.content = h('div', {}, this.about, this.summary, h('div', {class: 'layout-heads'}, this.headsCard.el, h('div', {class: 'stack'}, this.layersCard.el, this.pruneCard.el)));
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-ablation', id: 'view-ablation'}, this.toolbar, this.emptyEl, this.content);
     this.seq = 0;
@@ -70,7 +83,8 @@ export class AblationView {
     const seq = ++this.seq;
     const data = await getJSON('ablation', {run, mode: this.modeSelect.value});
     if (seq !== this.seq) return;
-    const metric = data.metric || 'metric';
+    const metrics = Array.isArray(data.metrics) ? data.metrics : [];
+    const metric = (metrics[0] && metrics[0].label) || data.metric || 'metric';
     const baseline = Number(data.baseline);
     const heads = nums(data.heads);
     const layers = nums(data.layers);
@@ -92,8 +106,10 @@ export class AblationView {
       if (!best || d > best.d) best = {d, l, k};
       if (!worst || d < worst.d) worst = {d, l, k};
     }));
+    clear(this.about).append(...aboutLines(data));
     clear(this.summary).append(
-      stat('Metric', metric),
+      stat('Task', data.taskLabel || '—', 'ablation-task'),
+      stat('Metric', metric, 'ablation-metric', metrics[0] ? metrics[0].description : null),
       stat('Baseline', fmt(baseline, 4), 'ablation-baseline'),
       stat('Evaluation examples', data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—'),
       stat(MARKS[marks].tile, `${nSig} of ${L * (heads[0] || []).length}`, 'ablation-marked'),
