@@ -23,6 +23,7 @@ from bertwatch.tb.summary import SummaryWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tb_helpers import (  # noqa: E402
+    ABLATION_F1,
     STEPS,
     TOKENS_A,
     XSS,
@@ -249,8 +250,16 @@ def test_ablation_and_embedding(client):
     np.testing.assert_array_equal(np.array(a["heads"], np.float32), heads_t)
     np.testing.assert_array_equal(np.array(a["layers"], np.float32), layers_t)
     np.testing.assert_array_equal(np.array(a["pruning"], np.float32), pruning)
+    assert a["taskType"] == "sequence-classification" and a["taskLabel"] == "sequence classification"
+    assert [(m["name"], m["label"]) for m in a["metrics"]] == [("accuracy", "accuracy"), ("f1", "F1")]
+    assert [m["baseline"] for m in a["metrics"]] == pytest.approx([baseline, ABLATION_F1])
+    assert "predicted class" in a["metrics"][0]["description"]
+    assert a["description"] == "sequence classification · accuracy, F1"
     z = get_json(client, "ablation", run="finetune-a", mode="zero")
     assert z["mode"] == "zero" and z["pruning"] is None
+    # tables written before the task type was recorded: the metric still gets its name, no task is invented
+    assert z["taskType"] is None and z["taskLabel"] is None and z["description"] == "accuracy"
+    assert [(m["name"], m["baseline"]) for m in z["metrics"]] == [("accuracy", None)]
     e = get_json(client, "embedding", run="finetune-a", tag="bertwatch/clustering/js_mds")
     assert (e["layers"], e["heads"]) == (6, 12)
     np.testing.assert_array_equal(np.array(e["coords"], np.float32), embedding_coords(seed=0))

@@ -167,3 +167,71 @@ def test_cli_report_adds_the_linguistic_analyses(tmp_path: Path, capsys) -> None
     assert "Linguistic analyses" in page and "det&lt;b&gt;" in page and "2-5" in page
     assert cli_report([str(tmp_path), "--linguistics", str(tmp_path / "missing")]) == 2
     assert "no syntax.json" in capsys.readouterr().out
+
+
+def _token_result() -> AblationResult:
+    result = _result(task="ner", metric="entity_f1")
+    result.baseline_metrics = {"entity_f1": 0.8, "token_accuracy": 0.9}
+    result.config["task_type"] = "token-classification"
+    return AblationResult(**{k: getattr(result, k) for k in AblationResult.__dataclass_fields__ if k != "metrics"})
+
+
+def test_the_result_names_its_task_type_and_metrics_and_reads_older_files(tmp_path: Path) -> None:
+    result = _token_result()
+    assert result.task_type == "token-classification"
+    assert result.description == "token classification · entity F1 (seqeval), token accuracy"
+    doc = json.loads(write_outputs(result, tmp_path)["json"].read_text())
+    assert doc["version"] == 2 and doc["task_type"] == "token-classification"
+    assert [(m["name"], m["label"]) for m in doc["metrics"]] == [
+        ("entity_f1", "entity F1 (seqeval)"),
+        ("token_accuracy", "token accuracy"),
+    ]
+    assert "seqeval" in doc["metrics"][0]["description"]
+    doc["metrics"][0]["label"] = "the label the file was written with"
+    assert AblationResult.from_json(doc).metrics[0]["label"] == "the label the file was written with"
+    old = {k: v for k, v in doc.items() if k not in ("task_type", "metrics")} | {"version": 1}
+    back = AblationResult.from_json(old)  # version 1: the task type from config, the names from core
+    assert back.task_type == "token-classification" and back.description == result.description
+    older = {**old, "config": {}}
+    assert AblationResult.from_json(older).task_type is None and AblationResult.from_json(older).description == (
+        "entity F1 (seqeval), token accuracy"
+    )
+    with pytest.raises(ValueError, match="newer"):
+        AblationResult.from_json({**doc, "version": 3})
+
+
+def test_metrics_of_compute_metrics_say_so() -> None:
+    result = _result()
+    result.config["metric_source"] = "compute_metrics"
+    again = AblationResult(**{k: getattr(result, k) for k in AblationResult.__dataclass_fields__ if k != "metrics"})
+    assert again.metrics == [
+        {"name": "accuracy", "label": "accuracy", "description": "Computed by the Trainer's compute_metrics."}
+    ]
+
+
+def test_report_and_tensorboard_tables_name_the_task_and_metrics(tmp_path: Path) -> None:
+    result = _token_result()
+    page = build_html([result])
+    assert "Task: <b>token classification · entity F1 (seqeval), token accuracy</b>" in page
+    assert '<td class="l">token accuracy</td><td class="l">token_accuracy</td>' in page
+    assert '<td class="">0.9000</td>' in page and "conlleval" in page
+    assert "<h2>Mode <code>uniform</code>: entity F1 (seqeval) on 50 examples of ner</h2>" in page
+    with SummaryWriter(str(tmp_path / "run")) as writer:
+        writer.add_ablation(
+            "zero",
+            "entity_f1",
+            0.8,
+            50,
+            result.heads,
+            result.layers,
+            task_type=result.task_type,
+            metrics=result.metrics,
+            baseline_metrics=result.baseline_metrics,
+        )
+    (back,), _ = read_run(tmp_path / "run")
+    assert back.task_type == "token-classification" and back.metrics == result.metrics
+    assert back.baseline_metrics == pytest.approx(result.baseline_metrics)
+    assert cli_report([str(tmp_path / "run"), "--out", str(tmp_path / "r.html")]) == 0
+    assert (
+        "Task: <b>token classification · entity F1 (seqeval), token accuracy</b>" in (tmp_path / "r.html").read_text()
+    )

@@ -1,5 +1,5 @@
-"""``bertwatch ablate``: the sweep on a fine-tuned checkpoint and a GLUE split, a CoNLL file (token
-classification) or a SQuAD file (question answering)."""
+"""``bertwatch ablate``: the sweep on a fine-tuned checkpoint and a GLUE split, or a local file of any task type
+(CoNLL tokens, SQuAD questions, multiple choice, texts with labels or label lists, plain text for masked LM)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,17 @@ from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
 from bertwatch.heads.loading import load_model
 
+#: What ``--data`` holds for each task type (docs/ablation.md "Task types" shows each format).
+DATA_FILES = {
+    "sequence-classification": "JSON lines {text, text_pair?, label} or a TSV text[<TAB>pair]<TAB>label",
+    "regression": "the same, with numeric labels",
+    "multi-label": "JSON lines {text, labels: [names or indices]} or a TSV text<TAB>name,name",
+    "token-classification (ner)": "a CoNLL file, token and tag per line",
+    "question-answering (qa)": "a SQuAD JSON file",
+    "multiple-choice": "JSON lines {question, choices: [...], label} or a SWAG CSV",
+    "masked-lm (mlm)": "plain text, one example a line",
+}
+
 
 def _ablate_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -26,10 +37,10 @@ def _ablate_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--task",
         required=True,
-        help="a GLUE task name (sst2, mrpc, cola, stsb, ...), token-classification (alias ner: --data is a CoNLL "
-        "file) or question-answering (alias qa: --data is a SQuAD JSON file)",
+        help="a GLUE task name (sst2, mrpc, cola, stsb, ...; read from --glue-dir), or a task type read from --data: "
+        + "; ".join(f"{t}: {what}" for t, what in DATA_FILES.items()),
     )
-    parser.add_argument("--data", default=None, help="the evaluation file of a token-classification or QA task")
+    parser.add_argument("--data", default=None, help="the evaluation file of a task type (see --task)")
     parser.add_argument(
         "--max-answer-length", type=int, default=30, help="QA: longest answer span in tokens (default 30)"
     )
@@ -58,35 +69,49 @@ def _ablate_parser() -> argparse.ArgumentParser:
 
 
 def _task_type(args: argparse.Namespace) -> str:
-    """The head ``--task`` needs (its file is checked here, before the model loads)."""
+    """The task type ``--task`` names (a GLUE name: sequence classification); a task type needs ``--data``,
+    checked here before the model loads."""
     from bertwatch.ablation.tasks import ALIASES, TASK_TYPES
 
     wanted = ALIASES.get(args.task.lower(), args.task.lower())
-    if wanted in ("token-classification", "question-answering"):
-        if args.data is None:
-            kind = "a CoNLL file (token and tag per line)" if wanted == "token-classification" else "a SQuAD JSON file"
-            raise ValueError(f"--task {args.task} reads its examples from --data: pass {kind}")
-        return wanted
     if wanted in TASK_TYPES:
-        raise ValueError(
-            f"--task {args.task} has no file reader on the command line; use bertwatch.ablate() from Python, or a "
-            "GLUE task, token-classification or question-answering"
-        )
+        if args.data is None:
+            what = next(v for k, v in DATA_FILES.items() if k.split()[0] == wanted)
+            raise ValueError(f"--task {args.task} reads its examples from --data: pass {what}")
+        return wanted
     from bertwatch.data.glue import glue_task
 
     glue_task(args.task)
+    if args.data is not None:
+        raise ValueError(
+            f"--task {args.task} is a GLUE task, read from --glue-dir; to evaluate on --data {args.data}, name its "
+            "task type instead (--task sequence-classification or regression)"
+        )
     return "sequence-classification"
 
 
-def _examples(args: argparse.Namespace, task_type: str) -> list:
-    from bertwatch.data.files import read_conll, read_squad
+def _label_names(model) -> list[str]:
+    id2label = getattr(model.config, "id2label", None) or {}
+    count = int(getattr(model.config, "num_labels", 0) or 0)
+    return [str(id2label.get(i, id2label.get(str(i), i))) for i in range(count)]
+
+
+def _examples(args: argparse.Namespace, task_type: str, model) -> list:
+    from bertwatch.data import files
     from bertwatch.data.glue import load_glue
 
-    if task_type == "token-classification":
-        return read_conll(args.data, limit=args.limit)
-    if task_type == "question-answering":
-        return read_squad(args.data, limit=args.limit)
-    return load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
+    if args.data is None:
+        return load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
+    readers = {
+        "token-classification": lambda: files.read_conll(args.data, limit=args.limit),
+        "question-answering": lambda: files.read_squad(args.data, limit=args.limit),
+        "multiple-choice": lambda: files.read_multiple_choice(args.data, limit=args.limit),
+        "masked-lm": lambda: files.read_lines(args.data, limit=args.limit),
+        "multi-label": lambda: files.read_multilabel(args.data, _label_names(model), limit=args.limit),
+        "regression": lambda: files.read_labelled_texts(args.data, regression=True, limit=args.limit),
+        "sequence-classification": lambda: files.read_labelled_texts(args.data, _label_names(model), limit=args.limit),
+    }
+    return readers[task_type]()
 
 
 def cli_ablate(argv: Sequence[str]) -> int:
@@ -100,8 +125,9 @@ def cli_ablate(argv: Sequence[str]) -> int:
         device = str(processes.state.device)
     try:
         task_type = _task_type(args)
-        model, tokenizer = load_model(args.model, device, head=task_type)
-        examples = _examples(args, task_type)
+        head = "sequence-classification" if task_type in ("regression", "multi-label") else task_type
+        model, tokenizer = load_model(args.model, device, head=head)
+        examples = _examples(args, task_type, model)
         result = ablate(
             model,
             examples,

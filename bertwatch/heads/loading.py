@@ -94,6 +94,7 @@ TASK_HEADS = {
     "token-classification": "ForTokenClassification",
     "question-answering": "ForQuestionAnswering",
     "multiple-choice": "ForMultipleChoice",
+    "masked-lm": "ForMaskedLM",
 }
 
 

@@ -195,7 +195,7 @@ def _top_heads(result: AblationResult, alpha: float, count: int = 10) -> str:
 
 def _section(result: AblationResult, alpha: float) -> str:
     parts = [
-        f"<h2>Mode <code>{_e(result.mode)}</code>: {_e(result.metric)} on {result.num_examples} examples"
+        f"<h2>Mode <code>{_e(result.mode)}</code>: {_e(_label(result))} on {result.num_examples} examples"
         f"{' of ' + _e(result.task) if result.task else ''}</h2>"
     ]
     parts.append(_task_paragraph(result))
@@ -232,11 +232,15 @@ def _section(result: AblationResult, alpha: float) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def _label(result: AblationResult) -> str:
+    return result.metrics[0]["label"] if result.metrics else result.metric
+
+
 def _task_paragraph(result: AblationResult) -> str:
     """The task type and every metric measured (the compared one first): label, key, baseline value, definition."""
     task = f"Task: <b>{_e(result.description)}</b>. " if result.description else ""
     head = (
-        f'<p class="task">{task}Baseline {_e(result.metrics[0]["label"] if result.metrics else result.metric)} = '
+        f'<p class="task">{task}Baseline {_e(_label(result))} = '
         f"<b>{_fmt(result.baseline)}</b>; Δ below is in this metric.</p>"
     )
     rows = []
