@@ -101,7 +101,10 @@ def test_cli_token_classification_from_a_conll_file(tmp_path: Path, capsys) -> N
     doc = json.loads((out / "ablation.json").read_text())
     assert doc["metric"] == "entity_f1" and doc["num_examples"] == 6
     assert doc["config"]["task_type"] == "token-classification"
-    assert "token-classification" in capsys.readouterr().out
+    assert [m["name"] for m in doc["metrics"]] == ["entity_f1", "entity_precision", "entity_recall", "token_accuracy"]
+    assert doc["task_type"] == "token-classification"
+    printed = capsys.readouterr().out
+    assert "[token-classification]: token classification · entity F1 (seqeval), entity precision" in printed
     assert CLI.cli_ablate(["--task", "ner", "--model", str(ckpt), "--out", str(out)]) == 2
     assert "--data" in capsys.readouterr().err
     assert CLI.cli_ablate(["--task", "qa", *args]) == 2  # a tagger is no QA model
@@ -150,3 +153,9 @@ def test_cli_question_answering_from_a_squad_file(tmp_path: Path) -> None:
     assert doc["metric"] == "exact_match" and doc["num_examples"] == 6
     assert doc["config"]["max_answer_length"] == 3
     assert set(doc["baseline_metrics"]) == {"exact_match", "squad_f1"}
+    assert doc["task_type"] == "question-answering"  # the compared metric first, as --metric chose
+    assert [m["label"] for m in doc["metrics"]] == ["exact match (SQuAD)", "token F1 (SQuAD)"]
+    assert (
+        "Task: <b>extractive question answering · exact match (SQuAD), token F1 (SQuAD)</b>"
+        in (out / "report.html").read_text()
+    )
