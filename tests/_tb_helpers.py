@@ -179,7 +179,7 @@ def write_run(
                 w.add_attention_maps(examples, step, walltime=1_700_000_000 + step)
         if ablation:
             baseline, heads_t, layers_t, pruning = ablation_tables(seed=seed)
-            w.add_ablation(  # says what it measured; the "zero" tables below are as older versions wrote them
+            w.add_ablation(  # says what it measured; the "zero" tables below name no task type
                 "uniform",
                 "accuracy",
                 baseline,

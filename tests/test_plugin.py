@@ -257,12 +257,21 @@ def test_ablation_and_embedding(client):
     assert a["description"] == "sequence classification · accuracy, F1"
     z = get_json(client, "ablation", run="finetune-a", mode="zero")
     assert z["mode"] == "zero" and z["pruning"] is None
-    # tables written before the task type was recorded: the metric still gets its name, no task is invented
+    # tables written without a task type: the metric still gets its name and baseline, no task is invented
     assert z["taskType"] is None and z["taskLabel"] is None and z["description"] == "accuracy"
-    assert [(m["name"], m["baseline"]) for m in z["metrics"]] == [("accuracy", None)]
-    e = get_json(client, "embedding", run="finetune-a", tag="bertwatch/clustering/js_mds")
-    assert (e["layers"], e["heads"]) == (6, 12)
-    np.testing.assert_array_equal(np.array(e["coords"], np.float32), embedding_coords(seed=0))
+    assert [(m["name"], m["label"]) for m in z["metrics"]] == [("accuracy", "accuracy")]
+    assert z["metrics"][0]["baseline"] == pytest.approx(baseline)
+
+
+def test_ablation_tables_of_older_versions_still_name_their_metric():
+    from bertwatch.tb.queries import ablation_about
+
+    old = {"version": 1, "kind": "ablation_heads", "mode": "zero", "metric": "entity_f1", "baseline": 0.5}
+    about = ablation_about(old)  # no task_type, no metrics in the content
+    assert (about["taskType"], about["taskLabel"], about["description"]) == (None, None, "entity F1 (seqeval)")
+    ((metric),) = about["metrics"]
+    assert (metric["name"], metric["label"], metric["baseline"]) == ("entity_f1", "entity F1 (seqeval)", None)
+    assert "conlleval" in metric["description"]
 
 
 @pytest.mark.parametrize(

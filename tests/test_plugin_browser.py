@@ -290,7 +290,7 @@ def test_ablation_numbers_equal_the_route(s, shot_dir):
     )
     assert s.frame.text_content("#ablation-other-metrics") == "Also at baseline: F1 0.8125"
     assert "predicted class" in s.frame.get_attribute("#ablation-metric", "title")
-    s.frame.select_option("#ablation-mode", "zero")  # tables as older versions wrote them: no task type
+    s.frame.select_option("#ablation-mode", "zero")  # tables that name no task type
     s.frame.wait_for_function("() => document.querySelector('#ablation-task .stat-value').textContent === '—'")
     assert s.frame.text_content("#ablation-description") == "accuracy"
     assert s.frame.query_selector("#ablation-other-metrics") is None

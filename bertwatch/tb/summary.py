@@ -156,6 +156,7 @@ def _metric_entries(
     metric: str, metrics: Sequence[Mapping[str, Any]] | None, baseline_metrics: Mapping[str, float] | None
 ) -> list[dict[str, Any]]:
     """The metrics' names, labels, definitions and baseline values (None where not finite), the compared first."""
+    # baseline_metrics holds the compared metric's baseline too (ablation_summaries adds it)
     values = dict(baseline_metrics or {})
     given = {str(m["name"]): m for m in metrics or () if m.get("name")}
     names = [metric, *given, *values]
@@ -213,7 +214,7 @@ def ablation_summaries(
         fields=list(md.ABLATION_FIELDS),
         layers=int(heads_a.shape[0]),
         heads=int(heads_a.shape[1]),
-        metrics=_metric_entries(metric, metrics, baseline_metrics),
+        metrics=_metric_entries(metric, metrics, {metric: baseline, **(baseline_metrics or {})}),
     )
     if task_type is not None:
         common["task_type"] = str(task_type)
