@@ -108,7 +108,6 @@ export class AblationView {
     }));
     clear(this.about).append(...aboutLines(data));
     clear(this.summary).append(
-      stat('Task', data.taskLabel || '—', 'ablation-task'),
       stat('Metric', metric, 'ablation-metric', metrics[0] ? metrics[0].description : null),
       stat('Baseline', fmt(baseline, 4), 'ablation-baseline'),
       stat('Evaluation examples', data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—'),
