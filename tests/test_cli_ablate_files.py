@@ -303,6 +303,8 @@ def test_cli_sequence_classification_and_regression_from_files(tmp_path: Path, c
     assert "--data: pass JSON lines {question, choices: [...], label} or a SWAG CSV" in capsys.readouterr().err
     assert CLI.cli_ablate(["--task", "sst2", "--data", str(data), *base]) == 2
     assert "name its task type instead" in capsys.readouterr().err
+    assert CLI.cli_ablate(["--task", "multilabel", "--data", str(data), *base]) == 2
+    assert "unknown GLUE task 'multilabel'" in (err := capsys.readouterr().err) and "multi-label, token-class" in err
     data.write_text("only one cell\n")
     assert CLI.cli_ablate(["--task", "regression", "--data", str(data), *base]) == 2
     assert "dev.tsv:1: expected 'text<TAB>label'" in capsys.readouterr().err

@@ -81,7 +81,10 @@ def _task_type(args: argparse.Namespace) -> str:
         return wanted
     from bertwatch.data.glue import glue_task
 
-    glue_task(args.task)
+    try:
+        glue_task(args.task)
+    except ValueError as error:
+        raise ValueError(f"{error}; or a task type read from --data: {', '.join(TASK_TYPES)}") from error
     if args.data is not None:
         raise ValueError(
             f"--task {args.task} is a GLUE task, read from --glue-dir; to evaluate on --data {args.data}, name its "
