@@ -1,6 +1,6 @@
 """Word classes from UD annotations during training (BertWatchCallback(word_classes="x.conllu")): the class
 definition, the per-class attention share against a plain numpy loop over eager attention maps, a Trainer run
-that logs the classes at every probe step, and the setup refusals."""
+that logs the classes at every probe step, the setup refusals, and the demo's EWT dev sentences."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from bertwatch.callbacks.word_classes import (
     series_values,
     word_class_option,
 )
+from bertwatch.cli.demo import UD_DEV, UD_SENTENCES, ud_dev_file
 from bertwatch.linguistics.syntax import parse_conllu, read_conllu
 from bertwatch.linguistics.wordclass import UD_CLASSES, ud_classes
 from bertwatch.tb import metadata as md
@@ -212,3 +213,18 @@ def test_a_missing_treebank_stops_training_at_setup(tmp_path):
     cb, trainer = run_trainer(tmp_path, str(tmp_path / "nope.conllu"))
     with pytest.raises(SetupError, match="no CoNLL-U file"):
         trainer.train()
+
+
+def test_demo_passes_the_ewt_dev_file(tmp_path, monkeypatch, data_dir, minilm_path):
+    monkeypatch.delenv("BERTWATCH_DATA", raising=False)
+    assert ud_dev_file(str(tmp_path)) is None and ud_dev_file(None) is None
+    assert ud_dev_file(str(data_dir)) == data_dir / UD_DEV
+    monkeypatch.setenv("BERTWATCH_DATA", str(data_dir))
+    assert ud_dev_file(None) == data_dir / UD_DEV
+    tok = T.AutoTokenizer.from_pretrained(minilm_path)
+    data = build_word_class_batches(WordClassProbe(data_dir / UD_DEV, num_sentences=UD_SENTENCES), tok, 64)
+    assert data.sentences == UD_SENTENCES and sum(len(b["input_ids"]) for b in data.batches) == UD_SENTENCES
+    assert all(b["input_ids"].shape[1] <= 64 for b in data.batches)
+    counts = {name: sum(int(m[name].sum()) for m in data.masks) for name in UD_CLASSES}
+    assert all(count > 0 for count in counts.values()), counts
+    assert all(0 < data.uniform[name] < 1 for name in UD_CLASSES)
