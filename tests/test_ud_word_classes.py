@@ -139,6 +139,11 @@ def test_first_sentences_that_fit(tmp_path):
     assert [b["input_ids"].shape for b in data.batches] == [(2, 14)]
     data = build_word_class_batches(WordClassProbe(path, num_sentences=1), tok, max_length=64)
     assert data.sentences == 1 and data.batches[0]["input_ids"].shape == (1, 10)
+    s1, _, s3 = CONLLU.strip().split("\n\n")
+    late = tmp_path / "late.conllu"
+    late.write_text("\n\n".join([s3] * 4 + [s1]) + "\n\n", encoding="utf-8")  # past the first round of reading
+    data = build_word_class_batches(WordClassProbe(late, num_sentences=1), tok, max_length=12)
+    assert data.sentences == 1 and data.skipped["too_long"] == 4 and data.batches[0]["input_ids"].shape == (1, 10)
 
 
 def test_setup_refusals(tmp_path):

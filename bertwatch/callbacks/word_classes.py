@@ -108,9 +108,9 @@ class WordClassBatches:
     source: str
 
 
-def _read(probe: WordClassProbe) -> tuple[str, list[Sentence], bool]:
-    """The first sentences of the source (a first round of ``_FIRST_READ`` × ``num_sentences``), its name, and
-    whether that was all of it."""
+def _read(probe: WordClassProbe, whole: bool = False) -> tuple[str, list[Sentence], bool]:
+    """The source's name, its first ``_FIRST_READ`` × ``num_sentences`` sentences (all with ``whole``), and whether
+    that was all of it."""
     if not isinstance(probe.source, (str, os.PathLike)):
         return f"{len(probe.source)} given sentences", list(probe.source), True
     path = Path(probe.source)
@@ -119,12 +119,22 @@ def _read(probe: WordClassProbe) -> tuple[str, list[Sentence], bool]:
             f"word_classes: no CoNLL-U file at {path}; pass the path of a UD treebank file (e.g. "
             "ud_english_ewt/en_ewt-ud-dev.conllu), a list of Sentence, or word_classes=True for the token rules"
         )
-    limit = _FIRST_READ * int(probe.num_sentences)
+    limit = None if whole else _FIRST_READ * int(probe.num_sentences)
     try:
         sentences = read_conllu(path, limit=limit)
     except Exception as err:
         raise SetupError(f"word_classes: {path} is not valid CoNLL-U ({type(err).__name__}: {err})") from err
-    return str(path), sentences, len(sentences) < limit
+    return str(path), sentences, limit is None or len(sentences) < limit
+
+
+def _encode_words(tokenizer: Any, sentences: list[Sentence], max_length: int) -> tuple[list[Encoded], dict[str, int]]:
+    try:
+        return encode(tokenizer, sentences, max_length)
+    except Exception as err:
+        raise SetupError(
+            f"word_classes: the tokenizer cannot take pre-split words ({type(err).__name__}: {err}); byte-level "
+            "BPE tokenizers need add_prefix_space=True"
+        ) from err
 
 
 def _encode(probe: WordClassProbe, tokenizer: Any, max_length: int) -> tuple[str, list[Encoded], dict[str, int]]:
@@ -133,15 +143,10 @@ def _encode(probe: WordClassProbe, tokenizer: Any, max_length: int) -> tuple[str
         raise SetupError(f"word_classes: {source} holds no sentence; pass a CoNLL-U file with annotated sentences")
     if not getattr(tokenizer, "is_fast", False):
         raise SetupError("word_classes with UD annotations needs a fast tokenizer (word_ids() aligns words to pieces)")
-    try:
-        kept, skipped = encode(tokenizer, sentences, max_length)
-        if len(kept) < probe.num_sentences and not complete:
-            kept, skipped = encode(tokenizer, read_conllu(Path(probe.source)), max_length)
-    except Exception as err:
-        raise SetupError(
-            f"word_classes: the tokenizer cannot take pre-split words ({type(err).__name__}: {err}); byte-level "
-            "BPE tokenizers need add_prefix_space=True"
-        ) from err
+    kept, skipped = _encode_words(tokenizer, sentences, max_length)
+    if len(kept) < probe.num_sentences and not complete:
+        _, sentences, _ = _read(probe, whole=True)
+        kept, skipped = _encode_words(tokenizer, sentences, max_length)
     if not kept:
         raise SetupError(
             f"word_classes: none of the sentences of {source} fits: {skipped['too_long']} longer than {max_length} "
