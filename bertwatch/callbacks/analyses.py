@@ -1,7 +1,8 @@
 """Analyses that ride on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
 
 Each is a consumer of one pass: the monitor hands it every probe batch's maps (``consume``), then asks for its
-grids and lets it write extra summaries (``finish``). They never touch the model.
+grids and lets it write extra summaries (``finish``). They never touch the model, except ``UDWordClassPass``, which
+runs its own annotated sentences through it in ``finish``.
 
 - ``WordClassPass`` (``word_classes=True``): Kovaleva et al. 2019's attention to word classes (Sec 4.4) and the
   targets of [CLS] (Sec 4.5) per head, logged as ``wordclass_<class>`` and ``cls_target_<class>`` grids. The

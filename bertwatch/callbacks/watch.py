@@ -314,10 +314,10 @@ class BertWatchCallback(WatchCallback):
     ``word_classes=True`` adds attention to pronouns, subjects, objects and negation and the [CLS] row's targets
     (``wordclass_*``, ``cls_target_*`` grids); ``word_classes="dev.conllu"`` (or a list of ``Sentence``, or a
     ``WordClassProbe``) instead measures, on those UD-annotated sentences, each head's share of attention on
-    nouns, verbs, pronouns, determiners, subjects, objects, negation and punctuation (``class_share_*`` grids, the
-    ``word_classes`` series; ``callbacks.word_classes``); ``head_clusters=True`` logs the heads' JS/MDS map at every probe
-    step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first ``cluster_examples``
-    probe examples).
+    nouns, verbs, pronouns, determiners, subjects, objects, negation and punctuation (``class_share_*`` grids,
+    the ``word_classes`` series; ``callbacks.word_classes``). ``head_clusters=True`` logs the heads' JS/MDS map
+    at every probe step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first
+    ``cluster_examples`` probe examples).
     """
 
     default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
