@@ -16,7 +16,7 @@ import urllib.request
 import numpy as np
 
 from bertwatch.core import rules
-from bertwatch.tb.metadata import PATTERN_SERIES
+from bertwatch.tb.metadata import PATTERN_SERIES, WORD_CLASS_SERIES
 from bertwatch.tb.summary import SummaryWriter
 
 L, H = 6, 12
@@ -161,6 +161,16 @@ def embedding_coords(*, layers=L, heads=H, seed=0):
     return coords.astype(np.float32)
 
 
+def word_class_values(step, *, seed=0):
+    """A synthetic ``word_classes`` series step: four classes' mean share and their uniform-head share."""
+    uniform = {"noun": 0.22, "verb": 0.1, "subj": 0.08, "obj": 0.06}
+    out = {}
+    for k, (name, base) in enumerate(uniform.items()):
+        out[name] = base * (1 + 0.5 * np.sin(step / 10 + k + seed))
+        out[f"{name}_uniform"] = base
+    return out
+
+
 def write_run(
     run_dir, *, seed=0, steps=STEPS, attention=True, ablation=True, clustering=True, tokens=(TOKENS_A, TOKENS_B)
 ):
@@ -171,6 +181,9 @@ def write_run(
             w.add_head_grids(grids, step, walltime=1_700_000_000 + step)
             shares = rules.pattern_shares(rules.pattern_codes(grids))
             w.add_named_values(PATTERN_SERIES, shares, step, walltime=1_700_000_000 + step)
+            w.add_named_values(
+                WORD_CLASS_SERIES, word_class_values(step, seed=seed), step, walltime=1_700_000_000 + step
+            )
             if clustering:
                 moved = embedding_coords(seed=seed) + np.float32(0.01 * i)
                 w.add_embedding("js_mds_training", moved, L, H, step=step, walltime=1_700_000_000 + step)

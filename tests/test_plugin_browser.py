@@ -386,6 +386,16 @@ def test_pattern_class_shares_chart(s):
     assert s.frame.eval_on_selector_all("#pattern-chart path.series", "els => els.length") == 5
 
 
+def test_word_class_chart(s):
+    s.tab("heads")
+    s.frame.wait_for_selector("#word-class-card #word-class-chart")
+    assert s.frame.is_visible("#word-class-chart")
+    assert s.frame.eval_on_selector_all("#word-class-chart path.series", "els => els.length") == 8
+    assert s.frame.eval_on_selector_all("#word-class-chart path.series.dashed", "els => els.length") == 4
+    legend = s.frame.inner_text("#word-class-card .chart-legend")
+    assert "noun" in legend and "noun (uniform)" in legend
+
+
 def test_cluster_map_moves_with_the_step_slider(s):
     s.tab("clusters")
     s.frame.select_option("#cluster-select", "bertwatch/clustering/js_mds_training")

@@ -20,6 +20,7 @@ from bertwatch.callbacks.watch import (
     GradientImportanceCallback,
     SpecialTokenMassCallback,
 )
+from bertwatch.callbacks.word_classes import WordClassProbe
 
 __all__ = [
     "AblationCallback",
@@ -30,6 +31,7 @@ __all__ = [
     "GradientImportanceCallback",
     "SetupError",
     "SpecialTokenMassCallback",
+    "WordClassProbe",
     "watch",
     "watching_trainers",
 ]

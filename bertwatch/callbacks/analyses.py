@@ -1,12 +1,14 @@
 """Analyses that ride on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
 
 Each is a consumer of one pass: the monitor hands it every probe batch's maps (``consume``), then asks for its
-grids and lets it write extra summaries (``finish``). They never touch the model.
+grids and lets it write extra summaries (``finish``). They never touch the model, except ``UDWordClassPass``, which
+runs its own annotated sentences through it in ``finish``.
 
-- ``WordClassPass``: Kovaleva et al. 2019's attention to word classes (Sec 4.4) and the targets of [CLS] (Sec 4.5)
-  per head, logged as ``wordclass_<class>`` and ``cls_target_<class>`` grids. The classes come from a small rule
-  set on the probe tokens (closed word lists): pronouns, subject and object pronouns, negation. Nouns and verbs
-  need a tagger or UD annotations and are offline analyses (``bertwatch probe-syntax``).
+- ``WordClassPass`` (``word_classes=True``): Kovaleva et al. 2019's attention to word classes (Sec 4.4) and the
+  targets of [CLS] (Sec 4.5) per head, logged as ``wordclass_<class>`` and ``cls_target_<class>`` grids. The
+  classes come from a small rule set on the probe tokens (closed word lists): pronouns, subject and object
+  pronouns, negation. With UD annotations (``word_classes="dev.conllu"``) nouns, verbs, subjects, objects, … come
+  from the treebank instead: ``callbacks.word_classes.UDWordClassPass``.
 - ``HeadClusterPass``: Clark et al. 2019's JS distances between heads and their 2-D MDS map at every probe step,
   aligned to the previous step by an orthogonal Procrustes fit so that heads move smoothly; logged as the head
   embedding ``bertwatch/clustering/js_mds_training`` at each step.
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.callbacks.word_classes import UDWordClassPass, WordClassBatches
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.linguistics.clustering import HeadDistances, mds_embedding, procrustes_align
@@ -125,12 +128,19 @@ class HeadClusterPass:
 
 
 def consumers_for(
-    monitor: Any, word_classes: bool, track: ClusterTrack | None, cluster_examples: int = 8
-) -> list[WordClassPass | HeadClusterPass]:
-    """The passes asked for, over ``monitor``'s probe set: word classes, and head clusters when ``track`` is given."""
-    out: list[WordClassPass | HeadClusterPass] = []
+    monitor: Any,
+    word_classes: bool,
+    track: ClusterTrack | None,
+    cluster_examples: int = 8,
+    annotated: WordClassBatches | None = None,
+) -> list[WordClassPass | HeadClusterPass | UDWordClassPass]:
+    """The passes asked for, over ``monitor``'s probe set: word classes by token rules, head clusters when
+    ``track`` is given, and word classes on ``annotated`` UD sentences when given."""
+    out: list[WordClassPass | HeadClusterPass | UDWordClassPass] = []
     if word_classes:
         out.append(WordClassPass(monitor.probe.tokens))
+    if annotated is not None:
+        out.append(UDWordClassPass(monitor, annotated))
     if track is not None:
         out.append(HeadClusterPass(monitor.layers, monitor.heads, track, cluster_examples))
     return out

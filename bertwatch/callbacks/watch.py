@@ -20,6 +20,7 @@ from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, w
 from bertwatch.callbacks.analyses import ClusterTrack, consumers_for
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
 from bertwatch.callbacks.tracking import reported_trackers
+from bertwatch.callbacks.word_classes import WordClassProbe, prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
@@ -311,9 +312,12 @@ class BertWatchCallback(WatchCallback):
     end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
     runs an ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement.
     ``word_classes=True`` adds attention to pronouns, subjects, objects and negation and the [CLS] row's targets
-    (``wordclass_*``, ``cls_target_*`` grids); ``head_clusters=True`` logs the heads' JS/MDS map at every probe
-    step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first ``cluster_examples``
-    probe examples).
+    (``wordclass_*``, ``cls_target_*`` grids); ``word_classes="dev.conllu"`` (or a list of ``Sentence``, or a
+    ``WordClassProbe``) instead measures, on those UD-annotated sentences, each head's share of attention on
+    nouns, verbs, pronouns, determiners, subjects, objects, negation and punctuation (``class_share_*`` grids,
+    the ``word_classes`` series; ``callbacks.word_classes``). ``head_clusters=True`` logs the heads' JS/MDS map
+    at every probe step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first
+    ``cluster_examples`` probe examples).
     """
 
     default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
@@ -331,7 +335,7 @@ class BertWatchCallback(WatchCallback):
         ablate_on_end: bool = False,
         ablation_mode: str = "uniform",
         ablation_kwargs: Mapping[str, Any] | None = None,
-        word_classes: bool = False,
+        word_classes: bool | str | os.PathLike | Sequence[Any] | WordClassProbe = False,
         head_clusters: bool = False,
         cluster_examples: int = 8,
         **kwargs: Any,
@@ -360,7 +364,8 @@ class BertWatchCallback(WatchCallback):
             from bertwatch.callbacks.ablation import AblationCallback
 
             self.ablation = AblationCallback(modes=ablation_mode, **self.ablation_kwargs)
-        self.word_classes = bool(word_classes)
+        self.word_classes = word_class_option(word_classes)
+        self.word_class_batches: Any = None
         self.cluster_track = ClusterTrack() if head_clusters else None
         self.cluster_examples = int(cluster_examples)
         self.consumed_step: int | None = None
@@ -371,7 +376,9 @@ class BertWatchCallback(WatchCallback):
         if step == self.consumed_step:
             return []
         self.consumed_step = step
-        return consumers_for(monitor, self.word_classes, self.cluster_track, self.cluster_examples)
+        return consumers_for(
+            monitor, self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches
+        )
 
     def wants_maps(self, event: str, step: int) -> int:
         if event in ("begin", "end"):
@@ -381,6 +388,7 @@ class BertWatchCallback(WatchCallback):
         return 0
 
     def _check_setup(self, args: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
+        self.word_class_batches = prepare_word_classes(self.word_classes, self.monitor)
         if self.ablation is None or self.ablation.eval_set(context) is not None:
             return
         if context.bound:

@@ -3,7 +3,8 @@
 It starts TensorBoard first (so the heads can be watched live), fine-tunes MiniLM on a slice of SST-2 with
 ``bertwatch.watch(trainer, ablate_on_end=True)``, which disables every head and layer on the dev set when training
 ends, builds the HTML report, and keeps TensorBoard serving on 127.0.0.1 until Ctrl-C when run from a terminal
-(otherwise it prints the exact command to start it).
+(otherwise it prints the exact command to start it). When the data folder holds UD English-EWT, the callback also
+measures attention to nouns, verbs, subjects, objects, … on the first 32 dev sentences at every probe step.
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_demo", "cli_demo", "start_tensorboard"]
+__all__ = ["run_demo", "cli_demo", "start_tensorboard", "ud_dev_file"]
 
 RUN_NAME = "sst2-minilm"
+#: The treebank whose word classes the demo watches, under the data folder, and how many of its sentences.
+UD_DEV = Path("ud_english_ewt") / "en_ewt-ud-dev.conllu"
+UD_SENTENCES = 32
 
 
 def _say(message: str) -> None:
@@ -95,6 +99,13 @@ def _resolve_glue_dir(glue_dir: str | None, data: str | None) -> Path | None:
     return default_glue_dir()
 
 
+def ud_dev_file(data: str | None) -> Path | None:
+    """UD English-EWT's dev file under ``data`` (else $BERTWATCH_DATA), when it is there."""
+    base = data or os.environ.get("BERTWATCH_DATA")
+    path = Path(base) / UD_DEV if base else None
+    return path if path is not None and path.is_file() else None
+
+
 def _dataset(examples: list[dict[str, Any]], tokenizer: Any, max_length: int) -> Any:
     from datasets import Dataset
 
@@ -130,7 +141,8 @@ def run_demo(
         _say(f"could not start TensorBoard ({error}); the logs are still written to {runs}")
 
     try:
-        settings = _DemoSettings(epochs, batch_size, max_length, every_n_steps, seed, ablation_mode)
+        ud_file = ud_dev_file(data)
+        settings = _DemoSettings(epochs, batch_size, max_length, every_n_steps, seed, ablation_mode, ud_file)
         metrics = _fine_tune(out, runs, train, dev, settings)
         report = _report(out)
         _show(tensorboard if serve else None, url, runs)
@@ -152,6 +164,7 @@ class _DemoSettings:
     every_n_steps: int
     seed: int
     ablation_mode: str
+    ud_file: Path | None = None
 
 
 def _sst2(
@@ -215,7 +228,7 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
         every_n_steps=settings.every_n_steps,
         ablate_on_end=True,
         ablation_mode=settings.ablation_mode,
-        word_classes=True,
+        word_classes=_word_classes(settings),
         head_clusters=True,
     )
     _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {settings.every_n_steps} steps")
@@ -225,6 +238,16 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
     tokenizer.save_pretrained(str(out / "model"))
     _say(f"dev accuracy {metrics.get('eval_accuracy', float('nan')):.4f}")
     return metrics
+
+
+def _word_classes(settings: _DemoSettings) -> Any:
+    """UD word classes on the treebank's first sentences when there is one, else the token rules."""
+    from bertwatch.callbacks import WordClassProbe
+
+    if settings.ud_file is None:
+        return True
+    _say(f"word classes from the first {UD_SENTENCES} sentences of {settings.ud_file}")
+    return WordClassProbe(settings.ud_file, num_sentences=UD_SENTENCES, max_length=settings.max_length)
 
 
 def _report(out: Path) -> Path:
@@ -254,7 +277,11 @@ def cli_demo(argv: Sequence[str]) -> int:
     """``bertwatch demo`` command line."""
     parser = argparse.ArgumentParser(prog="bertwatch demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
-    parser.add_argument("--data", default=None, help="folder holding glue/SST-2 (or set BERTWATCH_DATA)")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="folder holding glue/SST-2 and, optionally, ud_english_ewt/ (or set BERTWATCH_DATA)",
+    )
     parser.add_argument("--glue-dir", default=None, help="GLUE folder; '' downloads SST-2 from the Hub")
     parser.add_argument("--train-examples", type=int, default=2400)
     parser.add_argument(

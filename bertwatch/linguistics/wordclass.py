@@ -3,7 +3,8 @@
 Pure tensor functions for training-time monitors: maps ``[batch, layers, heads, T, T]`` plus bool target masks
 ``[batch, T]`` in, ``[batch, layers, heads]`` out (NaN where an example has no target, so that
 ``bertwatch.heads.stats.aggregate`` skips it, as the paper says: "ignore examples without the feature").
-Target masks come from UD annotations (``ud_word_classes``) or from a spaCy parse (``spacy_word_classes``),
+Target masks come from UD annotations (``ud_word_classes``, Kovaleva's sets for ``bertwatch probe-syntax``;
+``ud_classes``, the ``UD_CLASSES`` measured during training) or from a spaCy parse (``spacy_word_classes``),
 spread from words to word pieces with ``token_masks``.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -19,6 +22,10 @@ from torch import Tensor
 __all__ = [
     "WORD_CLASSES",
     "NEGATION_WORDS",
+    "UDClass",
+    "UD_CLASSES",
+    "ud_classes",
+    "uniform_class_share",
     "ud_word_classes",
     "spacy_word_classes",
     "token_masks",
@@ -84,6 +91,63 @@ def ud_word_classes(sentence: Any) -> dict[str, list[bool]]:
         out["subj"].append(base in _UD_SUBJ or deprel == "obl:agent")
         out["obj"].append(base in _UD_OBJ)
         out["neg"].append(feats.get("Polarity") == "Neg" or word.lower() in NEGATION_WORDS)
+    return out
+
+
+@dataclass(frozen=True)
+class UDClass:
+    """A word class by its UD annotation: a word belongs when its UPOS is in ``upos``, its relation (the part
+    before ':', so ``nsubj:pass`` counts as ``nsubj``) is in ``deprels``, or it has one of the ``feats``."""
+
+    upos: frozenset[str] = frozenset()
+    deprels: frozenset[str] = frozenset()
+    feats: frozenset[tuple[str, str]] = frozenset()
+
+    def contains(self, upos: str, deprel: str, feats: Mapping[str, str]) -> bool:
+        return (
+            upos in self.upos
+            or deprel.split(":", 1)[0] in self.deprels
+            or any(feats.get(key) == value for key, value in self.feats)
+        )
+
+
+#: The word classes measured during training from UD annotations (``BertWatchCallback(word_classes=...)``),
+#: documented in docs/statistics.md. Negation is annotation-only: ``Polarity=Neg`` (not, n't, nor, neither, the
+#: interjection no) or ``PronType=Neg`` (the determiner no, never, nothing, none, nobody); no word list.
+UD_CLASSES: Mapping[str, UDClass] = MappingProxyType(
+    {
+        "noun": UDClass(upos=frozenset({"NOUN", "PROPN"})),
+        "verb": UDClass(upos=frozenset({"VERB"})),
+        "pron": UDClass(upos=frozenset({"PRON"})),
+        "det": UDClass(upos=frozenset({"DET"})),
+        "subj": UDClass(deprels=frozenset({"nsubj", "csubj"})),
+        "obj": UDClass(deprels=frozenset({"obj", "iobj"})),
+        "neg": UDClass(feats=frozenset({("Polarity", "Neg"), ("PronType", "Neg")})),
+        "punct": UDClass(upos=frozenset({"PUNCT"})),
+    }
+)
+
+
+def ud_classes(sentence: Any, classes: Mapping[str, UDClass] = UD_CLASSES) -> dict[str, list[bool]]:
+    """Per syntactic word of a ``bertwatch.linguistics.syntax.Sentence``: whether it is in each of ``classes``."""
+    return {
+        name: [
+            rule.contains(upos, deprel, feats)
+            for upos, deprel, feats in zip(sentence.upos, sentence.deprels, sentence.feats)
+        ]
+        for name, rule in classes.items()
+    }
+
+
+def uniform_class_share(real: Tensor, masks: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The share a uniform head gives each class, n_c / n over the real tokens: ``{class: [batch]}`` float64, NaN
+    where an example has no token of the class (the baseline of ``class_attention(..., reduce="sum")``)."""
+    real = real.bool()
+    n = real.sum(-1).clamp_min(1).double()
+    out = {}
+    for name, mask in masks.items():
+        count = (mask.bool().to(real.device) & real).sum(-1).double()
+        out[name] = torch.where(count > 0, count / n, math.nan)
     return out
 
 

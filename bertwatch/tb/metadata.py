@@ -41,6 +41,11 @@ SERIES_PREFIX = "bertwatch/series/"
 SERIES_SCALAR_ROOT = "bertwatch_series"
 #: The ``named_values`` series of Kovaleva's pattern-class shares.
 PATTERN_SERIES = "pattern_classes"
+#: The ``named_values`` series of the attention shares of the UD word classes (mean over heads, uniform head).
+WORD_CLASS_SERIES = "word_classes"
+WORD_CLASS_TEXT = (
+    "Share of attention on each UD word class, mean over heads, and <class>_uniform: the share of a uniform head"
+)
 LAYER_SCALAR_ROOT = "bertwatch_layers"
 
 KIND_HEAD_GRID = "head_grid"
@@ -97,6 +102,24 @@ STAT_DESCRIPTIONS.update(
     | {
         f"cls_target_{key}": f"Largest attention of the [CLS] row to one of the {words} (Kovaleva et al. 2019, Sec. 4.5)."
         for key, words in _CLASS_WORDS.items()
+    }
+)
+
+
+_UD_CLASS_WORDS = {
+    "noun": "nouns and proper nouns (UPOS NOUN, PROPN)",
+    "verb": "verbs (UPOS VERB)",
+    "pron": "pronouns (UPOS PRON)",
+    "det": "determiners (UPOS DET)",
+    "subj": "subjects (nsubj, csubj and their subtypes)",
+    "obj": "objects (obj, iobj)",
+    "neg": "negation (Polarity=Neg or PronType=Neg)",
+    "punct": "punctuation (UPOS PUNCT)",
+}
+STAT_DESCRIPTIONS.update(
+    {
+        f"class_share_{key}": f"Share of attention on {words}, mean over queries, on UD-annotated sentences."
+        for key, words in _UD_CLASS_WORDS.items()
     }
 )
 

@@ -52,6 +52,7 @@ export const STAT_GROUPS = [
   ['Drift from pretrained', ['drift_cosine', 'drift_js']],
   ['Importance', ['head_importance', 'head_attribution_ig', 'attn_grad_sep', 'attn_grad_punct', 'attn_grad_other']],
   ['Word classes (Kovaleva)', ['wordclass_pron', 'wordclass_subj', 'wordclass_obj', 'wordclass_neg', 'cls_target_pron', 'cls_target_subj', 'cls_target_obj', 'cls_target_neg']],
+  ['Word classes (UD share)', ['class_share_noun', 'class_share_verb', 'class_share_pron', 'class_share_det', 'class_share_subj', 'class_share_obj', 'class_share_neg', 'class_share_punct']],
 ];
 
 export const DRIFT_STATS = ['drift_cosine', 'drift_js'];

@@ -1,5 +1,6 @@
 // Heads: one statistic as a [layers x heads] heatmap at a chosen step, Clark's behaviour labels on the
-// cells, the clicked head's trajectory over steps and every layer's mean over steps.
+// cells, the clicked head's trajectory over steps, every layer's mean over steps, and (when logged) the
+// pattern-class shares and the UD word-class attention shares over steps.
 
 import {h, clear, card, emptyState, field, fmt, fmtStep, headName, setOptions, stepper} from './dom.js';
 import {getJSON, gridTags, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
@@ -37,7 +38,10 @@ export class HeadsView {
     this.patternCard = card('Pattern classes', {class: 'chart-card'});
     this.patternCard.el.id = 'pattern-card';
     this.patternCard.el.hidden = true;
-    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el));
+    this.wordClassCard = card('Word classes', {class: 'chart-card'});
+    this.wordClassCard.el.id = 'word-class-card';
+    this.wordClassCard.el.hidden = true;
+    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el, this.wordClassCard.el));
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
     this.grid = null;
@@ -89,13 +93,13 @@ export class HeadsView {
       if (j >= 0) index = j;
     }
     this.stepper.set(steps, index);
-    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans(), this.loadPatterns()]);
+    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans(), this.loadPatterns(), this.loadWordClasses()]);
   }
 
   onStep() {
     this.loadGrid();
     const step = this.stepper.step;
-    for (const chart of [this.trajChart, this.meansChart, this.patternChart]) if (chart) chart.setMarker(step);
+    for (const chart of [this.trajChart, this.meansChart, this.patternChart, this.wordClassChart]) if (chart) chart.setMarker(step);
   }
 
   async loadGrid() {
@@ -221,6 +225,16 @@ export class HeadsView {
     this.renderCharts();
   }
 
+  async loadWordClasses() {
+    const run = this.state.run;
+    const info = tagsOfKind(this.app.tags, run, 'named_values').find((t) => t.name === 'word_classes');
+    const seq = (this.wordClassSeq = (this.wordClassSeq || 0) + 1);
+    const data = info ? await getJSON('series', {run, tag: info.tag}).catch(() => null) : null;
+    if (seq !== this.wordClassSeq) return;
+    this.wordClasses = data;
+    this.renderCharts();
+  }
+
   renderCharts() {
     const step = this.stepper.step;
     const pick = (x) => {
@@ -257,6 +271,27 @@ export class HeadsView {
       this.patternChart = lineChart({width: chartWidth(c.body), id: 'pattern-chart', series, yLabel: 'share of heads', marker: step, onPick: pick, legend: true});
       clear(c.body).append(this.patternChart);
     }
+    const w = this.wordClasses;
+    this.wordClassCard.el.hidden = !w;
+    if (w) this.renderWordClasses(w, step, pick);
+  }
+
+  /** The word_classes series: per UD class, the mean over heads of its attention share (solid) and the share
+   * a uniform head would give on the same sentences (<class>_uniform, dashed, same colour). */
+  renderWordClasses(w, step, pick) {
+    const c = this.wordClassCard;
+    c.sub.textContent = 'share of attention on each UD word class, mean over heads (dashed: a uniform head); per head: class_share_<class>';
+    const colors = ['#1565c0', '#e65100', '#6a1b9a', '#2e7d32', '#c62828', '#00838f', '#5d4037', '#9e9e9e'];
+    const classes = w.names.filter((name) => !name.endsWith('_uniform'));
+    const series = [];
+    classes.forEach((name, k) => {
+      const color = colors[k % colors.length];
+      series.push({name, color, xs: w.steps, ys: nums(w.values[w.names.indexOf(name)]), width: 1.6});
+      const u = w.names.indexOf(`${name}_uniform`);
+      if (u >= 0) series.push({name: `${name} (uniform)`, color, xs: w.steps, ys: nums(w.values[u]), width: 1, dashed: true});
+    });
+    this.wordClassChart = lineChart({width: chartWidth(c.body), id: 'word-class-chart', series, yLabel: 'share of attention', marker: step, onPick: pick, legend: true});
+    clear(c.body).append(this.wordClassChart);
   }
 }
 
