@@ -401,7 +401,7 @@ class Monitor:
         grams = head_grams(model) if norm_names else None
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
-        if (grad_names or want_ig) and not self.probe.has_labels:
+        if (grad_names or want_ig) and not self.probe.has_labels and s.loss_fn is None:
             raise SetupError("gradient statistics need labels in every probe example")
         if need_reference and s.reference_model is not None:
             self._reference_from(s.reference_model)

@@ -7,7 +7,7 @@ per-example values ``[batch, layers, heads]``; average them with ``bertwatch.hea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.tasks import (
     LABEL_FIELDS,
+    LossSetupError,
     check_loss_inputs,
     head_kind,
     label_fields,
@@ -33,6 +34,7 @@ LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
 __all__ = [
     "GRADIENT_NAMES",
     "IG_NAME",
+    "check_gradients",
     "gradient_stats",
     "integrated_gradients",
     "normalize_by_layer",
@@ -79,6 +81,33 @@ def _gated_pass(
         maps = [cap.layer(l) for l in range(layers)]
         grads = torch.autograd.grad(total, [gates, *maps])
     return grads[0], list(grads[1:]), scale, maps
+
+
+def check_gradients(
+    model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], loss_fn: LossFn | None = None
+) -> None:
+    """Refuse, before anything is measured, probe batches that cannot give gradient statistics (``LossSetupError``
+    with what to do): every batch holds the label fields the model's loss reads, and one forward of the first batch
+    (no gradients; ``capture`` restores modes and RNG) gives the loss :func:`gradient_stats` takes, ``loss_fn``'s
+    one value per example included."""
+    if loss_fn is None:
+        for batch in batches:
+            check_loss_inputs(model, batch)
+    batch = batches[0]
+    with torch.no_grad(), capture(model, record=False):
+        if loss_fn is None:
+            kind = check_loss_inputs(model, batch)
+            model_loss(model, model(**_model_inputs(batch, label_fields(kind))), batch, kind)
+            return
+        outputs = model(**_model_inputs(batch))
+        try:
+            losses = loss_fn(outputs, batch)
+        except Exception as err:
+            raise LossSetupError(f"loss_fn failed on the first probe batch: {type(err).__name__}: {err}") from err
+    rows = int(batch["input_ids"].shape[0])
+    if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != (rows,):
+        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
+        raise LossSetupError(f"loss_fn must return one loss per example, a tensor [{rows}]; it returned {shape}")
 
 
 def gradient_stats(
