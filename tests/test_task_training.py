@@ -193,3 +193,24 @@ def test_loss_fn_gives_gradient_statistics_without_label_fields(tmp_path) -> Non
     callback.set_trainer(trainer)
     trainer.train()
     assert [step for step, grids in callback.history if "head_importance" in grids] == [0, 2, 4]
+
+
+def test_multiple_choice_rows_meet_their_own_reference_in_every_probe_batch(tmp_path) -> None:
+    """Each choice is a row of the encoder: drift compares each row with its own reference row, in every probe
+    batch (three batches here), so it is zero at step 0 and grows after training steps."""
+    tokenizer = tiny_tokenizer()
+    case = next(c for c in CASES if c.name == "multiple-choice")
+    trainer = _trainer(tmp_path, case, tokenizer, model_for(case, tokenizer), learning_rate=3e-2)
+    callback = bertwatch.watch(
+        trainer,
+        stats=("drift_js", "entropy"),
+        every_n_steps=EVERY,
+        num_probe_examples=5,
+        probe_batch_size=2,
+        num_maps=1,
+        strict=True,
+    )
+    trainer.train()
+    grids = dict(callback.history)
+    np.testing.assert_allclose(grids[0]["drift_js"], 0, atol=1e-4)
+    assert np.isfinite(grids[STEPS]["drift_js"]).all() and grids[STEPS]["drift_js"].max() > 1e-3

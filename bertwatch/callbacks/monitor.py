@@ -433,7 +433,7 @@ class Monitor:
                     for name, value in norm_stats(attn, values, grams, roles, norm_names).items():
                         per_example[name].append(value)
                 del values
-                start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
+                start = self.probe.first_row(k)
                 for consumer in consumers:
                     consumer.consume(start, attn, roles)
                 if building:
@@ -466,8 +466,7 @@ class Monitor:
 
     def _reference_batch(self, k: int, roles: Any, reference: list[Tensor]) -> Tensor:
         """Batch k of the cropped float16 reference, padded like the probe batch (padded on demand, not kept)."""
-        start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
-        size = self.probe.batches[k]["input_ids"].shape[0]
+        start, size = self.probe.first_row(k), self.probe.roles[k].real.shape[0]
         return pad_maps(reference[start : start + size], roles.real)
 
     def _reference_from(self, reference_model: Any) -> None:

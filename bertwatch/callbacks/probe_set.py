@@ -42,8 +42,9 @@ CACHE_VERSION = 1
 class ProbeSet:
     """Collated probe batches (CPU tensors, fixed order) with their token roles and token strings.
 
-    ``batches[k]`` holds the model inputs ``[batch, T_k]`` and, when known, ``labels``; ``roles[k]`` its roles;
-    ``tokens[i]`` / ``segments[i]`` the real tokens (and segment ids or None) of example i over all batches.
+    ``batches[k]`` holds the model inputs ``[batch, T_k]`` (``[batch, choices, T_k]`` for multiple choice) and,
+    when known, the label fields; ``roles[k]`` the roles of the rows the encoder sees ``[rows, T_k]`` (each choice
+    a row); ``tokens[i]`` / ``segments[i]`` the real tokens (and segment ids or None) of row i over all batches.
     """
 
     batches: list[dict[str, Tensor]]
@@ -55,6 +56,10 @@ class ProbeSet:
     @property
     def size(self) -> int:
         return len(self.tokens)
+
+    def first_row(self, k: int) -> int:
+        """The index of batch k's first encoder row over all batches (rows are choices for multiple choice)."""
+        return sum(int(r.real.shape[0]) for r in self.roles[:k])
 
     @property
     def has_labels(self) -> bool:
