@@ -17,14 +17,14 @@ from tensorboard.util import tensor_util
 
 import bertwatch
 from bertwatch.callbacks import SetupError
-from bertwatch.heads.importance import GRADIENT_NAMES
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from tests._task_cases import CASES, HEADS, LAYERS, mlm_dataset, model_for, plain_metric
 from tests._tiny_trainer import tiny_tokenizer, training_args
 
 torch.set_num_threads(1)
 
 STEPS, EVERY = 4, 2
-STATS = (*GRADIENT_NAMES, "entropy")
+STATS = (*GRADIENT_NAMES, IG_NAME, "entropy")
 
 
 def _trainer(tmp_path, case, tokenizer, model, **overrides) -> T.Trainer:
@@ -48,6 +48,7 @@ def _watch(trainer: T.Trainer, case, **ablation) -> bertwatch.BertWatchCallback:
         every_n_steps=EVERY,
         num_probe_examples=6,
         num_maps=0,
+        ig_steps=4,
         ablate_on_end=True,
         ablation_mode="zero",
         ablation_kwargs=kwargs,
@@ -85,7 +86,8 @@ def test_every_head_fine_tunes_with_gradient_statistics_and_an_exact_ablation(tm
     expected_steps = list(range(0, STEPS + 1, EVERY))
     assert [step for step, _ in callback.history] == expected_steps
     for step, grids in callback.history:
-        assert set(GRADIENT_NAMES) <= set(grids), step
+        assert set(GRADIENT_NAMES) | {IG_NAME} <= set(grids), step
+        assert np.isfinite(grids[IG_NAME]).all() and (grids[IG_NAME] != 0).any(), step
         assert np.isfinite(grids["head_importance"]).all() and (grids["head_importance"] > 0).any(), step
         assert np.isfinite(grids["attn_grad_other"]).all(), step
     logged = _event_grids(tmp_path, "head_importance")
@@ -214,3 +216,35 @@ def test_multiple_choice_rows_meet_their_own_reference_in_every_probe_batch(tmp_
     grids = dict(callback.history)
     np.testing.assert_allclose(grids[0]["drift_js"], 0, atol=1e-4)
     assert np.isfinite(grids[STEPS]["drift_js"]).all() and grids[STEPS]["drift_js"].max() > 1e-3
+
+
+def test_ablation_callback_refuses_at_setup_and_contains_a_failure_at_the_end(tmp_path) -> None:
+    """What the sweep would refuse (an unknown setting, labels outside the head's classes) stops the run before
+    its first step; a failure of the sweep itself at the end costs one warning, and training completes."""
+    from bertwatch.callbacks import BertWatchWarning
+    from bertwatch.callbacks.ablation import AblationCallback
+
+    tokenizer = tiny_tokenizer()
+    case = CASES[0]
+    bad_labels = case.dataset(tokenizer, 4, 1).map(lambda row: {"label": 5})
+    for sweep, match in (
+        (AblationCallback(n_resamples=30, not_a_setting=1), "not_a_setting"),
+        (AblationCallback(eval_dataset=bad_labels, n_resamples=30), "outside the model's 2 classes"),
+    ):
+        trainer = _trainer(tmp_path, case, tokenizer, model_for(case, tokenizer))
+        trainer.add_callback(sweep)
+        sweep.set_trainer(trainer)
+        with pytest.raises(SetupError, match=match):
+            trainer.train()
+        assert trainer.state.global_step == 0
+
+    def broken(prediction):
+        raise RuntimeError("metric server down")
+
+    sweep = AblationCallback(compute_metrics=broken, n_resamples=30, progress=False)
+    trainer = _trainer(tmp_path, case, tokenizer, model_for(case, tokenizer))
+    trainer.add_callback(sweep)
+    sweep.set_trainer(trainer)
+    with pytest.warns(BertWatchWarning, match="metric server down"):
+        trainer.train()
+    assert trainer.state.global_step == STEPS and sweep.disabled and not sweep.results

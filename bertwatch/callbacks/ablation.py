@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 
 from bertwatch.ablation.configs import MODES
 from bertwatch.ablation.settings import AblationSettings
-from bertwatch.ablation.sweep import ablate, task_examples
+from bertwatch.ablation.sweep import ablate, check_model, task_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
 from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
 from bertwatch.heads.sharding import is_sharded
@@ -141,7 +141,6 @@ class AblationCallback(TrainerCallback):
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.disabled = False
         self.check(args, state, self._link.context(kwargs))
 
     def settings(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> dict[str, Any]:
@@ -159,14 +158,12 @@ class AblationCallback(TrainerCallback):
         evaluation set, unknown settings, a head or task it cannot score, labels that do not fit the head, or
         examples it cannot read (the first few are prepared as the sweep will prepare them all)."""
         dataset = self.eval_set(context)
-        if dataset is None:
-            if context.bound or getattr(args, "eval_strategy", "no") == "no":
-                raise SetupError(
-                    "the ablation needs an evaluation set to disable heads on: give the Trainer an eval_dataset and "
-                    "attach bertwatch with bertwatch.watch(trainer), or pass the examples as eval_dataset= "
-                    "(ablation_kwargs={'eval_dataset': ...} for BertWatchCallback)"
-                )
-            return  # seen once the Trainer evaluates
+        if dataset is None and (context.bound or getattr(args, "eval_strategy", "no") == "no"):
+            raise SetupError(
+                "the ablation needs an evaluation set to disable heads on: give the Trainer an eval_dataset and "
+                "attach bertwatch with bertwatch.watch(trainer), or pass the examples as eval_dataset= "
+                "(ablation_kwargs={'eval_dataset': ...} for BertWatchCallback)"
+            )
         model = context.event.get("model")
         if model is None:
             model = getattr(context.trainer, "model", None)
@@ -176,10 +173,12 @@ class AblationCallback(TrainerCallback):
             settings.pop(name, None)
         if self.task is not None:
             settings["task"] = self.task
-        rows = _first_examples(dataset, 4)
+        rows = None if dataset is None else _first_examples(dataset, 4)  # None: seen once the Trainer evaluates
         try:
             resolved = AblationSettings.resolve(base, **settings)
-            if rows is not None:
+            if rows is None:
+                check_model(model, resolved.task)
+            else:
                 task_examples(model, rows, tokenizer, resolved)
         except (ValueError, TypeError) as err:
             raise SetupError(

@@ -187,8 +187,9 @@ class WatchCallback(TrainerCallback):
         loss_fn = monitor.settings.loss_fn
         if loss_fn is None and not monitor.probe.has_labels:
             return (
-                "the probe examples have no labels (gradient statistics need labels or loss_fn=); probe with labelled examples (the eval set, probe_dataset=, or "
-                "probe_texts= as dicts with a 'label'), or pass loss_fn=(outputs, batch) -> per-example loss"
+                "the probe examples have no labels (gradient statistics need labels or loss_fn=): probe with "
+                "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
+                "loss_fn=(outputs, batch) -> per-example loss"
             )
         first, *rest = monitor.probe.batches
         try:

@@ -161,7 +161,8 @@ def integrated_gradients(
 ) -> torch.Tensor:
     """Integrated gradients (captum) of each example's loss w.r.t. the head gates from 0 to 1, ``[batch, layers, heads]``.
 
-    By completeness, an example's attributions sum to L(all gates 1) − L(all gates 0).
+    By completeness, an example's attributions sum to L(all gates 1) − L(all gates 0). Multiple choice: a gate is
+    shared by an example's choices, as in :func:`gradient_stats`.
     """
     from captum.attr import IntegratedGradients
 
@@ -172,7 +173,8 @@ def integrated_gradients(
 
     def forward(gates: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
         expanded = dict(zip(names, tensors))
-        with capture(model, gates=gates, record=False):
+        rows = gates.repeat_interleave(_choices(expanded), dim=0)  # multiple choice: one gate for all choices
+        with capture(model, gates=rows, record=False):
             outputs = model(**_model_inputs(expanded))
         return _loss(model, outputs, expanded, loss_fn)
 
