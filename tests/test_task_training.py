@@ -141,6 +141,12 @@ def test_masked_lm_probe_masks_are_fixed_and_seeded_whatever_the_collator_draws(
         assert batch["labels"][row].tolist() == labels + [-100] * (batch["labels"].shape[1] - len(ids))
         for token, got, label in zip(ids, masked, labels):
             assert (got, label) == ((tokenizer.mask_token_id, token) if label != -100 else (token, -100))
+    texts = ["good movie .", "the plot was dull , the music fun"]
+    probe = build_probe_set(tokenizer, texts=texts, model=model)
+    for number, text in enumerate(texts):  # probe_texts are masked the same way, numbered in order
+        ids = tokenizer(text)["input_ids"]
+        _, labels = example_mask(ids, number, tokenizer.mask_token_id, tokenizer.all_special_ids)
+        assert probe.batches[0]["labels"][number, : len(ids)].tolist() == labels and probe.has_labels
 
 
 def test_question_answering_features_without_squad_examples_are_refused_at_setup(tmp_path) -> None:
@@ -159,12 +165,20 @@ def test_question_answering_features_without_squad_examples_are_refused_at_setup
 
 def test_gradient_statistics_of_a_head_without_a_loss_are_refused_at_setup(tmp_path) -> None:
     """Explicitly asked-for gradient statistics that cannot be computed fail at on_train_begin: a probe set without
-    the head's label fields, and a loss_fn that does not return one loss per example."""
+    the head's label fields, an answer position the model's loss would ignore, and a loss_fn that does not return
+    one loss per example."""
     tokenizer = tiny_tokenizer()
     case = next(c for c in CASES if c.name == "question-answering")
     no_positions = case.dataset(tokenizer, 12, 1).remove_columns(["start_positions", "end_positions"])
+    cut_off = case.dataset(tokenizer, 12, 1).map(
+        lambda row, i: {"end_positions": 60 if i == 9 else row["end_positions"]}, with_indices=True
+    )
     for callback, match in (
         (bertwatch.GradientImportanceCallback(probe_dataset=no_positions, strict=True), "no labels"),
+        (  # in the third probe batch: every batch is checked
+            bertwatch.GradientImportanceCallback(probe_dataset=cut_off, probe_batch_size=4, strict=True),
+            "outside the sequence",
+        ),
         (
             bertwatch.GradientImportanceCallback(
                 loss_fn=lambda outputs, batch: outputs.start_logits.sum(), strict=True

@@ -181,8 +181,8 @@ class WatchCallback(TrainerCallback):
         self.stat_names = self.stat_names - gradient
 
     def _gradient_problem(self) -> str | None:
-        """Why the probe set cannot give gradient statistics (``heads.importance.check_gradients``: the label
-        fields of every batch, one forward of the first through the loss), or None."""
+        """Why the probe set cannot give gradient statistics (``heads.importance.check_gradients``: one forward
+        of each probe batch through the loss), or None."""
         monitor = self.monitor
         loss_fn = monitor.settings.loss_fn
         if loss_fn is None and not monitor.probe.has_labels:
@@ -191,9 +191,8 @@ class WatchCallback(TrainerCallback):
                 "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
                 "loss_fn=(outputs, batch) -> per-example loss"
             )
-        first, *rest = monitor.probe.batches
         try:
-            check_gradients(monitor.encoder, [{k: v.to(monitor.device) for k, v in first.items()}, *rest], loss_fn)
+            check_gradients(monitor.encoder, monitor.probe.batches, loss_fn)
         except LossSetupError as err:
             return str(err)
         return None

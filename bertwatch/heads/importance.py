@@ -87,27 +87,26 @@ def check_gradients(
     model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], loss_fn: LossFn | None = None
 ) -> None:
     """Refuse, before anything is measured, probe batches that cannot give gradient statistics (``LossSetupError``
-    with what to do): every batch holds the label fields the model's loss reads, and one forward of the first batch
-    (no gradients; ``capture`` restores modes and RNG) gives the loss :func:`gradient_stats` takes, ``loss_fn``'s
-    one value per example included."""
-    if loss_fn is None:
-        for batch in batches:
-            check_loss_inputs(model, batch)
-    batch = batches[0]
-    with torch.no_grad(), capture(model, record=False):
-        if loss_fn is None:
-            kind = check_loss_inputs(model, batch)
-            model_loss(model, model(**_model_inputs(batch, label_fields(kind))), batch, kind)
-            return
-        outputs = model(**_model_inputs(batch))
-        try:
-            losses = loss_fn(outputs, batch)
-        except Exception as err:
-            raise LossSetupError(f"loss_fn failed on the first probe batch: {type(err).__name__}: {err}") from err
-    rows = int(batch["input_ids"].shape[0])
-    if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != (rows,):
-        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
-        raise LossSetupError(f"loss_fn must return one loss per example, a tensor [{rows}]; it returned {shape}")
+    with what to do): one forward of each batch (no gradients; ``capture`` restores modes and RNG) must give the
+    loss :func:`gradient_stats` takes: the model's own, from the label fields its head reads, or ``loss_fn``'s one
+    value per example."""
+    device = next(model.parameters()).device
+    for cpu_batch in batches:
+        batch = {k: v.to(device) for k, v in cpu_batch.items()}
+        with torch.no_grad(), capture(model, record=False):
+            if loss_fn is None:
+                kind = check_loss_inputs(model, batch)
+                model_loss(model, model(**_model_inputs(batch, label_fields(kind))), batch, kind)
+                continue
+            outputs = model(**_model_inputs(batch))
+            try:
+                losses = loss_fn(outputs, batch)
+            except Exception as err:
+                raise LossSetupError(f"loss_fn failed on a probe batch: {type(err).__name__}: {err}") from err
+        rows = int(batch["input_ids"].shape[0])
+        if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != (rows,):
+            shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
+            raise LossSetupError(f"loss_fn must return one loss per example, a tensor [{rows}]; it returned {shape}")
 
 
 def gradient_stats(
