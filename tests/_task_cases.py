@@ -1,6 +1,6 @@
 """The seven task heads as test cases: a tiny random model, a tokenized dataset the Trainer trains on, its
-collator, and a plain evaluation of the task's metric (one example at a time, heads zeroed by a hand-written hook
-on the self-attention module; sklearn, seqeval and plain loops, no bertwatch code)."""
+collator, and a plain evaluation of the task's metric (one example at a time, heads disabled by a hand-written
+hook on the self-attention module; sklearn, seqeval and plain loops, no bertwatch code)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Case:
     also: tuple[tuple[str, Callable[..., float]], ...] = ()
 
 
-def model_for(case: Case, tokenizer: Any, seed: int = 0) -> T.PreTrainedModel:
+def model_for(case: Case, tokenizer: Any, seed: int = 1) -> T.PreTrainedModel:
     torch.manual_seed(seed)
     config = T.BertConfig(
         vocab_size=len(tokenizer),
@@ -56,24 +56,40 @@ def model_for(case: Case, tokenizer: Any, seed: int = 0) -> T.PreTrainedModel:
     return case.cls(config)
 
 
-@contextlib.contextmanager
-def zeroed(model: T.PreTrainedModel, mask: np.ndarray) -> Iterator[None]:
-    """Zero the context of the heads marked in ``mask`` ``[layers, heads]`` (Michel's disabling) with forward hooks
-    on each layer's self-attention, whose first output is the context ``[batch, T, heads * size]``."""
+@dataclass(frozen=True)
+class Off:
+    """The heads to disable ``[layers, heads]`` and how: "zero" (Michel: the head's context is zero) or "uniform"
+    (Kovaleva: the head attends uniformly to every token; the examples here are never padded)."""
 
-    def hook(keep: torch.Tensor):
-        def scale(module, args, output):
+    mask: np.ndarray
+    mode: str = "zero"
+
+
+@contextlib.contextmanager
+def disabled(model: T.PreTrainedModel, off: Off) -> Iterator[None]:
+    """Disable the heads of ``off`` with forward hooks on each layer's self-attention, whose first output is the
+    context ``[batch, T, heads * size]``; a uniform head's context is the mean of its value vectors over all
+    tokens (its own value projection of the layer's input)."""
+
+    def hook(layer: int):
+        keep = torch.as_tensor(~off.mask[layer], dtype=torch.float32)
+
+        def replace(module, args, kwargs, output):
             context = output[0]
             shape = context.shape
-            return ((context.reshape(*shape[:-1], len(keep), -1) * keep[:, None]).reshape(shape), *output[1:])
+            heads = context.reshape(*shape[:-1], len(keep), -1)
+            if off.mode == "zero":
+                new = heads * keep[:, None]
+            else:
+                hidden = args[0] if args else kwargs["hidden_states"]
+                values = module.value(hidden).reshape(heads.shape).mean(-3, keepdim=True).expand_as(heads)
+                new = torch.where(keep[:, None].bool(), heads, values)
+            return (new.reshape(shape), *output[1:])
 
-        return scale
+        return replace
 
     layers = model.base_model.encoder.layer
-    handles = [
-        layer.attention.self.register_forward_hook(hook(torch.as_tensor(~mask[l], dtype=torch.float32)))
-        for l, layer in enumerate(layers)
-    ]
+    handles = [layer.attention.self.register_forward_hook(hook(l), with_kwargs=True) for l, layer in enumerate(layers)]
     try:
         yield
     finally:
@@ -81,8 +97,13 @@ def zeroed(model: T.PreTrainedModel, mask: np.ndarray) -> Iterator[None]:
             handle.remove()
 
 
-def _forward(model: T.PreTrainedModel, mask: np.ndarray, **inputs: Any) -> Any:
-    with torch.no_grad(), zeroed(model, mask):
+def zeroed(model: T.PreTrainedModel, mask: np.ndarray) -> contextlib.AbstractContextManager:
+    """Zero the context of the heads marked in ``mask`` ``[layers, heads]`` (Michel's disabling)."""
+    return disabled(model, Off(mask))
+
+
+def _forward(model: T.PreTrainedModel, off: Off, **inputs: Any) -> Any:
+    with torch.no_grad(), disabled(model, off):
         return model(**{k: torch.tensor([v]) for k, v in inputs.items()})
 
 
@@ -90,8 +111,8 @@ def _ids(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in ("input_ids", "token_type_ids") if k in row}
 
 
-def plain_metric(case: Case, model, tokenizer, rows: list[dict[str, Any]], mask: np.ndarray) -> float:
-    return case.plain(model, tokenizer, rows, mask)
+def plain_metric(case: Case, model, tokenizer, rows: list[dict[str, Any]], off: Off) -> float:
+    return case.plain(model, tokenizer, rows, off)
 
 
 # ------------------------------------------------------------------------------------------------ sequence level
@@ -303,7 +324,7 @@ CASES = (
          {"id2label": dict(enumerate(TAGS)), "label2id": {t: i for i, t in enumerate(TAGS)}}, token_dataset,
          T.DataCollatorForTokenClassification, "token-classification", "entity_f1", _entity_f1),
     Case("question-answering", T.BertForQuestionAnswering, {}, tokenized_squad, _pad, "question-answering",
-         "exact_match", _squad, ablation_rows=lambda tokenizer: squad_rows(12, 1), also=(("squad_f1", _squad_f1),)),
+         "exact_match", _squad, ablation_rows=lambda tokenizer: squad_rows(20, 1), also=(("squad_f1", _squad_f1),)),
     Case("multiple-choice", T.BertForMultipleChoice, {}, choice_dataset, T.DataCollatorForMultipleChoice,
          "multiple-choice", "accuracy", _choice_accuracy),
     Case("masked-lm", T.BertForMaskedLM, {}, mlm_dataset,

@@ -1,7 +1,8 @@
 """Fine-tuning every task head with ``BertWatchCallback(ablate_on_end=True)`` and a real ``Trainer``: gradient
 statistics at every probe step (the history and the event file), and a sweep whose baseline equals a plain
 evaluation with the task's metric and whose every head and layer equal that configuration evaluated on its own
-(heads zeroed by a hand-written hook on the self-attention module, one example at a time, no bertwatch code).
+(heads zeroed or made uniform by a hand-written hook on the self-attention module, one example at a time, no
+bertwatch code).
 The case helpers (models, data, plain metrics) are in ``tests/_task_cases.py``."""
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from tensorboard.util import tensor_util
 import bertwatch
 from bertwatch.callbacks import SetupError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from tests._task_cases import CASES, HEADS, LAYERS, mlm_dataset, model_for, plain_metric
+from tests._task_cases import CASES, HEADS, LAYERS, Off, mlm_dataset, model_for, plain_metric
 from tests._tiny_trainer import tiny_tokenizer, training_args
 
 torch.set_num_threads(1)
 
 STEPS, EVERY = 4, 2
+EVAL = 20  # evaluation examples (the sweep scores them all)
 STATS = (*GRADIENT_NAMES, IG_NAME, "entropy")
 
 
@@ -32,14 +34,14 @@ def _trainer(tmp_path, case, tokenizer, model, **overrides) -> T.Trainer:
         model=model,
         args=training_args(str(tmp_path), max_steps=STEPS, logging_steps=2, **overrides),
         train_dataset=case.dataset(tokenizer, 24, 0),
-        eval_dataset=case.dataset(tokenizer, 12, 1),
+        eval_dataset=case.dataset(tokenizer, EVAL, 1),
         processing_class=tokenizer,
         data_collator=case.collator(tokenizer),
     )
 
 
-def _watch(trainer: T.Trainer, case, **ablation) -> bertwatch.BertWatchCallback:
-    kwargs = dict(n_resamples=30, keep_only=False, progress=False, max_length=64, **ablation)
+def _watch(trainer: T.Trainer, case, mode: str) -> bertwatch.BertWatchCallback:
+    kwargs = dict(n_resamples=30, keep_only=False, progress=False, max_length=64)
     if case.ablation_rows is not None:
         kwargs["eval_dataset"] = case.ablation_rows(trainer.processing_class)
     return bertwatch.watch(
@@ -50,7 +52,7 @@ def _watch(trainer: T.Trainer, case, **ablation) -> bertwatch.BertWatchCallback:
         num_maps=0,
         ig_steps=4,
         ablate_on_end=True,
-        ablation_mode="zero",
+        ablation_mode=mode,
         ablation_kwargs=kwargs,
         strict=True,
     )
@@ -75,12 +77,16 @@ def _masks():
         yield "layer", l, mask
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_every_head_fine_tunes_with_gradient_statistics_and_an_exact_ablation(tmp_path, case) -> None:
+#: Each head with one disabling mode, both modes over the seven (the other is checked in test_ablation_tasks).
+MODES = ("uniform", "zero", "uniform", "zero", "uniform", "zero", "uniform")
+
+
+@pytest.mark.parametrize(("case", "mode"), list(zip(CASES, MODES)), ids=[f"{c.name}-{m}" for c, m in zip(CASES, MODES)])
+def test_every_head_fine_tunes_with_gradient_statistics_and_an_exact_ablation(tmp_path, case, mode) -> None:
     tokenizer = tiny_tokenizer()
     model = model_for(case, tokenizer)
     trainer = _trainer(tmp_path, case, tokenizer, model)
-    callback = _watch(trainer, case)
+    callback = _watch(trainer, case, mode)
     trainer.train()
 
     expected_steps = list(range(0, STEPS + 1, EVERY))
@@ -96,20 +102,22 @@ def test_every_head_fine_tunes_with_gradient_statistics_and_an_exact_ablation(tm
 
     result = callback.ablation_result
     assert result.config["task_type"] == case.task_type and result.metric == case.metric
-    assert result.config["mode"] == "zero" and result.config["layer_reuse"]
+    assert result.config["mode"] == mode and result.config["layer_reuse"]
     eval_rows = (
-        case.ablation_rows(tokenizer) if case.ablation_rows is not None else list(case.dataset(tokenizer, 12, 1))
+        case.ablation_rows(tokenizer) if case.ablation_rows is not None else list(case.dataset(tokenizer, EVAL, 1))
     )
     model.eval()
     for unit, where, mask in _masks():
         got = {"baseline": lambda: result.baseline, "head": lambda: result.heads[where][0]}.get(
             unit, lambda: result.layers[where][0]
         )()
-        assert got == pytest.approx(plain_metric(case, model, tokenizer, eval_rows, mask), rel=1e-5, abs=1e-9), (
+        assert got == pytest.approx(
+            plain_metric(case, model, tokenizer, eval_rows, Off(mask, mode)), rel=1e-5, abs=1e-9
+        ), (
             unit,
             where,
         )
-    unmasked = np.zeros((LAYERS, HEADS), dtype=bool)
+    unmasked = Off(np.zeros((LAYERS, HEADS), dtype=bool))
     for name, plain in case.also:
         assert result.baseline_metrics[name] == pytest.approx(plain(model, tokenizer, eval_rows, unmasked), abs=1e-9)
     changed = np.concatenate([result.heads[..., 1].ravel(), result.layers[:, 1]])
