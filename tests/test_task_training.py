@@ -149,6 +149,16 @@ def test_masked_lm_probe_masks_are_fixed_and_seeded_whatever_the_collator_draws(
         assert batch["labels"][row].tolist() == labels + [-100] * (batch["labels"].shape[1] - len(ids))
         for token, got, label in zip(ids, masked, labels):
             assert (got, label) == ((tokenizer.mask_token_id, token) if label != -100 else (token, -100))
+    original = dataset[0]["input_ids"]  # masked beforehand, the original token in its labels: unmasked first
+    premasked = [
+        {
+            "input_ids": [tokenizer.mask_token_id if i == 2 else t for i, t in enumerate(original)],
+            "labels": [t if i == 2 else -100 for i, t in enumerate(original)],
+        }
+    ]
+    again = build_probe_set(tokenizer, dataset=premasked, collator=collator, model=model)
+    masked, labels = example_mask(original, 0, tokenizer.mask_token_id, tokenizer.all_special_ids)
+    assert again.batches[0]["labels"][0].tolist() == labels and again.batches[0]["input_ids"][0].tolist() == masked
     texts = ["good movie .", "the plot was dull , the music fun"]
     probe = build_probe_set(tokenizer, texts=texts, model=model)
     for number, text in enumerate(texts):  # probe_texts are masked the same way, numbered in order

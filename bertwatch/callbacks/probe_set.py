@@ -142,7 +142,9 @@ def masked_lm_features(
                 "a masked-LM model's probe examples need 'input_ids' (tokenized examples) to be masked; pass "
                 "probe_texts= (strings) or a tokenized probe_dataset="
             )
-        ids = original_ids(_ints(feature["input_ids"]), _ints(feature["labels"]) if "labels" in feature else None)
+        labels = feature.get("labels")
+        per_token = isinstance(labels, (list, tuple)) or getattr(labels, "ndim", 0) == 1
+        ids = original_ids(_ints(feature["input_ids"]), _ints(labels) if per_token else None)
         masked, labels = example_mask(ids, number, mask_id, specials, seed=seed)
         if all(label == IGNORE_INDEX for label in labels):
             raise SetupError(f"probe example {number} has no token that can be masked (only special tokens)")
