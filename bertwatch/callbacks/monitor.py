@@ -402,7 +402,7 @@ class Monitor:
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
         if (grad_names or want_ig) and not self.probe.has_labels and s.loss_fn is None:
-            raise SetupError("gradient statistics need labels in every probe example")
+            raise RuntimeError("gradient statistics need labels in every probe example")  # checked at setup
         if need_reference and s.reference_model is not None:
             self._reference_from(s.reference_model)
         building = self._reference is None and (need_reference or any(n in DRIFT_NAMES for n in map_names))
