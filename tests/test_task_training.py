@@ -44,12 +44,12 @@ def _watch(trainer: T.Trainer, case, mode: str) -> bertwatch.BertWatchCallback:
     kwargs = dict(n_resamples=30, keep_only=False, progress=False, max_length=64)
     if case.ablation_rows is not None:
         kwargs["eval_dataset"] = case.ablation_rows(trainer.processing_class)
-    return bertwatch.watch(
+    return bertwatch.watch(  # every default statistic, integrated gradients too
         trainer,
-        stats=STATS,
         every_n_steps=EVERY,
         num_probe_examples=6,
-        num_maps=0,
+        num_maps=1,
+        integrated_gradients=True,
         ig_steps=4,
         ablate_on_end=True,
         ablation_mode=mode,
@@ -81,6 +81,7 @@ def _masks():
 MODES = ("uniform", "zero", "uniform", "zero", "uniform", "zero", "uniform")
 
 
+@pytest.mark.filterwarnings("error::bertwatch.callbacks.BertWatchWarning")  # nothing skipped, nothing stopped
 @pytest.mark.parametrize(("case", "mode"), list(zip(CASES, MODES)), ids=[f"{c.name}-{m}" for c, m in zip(CASES, MODES)])
 def test_every_head_fine_tunes_with_gradient_statistics_and_an_exact_ablation(tmp_path, case, mode) -> None:
     tokenizer = tiny_tokenizer()
