@@ -192,3 +192,25 @@ def test_an_example_without_labelled_tokens_is_nan_not_zero() -> None:
     assert scale[0].item() == pytest.approx(1.0) and torch.isnan(scale[1])
     got = gradient_stats(model, {**inputs, "labels": labels}, _roles(inputs["attention_mask"]))
     assert torch.isnan(got["head_importance"][1]).all() and torch.isfinite(got["head_importance"][0]).all()
+
+
+def test_integrated_gradients_of_multiple_choice_share_a_gate_between_choices() -> None:
+    """Completeness: an example's attributions sum to its loss with every head on minus its loss with every head
+    zeroed (each by a hand-written hook, no bertwatch code), with one gate per head shared by its choices."""
+    from bertwatch.heads.importance import integrated_gradients
+    from tests._task_cases import zeroed
+
+    torch.manual_seed(5)
+    model = T.BertForMultipleChoice(_config()).double().eval()
+    inputs = {k: v.reshape(3, 2, 14) for k, v in _ids(6, 14, 6).items()}
+    labels = torch.tensor([1, 0, 1])
+    got = integrated_gradients(model, {**inputs, "labels": labels}, steps=64)
+    assert got.shape == (3, LAYERS, HEADS)
+
+    def losses(mask: np.ndarray) -> np.ndarray:
+        with torch.no_grad(), zeroed(model, mask):
+            logits = model(**inputs).logits
+        return torch.nn.functional.cross_entropy(logits, labels, reduction="none").numpy()
+
+    on, off = losses(np.zeros((LAYERS, HEADS), bool)), losses(np.ones((LAYERS, HEADS), bool))
+    np.testing.assert_allclose(got.sum((1, 2)).numpy(), on - off, rtol=1e-4, atol=1e-6)

@@ -129,20 +129,28 @@ class Prepared:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+def task_examples(
+    model: nn.Module, examples: Any, tokenizer: Any, s: AblationSettings
+) -> tuple[Task, bool, list[dict[str, Any]], np.ndarray, list]:
+    """The task, whether it is a regression, and the examples tokenised with their labels and references; the
+    refusals of a head, task or example layout the sweep cannot score (``AblationCallback`` runs it on the first
+    examples at ``on_train_begin``)."""
+    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
+    regression, num_labels = check_model(model, s.task)
+    found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
+    if found is not None:
+        return task, regression, found.features, found.labels, found.references
+    features, labels = prepare_examples(model, examples, tokenizer, s.max_length, regression)
+    if task.type != "multi-label":
+        check_labels(labels, regression, num_labels)
+    return task, regression, features, labels, []
+
+
 def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings):
     """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
     any configuration is evaluated."""
-    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
-    regression, num_labels = check_model(model, s.task)
+    task, regression, features, labels, references = task_examples(model, examples, tokenizer, s)
     num_layers, num_heads = model_shape(model)
-    found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
-    if found is None:
-        features, labels = prepare_examples(model, examples, tokenizer, s.max_length, regression)
-        if task.type != "multi-label":
-            check_labels(labels, regression, num_labels)
-        references: list = []
-    else:
-        features, labels, references = found.features, found.labels, found.references
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = getattr(model.config, "pad_token_id", None) or 0

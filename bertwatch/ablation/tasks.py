@@ -22,7 +22,7 @@ from bertwatch.data.task_metrics import (
     token_classification_parts,
 )
 from bertwatch.heads.loading import max_input_length
-from bertwatch.heads.tasks import fixed_mask, head_kind, problem_type
+from bertwatch.heads.tasks import example_mask, head_kind, original_ids, problem_type
 
 __all__ = ["TASK_TYPES", "Task", "label_batch", "prepare_task_examples", "resolve_task", "task_parts"]
 
@@ -241,7 +241,7 @@ def _choice_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_len
 
 
 def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task, max_length: int) -> TaskExamples:
-    """Masked LM: texts (``text``) or ``input_ids``, each with a fixed, seeded mask (:func:`fixed_mask`, seeded by
+    """Masked LM: texts (``text``) or ``input_ids``, each with a fixed, seeded mask (:func:`example_mask`, seeded by
     ``task.seed`` and the example's position), so every configuration is scored on the same masked tokens."""
     mask_id = getattr(tokenizer, "mask_token_id", None)
     if mask_id is None:
@@ -252,23 +252,20 @@ def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task
     features, labels = [], []
     for number, row in enumerate(rows):
         if "input_ids" in row:
-            ids, types = [int(t) for t in row["input_ids"]], row.get("token_type_ids")
+            ids, types = original_ids(row["input_ids"], row.get("labels")), row.get("token_type_ids")
         elif "text" in row:
             encoded = tokenizer(str(row["text"]), truncation=True, max_length=length)
             ids, types = list(encoded["input_ids"]), encoded.get("token_type_ids")
         else:
             raise ValueError(f"example {number} has neither 'text' nor 'input_ids'")
-        tensor = torch.tensor([ids])
-        masked, target = fixed_mask(
-            tensor, torch.ones_like(tensor), mask_id, specials, task.mask_probability, task.seed * 1_000_003 + number
-        )
-        if not bool((target != IGNORE).any()):
+        masked, target = example_mask(ids, number, mask_id, specials, task.mask_probability, task.seed)
+        if all(t == IGNORE for t in target):
             raise ValueError(f"example {number} has no token that can be masked (only special tokens)")
-        feature = {"input_ids": masked[0].tolist(), "labels": target[0].tolist()}
+        feature = {"input_ids": masked, "labels": target}
         if keep_types and types is not None:
             feature["token_type_ids"] = [int(t) for t in types]
         features.append(feature)
-        labels.append(target[0].tolist())
+        labels.append(target)
     width = max(len(x) for x in labels)
     array = np.full((len(labels), width), IGNORE, dtype=np.int64)
     for i, row in enumerate(labels):

@@ -10,8 +10,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from bertwatch.ablation.configs import MODES
-from bertwatch.ablation.sweep import ablate
+from bertwatch.ablation.settings import AblationSettings
+from bertwatch.ablation.sweep import ablate, check_model, task_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
+from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
 
@@ -73,6 +75,15 @@ def run_ablation_on_trainer(
     return ablate(model, eval_dataset, mode=mode, out_dir=out_dir, writer=writer, **settings)
 
 
+def _first_examples(dataset: Any, count: int) -> list[Any] | None:
+    """The first ``count`` examples of an indexable dataset (None for a stream, which is not read twice)."""
+    if isinstance(dataset, dict):
+        dataset = next(iter(dataset.values()))
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        return None
+    return [dataset[i] for i in range(min(count, len(dataset)))]
+
+
 class AblationCallback(TrainerCallback):
     """Runs the ablation sweep on the evaluation set when training ends.
 
@@ -81,7 +92,9 @@ class AblationCallback(TrainerCallback):
     ``compute_metrics`` and ``task`` default to the Trainer's; other keyword arguments go to :func:`ablate`.
     The Trainer's eval set and ``compute_metrics`` are known when the callback is attached with
     ``bertwatch.watch(trainer)`` or ``set_trainer(trainer)``; from ``callbacks=[...]`` alone it sees the eval set
-    only if the Trainer evaluated during training.
+    only if the Trainer evaluated during training. What the sweep would refuse (a head or task it cannot score,
+    settings it does not know, examples in a layout it cannot read) is refused at ``on_train_begin`` with
+    ``SetupError`` (:meth:`check`); a failure of the sweep itself costs one warning, not the run.
     """
 
     is_bertwatch = True  # not a metrics tracker: callbacks.tracking skips it
@@ -94,6 +107,7 @@ class AblationCallback(TrainerCallback):
         task: str | None = None,
         out_dir: str | os.PathLike | None = None,
         logdir: str | os.PathLike | None = None,
+        strict: bool = False,
         **ablate_kwargs: Any,
     ):
         self.modes = (modes,) if isinstance(modes, str) else tuple(modes)
@@ -107,7 +121,15 @@ class AblationCallback(TrainerCallback):
         self.logdir = logdir
         self.ablate_kwargs = ablate_kwargs
         self.results: dict[str, AblationResult] = {}
+        self.strict = bool(strict)
+        self.disabled = False
         self._link = TrainerLink()
+
+    def disable(self, message: str | None = None) -> None:
+        """Give up the sweep for this run (with its one warning)."""
+        self.disabled = True
+        if message:
+            warn_stopped(message)
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held): its eval set, ``compute_metrics`` and TensorBoard run."""
@@ -117,6 +139,55 @@ class AblationCallback(TrainerCallback):
         """The evaluation set to disable heads on: the explicit one, else the Trainer's (None if unknown)."""
         return self.eval_dataset if self.eval_dataset is not None else context.eval_dataset
 
+    @contained("on_train_begin")
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.check(args, state, self._link.context(kwargs))
+
+    def settings(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> dict[str, Any]:
+        """The :func:`ablate` keyword arguments of this run: the Trainer's (:func:`trainer_ablation_kwargs`), then
+        ``overrides``, then the callback's own."""
+        compute = self.compute_metrics if self.compute_metrics is not None else context.compute_metrics
+        settings = trainer_ablation_kwargs(
+            args, compute_metrics=compute, processing_class=context.processing_class, step=state.global_step
+        )
+        settings.update({**overrides, **self.ablate_kwargs})
+        return settings
+
+    def check(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> None:
+        """Refuse now (``SetupError``, with what to do) what the sweep would refuse at the end of training: no
+        evaluation set, unknown settings, a head or task it cannot score, labels that do not fit the head, or
+        examples it cannot read (the first few are prepared as the sweep will prepare them all)."""
+        dataset = self.eval_set(context)
+        if dataset is None and (context.bound or getattr(args, "eval_strategy", "no") == "no"):
+            raise SetupError(
+                "the ablation needs an evaluation set to disable heads on: give the Trainer an eval_dataset and "
+                "attach bertwatch with bertwatch.watch(trainer), or pass the examples as eval_dataset= "
+                "(ablation_kwargs={'eval_dataset': ...} for BertWatchCallback)"
+            )
+        model = context.event.get("model")
+        if model is None:
+            model = getattr(context.trainer, "model", None)
+        settings = self.settings(args, state, context, **overrides)
+        tokenizer, base = settings.pop("tokenizer", None), settings.pop("settings", None)
+        for name in ("compute_metrics", "loss_fn"):
+            settings.pop(name, None)
+        if self.task is not None:
+            settings["task"] = self.task
+        rows = None if dataset is None else _first_examples(dataset, 4)  # None: seen once the Trainer evaluates
+        try:
+            resolved = AblationSettings.resolve(base, **settings)
+            if rows is None:
+                check_model(model, resolved.task)
+            else:
+                task_examples(model, rows, tokenizer, resolved)
+        except (ValueError, TypeError) as err:
+            raise SetupError(
+                f"the ablation at the end of training cannot run on this model and evaluation set: {err}. Pass "
+                "examples it can score as eval_dataset= (ablation_kwargs={'eval_dataset': ...} for "
+                "BertWatchCallback; docs/ablation.md lists the layout of each task type), or drop the ablation"
+            ) from err
+
+    @contained("on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         context = self._link.context(kwargs)
         run_dir = tensorboard_run_dir(args, context, self.logdir) if state.is_world_process_zero else None
@@ -132,11 +203,7 @@ class AblationCallback(TrainerCallback):
                 "AblationCallback needs an evaluation set: give the Trainer an eval_dataset and attach bertwatch with "
                 "bertwatch.watch(trainer), or pass AblationCallback(eval_dataset=...)"
             )
-        compute = self.compute_metrics if self.compute_metrics is not None else context.compute_metrics
-        settings = trainer_ablation_kwargs(
-            args, compute_metrics=compute, processing_class=context.processing_class, step=state.global_step
-        )
-        settings.update({**overrides, **self.ablate_kwargs})
+        settings = self.settings(args, state, context, **overrides)
         model = context.event.get("model")
         if model is None:
             model = getattr(context.trainer, "model", None)

@@ -401,8 +401,8 @@ class Monitor:
         grams = head_grams(model) if norm_names else None
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
-        if (grad_names or want_ig) and not self.probe.has_labels:
-            raise SetupError("gradient statistics need labels in every probe example")
+        if (grad_names or want_ig) and not self.probe.has_labels and s.loss_fn is None:
+            raise RuntimeError("gradient statistics need labels in every probe example")  # checked at setup
         if need_reference and s.reference_model is not None:
             self._reference_from(s.reference_model)
         building = self._reference is None and (need_reference or any(n in DRIFT_NAMES for n in map_names))
@@ -433,7 +433,7 @@ class Monitor:
                     for name, value in norm_stats(attn, values, grams, roles, norm_names).items():
                         per_example[name].append(value)
                 del values
-                start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
+                start = self.probe.first_row(k)
                 for consumer in consumers:
                     consumer.consume(start, attn, roles)
                 if building:
@@ -466,8 +466,7 @@ class Monitor:
 
     def _reference_batch(self, k: int, roles: Any, reference: list[Tensor]) -> Tensor:
         """Batch k of the cropped float16 reference, padded like the probe batch (padded on demand, not kept)."""
-        start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
-        size = self.probe.batches[k]["input_ids"].shape[0]
+        start, size = self.probe.first_row(k), self.probe.roles[k].real.shape[0]
         return pad_maps(reference[start : start + size], roles.real)
 
     def _reference_from(self, reference_model: Any) -> None:

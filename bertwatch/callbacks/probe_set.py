@@ -20,9 +20,19 @@ from torch import Tensor
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
-from bertwatch.heads.unwrap import input_names
+from bertwatch.heads.tasks import IGNORE_INDEX, example_mask, head_kind, original_ids
+from bertwatch.heads.unwrap import input_names, unwrap
 
-__all__ = ["ProbeSet", "ReferenceCache", "build_probe_set", "crop_maps", "pad_maps", "sample_indices", "text_examples"]
+__all__ = [
+    "ProbeSet",
+    "ReferenceCache",
+    "build_probe_set",
+    "crop_maps",
+    "masked_lm_features",
+    "pad_maps",
+    "sample_indices",
+    "text_examples",
+]
 
 _LABEL_KEYS = ("labels", "label", "label_ids")
 CACHE_VERSION = 1
@@ -32,8 +42,9 @@ CACHE_VERSION = 1
 class ProbeSet:
     """Collated probe batches (CPU tensors, fixed order) with their token roles and token strings.
 
-    ``batches[k]`` holds the model inputs ``[batch, T_k]`` and, when known, ``labels``; ``roles[k]`` its roles;
-    ``tokens[i]`` / ``segments[i]`` the real tokens (and segment ids or None) of example i over all batches.
+    ``batches[k]`` holds the model inputs ``[batch, T_k]`` (``[batch, choices, T_k]`` for multiple choice) and,
+    when known, the label fields; ``roles[k]`` the roles of the rows the encoder sees ``[rows, T_k]`` (each choice
+    a row); ``tokens[i]`` / ``segments[i]`` the real tokens (and segment ids or None) of row i over all batches.
     """
 
     batches: list[dict[str, Tensor]]
@@ -45,6 +56,10 @@ class ProbeSet:
     @property
     def size(self) -> int:
         return len(self.tokens)
+
+    def first_row(self, k: int) -> int:
+        """The index of batch k's first encoder row over all batches (rows are choices for multiple choice)."""
+        return sum(int(r.real.shape[0]) for r in self.roles[:k])
 
     @property
     def has_labels(self) -> bool:
@@ -87,14 +102,55 @@ def _text_features(texts: Sequence[Any], tokenizer: Any, max_length: int) -> lis
 
 
 def _pad_collate(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+    """Pad with the tokenizer; token labels (one per token) are padded with -100 on the tokenizer's side."""
+
     def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
         labels = [f.pop("labels") for f in features if "labels" in f]
         batch = dict(tokenizer.pad(features, padding=True, return_tensors="pt"))
         if labels and len(labels) == len(features):
+            if isinstance(labels[0], (list, tuple)):
+                width, left = batch["input_ids"].shape[-1], getattr(tokenizer, "padding_side", "right") == "left"
+                pads = [[IGNORE_INDEX] * (width - len(x)) for x in labels]
+                labels = [p + list(x) if left else list(x) + p for p, x in zip(pads, labels)]
             batch["labels"] = torch.tensor(labels)
         return batch
 
     return collate
+
+
+def _ints(value: Any) -> list[int]:
+    return [int(v) for v in (value.tolist() if hasattr(value, "tolist") else value)]
+
+
+def masked_lm_features(
+    features: Sequence[Any], numbers: Sequence[int], tokenizer: Any, seed: int
+) -> list[dict[str, Any]]:
+    """A masked-LM model's probe examples with fixed, seeded masks (``bertwatch.heads.tasks.example_mask``, seeded
+    by ``seed`` and each example's index ``numbers[i]`` in its dataset), so every probe pass sees the same masked
+    tokens and labels whatever the training collator draws. Labels already in an example give back its unmasked
+    tokens (``original_ids``) before it is masked again."""
+    mask_id = getattr(tokenizer, "mask_token_id", None)
+    if mask_id is None:
+        raise SetupError(
+            "a masked-LM model's probe set is masked with the tokenizer's mask token: the tokenizer has none"
+        )
+    specials = list(getattr(tokenizer, "all_special_ids", []))
+    out = []
+    for number, feature in zip(numbers, features):
+        if not isinstance(feature, Mapping) or "input_ids" not in feature:
+            raise SetupError(
+                "a masked-LM model's probe examples need 'input_ids' (tokenized examples) to be masked; pass "
+                "probe_texts= (strings) or a tokenized probe_dataset="
+            )
+        labels = feature.get("labels")
+        per_token = isinstance(labels, (list, tuple)) or getattr(labels, "ndim", 0) == 1
+        ids = original_ids(_ints(feature["input_ids"]), _ints(labels) if per_token else None)
+        masked, labels = example_mask(ids, number, mask_id, specials, seed=seed)
+        if all(label == IGNORE_INDEX for label in labels):
+            raise SetupError(f"probe example {number} has no token that can be masked (only special tokens)")
+        row = {k: v for k, v in feature.items() if k not in (*_LABEL_KEYS, "special_tokens_mask")}
+        out.append({**row, "input_ids": masked, "labels": labels})
+    return out
 
 
 def _model_columns(model: Any, label_names: Sequence[str] | None) -> set[str]:
@@ -147,6 +203,15 @@ def _tensor_batch(batch: Mapping[str, Any]) -> dict[str, Tensor]:
     return out
 
 
+def _choice_rows(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The rows the encoder sees: a multiple-choice batch ``[batch, choices, T]`` as ``[batch * choices, T]``."""
+    ids = batch["input_ids"]
+    if ids.dim() != 3:
+        return dict(batch)
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+    return {k: batch[k].reshape(-1, ids.shape[-1]) for k in keys if batch.get(k) is not None}
+
+
 def _fingerprint(batches: Sequence[Mapping[str, Tensor]]) -> str:
     digest = hashlib.sha1()
     for b in batches:
@@ -173,6 +238,8 @@ def build_probe_set(
 ) -> ProbeSet:
     """Collate the probe examples once: ``texts`` (all of them) or a seeded sample of ``dataset``.
 
+    A masked-LM ``model``'s examples get fixed, seeded masks (:func:`masked_lm_features`) and are padded, not
+    collated with ``collator`` (a masked-LM collator draws new masks at every call).
     Raises ``SetupError`` with what to do when there is nothing to probe.
     """
     if tokenizer is None:
@@ -183,6 +250,7 @@ def build_probe_set(
     with rng_untouched():
         if texts is not None:
             features = _text_features(list(texts), tokenizer, max_length)
+            indices = list(range(len(features)))
             collate = _pad_collate(tokenizer)
         elif dataset is not None:
             if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
@@ -191,6 +259,7 @@ def build_probe_set(
                 features = _dataset_features(dataset, indices, keep)
             else:
                 features = _first_examples(dataset, num_examples)
+                indices = list(range(len(features)))
             collate = collator if collator is not None else _pad_collate(tokenizer)
         else:
             raise SetupError(
@@ -203,17 +272,20 @@ def build_probe_set(
             )
         if batch_size <= 0:
             raise SetupError(f"probe_batch_size must be positive, got {batch_size}")
+        if model is not None and head_kind(unwrap(model).model) == "masked-lm":
+            features, collate = masked_lm_features(features, indices, tokenizer, seed), _pad_collate(tokenizer)
         batches = [
             _tensor_batch(collate([dict(f) if isinstance(f, Mapping) else f for f in features[i : i + batch_size]]))
             for i in range(0, len(features), batch_size)
         ]
     roles, tokens, segments = [], [], []
     for b in batches:
-        r = token_roles(b["input_ids"], b.get("attention_mask"), tokenizer, b.get("token_type_ids"))
+        rows = _choice_rows(b)
+        r = token_roles(rows["input_ids"], rows.get("attention_mask"), tokenizer, rows.get("token_type_ids"))
         roles.append(r)
-        for row in range(b["input_ids"].shape[0]):
+        for row in range(rows["input_ids"].shape[0]):
             real = r.real[row]
-            tokens.append([str(t) for t in tokenizer.convert_ids_to_tokens(b["input_ids"][row][real].tolist())])
+            tokens.append([str(t) for t in tokenizer.convert_ids_to_tokens(rows["input_ids"][row][real].tolist())])
             segments.append(None if r.segment is None else r.segment[row][real].tolist())
     return ProbeSet(batches, roles, tokens, segments, _fingerprint(batches))
 

@@ -21,10 +21,11 @@ from bertwatch.callbacks.analyses import ClusterTrack, consumers_for
 from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.callbacks.word_classes import WordClassProbe, prepare_word_classes, word_class_option
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.tasks import LossSetupError
 
 __all__ = [
     "WatchCallback",
@@ -170,19 +171,32 @@ class WatchCallback(TrainerCallback):
                 raise SetupError(f"{type(self).__name__}: {sorted(norms)} are not available for this model family")
             self.stat_names = self.stat_names - norms
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
-        if not gradient or self.monitor.probe.has_labels:
+        problem = self._gradient_problem() if gradient else None
+        if problem is None:
             return
         if self.requested is not None or not self.stat_names - gradient:
-            raise SetupError(
-                f"{type(self).__name__}: {sorted(gradient)} need labels in the probe examples; probe with labelled "
-                "examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label')"
-            )
+            raise SetupError(f"{type(self).__name__}: {sorted(gradient)} cannot be measured: {problem}")
         warnings.warn(
-            f"bertwatch: the probe examples have no labels, so {type(self).__name__} skips {sorted(gradient)}",
-            BertWatchWarning,
-            stacklevel=3,
+            f"bertwatch: {type(self).__name__} skips {sorted(gradient)}: {problem}", BertWatchWarning, stacklevel=3
         )
         self.stat_names = self.stat_names - gradient
+
+    def _gradient_problem(self) -> str | None:
+        """Why the probe set cannot give gradient statistics (``heads.importance.check_gradients``: one forward
+        of each probe batch through the loss), or None."""
+        monitor = self.monitor
+        loss_fn = monitor.settings.loss_fn
+        if loss_fn is None and not monitor.probe.has_labels:
+            return (
+                "the probe examples have no labels (gradient statistics need labels or loss_fn=): probe with "
+                "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
+                "loss_fn=(outputs, batch) -> per-example loss"
+            )
+        try:
+            check_gradients(monitor.encoder, monitor.probe.batches, loss_fn)
+        except LossSetupError as err:
+            return str(err)
+        return None
 
     def _drive(self, event: str, state: Any) -> None:
         if self.monitor is None:
@@ -206,7 +220,7 @@ class WatchCallback(TrainerCallback):
             self.disable()
             return
         self._resolve_stats()
-        self._check_setup(args, kwargs, context)
+        self._check_setup(args, state, kwargs, context)
         if self.log_to_trackers and not context.bound and reported_trackers(args):
             warnings.warn(
                 f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
@@ -216,7 +230,7 @@ class WatchCallback(TrainerCallback):
                 stacklevel=3,
             )
 
-    def _check_setup(self, args: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
+    def _check_setup(self, args: Any, state: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
         """Fail at on_train_begin on a configuration that could only fail later."""
 
     @contained("on_step_begin")
@@ -387,18 +401,14 @@ class BertWatchCallback(WatchCallback):
             return self.num_maps
         return 0
 
-    def _check_setup(self, args: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
+    def _check_setup(self, args: Any, state: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
         self.word_class_batches = prepare_word_classes(self.word_classes, self.monitor)
-        if self.ablation is None or self.ablation.eval_set(context) is not None:
+        if self.ablation is None:
             return
-        if context.bound:
-            raise SetupError("ablate_on_end=True needs an eval_dataset on the Trainer to disable heads on")
-        if getattr(args, "eval_strategy", "no") == "no":
-            raise SetupError(
-                "ablate_on_end=True needs the Trainer's eval_dataset, which a callback only placed in callbacks=[...] "
-                "sees once the Trainer evaluates (eval_strategy is 'no'): attach it with bertwatch.watch(trainer), "
-                "or pass ablation_kwargs={'eval_dataset': ...}"
-            )
+        try:
+            self.ablation.check(args, state, context)
+        except SetupError as err:
+            raise SetupError(f"ablate_on_end=True: {err}") from err
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards

@@ -7,7 +7,7 @@ per-example values ``[batch, layers, heads]``; average them with ``bertwatch.hea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.tasks import (
     LABEL_FIELDS,
+    LossSetupError,
     check_loss_inputs,
     head_kind,
     label_fields,
@@ -33,6 +34,7 @@ LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
 __all__ = [
     "GRADIENT_NAMES",
     "IG_NAME",
+    "check_gradients",
     "gradient_stats",
     "integrated_gradients",
     "normalize_by_layer",
@@ -79,6 +81,32 @@ def _gated_pass(
         maps = [cap.layer(l) for l in range(layers)]
         grads = torch.autograd.grad(total, [gates, *maps])
     return grads[0], list(grads[1:]), scale, maps
+
+
+def check_gradients(
+    model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], loss_fn: LossFn | None = None
+) -> None:
+    """Refuse, before anything is measured, probe batches that cannot give gradient statistics (``LossSetupError``
+    with what to do): one forward of each batch (no gradients; ``capture`` restores modes and RNG) must give the
+    loss :func:`gradient_stats` takes: the model's own, from the label fields its head reads, or ``loss_fn``'s one
+    value per example."""
+    device = next(model.parameters()).device
+    for cpu_batch in batches:
+        batch = {k: v.to(device) for k, v in cpu_batch.items()}
+        with torch.no_grad(), capture(model, record=False):
+            if loss_fn is None:
+                kind = check_loss_inputs(model, batch)
+                model_loss(model, model(**_model_inputs(batch, label_fields(kind))), batch, kind)
+                continue
+            outputs = model(**_model_inputs(batch))
+            try:
+                losses = loss_fn(outputs, batch)
+            except Exception as err:
+                raise LossSetupError(f"loss_fn failed on a probe batch: {type(err).__name__}: {err}") from err
+        rows = int(batch["input_ids"].shape[0])
+        if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != (rows,):
+            shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
+            raise LossSetupError(f"loss_fn must return one loss per example, a tensor [{rows}]; it returned {shape}")
 
 
 def gradient_stats(
@@ -132,7 +160,8 @@ def integrated_gradients(
 ) -> torch.Tensor:
     """Integrated gradients (captum) of each example's loss w.r.t. the head gates from 0 to 1, ``[batch, layers, heads]``.
 
-    By completeness, an example's attributions sum to L(all gates 1) − L(all gates 0).
+    By completeness, an example's attributions sum to L(all gates 1) − L(all gates 0). Multiple choice: a gate is
+    shared by an example's choices, as in :func:`gradient_stats`.
     """
     from captum.attr import IntegratedGradients
 
@@ -143,7 +172,8 @@ def integrated_gradients(
 
     def forward(gates: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
         expanded = dict(zip(names, tensors))
-        with capture(model, gates=gates, record=False):
+        rows = gates.repeat_interleave(_choices(expanded), dim=0)  # multiple choice: one gate for all choices
+        with capture(model, gates=rows, record=False):
             outputs = model(**_model_inputs(expanded))
         return _loss(model, outputs, expanded, loss_fn)
 

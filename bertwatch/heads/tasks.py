@@ -20,7 +20,10 @@ __all__ = [
     "HEAD_KINDS",
     "LABEL_FIELDS",
     "LossSetupError",
+    "MASK_PROBABILITY",
     "check_loss_inputs",
+    "example_mask",
+    "original_ids",
     "fixed_mask",
     "head_kind",
     "label_fields",
@@ -40,6 +43,8 @@ HEAD_KINDS = {
 #: Every batch field that holds labels of some head.
 LABEL_FIELDS = ("labels", "start_positions", "end_positions")
 IGNORE_INDEX = -100
+#: The share of tokens a fixed masked-LM mask covers (BERT's 15%).
+MASK_PROBABILITY = 0.15
 
 
 class LossSetupError(ValueError):
@@ -187,7 +192,7 @@ def fixed_mask(
     attention_mask: torch.Tensor,
     mask_token_id: int,
     special_ids: Sequence[int] = (),
-    probability: float = 0.15,
+    probability: float = MASK_PROBABILITY,
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A seeded masked-LM mask, the same on every call: ``(masked input_ids, labels)`` ``[batch, T]``.
@@ -205,3 +210,30 @@ def fixed_mask(
     chosen = chosen.to(input_ids.device)
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     return input_ids.masked_fill(chosen, mask_token_id), labels
+
+
+def example_mask(
+    ids: Sequence[int],
+    number: int,
+    mask_token_id: int,
+    special_ids: Sequence[int] = (),
+    probability: float = MASK_PROBABILITY,
+    seed: int = 0,
+) -> tuple[list[int], list[int]]:
+    """Example ``number``'s fixed mask (:func:`fixed_mask` seeded by ``seed`` and ``number`` only): ``(masked ids,
+    labels)``. The probe set and the sweep both mask this way, so an example has the same masks in each, whatever
+    batch it falls in."""
+    tensor = torch.tensor([[int(t) for t in ids]])
+    masked, labels = fixed_mask(
+        tensor, torch.ones_like(tensor), mask_token_id, special_ids, probability, int(seed) * 1_000_003 + int(number)
+    )
+    return masked[0].tolist(), labels[0].tolist()
+
+
+def original_ids(input_ids: Sequence[int], labels: Sequence[int] | None = None) -> list[int]:
+    """An example's unmasked token ids: ``labels`` where they hold a token (a masked-LM example masked beforehand),
+    ``input_ids`` elsewhere, so re-masking it with :func:`example_mask` never hides a [MASK] as a target."""
+    ids = [int(t) for t in input_ids]
+    if labels is None or len(labels) != len(ids):
+        return ids
+    return [int(l) if int(l) != IGNORE_INDEX else t for t, l in zip(ids, labels)]
