@@ -132,6 +132,22 @@ def test_read_run_takes_ablation_tables_and_first_and_last_grids(tmp_path: Path)
     np.testing.assert_array_equal(last[1], np.full((3, 4), 3.0))
 
 
+def test_read_run_takes_every_step_of_named_value_series_into_the_report(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "a"
+    with SummaryWriter(run) as writer:
+        for step, noun in ((0, 0.1), (5, 0.2), (10, 0.4)):
+            values = {"noun": noun, "noun_uniform": 0.25, "verb": 1.0 - noun}
+            writer.add_named_values("word_classes", values, step, "share on each class")
+        writer.add_named_values("word_classes", {"noun": 0.5, "noun_uniform": 0.25, "verb": 0.5}, 10, "again")
+    _, training = read_run(tmp_path)
+    entry = training["series"]["word_classes"]
+    assert entry["names"] == ["noun", "noun_uniform", "verb"] and entry["steps"] == [0, 5, 10]
+    expected = [[0.1, 0.25, 0.9], [0.2, 0.25, 0.8], [0.5, 0.25, 0.5]]
+    np.testing.assert_allclose(entry["values"], expected, rtol=1e-6)
+    page = build_html([], training)
+    assert "word_classes over training" in page and "step 10" in page and "0.500" in page
+
+
 def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, capsys) -> None:
     _write_run(tmp_path / "runs" / "a", with_ablation=False)
     write_outputs(_result(), tmp_path / "bertwatch_ablation")

@@ -51,7 +51,7 @@ def cli_report(argv: Sequence[str]) -> int:
     extra = []
     if linguistics is not None:
         extra.append(html_section(linguistics))
-    if not results and not training["grids"] and not extra:
+    if not results and not training["grids"] and not training["series"] and not extra:
         print(
             f"bertwatch report: found no ablation.json and no bertwatch summaries under {root}; run "
             "`bertwatch ablate` or train with BertWatchCallback first"
@@ -61,5 +61,8 @@ def cli_report(argv: Sequence[str]) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(out, build_html(results, training, alpha=args.alpha, extra_sections=extra))
     modes = ", ".join(r.mode for r in results) or "none"
-    print(f"bertwatch report: ablation modes: {modes}; {len(training['grids'])} training grids -> {out}")
+    print(
+        f"bertwatch report: ablation modes: {modes}; {len(training['grids'])} training grids, "
+        f"{len(training['series'])} series -> {out}"
+    )
     return 0

@@ -21,7 +21,8 @@ def _event_files(path: Path) -> list[Path]:
 
 def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     """Ablation results and training-time grids of a run: ``ablation.json`` files under ``path`` first, then the
-    bertwatch summaries in its TensorBoard event files (ablation tables and the first/last step of each grid)."""
+    bertwatch summaries in its TensorBoard event files (ablation tables, the first/last step of each grid and every
+    step of each named-values series, e.g. the pattern-class shares)."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(
@@ -38,10 +39,10 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     for file in json_files:
         result = AblationResult.from_json(json.loads(file.read_text(encoding="utf-8")))
         results.setdefault(result.mode, result)
-    tb_results, grids = _read_events(_event_files(root))
+    tb_results, grids, named = _read_events(_event_files(root))
     for mode, result in tb_results.items():
         results.setdefault(mode, result)
-    training = {"grids": grids, "source": str(root)}
+    training = {"grids": grids, "series": named, "source": str(root)}
     return [results[m] for m in sorted(results)], training
 
 
@@ -59,7 +60,18 @@ def _about(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _read_events(files: Sequence[Path]) -> tuple[dict[str, AblationResult], dict[str, Any]]:
+_READ_KINDS = (
+    md.KIND_HEAD_GRID,
+    md.KIND_ABLATION_HEADS,
+    md.KIND_ABLATION_LAYERS,
+    md.KIND_PRUNING,
+    md.KIND_NAMED_VALUES,
+)
+
+
+def _read_events(
+    files: Sequence[Path],
+) -> tuple[dict[str, AblationResult], dict[str, Any], dict[str, dict[str, Any]]]:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
 
@@ -73,16 +85,18 @@ def _read_events(files: Sequence[Path]) -> tuple[dict[str, AblationResult], dict
                 if value.HasField("metadata") and value.metadata.plugin_data.plugin_name == md.PLUGIN_NAME:
                     try:
                         content[value.tag] = json.loads(value.metadata.plugin_data.content.decode("utf-8") or "{}")
+                        content[value.tag].setdefault("description", value.metadata.summary_description)
                     except ValueError:
                         continue
                 if value.tag not in content or not value.HasField("tensor"):
                     continue
                 kind = content[value.tag].get("kind")
-                if kind not in (md.KIND_HEAD_GRID, md.KIND_ABLATION_HEADS, md.KIND_ABLATION_LAYERS, md.KIND_PRUNING):
+                if kind not in _READ_KINDS:
                     continue
                 array = tensor_util.make_ndarray(value.tensor)
                 series.setdefault(value.tag, []).append((int(event.step), float(event.wall_time), array))
     grids: dict[str, Any] = {}
+    named: dict[str, dict[str, Any]] = {}
     tables: dict[str, dict[str, Any]] = {}
     for tag, points in series.items():
         points.sort(key=lambda t: (t[0], t[1]))
@@ -91,45 +105,58 @@ def _read_events(files: Sequence[Path]) -> tuple[dict[str, AblationResult], dict
         if kind == md.KIND_HEAD_GRID:
             stat = meta.get("stat") or tag[len(md.HEADS_PREFIX) :]
             grids[stat] = {"first": (points[0][0], points[0][2]), "last": (points[-1][0], points[-1][2])}
+        elif kind == md.KIND_NAMED_VALUES:
+            by_step = {step: array for step, _, array in points}  # a rewritten step keeps its newest value
+            named[str(meta.get("name") or tag[len(md.SERIES_PREFIX) :])] = {
+                "names": [str(n) for n in meta.get("names") or []],
+                "steps": sorted(by_step),
+                "values": np.stack([np.asarray(by_step[s], dtype=np.float64) for s in sorted(by_step)]),
+                "description": str(meta.get("description") or ""),
+            }
         else:
             mode = meta.get("mode") or tag[len(md.ABLATION_PREFIX) :].split("/")[0]
             entry = tables.setdefault(mode, {})
             entry[kind] = points[-1][2]
             if kind == md.KIND_ABLATION_HEADS:
                 entry["meta"] = meta
-    results = {}
-    for mode, entry in tables.items():
-        if md.KIND_ABLATION_HEADS not in entry or md.KIND_ABLATION_LAYERS not in entry:
-            continue
-        meta = entry["meta"]
-        heads = np.asarray(entry[md.KIND_ABLATION_HEADS], dtype=np.float64)
-        baseline = float(meta.get("baseline", np.nan))
-        pruning = []
-        curve = entry.get(md.KIND_PRUNING)
-        if curve is not None:
-            total = heads.shape[0] * heads.shape[1]
-            for fraction, value in np.asarray(curve, dtype=np.float64)[1:]:
-                pruning.append(
-                    {
-                        "pruned": int(round(fraction * total)),
-                        "fraction": float(fraction),
-                        "value": float(value),
-                        "delta": float(value - baseline),
-                        "ci_low": np.nan,
-                        "ci_high": np.nan,
-                        "p": np.nan,
-                    }
-                )
-        results[mode] = AblationResult(
-            task=None,
-            mode=mode,
-            metric=str(meta.get("metric", "metric")),
-            num_examples=int(meta.get("num_examples", 0)),
-            baseline=baseline,
-            heads=heads,
-            layers=np.asarray(entry[md.KIND_ABLATION_LAYERS], dtype=np.float64),
-            pruning=pruning,
-            config={"source": "TensorBoard summaries"},
-            **_about(meta),
-        )
-    return results, grids
+    results = {
+        mode: _ablation_result(mode, entry)
+        for mode, entry in tables.items()
+        if md.KIND_ABLATION_HEADS in entry and md.KIND_ABLATION_LAYERS in entry
+    }
+    return results, grids, named
+
+
+def _ablation_result(mode: str, entry: dict[str, Any]) -> AblationResult:
+    """One mode's ablation tables read back from the event files as an AblationResult (no intervals for pruning)."""
+    meta = entry["meta"]
+    heads = np.asarray(entry[md.KIND_ABLATION_HEADS], dtype=np.float64)
+    baseline = float(meta.get("baseline", np.nan))
+    pruning = []
+    curve = entry.get(md.KIND_PRUNING)
+    if curve is not None:
+        total = heads.shape[0] * heads.shape[1]
+        for fraction, value in np.asarray(curve, dtype=np.float64)[1:]:
+            pruning.append(
+                {
+                    "pruned": int(round(fraction * total)),
+                    "fraction": float(fraction),
+                    "value": float(value),
+                    "delta": float(value - baseline),
+                    "ci_low": np.nan,
+                    "ci_high": np.nan,
+                    "p": np.nan,
+                }
+            )
+    return AblationResult(
+        task=None,
+        mode=mode,
+        metric=str(meta.get("metric", "metric")),
+        num_examples=int(meta.get("num_examples", 0)),
+        baseline=baseline,
+        heads=heads,
+        layers=np.asarray(entry[md.KIND_ABLATION_LAYERS], dtype=np.float64),
+        pruning=pruning,
+        config={"source": "TensorBoard summaries"},
+        **_about(meta),
+    )

@@ -325,6 +325,48 @@ def _training_section(training: dict[str, Any]) -> str:
         cells = "".join(f"<figure>{_img(b64, alt)}<figcaption>{_e(alt)}</figcaption></figure>" for b64, alt in figures)
         parts.append(f'<h3>{_e(stat)}</h3><div class="grids">{cells}</div>')
     parts.append(_norm_comparison(training.get("grids", {})))
+    parts.append(_series_section(training.get("series", {})))
+    return "\n".join(parts)
+
+
+def _series_figure(name: str, entry: dict[str, Any]) -> str:
+    """One line per named value over the probe steps; ``{key}_uniform`` dashed in its key's colour."""
+    plt = _pyplot()
+    names, steps, values = entry["names"], entry["steps"], np.asarray(entry["values"])
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    colors: dict[str, Any] = {}
+    for k, key in enumerate(names):
+        if key.endswith("_uniform"):
+            continue
+        (line,) = ax.plot(steps, values[:, k], marker="o", ms=3, label=key)
+        colors[key] = line.get_color()
+    for k, key in enumerate(names):
+        base = key[: -len("_uniform")]
+        if key.endswith("_uniform"):
+            ax.plot(steps, values[:, k], ls="--", lw=1, color=colors.get(base, "grey"))
+    ax.set_xlabel("training step")
+    ax.set_title(name + (" (dashed: a uniform head)" if len(colors) < len(names) else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(fig)
+
+
+def _series_section(series: dict[str, dict[str, Any]]) -> str:
+    """Each named-values series over the probe steps (pattern-class shares, word-class attention), with its
+    first and last values."""
+    parts = []
+    for name, entry in sorted(series.items()):
+        if not entry["steps"] or not entry["names"]:
+            continue
+        first, last = entry["values"][0], entry["values"][-1]
+        rows = [[key, _fmt(a, 3), _fmt(b, 3)] for key, a, b in zip(entry["names"], first, last)]
+        steps = entry["steps"]
+        parts.append(
+            f"<h3>{_e(name)} over training</h3>"
+            + (f'<p class="note">{_e(entry["description"])}</p>' if entry.get("description") else "")
+            + f"<figure>{_img(_series_figure(name, entry), name)}</figure>"
+            + _table(["value", f"step {steps[0]}", f"step {steps[-1]}"], rows)
+        )
     return "\n".join(parts)
 
 
@@ -365,7 +407,7 @@ def build_html(
         body.append("<p>No ablation results and no training statistics were found.</p>")
     for result in results:
         body.append(_section(result, alpha))
-    if training and training.get("grids"):
+    if training and (training.get("grids") or training.get("series")):
         body.append(_training_section(training))
     body.extend(extra_sections)
     return (
