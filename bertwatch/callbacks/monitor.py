@@ -419,7 +419,7 @@ class Monitor:
                 for name in grad_names:
                     per_example[name].append(grads[name])
             if map_names or norm_names or len(examples) < num_maps or building or consumers:
-                values = None
+                values = contexts = None
                 if attn is None or norm_names:
                     record_values = bool(norm_names)
                     with (
@@ -428,11 +428,11 @@ class Monitor:
                         capture(model, record_values=record_values) as cap,
                     ):
                         model(**self._model_inputs(batch))
-                    attn, values = cap.attentions, cap.values
+                    attn, values, contexts = cap.attentions, cap.values, cap.contexts
                 if norm_names:
-                    for name, value in norm_stats(attn, values, grams, roles, norm_names).items():
+                    for name, value in norm_stats(attn, values, grams, roles, norm_names, contexts).items():
                         per_example[name].append(value)
-                del values
+                del values, contexts
                 start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
                 for consumer in consumers:
                     consumer.consume(start, attn, roles)
