@@ -29,7 +29,6 @@ from bertwatch.callbacks.probe_set import (
     ReferenceCache,
     build_probe_set,
     crop_maps,
-    pad_maps,
     text_examples,
 )
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
@@ -440,7 +439,7 @@ class Monitor:
                     new_reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
                 reference = None
                 if any(n in DRIFT_NAMES for n in map_names):
-                    reference = self._reference_batch(k, roles, new_reference if building else self._reference)
+                    reference = self._reference_batch(k, new_reference if building else self._reference)
                 if map_names:
                     stats = compute_stats(attn, roles, map_names, reference, compat_length=s.compat_length)
                     for name, value in stats.items():
@@ -464,11 +463,10 @@ class Monitor:
             ordered.update(consumer.finish(self.writer, self._step))
         return ordered, examples
 
-    def _reference_batch(self, k: int, roles: Any, reference: list[Tensor]) -> Tensor:
-        """Batch k of the cropped float16 reference, padded like the probe batch (padded on demand, not kept)."""
+    def _reference_batch(self, k: int, reference: list[Tensor]) -> list[Tensor]:
+        """Batch k of the cropped float16 reference (``compute_stats`` pads it block by block, never whole)."""
         start = sum(b["input_ids"].shape[0] for b in self.probe.batches[:k])
-        size = self.probe.batches[k]["input_ids"].shape[0]
-        return pad_maps(reference[start : start + size], roles.real)
+        return reference[start : start + self.probe.batches[k]["input_ids"].shape[0]]
 
     def _reference_from(self, reference_model: Any) -> None:
         """The named reference model's maps on the probe set (cropped, float16)."""

@@ -92,7 +92,11 @@ class _MapSweep:
     """
 
     def __init__(
-        self, attn: Tensor, roles: TokenRoles, reference: Tensor | None = None, compat_length: int | None = None
+        self,
+        attn: Tensor,
+        roles: TokenRoles,
+        reference: Tensor | Sequence[Tensor] | None = None,
+        compat_length: int | None = None,
     ) -> None:
         if attn.dim() != 5 or attn.shape[-1] != attn.shape[-2]:
             raise ValueError(f"attn must be [batch, layers, heads, T, T], got {tuple(attn.shape)}")
@@ -101,13 +105,16 @@ class _MapSweep:
             raise ValueError(f"roles are {tuple(roles.real.shape)}, attention needs ({batch}, {length})")
         self.a = attn if attn.is_floating_point() else attn.float()
         device = self.a.device
-        self.ref = None
-        if reference is not None:
+        self.ref: Tensor | None = None
+        self.cropped: list[Tensor] | None = None
+        self.real = roles.real.to(device).bool()
+        if isinstance(reference, Tensor):
             if tuple(reference.shape) != tuple(attn.shape):
                 raise ValueError(f"reference is {tuple(reference.shape)}, attention is {tuple(attn.shape)}")
             self.ref = reference.to(device)
+        elif reference is not None:
+            self.cropped = self._check_cropped(list(reference))
         self.compat_length = compat_length
-        self.real = roles.real.to(device).bool()
         self.cls = roles.cls.to(device).bool() & self.real
         self.sep = roles.sep.to(device).bool() & self.real
         self.punct = roles.punct.to(device).bool() & self.real
@@ -122,12 +129,44 @@ class _MapSweep:
         self.context: dict[str, Tensor] = {}
         self.shape = tuple(attn.shape)
 
+    def _check_cropped(self, maps: list[Tensor]) -> list[Tensor]:
+        """Per-example reference maps cropped to the real tokens, ``[L, H, n_b, n_b]``, as ``[L·H, n_b, n_b]``."""
+        if len(maps) != self.a.shape[0]:
+            raise ValueError(f"reference has {len(maps)} cropped examples, attention has {self.a.shape[0]}")
+        out = []
+        for b, m in enumerate(maps):
+            n = int(self.real[b].sum())
+            if tuple(m.shape) != (*self.a.shape[1:3], n, n):
+                raise ValueError(f"cropped reference {b} is {tuple(m.shape)}, its example has {n} real tokens")
+            out.append(m.to(self.a.device).reshape(-1, n, n))
+        self.positions = [r.nonzero().squeeze(-1) for r in self.real]
+        self.prefix = [bool(self.real[b, : len(p)].all()) for b, p in enumerate(self.positions)]
+        return out
+
+    def reference_block(self, rows: slice, cols: slice, like: Tensor, scratch: Tensor | None) -> Tensor | None:
+        """The reference's maps of a block, float32, shaped like ``like`` ``[b, c, T, T]``. A cropped reference is
+        written into ``scratch`` (its pad positions keep older finite values, which every statistic ignores), so
+        the padded reference is never built whole."""
+        if self.ref is not None:
+            return self.ref.reshape(*self.ref.shape[:1], -1, *self.ref.shape[-2:])[rows, cols].float()
+        if self.cropped is None or scratch is None:
+            return None
+        block = scratch[: like.numel()].view(like.shape)
+        for k, b in enumerate(range(rows.start, rows.start + like.shape[0])):
+            maps, idx = self.cropped[b][cols], self.positions[b]
+            n = len(idx)
+            if self.prefix[b]:
+                block[k, :, :n, :n].copy_(maps)
+            else:
+                block[k, :, idx[:, None], idx[None, :]] = maps.to(block.dtype)
+        return block
+
     def compute(self, names: Sequence[str]) -> dict[str, Tensor]:
         """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one sweep."""
         unknown = [name for name in names if name not in _PASSES]
         if unknown:
             raise ValueError(f"unknown statistic {unknown[0]!r}; known: {STAT_NAMES + DRIFT_NAMES}")
-        if self.ref is None and any(name in DRIFT_NAMES for name in names):
+        if self.ref is None and self.cropped is None and any(name in DRIFT_NAMES for name in names):
             raise ValueError(f"{[n for n in names if n in DRIFT_NAMES]} need a reference attention tensor")
         self.rows = self.sweep({p for name in names for p in _PASSES[name]})
         return {name: getattr(self, "_" + name)() for name in names}
@@ -157,7 +196,6 @@ class _MapSweep:
         if not passes:
             return {}
         a = self.a.reshape(self.a.shape[0], -1, *self.a.shape[-2:])
-        r = None if self.ref is None else self.ref.reshape(a.shape)
         batch, maps, length = a.shape[0], a.shape[1], a.shape[-1]
         limit = _CPU_BLOCK if self.a.device.type == "cpu" else _DEVICE_BLOCK
         per_block = max(1, limit // (length * length))
@@ -165,6 +203,8 @@ class _MapSweep:
         map_step = min(maps, max(1, per_block // batch))
         size = batch_step * map_step * length * length
         scratch = [torch.empty(size, device=self.a.device) for _ in range(max(_SCRATCH[p] for p in passes))]
+        wants_reference = bool(passes & {"cosine", "js"})
+        ref_scratch = torch.zeros(size, device=self.a.device) if wants_reference and self.cropped else None
         kernels = {
             "query": self._query_rows,
             "entropy": self._entropy_rows,
@@ -180,7 +220,7 @@ class _MapSweep:
             for m0 in range(0, maps, map_step):
                 cols = slice(m0, m0 + map_step)
                 block = a[rows, cols].float()
-                old = None if r is None else r[rows, cols].float()
+                old = self.reference_block(rows, cols, block, ref_scratch) if wants_reference else None
                 bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
                 for p in passes:
                     out[p][rows, cols] = kernels[p](rows, block, old, bufs)
@@ -317,14 +357,16 @@ def compute_stats(
     attn: Tensor,
     roles: TokenRoles,
     names: Iterable[str] | None = None,
-    reference: Tensor | None = None,
+    reference: Tensor | Sequence[Tensor] | None = None,
     *,
     compat_length: int | None = None,
 ) -> dict[str, Tensor]:
     """Statistics `{name: [batch, layers, heads]}` of `attn` `[batch, layers, heads, T, T]`, in one sweep.
 
     `names` defaults to STAT_NAMES, plus DRIFT_NAMES when `reference` (the reference model's maps on the
-    same batch, same shape) is given. `compat_length` goes to `drift_cosine`.
+    same batch) is given: padded like `attn`, or as one map per example cropped to its real tokens
+    `[layers, heads, n_b, n_b]` (what the monitor caches; never padded back whole). `compat_length` goes to
+    `drift_cosine`.
     """
     if names is None:
         names = STAT_NAMES + (DRIFT_NAMES if reference is not None else ())
