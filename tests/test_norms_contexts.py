@@ -13,7 +13,15 @@ import torch
 import transformers as T
 
 from bertwatch.heads.capture import Intervention, capture
-from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, output_projections, supports_norms
+from bertwatch.heads.norms import (
+    NORM_NAMES,
+    gram_factors,
+    head_grams,
+    norm_stats,
+    output_projections,
+    supports_norms,
+    transformed_norms,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import COMMON, tiny_model  # noqa: E402
@@ -150,3 +158,20 @@ def test_norm_ratio_from_recorded_contexts_equals_the_recomputed_one(model_type)
         torch.testing.assert_close(recorded[name], recomputed[name], rtol=1e-5, atol=1e-6, msg=name)
     with pytest.raises(ValueError, match="shaped like values"):
         norm_stats(cap.attentions, cap.values, grams, roles, contexts=cap.values[..., :1])
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune):
+    model = tiny_model("bert")
+    if prune:  # a head whose output columns are zero: its Gram matrix is singular
+        with torch.no_grad():
+            output_projections(model)[1].weight[:, 8:16] = 0.0
+    grams = head_grams(model)
+    factors = gram_factors(grams)
+    torch.testing.assert_close(factors @ factors.mT, grams, atol=1e-5, rtol=1e-5)
+    values = torch.randn(2, 3, 4, 5, 8, generator=torch.Generator().manual_seed(0))
+    got = transformed_norms(values, grams).double().numpy()
+    g, v = grams.double().numpy(), values.double().numpy()
+    want = np.sqrt(np.maximum(np.einsum("blhtd,lhde,blhte->blht", v, g, v), 0.0))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert bool((got[:, 1, 1] < 1e-6).all()) == prune  # layer 1, head 1 moves nothing once pruned

@@ -100,9 +100,14 @@ def head_grams(model: nn.Module) -> Tensor:
 
 def gram_factors(grams: Tensor) -> Tensor:
     """R ``[layers, heads, d, d]`` (float32) with R Rᵀ = G for grams ``[layers, heads, d, d]``, so that
-    ‖f_h(x)‖ = ‖v R‖: one d×d product and a norm per vector, never a negative square. From the eigendecomposition
-    in float64, so a singular G (a zero or rank-deficient W_O^h) is fine."""
-    eigenvalues, vectors = torch.linalg.eigh(grams.double())
+    ‖f_h(x)‖ = ‖v R‖: one d×d product and a norm per vector, never a negative square. The Cholesky factor in
+    float64, or, when a G is singular (a zero or rank-deficient W_O^h, e.g. a pruned head), U·sqrt(Λ) from the
+    eigendecomposition."""
+    g = grams.double()
+    lower, info = torch.linalg.cholesky_ex(g)
+    if bool((info == 0).all()):
+        return lower.float()
+    eigenvalues, vectors = torch.linalg.eigh(g)
     return (vectors * eigenvalues.clamp_min(0.0).sqrt()[..., None, :]).float()
 
 
@@ -146,8 +151,8 @@ def norm_stats(
     factors = gram_factors(grams).to(device)
     norms = transformed_norms(values, grams, factors) * keys  # [B, L, H, T]
     masks = [real] + [m.to(device).bool() & real for m in (roles.cls, roles.sep, roles.punct)]
-    columns = torch.stack([norms * m[:, None, None, :] for m in masks], dim=-1)
-    weighted = a @ columns  # [B, L, H, T, 4]: Σ_j A‖f‖ over real / cls / sep / punct keys
+    rows = torch.stack([norms * m[:, None, None, :] for m in masks], dim=-2)  # [B, L, H, 4, T]
+    weighted = (rows @ a.mT).mT  # [B, L, H, T, 4]: Σ_j A‖f‖ over real / cls / sep / punct keys (4 rows: fast)
     total = weighted[..., 0]
     queries = real[:, None, None, :]
     n = real.sum(-1).float().view(-1, 1, 1)

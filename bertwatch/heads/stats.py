@@ -80,7 +80,7 @@ _PASSES: dict[str, tuple[str, ...]] = {
     "drift_cosine": ("cosine",),
     "drift_js": ("js",),
 }
-_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 2, "js": 4}
+_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 4}
 
 
 class _MapSweep:
@@ -199,8 +199,8 @@ class _MapSweep:
         batch, maps, length = a.shape[0], a.shape[1], a.shape[-1]
         limit = _CPU_BLOCK if self.a.device.type == "cpu" else _DEVICE_BLOCK
         per_block = max(1, limit // (length * length))
-        batch_step = min(batch, per_block)
-        map_step = min(maps, max(1, per_block // batch))
+        map_step = -(-maps // -(-maps // per_block))  # maps of one example first, in even blocks: a cropped
+        batch_step = min(batch, max(1, per_block // maps))  # reference is then one copy per block
         size = batch_step * map_step * length * length
         scratch = [torch.empty(size, device=self.a.device) for _ in range(max(_SCRATCH[p] for p in passes))]
         wants_reference = bool(passes & {"cosine", "js"})
@@ -260,7 +260,7 @@ class _MapSweep:
         """Σ_{j real} A·R, A·A and R·R per row: `[b, c, 3, T]`."""
         keys = self.key_mask[rows]
         masked = torch.mul(block, keys, out=bufs[0])
-        dot = torch.mul(masked, old, out=bufs[1]).sum(-1)
+        dot = torch.linalg.vecdot(masked, old)
         norm_cur = torch.linalg.vector_norm(masked, dim=-1).square_()
         norm_old = torch.linalg.vector_norm(torch.mul(old, keys, out=bufs[0]), dim=-1).square_()
         return torch.stack([dot, norm_cur, norm_old], dim=-2)
