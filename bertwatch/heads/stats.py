@@ -143,22 +143,23 @@ class _MapSweep:
         self.prefix = [bool(self.real[b, : len(p)].all()) for b, p in enumerate(self.positions)]
         return out
 
-    def reference_block(self, rows: slice, cols: slice, like: Tensor, scratch: Tensor | None) -> Tensor | None:
-        """The reference's maps of a block, float32, shaped like ``like`` ``[b, c, T, T]``. A cropped reference is
-        written into ``scratch`` (its pad positions keep older finite values, which every statistic ignores), so
-        the padded reference is never built whole."""
-        if self.ref is not None:
-            return self.ref.reshape(*self.ref.shape[:1], -1, *self.ref.shape[-2:])[rows, cols].float()
-        if self.cropped is None or scratch is None:
-            return None
+    def reference_block(self, rows: slice, cols: slice, like: Tensor, scratch: Tensor) -> Tensor:
+        """The reference's maps of a block with its pad keys zeroed, float32, shaped like ``like`` ``[b, c, T, T]``,
+        in ``scratch``. A cropped reference is copied in example by example (pad query rows keep older finite
+        values, which every statistic ignores), so the padded reference is never built whole."""
         block = scratch[: like.numel()].view(like.shape)
+        if self.ref is not None:
+            ref = self.ref.reshape(*self.ref.shape[:1], -1, *self.ref.shape[-2:])[rows, cols]
+            return torch.mul(ref, self.key_mask[rows], out=block)
         for k, b in enumerate(range(rows.start, rows.start + like.shape[0])):
             maps, idx = self.cropped[b][cols], self.positions[b]
             n = len(idx)
             if self.prefix[b]:
                 block[k, :, :n, :n].copy_(maps)
+                block[k, :, :, n:].zero_()
             else:
                 block[k, :, idx[:, None], idx[None, :]] = maps.to(block.dtype)
+                block[k].masked_fill_(~self.real[b], 0.0)
         return block
 
     def compute(self, names: Sequence[str]) -> dict[str, Tensor]:
@@ -204,7 +205,7 @@ class _MapSweep:
         size = batch_step * map_step * length * length
         scratch = [torch.empty(size, device=self.a.device) for _ in range(max(_SCRATCH[p] for p in passes))]
         wants_reference = bool(passes & {"cosine", "js"})
-        ref_scratch = torch.zeros(size, device=self.a.device) if wants_reference and self.cropped else None
+        ref_scratch = torch.zeros(size, device=self.a.device) if wants_reference else None
         kernels = {
             "query": self._query_rows,
             "entropy": self._entropy_rows,
@@ -257,22 +258,22 @@ class _MapSweep:
         return torch.mul(block, self.context["same"][rows], out=bufs[0]).sum(-1)
 
     def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
-        """Σ_{j real} A·R, A·A and R·R per row: `[b, c, 3, T]`."""
+        """Σ_{j real} A·R, A·A and R·R per row (``old``: pad keys already zeroed): `[b, c, 3, T]`."""
         keys = self.key_mask[rows]
         masked = torch.mul(block, keys, out=bufs[0])
-        dot = torch.linalg.vecdot(masked, old)
         norm_cur = torch.linalg.vector_norm(masked, dim=-1).square_()
-        norm_old = torch.linalg.vector_norm(torch.mul(old, keys, out=bufs[0]), dim=-1).square_()
+        norm_old = torch.linalg.vector_norm(old, dim=-1).square_()
+        dot = masked.mul_(old).sum(-1)
         return torch.stack([dot, norm_cur, norm_old], dim=-2)
 
     def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
         """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, T]`."""
         keys, fill = self.key_mask[rows], self.context["js"][rows]
         p = torch.addcmul(fill, block, keys, value=JS_SMOOTHING, out=bufs[0])
-        q = torch.addcmul(fill, old, keys, value=JS_SMOOTHING, out=bufs[1])
+        q = torch.add(fill, old, alpha=JS_SMOOTHING, out=bufs[1])
         m = torch.lerp(p, q, 0.5, out=bufs[2])
         terms = torch.div(p, m, out=bufs[3]).log_().mul_(p)
-        terms.add_(torch.div(q, m, out=bufs[0]).log_().mul_(q))
+        terms.addcmul_(torch.div(q, m, out=bufs[0]).log_(), q)
         return terms.sum(-1).mul_(0.5)
 
     def mass_to(self, mask: Tensor) -> Tensor:
