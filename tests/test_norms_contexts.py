@@ -30,20 +30,22 @@ from test_norms import batch_and_roles  # noqa: E402
 torch.set_num_threads(1)
 
 
-def adapter_model(model_type: str) -> T.PreTrainedModel:
+def adapter_model(model_type: str, vocab_size: int = 120) -> T.PreTrainedModel:
     """A 3-layer, 4-head random DeBERTa-v2 (shaped like v3: relative c2p+p2c attention) or MPNet classifier."""
+    sizes = {**COMMON, "vocab_size": vocab_size}
     if model_type == "deberta-v2":
         config = T.DebertaV2Config(
-            **COMMON,
+            **sizes,
             relative_attention=True,
             pos_att_type=["p2c", "c2p"],
             position_buckets=16,
             max_relative_positions=64,
             share_att_key=True,
             norm_rel_ebd="layer_norm",
+            type_vocab_size=2,
         )
     else:
-        config = T.MPNetConfig(**COMMON)
+        config = T.MPNetConfig(**sizes)
     config.initializer_range = 0.3  # peaked maps and uneven value norms: the weighting matters
     torch.manual_seed(0)
     return T.AutoModelForSequenceClassification.from_config(config).eval()
@@ -175,3 +177,54 @@ def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune
     want = np.sqrt(np.maximum(np.einsum("blhtd,lhde,blhte->blht", v, g, v), 0.0))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert bool((got[:, 1, 1] < 1e-6).all()) == prune  # layer 1, head 1 moves nothing once pruned
+
+
+class Subscriber:
+    """The least a monitor needs from a callback: the statistics it wants, at every event."""
+
+    def __init__(self, names):
+        self.disabled, self.stat_names, self.history = False, frozenset(names), []
+
+    def wants(self, event, step):
+        return True
+
+    def wants_maps(self, event, step):
+        return 0
+
+    def record(self, step, grids):
+        self.history.append((step, grids))
+
+
+@pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])
+def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_example_alone(model_type, tmp_path):
+    from types import SimpleNamespace
+
+    from bertwatch.callbacks._context import TrainerContext
+    from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+    from bertwatch.heads.roles import token_roles
+    from tests._tiny_trainer import SPECIAL, WORDS, toy_texts
+
+    vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
+    inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if model_type == "deberta-v2" else [])
+    tok = T.BertTokenizer(vocab=vocab, model_input_names=inputs)
+    model = adapter_model(model_type, vocab_size=len(tok))
+    texts = toy_texts(5, seed=3, pairs=True)
+    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
+    sub = Subscriber(NORM_NAMES + ("cls_mass",))
+    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    monitor.attach(sub, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())
+    monitor.run("begin", T.TrainerState())
+    monitor.close()
+    grids = sub.history[-1][1]
+    per_example = {name: [] for name in NORM_NAMES}
+    for text in texts:  # each example alone, unpadded
+        enc = tok(text["text"], text.get("text_pair"), return_tensors="pt")
+        roles = token_roles(enc["input_ids"], enc["attention_mask"], tok, enc.get("token_type_ids"))
+        with torch.no_grad(), capture(model) as cap:
+            out = model(**enc, output_hidden_states=True)
+        want = reference(cap.attentions, out.hidden_states, model, model_type, roles)
+        for name in NORM_NAMES:
+            per_example[name].append(want[name][0])
+    for name in NORM_NAMES:
+        assert np.isfinite(grids[name]).all()
+        np.testing.assert_allclose(grids[name], np.mean(per_example[name], axis=0), rtol=1e-4, atol=1e-6, err_msg=name)
