@@ -224,7 +224,7 @@ class _MapSweep:
                 old = self.reference_block(rows, cols, block, ref_scratch) if wants_reference else None
                 bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
                 for p in passes:
-                    out[p][rows, cols] = kernels[p](rows, block, old, bufs)
+                    kernels[p](rows, block, old, bufs, out[p][rows, cols])
         return {p: value.view(*self.shape[:3], *value.shape[2:]) for p, value in out.items()}
 
     def _sweep_context(self, passes: set[str]) -> dict[str, Tensor]:
@@ -241,32 +241,31 @@ class _MapSweep:
             context["same"] = same.float()[:, None]
         return context
 
-    def _query_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _query_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """Sum over real queries, sum over [SEP] queries, first [CLS] row, of a block `[b, c, T, T]`: `[b, c, 3, T]`."""
-        return torch.matmul(self.context["weights"][rows], block)
+        dest.copy_(torch.matmul(self.context["weights"][rows], block))
 
-    def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, T]`."""
         fill = self.context["entropy"][rows]
         p = torch.addcmul(fill, block, self.key_mask[rows], value=ENTROPY_SMOOTHING, out=bufs[0])
-        return torch.log(p, out=bufs[1]).mul_(p).sum(-1).neg_()
+        torch.sum(torch.log(p, out=bufs[1]).mul_(p), -1, out=dest).neg_()
 
-    def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """Σ_j A[i, j] over non-special keys of the query's own segment: `[b, c, T]`."""
         if "same" not in self.context:
-            return block.new_zeros(block.shape[:-1])
-        return torch.mul(block, self.context["same"][rows], out=bufs[0]).sum(-1)
+            dest.zero_()
+            return
+        torch.sum(torch.mul(block, self.context["same"][rows], out=bufs[0]), -1, out=dest)
 
-    def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """Σ_{j real} A·R, A·A and R·R per row (``old``: pad keys already zeroed): `[b, c, 3, T]`."""
-        keys = self.key_mask[rows]
-        masked = torch.mul(block, keys, out=bufs[0])
-        norm_cur = torch.linalg.vector_norm(masked, dim=-1).square_()
-        norm_old = torch.linalg.vector_norm(old, dim=-1).square_()
-        dot = masked.mul_(old).sum(-1)
-        return torch.stack([dot, norm_cur, norm_old], dim=-2)
+        masked = torch.mul(block, self.key_mask[rows], out=bufs[0])
+        torch.linalg.vector_norm(masked, dim=-1, out=dest[..., 1, :]).square_()
+        torch.linalg.vector_norm(old, dim=-1, out=dest[..., 2, :]).square_()
+        torch.sum(masked.mul_(old), -1, out=dest[..., 0, :])
 
-    def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, T]`."""
         keys, fill = self.key_mask[rows], self.context["js"][rows]
         p = torch.addcmul(fill, block, keys, value=JS_SMOOTHING, out=bufs[0])
@@ -274,7 +273,7 @@ class _MapSweep:
         m = torch.lerp(p, q, 0.5, out=bufs[2])
         terms = torch.div(p, m, out=bufs[3]).log_().mul_(p)
         terms.addcmul_(torch.div(q, m, out=bufs[0]).log_(), q)
-        return terms.sum(-1).mul_(0.5)
+        torch.sum(terms, -1, out=dest).mul_(0.5)
 
     def mass_to(self, mask: Tensor) -> Tensor:
         """(1/n) Σ_{i real} Σ_{j in mask} A[i, j]: `[batch, layers, heads]`."""
