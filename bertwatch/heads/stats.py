@@ -216,6 +216,7 @@ class _MapSweep:
         shapes = {"query": (3, length), "cosine": (3, length)}
         out = {p: torch.empty(batch, maps, *shapes.get(p, (length,)), device=self.a.device) for p in passes}
         self.context = self._sweep_context(passes)
+        self.layout = self._example_layout() if batch_step == 1 and self.a.device.type == "cpu" else None
         for b0 in range(0, batch, batch_step):
             rows = slice(b0, b0 + batch_step)
             for m0 in range(0, maps, map_step):
@@ -241,9 +242,36 @@ class _MapSweep:
             context["same"] = same.float()[:, None]
         return context
 
+    def _example_layout(self) -> list[tuple[int | None, Tensor, int | None, bool]]:
+        """Per example (for blocks of one example on CPU): the real-token count when the real tokens are a prefix
+        (else None), the [SEP] positions, the first [CLS] position (None without one), and whether no key is pad."""
+        length = self.a.shape[-1]
+        layout = []
+        for b in range(self.a.shape[0]):
+            n = int(self.n[b])
+            prefix = n if bool(self.real[b, :n].all()) else None
+            cls = int(self.cls[b].float().argmax()) if bool(self.has_cls[b]) else None
+            layout.append((prefix, self.sep[b].nonzero().squeeze(-1), cls, n == length))
+        return layout
+
     def _query_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """Sum over real queries, sum over [SEP] queries, first [CLS] row, of a block `[b, c, T, T]`: `[b, c, 3, T]`."""
-        dest.copy_(torch.matmul(self.context["weights"][rows], block))
+        """Sum over real queries, sum over [SEP] queries, first [CLS] row, of a block `[b, c, T, T]`: `[b, c, 3, T]`.
+        For one example whose real tokens are a prefix these are plain row sums and a row copy."""
+        prefix = None if self.layout is None else self.layout[rows.start][0]
+        if prefix is None:
+            dest.copy_(torch.matmul(self.context["weights"][rows], block))
+            return
+        _, sep, cls, _ = self.layout[rows.start]
+        torch.sum(block[:, :, :prefix], -2, out=dest[:, :, 0])
+        torch.sum(block.index_select(2, sep), -2, out=dest[:, :, 1])
+        if cls is None:
+            dest[:, :, 2].zero_()
+        else:
+            dest[:, :, 2].copy_(block[:, :, cls])
+
+    def full_keys(self, rows: slice) -> bool:
+        """Whether the block is one example without pad keys (its key mask is all ones and can be skipped)."""
+        return self.layout is not None and self.layout[rows.start][3]
 
     def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, T]`."""
@@ -260,10 +288,10 @@ class _MapSweep:
 
     def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """Σ_{j real} A·R, A·A and R·R per row (``old``: pad keys already zeroed): `[b, c, 3, T]`."""
-        masked = torch.mul(block, self.key_mask[rows], out=bufs[0])
+        masked = block if self.full_keys(rows) else torch.mul(block, self.key_mask[rows], out=bufs[0])
         torch.linalg.vector_norm(masked, dim=-1, out=dest[..., 1, :]).square_()
         torch.linalg.vector_norm(old, dim=-1, out=dest[..., 2, :]).square_()
-        torch.sum(masked.mul_(old), -1, out=dest[..., 0, :])
+        torch.sum(torch.mul(masked, old, out=bufs[0]), -1, out=dest[..., 0, :])
 
     def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, T]`."""
