@@ -32,16 +32,17 @@ OnStates = Callable[[torch.Tensor, "torch.Tensor | None"], None]
 
 @dataclass(frozen=True)
 class DropoutHookAdapter:
-    """One family: its self-attention class, where that module's ``forward`` takes the attention mask, its value
-    projection (a submodule whose output is ``[batch, T, heads * d_head]``) and where the concatenated contexts
-    are: the input of submodule ``context_input``, or the module's own first output when that is empty."""
+    """One family: its self-attention class, where that module's ``forward`` takes the attention mask, and for
+    norm-based statistics its value projection (a submodule whose output is ``[batch, T, heads * d_head]``; empty:
+    none recorded) and where the concatenated contexts are: the input of submodule ``context_input``, or the
+    module's own first output when that is empty."""
 
     model_type: str
     attention_class: str
-    value_projection: str
-    context_input: str = ""
     mask_position: int = 1
     mask_name: str = "attention_mask"
+    value_projection: str = ""
+    context_input: str = ""
 
     def modules(self, model: nn.Module) -> list[nn.Module]:
         """The self-attention modules in call order (one per layer)."""
@@ -85,7 +86,7 @@ class DropoutHookAdapter:
             dropout.register_forward_pre_hook(change_probs),
             dropout.register_forward_hook(scale_context),
         ]
-        if on_states is not None:
+        if on_states is not None and self.value_projection:
             handles.extend(self._hook_states(module, dropout, slot, on_states))
         return handles
 
@@ -121,8 +122,8 @@ class DropoutHookAdapter:
 ADAPTERS: dict[str, DropoutHookAdapter] = {
     a.model_type: a
     for a in (
-        DropoutHookAdapter("deberta-v2", "DisentangledSelfAttention", "value_proj"),
-        DropoutHookAdapter("mpnet", "MPNetSelfAttention", "v", context_input="o"),
+        DropoutHookAdapter("deberta-v2", "DisentangledSelfAttention", value_projection="value_proj"),
+        DropoutHookAdapter("mpnet", "MPNetSelfAttention", value_projection="v", context_input="o"),
     )
 }
 
