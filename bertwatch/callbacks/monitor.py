@@ -29,7 +29,6 @@ from bertwatch.callbacks.probe_set import (
     ReferenceCache,
     build_probe_set,
     crop_maps,
-    pad_maps,
     text_examples,
 )
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
@@ -419,7 +418,7 @@ class Monitor:
                 for name in grad_names:
                     per_example[name].append(grads[name])
             if map_names or norm_names or len(examples) < num_maps or building or consumers:
-                values = None
+                values = contexts = None
                 if attn is None or norm_names:
                     record_values = bool(norm_names)
                     with (
@@ -428,11 +427,11 @@ class Monitor:
                         capture(model, record_values=record_values) as cap,
                     ):
                         model(**self._model_inputs(batch))
-                    attn, values = cap.attentions, cap.values
+                    attn, values, contexts = cap.attentions, cap.values, cap.contexts
                 if norm_names:
-                    for name, value in norm_stats(attn, values, grams, roles, norm_names).items():
+                    for name, value in norm_stats(attn, values, grams, roles, norm_names, contexts).items():
                         per_example[name].append(value)
-                del values
+                del values, contexts
                 start = self.probe.first_row(k)
                 for consumer in consumers:
                     consumer.consume(start, attn, roles)
@@ -440,7 +439,7 @@ class Monitor:
                     new_reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
                 reference = None
                 if any(n in DRIFT_NAMES for n in map_names):
-                    reference = self._reference_batch(k, roles, new_reference if building else self._reference)
+                    reference = self._reference_batch(k, new_reference if building else self._reference)
                 if map_names:
                     stats = compute_stats(attn, roles, map_names, reference, compat_length=s.compat_length)
                     for name, value in stats.items():
@@ -464,10 +463,10 @@ class Monitor:
             ordered.update(consumer.finish(self.writer, self._step))
         return ordered, examples
 
-    def _reference_batch(self, k: int, roles: Any, reference: list[Tensor]) -> Tensor:
-        """Batch k of the cropped float16 reference, padded like the probe batch (padded on demand, not kept)."""
+    def _reference_batch(self, k: int, reference: list[Tensor]) -> list[Tensor]:
+        """Batch k's encoder rows of the cropped float16 reference (``compute_stats`` pads it block by block)."""
         start, size = self.probe.first_row(k), self.probe.roles[k].real.shape[0]
-        return pad_maps(reference[start : start + size], roles.real)
+        return reference[start : start + size]
 
     def _reference_from(self, reference_model: Any) -> None:
         """The named reference model's maps on the probe set (cropped, float16)."""

@@ -133,6 +133,7 @@ class Capture:
         self.num_layers = num_layers
         self.record_values = record_values
         self._values: list[torch.Tensor] = []
+        self._contexts: list[torch.Tensor | None] = []
         self.keep_graph = keep_graph
         self.num_heads = num_heads
         self.record = record
@@ -148,6 +149,7 @@ class Capture:
         self._calls = 0
         self._maps = []
         self._values = []
+        self._contexts = []
 
     @property
     def attentions(self) -> torch.Tensor | None:
@@ -162,6 +164,22 @@ class Capture:
         if not self._values:
             return None
         return torch.stack(self._values, dim=1)
+
+    @property
+    def contexts(self) -> torch.Tensor | None:
+        """Each head's context Σ_j A[i, j] v_j of the last pass as the model computed it, with A the recorded maps
+        (``record_values=True``): ``[batch, layers, heads, query, d_head]``. Pad keys enter with the weight the
+        model's mask gives them (exactly 0 for a real query). None unless every layer's context equals that product:
+        a pass that scaled heads (zeroing, gates) or dropped attention (training dropout) records none."""
+        if not self._contexts or any(c is None for c in self._contexts):
+            return None
+        return torch.stack(self._contexts, dim=1)
+
+    def keep_states(self, values: torch.Tensor, context: torch.Tensor | None) -> None:
+        """Record one layer's value states and context ``[batch, heads, T, d_head]`` (context None: not exact)."""
+        if self.record_values:
+            self._values.append(values.detach())
+            self._contexts.append(None if context is None else context.detach())
 
     def layer(self, index: int) -> torch.Tensor:
         """Recorded probabilities of one layer, ``[batch, heads, query, key]``."""
@@ -222,6 +240,13 @@ def intervene(probs: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple
     return probs, scale
 
 
+def _keep_states(values: torch.Tensor, context: torch.Tensor | None) -> None:
+    """Hand one layer's value states and context to the active capture (the adapters' recording hook)."""
+    cap = _STATE.active
+    if cap is not None:
+        cap.keep_states(values, context)
+
+
 def _attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -247,11 +272,12 @@ def _attention(
             scores = scores + attention_mask[:, :, :, : key.shape[-2]]
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     probs, scale = intervene(probs, attention_mask)
-    cap = _STATE.active
-    if cap is not None and cap.record_values:
-        cap._values.append(value.detach())
     weights = nn.functional.dropout(probs, p=dropout, training=module.training)
     context = torch.matmul(weights, value)
+    cap = _STATE.active
+    if cap is not None and cap.record_values:
+        exact = scale is None and not (module.training and dropout > 0)
+        cap.keep_states(value, context if exact else None)
     if scale is not None:
         context = context * scale
     return context.transpose(1, 2).contiguous(), weights
@@ -314,7 +340,7 @@ def capture(
     the torch RNG state are restored. Each forward pass starts a new recording; ``cap.attentions`` holds the
     last one. With ``keep_graph`` the recorded maps stay in the autograd graph, so
     ``torch.autograd.grad(loss, cap.layer(l))`` gives ∂L/∂A. With ``record_values`` each
-    layer's value states (bias included) are kept too, as ``cap.values`` (interface path only).
+    layer's value states (bias included) and heads' contexts are kept too, as ``cap.values`` and ``cap.contexts``.
     """
     num_layers, num_heads = model_shape(model)
     for name, spec in (
@@ -344,7 +370,7 @@ def _open(encoder: nn.Module, cap: Capture, train_mode: bool = False) -> Iterato
     try:
         with rng_untouched():
             if adapter is not None:
-                handles.extend(adapter.install(encoder, intervene))
+                handles.extend(adapter.install(encoder, intervene, _keep_states))
             else:
                 _register()
                 encoder.set_attn_implementation(IMPLEMENTATION)

@@ -12,7 +12,8 @@ added once after the heads are summed, so it belongs to no head. With A the head
 
 Inputs: ``attn`` ``[batch, layers, heads, T, T]`` and ``values`` ``[batch, layers, heads, T, d_head]`` from one
 ``capture(model, record_values=True)`` pass, the per-head Gram matrices ``[layers, heads, d_head, d_head]`` of
-:func:`head_grams`. ‖f‖² = v G v with G = W_O^hᵀ W_O^h, so the output projection is never applied to every key.
+:func:`head_grams`. ‖f‖² = v G v with G = W_O^hᵀ W_O^h = R Rᵀ, so the output projection is never applied to every key:
+‖f‖ = ‖v R‖ with R d×d.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from torch import Tensor, nn
 from bertwatch.heads.capture import UnsupportedModelError, model_shape
 from bertwatch.heads.roles import TokenRoles
 
-__all__ = ["NORM_NAMES", "head_grams", "norm_stats", "output_projections", "supports_norms", "transformed_norms"]
+__all__ = [
+    "NORM_NAMES",
+    "gram_factors",
+    "head_grams",
+    "norm_stats",
+    "output_projections",
+    "supports_norms",
+    "transformed_norms",
+]
 
 NORM_NAMES: tuple[str, ...] = ("cls_mass_norm", "sep_mass_norm", "punct_mass_norm", "norm_ratio")
 
@@ -45,6 +54,10 @@ def output_projections(model: nn.Module) -> list[nn.Linear]:
         found = [layer.attention.output.dense for layer in base.encoder.layer]
     elif model_type == "distilbert":
         found = [layer.attention.out_lin for layer in base.transformer.layer]
+    elif model_type == "deberta-v2":
+        found = [layer.attention.output.dense for layer in base.encoder.layer]
+    elif model_type == "mpnet":
+        found = [layer.attention.attn.o for layer in base.encoder.layer]
     elif model_type == "modernbert":
         found = [layer.attn.Wo for layer in base.layers]
     elif model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1:
@@ -85,33 +98,61 @@ def head_grams(model: nn.Module) -> Tensor:
     return torch.stack(grams)
 
 
-def transformed_norms(values: Tensor, grams: Tensor) -> Tensor:
+def gram_factors(grams: Tensor) -> Tensor:
+    """R ``[layers, heads, d, d]`` (float32) with R Rᵀ = G for grams ``[layers, heads, d, d]``, so that
+    ‖f_h(x)‖ = ‖v R‖: one d×d product and a norm per vector, never a negative square. The Cholesky factor in
+    float64, or, when a G is singular (a zero or rank-deficient W_O^h, e.g. a pruned head), U·sqrt(Λ) from the
+    eigendecomposition."""
+    g = grams.double()
+    lower, info = torch.linalg.cholesky_ex(g)
+    if bool((info == 0).all()):
+        return lower.float()
+    eigenvalues, vectors = torch.linalg.eigh(g)
+    return (vectors * eigenvalues.clamp_min(0.0).sqrt()[..., None, :]).float()
+
+
+def transformed_norms(values: Tensor, grams: Tensor, factors: Tensor | None = None) -> Tensor:
     """‖f_h(x_j)‖ = sqrt(v G v): values ``[batch, layers, heads, T, d]``, grams ``[layers, heads, d, d]`` ->
-    ``[batch, layers, heads, T]``."""
-    v = values.float()
-    squared = torch.einsum("blhtd,lhde,blhte->blht", v, grams.to(v.device, torch.float32), v)
-    return squared.clamp_min(0.0).sqrt()
+    ``[batch, layers, heads, T]``. ``factors``: :func:`gram_factors` of ``grams`` when already computed."""
+    if factors is None:
+        factors = gram_factors(grams)
+    v = values if values.dtype == torch.float32 else values.float()
+    return torch.linalg.vector_norm(v @ factors.to(v.device), dim=-1)
 
 
 def norm_stats(
-    attn: Tensor, values: Tensor, grams: Tensor, roles: TokenRoles, names: Iterable[str] = NORM_NAMES
+    attn: Tensor,
+    values: Tensor,
+    grams: Tensor,
+    roles: TokenRoles,
+    names: Iterable[str] = NORM_NAMES,
+    contexts: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """``{name: [batch, layers, heads]}`` for NORM_NAMES from attn ``[B, L, H, T, T]``, values ``[B, L, H, T, d]``
-    and grams ``[L, H, d, d]``; pad queries and keys are ignored, NaN for an example without real tokens."""
+    and grams ``[L, H, d, d]``; pad queries and keys are ignored, NaN for an example without real tokens.
+
+    ``contexts`` ``[B, L, H, T, d]``: Σ_j A[i, j] v_j as the capture pass recorded it (``Capture.contexts``),
+    which saves recomputing it for ``norm_ratio``. The model's context also runs over pad keys, but a real query
+    gives them exactly zero weight under the attention mask, so it equals the sum over real keys (to float
+    rounding); without ``contexts`` the sum is taken over real keys here.
+    """
     names = list(names)
     unknown = [n for n in names if n not in NORM_NAMES]
     if unknown:
         raise ValueError(f"unknown norm statistic {unknown[0]!r}; known: {NORM_NAMES}")
     if attn.dim() != 5 or values.shape[:4] != attn.shape[:4]:
         raise ValueError(f"attn {tuple(attn.shape)} and values {tuple(values.shape)} must share [B, L, H, T]")
+    if contexts is not None and contexts.shape != values.shape:
+        raise ValueError(f"contexts {tuple(contexts.shape)} must be shaped like values {tuple(values.shape)}")
     device = attn.device
     real = roles.real.to(device).bool()
-    keys = real[:, None, None, :, None].float()
-    a = attn.float()
-    norms = transformed_norms(values, grams)[..., None] * keys  # [B, L, H, T, 1]
-    masks = [roles.cls, roles.sep, roles.punct]
-    columns = [norms] + [norms * (m.to(device).bool() & real)[:, None, None, :, None].float() for m in masks]
-    weighted = a @ torch.cat(columns, dim=-1)  # [B, L, H, T, 4]: Σ_j A‖f‖ over real / cls / sep / punct keys
+    keys = real[:, None, None, :].float()
+    a = attn if attn.dtype == torch.float32 else attn.float()
+    factors = gram_factors(grams).to(device)
+    norms = transformed_norms(values, grams, factors) * keys  # [B, L, H, T]
+    masks = [real] + [m.to(device).bool() & real for m in (roles.cls, roles.sep, roles.punct)]
+    rows = torch.stack([norms * m[:, None, None, :] for m in masks], dim=-2)  # [B, L, H, 4, T]
+    weighted = (rows @ a.mT).mT  # [B, L, H, T, 4]: Σ_j A‖f‖ over real / cls / sep / punct keys (4 rows: fast)
     total = weighted[..., 0]
     queries = real[:, None, None, :]
     n = real.sum(-1).float().view(-1, 1, 1)
@@ -125,7 +166,8 @@ def norm_stats(
         if name in names:
             out[name] = mean_over_queries(weighted[..., k] / total.clamp_min(1e-30))
     if "norm_ratio" in names:
-        context = a @ (values.float() * keys)  # Σ_j A[i, j] v_j over real keys: [B, L, H, T, d]
-        summed = transformed_norms(context, grams)
+        if contexts is None:
+            contexts = a @ (values.float() * keys[..., None])  # Σ_j A[i, j] v_j over real keys: [B, L, H, T, d]
+        summed = transformed_norms(contexts, grams, factors)
         out["norm_ratio"] = mean_over_queries(summed / total.clamp_min(1e-30))
     return {name: torch.where(n > 0, value, math.nan) for name, value in out.items()}

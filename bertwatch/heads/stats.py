@@ -10,12 +10,13 @@ real tokens); `aggregate` turns it into a `[layers, heads]` grid. Logarithms are
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
 
 from bertwatch.core.rules import PATTERN_CLASSES
+from bertwatch.heads.aggregate import StatsAccumulator, aggregate
 from bertwatch.heads.patterns import behaviour_labels, pattern_classes
 from bertwatch.heads.roles import TokenRoles
 
@@ -80,7 +81,7 @@ _PASSES: dict[str, tuple[str, ...]] = {
     "drift_cosine": ("cosine",),
     "drift_js": ("js",),
 }
-_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 2, "js": 4}
+_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 4}
 
 
 class _MapSweep:
@@ -92,7 +93,11 @@ class _MapSweep:
     """
 
     def __init__(
-        self, attn: Tensor, roles: TokenRoles, reference: Tensor | None = None, compat_length: int | None = None
+        self,
+        attn: Tensor,
+        roles: TokenRoles,
+        reference: Tensor | Sequence[Tensor] | None = None,
+        compat_length: int | None = None,
     ) -> None:
         if attn.dim() != 5 or attn.shape[-1] != attn.shape[-2]:
             raise ValueError(f"attn must be [batch, layers, heads, T, T], got {tuple(attn.shape)}")
@@ -101,13 +106,16 @@ class _MapSweep:
             raise ValueError(f"roles are {tuple(roles.real.shape)}, attention needs ({batch}, {length})")
         self.a = attn if attn.is_floating_point() else attn.float()
         device = self.a.device
-        self.ref = None
-        if reference is not None:
+        self.ref: Tensor | None = None
+        self.cropped: list[Tensor] | None = None
+        self.real = roles.real.to(device).bool()
+        if isinstance(reference, Tensor):
             if tuple(reference.shape) != tuple(attn.shape):
                 raise ValueError(f"reference is {tuple(reference.shape)}, attention is {tuple(attn.shape)}")
             self.ref = reference.to(device)
+        elif reference is not None:
+            self.cropped = self._check_cropped(list(reference))
         self.compat_length = compat_length
-        self.real = roles.real.to(device).bool()
         self.cls = roles.cls.to(device).bool() & self.real
         self.sep = roles.sep.to(device).bool() & self.real
         self.punct = roles.punct.to(device).bool() & self.real
@@ -122,12 +130,45 @@ class _MapSweep:
         self.context: dict[str, Tensor] = {}
         self.shape = tuple(attn.shape)
 
+    def _check_cropped(self, maps: list[Tensor]) -> list[Tensor]:
+        """Per-example reference maps cropped to the real tokens, ``[L, H, n_b, n_b]``, as ``[L·H, n_b, n_b]``."""
+        if len(maps) != self.a.shape[0]:
+            raise ValueError(f"reference has {len(maps)} cropped examples, attention has {self.a.shape[0]}")
+        out = []
+        for b, m in enumerate(maps):
+            n = int(self.real[b].sum())
+            if tuple(m.shape) != (*self.a.shape[1:3], n, n):
+                raise ValueError(f"cropped reference {b} is {tuple(m.shape)}, its example has {n} real tokens")
+            out.append(m.to(self.a.device).reshape(-1, n, n))
+        self.positions = [r.nonzero().squeeze(-1) for r in self.real]
+        self.prefix = [bool(self.real[b, : len(p)].all()) for b, p in enumerate(self.positions)]
+        return out
+
+    def reference_block(self, rows: slice, cols: slice, like: Tensor, scratch: Tensor) -> Tensor:
+        """The reference's maps of a block with its pad keys zeroed, float32, shaped like ``like`` ``[b, c, T, T]``,
+        in ``scratch``. A cropped reference is copied in example by example (pad query rows keep older finite
+        values, which every statistic ignores), so the padded reference is never built whole."""
+        block = scratch[: like.numel()].view(like.shape)
+        if self.ref is not None:
+            ref = self.ref.reshape(*self.ref.shape[:1], -1, *self.ref.shape[-2:])[rows, cols]
+            return torch.mul(ref, self.key_mask[rows], out=block)
+        for k, b in enumerate(range(rows.start, rows.start + like.shape[0])):
+            maps, idx = self.cropped[b][cols], self.positions[b]
+            n = len(idx)
+            if self.prefix[b]:
+                block[k, :, :n, :n].copy_(maps)
+                block[k, :, :, n:].zero_()
+            else:
+                block[k, :, idx[:, None], idx[None, :]] = maps.to(block.dtype)
+                block[k].masked_fill_(~self.real[b], 0.0)
+        return block
+
     def compute(self, names: Sequence[str]) -> dict[str, Tensor]:
         """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one sweep."""
         unknown = [name for name in names if name not in _PASSES]
         if unknown:
             raise ValueError(f"unknown statistic {unknown[0]!r}; known: {STAT_NAMES + DRIFT_NAMES}")
-        if self.ref is None and any(name in DRIFT_NAMES for name in names):
+        if self.ref is None and self.cropped is None and any(name in DRIFT_NAMES for name in names):
             raise ValueError(f"{[n for n in names if n in DRIFT_NAMES]} need a reference attention tensor")
         self.rows = self.sweep({p for name in names for p in _PASSES[name]})
         return {name: getattr(self, "_" + name)() for name in names}
@@ -157,14 +198,15 @@ class _MapSweep:
         if not passes:
             return {}
         a = self.a.reshape(self.a.shape[0], -1, *self.a.shape[-2:])
-        r = None if self.ref is None else self.ref.reshape(a.shape)
         batch, maps, length = a.shape[0], a.shape[1], a.shape[-1]
         limit = _CPU_BLOCK if self.a.device.type == "cpu" else _DEVICE_BLOCK
         per_block = max(1, limit // (length * length))
-        batch_step = min(batch, per_block)
-        map_step = min(maps, max(1, per_block // batch))
+        map_step = -(-maps // -(-maps // per_block))  # maps of one example first, in even blocks: a cropped
+        batch_step = min(batch, max(1, per_block // maps))  # reference is then one copy per block
         size = batch_step * map_step * length * length
         scratch = [torch.empty(size, device=self.a.device) for _ in range(max(_SCRATCH[p] for p in passes))]
+        wants_reference = bool(passes & {"cosine", "js"})
+        ref_scratch = torch.zeros(size, device=self.a.device) if wants_reference else None
         kernels = {
             "query": self._query_rows,
             "entropy": self._entropy_rows,
@@ -175,15 +217,16 @@ class _MapSweep:
         shapes = {"query": (3, length), "cosine": (3, length)}
         out = {p: torch.empty(batch, maps, *shapes.get(p, (length,)), device=self.a.device) for p in passes}
         self.context = self._sweep_context(passes)
+        self.layout = self._example_layout() if batch_step == 1 and self.a.device.type == "cpu" else None
         for b0 in range(0, batch, batch_step):
             rows = slice(b0, b0 + batch_step)
             for m0 in range(0, maps, map_step):
                 cols = slice(m0, m0 + map_step)
                 block = a[rows, cols].float()
-                old = None if r is None else r[rows, cols].float()
+                old = self.reference_block(rows, cols, block, ref_scratch) if wants_reference else None
                 bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
                 for p in passes:
-                    out[p][rows, cols] = kernels[p](rows, block, old, bufs)
+                    kernels[p](rows, block, old, bufs, out[p][rows, cols])
         return {p: value.view(*self.shape[:3], *value.shape[2:]) for p, value in out.items()}
 
     def _sweep_context(self, passes: set[str]) -> dict[str, Tensor]:
@@ -200,40 +243,66 @@ class _MapSweep:
             context["same"] = same.float()[:, None]
         return context
 
-    def _query_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
-        """Sum over real queries, sum over [SEP] queries, first [CLS] row, of a block `[b, c, T, T]`: `[b, c, 3, T]`."""
-        return torch.matmul(self.context["weights"][rows], block)
+    def _example_layout(self) -> list[tuple[int | None, Tensor, int | None, bool]]:
+        """Per example (for blocks of one example on CPU): the real-token count when the real tokens are a prefix
+        (else None), the [SEP] positions, the first [CLS] position (None without one), and whether no key is pad."""
+        length = self.a.shape[-1]
+        layout = []
+        for b in range(self.a.shape[0]):
+            n = int(self.n[b])
+            prefix = n if bool(self.real[b, :n].all()) else None
+            cls = int(self.cls[b].float().argmax()) if bool(self.has_cls[b]) else None
+            layout.append((prefix, self.sep[b].nonzero().squeeze(-1), cls, n == length))
+        return layout
 
-    def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _query_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
+        """Sum over real queries, sum over [SEP] queries, first [CLS] row, of a block `[b, c, T, T]`: `[b, c, 3, T]`.
+        For one example whose real tokens are a prefix these are plain row sums and a row copy."""
+        prefix = None if self.layout is None else self.layout[rows.start][0]
+        if prefix is None:
+            dest.copy_(torch.matmul(self.context["weights"][rows], block))
+            return
+        _, sep, cls, _ = self.layout[rows.start]
+        torch.sum(block[:, :, :prefix], -2, out=dest[:, :, 0])
+        torch.sum(block.index_select(2, sep), -2, out=dest[:, :, 1])
+        if cls is None:
+            dest[:, :, 2].zero_()
+        else:
+            dest[:, :, 2].copy_(block[:, :, cls])
+
+    def full_keys(self, rows: slice) -> bool:
+        """Whether the block is one example without pad keys (its key mask is all ones and can be skipped)."""
+        return self.layout is not None and self.layout[rows.start][3]
+
+    def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, T]`."""
         fill = self.context["entropy"][rows]
         p = torch.addcmul(fill, block, self.key_mask[rows], value=ENTROPY_SMOOTHING, out=bufs[0])
-        return torch.log(p, out=bufs[1]).mul_(p).sum(-1).neg_()
+        torch.sum(torch.log(p, out=bufs[1]).mul_(p), -1, out=dest).neg_()
 
-    def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """Σ_j A[i, j] over non-special keys of the query's own segment: `[b, c, T]`."""
         if "same" not in self.context:
-            return block.new_zeros(block.shape[:-1])
-        return torch.mul(block, self.context["same"][rows], out=bufs[0]).sum(-1)
+            dest.zero_()
+            return
+        torch.sum(torch.mul(block, self.context["same"][rows], out=bufs[0]), -1, out=dest)
 
-    def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
-        """Σ_{j real} A·R, A·A and R·R per row: `[b, c, 3, T]`."""
-        keys = self.key_mask[rows]
-        masked = torch.mul(block, keys, out=bufs[0])
-        dot = torch.mul(masked, old, out=bufs[1]).sum(-1)
-        norm_cur = torch.linalg.vector_norm(masked, dim=-1).square_()
-        norm_old = torch.linalg.vector_norm(torch.mul(old, keys, out=bufs[0]), dim=-1).square_()
-        return torch.stack([dot, norm_cur, norm_old], dim=-2)
+    def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
+        """Σ_{j real} A·R, A·A and R·R per row (``old``: pad keys already zeroed): `[b, c, 3, T]`."""
+        masked = block if self.full_keys(rows) else torch.mul(block, self.key_mask[rows], out=bufs[0])
+        torch.linalg.vector_norm(masked, dim=-1, out=dest[..., 1, :]).square_()
+        torch.linalg.vector_norm(old, dim=-1, out=dest[..., 2, :]).square_()
+        torch.sum(torch.mul(masked, old, out=bufs[0]), -1, out=dest[..., 0, :])
 
-    def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor]) -> Tensor:
+    def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, T]`."""
         keys, fill = self.key_mask[rows], self.context["js"][rows]
         p = torch.addcmul(fill, block, keys, value=JS_SMOOTHING, out=bufs[0])
-        q = torch.addcmul(fill, old, keys, value=JS_SMOOTHING, out=bufs[1])
+        q = torch.add(fill, old, alpha=JS_SMOOTHING, out=bufs[1])
         m = torch.lerp(p, q, 0.5, out=bufs[2])
         terms = torch.div(p, m, out=bufs[3]).log_().mul_(p)
-        terms.add_(torch.div(q, m, out=bufs[0]).log_().mul_(q))
-        return terms.sum(-1).mul_(0.5)
+        terms.addcmul_(torch.div(q, m, out=bufs[0]).log_(), q)
+        torch.sum(terms, -1, out=dest).mul_(0.5)
 
     def mass_to(self, mask: Tensor) -> Tensor:
         """(1/n) Σ_{i real} Σ_{j in mask} A[i, j]: `[batch, layers, heads]`."""
@@ -317,14 +386,16 @@ def compute_stats(
     attn: Tensor,
     roles: TokenRoles,
     names: Iterable[str] | None = None,
-    reference: Tensor | None = None,
+    reference: Tensor | Sequence[Tensor] | None = None,
     *,
     compat_length: int | None = None,
 ) -> dict[str, Tensor]:
     """Statistics `{name: [batch, layers, heads]}` of `attn` `[batch, layers, heads, T, T]`, in one sweep.
 
     `names` defaults to STAT_NAMES, plus DRIFT_NAMES when `reference` (the reference model's maps on the
-    same batch, same shape) is given. `compat_length` goes to `drift_cosine`.
+    same batch) is given: padded like `attn`, or as one map per example cropped to its real tokens
+    `[layers, heads, n_b, n_b]` (what the monitor caches; never padded back whole). `compat_length` goes to
+    `drift_cosine`.
     """
     if names is None:
         names = STAT_NAMES + (DRIFT_NAMES if reference is not None else ())
@@ -403,36 +474,3 @@ def drift_cosine(attn: Tensor, ref: Tensor, roles: TokenRoles, compat_length: in
 def drift_js(attn: Tensor, ref: Tensor, roles: TokenRoles) -> Tensor:
     """(1/n) Σ_i JS(A'[i], R'[i]) with A' = 0.999·A + 0.001/n (nats), per head against the reference: `[B, L, H]`."""
     return compute_stats(attn, roles, ["drift_js"], ref)["drift_js"]
-
-
-def aggregate(per_example: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """`{name: [batch, layers, heads]}` -> `{name: [layers, heads]}`, unweighted mean skipping NaN examples."""
-    return {name: torch.nanmean(value.float(), dim=0) for name, value in per_example.items()}
-
-
-class StatsAccumulator:
-    """Unweighted mean over all examples of several batches (NaN examples skipped); sums kept on CPU in float64."""
-
-    def __init__(self) -> None:
-        self._sums: dict[str, Tensor] = {}
-        self._counts: dict[str, Tensor] = {}
-
-    def add(self, per_example: Mapping[str, Tensor]) -> None:
-        """Add one batch `{name: [batch, layers, heads]}`."""
-        for name, value in per_example.items():
-            value = value.detach().to("cpu", torch.float64)
-            finite = ~torch.isnan(value)
-            total = torch.where(finite, value, 0.0).sum(0)
-            count = finite.sum(0)
-            if name in self._sums:
-                self._sums[name] = self._sums[name] + total
-                self._counts[name] = self._counts[name] + count
-            else:
-                self._sums[name], self._counts[name] = total, count
-
-    def result(self) -> dict[str, Tensor]:
-        """`{name: [layers, heads]}` float32 on CPU, NaN where no example defined the statistic."""
-        return {
-            name: torch.where(self._counts[name] > 0, total / self._counts[name].clamp_min(1), math.nan).float()
-            for name, total in self._sums.items()
-        }
