@@ -29,7 +29,7 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.heads.capture import capture
 from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.heads.unwrap import select_inputs
-from bertwatch.linguistics.syntax import Encoded, Sentence, encode, read_conllu
+from bertwatch.linguistics.syntax import Encoded, Sentence, encode, pad_encoded, read_conllu
 from bertwatch.linguistics.wordclass import (
     UD_CLASSES,
     UDClass,
@@ -167,12 +167,8 @@ def build_word_class_batches(
     batches, masks, uniform = [], [], []
     for start in range(0, len(order), probe.batch_size):
         items = order[start : start + probe.batch_size]
-        length = max(len(e) for e in items)
-        ids = torch.full((len(items), length), pad, dtype=torch.long)
-        attention = torch.zeros((len(items), length), dtype=torch.long)
-        for b, e in enumerate(items):
-            ids[b, : len(e)] = torch.tensor(e.input_ids)
-            attention[b, : len(e)] = 1
+        ids, attention = pad_encoded(items, pad)
+        length = ids.shape[1]
         batch_masks = token_masks([ud_classes(e.sentence, classes) for e in items], [e.word_ids for e in items], length)
         batches.append({"input_ids": ids, "attention_mask": attention})
         masks.append(batch_masks)

@@ -32,6 +32,7 @@ __all__ = [
     "AttentionBatch",
     "HeadAccuracy",
     "read_conllu",
+    "pad_encoded",
     "parse_conllu",
     "relation",
     "encode",
@@ -190,6 +191,17 @@ class AttentionBatch:
         return to_word_level(self.piece_map(b), self.items[b].groups, mode)
 
 
+def pad_encoded(items: Sequence[Encoded], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask`` ``[len(items), longest]`` of encoded sentences."""
+    length = max(len(e) for e in items)
+    ids = torch.full((len(items), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), length), dtype=torch.long)
+    for b, e in enumerate(items):
+        ids[b, : len(e)] = torch.tensor(e.input_ids)
+        mask[b, : len(e)] = 1
+    return ids, mask
+
+
 def attention_batches(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -209,12 +221,7 @@ def attention_batches(
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc=desc, disable=progress is False or not len(order), unit="batch"):
         items = [encoded[i] for i in order[start : start + batch_size]]
-        length = max(len(e) for e in items)
-        ids = torch.full((len(items), length), pad, dtype=torch.long)
-        mask = torch.zeros((len(items), length), dtype=torch.long)
-        for b, e in enumerate(items):
-            ids[b, : len(e)] = torch.tensor(e.input_ids)
-            mask[b, : len(e)] = 1
+        ids, mask = pad_encoded(items, pad)
         with torch.no_grad(), capture(model) as cap:
             model(input_ids=ids.to(device), attention_mask=mask.to(device))
         yield AttentionBatch(items, ids, mask, cap.attentions.float().cpu())
