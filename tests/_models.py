@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import transformers as T
 
@@ -69,3 +70,42 @@ def padded_batch(batch: int = 3, length: int = 10, seed: int = 1) -> dict[str, t
         mask[b, max(2, length - 3 * b) :] = 0
     ids = ids.masked_fill(mask == 0, 0)
     return {"input_ids": ids, "attention_mask": mask}
+
+
+def tiny_bert(
+    cls: type, tokenizer, layers: int = 2, heads: int = 4, seed: int = 0, scale: float | None = None, **extra
+):
+    """A random ``cls`` (a BERT head class) sized for ``tokenizer``: hidden 32, ``layers`` x ``heads``. With
+    ``scale`` every weight matrix is redrawn N(0, scale²) so that each head changes the outputs."""
+    torch.manual_seed(seed)
+    config = T.BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        **extra,
+    )
+    model = cls(config)
+    if scale is not None:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return model
+
+
+def unit_masks(layers: int, heads: int):
+    """(unit, where, mask ``[layers, heads]``) for the baseline, every single head and every whole layer."""
+    yield "baseline", None, np.zeros((layers, heads), dtype=bool)
+    for l in range(layers):
+        for h in range(heads):
+            mask = np.zeros((layers, heads), dtype=bool)
+            mask[l, h] = True
+            yield "head", (l, h), mask
+        mask = np.zeros((layers, heads), dtype=bool)
+        mask[l] = True
+        yield "layer", l, mask

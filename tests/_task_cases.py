@@ -14,6 +14,7 @@ import torch
 import transformers as T
 from datasets import Dataset
 
+from tests._models import tiny_bert
 from tests._plain_metrics import normalize, plain_span, squad_f1
 from tests._tiny_trainer import WORDS
 
@@ -41,19 +42,8 @@ class Case:
 
 
 def model_for(case: Case, tokenizer: Any, seed: int = 1) -> T.PreTrainedModel:
-    torch.manual_seed(seed)
-    config = T.BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        initializer_range=0.3,  # large random weights: every head changes the outputs
-        **case.config,
-    )
-    return case.cls(config)
+    # large random weights (initializer_range 0.3): every head changes the outputs
+    return tiny_bert(case.cls, tokenizer, LAYERS, HEADS, seed=seed, initializer_range=0.3, **case.config)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import transformers as T
 
 from bertwatch.ablation import sweep as SW
 from bertwatch.heads.capture import Intervention, capture
+from tests._models import tiny_bert, unit_masks
 from tests._plain_metrics import normalize, plain_span, squad_f1
 from tests._tiny_trainer import WORDS, tiny_tokenizer
 
@@ -20,24 +21,7 @@ TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 
 
 def _model(cls, tokenizer, seed: int = 0, **extra):
-    torch.manual_seed(seed)
-    config = T.BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        **extra,
-    )
-    model = cls(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
+    return tiny_bert(cls, tokenizer, LAYERS, HEADS, seed=seed, scale=0.3, **extra).eval()
 
 
 def _alone(model, inputs: dict, mask: np.ndarray, mode: str):
@@ -49,15 +33,7 @@ def _alone(model, inputs: dict, mask: np.ndarray, mode: str):
 
 
 def _masks():
-    yield "baseline", None, np.zeros((LAYERS, HEADS), dtype=bool)
-    for l in range(LAYERS):
-        for h in range(HEADS):
-            mask = np.zeros((LAYERS, HEADS), dtype=bool)
-            mask[l, h] = True
-            yield "head", (l, h), mask
-        mask = np.zeros((LAYERS, HEADS), dtype=bool)
-        mask[l] = True
-        yield "layer", l, mask
+    return unit_masks(LAYERS, HEADS)
 
 
 def _check(result, plain, rel: float = 0.0) -> None:

@@ -13,6 +13,7 @@ import transformers as T
 
 from bertwatch.cli import ablate as CLI
 from bertwatch.data.files import read_labelled_texts, read_lines, read_multilabel, read_multiple_choice
+from tests._models import tiny_bert
 from tests._tb_helpers import make_wsgi_app
 from tests._tiny_trainer import WORDS, tiny_tokenizer
 
@@ -23,23 +24,7 @@ LABELS = ("sports", "finance", "weather")
 
 def _checkpoint(path: Path, cls, **extra) -> Path:
     tokenizer = tiny_tokenizer()
-    torch.manual_seed(0)
-    config = T.BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        **extra,
-    )
-    model = cls(config)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():  # larger random weights than the default init, so heads matter and outputs differ
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    model = tiny_bert(cls, tokenizer, seed=1, scale=0.3, **extra)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

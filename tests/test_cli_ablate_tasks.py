@@ -11,6 +11,7 @@ import transformers as T
 
 from bertwatch.cli import ablate as CLI
 from bertwatch.data.files import read_conll, read_squad
+from tests._models import tiny_bert
 from tests._tiny_trainer import tiny_tokenizer
 
 torch.set_num_threads(1)
@@ -32,18 +33,8 @@ film NN I-NP I-LOC
 
 def _checkpoint(path: Path, cls, **extra) -> Path:
     tokenizer = tiny_tokenizer()
-    torch.manual_seed(0)
-    config = T.BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        **extra,
-    )
-    cls(config).save_pretrained(path)
+    model = tiny_bert(cls, tokenizer, **extra)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 

@@ -19,6 +19,7 @@ from tensorboard.util import tensor_util
 import bertwatch
 from bertwatch.callbacks import SetupError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from tests._models import unit_masks
 from tests._task_cases import CASES, HEADS, LAYERS, Off, mlm_dataset, model_for, plain_metric
 from tests._tiny_trainer import tiny_tokenizer, training_args
 
@@ -66,15 +67,7 @@ def _event_grids(tmp_path, stat: str) -> dict[int, np.ndarray]:
 
 
 def _masks():
-    yield "baseline", None, np.zeros((LAYERS, HEADS), dtype=bool)
-    for l in range(LAYERS):
-        for h in range(HEADS):
-            mask = np.zeros((LAYERS, HEADS), dtype=bool)
-            mask[l, h] = True
-            yield "head", (l, h), mask
-        mask = np.zeros((LAYERS, HEADS), dtype=bool)
-        mask[l] = True
-        yield "layer", l, mask
+    return unit_masks(LAYERS, HEADS)
 
 
 #: Each head with one disabling mode, both modes over the seven (the other is checked in test_ablation_tasks).
