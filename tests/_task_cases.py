@@ -14,7 +14,7 @@ import torch
 import transformers as T
 from datasets import Dataset
 
-from tests._models import tiny_bert
+from tests._models import bert_with_head
 from tests._plain_metrics import normalize, plain_span, squad_f1
 from tests._tiny_trainer import WORDS
 
@@ -43,7 +43,7 @@ class Case:
 
 def model_for(case: Case, tokenizer: Any, seed: int = 1) -> T.PreTrainedModel:
     # large random weights (initializer_range 0.3): every head changes the outputs
-    return tiny_bert(case.cls, tokenizer, LAYERS, HEADS, seed=seed, initializer_range=0.3, **case.config)
+    return bert_with_head(case.cls, tokenizer, LAYERS, HEADS, seed=seed, initializer_range=0.3, **case.config)
 
 
 @dataclass(frozen=True)

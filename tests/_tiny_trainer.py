@@ -5,8 +5,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import torch
 import transformers as T
+
+from tests._models import bert_with_head
 
 WORDS = (
     "the a movie film good bad great awful plot actors fun dull story was is not very it and but "
@@ -25,18 +26,7 @@ def tiny_bert(
     tokenizer: T.PreTrainedTokenizerBase, seed: int = 0, layers: int = 2, heads: int = 4
 ) -> T.PreTrainedModel:
     """A randomly initialised 2-layer, 4-head BERT sequence classifier for ``tokenizer``'s vocabulary."""
-    torch.manual_seed(seed)
-    config = T.BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        num_labels=2,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return T.BertForSequenceClassification(config)
+    return bert_with_head(T.BertForSequenceClassification, tokenizer, layers, heads, seed=seed, num_labels=2)
 
 
 def toy_texts(count: int, seed: int = 0, pairs: bool = False) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ import transformers as T
 
 from bertwatch.ablation import sweep as SW
 from bertwatch.heads.capture import Intervention, capture
-from tests._models import tiny_bert, unit_masks
+from tests._models import bert_with_head, unit_masks
 from tests._plain_metrics import normalize, plain_span, squad_f1
 from tests._tiny_trainer import WORDS, tiny_tokenizer
 
@@ -21,7 +21,7 @@ TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 
 
 def _model(cls, tokenizer, seed: int = 0, **extra):
-    return tiny_bert(cls, tokenizer, LAYERS, HEADS, seed=seed, scale=0.3, **extra).eval()
+    return bert_with_head(cls, tokenizer, LAYERS, HEADS, seed=seed, scale=0.3, **extra).eval()
 
 
 def _alone(model, inputs: dict, mask: np.ndarray, mode: str):

@@ -13,7 +13,7 @@ import transformers as T
 
 from bertwatch.cli import ablate as CLI
 from bertwatch.data.files import read_labelled_texts, read_lines, read_multilabel, read_multiple_choice
-from tests._models import tiny_bert
+from tests._models import bert_with_head
 from tests._tb_helpers import make_wsgi_app
 from tests._tiny_trainer import WORDS, tiny_tokenizer
 
@@ -24,7 +24,7 @@ LABELS = ("sports", "finance", "weather")
 
 def _checkpoint(path: Path, cls, **extra) -> Path:
     tokenizer = tiny_tokenizer()
-    model = tiny_bert(cls, tokenizer, seed=1, scale=0.3, **extra)
+    model = bert_with_head(cls, tokenizer, seed=1, scale=0.3, **extra)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

@@ -11,7 +11,7 @@ import transformers as T
 
 from bertwatch.cli import ablate as CLI
 from bertwatch.data.files import read_conll, read_squad
-from tests._models import tiny_bert
+from tests._models import bert_with_head
 from tests._tiny_trainer import tiny_tokenizer
 
 torch.set_num_threads(1)
@@ -33,7 +33,7 @@ film NN I-NP I-LOC
 
 def _checkpoint(path: Path, cls, **extra) -> Path:
     tokenizer = tiny_tokenizer()
-    model = tiny_bert(cls, tokenizer, **extra)
+    model = bert_with_head(cls, tokenizer, **extra)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
