@@ -72,7 +72,7 @@ def padded_batch(batch: int = 3, length: int = 10, seed: int = 1) -> dict[str, t
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def tiny_bert(
+def bert_with_head(
     cls: type, tokenizer, layers: int = 2, heads: int = 4, seed: int = 0, scale: float | None = None, **extra
 ):
     """A random ``cls`` (a BERT head class) sized for ``tokenizer``: hidden 32, ``layers`` x ``heads``. With

@@ -83,7 +83,7 @@ def test_bertwatch_run_watches_an_unchanged_script(tmp_path) -> None:
     watched = _run(
         tmp_path,
         "-m", "bertwatch", "run", "--every-n-steps", "2", "--stats", "entropy,cls_mass", "--num-probe-examples", "4",
-        str(script), str(model_dir), str(tmp_path / "watched"), "3",
+        "--word-classes", "--head-clusters", str(script), str(model_dir), str(tmp_path / "watched"), "3",
     )  # fmt: skip
     assert watched.returncode == 3, watched.stderr[-3000:]
     argv = json.loads(next(line for line in watched.stdout.splitlines() if line.startswith("ARGV "))[5:])
@@ -94,6 +94,9 @@ def test_bertwatch_run_watches_an_unchanged_script(tmp_path) -> None:
     acc.Reload()
     assert [e.step for e in acc.Tensors("bertwatch/heads/entropy")] == [0, 2, 4]
     assert "bertwatch/heads/drift_cosine" not in acc.Tags()["tensors"]
+    tags = acc.Tags()["tensors"]
+    assert any(t.startswith("bertwatch/heads/wordclass_") for t in tags), tags  # --word-classes
+    assert any(t.startswith("bertwatch/clustering/") for t in tags), tags  # --head-clusters
     a = torch.load(tmp_path / "plain" / "weights.pt")
     b = torch.load(tmp_path / "watched" / "weights.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -55,6 +55,21 @@ def _run_parser() -> argparse.ArgumentParser:
         "--ablation-mode", choices=("uniform", "zero"), default=None, help="how a head is disabled (default uniform)"
     )
     parser.add_argument(
+        "--word-classes",
+        action="store_true",
+        help="log attention to pronouns, subjects, objects and negation from closed word lists on the probe tokens",
+    )
+    parser.add_argument(
+        "--word-classes-from",
+        default=None,
+        metavar="CONLLU",
+        help="log attention to UD word classes (nouns, verbs, subjects, objects...) of this treebank's sentences, "
+        "e.g. UD English-EWT dev",
+    )
+    parser.add_argument(
+        "--head-clusters", action="store_true", help="log the heads' JS distance map (MDS) at every probe step"
+    )
+    parser.add_argument(
         "--no-trackers", action="store_true", help="do not send the layer means to the Trainer's report_to trackers"
     )
     return parser
@@ -87,6 +102,12 @@ def _settings(opts: argparse.Namespace) -> dict[str, Any]:
         settings["ablation_mode"] = opts.ablation_mode
     if opts.no_trackers:
         settings["log_to_trackers"] = False
+    if opts.word_classes_from:
+        settings["word_classes"] = opts.word_classes_from
+    elif opts.word_classes:
+        settings["word_classes"] = True
+    if opts.head_clusters:
+        settings["head_clusters"] = True
     return settings
 
 
