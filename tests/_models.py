@@ -109,3 +109,19 @@ def unit_masks(layers: int, heads: int):
         mask = np.zeros((layers, heads), dtype=bool)
         mask[l] = True
         yield "layer", l, mask
+
+
+class Subscriber:
+    """The least a monitor needs from a callback: the statistics it wants, at every event."""
+
+    def __init__(self, names):
+        self.disabled, self.stat_names, self.history = False, frozenset(names), []
+
+    def wants(self, event, step):
+        return True
+
+    def wants_maps(self, event, step):
+        return 0
+
+    def record(self, step, grids):
+        self.history.append((step, grids))

@@ -24,7 +24,7 @@ from bertwatch.heads.norms import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _models import COMMON, tiny_model  # noqa: E402
+from _models import COMMON, Subscriber, tiny_model  # noqa: E402
 from _norm_oracle import reference  # noqa: E402
 from test_norms import batch_and_roles  # noqa: E402
 
@@ -140,22 +140,6 @@ def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune
     want = np.sqrt(np.maximum(np.einsum("blhtd,lhde,blhte->blht", v, g, v), 0.0))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert bool((got[:, 1, 1] < 1e-6).all()) == prune  # layer 1, head 1 moves nothing once pruned
-
-
-class Subscriber:
-    """The least a monitor needs from a callback: the statistics it wants, at every event."""
-
-    def __init__(self, names):
-        self.disabled, self.stat_names, self.history = False, frozenset(names), []
-
-    def wants(self, event, step):
-        return True
-
-    def wants_maps(self, event, step):
-        return 0
-
-    def record(self, step, grids):
-        self.history.append((step, grids))
 
 
 @pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])

@@ -21,6 +21,7 @@ from bertwatch.callbacks.probe_set import text_examples
 from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
 from bertwatch.heads.unwrap import UnsupportedInputError, input_names, select_inputs, unwrap
+from tests._models import Subscriber
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 
 torch.set_num_threads(1)
@@ -31,24 +32,10 @@ def tok() -> T.PreTrainedTokenizerBase:
     return tiny_tokenizer()
 
 
-class _Sub:
-    def __init__(self, names):
-        self.disabled, self.stat_names, self.history = False, frozenset(names), []
-
-    def wants(self, event, step):
-        return True
-
-    def wants_maps(self, event, step):
-        return 0
-
-    def record(self, step, grids):
-        self.history.append((step, grids))
-
-
 def _step0(model, tok, texts, tmp_path) -> dict[str, np.ndarray]:
     monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
-    sub = _Sub(["cls_mass", "sep_mass"])
+    sub = Subscriber(["cls_mass", "sep_mass"])
     state = T.TrainerState()
     monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
     monitor.run("begin", state)
