@@ -164,11 +164,7 @@ def _token_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Ta
                 feature["token_type_ids"] = list(encoded["token_type_ids"])
             features.append(feature)
             labels.append(aligned)
-    width = max(len(x) for x in labels)
-    array = np.full((len(labels), width), IGNORE, dtype=np.int64)
-    for i, row in enumerate(labels):
-        array[i, : len(row)] = row
-    return TaskExamples(features, array)
+    return TaskExamples(features, _ragged_labels(labels))
 
 
 def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length: int) -> TaskExamples:
@@ -266,11 +262,15 @@ def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task
             feature["token_type_ids"] = [int(t) for t in types]
         features.append(feature)
         labels.append(target)
-    width = max(len(x) for x in labels)
-    array = np.full((len(labels), width), IGNORE, dtype=np.int64)
+    return TaskExamples(features, _ragged_labels(labels))
+
+
+def _ragged_labels(labels: list[list[int]]) -> np.ndarray:
+    """Per-token label rows of different lengths as one ``[n, longest]`` array, IGNORE after each row's end."""
+    array = np.full((len(labels), max(len(x) for x in labels)), IGNORE, dtype=np.int64)
     for i, row in enumerate(labels):
         array[i, : len(row)] = row
-    return TaskExamples(features, array)
+    return array
 
 
 def prepare_task_examples(
