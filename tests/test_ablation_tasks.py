@@ -12,6 +12,7 @@ from bertwatch.ablation import sweep as SW
 from bertwatch.heads.capture import Intervention, capture
 from tests._models import bert_with_head, unit_masks
 from tests._plain_metrics import normalize, plain_span, squad_f1
+from tests._task_cases import squad_rows
 from tests._tiny_trainer import WORDS, tiny_tokenizer
 
 torch.set_num_threads(1)
@@ -87,28 +88,10 @@ def test_token_classification_entity_f1(mode: str) -> None:
     assert result.pruning and result.importance.shape == (LAYERS, HEADS)
 
 
-def _squad_rows(count: int, seed: int):
-    rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(count):
-        context = " ".join(str(w) for w in rng.choice(WORDS, size=int(rng.integers(5, 14))))
-        words = context.split()
-        a = int(rng.integers(0, len(words) - 1))
-        answer = " ".join(words[a : a + 2])
-        rows.append(
-            {
-                "question": " ".join(str(w) for w in rng.choice(WORDS, size=3)),
-                "context": context,
-                "answers": {"text": [answer], "answer_start": [context.index(answer)]},
-            }
-        )
-    return rows
-
-
 def test_question_answering_exact_match_and_f1() -> None:
     tokenizer = tiny_tokenizer()
     model = _model(T.BertForQuestionAnswering, tokenizer, seed=1)
-    rows = _squad_rows(14, 1)
+    rows = squad_rows(14, 1)
     result = SW.ablate(
         model, rows, tokenizer, task="qa", metric="squad_f1", n_resamples=40, keep_only=False, progress=False
     )
