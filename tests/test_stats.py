@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import bertwatch.heads.stats as stats
+import bertwatch.heads.sweep as sweep
 from bertwatch.heads.roles import TokenRoles, token_roles
 from bertwatch.heads.stats import (
     DRIFT_NAMES,
@@ -312,7 +313,7 @@ def test_blocking_does_not_change_results(monkeypatch, block):
     attn, roles = random_case(9)
     ref = other_maps(attn, 3)
     want = compute_stats(attn, roles, reference=ref)
-    monkeypatch.setattr(stats, "_CPU_BLOCK", block)
+    monkeypatch.setattr(sweep, "_CPU_BLOCK", block)
     got = compute_stats(attn, roles, reference=ref)
     for name in want:
         torch.testing.assert_close(got[name], want[name], equal_nan=True, atol=1e-6, rtol=0)

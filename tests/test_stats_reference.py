@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import bertwatch.heads.stats as stats
+import bertwatch.heads.sweep as sweep
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,7 +34,7 @@ def test_cropped_reference_matches_the_loop_on_padded_maps(monkeypatch, seed, bl
     assert not bool(roles.real[:, 0].all()) and bool(roles.real[:, 0].any())  # offset spans and prefixes
     ref = other_maps(attn, seed + 50)
     if block is not None:
-        monkeypatch.setattr(stats, "_CPU_BLOCK", block)
+        monkeypatch.setattr(sweep, "_CPU_BLOCK", block)
     got = compute_stats(attn, roles, reference=cropped(ref, roles.real))
     assert list(got) == list(STAT_NAMES + DRIFT_NAMES)
     assert_matches(got, reference_stats(attn, roles, ref))

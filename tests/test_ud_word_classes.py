@@ -4,6 +4,7 @@ that logs the classes at every probe step, the setup refusals, and the demo's EW
 
 from __future__ import annotations
 
+import contextlib
 import glob
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from bertwatch.callbacks import BertWatchCallback, SetupError, WordClassProbe
+from bertwatch.callbacks.monitor import Monitor, ProbeSettings
 from bertwatch.callbacks.word_classes import (
     SHARE_PREFIX,
     UDWordClassPass,
@@ -108,13 +110,31 @@ def plain_shares(model, tok, sentences) -> tuple[dict[str, np.ndarray], dict[str
     return shares, {name: float(np.mean(v)) if v else float("nan") for name, v in uniform.items()}
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16", None])
+def test_the_pass_runs_under_the_trainings_mixed_precision(tmp_path, precision):
+    tok = tokenizer()
+    model = tiny_bert(tok, seed=3)
+    data = build_word_class_batches(WordClassProbe(treebank(tmp_path), batch_size=2), tok, max_length=64)
+    real = Monitor(model, ProbeSettings())
+    real.args = SimpleNamespace(bf16=precision == "bf16", fp16=precision == "fp16")
+    real.device = torch.device("cpu")
+    monitor = SimpleNamespace(encoder=model, device=real.device, autocast=real.autocast)
+    seen = []
+    model.register_forward_pre_hook(
+        lambda *_: seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+    )
+    UDWordClassPass(monitor, data).shares()
+    want = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[precision]
+    assert seen == [want] * len(data.batches)
+
+
 def test_class_shares_match_a_numpy_loop(tmp_path):
     tok = tokenizer()
     model = tiny_bert(tok, seed=3)
     model.config._attn_implementation = "eager"
     data = build_word_class_batches(WordClassProbe(treebank(tmp_path), batch_size=2), tok, max_length=64)
     assert data.sentences == 3 and len(data.batches) == 2
-    monitor = SimpleNamespace(encoder=model, device=torch.device("cpu"))
+    monitor = SimpleNamespace(encoder=model, device=torch.device("cpu"), autocast=contextlib.nullcontext)
     model.train()
     grids = UDWordClassPass(monitor, data).shares()
     assert model.training  # capture restored the mode
@@ -207,7 +227,7 @@ def test_training_run_logs_the_classes_at_every_probe_step(tmp_path):
     assert [e.step for e in scalars] == probe_steps
     assert "bertwatch/heads/wordclass_pron" not in tags  # the token rules only with word_classes=True
     last = tensor_util.make_ndarray(acc.Tensors(f"bertwatch/heads/{SHARE_PREFIX}verb")[-1].tensor_proto)
-    monitor = SimpleNamespace(encoder=trainer.model, device=torch.device("cpu"))
+    monitor = SimpleNamespace(encoder=trainer.model, device=torch.device("cpu"), autocast=contextlib.nullcontext)
     now = UDWordClassPass(monitor, cb.word_class_batches).shares()[SHARE_PREFIX + "verb"]
     np.testing.assert_allclose(last, now, rtol=1e-5)  # the end step measured the trained model
     first = tensor_util.make_ndarray(acc.Tensors(f"bertwatch/heads/{SHARE_PREFIX}verb")[0].tensor_proto)

@@ -118,17 +118,6 @@ def _tokenizer_of(processing_class: Any) -> Any:
     return getattr(processing_class, "tokenizer", processing_class)
 
 
-def _autocast(args: Any, device: torch.device) -> contextlib.AbstractContextManager:
-    """The training's mixed precision for the probe pass (statistics are taken in float32 afterwards)."""
-    dtype = torch.bfloat16 if getattr(args, "bf16", False) else torch.float16 if getattr(args, "fp16", False) else None
-    if dtype is None:
-        return contextlib.nullcontext()
-    try:
-        return torch.autocast(device.type, dtype=dtype)
-    except (RuntimeError, ValueError):
-        return contextlib.nullcontext()
-
-
 class Monitor:
     """One probe set, one reference, one pass per due step, one event writer (world process zero only)."""
 
@@ -151,6 +140,20 @@ class Monitor:
     def encoder(self) -> torch.nn.Module | None:
         """The transformers model inside the Trainer's model (``bertwatch.heads.unwrap``), as trained."""
         return self._encoder()
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The training's mixed precision, for every pass bertwatch makes through the model (the statistics are
+        taken in float32 afterwards)."""
+        args = getattr(self, "args", None)
+        dtype = (
+            torch.bfloat16 if getattr(args, "bf16", False) else torch.float16 if getattr(args, "fp16", False) else None
+        )
+        if dtype is None:
+            return contextlib.nullcontext()
+        try:
+            return torch.autocast(self.device.type, dtype=dtype)
+        except (RuntimeError, ValueError):
+            return contextlib.nullcontext()
 
     # ---------------------------------------------------------------------------------------------- setup
 
@@ -413,7 +416,7 @@ class Monitor:
             roles = self.probe.roles[k].to(self.device)
             attn = None
             if grad_names:
-                with _autocast(self.args, self.device):
+                with self.autocast():
                     grads, attn = gradient_stats(model, batch, roles, loss_fn=s.loss_fn, return_attentions=True)
                 for name in grad_names:
                     per_example[name].append(grads[name])
@@ -423,7 +426,7 @@ class Monitor:
                     record_values = bool(norm_names)
                     with (
                         torch.no_grad(),
-                        _autocast(self.args, self.device),
+                        self.autocast(),
                         capture(model, record_values=record_values) as cap,
                     ):
                         model(**self._model_inputs(batch))
@@ -449,7 +452,7 @@ class Monitor:
                     examples.append((self.probe.tokens[index], maps.float().cpu(), self.probe.segments[index]))
             del attn
             if want_ig:
-                with _autocast(self.args, self.device):
+                with self.autocast():
                     per_example[IG_NAME].append(integrated_gradients(model, batch, loss_fn=s.loss_fn, steps=s.ig_steps))
         if building:
             self._reference = new_reference

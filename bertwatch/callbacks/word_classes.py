@@ -6,7 +6,7 @@ multiword tokens are split and empty nodes left out) into padded batches with on
 ``linguistics.wordclass.UD_CLASSES``; a word's class marks every one of its word pieces. The probe set's own pass
 cannot serve (its texts carry no annotations), so at every probe step ``UDWordClassPass`` runs these batches
 through the model once more under ``heads.capture`` (``no_grad``, eval mode, RNG and attention implementation
-restored), in the model's own dtype, and logs per head the share of attention on each class
+restored) and the training's mixed precision (``Monitor.autocast``, as the probe pass), and logs per head the share of attention on each class
 (``class_share_<class>`` grids) and, as the named-values series ``word_classes``, the mean over heads next to the
 share a uniform head would give (``<class>_uniform``).
 """
@@ -214,7 +214,7 @@ class UDWordClassPass:
         accumulator = StatsAccumulator()
         for batch, masks in zip(self.data.batches, self.data.masks):
             inputs = select_inputs(model, {k: v.to(device) for k, v in batch.items()})
-            with torch.no_grad(), capture(model) as cap:
+            with torch.no_grad(), self.monitor.autocast(), capture(model) as cap:
                 model(**inputs)
             real = inputs["attention_mask"].bool()
             values = class_attention(cap.attentions, real, {k: m.to(device) for k, m in masks.items()}, reduce="sum")

@@ -19,6 +19,7 @@ from bertwatch.core.rules import PATTERN_CLASSES
 from bertwatch.heads.aggregate import StatsAccumulator, aggregate
 from bertwatch.heads.patterns import behaviour_labels, pattern_classes
 from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.sweep import ENTROPY_SMOOTHING, MapSweep
 
 __all__ = [
     "STAT_NAMES",
@@ -59,13 +60,6 @@ STAT_NAMES: tuple[str, ...] = (
 )
 DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
 
-ENTROPY_SMOOTHING = 0.9999
-JS_SMOOTHING = 0.999
-
-
-_CPU_BLOCK = 1 << 18
-_DEVICE_BLOCK = 1 << 26
-
 _PASSES: dict[str, tuple[str, ...]] = {
     "cls_mass": ("query",),
     "sep_mass": ("query",),
@@ -81,16 +75,10 @@ _PASSES: dict[str, tuple[str, ...]] = {
     "drift_cosine": ("cosine",),
     "drift_js": ("js",),
 }
-_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 4}
 
 
-class _MapSweep:
-    """One batch of maps with its roles; every full-size reduction is done in a single blocked sweep.
-
-    The sweep reads `attn` (and the reference) once, in blocks of at most `_CPU_BLOCK` elements on CPU, with
-    cache-sized scratch reused across blocks: a fresh full-size temporary costs more in page faults than the
-    arithmetic, and a block still in cache is cheap to pass over several times.
-    """
+class _Stats(MapSweep):
+    """The statistics of one batch, finished from the sweep's per-row results."""
 
     def __init__(
         self,
@@ -99,69 +87,10 @@ class _MapSweep:
         reference: Tensor | Sequence[Tensor] | None = None,
         compat_length: int | None = None,
     ) -> None:
-        if attn.dim() != 5 or attn.shape[-1] != attn.shape[-2]:
-            raise ValueError(f"attn must be [batch, layers, heads, T, T], got {tuple(attn.shape)}")
-        batch, length = attn.shape[0], attn.shape[-1]
-        if tuple(roles.real.shape) != (batch, length):
-            raise ValueError(f"roles are {tuple(roles.real.shape)}, attention needs ({batch}, {length})")
-        self.a = attn if attn.is_floating_point() else attn.float()
-        device = self.a.device
-        self.ref: Tensor | None = None
-        self.cropped: list[Tensor] | None = None
-        self.real = roles.real.to(device).bool()
-        if isinstance(reference, Tensor):
-            if tuple(reference.shape) != tuple(attn.shape):
-                raise ValueError(f"reference is {tuple(reference.shape)}, attention is {tuple(attn.shape)}")
-            self.ref = reference.to(device)
-        elif reference is not None:
-            self.cropped = self._check_cropped(list(reference))
+        super().__init__(attn, roles, reference)
         self.compat_length = compat_length
-        self.cls = roles.cls.to(device).bool() & self.real
-        self.sep = roles.sep.to(device).bool() & self.real
-        self.punct = roles.punct.to(device).bool() & self.real
-        self.segment = None if roles.segment is None else roles.segment.to(device)
-        self.content = self.real & ~self.cls & ~self.sep
-        self.realf = self.real.float()
-        self.n = self.realf.sum(-1)
-        self.has_cls = self.cls.any(-1)
         self.num_sep = self.sep.sum(-1).float()
-        self.key_mask = self.realf[:, None, None, :]
         self.rows: dict[str, Tensor] = {}
-        self.context: dict[str, Tensor] = {}
-        self.shape = tuple(attn.shape)
-
-    def _check_cropped(self, maps: list[Tensor]) -> list[Tensor]:
-        """Per-example reference maps cropped to the real tokens, ``[L, H, n_b, n_b]``, as ``[L·H, n_b, n_b]``."""
-        if len(maps) != self.a.shape[0]:
-            raise ValueError(f"reference has {len(maps)} cropped examples, attention has {self.a.shape[0]}")
-        out = []
-        for b, m in enumerate(maps):
-            n = int(self.real[b].sum())
-            if tuple(m.shape) != (*self.a.shape[1:3], n, n):
-                raise ValueError(f"cropped reference {b} is {tuple(m.shape)}, its example has {n} real tokens")
-            out.append(m.to(self.a.device).reshape(-1, n, n))
-        self.positions = [r.nonzero().squeeze(-1) for r in self.real]
-        self.prefix = [bool(self.real[b, : len(p)].all()) for b, p in enumerate(self.positions)]
-        return out
-
-    def reference_block(self, rows: slice, cols: slice, like: Tensor, scratch: Tensor) -> Tensor:
-        """The reference's maps of a block with its pad keys zeroed, float32, shaped like ``like`` ``[b, c, T, T]``,
-        in ``scratch``. A cropped reference is copied in example by example (pad query rows keep older finite
-        values, which every statistic ignores), so the padded reference is never built whole."""
-        block = scratch[: like.numel()].view(like.shape)
-        if self.ref is not None:
-            ref = self.ref.reshape(*self.ref.shape[:1], -1, *self.ref.shape[-2:])[rows, cols]
-            return torch.mul(ref, self.key_mask[rows], out=block)
-        for k, b in enumerate(range(rows.start, rows.start + like.shape[0])):
-            maps, idx = self.cropped[b][cols], self.positions[b]
-            n = len(idx)
-            if self.prefix[b]:
-                block[k, :, :n, :n].copy_(maps)
-                block[k, :, :, n:].zero_()
-            else:
-                block[k, :, idx[:, None], idx[None, :]] = maps.to(block.dtype)
-                block[k].masked_fill_(~self.real[b], 0.0)
-        return block
 
     def compute(self, names: Sequence[str]) -> dict[str, Tensor]:
         """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one sweep."""
@@ -185,124 +114,6 @@ class _MapSweep:
     def mean_over_real_queries(self, per_row: Tensor) -> Tensor:
         """(1/n) Σ_{i real} x[i]: `[B, L, H, T]` -> `[B, L, H]`."""
         return self.sum_over_real_queries(per_row) / self.per_example(self.n)
-
-    def smoothing_fill(self, smoothing: float) -> Tensor:
-        """(1−s)/n on real keys and 1 on pad keys (ln 1 = 0 drops them): `[B, 1, 1, T]`."""
-        return ((1.0 - smoothing) / self.n).view(-1, 1, 1, 1) * self.key_mask + (1.0 - self.key_mask)
-
-    def sweep(self, passes: set[str]) -> dict[str, Tensor]:
-        """Per-row results of each pass (`[B, L, H, T]`; `[B, L, H, 3, T]` for "query" and "cosine").
-
-        Each block is read once and converted to float32 there, so half-precision maps are never copied whole.
-        """
-        if not passes:
-            return {}
-        a = self.a.reshape(self.a.shape[0], -1, *self.a.shape[-2:])
-        batch, maps, length = a.shape[0], a.shape[1], a.shape[-1]
-        limit = _CPU_BLOCK if self.a.device.type == "cpu" else _DEVICE_BLOCK
-        per_block = max(1, limit // (length * length))
-        map_step = -(-maps // -(-maps // per_block))  # maps of one example first, in even blocks: a cropped
-        batch_step = min(batch, max(1, per_block // maps))  # reference is then one copy per block
-        size = batch_step * map_step * length * length
-        scratch = [torch.empty(size, device=self.a.device) for _ in range(max(_SCRATCH[p] for p in passes))]
-        wants_reference = bool(passes & {"cosine", "js"})
-        ref_scratch = torch.zeros(size, device=self.a.device) if wants_reference else None
-        kernels = {
-            "query": self._query_rows,
-            "entropy": self._entropy_rows,
-            "intra": self._intra_rows,
-            "cosine": self._cosine_rows,
-            "js": self._js_rows,
-        }
-        shapes = {"query": (3, length), "cosine": (3, length)}
-        out = {p: torch.empty(batch, maps, *shapes.get(p, (length,)), device=self.a.device) for p in passes}
-        self.context = self._sweep_context(passes)
-        self.layout = self._example_layout() if batch_step == 1 and self.a.device.type == "cpu" else None
-        for b0 in range(0, batch, batch_step):
-            rows = slice(b0, b0 + batch_step)
-            for m0 in range(0, maps, map_step):
-                cols = slice(m0, m0 + map_step)
-                block = a[rows, cols].float()
-                old = self.reference_block(rows, cols, block, ref_scratch) if wants_reference else None
-                bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
-                for p in passes:
-                    kernels[p](rows, block, old, bufs, out[p][rows, cols])
-        return {p: value.view(*self.shape[:3], *value.shape[2:]) for p, value in out.items()}
-
-    def _sweep_context(self, passes: set[str]) -> dict[str, Tensor]:
-        """Per-example tensors for the kernels: query weights `[B, 1, 3, T]`, smoothing fills `[B, 1, 1, T]`,
-        same-segment key masks `[B, 1, T, T]`."""
-        context = {"entropy": self.smoothing_fill(ENTROPY_SMOOTHING), "js": self.smoothing_fill(JS_SMOOTHING)}
-        if "query" in passes:
-            first_cls = torch.nn.functional.one_hot(self.cls.float().argmax(-1), self.a.shape[-1]).float()
-            weights = torch.stack([self.realf, self.sep.float(), first_cls * self.has_cls[:, None]], dim=1)
-            context["weights"] = weights[:, None]
-        if "intra" in passes and self.segment is not None:
-            seg, content = self.segment, self.content
-            same = content[:, :, None] & content[:, None, :] & (seg[:, :, None] == seg[:, None, :])
-            context["same"] = same.float()[:, None]
-        return context
-
-    def _example_layout(self) -> list[tuple[int | None, Tensor, int | None, bool]]:
-        """Per example (for blocks of one example on CPU): the real-token count when the real tokens are a prefix
-        (else None), the [SEP] positions, the first [CLS] position (None without one), and whether no key is pad."""
-        length = self.a.shape[-1]
-        layout = []
-        for b in range(self.a.shape[0]):
-            n = int(self.n[b])
-            prefix = n if bool(self.real[b, :n].all()) else None
-            cls = int(self.cls[b].float().argmax()) if bool(self.has_cls[b]) else None
-            layout.append((prefix, self.sep[b].nonzero().squeeze(-1), cls, n == length))
-        return layout
-
-    def _query_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """Sum over real queries, sum over [SEP] queries, first [CLS] row, of a block `[b, c, T, T]`: `[b, c, 3, T]`.
-        For one example whose real tokens are a prefix these are plain row sums and a row copy."""
-        prefix = None if self.layout is None else self.layout[rows.start][0]
-        if prefix is None:
-            dest.copy_(torch.matmul(self.context["weights"][rows], block))
-            return
-        _, sep, cls, _ = self.layout[rows.start]
-        torch.sum(block[:, :, :prefix], -2, out=dest[:, :, 0])
-        torch.sum(block.index_select(2, sep), -2, out=dest[:, :, 1])
-        if cls is None:
-            dest[:, :, 2].zero_()
-        else:
-            dest[:, :, 2].copy_(block[:, :, cls])
-
-    def full_keys(self, rows: slice) -> bool:
-        """Whether the block is one example without pad keys (its key mask is all ones and can be skipped)."""
-        return self.layout is not None and self.layout[rows.start][3]
-
-    def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, T]`."""
-        fill = self.context["entropy"][rows]
-        p = torch.addcmul(fill, block, self.key_mask[rows], value=ENTROPY_SMOOTHING, out=bufs[0])
-        torch.sum(torch.log(p, out=bufs[1]).mul_(p), -1, out=dest).neg_()
-
-    def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """Σ_j A[i, j] over non-special keys of the query's own segment: `[b, c, T]`."""
-        if "same" not in self.context:
-            dest.zero_()
-            return
-        torch.sum(torch.mul(block, self.context["same"][rows], out=bufs[0]), -1, out=dest)
-
-    def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """Σ_{j real} A·R, A·A and R·R per row (``old``: pad keys already zeroed): `[b, c, 3, T]`."""
-        masked = block if self.full_keys(rows) else torch.mul(block, self.key_mask[rows], out=bufs[0])
-        torch.linalg.vector_norm(masked, dim=-1, out=dest[..., 1, :]).square_()
-        torch.linalg.vector_norm(old, dim=-1, out=dest[..., 2, :]).square_()
-        torch.sum(torch.mul(masked, old, out=bufs[0]), -1, out=dest[..., 0, :])
-
-    def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, T]`."""
-        keys, fill = self.key_mask[rows], self.context["js"][rows]
-        p = torch.addcmul(fill, block, keys, value=JS_SMOOTHING, out=bufs[0])
-        q = torch.add(fill, old, alpha=JS_SMOOTHING, out=bufs[1])
-        m = torch.lerp(p, q, 0.5, out=bufs[2])
-        terms = torch.div(p, m, out=bufs[3]).log_().mul_(p)
-        terms.addcmul_(torch.div(q, m, out=bufs[0]).log_(), q)
-        torch.sum(terms, -1, out=dest).mul_(0.5)
 
     def mass_to(self, mask: Tensor) -> Tensor:
         """(1/n) Σ_{i real} Σ_{j in mask} A[i, j]: `[batch, layers, heads]`."""
@@ -399,7 +210,7 @@ def compute_stats(
     """
     if names is None:
         names = STAT_NAMES + (DRIFT_NAMES if reference is not None else ())
-    return _MapSweep(attn, roles, reference, compat_length).compute(list(names))
+    return _Stats(attn, roles, reference, compat_length).compute(list(names))
 
 
 def cls_mass(attn: Tensor, roles: TokenRoles) -> Tensor:

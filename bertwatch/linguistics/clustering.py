@@ -16,9 +16,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.heads.sweep import JS_SMOOTHING
+
 __all__ = ["JS_SMOOTHING", "HeadDistances", "js_rows", "mds_embedding", "procrustes_align", "clustering_figure"]
 
-JS_SMOOTHING = 0.999
 _CHUNK_ELEMENTS = 1 << 22
 
 
