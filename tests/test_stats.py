@@ -308,12 +308,15 @@ def test_padded_batch_equals_one_example_at_a_time():
             torch.testing.assert_close(single[name][0], batch[name][b], equal_nan=True, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("per_example", [True, False])
 @pytest.mark.parametrize("block", [1, 144 * 3, 144 * 8 * 4, 144 * 5])
-def test_blocking_does_not_change_results(monkeypatch, block):
+def test_blocking_does_not_change_results(monkeypatch, block, per_example):
     attn, roles = random_case(9)
     ref = other_maps(attn, 3)
     want = compute_stats(attn, roles, reference=ref)
     monkeypatch.setattr(sweep, "_CPU_BLOCK", block)
+    monkeypatch.setattr(sweep, "_DEVICE_BLOCK", block)
+    monkeypatch.setattr(sweep, "_PER_EXAMPLE", ("cpu",) if per_example else ())
     got = compute_stats(attn, roles, reference=ref)
     for name in want:
         torch.testing.assert_close(got[name], want[name], equal_nan=True, atol=1e-6, rtol=0)

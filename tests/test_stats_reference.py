@@ -29,12 +29,15 @@ def cropped(maps: torch.Tensor, real: torch.Tensor) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("block", [None, 1, 144 * 5])
-def test_cropped_reference_matches_the_loop_on_padded_maps(monkeypatch, seed, block):
+@pytest.mark.parametrize("per_example", [True, False])
+def test_cropped_reference_matches_the_loop_on_padded_maps(monkeypatch, seed, block, per_example):
     attn, roles = random_case(seed)
     assert not bool(roles.real[:, 0].all()) and bool(roles.real[:, 0].any())  # offset spans and prefixes
     ref = other_maps(attn, seed + 50)
+    monkeypatch.setattr(sweep, "_PER_EXAMPLE", ("cpu",) if per_example else ())
     if block is not None:
         monkeypatch.setattr(sweep, "_CPU_BLOCK", block)
+        monkeypatch.setattr(sweep, "_DEVICE_BLOCK", block)
     got = compute_stats(attn, roles, reference=cropped(ref, roles.real))
     assert list(got) == list(STAT_NAMES + DRIFT_NAMES)
     assert_matches(got, reference_stats(attn, roles, ref))

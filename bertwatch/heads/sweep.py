@@ -26,8 +26,10 @@ JS_SMOOTHING = 0.999
 
 PASSES = ("query", "entropy", "intra", "cosine", "js")
 
-_CPU_BLOCK = 1 << 18
+_CPU_BLOCK = 1 << 19
 _DEVICE_BLOCK = 1 << 26
+#: Devices swept one example at a time, cut to its real tokens (elsewhere several examples share a block, masked).
+_PER_EXAMPLE = ("cpu",)
 _SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 4}
 
 
@@ -139,9 +141,9 @@ class MapSweep:
             per_block = max(1, limit // (n * n))
             return -(-maps // -(-maps // per_block))
 
-        batch_step = min(batch, max(1, (limit // (length * length)) // maps))
-        if batch_step > 1 or self.a.device.type != "cpu":
-            return [(slice(b, b + batch_step), length, map_step(length)) for b in range(0, batch, batch_step)]
+        if self.a.device.type not in _PER_EXAMPLE:
+            step = min(batch, max(1, (limit // (length * length)) // maps))
+            return [(slice(b, b + step), length, map_step(length)) for b in range(0, batch, step)]
         self.layout = self._example_layout()
         plan = []
         for b, layout in enumerate(self.layout):
