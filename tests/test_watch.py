@@ -182,6 +182,32 @@ def test_trackers_can_be_turned_off_and_a_failing_tracker_is_one_warning(tmp_pat
     assert [s for s, logs in good.logged if tracker_key("entropy", 0) in logs] == [0, 3, 6]
 
 
+def test_word_class_grids_reach_the_trackers_too(tmp_path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    tracker = Recorder()
+    trainer = _trainer(tmp_path, callbacks=[tracker], with_eval=False)
+    cb = watch(trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, word_classes=True, strict=True)
+    trainer.train()
+    acc = EventAccumulator(cb.monitor.run_dir, size_guidance={"tensors": 0})
+    acc.Reload()
+    names = [t.split("/")[-1] for t in acc.Tags()["tensors"] if t.startswith("bertwatch/heads/wordclass_")]
+    assert names
+    ours = [(step, logs) for step, logs in tracker.logged if tracker_key("entropy", 0) in logs]
+    assert [step for step, _ in ours] == [0, 3, 6]
+    sent = 0
+    for step, logs in ours:
+        for name in names:
+            event = next(e for e in acc.Tensors(f"bertwatch/heads/{name}") if e.step == step)
+            means = _plain_layer_means(tensor_util.make_ndarray(event.tensor_proto))
+            want = {tracker_key(name, layer): v for layer, v in enumerate(means) if v == v}  # NaN layers left out
+            got = {k: v for k, v in logs.items() if k.startswith(f"bertwatch/{name}/")}
+            assert got == pytest.approx(want, rel=1e-6)
+            sent += len(got)
+    assert sent
+
+
 def test_layer_mean_logs_leave_out_layers_without_a_value() -> None:
     grid = np.array([[0.5, np.nan, 1.5], [np.nan, np.nan, np.nan]], dtype=np.float32)
     assert layer_mean_logs({"punct_mass": grid}) == {"bertwatch/punct_mass/layer_0": 1.0}

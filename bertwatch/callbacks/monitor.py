@@ -336,12 +336,14 @@ class Monitor:
             self._send_layer_means(step, [s for s in due if _sends_to_trackers(s)])
 
     def _send_layer_means(self, step: int, senders: Sequence[Subscriber]) -> None:
-        """The layer means (and most drifted heads) of the statistics measured at ``step`` to the Trainer's
-        trackers, once per statistic."""
+        """The layer means (and most drifted heads) of the statistics measured at ``step``, and of the analyses'
+        grids (word classes), to the Trainer's trackers, once per statistic."""
         if not senders or not self.trackers:
             return
-        wanted = set().union(*(s.stat_names for s in senders)) - self._sent[step]
-        grids = {n: self._grids[n] for n in ALL_STATS if n in wanted and n in self._grids}
+        wanted = set().union(*(s.stat_names for s in senders))
+        grids = {
+            n: g for n, g in self._grids.items() if (n in wanted or n not in ALL_STATS) and n not in self._sent[step]
+        }
         self._sent[step].update(grids)
         logs = {**layer_mean_logs(grids), **headline_logs(grids)}
         for tracker, err in send_to_trackers(self.trackers, self.args, self._state, logs, self._event):
