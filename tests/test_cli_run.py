@@ -115,6 +115,35 @@ def test_bertwatch_run_reports_the_scripts_exception_as_python_does(tmp_path) ->
     assert missing.returncode == 2 and "no such script: nowhere.py" in missing.stderr
 
 
+def test_bertwatch_run_dash_m_runs_a_module_as_python_does(tmp_path) -> None:
+    model_dir, script = _setup(tmp_path)
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "train.py").write_text(
+        script.read_text().replace('print("ARGV "', 'print("PATH0 " + sys.path[0])\nprint("ARGV "')
+    )
+    out = tmp_path / "watched"
+    watched = _run(
+        tmp_path,
+        "-m", "bertwatch", "run", "--every-n-steps", "2", "--stats", "entropy", "--num-probe-examples", "4",
+        "-m", "mypkg.train", str(model_dir), str(out), "5", "--stats",
+    )  # fmt: skip
+    assert watched.returncode == 5, watched.stderr[-3000:]
+    argv = json.loads(next(line for line in watched.stdout.splitlines() if line.startswith("ARGV "))[5:])
+    assert argv == [str(package / "train.py"), str(model_dir), str(out), "5", "--stats"]  # as python -m gives it
+    assert f"PATH0 {tmp_path}" in watched.stdout.splitlines()
+    files = glob.glob(str(out / "runs" / "*" / "*.bertwatch"))
+    assert len(files) == 1
+    acc = EventAccumulator(os.path.dirname(files[0]), size_guidance={"tensors": 0})
+    acc.Reload()
+    assert [e.step for e in acc.Tensors("bertwatch/heads/entropy")] == [0, 2, 4]
+    missing = _run(tmp_path, "-m", "bertwatch", "run", "-m", "nosuch.module")
+    assert missing.returncode == 2 and "no module named nosuch.module" in missing.stderr
+    bare = _run(tmp_path, "-m", "bertwatch", "run", "--stats", "entropy")
+    assert bare.returncode == 2 and "name the training script (or -m MODULE)" in bare.stderr
+
+
 @pytest.mark.distributed
 def test_torchrun_two_processes_through_bertwatch_run(tmp_path) -> None:
     model_dir, script = _setup(tmp_path)

@@ -3,21 +3,25 @@
 The script runs in this process as ``__main__`` with its own ``sys.argv`` (``script.py ARGS...``) and its own
 directory first on ``sys.path``, as ``python script.py ARGS...`` would; its exit status is returned. Every
 ``transformers.Trainer`` it builds (subclasses included) gets ``bertwatch.watch`` with the options' settings.
-Also ``python -m bertwatch run ...``, so ``torchrun ... -m bertwatch run script.py`` works.
+``bertwatch run [OPTIONS] -m package.module [ARGS...]`` runs a module as ``python -m package.module`` would (the
+working directory first on ``sys.path``). Also ``python -m bertwatch run ...``, so ``torchrun ... -m bertwatch run
+script.py`` works.
 """
 
 from __future__ import annotations
 
 import argparse
 import builtins
+import importlib.util
 import io
 import os
+import runpy
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["cli_run", "run_script"]
+__all__ = ["cli_run", "run_module", "run_script"]
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -25,9 +29,10 @@ def _run_parser() -> argparse.ArgumentParser:
         prog="bertwatch run",
         description="Run a training script unchanged, with bertwatch attached to every transformers Trainer it "
         "creates. Options go before the script; everything after the script (or after --) is the script's own.",
-        usage="bertwatch run [OPTIONS] [--] script.py [ARGS...]",
+        usage="bertwatch run [OPTIONS] [--] script.py [ARGS...]  |  bertwatch run [OPTIONS] -m MODULE [ARGS...]",
     )
-    parser.add_argument("script", help="the Python training script")
+    parser.add_argument("script", nargs="?", help="the Python training script")
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m MODULE does")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
     parser.add_argument(
         "--every-n-steps",
@@ -145,25 +150,18 @@ def _from_script(trace: Any, script: str) -> Any:
     return start if start is not None else trace
 
 
-def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]) -> int:
-    """Run ``script`` as ``__main__`` with ``sys.argv = [script, *script_args]`` inside
-    :func:`~bertwatch.callbacks.attach.watching_trainers`; returns its exit status. An uncaught exception is
-    reported as Python would (through ``sys.excepthook``) and gives 1; ``sys.argv`` and ``sys.path`` are restored.
-    """
-    from bertwatch.callbacks.attach import watching_trainers
-
-    if not os.path.isfile(script):
-        raise FileNotFoundError(f"no such script: {script}")
+def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0: str) -> int:
+    """``run()`` inside :func:`~bertwatch.callbacks.attach.watching_trainers` with ``sys.argv`` and ``sys.path[0]`` set
+    as Python sets them for ``file``; its exit status. An uncaught exception is reported as Python would (through
+    ``sys.excepthook``, from ``file``'s first frame on) and gives 1; ``sys.argv`` and ``sys.path`` are restored."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
-    sys.argv = [script, *script_args]
-    script_dir = os.path.dirname(os.path.abspath(script))
+    sys.argv = argv
     if sys.path:
-        sys.path[0] = script_dir
+        sys.path[0] = path0
     else:
-        sys.path.insert(0, script_dir)
+        sys.path.insert(0, path0)
     try:
-        with watching_trainers(**settings):
-            _run_as_main(os.path.abspath(script))
+        run()
         return 0
     except SystemExit as stop:
         return _exit_status(stop.code)
@@ -171,7 +169,7 @@ def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]
         raise
     except BaseException:
         kind, value, trace = sys.exc_info()
-        trace = _from_script(trace, script)
+        trace = _from_script(trace, file)
         sys.excepthook(kind, value.with_traceback(trace) if value is not None else value, trace)
         return 1
     finally:
@@ -179,9 +177,72 @@ def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]
         if saved_path0 is not None:
             sys.path[0] = saved_path0
         else:
-            sys.path.remove(script_dir)
+            sys.path.remove(path0)
+
+
+def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]) -> int:
+    """Run ``script`` as ``__main__`` with ``sys.argv = [script, *script_args]`` and bertwatch watching every Trainer
+    (``settings``: ``BertWatchCallback`` keyword arguments); returns its exit status, as ``python script.py``."""
+    from bertwatch.callbacks.attach import watching_trainers
+
+    if not os.path.isfile(script):
+        raise FileNotFoundError(f"no such script: {script}")
+    path = os.path.abspath(script)
+
+    def run() -> None:
+        with watching_trainers(**settings):
+            _run_as_main(path)
+
+    return _as_python_would(run, script, [script, *script_args], os.path.dirname(path))
+
+
+def run_module(module: str, module_args: Sequence[str], settings: dict[str, Any]) -> int:
+    """Run ``module`` as ``__main__``, as ``python -m module ARGS...`` does (``sys.argv[0]`` its file, the working
+    directory first on ``sys.path``), with bertwatch watching every Trainer; returns its exit status."""
+    from bertwatch.callbacks.attach import watching_trainers
+
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        sys.path.pop(0)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(f"no module named {module} (looked in the working directory and on sys.path)")
+
+    def run() -> None:
+        with watching_trainers(**settings):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+    return _as_python_would(run, spec.origin, [module, *module_args], os.getcwd())
+
+
+def _split_module(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str, list[str]] | None:
+    """``(bertwatch's options, MODULE, the module's arguments)`` for ``[OPTIONS] -m MODULE [ARGS...]``; None when the
+    script (or ``--``) comes first. The module's arguments are its own, even those that look like bertwatch's."""
+    valued = {flag for action in parser._actions if action.nargs != 0 for flag in action.option_strings}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("-m"):
+            module = token[2:] or (argv[i + 1] if i + 1 < len(argv) else "")
+            if not module:
+                parser.error("-m needs a module name")
+            return argv[:i], module, argv[i + 1 + (token == "-m") :]
+        if token == "--" or not token.startswith("-"):
+            return None
+        i += 2 if token in valued else 1
+    return None
 
 
 def cli_run(argv: Sequence[str]) -> int:
-    opts = _run_parser().parse_args(list(argv))  # argparse ends bertwatch's options at the script or at "--"
+    parser = _run_parser()
+    split = _split_module(parser, list(argv))
+    if split is not None:
+        options, module, module_args = split
+        return run_module(module, module_args, _settings(parser.parse_args(options)))
+    opts = parser.parse_args(list(argv))  # argparse ends bertwatch's options at the script or at "--"
+    if not opts.script:
+        parser.error("name the training script (or -m MODULE)")
     return run_script(opts.script, opts.script_args, _settings(opts))
