@@ -30,7 +30,7 @@ _CPU_BLOCK = 1 << 19
 _DEVICE_BLOCK = 1 << 26
 #: Devices swept one example at a time, cut to its real tokens (elsewhere several examples share a block, masked).
 _PER_EXAMPLE = ("cpu",)
-_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 4}
+_SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 3}
 
 
 class _Layout(NamedTuple):
@@ -121,13 +121,14 @@ class MapSweep:
         shapes = {"query": (3, length), "cosine": (3, length)}
         out = {p: torch.zeros(batch, maps, *shapes.get(p, (length,)), device=self.a.device) for p in passes}
         self.context = self._sweep_context(passes)
+        order = [p for p in PASSES if p in passes]  # "js" last: it smooths the reference block in place
         for rows, n, map_step in plan:
             for m0 in range(0, maps, map_step):
                 cols = slice(m0, m0 + map_step)
                 block = a[rows, cols, :n, :n].float()
                 old = self.reference_block(rows, cols, block, ref_scratch) if wants_reference else None
                 bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
-                for p in passes:
+                for p in order:
                     kernels[p](rows, block, old, bufs, out[p][rows, cols][..., :n])
         return {p: value.view(*self.a.shape[:3], *value.shape[2:]) for p, value in out.items()}
 
@@ -258,9 +259,9 @@ class MapSweep:
         With r = P/M, Q/M = 2 − r: one division serves both logarithms (r = 1 exactly where P = Q)."""
         fill = self.context["js"][rows, ..., : block.shape[-1]]
         p = self.smoothed(rows, block, fill, JS_SMOOTHING, bufs[0])
-        q = torch.add(fill, old, alpha=JS_SMOOTHING, out=bufs[1])
-        ratio = torch.div(p, torch.lerp(p, q, 0.5, out=bufs[2]), out=bufs[2])
-        other = torch.add(self.two, ratio, alpha=-1.0, out=bufs[3])
+        q = torch.add(fill, old, alpha=JS_SMOOTHING, out=old)
+        ratio = torch.div(p, torch.lerp(p, q, 0.5, out=bufs[1]), out=bufs[1])
+        other = torch.add(self.two, ratio, alpha=-1.0, out=bufs[2])
         terms = ratio.log_().mul_(p)
         terms.addcmul_(other.log_(), q)
         torch.sum(terms, -1, out=dest).mul_(0.5)
