@@ -1,10 +1,10 @@
 """The blocked sweep behind ``bertwatch.heads.stats``: every per-query-row reduction the statistics need, taken in
 one pass over a batch of maps.
 
-Shapes: ``attn`` ``[batch, layers, heads, T, T]`` (query, key), padded; results are per row,
-``[batch, layers·heads, T]`` (``[batch, layers·heads, 3, T]`` for "query" and "cosine"), zero at pad rows. The sweep
-reads ``attn`` (and the reference) once, in blocks of at most ``_CPU_BLOCK`` elements on CPU, with cache-sized scratch
-reused across blocks: a fresh full-size temporary costs more in page faults than the arithmetic, and a block still
+Shapes: ``attn`` ``[batch, layers, heads, T, T]`` (query, key), padded; results are per query row,
+``[batch, layers, heads, T]`` (``[batch, layers, heads, 3, T]`` for "query" and "cosine"); pad rows hold finite values
+the statistics ignore. The sweep reads ``attn`` (and the reference) once, in blocks of at most ``_CPU_BLOCK`` elements
+on CPU (``_DEVICE_BLOCK`` elsewhere), with cache-sized scratch reused across blocks: a fresh full-size temporary costs more in page faults than the arithmetic, and a block still
 in cache is cheap to pass over several times. On CPU an example whose real tokens are a prefix is cut to its n real
 tokens first, so a short example in a long batch costs (n / T)² of a full one.
 """
