@@ -3,12 +3,15 @@ and layer = that configuration evaluated on its own, example by example (no batc
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 import transformers as T
 
 from bertwatch.ablation import sweep as SW
+from bertwatch.callbacks import BertWatchWarning
 from bertwatch.heads.capture import Intervention, capture
 from tests._models import bert_with_head, unit_masks
 from tests._plain_metrics import normalize, plain_span, squad_f1
@@ -115,6 +118,25 @@ def test_question_answering_exact_match_and_f1() -> None:
 
     _check(result, plain)
     assert result.baseline_metrics["exact_match"] == pytest.approx(plain(np.zeros((LAYERS, HEADS), bool), "em"))
+
+
+def test_answers_cut_off_by_max_length_are_one_warning() -> None:
+    tokenizer = tiny_tokenizer()
+    model = _model(T.BertForQuestionAnswering, tokenizer, seed=1)
+    rows = squad_rows(6, 2)
+    far = " ".join(WORDS[:4] * 10)  # the answer sits after 40 filler words
+    for row in rows[:2]:
+        answer = row["answers"]["text"][0]
+        row["context"] = f"{far} {row['context']}"
+        row["answers"]["answer_start"] = [row["context"].index(answer, len(far))]
+    with pytest.warns(
+        BertWatchWarning, match="2 of 6 question-answering examples have no gold answer within their first 32 tokens"
+    ) as caught:
+        SW.ablate(model, rows, tokenizer, task="qa", max_length=32, n_resamples=10, keep_only=False, progress=False)
+    assert len([w for w in caught if issubclass(w.category, BertWatchWarning)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BertWatchWarning)
+        SW.ablate(model, rows, tokenizer, task="qa", max_length=128, n_resamples=10, keep_only=False, progress=False)
 
 
 def test_multiple_choice_accuracy() -> None:

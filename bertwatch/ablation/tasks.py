@@ -5,6 +5,7 @@ task's metric as per-example parts (``bertwatch.data.task_metrics``)."""
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.data.task_metrics import (
     IGNORE,
     best_span,
@@ -176,6 +178,7 @@ def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length:
     length = max_input_length(model, tokenizer, max_length)
     keep_types = "token_type_ids" in _accepts(model)
     features, labels, references = [], [], []
+    cut = 0
     for number, row in enumerate(rows):
         if not all(k in row for k in ("question", "context", "answers")):
             raise ValueError(f"example {number} needs 'question', 'context' and 'answers' (SQuAD layout)")
@@ -197,12 +200,22 @@ def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length:
             inside = [i for i, o in enumerate(offsets) if o is not None and o[0] < last and o[1] > first]
             if inside:
                 span = (inside[0], inside[-1])
+            else:
+                cut += 1
         feature = {"input_ids": list(encoded["input_ids"])}
         if keep_types and "token_type_ids" in encoded:
             feature["token_type_ids"] = list(encoded["token_type_ids"])
         features.append(feature)
         labels.append(span)
         references.append((str(row["context"]), offsets, texts))
+    if cut:
+        warnings.warn(
+            f"bertwatch: {cut} of {len(rows)} question-answering examples have no gold answer within their first "
+            f"{length} tokens (contexts are cut there, without a document stride), so every configuration scores "
+            "them as misses; raise max_length (SQuAD models usually take 384) to score them",
+            BertWatchWarning,
+            stacklevel=3,
+        )
     return TaskExamples(features, np.asarray(labels, dtype=np.int64), references)
 
 

@@ -7,13 +7,11 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from bertwatch.core.warnings import BertWatchWarning
+
 __all__ = ["BertWatchWarning", "SetupError", "contained"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class BertWatchWarning(UserWarning):
-    """A bertwatch monitor stopped; training continues without it."""
 
 
 class SetupError(ValueError):
