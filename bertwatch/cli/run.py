@@ -150,10 +150,13 @@ def _from_script(trace: Any, script: str) -> Any:
     return start if start is not None else trace
 
 
-def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0: str) -> int:
-    """``run()`` inside :func:`~bertwatch.callbacks.attach.watching_trainers` with ``sys.argv`` and ``sys.path[0]`` set
-    as Python sets them for ``file``; its exit status. An uncaught exception is reported as Python would (through
-    ``sys.excepthook``, from ``file``'s first frame on) and gives 1; ``sys.argv`` and ``sys.path`` are restored."""
+def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0: str, settings: dict[str, Any]) -> int:
+    """``run()`` inside :func:`~bertwatch.callbacks.attach.watching_trainers` (``settings``: ``BertWatchCallback``
+    keyword arguments) with ``sys.argv`` and ``sys.path[0]`` set as Python sets them for ``file``; its exit status.
+    An uncaught exception is reported as Python would (through ``sys.excepthook``, from ``file``'s first frame on)
+    and gives 1; ``sys.argv`` and ``sys.path`` are restored."""
+    from bertwatch.callbacks.attach import watching_trainers
+
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = argv
     if sys.path:
@@ -161,7 +164,8 @@ def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0:
     else:
         sys.path.insert(0, path0)
     try:
-        run()
+        with watching_trainers(**settings):
+            run()
         return 0
     except SystemExit as stop:
         return _exit_status(stop.code)
@@ -183,24 +187,15 @@ def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0:
 def run_script(script: str, script_args: Sequence[str], settings: dict[str, Any]) -> int:
     """Run ``script`` as ``__main__`` with ``sys.argv = [script, *script_args]`` and bertwatch watching every Trainer
     (``settings``: ``BertWatchCallback`` keyword arguments); returns its exit status, as ``python script.py``."""
-    from bertwatch.callbacks.attach import watching_trainers
-
     if not os.path.isfile(script):
         raise FileNotFoundError(f"no such script: {script}")
     path = os.path.abspath(script)
-
-    def run() -> None:
-        with watching_trainers(**settings):
-            _run_as_main(path)
-
-    return _as_python_would(run, script, [script, *script_args], os.path.dirname(path))
+    return _as_python_would(lambda: _run_as_main(path), script, [script, *script_args], os.path.dirname(path), settings)
 
 
 def run_module(module: str, module_args: Sequence[str], settings: dict[str, Any]) -> int:
     """Run ``module`` as ``__main__``, as ``python -m module ARGS...`` does (``sys.argv[0]`` its file, the working
     directory first on ``sys.path``), with bertwatch watching every Trainer; returns its exit status."""
-    from bertwatch.callbacks.attach import watching_trainers
-
     sys.path.insert(0, os.getcwd())
     try:
         spec = importlib.util.find_spec(module)
@@ -212,10 +207,9 @@ def run_module(module: str, module_args: Sequence[str], settings: dict[str, Any]
         raise FileNotFoundError(f"no module named {module} (looked in the working directory and on sys.path)")
 
     def run() -> None:
-        with watching_trainers(**settings):
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
 
-    return _as_python_would(run, spec.origin, [module, *module_args], os.getcwd())
+    return _as_python_would(run, spec.origin, [module, *module_args], os.getcwd(), settings)
 
 
 def _split_module(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], str, list[str]] | None:
