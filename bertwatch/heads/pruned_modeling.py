@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import transformers  # noqa: F401 (the subclasses written after this file name transformers' classes)
 from torch import nn
 
 #: The configuration key holding the kept heads, ``{str(layer): [head, ...]}``.
@@ -238,6 +237,8 @@ def pruned_subclass(base: type) -> type:
     return type(f"Pruned{base.__name__}", (base,), {"__init__": __init__, "__module__": base.__module__})
 
 
+#: Written once after this file in a pruned folder, before the subclasses.
+SUBCLASS_HEADER = "\n\nimport transformers  # noqa: E402\n"
 SUBCLASS_TEMPLATE = '''
 
 class Pruned{name}(transformers.{name}):
