@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "load_model", "max_input_length"]
+__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "checkpoint_head", "load_model", "max_input_length"]
 
 #: Tokens per example when the caller asks for none (Clark et al. used segments of at most 128 tokens).
 DEFAULT_MAX_LENGTH = 128
@@ -132,3 +132,15 @@ def _from_pretrained(auto: Any, source: str, config: Any, **kwargs: Any) -> Any:
     except KeyError as error:
         raise ValueError(f"{source} has no {auto.__name__} class for a {config.model_type!r} model") from error
     return pruned_modeling.pruned_subclass(base).from_pretrained(source, **kwargs)
+
+
+def checkpoint_head(name_or_path: str) -> str:
+    """The ``head`` argument of :func:`load_model` that loads the checkpoint's own saved head: the task head of
+    :data:`TASK_HEADS` its ``architectures`` name, else ``"encoder"``."""
+    from transformers import AutoConfig
+
+    architectures = getattr(AutoConfig.from_pretrained(_source(str(name_or_path))), "architectures", None) or []
+    for head, suffix in TASK_HEADS.items():
+        if any(a.endswith(suffix) for a in architectures):
+            return head
+    return "encoder"

@@ -18,6 +18,7 @@ dropout, residual and normalisation as before), which is what zeroing every head
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -138,9 +139,11 @@ def _cut(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     bias = None if linear.bias is None else linear.bias.detach()
     if bias is not None and dim == 0:
         bias = bias.index_select(0, index.to(bias.device))
-    out = torch.nn.utils.skip_init(
-        nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Initializing zero-element tensors")
+        out = torch.nn.utils.skip_init(
+            nn.Linear, weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype
+        )
     with torch.no_grad():
         out.weight.copy_(weight)
         if bias is not None:
