@@ -281,3 +281,8 @@ def test_cli_prunes_saves_and_measures(tmp_path: Path) -> None:
     assert gain["latency_s"]["pruned"] > 0 and gain["metric"]["num_examples"] == 5
     assert gain["metric"]["ci_low"] <= gain["metric"]["delta"] <= gain["metric"]["ci_high"]
     assert cli_prune(["--model", str(folder), "--heads", "0:9", "--out", str(tmp_path / "x")]) == 2
+    from bertwatch.cli.report import cli_report
+
+    assert cli_report([str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert f"{gain['parameters']['pruned']:,}" in page and "speed-up" in page and "95% CI" in page

@@ -13,7 +13,10 @@ import torch
 
 from bertwatch.ablation.bootstrap import paired_bootstrap
 
-__all__ = ["count_parameters", "measure_gain", "metric_with_interval", "time_inference"]
+__all__ = ["TIMING_TEXT", "count_parameters", "measure_gain", "metric_with_interval", "time_inference"]
+
+#: The timing batch's text when no evaluation set is given (truncated to the timing length).
+TIMING_TEXT = "the quick brown fox jumps over the lazy dog while the committee reviews the annual budget report " * 20
 
 
 def count_parameters(model: torch.nn.Module) -> int:

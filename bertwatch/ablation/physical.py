@@ -18,13 +18,12 @@ from typing import Any
 
 from bertwatch.core.jsonable import jsonable
 from bertwatch.heads import pruned_modeling as pm
+from bertwatch.report.gain import GAIN_FILE
 
 __all__ = ["GAIN_FILE", "MODELING_FILE", "heads_from_ablation", "prune_model", "save_pruned", "write_gain"]
 
 #: The modelling code written into a pruned folder (``auto_map`` points at it).
 MODELING_FILE = "modeling_bertwatch_pruned.py"
-#: What pruning bought (parameters, latency, throughput, metric), written by ``bertwatch prune`` beside the model.
-GAIN_FILE = "pruning_gain.json"
 #: Auto classes whose mapping names a saved class, in the order they are tried.
 _AUTO = {
     "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "AutoModelForSequenceClassification",

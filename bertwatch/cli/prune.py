@@ -7,14 +7,11 @@ import json
 import sys
 from collections.abc import Sequence
 
-from bertwatch.ablation.gain import measure_gain
+from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
 from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
 from bertwatch.heads.loading import checkpoint_head, load_model
 
 __all__ = ["cli_prune", "parse_heads"]
-
-#: Filler for the timing batch when no evaluation set is given (truncated to --max-length tokens).
-_FILLER = "the quick brown fox jumps over the lazy dog while the committee reviews the annual budget report " * 20
 
 
 def parse_heads(spec: str) -> dict[int, list[int]]:
@@ -98,7 +95,7 @@ def cli_prune(argv: Sequence[str]) -> int:
                 examples = files.read_labelled_texts(args.data, names, limit=args.limit)
             else:
                 examples = load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
-        texts = [e["text"] for e in examples[: args.batch_size]] if examples else [_FILLER] * args.batch_size
+        texts = [e["text"] for e in examples[: args.batch_size]] if examples else [TIMING_TEXT] * args.batch_size
         gain = measure_gain(
             model,
             pruned,
