@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertwatch.report.events import read_run
+from bertwatch.report.gain import gain_files, gain_section
 from bertwatch.report.html import build_html
 from bertwatch.report.linguistics import html_section
 from bertwatch.report.result import atomic_write
@@ -51,6 +52,7 @@ def cli_report(argv: Sequence[str]) -> int:
     extra = []
     if linguistics is not None:
         extra.append(html_section(linguistics))
+    extra.extend(gain_section(path) for path in gain_files(root))
     if not results and not training["grids"] and not training["series"] and not extra:
         print(
             f"bertwatch report: found no ablation.json and no bertwatch summaries under {root}; run "

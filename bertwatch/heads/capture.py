@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from bertwatch.heads.adapters import adapter_for
+from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.unwrap import UnsupportedModelError, unwrap
@@ -87,6 +88,12 @@ def check_supported(model: nn.Module) -> None:
     per encoder class and configuration)."""
     encoder = unwrap(model).model
     model_type = _model_type(encoder)
+    if getattr(encoder.config, KEPT_HEADS_KEY, None) is not None:
+        raise UnsupportedModelError(
+            "this model was physically pruned by 'bertwatch prune' (its layers keep different numbers of heads); "
+            "bertwatch's capture needs every layer's heads: watch or ablate the unpruned model, or fine-tune the "
+            "pruned one without bertwatch's callbacks"
+        )
     if getattr(encoder.config, "is_encoder_decoder", False) or getattr(encoder.config, "is_decoder", False):
         raise UnsupportedModelError(f"bertwatch watches encoders; this {model_type!r} model is configured as a decoder")
     base = getattr(encoder, "base_model", None)  # the bare encoder: task heads (multiple choice) reshape inputs,

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "load_model", "max_input_length"]
+__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "checkpoint_head", "load_model", "max_input_length"]
 
 #: Tokens per example when the caller asks for none (Clark et al. used segments of at most 128 tokens).
 DEFAULT_MAX_LENGTH = 128
@@ -78,7 +78,7 @@ def load_model(name_or_path: str, device: Any = None, *, head: str = "encoder", 
             "or a Hub name while online."
         ) from error
     if head == "encoder":
-        model = AutoModel.from_pretrained(source, **kwargs)
+        model = _from_pretrained(AutoModel, source, config, **kwargs)
     elif head in TASK_HEADS:
         model = _load_classifier(source, config, head, **kwargs)
     else:
@@ -109,7 +109,7 @@ def _load_classifier(source: str, config: Any, head: str = "sequence-classificat
             f"{source} is a {', '.join(architectures)} checkpoint without a {head} head; "
             f"fine-tune it on the task first (AutoModel{suffix} + Trainer) and ablate that checkpoint"
         )
-    model, info = auto.from_pretrained(source, output_loading_info=True, **kwargs)
+    model, info = _from_pretrained(auto, source, config, output_loading_info=True, **kwargs)
     prefix = getattr(model, "base_model_prefix", "")
     missing = [k for k in info.get("missing_keys", []) if not k.startswith(prefix + ".")]
     if missing:
@@ -118,3 +118,29 @@ def _load_classifier(source: str, config: Any, head: str = "sequence-classificat
             "fine-tune it on the task first and ablate that checkpoint"
         )
     return model
+
+
+def _from_pretrained(auto: Any, source: str, config: Any, **kwargs: Any) -> Any:
+    """``auto.from_pretrained``; a folder written by ``bertwatch prune`` is rebuilt with bertwatch's own copy of its
+    modelling code (``bertwatch.heads.pruned_modeling``), so loading it runs no code from the folder."""
+    from bertwatch.heads import pruned_modeling
+
+    if getattr(config, pruned_modeling.KEPT_HEADS_KEY, None) is None:
+        return auto.from_pretrained(source, **kwargs)
+    try:
+        base = auto._model_mapping[type(config)]
+    except KeyError as error:
+        raise ValueError(f"{source} has no {auto.__name__} class for a {config.model_type!r} model") from error
+    return pruned_modeling.pruned_subclass(base).from_pretrained(source, **kwargs)
+
+
+def checkpoint_head(name_or_path: str) -> str:
+    """The ``head`` argument of :func:`load_model` that loads the checkpoint's own saved head: the task head of
+    :data:`TASK_HEADS` its ``architectures`` name, else ``"encoder"``."""
+    from transformers import AutoConfig
+
+    architectures = getattr(AutoConfig.from_pretrained(_source(str(name_or_path))), "architectures", None) or []
+    for head, suffix in TASK_HEADS.items():
+        if any(a.endswith(suffix) for a in architectures):
+            return head
+    return "encoder"

@@ -1,0 +1,134 @@
+"""``bertwatch prune``: remove attention heads for real and save a smaller model that loads with transformers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
+from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
+from bertwatch.heads.loading import checkpoint_head, load_model
+
+__all__ = ["cli_prune", "parse_heads"]
+
+
+def parse_heads(spec: str) -> dict[int, list[int]]:
+    """``"0:1,5;3:all"`` or JSON ``{"0": [1, 5]}`` -> ``{0: [1, 5], 3: [-1]}`` (``all`` becomes ``[-1]``, expanded
+    against the model by :func:`_expand`). Raises ValueError on anything else."""
+    spec = spec.strip()
+    try:
+        if spec.startswith("{"):
+            return {int(k): [int(h) for h in v] for k, v in json.loads(spec).items()}
+        heads: dict[int, list[int]] = {}
+        for part in filter(None, (p.strip() for p in spec.split(";"))):
+            layer, _, listed = part.partition(":")
+            values = [-1] if listed.strip() == "all" else [int(h) for h in listed.split(",") if h.strip()]
+            heads.setdefault(int(layer), []).extend(values)
+        return heads
+    except (ValueError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"cannot read heads {spec!r}: write LAYER:HEAD,HEAD;LAYER:all (e.g. '0:1,5;3:all') or JSON "
+            '{"0": [1, 5]}'
+        ) from error
+
+
+def _expand(heads: dict[int, list[int]], num_heads: int) -> dict[int, list[int]]:
+    return {layer: list(range(num_heads)) if -1 in listed else listed for layer, listed in heads.items()}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertwatch prune",
+        description="Remove attention heads physically (Q/K/V rows, output columns; whole attention blocks when "
+        "a layer loses every head) and save a folder that loads with AutoModel...from_pretrained(DIR, "
+        "trust_remote_code=True). Writes OUT/pruning_gain.json: parameters, latency, throughput, metric.",
+    )
+    parser.add_argument("--model", required=True, help="checkpoint folder (or 'minilm')")
+    parser.add_argument("--out", required=True, help="folder for the pruned model")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--heads", help="heads to remove: '0:1,5;3:all' or JSON '{\"0\": [1, 5]}'")
+    which.add_argument("--from-ablation", metavar="DIR", help="a 'bertwatch ablate' output: its importance order")
+    parser.add_argument("--fraction", type=float, default=None, help="with --from-ablation: share of heads to remove")
+    parser.add_argument("--data", default=None, help="labelled texts (JSON lines / TSV) to measure accuracy on")
+    parser.add_argument("--task", default=None, help="or a GLUE task, read from --glue-dir")
+    parser.add_argument("--glue-dir", default=None, help="folder of GLUE files (offline)")
+    parser.add_argument("--split", default="dev")
+    parser.add_argument("--limit", type=int, default=None, help="use the first N examples")
+    parser.add_argument("--batch-size", type=int, default=32, help="timing batch (default 32)")
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=10, help="timed forward passes per model")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no-measure", action="store_true", help="only prune and save")
+    return parser
+
+
+def cli_prune(argv: Sequence[str]) -> int:
+    """``bertwatch prune --model CKPT (--heads SPEC | --from-ablation DIR --fraction F) --out DIR``."""
+    args = _parser().parse_args(list(argv))
+    try:
+        if args.from_ablation is not None:
+            if args.fraction is None:
+                raise ValueError("--from-ablation needs --fraction (share of all heads to remove, e.g. 0.5)")
+            heads = heads_from_ablation(args.from_ablation, args.fraction)
+        else:
+            heads = parse_heads(args.heads)
+        model, tokenizer = load_model(args.model, head=checkpoint_head(args.model))
+        heads = _expand(heads, int(getattr(model.config, "num_attention_heads", 0) or model.config.n_heads))
+        pruned = prune_model(model, heads)
+        save_pruned(pruned, args.out, tokenizer)
+        removed = sum(len(h) for h in heads.values())
+        print(f"removed {removed} heads; pruned model saved to {args.out}")
+        if args.no_measure:
+            return 0
+        examples = None
+        if args.data is not None or args.task is not None:
+            if not hasattr(model, "classifier") and "ForSequenceClassification" not in type(model).__name__:
+                raise ValueError("the metric needs a sequence classifier; pass --no-measure or drop --data/--task")
+            from bertwatch.data import files
+            from bertwatch.data.glue import load_glue
+
+            if args.data is not None:
+                id2label = getattr(model.config, "id2label", None) or {}
+                names = [str(id2label.get(i, i)) for i in range(int(model.config.num_labels))]
+                examples = files.read_labelled_texts(args.data, names, limit=args.limit)
+            else:
+                examples = load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
+        texts = [e["text"] for e in examples[: args.batch_size]] if examples else [TIMING_TEXT] * args.batch_size
+        gain = measure_gain(
+            model,
+            pruned,
+            tokenizer,
+            texts,
+            examples=examples,
+            max_length=args.max_length,
+            repeats=args.repeats,
+            device=args.device,
+        )
+        gain["removed_heads"] = {str(layer): h for layer, h in sorted(heads.items())}
+        write_gain(args.out, gain)
+    except (ValueError, FileNotFoundError, OSError) as error:
+        print(f"bertwatch prune: {error}", file=sys.stderr)
+        return 2
+    print(summary(gain))
+    print(f"written: {args.out}/{GAIN_FILE}")
+    return 0
+
+
+def summary(gain: dict) -> str:
+    """Three lines: parameters, latency/throughput, metric with its interval."""
+    p, lat, thr = gain["parameters"], gain["latency_s"], gain["throughput"]
+    lines = [
+        f"parameters: {p['full']:,} -> {p['pruned']:,} ({p['ratio']:.1%})",
+        f"latency ({gain['device']}, batch {gain['batch_size']} x {gain['tokens']} tokens): "
+        f"{lat['full'] * 1e3:.1f} ms -> {lat['pruned'] * 1e3:.1f} ms (speed-up x{gain['speedup']:.2f}); "
+        f"throughput {thr['full']:.1f} -> {thr['pruned']:.1f} examples/s",
+    ]
+    m = gain.get("metric")
+    if m:
+        lines.append(
+            f"{m['metric']} on {m['num_examples']} examples: {m['full']:.4f} -> {m['pruned']:.4f} "
+            f"(delta {m['delta']:+.4f}, 95% CI [{m['ci_low']:+.4f}, {m['ci_high']:+.4f}])"
+        )
+    return "\n".join(lines)
