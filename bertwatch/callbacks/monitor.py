@@ -32,9 +32,11 @@ from bertwatch.callbacks.probe_set import (
     text_examples,
 )
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
+from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.patterns import pattern_shares, uniform_baselines
 from bertwatch.heads.sharding import ShardingError, check_sharding
@@ -75,7 +77,7 @@ class ProbeSettings:
     num_examples: int = 32
     seed: int = 0
     batch_size: int = 16
-    max_length: int = 128
+    max_length: int | None = DEFAULT_MAX_LENGTH
     reference_model: Any = None
     cache_reference: bool = True
     logging_dir: str | os.PathLike | None = None
@@ -112,6 +114,22 @@ def monitor_for(model: torch.nn.Module, settings: ProbeSettings) -> Monitor:
         monitor = Monitor(model, settings)
         _MONITORS[key] = monitor
     return monitor
+
+
+def cut_message(probe: ProbeSet, requested: int | None) -> str:
+    """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
+    asked = "the model's maximum" if requested is None else f"probe_max_length={requested}"
+    more = (
+        "pass probe_max_length=None to measure up to the model's maximum (memory grows with the square of the "
+        "length; docs/callbacks.md)"
+        if requested is not None
+        else "pass shorter probe texts"
+    )
+    return (
+        f"bertwatch: {probe.truncated} of {probe.size} probe examples are longer than {probe.max_length} tokens "
+        f"({asked}) and are measured on their first {probe.max_length} tokens only; the run records this length. "
+        f"To measure them whole, {more}."
+    )
 
 
 def _tokenizer_of(processing_class: Any) -> Any:
@@ -210,6 +228,8 @@ class Monitor:
         )
         for batch in self.probe.batches:
             select_inputs(self.encoder, batch, getattr(args, "label_names", None) or ())
+        if self.probe.truncated:
+            warnings.warn(cut_message(self.probe, s.max_length), BertWatchWarning, stacklevel=2)
         self._cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
         self._reference: list[Tensor] | None = None
         self.reference_source = "the model before its first optimiser step"
@@ -324,7 +344,9 @@ class Monitor:
             self._grids.update(grids)
             if self.writer is not None:
                 if grids:
-                    self.writer.add_head_grids(grids, step)
+                    probed = {n: g for n, g in grids.items() if not n.startswith(SHARE_PREFIX)}
+                    self.writer.add_head_grids(probed, step, probe=self.probe.length_info())
+                    self.writer.add_head_grids({n: g for n, g in grids.items() if n not in probed}, step)
                     self._write_patterns(step)
                 if examples:
                     self.writer.add_attention_maps(examples, step)
