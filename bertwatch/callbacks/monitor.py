@@ -24,13 +24,7 @@ from torch import Tensor
 
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
-from bertwatch.callbacks.probe_set import (
-    ProbeSet,
-    ReferenceCache,
-    build_probe_set,
-    crop_maps,
-    text_examples,
-)
+from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, text_examples
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core.rules import PATTERN_REQUIRED
@@ -114,22 +108,6 @@ def monitor_for(model: torch.nn.Module, settings: ProbeSettings) -> Monitor:
         monitor = Monitor(model, settings)
         _MONITORS[key] = monitor
     return monitor
-
-
-def cut_message(probe: ProbeSet, requested: int | None) -> str:
-    """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
-    asked = "the model's maximum" if requested is None else f"probe_max_length={requested}"
-    more = (
-        "pass probe_max_length=None to measure up to the model's maximum (memory grows with the square of the "
-        "length; docs/callbacks.md)"
-        if requested is not None
-        else "pass shorter probe texts"
-    )
-    return (
-        f"bertwatch: {probe.truncated} of {probe.size} probe examples are longer than {probe.max_length} tokens "
-        f"({asked}) and are measured on their first {probe.max_length} tokens only; the run records this length. "
-        f"To measure them whole, {more}."
-    )
 
 
 def _tokenizer_of(processing_class: Any) -> Any:
@@ -228,8 +206,6 @@ class Monitor:
         )
         for batch in self.probe.batches:
             select_inputs(self.encoder, batch, getattr(args, "label_names", None) or ())
-        if self.probe.truncated:
-            warnings.warn(cut_message(self.probe, s.max_length), BertWatchWarning, stacklevel=2)
         self._cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
         self._reference: list[Tensor] | None = None
         self.reference_source = "the model before its first optimiser step"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks._safe import SetupError
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, max_input_length
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
@@ -29,6 +30,7 @@ __all__ = [
     "ReferenceCache",
     "build_probe_set",
     "crop_maps",
+    "cut_message",
     "masked_lm_features",
     "pad_maps",
     "sample_indices",
@@ -259,8 +261,8 @@ def build_probe_set(
     """Collate the probe examples once: ``texts`` (all of them) or a seeded sample of ``dataset``.
 
     Texts longer than ``max_length`` tokens (``None``: the model's and tokenizer's maximum, see
-    ``bertwatch.heads.loading.max_input_length``; never more than that maximum) are cut to it and counted in
-    ``ProbeSet.truncated``. Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
+    ``bertwatch.heads.loading.max_input_length``; never more than that maximum) are cut to it, counted in
+    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
     refused. A masked-LM ``model``'s examples get fixed, seeded masks (:func:`masked_lm_features`) and are padded, not
     collated with ``collator`` (a masked-LM collator draws new masks at every call).
     Raises ``SetupError`` with what to do when there is nothing to probe.
@@ -322,7 +324,26 @@ def build_probe_set(
             "cut tokenized examples: truncate the probe_dataset (or eval_dataset) when tokenizing, or pass raw "
             "strings as probe_texts="
         )
-    return ProbeSet(batches, roles, tokens, segments, _fingerprint(batches), cut_to, truncated)
+    probe = ProbeSet(batches, roles, tokens, segments, _fingerprint(batches), cut_to, truncated)
+    if truncated:
+        warnings.warn(cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
+    return probe
+
+
+def cut_message(probe: ProbeSet, requested: int | None) -> str:
+    """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
+    asked = "the model's maximum" if requested is None or requested > (probe.max_length or 0) else "probe_max_length"
+    more = (
+        "pass shorter probe texts"
+        if asked == "the model's maximum"
+        else "pass probe_max_length=None to measure up to the model's maximum (memory grows with the square of "
+        "the length; docs/callbacks.md)"
+    )
+    return (
+        f"bertwatch: {probe.truncated} of {probe.size} probe examples are longer than {probe.max_length} tokens "
+        f"({asked}) and are measured on their first {probe.max_length} tokens only; the run records this length. "
+        f"To measure them whole, {more}."
+    )
 
 
 def crop_maps(attn: Tensor, real: Tensor) -> list[Tensor]:
