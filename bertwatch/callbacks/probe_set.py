@@ -244,6 +244,22 @@ def _fingerprint(batches: Sequence[Mapping[str, Tensor]]) -> str:
     return digest.hexdigest()
 
 
+def _rows(
+    batches: Sequence[Mapping[str, Tensor]], tokenizer: Any
+) -> tuple[list[TokenRoles], list[list[str]], list[list[int] | None]]:
+    """Each batch's token roles ``[rows, T_k]``, and each encoder row's real tokens and segment ids (or None)."""
+    roles, tokens, segments = [], [], []
+    for b in batches:
+        rows = _choice_rows(b)
+        r = token_roles(rows["input_ids"], rows.get("attention_mask"), tokenizer, rows.get("token_type_ids"))
+        roles.append(r)
+        for row in range(rows["input_ids"].shape[0]):
+            real = r.real[row]
+            tokens.append([str(t) for t in tokenizer.convert_ids_to_tokens(rows["input_ids"][row][real].tolist())])
+            segments.append(None if r.segment is None else r.segment[row][real].tolist())
+    return roles, tokens, segments
+
+
 def build_probe_set(
     tokenizer: Any,
     *,
@@ -308,15 +324,7 @@ def build_probe_set(
             _tensor_batch(collate([dict(f) if isinstance(f, Mapping) else f for f in features[i : i + batch_size]]))
             for i in range(0, len(features), batch_size)
         ]
-    roles, tokens, segments = [], [], []
-    for b in batches:
-        rows = _choice_rows(b)
-        r = token_roles(rows["input_ids"], rows.get("attention_mask"), tokenizer, rows.get("token_type_ids"))
-        roles.append(r)
-        for row in range(rows["input_ids"].shape[0]):
-            real = r.real[row]
-            tokens.append([str(t) for t in tokenizer.convert_ids_to_tokens(rows["input_ids"][row][real].tolist())])
-            segments.append(None if r.segment is None else r.segment[row][real].tolist())
+    roles, tokens, segments = _rows(batches, tokenizer)
     longest = max((len(t) for t in tokens), default=0)
     if model is not None and cut_to is None and longest > model_limit:
         raise SetupError(
