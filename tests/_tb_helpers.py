@@ -171,14 +171,26 @@ def word_class_values(step, *, seed=0):
     return out
 
 
+#: What the demo run ``finetune-a`` records of its probe set (``finetune-b`` records nothing, as older runs).
+PROBE = {"max_length": 128, "truncated": 3, "examples": 32, "longest": 128}
+
+
 def write_run(
-    run_dir, *, seed=0, steps=STEPS, attention=True, ablation=True, clustering=True, tokens=(TOKENS_A, TOKENS_B)
+    run_dir,
+    *,
+    seed=0,
+    steps=STEPS,
+    attention=True,
+    ablation=True,
+    clustering=True,
+    tokens=(TOKENS_A, TOKENS_B),
+    probe=None,
 ):
     """A complete bertwatch run: grids at every step, attention maps at every other step, ablation, clusters."""
     with SummaryWriter(str(run_dir)) as w:
         for i, step in enumerate(steps):
             grids = synthetic_grids(step, seed=seed, max_step=steps[-1])
-            w.add_head_grids(grids, step, walltime=1_700_000_000 + step)
+            w.add_head_grids(grids, step, walltime=1_700_000_000 + step, probe=probe)
             shares = rules.pattern_shares(rules.pattern_codes(grids))
             w.add_named_values(PATTERN_SERIES, shares, step, walltime=1_700_000_000 + step)
             w.add_named_values(
@@ -233,7 +245,7 @@ def write_xss_run(run_dir):
 def write_demo_logdir(root):
     """``root/finetune-a`` (full), ``root/finetune-b`` (grids only, other seed), ``root/<xss>``."""
     root = os.fspath(root)
-    write_run(os.path.join(root, "finetune-a"), seed=0)
+    write_run(os.path.join(root, "finetune-a"), seed=0, probe=PROBE)
     write_run(os.path.join(root, "finetune-b"), seed=1, attention=False, ablation=False, clustering=False)
     write_xss_run(os.path.join(root, XSS_RUN))
     return root

@@ -17,6 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tb_helpers import (  # noqa: E402
+    PROBE,
     STEPS,
     XSS,
     XSS_RUN,
@@ -155,6 +156,24 @@ def test_heatmap_numbers_equal_the_route(s):
     assert route["step"] == STEPS[-1]
     np.testing.assert_array_equal(s.grid_from_page("heads-heatmap"), as_array(route["values"]))
     assert s.frame.text_content("#step-label").strip() == str(STEPS[-1])
+
+
+def test_heads_view_shows_the_recorded_probe_length(s):
+    s.tab("heads")
+    s.frame.select_option("#stat-select", "cls_mass")
+    s.wait_step(STEPS[-1])
+    route = s.route("grid", run="finetune-a", tag="bertwatch/heads/cls_mass")
+    assert route["probe"] == PROBE
+    s.frame.wait_for_selector("#probe-length")
+    pill = s.frame.query_selector("#probe-length")
+    assert pill.text_content() == f"{PROBE['truncated']} of {PROBE['examples']} cut to {PROBE['max_length']} tokens"
+    assert pill.get_attribute("data-max-length") == str(PROBE["max_length"])
+    assert "were cut (probe_max_length)" in pill.get_attribute("title")
+    s.frame.select_option("#run-select", "finetune-b")  # a run that records no probe length shows none
+    s.frame.wait_for_function("() => !document.querySelector('#probe-length')", timeout=20000)
+    assert s.route("grid", run="finetune-b", tag="bertwatch/heads/cls_mass")["probe"] is None
+    s.frame.select_option("#run-select", "finetune-a")
+    s.frame.wait_for_selector("#probe-length")
 
 
 def test_slider_changes_the_numbers(s):

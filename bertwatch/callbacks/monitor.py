@@ -24,17 +24,13 @@ from torch import Tensor
 
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
-from bertwatch.callbacks.probe_set import (
-    ProbeSet,
-    ReferenceCache,
-    build_probe_set,
-    crop_maps,
-    text_examples,
-)
+from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, text_examples
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
+from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.patterns import pattern_shares, uniform_baselines
 from bertwatch.heads.sharding import ShardingError, check_sharding
@@ -75,7 +71,7 @@ class ProbeSettings:
     num_examples: int = 32
     seed: int = 0
     batch_size: int = 16
-    max_length: int = 128
+    max_length: int | None = DEFAULT_MAX_LENGTH
     reference_model: Any = None
     cache_reference: bool = True
     logging_dir: str | os.PathLike | None = None
@@ -324,7 +320,9 @@ class Monitor:
             self._grids.update(grids)
             if self.writer is not None:
                 if grids:
-                    self.writer.add_head_grids(grids, step)
+                    probed = {n: g for n, g in grids.items() if not n.startswith(SHARE_PREFIX)}
+                    self.writer.add_head_grids(probed, step, probe=self.probe.length_info())
+                    self.writer.add_head_grids({n: g for n, g in grids.items() if n not in probed}, step)
                     self._write_patterns(step)
                 if examples:
                     self.writer.add_attention_maps(examples, step)

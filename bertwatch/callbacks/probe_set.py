@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks._safe import SetupError
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, max_input_length
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
 from bertwatch.heads.tasks import IGNORE_INDEX, example_mask, head_kind, original_ids
@@ -28,6 +30,7 @@ __all__ = [
     "ReferenceCache",
     "build_probe_set",
     "crop_maps",
+    "cut_message",
     "masked_lm_features",
     "pad_maps",
     "sample_indices",
@@ -45,6 +48,8 @@ class ProbeSet:
     ``batches[k]`` holds the model inputs ``[batch, T_k]`` (``[batch, choices, T_k]`` for multiple choice) and,
     when known, the label fields; ``roles[k]`` the roles of the rows the encoder sees ``[rows, T_k]`` (each choice
     a row); ``tokens[i]`` / ``segments[i]`` the real tokens (and segment ids or None) of row i over all batches.
+    ``max_length`` is the length bertwatch cut probe texts to (None: it cut nothing, the examples were given
+    tokenized) and ``truncated`` how many examples it cut.
     """
 
     batches: list[dict[str, Tensor]]
@@ -52,6 +57,8 @@ class ProbeSet:
     tokens: list[list[str]]
     segments: list[list[int] | None]
     fingerprint: str
+    max_length: int | None = None
+    truncated: int = 0
 
     @property
     def size(self) -> int:
@@ -60,6 +67,16 @@ class ProbeSet:
     def first_row(self, k: int) -> int:
         """The index of batch k's first encoder row over all batches (rows are choices for multiple choice)."""
         return sum(int(r.real.shape[0]) for r in self.roles[:k])
+
+    def length_info(self) -> dict[str, int | None]:
+        """What was measured, recorded with the run: ``max_length`` (None: nothing was cut by bertwatch),
+        ``truncated`` examples, ``examples`` in all and the ``longest`` row measured, in tokens with specials."""
+        return {
+            "max_length": self.max_length,
+            "truncated": int(self.truncated),
+            "examples": self.size,
+            "longest": max((len(t) for t in self.tokens), default=0),
+        }
 
     @property
     def has_labels(self) -> bool:
@@ -90,15 +107,20 @@ def _as_text_example(item: Any) -> tuple[str, str | None, Any]:
     raise SetupError(f"probe texts must be strings, (text, text_pair) tuples or dicts; got {type(item).__name__}")
 
 
-def _text_features(texts: Sequence[Any], tokenizer: Any, max_length: int) -> list[dict[str, Any]]:
-    features = []
+def _text_features(texts: Sequence[Any], tokenizer: Any, max_length: int) -> tuple[list[dict[str, Any]], int]:
+    """Each probe text tokenized whole, or cut to ``max_length`` tokens (with specials) when longer; returns the
+    features and how many were cut."""
+    features, truncated = [], 0
     for item in texts:
         text, pair, label = _as_text_example(item)
-        encoded = dict(tokenizer(text, pair, truncation=True, max_length=max_length))
+        encoded = dict(tokenizer(text, pair, truncation=False))
+        if len(encoded["input_ids"]) > max_length:
+            truncated += 1
+            encoded = dict(tokenizer(text, pair, truncation=True, max_length=max_length))
         if label is not None:
             encoded["labels"] = label
         features.append(encoded)
-    return features
+    return features, truncated
 
 
 def _pad_collate(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
@@ -222,6 +244,22 @@ def _fingerprint(batches: Sequence[Mapping[str, Tensor]]) -> str:
     return digest.hexdigest()
 
 
+def _rows(
+    batches: Sequence[Mapping[str, Tensor]], tokenizer: Any
+) -> tuple[list[TokenRoles], list[list[str]], list[list[int] | None]]:
+    """Each batch's token roles ``[rows, T_k]``, and each encoder row's real tokens and segment ids (or None)."""
+    roles, tokens, segments = [], [], []
+    for b in batches:
+        rows = _choice_rows(b)
+        r = token_roles(rows["input_ids"], rows.get("attention_mask"), tokenizer, rows.get("token_type_ids"))
+        roles.append(r)
+        for row in range(rows["input_ids"].shape[0]):
+            real = r.real[row]
+            tokens.append([str(t) for t in tokenizer.convert_ids_to_tokens(rows["input_ids"][row][real].tolist())])
+            segments.append(None if r.segment is None else r.segment[row][real].tolist())
+    return roles, tokens, segments
+
+
 def build_probe_set(
     tokenizer: Any,
     *,
@@ -232,13 +270,16 @@ def build_probe_set(
     num_examples: int = 32,
     seed: int = 0,
     batch_size: int = 16,
-    max_length: int = 128,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
     remove_unused_columns: bool = True,
     label_names: Sequence[str] | None = None,
 ) -> ProbeSet:
     """Collate the probe examples once: ``texts`` (all of them) or a seeded sample of ``dataset``.
 
-    A masked-LM ``model``'s examples get fixed, seeded masks (:func:`masked_lm_features`) and are padded, not
+    Texts longer than ``max_length`` tokens (``None``: the model's and tokenizer's maximum, see
+    ``bertwatch.heads.loading.max_input_length``; never more than that maximum) are cut to it, counted in
+    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
+    refused. A masked-LM ``model``'s examples get fixed, seeded masks (:func:`masked_lm_features`) and are padded, not
     collated with ``collator`` (a masked-LM collator draws new masks at every call).
     Raises ``SetupError`` with what to do when there is nothing to probe.
     """
@@ -247,9 +288,14 @@ def build_probe_set(
             "bertwatch needs the tokenizer to find [CLS], [SEP] and punctuation: pass processing_class= to the "
             "Trainer or tokenizer= to the callback"
         )
+    encoder = unwrap(model).model if model is not None else None
+    model_limit = max_input_length(encoder, tokenizer, None, default=None)
+    limit = min(model_limit, max_length) if max_length is not None else model_limit
+    cut_to, truncated = None, 0
     with rng_untouched():
         if texts is not None:
-            features = _text_features(list(texts), tokenizer, max_length)
+            features, truncated = _text_features(list(texts), tokenizer, limit)
+            cut_to = limit
             indices = list(range(len(features)))
             collate = _pad_collate(tokenizer)
         elif dataset is not None:
@@ -278,16 +324,34 @@ def build_probe_set(
             _tensor_batch(collate([dict(f) if isinstance(f, Mapping) else f for f in features[i : i + batch_size]]))
             for i in range(0, len(features), batch_size)
         ]
-    roles, tokens, segments = [], [], []
-    for b in batches:
-        rows = _choice_rows(b)
-        r = token_roles(rows["input_ids"], rows.get("attention_mask"), tokenizer, rows.get("token_type_ids"))
-        roles.append(r)
-        for row in range(rows["input_ids"].shape[0]):
-            real = r.real[row]
-            tokens.append([str(t) for t in tokenizer.convert_ids_to_tokens(rows["input_ids"][row][real].tolist())])
-            segments.append(None if r.segment is None else r.segment[row][real].tolist())
-    return ProbeSet(batches, roles, tokens, segments, _fingerprint(batches))
+    roles, tokens, segments = _rows(batches, tokenizer)
+    longest = max((len(t) for t in tokens), default=0)
+    if model is not None and cut_to is None and longest > model_limit:
+        raise SetupError(
+            f"a tokenized probe example has {longest} tokens; the model takes at most {model_limit}. bertwatch does not "
+            "cut tokenized examples: truncate the probe_dataset (or eval_dataset) when tokenizing, or pass raw "
+            "strings as probe_texts="
+        )
+    probe = ProbeSet(batches, roles, tokens, segments, _fingerprint(batches), cut_to, truncated)
+    if truncated:
+        warnings.warn(cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
+    return probe
+
+
+def cut_message(probe: ProbeSet, requested: int | None) -> str:
+    """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
+    asked = "the model's maximum" if requested is None or requested > (probe.max_length or 0) else "probe_max_length"
+    more = (
+        "pass shorter probe texts"
+        if asked == "the model's maximum"
+        else "pass probe_max_length=None to measure up to the model's maximum (memory grows with the square of "
+        "the length; docs/callbacks.md)"
+    )
+    return (
+        f"bertwatch: {probe.truncated} of {probe.size} probe examples are longer than {probe.max_length} tokens "
+        f"({asked}) and are measured on their first {probe.max_length} tokens only; the run records this length. "
+        f"To measure them whole, {more}."
+    )
 
 
 def crop_maps(attn: Tensor, real: Tensor) -> list[Tensor]:

@@ -22,6 +22,7 @@ from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monit
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.callbacks.word_classes import WordClassProbe, prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
@@ -75,7 +76,7 @@ class WatchCallback(TrainerCallback):
         num_probe_examples: int = 32,
         probe_seed: int = 0,
         probe_batch_size: int = 16,
-        probe_max_length: int = 128,
+        probe_max_length: int | None = DEFAULT_MAX_LENGTH,
         tokenizer: Any = None,
         data_collator: Callable | None = None,
         reference_model: Any = None,
@@ -88,6 +89,10 @@ class WatchCallback(TrainerCallback):
     ) -> None:
         self.requested = None if stats is None else _check_stats(stats)
         self.stat_names = frozenset(self.requested or self.default_stats)
+        if probe_max_length is not None and int(probe_max_length) < 2:
+            raise ValueError(
+                f"probe_max_length must be at least 2 (or None: the model's maximum), got {probe_max_length}"
+            )
         if every_n_steps < 0:
             raise ValueError(f"every_n_steps must be >= 0 (0 = only at start, evaluation and end), got {every_n_steps}")
         self.every_n_steps = int(every_n_steps)
@@ -104,7 +109,7 @@ class WatchCallback(TrainerCallback):
             num_examples=int(num_probe_examples),
             seed=int(probe_seed),
             batch_size=int(probe_batch_size),
-            max_length=int(probe_max_length),
+            max_length=None if probe_max_length is None else int(probe_max_length),
             reference_model=reference_model,
             cache_reference=bool(cache_reference),
             logging_dir=logging_dir,

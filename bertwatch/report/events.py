@@ -22,7 +22,8 @@ def _event_files(path: Path) -> list[Path]:
 def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     """Ablation results and training-time grids of a run: ``ablation.json`` files under ``path`` first, then the
     bertwatch summaries in its TensorBoard event files (ablation tables, the first/last step of each grid and every
-    step of each named-values series, e.g. the pattern-class shares)."""
+    step of each named-values series, e.g. the pattern-class shares) and what the probe set measured (``probe``:
+    ``bertwatch.tb.metadata.probe_info``, None in logs that do not record it)."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(
@@ -39,10 +40,10 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     for file in json_files:
         result = AblationResult.from_json(json.loads(file.read_text(encoding="utf-8")))
         results.setdefault(result.mode, result)
-    tb_results, grids, named = _read_events(_event_files(root))
+    tb_results, grids, named, probe = _read_events(_event_files(root))
     for mode, result in tb_results.items():
         results.setdefault(mode, result)
-    training = {"grids": grids, "series": named, "source": str(root)}
+    training = {"grids": grids, "series": named, "source": str(root), "probe": probe}
     return [results[m] for m in sorted(results)], training
 
 
@@ -71,7 +72,7 @@ _READ_KINDS = (
 
 def _read_events(
     files: Sequence[Path],
-) -> tuple[dict[str, AblationResult], dict[str, Any], dict[str, dict[str, Any]]]:
+) -> tuple[dict[str, AblationResult], dict[str, Any], dict[str, dict[str, Any]], dict[str, int | None] | None]:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
 
@@ -98,6 +99,7 @@ def _read_events(
     grids: dict[str, Any] = {}
     named: dict[str, dict[str, Any]] = {}
     tables: dict[str, dict[str, Any]] = {}
+    probe = None
     for tag, points in series.items():
         points.sort(key=lambda t: (t[0], t[1]))
         meta = content[tag]
@@ -105,6 +107,7 @@ def _read_events(
         if kind == md.KIND_HEAD_GRID:
             stat = meta.get("stat") or tag[len(md.HEADS_PREFIX) :]
             grids[stat] = {"first": (points[0][0], points[0][2]), "last": (points[-1][0], points[-1][2])}
+            probe = probe or md.probe_info(meta.get("probe"))
         elif kind == md.KIND_NAMED_VALUES:
             by_step = {step: array for step, _, array in points}  # a rewritten step keeps its newest value
             named[str(meta.get("name") or tag[len(md.SERIES_PREFIX) :])] = {
@@ -124,7 +127,7 @@ def _read_events(
         for mode, entry in tables.items()
         if md.KIND_ABLATION_HEADS in entry and md.KIND_ABLATION_LAYERS in entry
     }
-    return results, grids, named
+    return results, grids, named, probe
 
 
 def _ablation_result(mode: str, entry: dict[str, Any]) -> AblationResult:

@@ -304,10 +304,27 @@ def _pruning_section(result: AblationResult) -> str:
     return "\n".join(parts)
 
 
+def probe_note(probe: dict[str, Any] | None) -> str:
+    """The sentence saying what the training-time statistics measured: how long each probe example was allowed
+    to be and how many were cut (``bertwatch.tb.metadata.probe_info``)."""
+    if not probe:
+        return "This run does not record the probe length (written before bertwatch recorded it)."
+    examples, longest, length, cut = probe["examples"], probe["longest"], probe["max_length"], probe["truncated"]
+    if length is None:
+        return f"Probe set: {examples} examples measured whole, as tokenized (longest {longest} tokens)."
+    if not cut:
+        return f"Probe set: {examples} examples measured whole (longest {longest} tokens; limit {length} tokens)."
+    return (
+        f"Probe set: {examples} examples, measured up to {length} tokens; {cut} of them were longer and were cut "
+        f"to their first {length} tokens."
+    )
+
+
 def _training_section(training: dict[str, Any]) -> str:
     parts = [
         "<h2>During training: first and last step of each head statistic</h2>",
         f'<p class="note">Read from {_e(training.get("source", "the run"))}.</p>',
+        f'<p class="note" id="probe-length">{_e(probe_note(training.get("probe")))}</p>',
     ]
     for stat, entry in sorted(training.get("grids", {}).items()):
         first, last = entry["first"], entry["last"]

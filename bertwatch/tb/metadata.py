@@ -30,8 +30,13 @@ from tensorboard.compat.proto import summary_pb2
 from bertwatch.core.significance import ABLATION_FIELDS  # noqa: F401 (re-exported: the tables' field order)
 
 PLUGIN_NAME = "bertwatch"
-#: Version of the JSON in ``plugin_data.content``; the plugin skips tags written by a newer format.
+#: Version of the JSON in ``plugin_data.content``; the plugin skips tags written by a newer format. Optional keys
+#: added since (a ``head_grid``'s ``probe``, see :func:`probe_info`) keep the version: older readers ignore them and
+#: logs without them still load.
 FORMAT_VERSION = 1
+#: The keys of a ``head_grid``'s ``probe`` content: the length the probe texts were cut to (null: not cut by
+#: bertwatch), how many were cut, how many examples were measured and the longest measured, in tokens.
+PROBE_KEYS = ("max_length", "truncated", "examples", "longest")
 
 HEADS_PREFIX = "bertwatch/heads/"
 ATTENTION_PREFIX = "bertwatch/attention/"
@@ -166,6 +171,20 @@ def create_summary_metadata(
         ),
         data_class=data_class,
     )
+
+
+def probe_info(value: Any) -> dict[str, int | None] | None:
+    """The ``probe`` content of a head grid as ``{key: int or None}`` over :data:`PROBE_KEYS`, or None when it is
+    absent (logs written before it was recorded) or malformed."""
+    if not isinstance(value, dict):
+        return None
+    out: dict[str, int | None] = {}
+    for key in PROBE_KEYS:
+        item = value.get(key)
+        if item is not None and (isinstance(item, bool) or not isinstance(item, int) or item < 0):
+            return None
+        out[key] = None if item is None else int(item)
+    return out
 
 
 def parse_plugin_content(content: bytes | str | None) -> dict | None:

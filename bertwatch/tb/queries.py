@@ -142,6 +142,8 @@ class Queries:
                         if content["kind"] not in kinds:
                             continue
                         info = {k: v for k, v in content.items() if k != "version"}
+                        if "probe" in info:
+                            info["probe"] = md.probe_info(info["probe"])
                         info.update(
                             maxStep=int(ts.max_step),
                             maxWallTime=float(ts.max_wall_time),
@@ -179,6 +181,7 @@ class Queries:
             "maxStep": int(series.steps[-1]),
             "layers": int(layers),
             "heads": int(heads),
+            "probe": md.probe_info(series.content.get("probe")),
             "values": f32_list(series.values[i]),
         }
 

@@ -63,8 +63,11 @@ def _tensor_value(summary: summary_pb2.Summary, tag: str, metadata, array: np.nd
 # Pure builders
 
 
-def head_grid_summary(stat: str, grid: Any) -> summary_pb2.Summary:
-    """``bertwatch/heads/{stat}``: a float32 ``[layers, heads]`` TENSOR."""
+def head_grid_summary(stat: str, grid: Any, *, probe: Mapping[str, int | None] | None = None) -> summary_pb2.Summary:
+    """``bertwatch/heads/{stat}``: a float32 ``[layers, heads]`` TENSOR.
+
+    ``probe`` records what the grid was measured on (``{"max_length", "truncated", "examples", "longest"}``,
+    ``ProbeSet.length_info``): an optional ``probe`` key of the metadata content (``metadata.probe_info``)."""
     _check_name(stat, "stat")
     array = _to_numpy(grid)
     if array.ndim != 2 or 0 in array.shape:
@@ -77,6 +80,7 @@ def head_grid_summary(stat: str, grid: Any) -> summary_pb2.Summary:
         stat=stat,
         layers=int(layers),
         heads=int(heads),
+        **({} if probe is None else {"probe": md.probe_info(probe)}),
     )
     summary = summary_pb2.Summary()
     _tensor_value(summary, md.heads_tag(stat), meta, array)
@@ -351,11 +355,19 @@ class SummaryWriter:
 
     # -- high level
 
-    def add_head_grids(self, grids: Mapping[str, Any], step: int, walltime: float | None = None) -> None:
-        """Every ``[layers, heads]`` grid as ``bertwatch/heads/{stat}`` plus its layer means as scalars."""
+    def add_head_grids(
+        self,
+        grids: Mapping[str, Any],
+        step: int,
+        walltime: float | None = None,
+        *,
+        probe: Mapping[str, int | None] | None = None,
+    ) -> None:
+        """Every ``[layers, heads]`` grid as ``bertwatch/heads/{stat}`` plus its layer means as scalars; ``probe``
+        (what was measured, see :func:`head_grid_summary`) goes into each grid's metadata."""
         summaries = []
         for stat, grid in grids.items():
-            summaries.append(head_grid_summary(stat, grid))
+            summaries.append(head_grid_summary(stat, grid, probe=probe))
             summaries.append(layer_scalar_summaries(stat, grid))
         self._write(summaries, step, walltime)
 

@@ -188,7 +188,7 @@ export class HeadsView {
     const parts = [hm.el, h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: hasNaN}), labelGrid ? labelsLegend(labelGrid, this.labels.rules) : null)];
     if (info && info.description) parts.push(h('p', {class: 'description'}, info.description));
     clear(c.body).append(...parts);
-    clear(c.aside).append(h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`));
+    clear(c.aside).append(probePill(grid.probe), h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`));
   }
 
   async loadTrajectory() {
@@ -293,6 +293,19 @@ export class HeadsView {
     this.wordClassChart = lineChart({width: chartWidth(c.body), id: 'word-class-chart', series, yLabel: 'share of attention', marker: step, onPick: pick, legend: true});
     clear(c.body).append(this.wordClassChart);
   }
+}
+
+/** What the probe pass measured (the run's recorded probe length and how many examples were cut), or nothing
+ * for logs that do not record it (older runs, statistics of other sentences). */
+function probePill(probe) {
+  if (!probe) return null;
+  const {max_length: length, truncated, examples, longest} = probe;
+  const whole = length === null ? 'as tokenized' : `limit ${length} tokens`;
+  const text = truncated ? `${truncated} of ${examples} cut to ${length} tokens` : `${examples} examples whole`;
+  const title = truncated
+    ? `The probe pass measured each example up to ${length} tokens; ${truncated} of the ${examples} probe examples were longer and were cut (probe_max_length).`
+    : `The probe pass measured all ${examples} probe examples whole (longest ${longest} tokens; ${whole}).`;
+  return h('span', {class: truncated ? 'pill pill-warn' : 'pill', id: 'probe-length', title, dataset: {maxLength: String(length), truncated: String(truncated)}}, text);
 }
 
 function argmax(values) {
