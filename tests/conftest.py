@@ -44,8 +44,8 @@ def _hypothesis_profiles() -> None:
     `make test-fast`, `thorough` behind --hypothesis-profile=thorough (random, prints the seed to replay)."""
     from hypothesis import settings
 
-    settings.register_profile("default", max_examples=12, derandomize=True, print_blob=True, deadline=None)
-    settings.register_profile("fast", max_examples=4, derandomize=True, print_blob=True, deadline=None)
+    settings.register_profile("default", max_examples=30, derandomize=True, print_blob=True, deadline=None)
+    settings.register_profile("fast", max_examples=6, derandomize=True, print_blob=True, deadline=None)
     settings.register_profile("thorough", max_examples=300, print_blob=True, deadline=None)
     settings.load_profile("default")
 
