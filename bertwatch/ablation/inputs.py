@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertwatch.heads.layout import real_tokens
 from bertwatch.heads.loading import max_input_length
 from bertwatch.heads.unwrap import select_inputs
 
@@ -63,12 +64,6 @@ def _rows(examples: Any) -> list[dict[str, Any]]:
     return [dict(row) for row in examples]
 
 
-def _as_list(value: Any) -> list[int]:
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    return [int(v) for v in value]
-
-
 def _label_of(row: Mapping[str, Any], number: int) -> Any:
     for name in _LABEL_COLUMNS:
         if name in row and row[name] is not None:
@@ -111,14 +106,7 @@ def prepare_examples(
     labels = [_label_of(r, i) for i, r in enumerate(rows)]
     if "input_ids" in rows[0]:
         _check_inputs(model, {k: v for k, v in rows[0].items() if k in _TOKENIZER_OUTPUTS and v is not None})
-        features = []
-        for row in rows:
-            ids = _as_list(row["input_ids"])
-            keep = _as_list(row["attention_mask"]) if row.get("attention_mask") is not None else [1] * len(ids)
-            feature = {"input_ids": [t for t, m in zip(ids, keep) if m]}
-            if row.get("token_type_ids") is not None:
-                feature["token_type_ids"] = [t for t, m in zip(_as_list(row["token_type_ids"]), keep) if m]
-            features.append(feature)
+        features = [real_tokens(row, ("input_ids", "token_type_ids")) for row in rows]
     else:
         if tokenizer is None:
             raise ValueError("the examples are text: pass the tokenizer")

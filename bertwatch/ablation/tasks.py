@@ -23,6 +23,7 @@ from bertwatch.data.task_metrics import (
     squad_scores,
     token_classification_parts,
 )
+from bertwatch.heads.layout import real_tokens
 from bertwatch.heads.loading import max_input_length
 from bertwatch.heads.tasks import example_mask, head_kind, original_ids, problem_type
 
@@ -138,11 +139,12 @@ def _token_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Ta
     features, labels = [], []
     if "input_ids" in rows[0]:
         for row in rows:
-            feature = {"input_ids": [int(t) for t in row["input_ids"]]}
-            if keep_types and row.get("token_type_ids") is not None:
-                feature["token_type_ids"] = [int(t) for t in row["token_type_ids"]]
+            real = real_tokens(row, ("input_ids", "token_type_ids", "labels"))
+            feature = {"input_ids": [int(t) for t in real["input_ids"]]}
+            if keep_types and real.get("token_type_ids") is not None:
+                feature["token_type_ids"] = [int(t) for t in real["token_type_ids"]]
             features.append(feature)
-            labels.append([int(v) for v in row["labels"]])
+            labels.append([int(v) for v in real["labels"]])
     else:
         if tokenizer is None:
             raise ValueError("the examples are words: pass the tokenizer")
@@ -229,9 +231,10 @@ def _choice_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_len
         if label is None:
             raise ValueError(f"example {number} has no 'label' (the index of the right choice)")
         if "input_ids" in row:
-            feature = {"input_ids": [[int(t) for t in c] for c in row["input_ids"]]}
-            if keep_types and row.get("token_type_ids") is not None:
-                feature["token_type_ids"] = [[int(t) for t in c] for c in row["token_type_ids"]]
+            real = real_tokens(row, ("input_ids", "token_type_ids"))
+            feature = {"input_ids": [[int(t) for t in c] for c in real["input_ids"]]}
+            if keep_types and real.get("token_type_ids") is not None:
+                feature["token_type_ids"] = [[int(t) for t in c] for c in real["token_type_ids"]]
         else:
             if tokenizer is None or "choices" not in row:
                 raise ValueError("multiple-choice examples need 'input_ids', or 'choices' texts and the tokenizer")
@@ -261,7 +264,8 @@ def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task
     features, labels = [], []
     for number, row in enumerate(rows):
         if "input_ids" in row:
-            ids, types = original_ids(row["input_ids"], row.get("labels")), row.get("token_type_ids")
+            real = real_tokens(row, ("input_ids", "token_type_ids", "labels"))
+            ids, types = original_ids(real["input_ids"], real.get("labels")), real.get("token_type_ids")
         elif "text" in row:
             encoded = tokenizer(str(row["text"]), truncation=True, max_length=length)
             ids, types = list(encoded["input_ids"]), encoded.get("token_type_ids")

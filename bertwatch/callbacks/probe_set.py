@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
+from bertwatch.heads.layout import LayoutError, right_align
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, max_input_length
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
@@ -213,6 +214,8 @@ def _first_examples(dataset: Any, num_examples: int) -> list[Any]:
 
 
 def _tensor_batch(batch: Mapping[str, Any]) -> dict[str, Tensor]:
+    """The collated batch's tensors, label keys renamed to ``labels``, laid out with each example's real tokens
+    first (``bertwatch.heads.layout.right_align``): an example's statistics never depend on the padding side."""
     out = {k: v for k, v in dict(batch).items() if isinstance(v, Tensor)}
     for key in ("label", "label_ids"):
         if key in out and "labels" not in out:
@@ -222,7 +225,10 @@ def _tensor_batch(batch: Mapping[str, Any]) -> dict[str, Tensor]:
             f"the collated probe batch has no 'input_ids' (keys: {sorted(out)}); pass tokenized examples as "
             "probe_dataset=, raw strings as probe_texts=, or the collator that tokenizes as data_collator="
         )
-    return out
+    try:
+        return right_align(out)
+    except LayoutError as error:
+        raise SetupError(f"probe set: {error}") from error
 
 
 def _choice_rows(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
