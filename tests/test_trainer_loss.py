@@ -294,25 +294,35 @@ def test_a_trainer_loss_without_a_value_for_one_example_is_refused_before_step_0
     assert "head_importance" not in defaults.latest and "entropy" in defaults.latest
 
 
+class LogRecorder(T.TrainerCallback):
+    """Every log the Trainer's callbacks receive (what TensorBoard and the other trackers would write), less
+    bertwatch's own layer means and timings."""
+
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        kept = {k: v for k, v in (logs or {}).items() if not k.startswith("bertwatch") and "runtime" not in k}
+        if set(kept) - {"epoch", "step"}:
+            self.logs.append({k: v for k, v in kept.items() if "per_second" not in k})
+
+
 def test_training_is_bit_identical_with_the_trainers_loss_taken_at_probe_steps(tmp_path) -> None:
     def run(out, callbacks):
+        recorder = LogRecorder()
+        overrides = {"max_steps": 4, "logging_steps": 1, "gradient_accumulation_steps": 2}
         trainer, _ = _setup(
-            out,
-            ClassWeightTrainer,
-            callbacks,
-            attach=bool(callbacks),
-            args_overrides={"max_steps": 4, "logging_steps": 1, "gradient_accumulation_steps": 2},
+            out, ClassWeightTrainer, [recorder, *callbacks], attach=bool(callbacks), args_overrides=overrides
         )
         trainer.train()
-        history = [
-            {k: v for k, v in h.items() if "runtime" not in k and "per_second" not in k}
-            for h in trainer.state.log_history
-        ]
-        return trainer.model, history
+        return trainer, recorder.logs
 
-    plain, plain_history = run(tmp_path / "a", [])
+    plain, plain_logs = run(tmp_path / "a", [])
     cb = _probe_callback(every_n_steps=1)
-    watched, watched_history = run(tmp_path / "b", [cb])
+    watched, watched_logs = run(tmp_path / "b", [cb])
     assert [s for s, _ in cb.history] == [0, 1, 2, 3, 4]
-    assert watched_history == plain_history
-    assert all(torch.equal(x, y) for x, y in zip(plain.state_dict().values(), watched.state_dict().values()))
+    assert sum("weighted_loss_calls" in log for log in plain_logs) > 0
+    assert watched_logs == plain_logs
+    assert len(watched.state.log_history) == len(plain.state.log_history)
+    pairs = zip(plain.model.state_dict().values(), watched.model.state_dict().values())
+    assert all(torch.equal(x, y) for x, y in pairs)
