@@ -74,6 +74,15 @@ class InBatchTrainer(T.Trainer):
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
 
+class LaterFailingTrainer(T.Trainer):
+    """A loss that works at setup and at step 0, then fails outside training (a bug in evaluation-only code)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not model.training and self.state.global_step >= 1:
+            raise RuntimeError("evaluation-only branch is broken")
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
 def margin_loss(outputs, labels, num_items_in_batch=None):
     """A ``compute_loss_func``: softplus of the other class's logit minus the label's plus a margin of 1."""
     z = outputs.logits
@@ -292,6 +301,19 @@ def test_a_trainer_loss_without_a_value_for_one_example_is_refused_before_step_0
         trainer.train()
     assert any(issubclass(w.category, BertWatchWarning) and "compute_loss failed" in str(w.message) for w in caught)
     assert "head_importance" not in defaults.latest and "entropy" in defaults.latest
+
+
+@pytest.mark.fast
+def test_a_later_failure_of_the_trainers_loss_is_contained(tmp_path) -> None:
+    cb = _probe_callback(every_n_steps=1, strict=False)
+    trainer, _ = _setup(tmp_path, LaterFailingTrainer, [cb], args_overrides={"max_steps": 3})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert trainer.state.global_step == 3
+    assert [s for s, _ in cb.history] == [0]
+    stopped = [w for w in caught if issubclass(w.category, BertWatchWarning)]
+    assert len(stopped) == 1 and "evaluation-only branch is broken" in str(stopped[0].message)
 
 
 class LogRecorder(T.TrainerCallback):
