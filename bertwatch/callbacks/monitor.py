@@ -26,6 +26,7 @@ from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, text_examples
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
+from bertwatch.callbacks.trainer_loss import GradientLoss, gradient_loss
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.capture import capture, model_shape
@@ -54,10 +55,6 @@ class Subscriber(Protocol):
     def wants_maps(self, event: str, step: int) -> int: ...
 
     def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None: ...
-
-
-def _sends_to_trackers(subscriber: Subscriber) -> bool:
-    return bool(getattr(subscriber, "log_to_trackers", False))
 
 
 @dataclass(eq=False)
@@ -206,6 +203,7 @@ class Monitor:
         )
         for batch in self.probe.batches:
             select_inputs(self.encoder, batch, getattr(args, "label_names", None) or ())
+        self.loss: GradientLoss = gradient_loss(s.loss_fn, context.trainer, args, self.encoder)
         self._cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
         self._reference: list[Tensor] | None = None
         self.reference_source = "the model before its first optimiser step"
@@ -331,7 +329,7 @@ class Monitor:
         for s in due:
             s.record(step, {n: self._grids[n] for n in ALL_STATS if n in s.stat_names and n in self._grids})
         if event != "end":  # by on_train_end the trackers have closed their runs
-            self._send_layer_means(step, [s for s in due if _sends_to_trackers(s)])
+            self._send_layer_means(step, [s for s in due if getattr(s, "log_to_trackers", False)])
 
     def _send_layer_means(self, step: int, senders: Sequence[Subscriber]) -> None:
         """The layer means (and most drifted heads) of the statistics measured at ``step``, and of the analyses'
@@ -396,7 +394,7 @@ class Monitor:
         """One pass over the probe set: ``{name: [layers, heads]}`` grids and the first ``num_maps`` examples' maps.
 
         ``consumers`` (``bertwatch.callbacks.analyses``) see every batch's maps and add their own grids."""
-        model, s = self.encoder, self.settings
+        model, s, loss = self.encoder, self.settings, self.loss.arguments()
         map_names = [n for n in names if n in MAP_STATS]
         norm_names = [n for n in map_names if n in NORM_NAMES]
         map_names = [n for n in map_names if n not in NORM_NAMES]
@@ -417,7 +415,7 @@ class Monitor:
             attn = None
             if grad_names:
                 with self.autocast():
-                    grads, attn = gradient_stats(model, batch, roles, loss_fn=s.loss_fn, return_attentions=True)
+                    grads, attn = gradient_stats(model, batch, roles, return_attentions=True, **loss)
                 for name in grad_names:
                     per_example[name].append(grads[name])
             if map_names or norm_names or len(examples) < num_maps or building or consumers:
@@ -453,7 +451,7 @@ class Monitor:
             del attn
             if want_ig:
                 with self.autocast():
-                    per_example[IG_NAME].append(integrated_gradients(model, batch, loss_fn=s.loss_fn, steps=s.ig_steps))
+                    per_example[IG_NAME].append(integrated_gradients(model, batch, steps=s.ig_steps, **loss))
         if building:
             self._reference = new_reference
             if s.cache_reference and self.world_zero:

@@ -178,6 +178,8 @@ class WatchCallback(TrainerCallback):
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
         problem = self._gradient_problem() if gradient else None
         if problem is None:
+            if gradient:
+                self.monitor.loss.announce()
             return
         if self.requested is not None or not self.stat_names - gradient:
             raise SetupError(f"{type(self).__name__}: {sorted(gradient)} cannot be measured: {problem}")
@@ -187,19 +189,23 @@ class WatchCallback(TrainerCallback):
         self.stat_names = self.stat_names - gradient
 
     def _gradient_problem(self) -> str | None:
-        """Why the probe set cannot give gradient statistics (``heads.importance.check_gradients``: one forward
-        of each probe batch through the loss), or None."""
+        """Why the probe set cannot give gradient statistics (the loss ``callbacks.trainer_loss`` chose is refused,
+        or ``heads.importance.check_gradients``: one forward of each probe batch through that loss), or None."""
         monitor = self.monitor
-        loss_fn = monitor.settings.loss_fn
-        if loss_fn is None and not monitor.probe.has_labels:
+        loss = monitor.loss
+        if loss.problem is not None:
+            return loss.problem
+        if loss.loss_fn is None and not monitor.probe.has_labels:
             return (
                 "the probe examples have no labels (gradient statistics need labels or loss_fn=): probe with "
                 "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
                 "loss_fn=(outputs, batch) -> per-example loss"
             )
         try:
-            check_gradients(monitor.encoder, monitor.probe.batches, loss_fn)
+            check_gradients(monitor.encoder, monitor.probe.batches, **loss.arguments())
         except LossSetupError as err:
+            if loss.example_loss is not None:
+                return f"{err} (the Trainer's loss: {loss.example_loss.reason}); pass loss_fn= to use another loss"
             return str(err)
         return None
 

@@ -30,10 +30,16 @@ GRADIENT_NAMES = ("head_importance", "attn_grad_sep", "attn_grad_punct", "attn_g
 IG_NAME = "head_attribution_ig"
 
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
+#: A loss that runs the model itself on one example's inputs (a batch of one, label fields included) and returns
+#: that example's loss, a one-element tensor: the training's own loss when it is not the model's (a Trainer's
+#: ``compute_loss``). Called once per example inside a gated ``capture`` of the model; its ``name`` attribute, when
+#: it has one, names it in errors.
+ExampleLoss = Callable[[Mapping[str, torch.Tensor]], torch.Tensor]
 
 __all__ = [
     "GRADIENT_NAMES",
     "IG_NAME",
+    "ExampleLoss",
     "check_gradients",
     "gradient_stats",
     "integrated_gradients",
@@ -62,6 +68,57 @@ def _choices(batch: Mapping[str, torch.Tensor]) -> int:
     return int(ids.shape[1]) if ids is not None and ids.dim() == 3 else 1
 
 
+def _example(batch: Mapping[str, torch.Tensor], b: int, size: int) -> dict[str, torch.Tensor]:
+    """Example ``b`` of a batch of ``size`` as a batch of one (every field that has a batch dimension sliced)."""
+    return {
+        k: v[b : b + 1] if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == size else v
+        for k, v in batch.items()
+    }
+
+
+def _size(batch: Mapping[str, torch.Tensor]) -> int:
+    return int(batch["input_ids"].shape[0])
+
+
+def _one_loss(example_loss: ExampleLoss, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``example_loss`` on one example, checked to be one value (``LossSetupError`` otherwise)."""
+    name = getattr(example_loss, "name", "example_loss")
+    try:
+        loss = example_loss(inputs)
+    except LossSetupError:
+        raise
+    except Exception as err:
+        raise LossSetupError(f"{name} failed on a probe example: {type(err).__name__}: {err}") from err
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise LossSetupError(f"{name} must return one loss for an example alone; it returned {shape}")
+    return loss.reshape(())
+
+
+def _example_passes(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], rows: int, example_loss: ExampleLoss
+) -> tuple[torch.Tensor, list[torch.Tensor], None, list[torch.Tensor]]:
+    """:func:`_gated_pass` for a loss that runs the model itself: one gated forward and backward per example alone
+    (``example_loss`` on a batch of one), so each example's gradients are those of its own loss by construction."""
+    layers, heads = model_shape(model)
+    device = next(model.parameters()).device
+    size = _size(batch)
+    gate_grads: list[torch.Tensor] = []
+    map_grads: list[list[torch.Tensor]] = [[] for _ in range(layers)]
+    maps: list[list[torch.Tensor]] = [[] for _ in range(layers)]
+    for b in range(size):
+        gates = torch.ones(rows // size, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
+        with torch.enable_grad(), capture(model, gates=gates, keep_graph=True) as cap:
+            loss = _one_loss(example_loss, _example(batch, b, size))
+            layer_maps = [cap.layer(l) for l in range(layers)]
+            grads = torch.autograd.grad(loss, [gates, *layer_maps])
+        gate_grads.append(grads[0])
+        for l in range(layers):
+            map_grads[l].append(grads[1 + l])
+            maps[l].append(layer_maps[l].detach())
+    return torch.cat(gate_grads), [torch.cat(g) for g in map_grads], None, [torch.cat(m) for m in maps]
+
+
 def _gated_pass(
     model: nn.Module, batch: Mapping[str, torch.Tensor], rows: int, loss_fn: LossFn | None
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
@@ -84,15 +141,23 @@ def _gated_pass(
 
 
 def check_gradients(
-    model: nn.Module, batches: Sequence[Mapping[str, torch.Tensor]], loss_fn: LossFn | None = None
+    model: nn.Module,
+    batches: Sequence[Mapping[str, torch.Tensor]],
+    loss_fn: LossFn | None = None,
+    example_loss: ExampleLoss | None = None,
 ) -> None:
     """Refuse, before anything is measured, probe batches that cannot give gradient statistics (``LossSetupError``
     with what to do): one forward of each batch (no gradients; ``capture`` restores modes and RNG) must give the
-    loss :func:`gradient_stats` takes: the model's own, from the label fields its head reads, or ``loss_fn``'s one
-    value per example."""
+    loss :func:`gradient_stats` takes: the model's own, from the label fields its head reads, ``loss_fn``'s one
+    value per example, or ``example_loss``'s one value for each example alone."""
     device = next(model.parameters()).device
     for cpu_batch in batches:
         batch = {k: v.to(device) for k, v in cpu_batch.items()}
+        if example_loss is not None:
+            with torch.no_grad(), capture(model, record=False):
+                for b in range(_size(batch)):
+                    _one_loss(example_loss, _example(batch, b, _size(batch)))
+            continue
         with torch.no_grad(), capture(model, record=False):
             if loss_fn is None:
                 kind = check_loss_inputs(model, batch)
@@ -115,6 +180,7 @@ def gradient_stats(
     roles: TokenRoles,
     loss_fn: LossFn | None = None,
     return_attentions: bool = False,
+    example_loss: ExampleLoss | None = None,
 ) -> dict[str, torch.Tensor] | tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Per-example gradient statistics from one forward and one backward pass, ``{name: [batch, layers, heads]}``.
 
@@ -123,14 +189,19 @@ def gradient_stats(
     (Clark et al. 2019, Fig 3); "other" is every real key that is neither [SEP] nor punctuation. L_b is example
     b's share of the model's own loss (:func:`bertwatch.heads.tasks.model_loss`, any task head; refused at the
     first pass when it cannot be computed), or ``loss_fn(outputs, batch)[b]``. Examples are independent, so the
-    rescaled gradient of the batch loss restricted to example b is example b's own. Multiple choice: ``roles`` are
+    rescaled gradient of the batch loss restricted to example b is example b's own. With ``example_loss`` (a loss
+    that runs the model itself, such as a Trainer's ``compute_loss``), L_b is ``example_loss`` of example b alone,
+    one forward and backward per example (``loss_fn`` is then ignored). Multiple choice: ``roles`` are
     per choice row ``[batch * choices, T]`` and a gate is shared by an example's choices.
     With ``return_attentions`` the pass's maps ``[batch, layers, heads, T, T]`` come back too, so a caller that
     also needs the attention statistics pays for one forward, not two.
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
-    gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn)
+    if example_loss is not None:
+        gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss)
+    else:
+        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn)
     size = rows // group
     roles = roles.to(gate_grad.device)
     real = roles.real.float()
@@ -157,11 +228,13 @@ def integrated_gradients(
     batch: Mapping[str, torch.Tensor],
     loss_fn: LossFn | None = None,
     steps: int = 20,
+    example_loss: ExampleLoss | None = None,
 ) -> torch.Tensor:
     """Integrated gradients (captum) of each example's loss w.r.t. the head gates from 0 to 1, ``[batch, layers, heads]``.
 
     By completeness, an example's attributions sum to L(all gates 1) − L(all gates 0). Multiple choice: a gate is
-    shared by an example's choices, as in :func:`gradient_stats`.
+    shared by an example's choices, as in :func:`gradient_stats`. With ``example_loss``, each interpolated example
+    is run alone through it (``steps`` × examples forwards of one example).
     """
     from captum.attr import IntegratedGradients
 
@@ -173,6 +246,13 @@ def integrated_gradients(
     def forward(gates: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
         expanded = dict(zip(names, tensors))
         rows = gates.repeat_interleave(_choices(expanded), dim=0)  # multiple choice: one gate for all choices
+        if example_loss is not None:
+            count, group = gates.shape[0], _choices(expanded)
+            losses = []
+            for b in range(count):
+                with capture(model, gates=rows[b * group : (b + 1) * group], record=False):
+                    losses.append(_one_loss(example_loss, _example(expanded, b, count)))
+            return torch.stack(losses)
         with capture(model, gates=rows, record=False):
             outputs = model(**_model_inputs(expanded))
         return _loss(model, outputs, expanded, loss_fn)
