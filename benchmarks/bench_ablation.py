@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = main_configs + pruning
 
     pad_id = tokenizer.pad_token_id or 0
-    features, labels = prepare_examples(model, examples, tokenizer, 128, regression=False)
+    features, labels, _ = prepare_examples(model, examples, tokenizer, 128, regression=False)
     data = EvalData(features, labels)
     make_batches(data, opts.batch_size, 256, pad_id)
     runner = Runner(model, opts.mode)

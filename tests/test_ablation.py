@@ -502,7 +502,7 @@ def test_minilm_sweep_equals_independent_evaluation() -> None:
     tokenizer = T.AutoTokenizer.from_pretrained(path)
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).eval()
     examples = load_glue("sst2", glue_dir=_glue_dir(), limit=24)
-    features, labels = I.prepare_examples(model, examples, tokenizer, 128, regression=False)
+    features, labels, _ = I.prepare_examples(model, examples, tokenizer, 128, regression=False)
     data = _data(features, labels, batch_size=8, shard_size=16)
     configs = [
         c

@@ -219,7 +219,7 @@ def test_unknown_wrapper_and_refused_inputs_say_what_to_do(tok) -> None:
     assert set(select_inputs(tiny_bert(tok), {**batch, "labels": torch.tensor([1])})) == set(batch)
     with pytest.raises(UnsupportedInputError, match="token_type_ids"):
         prepare_examples(distil, [{"sentence1": "good", "sentence2": "fun", "label": 1}], tok, 16, False)
-    features, _ = prepare_examples(
+    features, _, _ = prepare_examples(
         _lora(tiny_bert(tok)), [{"sentence1": "good", "sentence2": "fun", "label": 1}], tok, 16, False
     )
     assert features[0]["token_type_ids"] == [0, 0, 0, 1, 1]

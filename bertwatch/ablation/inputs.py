@@ -3,7 +3,8 @@ padded batches grouped into shards (the unit of resumption)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertwatch.core.warnings import BertWatchWarning, cut_message
 from bertwatch.heads.layout import real_tokens
 from bertwatch.heads.loading import max_input_length
 from bertwatch.heads.unwrap import select_inputs
@@ -48,10 +50,43 @@ class EvalData:
     shards: list[list[EvalBatch]] = field(default_factory=list)
     #: The task type (``bertwatch.ablation.tasks.TASK_TYPES``): how ``labels`` feed the model's loss.
     task_type: str = "sequence-classification"
+    #: How many examples were cut to the length measured (texts longer than ``max_length`` tokens).
+    cut: int = 0
 
     @property
     def size(self) -> int:
         return len(self.features)
+
+
+def was_cut(ids: Sequence[Any], length: int, whole: Callable[[], Mapping[str, Any]]) -> bool:
+    """Whether a text tokenised with ``truncation=True, max_length=length`` into ``ids`` was cut: only one that
+    reached ``length`` can have been, and ``whole()`` (the same call without truncation) says whether it was."""
+    return len(ids) >= length and len(whole()["input_ids"]) > length
+
+
+def warn_cut(cut: int, total: int, length: int, requested: int) -> None:
+    """One ``BertWatchWarning`` (``core.warnings.cut_message``) when ``cut`` of ``total`` evaluation examples were
+    cut to ``length`` tokens (``requested``: the settings' ``max_length``, capped by the model's maximum)."""
+    if not cut:
+        return
+    capped = length < requested
+    remedy = (
+        "pass shorter examples"
+        if capped
+        else "raise max_length (AblationSettings(max_length=...), bertwatch ablate --max-length) up to the model's "
+        "maximum; a batch's cost grows with the square of its length"
+    )
+    message = cut_message(
+        cut,
+        total,
+        "evaluation examples",
+        length,
+        "the model's maximum" if capped else "max_length",
+        "ablation.json records both (config: max_length, cut_examples) and every configuration is scored on the "
+        "same cut examples",
+        remedy,
+    )
+    warnings.warn(message, BertWatchWarning, stacklevel=3)
 
 
 def _rows(examples: Any) -> list[dict[str, Any]]:
@@ -98,12 +133,15 @@ def _check_inputs(model: nn.Module, example: Mapping[str, Any]) -> None:
 
 def prepare_examples(
     model: nn.Module, examples: Any, tokenizer: Any, max_length: int, regression: bool
-) -> tuple[list[dict[str, list[int]]], np.ndarray]:
-    """Token ids (and segment ids) per example, unpadded, and the labels ``[n]``."""
+) -> tuple[list[dict[str, list[int]]], np.ndarray, int]:
+    """Token ids (and segment ids) per example, unpadded, the labels ``[n]``, and how many texts were cut to the
+    length measured (``max_length`` capped by the model's maximum; one ``BertWatchWarning`` when any was).
+    Tokenized examples (``input_ids``) are never cut."""
     rows = _rows(examples)
     if not rows:
         raise ValueError("the evaluation set is empty: the sweep needs labelled examples to score each configuration")
     labels = [_label_of(r, i) for i, r in enumerate(rows)]
+    cut = 0
     if "input_ids" in rows[0]:
         _check_inputs(model, {k: v for k, v in rows[0].items() if k in _TOKENIZER_OUTPUTS and v is not None})
         features = [real_tokens(row, ("input_ids", "token_type_ids")) for row in rows]
@@ -122,6 +160,11 @@ def prepare_examples(
                     "some examples have a second sentence and some do not; the task must be one or the other"
                 )
             encoded = tokenizer(texts, pairs, truncation=True, max_length=length)
+        cut = sum(
+            was_cut(ids, length, lambda i=i: tokenizer(texts[i], pairs[i], truncation=False, verbose=False))
+            for i, ids in enumerate(encoded["input_ids"])
+        )
+        warn_cut(cut, len(rows), length, max_length)
         _check_inputs(model, dict(encoded))
         keys = ["input_ids"] + (["token_type_ids"] if "token_type_ids" in encoded else [])
         features = [{k: list(encoded[k][i]) for k in keys} for i in range(len(rows))]
@@ -134,7 +177,7 @@ def prepare_examples(
             raise ValueError(f"labels must be class ids for a classifier: {error}") from error
     if any(len(f["input_ids"]) == 0 for f in features):
         raise ValueError("an example has no tokens; drop empty examples from the evaluation set")
-    return features, array
+    return features, array, cut
 
 
 def pad_features(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:

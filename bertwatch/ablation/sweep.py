@@ -131,30 +131,31 @@ class Prepared:
 
 def task_examples(
     model: nn.Module, examples: Any, tokenizer: Any, s: AblationSettings
-) -> tuple[Task, bool, list[dict[str, Any]], np.ndarray, list]:
-    """The task, whether it is a regression, and the examples tokenised with their labels and references; the
+) -> tuple[Task, bool, list[dict[str, Any]], np.ndarray, list, int]:
+    """The task, whether it is a regression, the examples tokenised with their labels and references, and how
+    many were cut to the length measured (warned once, ``inputs.warn_cut``); the
     refusals of a head, task or example layout the sweep cannot score (``AblationCallback`` runs it on the first
     examples at ``on_train_begin``)."""
     task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
     regression, num_labels = check_model(model, s.task)
     found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
     if found is not None:
-        return task, regression, found.features, found.labels, found.references
-    features, labels = prepare_examples(model, examples, tokenizer, s.max_length, regression)
+        return task, regression, found.features, found.labels, found.references, found.cut
+    features, labels, cut = prepare_examples(model, examples, tokenizer, s.max_length, regression)
     if task.type != "multi-label":
         check_labels(labels, regression, num_labels)
-    return task, regression, features, labels, []
+    return task, regression, features, labels, [], cut
 
 
 def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings):
     """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
     any configuration is evaluated."""
-    task, regression, features, labels, references = task_examples(model, examples, tokenizer, s)
+    task, regression, features, labels, references, cut = task_examples(model, examples, tokenizer, s)
     num_layers, num_heads = model_shape(model)
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
         pad_id = getattr(model.config, "pad_token_id", None) or 0
-    data = EvalData(features, labels, task_type=task.type)
+    data = EvalData(features, labels, task_type=task.type, cut=cut)
     make_batches(data, s.batch_size, s.shard_size, int(pad_id))
     runner = Runner(model, s.mode, reuse=s.reuse)
     if task.type in ("token-classification", "question-answering", "masked-lm"):
@@ -306,6 +307,7 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "batch_size": int(s.batch_size),
         "configs_per_batch": int(p.configs_per_batch),
         "max_length": int(s.max_length),
+        "cut_examples": int(p.data.cut),
         "max_answer_length": int(s.max_answer_length),
         "layer_reuse": p.runner.reuses,
         "first_token_last_layer": p.runner.last is not None,

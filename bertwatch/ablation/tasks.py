@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertwatch.ablation.inputs import warn_cut, was_cut
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.data.task_metrics import (
     IGNORE,
@@ -77,6 +78,8 @@ class TaskExamples:
     features: list[dict[str, Any]]
     labels: np.ndarray
     references: list[Any] = field(default_factory=list)
+    #: How many examples were cut to the length measured (QA: contexts cut to fit, by design).
+    cut: int = 0
 
 
 def _sequence_type(model: nn.Module) -> str:
@@ -136,7 +139,7 @@ def _token_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Ta
     labelled and every other piece -100; or rows that already hold ``input_ids`` and aligned ``labels``."""
     keep_types = "token_type_ids" in _accepts(model)
     label2id = {n: i for i, n in enumerate(task.label_names)}
-    features, labels = [], []
+    features, labels, cut = [], [], 0
     if "input_ids" in rows[0]:
         for row in rows:
             real = real_tokens(row, ("input_ids", "token_type_ids", "labels"))
@@ -159,6 +162,11 @@ def _token_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Ta
                 unknown = sorted({str(t) for t, i in zip(tags, ids) if i < 0 or i >= len(task.label_names)})
                 raise ValueError(f"tags {unknown[:5]} are not among the model's labels {list(task.label_names)}")
             encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=length)
+            cut += was_cut(
+                encoded["input_ids"],
+                length,
+                lambda words=words: tokenizer(words, is_split_into_words=True, truncation=False, verbose=False),
+            )
             previous, aligned = None, []
             for word in encoded.word_ids():
                 aligned.append(IGNORE if word is None or word == previous else ids[word])
@@ -168,7 +176,8 @@ def _token_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Ta
                 feature["token_type_ids"] = list(encoded["token_type_ids"])
             features.append(feature)
             labels.append(aligned)
-    return TaskExamples(features, _ragged_labels(labels))
+        warn_cut(cut, len(rows), length, max_length)
+    return TaskExamples(features, _ragged_labels(labels), cut=cut)
 
 
 def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length: int) -> TaskExamples:
@@ -180,7 +189,7 @@ def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length:
     length = max_input_length(model, tokenizer, max_length)
     keep_types = "token_type_ids" in _accepts(model)
     features, labels, references = [], [], []
-    cut = 0
+    cut = contexts_cut = 0
     for number, row in enumerate(rows):
         if not all(k in row for k in ("question", "context", "answers")):
             raise ValueError(f"example {number} needs 'question', 'context' and 'answers' (SQuAD layout)")
@@ -193,6 +202,10 @@ def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length:
             truncation="only_second",
             max_length=length,
             return_offsets_mapping=True,
+        )
+        whole = (str(row["question"]), str(row["context"]))
+        contexts_cut += was_cut(
+            encoded["input_ids"], length, lambda whole=whole: tokenizer(*whole, truncation=False, verbose=False)
         )
         sequence = encoded.sequence_ids()
         offsets = [tuple(o) if s == 1 else None for o, s in zip(encoded["offset_mapping"], sequence)]
@@ -218,14 +231,14 @@ def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length:
             BertWatchWarning,
             stacklevel=3,
         )
-    return TaskExamples(features, np.asarray(labels, dtype=np.int64), references)
+    return TaskExamples(features, np.asarray(labels, dtype=np.int64), references, cut=contexts_cut)
 
 
 def _choice_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length: int) -> TaskExamples:
     """Multiple choice: rows with ``input_ids`` ``[choices][T]`` and a ``label``, or a ``question`` (or
     ``context``) with its ``choices`` texts and the ``label`` of the right one, each choice tokenised as a pair."""
     keep_types = "token_type_ids" in _accepts(model)
-    features, labels = [], []
+    features, labels, cut, length = [], [], 0, None
     for number, row in enumerate(rows):
         label = row.get("label", row.get("labels"))
         if label is None:
@@ -242,6 +255,10 @@ def _choice_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_len
             choices = [str(c) for c in row["choices"]]
             length = max_input_length(model, tokenizer, max_length)
             encoded = tokenizer([stem] * len(choices), choices, truncation=True, max_length=length)
+            cut += any(
+                was_cut(ids, length, lambda c=c: tokenizer(stem, c, truncation=False, verbose=False))
+                for ids, c in zip(encoded["input_ids"], choices)
+            )
             feature = {"input_ids": [list(x) for x in encoded["input_ids"]]}
             if keep_types and "token_type_ids" in encoded:
                 feature["token_type_ids"] = [list(x) for x in encoded["token_type_ids"]]
@@ -249,7 +266,9 @@ def _choice_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_len
             raise ValueError("every multiple-choice example must have the same number of choices")
         features.append(feature)
         labels.append(int(label))
-    return TaskExamples(features, np.asarray(labels, dtype=np.int64))
+    if length is not None:
+        warn_cut(cut, len(rows), length, max_length)
+    return TaskExamples(features, np.asarray(labels, dtype=np.int64), cut=cut)
 
 
 def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task, max_length: int) -> TaskExamples:
@@ -261,13 +280,17 @@ def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task
     specials = list(getattr(tokenizer, "all_special_ids", []))
     length = max_input_length(model, tokenizer, max_length)
     keep_types = "token_type_ids" in _accepts(model)
-    features, labels = [], []
+    features, labels, cut = [], [], 0
     for number, row in enumerate(rows):
         if "input_ids" in row:
             real = real_tokens(row, ("input_ids", "token_type_ids", "labels"))
             ids, types = original_ids(real["input_ids"], real.get("labels")), real.get("token_type_ids")
         elif "text" in row:
-            encoded = tokenizer(str(row["text"]), truncation=True, max_length=length)
+            text = str(row["text"])
+            encoded = tokenizer(text, truncation=True, max_length=length)
+            cut += was_cut(
+                encoded["input_ids"], length, lambda text=text: tokenizer(text, truncation=False, verbose=False)
+            )
             ids, types = list(encoded["input_ids"]), encoded.get("token_type_ids")
         else:
             raise ValueError(f"example {number} has neither 'text' nor 'input_ids'")
@@ -279,7 +302,8 @@ def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task
             feature["token_type_ids"] = [int(t) for t in types]
         features.append(feature)
         labels.append(target)
-    return TaskExamples(features, _ragged_labels(labels))
+    warn_cut(cut, len(rows), length, max_length)
+    return TaskExamples(features, _ragged_labels(labels), cut=cut)
 
 
 def _ragged_labels(labels: list[list[int]]) -> np.ndarray:

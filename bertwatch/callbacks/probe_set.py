@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
+from bertwatch.core.warnings import cut_message
 from bertwatch.heads.layout import LayoutError, right_align
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, max_input_length
 from bertwatch.heads.rng import rng_untouched
@@ -31,7 +32,7 @@ __all__ = [
     "ReferenceCache",
     "build_probe_set",
     "crop_maps",
-    "cut_message",
+    "probe_cut_message",
     "masked_lm_features",
     "pad_maps",
     "sample_indices",
@@ -284,7 +285,7 @@ def build_probe_set(
 
     Texts longer than ``max_length`` tokens (``None``: the model's and tokenizer's maximum, see
     ``bertwatch.heads.loading.max_input_length``; never more than that maximum) are cut to it, counted in
-    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
+    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`probe_cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
     refused. A masked-LM ``model``'s examples get fixed, seeded masks (:func:`masked_lm_features`) and are padded, not
     collated with ``collator`` (a masked-LM collator draws new masks at every call).
     Raises ``SetupError`` with what to do when there is nothing to probe.
@@ -340,11 +341,11 @@ def build_probe_set(
         )
     probe = ProbeSet(batches, roles, tokens, segments, _fingerprint(batches), cut_to, truncated)
     if truncated:
-        warnings.warn(cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
+        warnings.warn(probe_cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
     return probe
 
 
-def cut_message(probe: ProbeSet, requested: int | None) -> str:
+def probe_cut_message(probe: ProbeSet, requested: int | None) -> str:
     """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
     asked = "the model's maximum" if requested is None or requested > (probe.max_length or 0) else "probe_max_length"
     more = (
@@ -353,10 +354,8 @@ def cut_message(probe: ProbeSet, requested: int | None) -> str:
         else "pass probe_max_length=None to measure up to the model's maximum (memory grows with the square of "
         "the length; docs/callbacks.md)"
     )
-    return (
-        f"bertwatch: {probe.truncated} of {probe.size} probe examples are longer than {probe.max_length} tokens "
-        f"({asked}) and are measured on their first {probe.max_length} tokens only; the run records this length. "
-        f"To measure them whole, {more}."
+    return cut_message(
+        probe.truncated, probe.size, "probe examples", probe.max_length, asked, "the run records this length", more
     )
 
 

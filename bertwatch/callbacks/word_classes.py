@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +27,11 @@ import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import SetupError
+from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.capture import capture
 from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.heads.unwrap import select_inputs
-from bertwatch.linguistics.syntax import Encoded, Sentence, encode, pad_encoded, read_conllu
+from bertwatch.linguistics.syntax import Encoded, Sentence, encode, pad_encoded, read_conllu, skip_message
 from bertwatch.linguistics.wordclass import (
     UD_CLASSES,
     UDClass,
@@ -98,7 +100,8 @@ def word_class_option(value: Any) -> bool | WordClassProbe:
 class WordClassBatches:
     """The fixed word-class probe set: ``batches[k]`` (``input_ids``, ``attention_mask`` ``[B, T]``, CPU) and
     ``masks[k]`` (``{class: bool [B, T]}``); ``uniform`` is each class's share under a uniform head, averaged over
-    the sentences having the class (NaN when none has it)."""
+    the sentences having the class (NaN when none has it). ``skipped`` counts the sentences before the last one
+    used that were left out (``too_long``: more than ``max_length`` word pieces; ``unaligned``)."""
 
     batches: list[dict[str, Tensor]]
     masks: list[dict[str, Tensor]]
@@ -106,6 +109,7 @@ class WordClassBatches:
     sentences: int
     skipped: dict[str, int]
     source: str
+    max_length: int | None = None
 
 
 def _read(probe: WordClassProbe, whole: bool = False) -> tuple[str, list[Sentence], bool]:
@@ -127,9 +131,11 @@ def _read(probe: WordClassProbe, whole: bool = False) -> tuple[str, list[Sentenc
     return str(path), sentences, limit is None or len(sentences) < limit
 
 
-def _encode_words(tokenizer: Any, sentences: list[Sentence], max_length: int) -> tuple[list[Encoded], dict[str, int]]:
+def _encode_words(
+    tokenizer: Any, sentences: list[Sentence], max_length: int, keep: int
+) -> tuple[list[Encoded], dict[str, int]]:
     try:
-        return encode(tokenizer, sentences, max_length)
+        return encode(tokenizer, sentences, max_length, keep=keep)
     except Exception as err:
         raise SetupError(
             f"word_classes: the tokenizer cannot take pre-split words ({type(err).__name__}: {err}); byte-level "
@@ -143,24 +149,26 @@ def _encode(probe: WordClassProbe, tokenizer: Any, max_length: int) -> tuple[str
         raise SetupError(f"word_classes: {source} holds no sentence; pass a CoNLL-U file with annotated sentences")
     if not getattr(tokenizer, "is_fast", False):
         raise SetupError("word_classes with UD annotations needs a fast tokenizer (word_ids() aligns words to pieces)")
-    kept, skipped = _encode_words(tokenizer, sentences, max_length)
+    kept, skipped = _encode_words(tokenizer, sentences, max_length, probe.num_sentences)
     if len(kept) < probe.num_sentences and not complete:
         _, sentences, _ = _read(probe, whole=True)
-        kept, skipped = _encode_words(tokenizer, sentences, max_length)
+        kept, skipped = _encode_words(tokenizer, sentences, max_length, probe.num_sentences)
     if not kept:
         raise SetupError(
             f"word_classes: none of the sentences of {source} fits: {skipped['too_long']} longer than {max_length} "
             f"word pieces, {skipped['unaligned']} not aligned to words; raise probe_max_length (or "
             "WordClassProbe(max_length=...)) or pass shorter sentences"
         )
-    return source, kept[: probe.num_sentences], skipped
+    return source, kept, skipped
 
 
 def build_word_class_batches(
     probe: WordClassProbe, tokenizer: Any, max_length: int, classes: Mapping[str, UDClass] = UD_CLASSES
 ) -> WordClassBatches:
     """Tokenise, batch (similar lengths together) and mark the classes of ``probe``'s first fitting sentences;
-    raises ``SetupError`` saying what to do for a missing, empty or unreadable source or when no sentence fits."""
+    raises ``SetupError`` saying what to do for a missing, empty or unreadable source or when no sentence fits, and
+    warns once (``BertWatchWarning``, ``linguistics.syntax.skip_message``) when a sentence before the last one used
+    was skipped (too long or unaligned): the shares are then those of the sentences that fit."""
     source, kept, skipped = _encode(probe, tokenizer, max_length)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     order = sorted(kept, key=len)
@@ -178,7 +186,12 @@ def build_word_class_batches(
         values = torch.cat([u[name] for u in uniform])
         finite = values[~values.isnan()]
         means[name] = float(finite.mean()) if finite.numel() else math.nan
-    return WordClassBatches(batches, masks, means, len(kept), skipped, source)
+    data = WordClassBatches(batches, masks, means, len(kept), skipped, source, max_length)
+    if any(skipped.values()):
+        remedy = "raise probe_max_length (or WordClassProbe(max_length=...)) up to the model's maximum"
+        message = skip_message(skipped, len(kept), max_length, f"word_classes on {source}", remedy)
+        warnings.warn(message, BertWatchWarning, stacklevel=2)
+    return data
 
 
 def prepare_word_classes(option: bool | WordClassProbe, monitor: Any) -> WordClassBatches | None:

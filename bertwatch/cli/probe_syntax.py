@@ -21,7 +21,7 @@ import torch
 from bertwatch.heads.loading import load_model, max_input_length
 from bertwatch.linguistics.outputs import best_grid, relation_marks, safe_tag, wordclass_json, write_json
 from bertwatch.linguistics.scan import DEFAULT_CLUSTER_LIMIT, DEFAULT_PROBE_TRAIN_LIMIT, Scan, scan
-from bertwatch.linguistics.syntax import DIRECTIONS, encode, read_conllu, training_treebank
+from bertwatch.linguistics.syntax import DIRECTIONS, encode, read_conllu, skip_message, training_treebank
 from bertwatch.report.linguistics import write_linguistics_report
 
 _MAIN_RELATIONS = (
@@ -108,6 +108,13 @@ def _log(quiet: bool, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+def _say_skipped(skipped: Mapping[str, int], used: int, max_length: int, source: Path, limit: int | None) -> None:
+    """One console warning (also under ``--quiet``) when sentences were skipped: how many, why, the length."""
+    if any(skipped.values()):
+        remedy = "pass a larger --max-length" if limit is not None and limit <= max_length else ""
+        print(f"warning: {skip_message(skipped, used, max_length, str(source), remedy)}", file=sys.stderr, flush=True)
+
+
 def cli_probe_syntax(argv: Sequence[str]) -> int:
     """Run ``bertwatch probe-syntax``; returns the process exit code."""
     args = _parser().parse_args(list(argv))
@@ -132,6 +139,7 @@ def cli_probe_syntax(argv: Sequence[str]) -> int:
     if not encoded:
         print(f"no sentence of {args.conllu} fits the model ({skipped}); nothing to analyse", file=sys.stderr)
         return 1
+    _say_skipped(skipped, len(encoded), max_length, args.conllu, args.max_length)
     train_path = None if args.no_probes else (args.train_conllu or training_treebank(args.conllu))
     if not args.no_probes and train_path is None:
         _log(args.quiet, f"no training treebank next to {args.conllu}: pass --train-conllu to train the probes")
@@ -331,6 +339,7 @@ def _run_probes(
     limit = args.probe_train_limit or None
     train_sentences = read_conllu(train_path, limit)
     train_encoded, train_skipped = encode(tokenizer, train_sentences, max_length)
+    _say_skipped(train_skipped, len(train_encoded), max_length, train_path, args.max_length)
     train_scan = scan(
         model,
         tokenizer,

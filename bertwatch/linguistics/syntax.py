@@ -36,6 +36,7 @@ __all__ = [
     "parse_conllu",
     "relation",
     "encode",
+    "skip_message",
     "attention_batches",
     "predict_heads",
     "syntax_figure",
@@ -138,17 +139,22 @@ class Encoded:
         return len(self.input_ids)
 
 
-def encode(tokenizer: Any, sentences: Sequence[Sentence], max_length: int) -> tuple[list[Encoded], dict[str, int]]:
+def encode(
+    tokenizer: Any, sentences: Sequence[Sentence], max_length: int, keep: int | None = None
+) -> tuple[list[Encoded], dict[str, int]]:
     """Tokenise each sentence's words; returns the kept ones and counts of skipped ones.
 
     Skipped: ``too_long`` (more than ``max_length`` pieces with specials; Clark skips, never truncates) and
-    ``unaligned`` (a word the tokenizer turns into no piece, or no special token at either end).
+    ``unaligned`` (a word the tokenizer turns into no piece, or no special token at either end). With ``keep``,
+    stops once that many are kept: the counts are then those of the sentences before the last one kept.
     """
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("probe-syntax needs a fast tokenizer (word_ids() gives the word alignment)")
     kept: list[Encoded] = []
     skipped = {"too_long": 0, "unaligned": 0}
     for index, sentence in enumerate(sentences):
+        if keep is not None and len(kept) >= keep:
+            break
         enc = tokenizer(list(sentence.words), is_split_into_words=True, truncation=False)
         ids = list(enc["input_ids"])
         word_ids = enc.word_ids()
@@ -167,6 +173,20 @@ def encode(tokenizer: Any, sentences: Sequence[Sentence], max_length: int) -> tu
             continue
         kept.append(Encoded(index, sentence, tuple(ids), tuple(word_ids), tuple(tuple(g) for g in groups)))
     return kept, skipped
+
+
+def skip_message(skipped: Mapping[str, int], used: int, max_length: int | None, source: str, remedy: str) -> str:
+    """The one warning of a pass over sentences that skipped some (:func:`encode`'s counts): how many of the
+    sentences read, why, the length limit, and which sentences were measured; ``remedy`` says how to include the
+    long ones."""
+    too_long, unaligned = int(skipped.get("too_long", 0)), int(skipped.get("unaligned", 0))
+    reasons = [f"{too_long} longer than {max_length} word pieces"] if too_long else []
+    reasons += [f"{unaligned} not aligned to words by the tokenizer"] if unaligned else []
+    return (
+        f"bertwatch: {source}: skipped {too_long + unaligned} of the first {too_long + unaligned + used} sentences "
+        f"({', '.join(reasons)}); sentences are skipped, never cut. Measured: the {used} sentences of at most "
+        f"{max_length} word pieces among them.{f' To include the long ones, {remedy}.' if too_long and remedy else ''}"
+    )
 
 
 @dataclass
