@@ -162,6 +162,7 @@ class AblationResult:
         return {
             "delta": found["delta"],
             "confidence": found["confidence"],
+            "greater_is_better": bool(self.config.get("greater_is_better", True)),
             "importance": found["importance"].to_json() if found["importance"] else None,
             "iterative": found["iterative"].to_json() if found["iterative"] else None,
             "random": randoms,
