@@ -158,7 +158,12 @@ CURVES_ANSWER = 29
 
 
 def ablation_curves(baseline: float, *, layers=L, heads=H) -> dict:
-    """Pruning curves with known intervals for the "uniform" tables: the importance order's Δ falls as
+    """The ``curves`` summary content of :func:`curves_result`."""
+    return curves_result(baseline, layers=layers, heads=heads).curves_summary()
+
+
+def curves_result(baseline: float, *, layers=L, heads=H):
+    """An AblationResult with pruning curves with known intervals for the "uniform" tables: the importance order's Δ falls as
     ``-0.002 f - 0.45 (f - 0.4)^1.6`` past 40% of heads with a ±0.008 interval, so with δ = 0.01 its steps hold
     up to 29 of 72 heads and fail from 36 on; the iterative order sits 0.001 higher; three random orders fall
     steeper (-0.01 f, -0.02 f, -0.03 f): they hold through 14, 7 and 0 heads."""
@@ -199,7 +204,7 @@ def ablation_curves(baseline: float, *, layers=L, heads=H) -> dict:
         pruning_random=[entries(0.0, 0.01 * (r + 1)) for r in range(3)],
         config={"delta": 0.01, "confidence": 0.95, "greater_is_better": True},
     )
-    return result.curves_summary()
+    return result
 
 
 def embedding_coords(*, layers=L, heads=H, seed=0):
