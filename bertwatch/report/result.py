@@ -272,7 +272,8 @@ class AblationResult:
         )
 
     def csv_rows(self) -> list[dict[str, Any]]:
-        """One row per unit: ``unit`` (baseline / head / layer / keep_only / pruning), layer, head, pruned, cells."""
+        """One row per unit: ``unit`` (baseline / head / layer / keep_only / pruning / pruning_iterative /
+        pruning_random_{r}), layer, head, pruned, cells."""
         rows: list[dict[str, Any]] = [
             {"unit": "baseline", "layer": "", "head": "", "pruned": 0, **_cell([self.baseline, 0.0, 0.0, 0.0, 1.0])}
         ]
@@ -294,16 +295,19 @@ class AblationResult:
                             **_cell(self.keep_only[l, h]),
                         }
                     )
-        for p in self.pruning:
-            rows.append(
-                {
-                    "unit": "pruning",
-                    "layer": "",
-                    "head": "",
-                    "pruned": p["pruned"],
-                    **{k: finite_or_none(p.get(k)) for k in FIELDS},
-                }
-            )
+        curves = [("pruning", self.pruning), ("pruning_iterative", self.pruning_iterative)]
+        curves += [(f"pruning_random_{r}", order) for r, order in enumerate(self.pruning_random)]
+        for unit, entries in curves:
+            for p in entries:
+                rows.append(
+                    {
+                        "unit": unit,
+                        "layer": "",
+                        "head": "",
+                        "pruned": p["pruned"],
+                        **{k: finite_or_none(p.get(k)) for k in FIELDS},
+                    }
+                )
         return rows
 
 
