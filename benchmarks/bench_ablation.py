@@ -145,6 +145,17 @@ def _sweep_pruning(runner, batches, importance, steps: int, configs_per_batch: i
         )
 
 
+def _layer_share(configs, layers: int) -> float:
+    """Share of the naive loop's layer passes a chain of nested masks runs: each step from the lowest layer where
+    its mask differs from the step before (the first from layer 0)."""
+    from bertwatch.ablation.pruning import first_change
+
+    if not configs:
+        return float("nan")
+    starts = [0] + [first_change(b.mask, a.mask) for a, b in zip(configs, configs[1:])]
+    return round(sum(layers - s for s in starts) / (layers * len(starts)), 3)
+
+
 def _timed(fn):
     wall, cpu = time.perf_counter(), time.process_time()
     value = fn()
@@ -301,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_single_units_cpu": ratio("sweep_main", "naive_main", 1),
         "ratio_pruning": ratio("sweep_pruning", "naive_pruning", 0),
         "ratio_pruning_cpu": ratio("sweep_pruning", "naive_pruning", 1),
+        "pruning_layer_share": _layer_share(pruning, layers),
         "baseline_orders": {"random": len(result.pruning_random), "iterative": bool(result.pruning_iterative)},
         "ratio_pruning_baselines": ratio("sweep_baselines", "naive_baselines", 0),
         "ratio_pruning_baselines_cpu": ratio("sweep_baselines", "naive_baselines", 1),
