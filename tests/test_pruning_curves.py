@@ -112,6 +112,29 @@ def test_version_2_ablation_json_still_loads(tmp_path: Path) -> None:
     assert "importance order: up to 40% of heads" in page and "random orders (" not in page
 
 
+@pytest.mark.fast
+def test_the_curves_survive_the_tensorboard_round_trip(tmp_path: Path) -> None:
+    from bertwatch.report.events import read_run
+    from bertwatch.tb.summary import SummaryWriter
+
+    baseline, heads, layers, _ = ablation_tables(seed=0)
+    result = curves_result(baseline)
+    result.heads, result.layers = heads.astype(np.float64), layers.astype(np.float64)
+    with SummaryWriter(str(tmp_path)) as w:
+        w.add_ablation(
+            "uniform", "accuracy", baseline, 872, heads, layers, result.pruning_curve(), curves=result.curves_summary()
+        )
+    (back,), _ = read_run(tmp_path)
+    assert len(back.pruning_random) == 3 and len(back.pruning_iterative) == len(result.pruning)
+    np.testing.assert_allclose(back.curves_table(), result.curves_table(), rtol=1e-6, atol=1e-7)
+    assert [e["pruned"] for e in back.pruning] == [e["pruned"] for e in result.pruning]
+    got, expected = back.removable(), result.removable()
+    for name in ("importance", "iterative"):
+        assert (got[name].pruned, got[name].step) == (expected[name].pruned, expected[name].step)
+    assert [(r.pruned, r.step) for r in got["random"]] == [(r.pruned, r.step) for r in expected["random"]]
+    assert "importance order: up to 40% of heads (29 of 72)" in build_html([back])
+
+
 # --- the curves against a plain loop ------------------------------------------------------------------------------
 
 

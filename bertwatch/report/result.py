@@ -25,8 +25,9 @@ __all__ = ["CURVE_COLUMNS", "FIELDS", "FORMAT_VERSION", "AblationResult", "atomi
 #: δ" answers); older files load with no baseline curves, their answer recomputed from ``pruning`` at the default δ.
 FORMAT_VERSION = 3
 
-#: Columns of :meth:`AblationResult.curves_table`: the fraction pruned, then Δ and its interval for the importance
-#: order and the iterative order, and the random orders' mean Δ with the smallest and largest Δ among them.
+#: The first columns of :meth:`AblationResult.curves_table`: the fraction pruned, then Δ and its interval for the
+#: importance order and the iterative order, and the random orders' mean Δ with the smallest and largest Δ among
+#: them (each random order's Δ and interval follow).
 CURVE_COLUMNS = (
     "fraction",
     "importance",
@@ -169,30 +170,72 @@ class AblationResult:
             "random_median": float(np.median([r["fraction"] for r in randoms])) if randoms else None,
         }
 
+    def curve_columns(self) -> list[str]:
+        """The columns of :meth:`curves_table`: :data:`CURVE_COLUMNS`, then ``random{r}``, ``random{r}_low``,
+        ``random{r}_high`` for each random order."""
+        extra = [f"random{r}{end}" for r in range(len(self.pruning_random)) for end in ("", "_low", "_high")]
+        return [*CURVE_COLUMNS, *extra]
+
     def curves_table(self) -> np.ndarray:
-        """``[steps + 1, len(CURVE_COLUMNS)]`` float64, row 0 the unpruned model (Δ 0): Δ with its interval per
-        step of the importance and iterative orders, the random orders' mean and range of Δ (NaN where absent)."""
+        """``[steps + 1, len(curve_columns())]`` float64, row 0 the unpruned model (Δ 0): Δ with its interval per
+        step of the importance and iterative orders, the random orders' mean and range of Δ, then each random
+        order's Δ with its interval (NaN where absent)."""
         steps = len(self.pruning)
-        table = np.full((steps + 1, len(CURVE_COLUMNS)), np.nan)
+        table = np.full((steps + 1, len(self.curve_columns())), np.nan)
         table[0] = 0.0
         for j, entry in enumerate(self.pruning):
             table[j + 1, :4] = [entry["fraction"], *(_number(entry.get(k)) for k in ("delta", "ci_low", "ci_high"))]
         for j, entry in enumerate(self.pruning_iterative[:steps]):
             table[j + 1, 4:7] = [_number(entry.get(k)) for k in ("delta", "ci_low", "ci_high")]
+        for r, order in enumerate(self.pruning_random):
+            for j, entry in enumerate(order[:steps]):
+                table[j + 1, 10 + 3 * r : 13 + 3 * r] = [_number(entry.get(k)) for k in ("delta", "ci_low", "ci_high")]
         if self.pruning_random:
-            width = min(len(order) for order in self.pruning_random)
-            deltas = np.array([[_number(e.get("delta")) for e in order[:width]] for order in self.pruning_random])
-            if width:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)  # a step undefined in every order stays NaN
-                    table[1 : width + 1, 7] = np.nanmean(deltas, axis=0)
-                    table[1 : width + 1, 8] = np.nanmin(deltas, axis=0)
-                    table[1 : width + 1, 9] = np.nanmax(deltas, axis=0)
+            deltas = table[1:, 10::3]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a step undefined in every order stays NaN
+                table[1:, 7] = np.nanmean(deltas, axis=1)
+                table[1:, 8] = np.nanmin(deltas, axis=1)
+                table[1:, 9] = np.nanmax(deltas, axis=1)
         if not self.pruning_iterative:
             table[0, 4:7] = np.nan
         if not self.pruning_random:
             table[0, 7:] = np.nan
         return table
+
+    @classmethod
+    def curves_from_table(cls, table: np.ndarray, columns: list[str], baseline: float, total: int) -> dict[str, Any]:
+        """The inverse of :meth:`curves_table` for the TensorBoard reader: ``{"pruning", "pruning_iterative",
+        "pruning_random"}`` entries (value = baseline + Δ, no p-values, no head lists) of ``total`` heads."""
+        table = np.asarray(table, dtype=np.float64)
+        col = {name: i for i, name in enumerate(columns)}
+        fractions = table[1:, col["fraction"]]
+
+        def entries(name: str) -> list[dict[str, Any]]:
+            if name not in col or not np.isfinite(table[1:, col[name]]).any():
+                return []
+            out = []
+            for j, f in enumerate(fractions):
+                d, lo, hi = (float(table[j + 1, col[f"{name}{end}"]]) for end in ("", "_low", "_high"))
+                out.append(
+                    {
+                        "pruned": int(round(f * total)),
+                        "fraction": float(f),
+                        "value": baseline + d,
+                        "delta": d,
+                        "ci_low": lo,
+                        "ci_high": hi,
+                        "p": np.nan,
+                    }
+                )
+            return out
+
+        orders = sorted({c[len("random") :].split("_")[0] for c in columns if c[6:7].isdigit()}, key=int)
+        return {
+            "pruning": entries("importance"),
+            "pruning_iterative": entries("iterative"),
+            "pruning_random": [entries(f"random{r}") for r in orders],
+        }
 
     def curves_summary(self) -> dict[str, Any]:
         """What the ``pruning_curves`` TensorBoard summary holds: the table of :meth:`curves_table`, its columns,
@@ -200,7 +243,7 @@ class AblationResult:
         found = self.removable_json()
         return {
             "table": self.curves_table().astype(np.float32),
-            "columns": list(CURVE_COLUMNS),
+            "columns": self.curve_columns(),
             "delta": found["delta"],
             "confidence": found["confidence"],
             "removable": found,
