@@ -11,7 +11,9 @@
 3. Predictions of the end-to-end run and the naive loop must be identical (exit status 1 otherwise).
 
 Printed: ``ratio_evaluation`` (sweep forward passes / naive, wall and process CPU time; target <= 0.5), the same for
-the single-unit part (everything but pruning) and the pruning curve alone, and ``ratio_end_to_end`` (the whole
+the single-unit part (everything but pruning), the importance pruning curve alone (``ratio_pruning``, target <= 0.6)
+and the baseline orders (``ratio_pruning_baselines``: the random and iterative orders at the same steps; the
+iterative order's gradient passes are not part of it), the "N% at δ" answers, and ``ratio_end_to_end`` (the whole
 ``ablate()`` call / the naive loop's forward passes). Without ``--model`` the packaged all-MiniLM-L6-v2 gets a
 classifier fine-tuned for ``--train-steps`` steps on the first SST-2 training examples (seeded).
 """
@@ -87,19 +89,45 @@ def _sweep_main(runner, batches, main, configs_per_batch: int) -> None:
         run_shard(runner, batches, main, configs_per_batch, None)
 
 
-def _sweep_pruning(runner, batches, importance, steps: int, configs_per_batch: int) -> None:
-    """The sweep's pruning curve on one shard, each step from the previous one's states, as many steps as the run."""
-    import itertools
-
+def _shard_data(batches):
+    """One shard's batches as an evaluation set of their own."""
     from bertwatch.ablation.inputs import EvalBatch, EvalData
-    from bertwatch.ablation.pruning import pruning_curve
-    from bertwatch.ablation.store import Processes, Store
 
     local, start = [], 0
     for b in batches:
         local.append(EvalBatch(np.arange(start, start + b.size), b.inputs))
         start += b.size
-    data = EvalData([{}] * start, np.zeros(start, dtype=int), shards=[local])
+    return EvalData([{}] * start, np.zeros(start, dtype=int), shards=[local])
+
+
+def _sweep_baselines(runner, batches, named, configs_per_batch: int) -> None:
+    """The sweep's baseline pruning orders (random, iterative) on one shard, the masks the run took."""
+    from bertwatch.ablation.pruning import baseline_curves
+    from bertwatch.ablation.store import Processes, Store
+
+    data = _shard_data(batches)
+    with torch.inference_mode():
+        baseline_curves(
+            runner,
+            data,
+            Store(None, "bench", False),
+            Processes(False),
+            configs_per_batch,
+            named,
+            lambda logits: 0.0,
+            False,
+            "bench",
+        )
+
+
+def _sweep_pruning(runner, batches, importance, steps: int, configs_per_batch: int) -> None:
+    """The sweep's pruning curve on one shard, each step from the previous one's states, as many steps as the run."""
+    import itertools
+
+    from bertwatch.ablation.pruning import pruning_curve
+    from bertwatch.ablation.store import Processes, Store
+
+    data = _shard_data(batches)
     count = itertools.count(1)
     with torch.inference_mode():
         pruning_curve(
@@ -115,6 +143,17 @@ def _sweep_pruning(runner, batches, importance, steps: int, configs_per_batch: i
             False,
             "bench",
         )
+
+
+def _layer_share(configs, layers: int) -> float:
+    """Share of the naive loop's layer passes a chain of nested masks runs: each step from the lowest layer where
+    its mask differs from the step before (the first from layer 0)."""
+    from bertwatch.ablation.pruning import first_change
+
+    if not configs:
+        return float("nan")
+    starts = [0] + [first_change(b.mask, a.mask) for a, b in zip(configs, configs[1:])]
+    return round(sum(layers - s for s in starts) / (layers * len(starts)), 3)
 
 
 def _timed(fn):
@@ -148,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-keep-only", action="store_true")
     parser.add_argument("--no-prune", action="store_true")
+    parser.add_argument("--random-orders", type=int, default=5, help="random pruning orders (ablate's prune_random)")
+    parser.add_argument("--no-iterative", action="store_true", help="skip the iterative-importance order")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     opts = parser.parse_args(argv)
     torch.set_num_threads(opts.threads)
@@ -177,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 configs_per_batch=opts.configs_per_batch,
                 keep_only=not opts.no_keep_only,
                 prune=not opts.no_prune,
+                prune_random=opts.random_orders,
+                prune_iterative=not opts.no_iterative,
                 resume=False,
                 progress=False,
             )
@@ -184,13 +227,22 @@ def main(argv: list[str] | None = None) -> int:
 
     layers, heads = result.shape
     main_configs = sweep_configs(layers, heads, keep_only=not opts.no_keep_only)
-    pruning = []
-    for step in result.pruning:
-        mask = np.zeros((layers, heads), dtype=bool)
-        for l, h in step["heads"]:
-            mask[l, h] = True
-        pruning.append(HeadMask(f"prune:{step['pruned']}", mask))
-    configs = main_configs + pruning
+
+    def masks_of(name: str, entries) -> list:
+        out = []
+        for step in entries:
+            mask = np.zeros((layers, heads), dtype=bool)
+            for l, h in step["heads"]:
+                mask[l, h] = True
+            out.append(HeadMask(f"{name}:{step['pruned']}", mask))
+        return out
+
+    pruning = masks_of("prune", result.pruning)
+    named = {f"random{r}": masks_of(f"random{r}", e) for r, e in enumerate(result.pruning_random)}
+    if result.pruning_iterative:
+        named["iterative"] = masks_of("iterative", result.pruning_iterative)
+    others = [c for group in named.values() for c in group]
+    configs = main_configs + pruning + others
 
     pad_id = tokenizer.pad_token_id or 0
     features, labels, _ = prepare_examples(model, examples, tokenizer, 128, regression=False)
@@ -198,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     make_batches(data, opts.batch_size, 256, pad_id)
     runner = Runner(model, opts.mode)
     cpb = int(result.config["configs_per_batch"])
-    times = {k: [0.0, 0.0] for k in ("sweep_main", "sweep_pruning", "naive_main", "naive_pruning")}
+    parts = ("sweep_main", "sweep_pruning", "sweep_baselines", "naive_main", "naive_pruning", "naive_baselines")
+    times = {k: [0.0, 0.0] for k in parts}
     naive_parts: dict[str, list] = {c.id: [] for c in configs}
     naive_index = []
     for s, shard in enumerate(data.shards):
@@ -212,10 +265,15 @@ def main(argv: list[str] | None = None) -> int:
                 "sweep_pruning",
                 lambda: _sweep_pruning(runner, shard, result.importance, len(pruning), cpb) if pruning else None,
             ),
+            (
+                "sweep_baselines",
+                lambda: _sweep_baselines(runner, shard, {k: [c.mask for c in v] for k, v in named.items()}, cpb),
+            ),
             ("naive_main", lambda: _naive(model, naive_batches, main_configs, opts.mode)),
             ("naive_pruning", lambda: _naive(model, naive_batches, pruning, opts.mode)),
+            ("naive_baselines", lambda: _naive(model, naive_batches, others, opts.mode)),
         ]
-        for name, job in jobs if s % 2 == 0 else jobs[2:] + jobs[:2]:
+        for name, job in jobs if s % 2 == 0 else jobs[3:] + jobs[:3]:
             value, wall, cpu = _timed(job)
             times[name][0] += wall
             times[name][1] += cpu
@@ -236,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         den = sum(times[k][i] for k in b.split("+"))
         return round(num / den, 3) if den else float("nan")
 
-    naive_wall = times["naive_main"][0] + times["naive_pruning"][0]
+    naive_wall = times["naive_main"][0] + times["naive_pruning"][0] + times["naive_baselines"][0]
     figures = {
         "examples": len(examples),
         "configurations": len(configs),
@@ -249,10 +307,15 @@ def main(argv: list[str] | None = None) -> int:
         "times_s": {k: {"wall": round(v[0], 2), "cpu": round(v[1], 2)} for k, v in times.items()},
         "ratio_evaluation": ratio("sweep_main+sweep_pruning", "naive_main+naive_pruning", 0),
         "ratio_evaluation_cpu": ratio("sweep_main+sweep_pruning", "naive_main+naive_pruning", 1),
+        "answers": result.removable_json(),
         "ratio_single_units": ratio("sweep_main", "naive_main", 0),
         "ratio_single_units_cpu": ratio("sweep_main", "naive_main", 1),
         "ratio_pruning": ratio("sweep_pruning", "naive_pruning", 0),
         "ratio_pruning_cpu": ratio("sweep_pruning", "naive_pruning", 1),
+        "pruning_layer_share": _layer_share(pruning, layers),
+        "baseline_orders": {"random": len(result.pruning_random), "iterative": bool(result.pruning_iterative)},
+        "ratio_pruning_baselines": ratio("sweep_baselines", "naive_baselines", 0),
+        "ratio_pruning_baselines_cpu": ratio("sweep_baselines", "naive_baselines", 1),
         "end_to_end_s": {"wall": round(e2e_wall, 2), "cpu": round(e2e_cpu, 2), "parts": result.config["seconds"]},
         "ratio_end_to_end": round(e2e_wall / naive_wall, 3),
         "identical_predictions": bool(same),

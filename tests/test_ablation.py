@@ -408,15 +408,24 @@ def test_cli_ablate_writes_json_csv_report_and_refuses_a_headless_checkpoint(tmp
             str(out),
             "--resamples",
             "100",
+            "--delta",
+            "0.05",
+            "--random-orders",
+            "2",
+            "--no-iterative",
             "--quiet",
         ]
     )
     assert code == 0
     doc = json.loads((out / "ablation.json").read_text())
     assert doc["task"] == "sst2" and doc["num_examples"] == 20 and doc["mode"] == "zero"
+    assert doc["removable"]["delta"] == 0.05 and doc["config"]["delta"] == 0.05
+    assert len(doc["pruning_random"]) == 2 and "pruning_iterative" not in doc
     assert (out / "ablation.csv").is_file() and (out / "report.html").is_file()
     assert list(out.glob("events.out.tfevents*"))
-    assert "baseline accuracy" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "baseline accuracy" in printed and "pruning, importance order: " in printed
+    assert "within 0.05 of the baseline" in printed and "pruning, random orders (2)" in printed
 
     headless = _save_checkpoint(tmp_path / "headless", head=False)
     code = CLI.cli_ablate(

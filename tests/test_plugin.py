@@ -24,10 +24,12 @@ from bertwatch.tb.summary import SummaryWriter
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _tb_helpers import (  # noqa: E402
     ABLATION_F1,
+    CURVES_ANSWER,
     STEPS,
     TOKENS_A,
     XSS,
     XSS_RUN,
+    ablation_curves,
     ablation_tables,
     embedding_coords,
     http_get,
@@ -261,6 +263,22 @@ def test_ablation_and_embedding(client):
     assert z["taskType"] is None and z["taskLabel"] is None and z["description"] == "accuracy"
     assert [(m["name"], m["label"]) for m in z["metrics"]] == [("accuracy", "accuracy")]
     assert z["metrics"][0]["baseline"] == pytest.approx(baseline)
+
+
+@pytest.mark.fast
+def test_ablation_route_serves_the_pruning_curves_and_their_answer(client):
+    baseline, *_ = ablation_tables(seed=0)
+    a = get_json(client, "ablation", run="finetune-a")
+    curves = a["curves"]
+    expected = ablation_curves(baseline)
+    assert curves["columns"] == expected["columns"] and curves["randomOrders"] == 3 and curves["totalHeads"] == 72
+    rows = np.array([[np.nan if v is None else v for v in row] for row in curves["rows"]], np.float32)
+    np.testing.assert_array_equal(rows, expected["table"])
+    removable = curves["removable"]
+    assert curves["delta"] == 0.01 and removable["importance"]["pruned"] == CURVES_ANSWER
+    assert removable["importance"]["censored"] is False and removable["iterative"]["pruned"] == CURVES_ANSWER
+    assert [r["pruned"] for r in removable["random"]] == [14, 7, 0] and removable["random_median"] == 7 / 72
+    assert get_json(client, "ablation", run="finetune-a", mode="zero")["curves"] is None  # tables without curves
 
 
 def test_ablation_tables_of_older_versions_still_name_their_metric():

@@ -59,15 +59,35 @@ def sweep_configs(num_layers: int, num_heads: int, keep_only: bool = True) -> li
 def pruning_masks(importance: np.ndarray, step: float = 0.1) -> list[np.ndarray]:
     """Cumulative pruning masks: each step disables ``max(1, int(step * remaining))`` more heads, least important
     first (one global ranking, ascending; ties by position), until no head is left."""
-    if not 0 < step <= 1:
-        raise ValueError(f"the pruning step must be in (0, 1], got {step}")
     importance = np.asarray(importance, dtype=np.float64)
     order = np.argsort(np.nan_to_num(importance, nan=np.inf).ravel(), kind="stable")
-    total = order.size
-    masks, pruned = [], 0
+    return order_masks(order, importance.shape, step)
+
+
+def step_sizes(total: int, step: float = 0.1) -> list[int]:
+    """Heads disabled after each pruning step, ``[steps]``: ``max(1, int(step * remaining))`` more each step."""
+    if not 0 < step <= 1:
+        raise ValueError(f"the pruning step must be in (0, 1], got {step}")
+    counts, pruned = [], 0
     while pruned < total:
         pruned += max(1, int(step * (total - pruned)))
-        mask = np.zeros(total, dtype=bool)
+        counts.append(pruned)
+    return counts
+
+
+def order_masks(order: np.ndarray, shape: tuple[int, int], step: float = 0.1) -> list[np.ndarray]:
+    """Cumulative masks ``[layers, heads]`` that disable the heads of ``order`` (flat indices ``[layers * heads]``,
+    first pruned first) at the counts of :func:`step_sizes`."""
+    order = np.asarray(order).ravel()
+    masks = []
+    for pruned in step_sizes(order.size, step):
+        mask = np.zeros(order.size, dtype=bool)
         mask[order[:pruned]] = True
-        masks.append(mask.reshape(importance.shape))
+        masks.append(mask.reshape(shape))
     return masks
+
+
+def random_orders(total: int, count: int, seed: int) -> list[np.ndarray]:
+    """``count`` random pruning orders of ``total`` heads: order r is ``default_rng([seed, r]).permutation(total)``
+    (each reproducible on its own, whatever ``count`` is)."""
+    return [np.random.default_rng([seed, r]).permutation(total) for r in range(count)]

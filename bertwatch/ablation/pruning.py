@@ -1,4 +1,5 @@
-"""Michel et al.'s iterative pruning curve, each step evaluated from the previous step's states where they agree."""
+"""Pruning curves: nested head masks evaluated step by step, each from the states earlier steps left where their
+masks agree (the importance order with its stop, and the baseline orders at the same steps)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from bertwatch.ablation.configs import HeadMask, pruning_masks
 from bertwatch.ablation.evaluate import evaluate_configs, in_input_order, progress_bar
@@ -17,85 +17,133 @@ from bertwatch.ablation.runner import Runner
 from bertwatch.ablation.store import Processes, Store
 
 
-def head_importance(model: nn.Module, data: EvalData, regression: bool, loss_fn: Callable | None) -> np.ndarray:
-    """Michel et al.'s importance ``E_x |dL/d gate|`` over the evaluation set, L2-normalised per layer."""
-    from bertwatch.ablation.tasks import label_batch
-    from bertwatch.heads.importance import gradient_stats, normalize_by_layer
-    from bertwatch.heads.roles import TokenRoles
-
-    device = next(model.parameters()).device
-    total, count = None, 0
-    for shard in data.shards:
-        for batch in shard:
-            inputs = {k: v.to(device) for k, v in batch.inputs.items()}
-            real = inputs["attention_mask"].bool().reshape(-1, inputs["attention_mask"].shape[-1])
-            none = torch.zeros_like(real)
-            roles = TokenRoles(real=real, cls=none, sep=none, punct=none)
-            task_type = "regression" if regression else data.task_type
-            labels = label_batch(task_type, data.labels[batch.index], real.shape[-1], device)
-            stats = gradient_stats(model, {**inputs, **labels}, roles, loss_fn=loss_fn)
-            part = stats["head_importance"].double().sum(0).cpu()
-            total = part if total is None else total + part
-            count += batch.size
-    return normalize_by_layer(total / count).numpy()
-
-
-def _first_change(mask: np.ndarray, previous: np.ndarray | None) -> int:
-    """The lowest layer where two head masks differ (where a pass relative to ``previous`` must start)."""
+def first_change(mask: np.ndarray, previous: np.ndarray | None) -> int:
+    """The lowest layer where two head masks ``[layers, heads]`` differ (where a pass relative to ``previous`` must
+    start; ``layers`` when they are equal, 0 without a previous mask)."""
     if previous is None:
         return 0
     rows = np.flatnonzero((mask != previous).any(axis=1))
     return int(rows[0]) if rows.size else int(mask.shape[0])
 
 
-def _carry_bytes(data: EvalData, runner: Runner) -> int:
+def _layer_bytes(data: EvalData, runner: Runner) -> int:
     """Memory to keep one layer's hidden states for the whole evaluation set (float32)."""
     hidden = int(getattr(runner.model.config, "hidden_size", 0) or getattr(runner.model.config, "dim", 0))
     return sum(b.inputs["input_ids"].numel() for shard in data.shards for b in shard) * hidden * 4
 
 
-def _chain_step(
+def kept_layers(masks: Sequence[np.ndarray], num_layers: int, room: int) -> list[int]:
+    """The layers (at most ``room``, above 0) whose entering states a chain keeps between steps: those where most
+    steps start (``first_change`` of each step against the one before), lower layers first among equals."""
+    starts = [first_change(masks[j], masks[j - 1]) for j in range(1, len(masks))]
+    counts = {l: starts.count(l) for l in range(1, num_layers) if starts.count(l)}
+    return sorted(sorted(counts, key=lambda l: (-counts[l], l))[: max(0, room)])
+
+
+def _batch_start(have: dict[int, torch.Tensor], need: int) -> int:
+    """The highest layer at or below ``need`` whose entering states are kept (0: run from the embeddings)."""
+    return max((l for l in have if l <= need), default=0)
+
+
+def chain_logits(
     runner: Runner,
     data: EvalData,
     store: Store,
-    masks: Sequence[np.ndarray],
-    j: int,
-    carried: dict[tuple[int, int], torch.Tensor] | None,
-) -> tuple[dict[str, np.ndarray], dict[tuple[int, int], torch.Tensor] | None]:
-    """Pruning step ``j`` evaluated from step ``j-1``'s states where the two agree (the layers below the lowest
-    newly pruned head), keeping this step's states entering the layer step ``j+1`` will start from.
+    configs: Sequence[HeadMask],
+    stop: Callable[[np.ndarray], bool] | None = None,
+    bar: Any = None,
+    carry_limit: int = 2**30,
+) -> list[np.ndarray]:
+    """Logits ``[n, C]`` (input order) of nested configurations evaluated in order, in one process, each step from
+    the states the previous steps left where their masks agree; stops after the first step for which ``stop``
+    is True.
 
-    ``carried`` maps (shard, batch) to the states entering ``_first_change(masks[j], masks[j-1])`` under step
-    ``j-1``, or is None (then step ``j`` runs from layer 0). Returns its logits and what step ``j+1`` needs.
+    Between steps, the states entering the layers of :func:`kept_layers` are kept for the whole evaluation set
+    (as many layers as fit in ``carry_limit`` bytes). A state entering layer ``l`` depends only on the masks of
+    the layers below ``l``, so it stays valid until a step disables a head below ``l``.
     """
-    config = HeadMask(f"prune:{int(masks[j].sum())}", masks[j])
-    start = _first_change(masks[j], masks[j - 1] if j else None) if carried is not None else 0
-    following = _first_change(masks[j + 1], masks[j]) if j + 1 < len(masks) else None
-    keep = following if following is not None and max(start, 1) <= following < runner.num_layers else None
-    nxt: dict[tuple[int, int], torch.Tensor] | None = {} if keep is not None else None
-    parts = []
-    for s, shard in enumerate(data.shards):
-        stored = store.get(s, config)
-        if stored is not None:
-            parts.append(stored)
-            nxt = None  # this shard's states were not computed: the next step starts over
-            continue
-        chunks = []
-        for b, batch in enumerate(shard):
-            states = None
-            if start > 0:
-                states = [None] * runner.num_layers
-                states[start] = carried[(s, b)].to(runner.device)
-            if keep is not None:
-                logits, kept = runner.run_keeping(batch.inputs, states, config.mask, start, keep)
-                if nxt is not None:
-                    nxt[(s, b)] = kept.cpu()
-            else:
-                logits = runner.run(batch.inputs, states, config.mask[None], start)[0]
-            chunks.append(logits.float().cpu().numpy())
-        parts.append(np.concatenate(chunks, axis=0))
-        store.put(s, config, parts[-1])
-    return {config.id: in_input_order(data, parts)}, nxt
+    layer = _layer_bytes(data, runner)
+    keep = kept_layers([c.mask for c in configs], runner.num_layers, carry_limit // max(1, layer))
+    cache: dict[tuple[int, int], dict[int, torch.Tensor]] = {}
+    found: list[np.ndarray] = []
+    for j, config in enumerate(configs):
+        need = first_change(config.mask, configs[j - 1].mask if j else None)
+        last = j + 1 == len(configs)
+        parts = []
+        for s, shard in enumerate(data.shards):
+            stored = store.get(s, config)
+            if stored is not None:
+                parts.append(stored)
+                for b in range(len(shard)):
+                    cache.pop((s, b), None)  # this shard's states under this step were not computed
+                continue
+            chunks = []
+            for b, batch in enumerate(shard):
+                have = cache.get((s, b), {})
+                start = _batch_start(have, need)
+                states = None
+                if start > 0:
+                    states = [None] * runner.num_layers
+                    states[start] = have[start].to(runner.device)
+                wanted = [] if last else [l for l in keep if l > start]
+                fresh: dict[int, torch.Tensor] = {}
+                if wanted:
+                    logits, fresh = runner.run_keeping(batch.inputs, states, config.mask, start, wanted)
+                else:
+                    logits = runner.run(batch.inputs, states, config.mask[None], start)[0]
+                cache[(s, b)] = {
+                    **{l: t for l, t in have.items() if l <= start},
+                    **{l: t.cpu() for l, t in fresh.items()},
+                }
+                chunks.append(logits.float().cpu().numpy())
+            parts.append(np.concatenate(chunks, axis=0))
+            store.put(s, config, parts[-1])
+        found.append(in_input_order(data, parts))
+        if bar is not None:
+            bar.update(1)
+        if stop is not None and stop(found[-1]):
+            break
+    return found
+
+
+def curve_logits(
+    runner: Runner,
+    data: EvalData,
+    store: Store,
+    processes: Processes,
+    configs_per_batch: int,
+    configs: Sequence[HeadMask],
+    stop: Callable[[np.ndarray], bool] | None = None,
+    bar: Any = None,
+    carry_limit: int = 2**30,
+) -> list[np.ndarray]:
+    """:func:`chain_logits` in one process with layer reuse; otherwise the steps split across processes (one step
+    per process at a time, each from layer 0)."""
+    if processes.world == 1 and runner.reuses:
+        return chain_logits(runner, data, store, configs, stop, bar, carry_limit)
+    found: list[np.ndarray] = []
+    chunk = max(1, processes.world)
+    for first in range(0, len(configs), chunk):
+        group = list(configs[first : first + chunk])
+        got = evaluate_configs(runner, data, group, store, processes, configs_per_batch, progress=False)
+        for config in group:
+            found.append(got[config.id])
+            if bar is not None:
+                bar.update(1)
+            if stop is not None and stop(found[-1]):
+                return found
+    return found
+
+
+def curve_entry(mask: np.ndarray, value: float) -> dict[str, Any]:
+    """One step of a curve as the result records it: ``{"pruned", "fraction", "value", "heads"}``."""
+    pruned = int(mask.sum())
+    return {
+        "pruned": pruned,
+        "fraction": pruned / mask.size,
+        "value": value,
+        "heads": [[int(l), int(h)] for l, h in zip(*np.nonzero(mask))],
+    }
 
 
 def pruning_curve(
@@ -112,43 +160,48 @@ def pruning_curve(
     mode: str,
     carry_limit: int = 2**30,
 ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
-    """Evaluate the pruning steps in order until one crosses the limit (kept) or no head is left.
+    """Evaluate the importance-ordered pruning steps in order until one crosses the limit (kept) or no head is left.
 
-    In one process, each step starts from the previous step's states at the lowest newly pruned layer (masks
-    are nested), keeping one layer of states for the whole evaluation set (at most ``carry_limit`` bytes).
     Returns one ``{"pruned", "fraction", "value", "heads"}`` entry per step and its logits ``[n, C]``.
     """
-    masks = pruning_masks(importance, step)
-    total = importance.size
-    chain = processes.world == 1 and runner.reuses and _carry_bytes(data, runner) <= carry_limit
-    chunk = max(1, processes.world)  # one step per process at a time
-    bar = progress_bar(progress and processes.is_main, len(masks), f"prune ({mode})", "step")
-    entries: list[dict[str, Any]] = []
-    found: list[np.ndarray] = []
-    carried: dict[tuple[int, int], torch.Tensor] | None = None
+    configs = [HeadMask(f"prune:{int(m.sum())}", m) for m in pruning_masks(importance, step)]
+    bar = progress_bar(progress and processes.is_main, len(configs), f"prune ({mode})", "step")
+    values: list[float] = []
+
+    def stop(logits: np.ndarray) -> bool:
+        values.append(score(logits))
+        return crossed(values[-1]) or not math.isfinite(values[-1])
+
     try:
-        for first in range(0, len(masks), chunk):
-            configs = [HeadMask(f"prune:{int(m.sum())}", m) for m in masks[first : first + chunk]]
-            if chain:
-                got, carried = _chain_step(runner, data, store, masks, first, carried)
-            else:
-                got = evaluate_configs(runner, data, configs, store, processes, configs_per_batch, progress=False)
-            if bar is not None:
-                bar.update(len(configs))
-            for config in configs:
-                value = score(got[config.id])
-                entries.append(
-                    {
-                        "pruned": int(config.mask.sum()),
-                        "fraction": int(config.mask.sum()) / total,
-                        "value": value,
-                        "heads": [[int(l), int(h)] for l, h in zip(*np.nonzero(config.mask))],
-                    }
-                )
-                found.append(got[config.id])
-                if crossed(value) or not math.isfinite(value):
-                    return entries, found
+        found = curve_logits(runner, data, store, processes, configs_per_batch, configs, stop, bar, carry_limit)
     finally:
         if bar is not None:
             bar.close()
-    return entries, found
+    return [curve_entry(c.mask, v) for c, v in zip(configs, values)], found
+
+
+def baseline_curves(
+    runner: Runner,
+    data: EvalData,
+    store: Store,
+    processes: Processes,
+    configs_per_batch: int,
+    named_masks: dict[str, Sequence[np.ndarray]],
+    score: Callable[[np.ndarray], float],
+    progress: bool,
+    mode: str,
+) -> dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]:
+    """Each named sequence of nested masks (``"random0"``, ..., ``"iterative"``) evaluated in full:
+    ``{name: (entries, logits)}`` as :func:`pruning_curve` returns them (configuration ids ``{name}:{pruned}``)."""
+    total = sum(len(m) for m in named_masks.values())
+    bar = progress_bar(progress and processes.is_main and total > 0, total, f"prune baselines ({mode})", "step")
+    out = {}
+    try:
+        for name, masks in named_masks.items():
+            configs = [HeadMask(f"{name}:{int(m.sum())}", m) for m in masks]
+            found = curve_logits(runner, data, store, processes, configs_per_batch, configs, None, bar)
+            out[name] = ([curve_entry(c.mask, score(x)) for c, x in zip(configs, found)], found)
+    finally:
+        if bar is not None:
+            bar.close()
+    return out

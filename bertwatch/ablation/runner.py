@@ -4,7 +4,7 @@ layer; the model's own code runs every layer and the task head."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -272,19 +272,23 @@ class Runner:
         states: list[torch.Tensor] | None,
         mask: np.ndarray,
         start: int,
-        keep: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits ``[B, C]`` of one configuration and the hidden states entering layer ``keep`` (>= ``start``)."""
-        if self.layers is None or not start <= keep < self.num_layers:
-            raise ValueError(f"cannot keep the states entering layer {keep} of a pass that starts at {start}")
-        target = self.last if (keep == self.num_layers - 1 and self.last is not None) else self.layers[keep]
-        kept: list[torch.Tensor | None] = [None]
-        hook = target.register_forward_pre_hook(state_saver(kept, 0), with_kwargs=True)
+        keep: Sequence[int],
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Logits ``[B, C]`` of one configuration and the hidden states entering each layer of ``keep`` (all
+        above ``start``), ``{layer: [B, T, hidden]}``."""
+        if self.layers is None or any(not start < l < self.num_layers for l in keep):
+            raise ValueError(f"cannot keep the states entering layers {list(keep)} of a pass that starts at {start}")
+        kept: list[torch.Tensor | None] = [None] * self.num_layers
+        hooks = []
+        for l in keep:
+            target = self.last if (l == self.num_layers - 1 and self.last is not None) else self.layers[l]
+            hooks.append(target.register_forward_pre_hook(state_saver(kept, l), with_kwargs=True))
         try:
             logits = self.run(inputs, states, mask[None], start)[0]
         finally:
-            hook.remove()
-        return logits, kept[0]
+            for hook in hooks:
+                hook.remove()
+        return logits, {l: kept[l] for l in keep}
 
 
 def state_saver(states: list, index: int) -> Callable:

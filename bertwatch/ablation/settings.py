@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertwatch.ablation.configs import MODES
+from bertwatch.core.removable import DEFAULT_DELTA
 
 __all__ = ["AblationSettings"]
 
@@ -19,7 +20,11 @@ class AblationSettings:
     What: ``task`` (a GLUE task name or a task type such as ``"token-classification"``; None = what the model's
     head does), ``mode`` ("uniform": Kovaleva's uniform attention, "zero": Michel's zeroed context), ``keep_only``
     (also "only head h of layer l left on"), ``prune`` (the importance-ordered pruning curve, ``prune_step`` of the
-    remaining heads a step, until the metric falls below ``prune_threshold`` x baseline).
+    remaining heads a step, until the metric falls below ``prune_threshold`` x baseline), beside it
+    ``prune_random`` random orders (seeded by ``seed``; 0: none) and, with ``prune_iterative``, Michel's iterative
+    order (importance re-estimated after each step), at the same steps; ``delta`` is the δ of the answer "up to N%
+    of heads removed with the metric within δ of the baseline" (:mod:`bertwatch.core.removable`), in the
+    metric's units (default 0.01: one point of accuracy).
     Scoring: ``metric`` (a key of ``compute_metrics``' result, or a built-in name), ``greater_is_better``,
     ``n_resamples``/``seed``/``confidence`` of the paired bootstrap.
     QA: ``max_answer_length``, the longest span (in tokens) the best answer may have.
@@ -42,6 +47,9 @@ class AblationSettings:
     prune: bool = True
     prune_step: float = 0.1
     prune_threshold: float = 0.9
+    prune_random: int = 5
+    prune_iterative: bool = True
+    delta: float = DEFAULT_DELTA
     n_resamples: int = 1000
     seed: int = 0
     confidence: float = 0.95
@@ -65,6 +73,10 @@ class AblationSettings:
             raise ValueError(f"configs_per_batch must be >= 1 (or None), got {self.configs_per_batch}")
         if not 0 < self.prune_step <= 1:
             raise ValueError(f"prune_step must be in (0, 1], got {self.prune_step}")
+        if int(self.prune_random) < 0:
+            raise ValueError(f"prune_random must be >= 0 (random pruning orders), got {self.prune_random}")
+        if not (isinstance(self.delta, (int, float)) and 0 <= self.delta < float("inf")):
+            raise ValueError(f"delta must be a finite number >= 0 in the metric's units, got {self.delta!r}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
 

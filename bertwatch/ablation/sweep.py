@@ -39,10 +39,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertwatch.ablation.configs import HeadMask, sweep_configs
+from bertwatch.ablation.configs import HeadMask, order_masks, random_orders, sweep_configs
 from bertwatch.ablation.evaluate import evaluate_configs
 from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
-from bertwatch.ablation.pruning import head_importance, pruning_curve
+from bertwatch.ablation.orders import head_importance, iterative_masks
+from bertwatch.ablation.pruning import baseline_curves, pruning_curve
 from bertwatch.ablation.runner import Runner, default_configs_per_batch, model_type
 from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
 from bertwatch.ablation.settings import AblationSettings
@@ -222,14 +223,31 @@ def sweep(p: Prepared) -> tuple[list[HeadMask], dict[str, np.ndarray]]:
     return configs, logits
 
 
-def prune(
-    p: Prepared, baseline: float, loss_fn: Callable | None
-) -> tuple[list[dict[str, Any]], np.ndarray | None, list[np.ndarray]]:
-    """Importance (once, on the evaluation set) and the pruning curve down to ``prune_threshold`` x baseline."""
+@dataclass
+class Pruned:
+    """The pruning curves: the importance order's entries and logits (``[n, C]`` per step), and each baseline
+    order's (``random0``, ..., ``iterative``) at the same steps."""
+
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    logits: list[np.ndarray] = field(default_factory=list)
+    importance: np.ndarray | None = None
+    baselines: dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]] = field(default_factory=dict)
+
+    def all_logits(self) -> dict[str, np.ndarray]:
+        """Every step's logits by configuration id (``prune:k``, ``random{r}:k``, ``iterative:k``)."""
+        out = {f"prune:{e['pruned']}": x for e, x in zip(self.entries, self.logits)}
+        for name, (entries, logits) in self.baselines.items():
+            out.update({f"{name}:{e['pruned']}": x for e, x in zip(entries, logits)})
+        return out
+
+
+def prune(p: Prepared, baseline: float, loss_fn: Callable | None) -> Pruned:
+    """Importance (once, on the evaluation set), the pruning curve down to ``prune_threshold`` x baseline, then the
+    random and iterative orders at the same steps."""
     s = p.settings
     if not s.prune:
-        p.seconds.update(importance=0.0, pruning=0.0)
-        return [], None, []
+        p.seconds.update(importance=0.0, pruning=0.0, baselines=0.0)
+        return Pruned()
     started = time.perf_counter()
     importance = head_importance(p.model, p.data, p.regression, loss_fn)
     p.seconds["importance"] = round(time.perf_counter() - started, 3)
@@ -252,23 +270,46 @@ def prune(
             s.mode,
         )
     p.seconds["pruning"] = round(time.perf_counter() - started, 3)
-    return pruning, importance, prune_logits
+    started = time.perf_counter()
+    named = baseline_masks(p, importance, len(pruning), loss_fn)
+    with torch.inference_mode():
+        baselines = baseline_curves(
+            p.runner, p.data, p.store, p.processes, p.configs_per_batch, named, p.metric.score, s.progress, s.mode
+        )
+    p.seconds["baselines"] = round(time.perf_counter() - started, 3)
+    return Pruned(pruning, prune_logits, importance, baselines)
 
 
-def tables(
-    p: Prepared,
-    configs: list[HeadMask],
-    logits: dict[str, np.ndarray],
-    pruning: list[dict[str, Any]],
-    prune_logits: list[np.ndarray],
-):
+def baseline_masks(
+    p: Prepared, importance: np.ndarray, steps: int, loss_fn: Callable | None
+) -> dict[str, list[np.ndarray]]:
+    """The first ``steps`` masks of each random order (``random{r}``) and of the iterative order."""
+    s = p.settings
+    named: dict[str, list[np.ndarray]] = {}
+    for r, order in enumerate(random_orders(importance.size, int(s.prune_random), s.seed)):
+        named[f"random{r}"] = order_masks(order, importance.shape, s.prune_step)[:steps]
+    if s.prune_iterative and steps:
+        started = time.perf_counter()
+
+        def importance_under(mask: np.ndarray) -> np.ndarray:
+            return head_importance(p.model, p.data, p.regression, loss_fn, disabled=mask, mode=s.mode)
+
+        named["iterative"] = iterative_masks(importance, steps, s.prune_step, importance_under)
+        p.seconds["iterative_importance"] = round(time.perf_counter() - started, 3)
+    return named
+
+
+def tables(p: Prepared, configs: list[HeadMask], logits: dict[str, np.ndarray], pruned: Pruned):
     """The paired bootstrap of every configuration against the baseline, laid out as the result's tables:
-    (bootstrap, heads ``[L, H, 5]``, layers ``[L, 5]``, keep-only ``[L, H, 5]`` or None); fills the pruning rows."""
+    (bootstrap, heads ``[L, H, 5]``, layers ``[L, 5]``, keep-only ``[L, H, 5]`` or None); fills the cells of every
+    pruning curve's entries."""
     started = time.perf_counter()
     s = p.settings
     names = [c.id for c in configs if c.id != "baseline"]
+    curves = [(pruned.entries, pruned.logits)] + list(pruned.baselines.values())
+    steps = [x for _, found in curves for x in found]
     boot = p.metric.bootstrap(
-        logits["baseline"], [logits[i] for i in names] + prune_logits, s.n_resamples, s.seed, s.confidence
+        logits["baseline"], [logits[i] for i in names] + steps, s.n_resamples, s.seed, s.confidence
     )
     cells = boot.cells()
     index = {cid: i for i, cid in enumerate(names)}
@@ -278,8 +319,11 @@ def tables(
     keep = None
     if s.keep_only and H > 1:
         keep = np.stack([[cells[index[f"keep:{l}:{h}"]] for h in range(H)] for l in range(L)])
-    for j, entry in enumerate(pruning):
-        entry.update(dict(zip(FIELDS, (float(v) for v in cells[len(names) + j]))))
+    row = len(names)
+    for entries, _ in curves:
+        for entry in entries:
+            entry.update(dict(zip(FIELDS, (float(v) for v in cells[row]))))
+            row += 1
     p.seconds["bootstrap"] = round(time.perf_counter() - started, 3)
     return boot, heads, layers, keep
 
@@ -304,6 +348,10 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "prune_step": float(s.prune_step),
         "prune_threshold": float(s.prune_threshold),
         "importance": "E|dL/d gate| on the evaluation set, L2-normalised per layer, computed once",
+        "prune_random": int(s.prune_random) if s.prune else 0,
+        "prune_iterative": bool(s.prune and s.prune_iterative),
+        "random_orders": "numpy.random.default_rng([seed, r]).permutation(layers * heads)",
+        "delta": float(s.delta),
         "batch_size": int(s.batch_size),
         "configs_per_batch": int(p.configs_per_batch),
         "max_length": int(s.max_length),
@@ -313,7 +361,10 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "first_token_last_layer": p.runner.last is not None,
         "processes": p.processes.world,
         "num_configurations": num_configurations,
-        "seconds": {k: p.seconds.get(k, 0.0) for k in ("sweep", "importance", "pruning", "bootstrap")},
+        "seconds": {
+            k: p.seconds.get(k, 0.0)
+            for k in ("sweep", "importance", "pruning", "iterative_importance", "baselines", "bootstrap")
+        },
     }
 
 
@@ -353,6 +404,7 @@ def publish(p: Prepared, result: AblationResult, writer: Any) -> None:
             task_type=result.task_type,
             metrics=result.metrics,
             baseline_metrics=result.baseline_metrics,
+            curves=result.curves_summary() if result.pruning else None,
         )
     finally:
         sw.close() if owned else sw.flush()
@@ -390,9 +442,9 @@ def ablate(
     p = prepare(model, examples_or_dataset, tokenizer, compute_metrics, s)
     configs, logits = sweep(p)
     baseline_logits = logits["baseline"]
-    pruning, importance, prune_logits = prune(p, p.metric.score(baseline_logits), loss_fn)
-    logits.update(zip((f"prune:{e['pruned']}" for e in pruning), prune_logits))
-    boot, heads, layers, keep = tables(p, configs, logits, pruning, prune_logits)
+    pruned = prune(p, p.metric.score(baseline_logits), loss_fn)
+    logits.update(pruned.all_logits())
+    boot, heads, layers, keep = tables(p, configs, logits, pruned)
     baseline_metrics = p.metric.all_metrics(baseline_logits) if p.metric.all_metrics else {}
     result = AblationResult(
         task=s.task,
@@ -403,10 +455,12 @@ def ablate(
         heads=heads,
         layers=layers,
         keep_only=keep,
-        pruning=pruning,
-        importance=importance,
+        pruning=pruned.entries,
+        importance=pruned.importance,
+        pruning_random=[pruned.baselines[n][0] for n in pruned.baselines if n.startswith("random")],
+        pruning_iterative=pruned.baselines["iterative"][0] if "iterative" in pruned.baselines else [],
         baseline_metrics={k: float(v) for k, v in baseline_metrics.items()},
-        config=run_config(p, len(configs) + len(pruning)),
+        config=run_config(p, len(configs) + len(pruned.all_logits())),
         task_type=p.task.type,
         logits=logits,
     )

@@ -13,6 +13,7 @@ import torch
 from bertwatch.ablation.configs import MODES
 from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
+from bertwatch.core.removable import DEFAULT_DELTA
 from bertwatch.heads.loading import load_model
 
 #: What ``--data`` holds for each task type (docs/ablation.md "Task types" shows each format).
@@ -62,7 +63,20 @@ def _ablate_parser() -> argparse.ArgumentParser:
         "--device", default=None, help="torch device (default: cpu, or the process's device under accelerate)"
     )
     parser.add_argument("--no-keep-only", action="store_true", help="skip the keep-one-head-per-layer configurations")
-    parser.add_argument("--no-prune", action="store_true", help="skip the iterative pruning curve")
+    parser.add_argument("--no-prune", action="store_true", help="skip the pruning curves")
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=DEFAULT_DELTA,
+        help="δ of the answer 'up to N%% of heads removed with the metric within δ of the baseline', in the "
+        f"metric's units (default {DEFAULT_DELTA}: one point of accuracy)",
+    )
+    parser.add_argument(
+        "--random-orders", type=int, default=5, help="random pruning orders beside the importance order (default 5)"
+    )
+    parser.add_argument(
+        "--no-iterative", action="store_true", help="skip the iterative-importance order (one gradient pass a step)"
+    )
     parser.add_argument("--no-resume", action="store_true", help="start over even if OUT/partial.jsonl exists")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
@@ -148,6 +162,9 @@ def cli_ablate(argv: Sequence[str]) -> int:
             max_answer_length=args.max_answer_length,
             keep_only=not args.no_keep_only,
             prune=not args.no_prune,
+            delta=args.delta,
+            prune_random=args.random_orders,
+            prune_iterative=not args.no_iterative,
             resume=not args.no_resume,
             progress=not args.quiet,
         )
@@ -160,7 +177,10 @@ def cli_ablate(argv: Sequence[str]) -> int:
 
 
 def summary_lines(result, out: str) -> str:
-    """What ``bertwatch ablate`` prints: the task type and metrics by name, the baseline, the best single head."""
+    """What ``bertwatch ablate`` prints: the task type and metrics by name, the baseline, the best single head, and
+    how many heads the pruning orders can remove with the metric within δ."""
+    from bertwatch.report.pruning import answer_lines
+
     best = np.nanargmax(result.heads[..., 1])
     l, h = divmod(int(best), result.shape[1])
     label = result.metrics[0]["label"] if result.metrics else result.metric
@@ -169,5 +189,6 @@ def summary_lines(result, out: str) -> str:
         f"  mode {result.mode}, {result.num_examples} examples, baseline {label} ({result.metric}) "
         f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (layer {l}, head {h}, "
         f"p={result.heads[l, h, 4]:.3f})\n"
-        f"  -> {out}/ablation.json, ablation.csv, report.html"
+        + "".join(f"  pruning, {line}\n" for line in answer_lines(result))
+        + f"  -> {out}/ablation.json, ablation.csv, report.html"
     )

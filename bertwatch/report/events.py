@@ -66,6 +66,7 @@ _READ_KINDS = (
     md.KIND_ABLATION_HEADS,
     md.KIND_ABLATION_LAYERS,
     md.KIND_PRUNING,
+    md.KIND_PRUNING_CURVES,
     md.KIND_NAMED_VALUES,
 )
 
@@ -122,6 +123,8 @@ def _read_events(
             entry[kind] = points[-1][2]
             if kind == md.KIND_ABLATION_HEADS:
                 entry["meta"] = meta
+            if kind == md.KIND_PRUNING_CURVES:
+                entry["curves_meta"] = meta
     results = {
         mode: _ablation_result(mode, entry)
         for mode, entry in tables.items()
@@ -131,7 +134,8 @@ def _read_events(
 
 
 def _ablation_result(mode: str, entry: dict[str, Any]) -> AblationResult:
-    """One mode's ablation tables read back from the event files as an AblationResult (no intervals for pruning)."""
+    """One mode's ablation tables read back from the event files as an AblationResult: the pruning orders with their
+    intervals from ``pruning_curves`` when it was written (no p-values), else the importance curve without."""
     meta = entry["meta"]
     heads = np.asarray(entry[md.KIND_ABLATION_HEADS], dtype=np.float64)
     baseline = float(meta.get("baseline", np.nan))
@@ -151,6 +155,17 @@ def _ablation_result(mode: str, entry: dict[str, Any]) -> AblationResult:
                     "p": np.nan,
                 }
             )
+    curves: dict[str, Any] = {"pruning": pruning}
+    config: dict[str, Any] = {"source": "TensorBoard summaries"}
+    if md.KIND_PRUNING_CURVES in entry:
+        curves_meta = entry["curves_meta"]
+        total = heads.shape[0] * heads.shape[1]
+        columns = [str(c) for c in curves_meta.get("columns", [])]
+        curves = AblationResult.curves_from_table(entry[md.KIND_PRUNING_CURVES], columns, baseline, total)
+        answers = curves_meta.get("removable") or {}
+        for key in ("delta", "confidence", "greater_is_better"):
+            if answers.get(key) is not None:
+                config[key] = answers[key]
     return AblationResult(
         task=None,
         mode=mode,
@@ -159,7 +174,7 @@ def _ablation_result(mode: str, entry: dict[str, Any]) -> AblationResult:
         baseline=baseline,
         heads=heads,
         layers=np.asarray(entry[md.KIND_ABLATION_LAYERS], dtype=np.float64),
-        pruning=pruning,
-        config={"source": "TensorBoard summaries"},
+        config=config,
+        **curves,
         **_about(meta),
     )

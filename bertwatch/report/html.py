@@ -21,6 +21,7 @@ import numpy as np
 from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.report.figures import grid_heatmap, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
+from bertwatch.report.pruning import answer_lines, curves_figure
 from bertwatch.report.result import FIELDS, AblationResult, atomic_write
 
 
@@ -90,29 +91,6 @@ def _layer_bars(result: AblationResult) -> str:
     ax.set_ylabel(f"Δ {result.metric}")
     ax.set_title(f"whole layers ({result.mode}), 95% bootstrap intervals")
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
-
-
-def _pruning_figure(result: AblationResult) -> str:
-    plt = _pyplot()
-    curve = result.pruning_curve()
-    fig, ax = plt.subplots(figsize=(5.0, 3.2))
-    lows = [result.baseline] + [p.get("ci_low", np.nan) + result.baseline for p in result.pruning]
-    highs = [result.baseline] + [p.get("ci_high", np.nan) + result.baseline for p in result.pruning]
-    ax.fill_between(100 * curve[:, 0], lows, highs, color="#9ecae1", alpha=0.5, label="95% interval")
-    ax.plot(100 * curve[:, 0], curve[:, 1], marker="o", ms=3, color="#08519c", label=result.metric)
-    ax.axhline(
-        0.9 * result.baseline if result.baseline >= 0 else 1.1 * result.baseline,
-        color="#d7191c",
-        ls="--",
-        lw=1,
-        label="90% of baseline",
-    )
-    ax.set_xlabel("heads pruned (%), least important first")
-    ax.set_ylabel(result.metric)
-    ax.set_title(f"iterative pruning ({result.mode})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     return _png(fig)
 
 
@@ -279,28 +257,55 @@ def _keep_best_section(result: AblationResult) -> str:
     return "\n".join(parts)
 
 
+def _interval(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "—"
+    return f"{_fmt(entry.get('delta'))} [{_fmt(entry.get('ci_low'))}, {_fmt(entry.get('ci_high'))}]"
+
+
 def _pruning_section(result: AblationResult) -> str:
-    """The iterative pruning curve and its table ('' when not swept)."""
-    parts = []
-    if result.pruning:
-        parts.append("<h3>Iterative pruning curve</h3>")
-        parts.append(_img(_pruning_figure(result), "pruning curve"))
-        parts.append(
-            _table(
-                ["heads pruned", "fraction", result.metric, "Δ", "95% interval", "p"],
-                [
-                    [
-                        p["pruned"],
-                        _fmt(p["fraction"], 3),
-                        _fmt(p["value"]),
-                        _fmt(p["delta"]),
-                        f"[{_fmt(p['ci_low'])}, {_fmt(p['ci_high'])}]",
-                        _fmt(p["p"], 3),
-                    ]
-                    for p in result.pruning
-                ],
-            )
+    """The "N% at δ" answers, the pruning orders' figure and their table ('' when not swept)."""
+    if not result.pruning:
+        return ""
+    found = result.removable()
+    parts = [
+        "<h3>Pruning: how many heads can go?</h3>",
+        "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in answer_lines(result)) + "</ul>",
+        f'<p class="note">A step holds when the {found["confidence"]:.0%} paired-bootstrap interval of Δ against '
+        f"the unpruned model stays within δ = {found['delta']:g} on the harmful side; the answer is the largest "
+        "share of heads pruned at a step that holds with every earlier step (docs/ablation.md). Heads go in order "
+        "of importance computed once, in the iterative order (importance recomputed after each step), and in "
+        "random orders, at the same steps.</p>",
+        _img(_b64(curves_figure(result)), "pruning curves"),
+    ]
+    iterative = result.pruning_iterative
+    table = result.curves_table()
+    rows = []
+    for j, p in enumerate(result.pruning):
+        random = "—"
+        if result.pruning_random and np.isfinite(table[j + 1, 7]):
+            random = f"{_fmt(table[j + 1, 7])} ({_fmt(table[j + 1, 8])} … {_fmt(table[j + 1, 9])})"
+        rows.append(
+            [
+                p["pruned"],
+                _fmt(p["fraction"], 3),
+                _fmt(p["value"]),
+                _interval(p),
+                _fmt(p["p"], 3),
+                _interval(iterative[j] if j < len(iterative) else None),
+                random,
+            ]
         )
+    header = [
+        "heads pruned",
+        "fraction",
+        result.metric,
+        "Δ [95% interval]",
+        "p",
+        "iterative Δ",
+        "random mean Δ (range)",
+    ]
+    parts.append(_table(header, rows))
     return "\n".join(parts)
 
 

@@ -5,6 +5,7 @@ Torch-free: the report, the plugin and ``bertwatch report`` read it without load
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,18 +13,49 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.jsonable import finite_or_none
+from bertwatch.core.removable import DEFAULT_DELTA, Removable, removable
 from bertwatch.core.significance import ABLATION_FIELDS as FIELDS
 from bertwatch.core.task_names import describe, metric_entries
 
-__all__ = ["FIELDS", "FORMAT_VERSION", "AblationResult", "atomic_write"]
+__all__ = ["CURVE_COLUMNS", "FIELDS", "FORMAT_VERSION", "AblationResult", "atomic_write"]
 
 #: Version of ``ablation.json``. 2 added ``task_type`` and ``metrics`` (names and definitions); a version-1 file
 #: reads its task type from ``config`` and gets its metric names from :mod:`bertwatch.core.task_names`.
-FORMAT_VERSION = 2
+#: 3 added the baseline pruning orders (``pruning_random``, ``pruning_iterative``) and ``removable`` (the "N% at
+#: δ" answers); older files load with no baseline curves, their answer recomputed from ``pruning`` at the default δ.
+FORMAT_VERSION = 3
+
+#: The first columns of :meth:`AblationResult.curves_table`: the fraction pruned, then Δ and its interval for the
+#: importance order and the iterative order, and the random orders' mean Δ with the smallest and largest Δ among
+#: them (each random order's Δ and interval follow).
+CURVE_COLUMNS = (
+    "fraction",
+    "importance",
+    "importance_low",
+    "importance_high",
+    "iterative",
+    "iterative_low",
+    "iterative_high",
+    "random_mean",
+    "random_min",
+    "random_max",
+)
 
 
 def _cell(row: np.ndarray) -> dict[str, float | None]:
     return {name: finite_or_none(v) for name, v in zip(FIELDS, row)}
+
+
+def _number(value: Any) -> float:
+    return np.nan if value is None else float(value)
+
+
+def _entry_json(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: (finite_or_none(v) if k in FIELDS or k == "fraction" else v) for k, v in entry.items()}
+
+
+def _entry_read(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: (np.nan if v is None and k in FIELDS else v) for k, v in entry.items()}
 
 
 def _uncell(cell: dict[str, Any]) -> list[float]:
@@ -50,6 +82,10 @@ class AblationResult:
     task_type: str | None = None
     #: ``[{"name", "label", "description"}]``: the compared metric first, then the other baseline metrics.
     metrics: list[dict[str, str]] = field(default_factory=list)
+    #: the same steps as ``pruning`` in ``prune_random`` random orders (one list of entries per order)
+    pruning_random: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: the same steps in Michel's iterative order (importance re-estimated after each step)
+    pruning_iterative: list[dict[str, Any]] = field(default_factory=list)
     #: logits ``[n, C]`` per configuration id (``baseline``, ``head:l:h``, ``layer:l``, ``keep:l:h``, ``prune:k``);
     #: in memory only, not written to the JSON
     logits: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -87,6 +123,134 @@ class AblationResult:
         points = [(0.0, self.baseline)] + [(p["fraction"], p["value"]) for p in self.pruning]
         return np.array([[f, np.nan if v is None else v] for f, v in points], dtype=np.float32)
 
+    @property
+    def delta(self) -> float:
+        """δ of the "N% at δ" answer: the sweep's setting, or :data:`DEFAULT_DELTA` for files written before it."""
+        value = self.config.get("delta")
+        return DEFAULT_DELTA if value is None else float(value)
+
+    def removable(self, delta: float | None = None) -> dict[str, Any]:
+        """The answer "up to N% of heads removed with the metric within δ of the baseline" on every curve
+        (:func:`bertwatch.core.removable.removable`): ``{"delta", "confidence", "importance", "iterative",
+        "random"}``, each a :class:`Removable` (None without that curve), ``random`` a list, one per order."""
+        delta = self.delta if delta is None else float(delta)
+        greater = bool(self.config.get("greater_is_better", True))
+
+        def answer(entries: list[dict[str, Any]]) -> Removable | None:
+            if not entries:
+                return None
+            return removable(
+                [e["fraction"] for e in entries],
+                [e["pruned"] for e in entries],
+                [_number(e.get("ci_low")) for e in entries],
+                [_number(e.get("ci_high")) for e in entries],
+                delta,
+                greater,
+            )
+
+        return {
+            "delta": delta,
+            "confidence": float(self.config.get("confidence", 0.95)),
+            "importance": answer(self.pruning),
+            "iterative": answer(self.pruning_iterative),
+            "random": [answer(order) for order in self.pruning_random],
+        }
+
+    def removable_json(self, delta: float | None = None) -> dict[str, Any]:
+        """:meth:`removable` as JSON, with the random orders' median fraction (``random_median``, null without)."""
+        found = self.removable(delta)
+        randoms = [r.to_json() for r in found["random"]]
+        return {
+            "delta": found["delta"],
+            "confidence": found["confidence"],
+            "greater_is_better": bool(self.config.get("greater_is_better", True)),
+            "importance": found["importance"].to_json() if found["importance"] else None,
+            "iterative": found["iterative"].to_json() if found["iterative"] else None,
+            "random": randoms,
+            "random_median": float(np.median([r["fraction"] for r in randoms])) if randoms else None,
+        }
+
+    def curve_columns(self) -> list[str]:
+        """The columns of :meth:`curves_table`: :data:`CURVE_COLUMNS`, then ``random{r}``, ``random{r}_low``,
+        ``random{r}_high`` for each random order."""
+        extra = [f"random{r}{end}" for r in range(len(self.pruning_random)) for end in ("", "_low", "_high")]
+        return [*CURVE_COLUMNS, *extra]
+
+    def curves_table(self) -> np.ndarray:
+        """``[steps + 1, len(curve_columns())]`` float64, row 0 the unpruned model (Δ 0): Δ with its interval per
+        step of the importance and iterative orders, the random orders' mean and range of Δ, then each random
+        order's Δ with its interval (NaN where absent)."""
+        steps = len(self.pruning)
+        table = np.full((steps + 1, len(self.curve_columns())), np.nan)
+        table[0] = 0.0
+        for j, entry in enumerate(self.pruning):
+            table[j + 1, :4] = [entry["fraction"], *(_number(entry.get(k)) for k in ("delta", "ci_low", "ci_high"))]
+        for j, entry in enumerate(self.pruning_iterative[:steps]):
+            table[j + 1, 4:7] = [_number(entry.get(k)) for k in ("delta", "ci_low", "ci_high")]
+        for r, order in enumerate(self.pruning_random):
+            for j, entry in enumerate(order[:steps]):
+                table[j + 1, 10 + 3 * r : 13 + 3 * r] = [_number(entry.get(k)) for k in ("delta", "ci_low", "ci_high")]
+        if self.pruning_random:
+            deltas = table[1:, 10::3]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a step undefined in every order stays NaN
+                table[1:, 7] = np.nanmean(deltas, axis=1)
+                table[1:, 8] = np.nanmin(deltas, axis=1)
+                table[1:, 9] = np.nanmax(deltas, axis=1)
+        if not self.pruning_iterative:
+            table[0, 4:7] = np.nan
+        if not self.pruning_random:
+            table[0, 7:] = np.nan
+        return table
+
+    @classmethod
+    def curves_from_table(cls, table: np.ndarray, columns: list[str], baseline: float, total: int) -> dict[str, Any]:
+        """The inverse of :meth:`curves_table` for the TensorBoard reader: ``{"pruning", "pruning_iterative",
+        "pruning_random"}`` entries (value = baseline + Δ, no p-values, no head lists) of ``total`` heads."""
+        table = np.asarray(table, dtype=np.float64)
+        col = {name: i for i, name in enumerate(columns)}
+        fractions = table[1:, col["fraction"]]
+
+        def entries(name: str) -> list[dict[str, Any]]:
+            if name not in col or not np.isfinite(table[1:, col[name]]).any():
+                return []
+            out = []
+            for j, f in enumerate(fractions):
+                d, lo, hi = (float(table[j + 1, col[f"{name}{end}"]]) for end in ("", "_low", "_high"))
+                out.append(
+                    {
+                        "pruned": int(round(f * total)),
+                        "fraction": float(f),
+                        "value": baseline + d,
+                        "delta": d,
+                        "ci_low": lo,
+                        "ci_high": hi,
+                        "p": np.nan,
+                    }
+                )
+            return out
+
+        orders = sorted({c[len("random") :].split("_")[0] for c in columns if c[6:7].isdigit()}, key=int)
+        return {
+            "pruning": entries("importance"),
+            "pruning_iterative": entries("iterative"),
+            "pruning_random": [entries(f"random{r}") for r in orders],
+        }
+
+    def curves_summary(self) -> dict[str, Any]:
+        """What the ``pruning_curves`` TensorBoard summary holds: the table of :meth:`curves_table`, its columns,
+        δ, the confidence, the answers of :meth:`removable_json`, the number of random orders and of heads."""
+        found = self.removable_json()
+        return {
+            "table": self.curves_table().astype(np.float32),
+            "columns": self.curve_columns(),
+            "delta": found["delta"],
+            "confidence": found["confidence"],
+            "removable": found,
+            "random_orders": len(self.pruning_random),
+            "total_heads": int(self.heads.shape[0] * self.heads.shape[1]),
+        }
+
     def to_json(self) -> dict[str, Any]:
         """The ``ablation.json`` document (layers and heads counted from 0; NaN written as null)."""
         doc: dict[str, Any] = {
@@ -105,10 +269,13 @@ class AblationResult:
             doc["keep_only"] = [[_cell(c) for c in row] for row in self.keep_only]
             doc["keep_best"] = self.keep_best()
         if self.pruning:
-            doc["pruning"] = [
-                {k: (finite_or_none(v) if k in FIELDS or k == "fraction" else v) for k, v in p.items()}
-                for p in self.pruning
-            ]
+            doc["pruning"] = [_entry_json(p) for p in self.pruning]
+        if self.pruning_random:
+            doc["pruning_random"] = [[_entry_json(e) for e in order] for order in self.pruning_random]
+        if self.pruning_iterative:
+            doc["pruning_iterative"] = [_entry_json(e) for e in self.pruning_iterative]
+        if self.pruning:
+            doc["removable"] = self.removable_json()
         if self.importance is not None:
             doc["importance"] = [[finite_or_none(v) for v in row] for row in self.importance]
         doc["baseline_metrics"] = {k: finite_or_none(v) for k, v in self.baseline_metrics.items()}
@@ -137,9 +304,9 @@ class AblationResult:
             heads=heads,
             layers=layers,
             keep_only=None if keep is None else np.array([[_uncell(c) for c in row] for row in keep], dtype=np.float64),
-            pruning=[
-                {k: (np.nan if v is None and k in FIELDS else v) for k, v in p.items()} for p in doc.get("pruning", [])
-            ],
+            pruning=[_entry_read(p) for p in doc.get("pruning", [])],
+            pruning_random=[[_entry_read(p) for p in order] for order in doc.get("pruning_random", [])],
+            pruning_iterative=[_entry_read(p) for p in doc.get("pruning_iterative", [])],
             importance=None if importance is None else np.array(importance, dtype=np.float64),
             baseline_metrics={k: (np.nan if v is None else v) for k, v in doc.get("baseline_metrics", {}).items()},
             config=doc.get("config", {}),
@@ -148,7 +315,8 @@ class AblationResult:
         )
 
     def csv_rows(self) -> list[dict[str, Any]]:
-        """One row per unit: ``unit`` (baseline / head / layer / keep_only / pruning), layer, head, pruned, cells."""
+        """One row per unit: ``unit`` (baseline / head / layer / keep_only / pruning / pruning_iterative /
+        pruning_random_{r}), layer, head, pruned, cells."""
         rows: list[dict[str, Any]] = [
             {"unit": "baseline", "layer": "", "head": "", "pruned": 0, **_cell([self.baseline, 0.0, 0.0, 0.0, 1.0])}
         ]
@@ -170,16 +338,19 @@ class AblationResult:
                             **_cell(self.keep_only[l, h]),
                         }
                     )
-        for p in self.pruning:
-            rows.append(
-                {
-                    "unit": "pruning",
-                    "layer": "",
-                    "head": "",
-                    "pruned": p["pruned"],
-                    **{k: finite_or_none(p.get(k)) for k in FIELDS},
-                }
-            )
+        curves = [("pruning", self.pruning), ("pruning_iterative", self.pruning_iterative)]
+        curves += [(f"pruning_random_{r}", order) for r, order in enumerate(self.pruning_random)]
+        for unit, entries in curves:
+            for p in entries:
+                rows.append(
+                    {
+                        "unit": unit,
+                        "layer": "",
+                        "head": "",
+                        "pruned": p["pruned"],
+                        **{k: finite_or_none(p.get(k)) for k in FIELDS},
+                    }
+                )
         return rows
 
 

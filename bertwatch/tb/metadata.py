@@ -13,6 +13,7 @@ tag                                    data class      content ``kind``
 ``bertwatch/ablation/{mode}/heads``    TENSOR          ``ablation_heads``  float32 ``[layers, heads, 5]``
 ``bertwatch/ablation/{mode}/layers``   TENSOR          ``ablation_layers`` float32 ``[layers, 5]``
 ``bertwatch/ablation/{mode}/pruning``  TENSOR          ``pruning_curve``   float32 ``[k, 2]``
+``.../{mode}/pruning_curves``          TENSOR          ``pruning_curves``  float32 ``[k, columns]``, see below
 ``bertwatch/clustering/{name}``        TENSOR          ``head_embedding``  float32 ``[layers*heads, 2]``
 ``bertwatch/series/{name}``            TENSOR          ``named_values``    float32 ``[k]``, names in content
 ``bertwatch_layers/{stat}/layer_{l}``  scalar          (scalars plugin)
@@ -58,6 +59,9 @@ KIND_ATTENTION = "attention_map"
 KIND_ABLATION_HEADS = "ablation_heads"
 KIND_ABLATION_LAYERS = "ablation_layers"
 KIND_PRUNING = "pruning_curve"
+#: Δ with intervals of the importance, iterative and random pruning orders; the columns and the "N% at δ"
+#: answers are in the content (``columns``, ``delta``, ``confidence``, ``removable``, ``random_orders``).
+KIND_PRUNING_CURVES = "pruning_curves"
 KIND_EMBEDDING = "head_embedding"
 KIND_NAMED_VALUES = "named_values"
 
@@ -66,6 +70,7 @@ TENSOR_KINDS = (
     KIND_ABLATION_HEADS,
     KIND_ABLATION_LAYERS,
     KIND_PRUNING,
+    KIND_PRUNING_CURVES,
     KIND_EMBEDDING,
     KIND_NAMED_VALUES,
 )

@@ -20,7 +20,7 @@ from bertwatch.core.task_names import describe, metric_entries, metric_label, ta
 from bertwatch.tb import metadata as md
 from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
 
-__all__ = ["Queries", "ablation_about", "label_rules"]
+__all__ = ["Queries", "ablation_about", "label_rules", "pruning_curves"]
 
 DOWNSAMPLE = 1_000_000_000  # "everything the loader kept"; the real limit is --samples_per_plugin
 MAX_JSON_VALUES = 2_000_000  # cap on the numbers one response may carry
@@ -370,6 +370,10 @@ class Queries:
         if md.ablation_tag(mode, "pruning") in listing.get(run, {}):
             _, curve, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning"), md.KIND_PRUNING)
             pruning = f32_list(curve)
+        curves = None
+        if md.ablation_tag(mode, "pruning_curves") in listing.get(run, {}):
+            cs, table, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning_curves"), md.KIND_PRUNING_CURVES)
+            curves = pruning_curves(cs.content, table)
         content = hs.content
         fields = content.get("fields", list(md.ABLATION_FIELDS))
         about = ablation_about(content)
@@ -388,6 +392,7 @@ class Queries:
             "headsQ": q_values(heads, fields),
             "layersQ": q_values(layers_table, fields),
             "pruning": pruning,
+            "curves": curves,
         }
 
     def embedding(self, ctx, eid, run, tag, step=None) -> dict:
@@ -411,6 +416,21 @@ class Queries:
             "coords": f32_list(coords),
             "previous": f32_list(series.values[i - 1]) if i > 0 else None,
         }
+
+
+def pruning_curves(content: dict, table) -> dict:
+    """The pruning curves of a ``pruning_curves`` summary for the view: ``columns``, ``rows`` ``[k][columns]``
+    (Δ per step, null where absent), ``delta``, ``confidence``, ``removable`` (the "N% at δ" answers),
+    ``randomOrders``, ``totalHeads``."""
+    return {
+        "columns": list(content.get("columns", [])),
+        "rows": f32_list(table),
+        "delta": content.get("delta"),
+        "confidence": content.get("confidence"),
+        "removable": content.get("removable"),
+        "randomOrders": content.get("random_orders", 0),
+        "totalHeads": content.get("total_heads"),
+    }
 
 
 def ablation_about(content: dict) -> dict:

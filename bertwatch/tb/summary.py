@@ -24,6 +24,7 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
 
+from bertwatch.core.jsonable import jsonable
 from bertwatch.core.task_names import metric_entries
 from bertwatch.tb import metadata as md
 
@@ -191,6 +192,7 @@ def ablation_summaries(
     task_type: str | None = None,
     metrics: Sequence[Mapping[str, Any]] | None = None,
     baseline_metrics: Mapping[str, float] | None = None,
+    curves: Mapping[str, Any] | None = None,
 ) -> summary_pb2.Summary:
     """``bertwatch/ablation/{mode}/heads`` ``[L, H, 5]``, ``.../layers`` ``[L, 5]`` and optional ``.../pruning``.
 
@@ -199,6 +201,9 @@ def ablation_summaries(
     ``pruning`` is ``[k, 2]``: (fraction of heads pruned, metric). ``task_type``, ``metrics`` (``{"name", "label",
     "description"}``, the compared one first; labels default to :mod:`bertwatch.core.task_names`) and the
     ``baseline_metrics`` values go into the tables' content, so the plugin can say what was measured.
+    ``curves`` (optional): ``{"table": [k, len(columns)], "columns", "delta", "confidence", "removable",
+    "random_orders", "total_heads"}`` as :meth:`bertwatch.report.result.AblationResult.curves_table` and
+    ``removable_json`` give them, written to ``.../pruning_curves``.
     """
     _check_name(mode, "mode")
     if not isinstance(metric, str) or not metric:
@@ -251,7 +256,27 @@ def ablation_summaries(
             ),
             pruning_a,
         )
+    if curves is not None:
+        _curves_value(summary, mode, metric, curves)
     return summary
+
+
+def _curves_value(summary: summary_pb2.Summary, mode: str, metric: str, curves: Mapping[str, Any]) -> None:
+    """``bertwatch/ablation/{mode}/pruning_curves``: the table of Δ per step, the rest in the content."""
+    table = _to_numpy(curves["table"])
+    columns = [str(c) for c in curves["columns"]]
+    if table.ndim != 2 or table.shape[1] != len(columns) or table.shape[0] == 0:
+        raise ValueError(f"the pruning curves table must be [k, {len(columns)}], got shape {table.shape}")
+    content = {k: v for k, v in curves.items() if k != "table"}
+    metadata = md.create_summary_metadata(
+        md.KIND_PRUNING_CURVES,
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+        description=f"Change of {metric} as heads are pruned: importance, iterative and random orders ({mode}).",
+        mode=mode,
+        metric=metric,
+        **jsonable(content),
+    )
+    _tensor_value(summary, md.ablation_tag(mode, "pruning_curves"), metadata, table)
 
 
 def embedding_summary(name: str, coords: Any, layers: int, heads: int) -> summary_pb2.Summary:

@@ -73,16 +73,35 @@ function nearestIndex(xs, x) {
   return Math.abs(xs[lo] - x) <= Math.abs(xs[hi] - x) ? lo : hi;
 }
 
+// A filled band between lo and hi over the runs of xs where all three are finite.
+function bandPath(xs, lo, hi, X, Y) {
+  let d = '';
+  let run = [];
+  const flush = () => {
+    if (run.length > 1) {
+      d += run.map((i, k) => `${k ? 'L' : 'M'}${X(xs[i]).toFixed(1)} ${Y(hi[i]).toFixed(1)}`).join('');
+      d += run.slice().reverse().map((i) => `L${X(xs[i]).toFixed(1)} ${Y(lo[i]).toFixed(1)}`).join('') + 'Z';
+    }
+    run = [];
+  };
+  for (let i = 0; i < xs.length; i++) {
+    if (Number.isFinite(xs[i]) && Number.isFinite(lo[i]) && Number.isFinite(hi[i])) run.push(i); else flush();
+  }
+  flush();
+  return d;
+}
+
 /**
- * Lines over a shared x (steps). series: [{name, color, xs, ys, dashed}]; marker: an x to highlight
- * (move it later with the returned element's setMarker(x), without redrawing); hline: {y, label};
- * onPick(x) when clicked.
+ * Lines over a shared x (steps). series: [{name, color, xs, ys, dashed}]; bands: [{name, color, xs, lo, hi, id}]
+ * filled behind the lines (intervals, ranges); marker: an x to highlight (move it later with the returned
+ * element's setMarker(x), without redrawing); hline: {y, label, cls, id}, and more in hlines; onPick(x) when clicked.
  */
-export function lineChart({series, width = 520, height = 240, xLabel = 'step', yLabel = '', marker, hline, xFormat = fmtStep, yFormat = (v) => fmt(v, 3), legend = series.length > 1, onPick, id}) {
+export function lineChart({series, bands = [], width = 520, height = 240, xLabel = 'step', yLabel = '', marker, hline, hlines = [], xFormat = fmtStep, yFormat = (v) => fmt(v, 3), legend = series.length > 1, onPick, id}) {
   const W = width;
   const H = height;
+  const rules = (hline ? [hline] : []).concat(hlines);
   const [x0, x1] = extent(series.map((sr) => sr.xs));
-  const [yl, yh] = extent(series.map((sr) => sr.ys), hline ? [hline.y] : []);
+  const [yl, yh] = extent(series.map((sr) => sr.ys).concat(bands.flatMap((b) => [b.lo, b.hi])), rules.map((r) => r.y));
   const pad = (yh - yl) * 0.06;
   const y0 = yl - pad;
   const y1 = yh + pad;
@@ -90,9 +109,13 @@ export function lineChart({series, width = 520, height = 240, xLabel = 'step', y
   const Y = (v) => H - M.b - ((v - y0) / (y1 - y0 || 1)) * (H - M.t - M.b);
   const svg = s('svg', {class: 'chart line-chart', width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: id || null});
   axes(svg, W, H, X, Y, niceTicks(x0, x1, Math.max(2, Math.floor(W / 110))), niceTicks(y0, y1, 4), xFormat, yFormat, xLabel, yLabel);
-  if (hline && Number.isFinite(hline.y)) {
-    svg.append(s('line', {class: 'hline', x1: M.l, x2: W - M.r, y1: Y(hline.y), y2: Y(hline.y)}));
-    if (hline.label) svg.append(s('text', {class: 'hline-label', x: W - M.r - 4, y: Y(hline.y) - 5, 'text-anchor': 'end'}, hline.label));
+  for (const b of bands) {
+    svg.append(s('path', {class: 'band', id: b.id || null, d: bandPath(b.xs, b.lo, b.hi, X, Y), fill: b.color, 'fill-opacity': b.opacity || 0.25, stroke: 'none'}));
+  }
+  for (const rule of rules) {
+    if (!Number.isFinite(rule.y)) continue;
+    svg.append(s('line', {class: 'hline' + (rule.cls ? ` ${rule.cls}` : ''), id: rule.id || null, x1: M.l, x2: W - M.r, y1: Y(rule.y), y2: Y(rule.y)}));
+    if (rule.label) svg.append(s('text', {class: 'hline-label', x: W - M.r - 4, y: Y(rule.y) - 5, 'text-anchor': 'end'}, rule.label));
   }
   const markerLine = s('line', {class: 'marker', x1: 0, x2: 0, y1: M.t, y2: H - M.b, visibility: 'hidden'});
   const setMarker = (x) => {
@@ -139,7 +162,9 @@ export function lineChart({series, width = 520, height = 240, xLabel = 'step', y
     overlay.addEventListener('click', (e) => { const xv = locate(e); if (xv !== null) onPick(xv); });
   }
   if (!legend) return Object.assign(svg, {setMarker});
-  const leg = h('div', {class: 'chart-legend'}, ...series.map((sr) => h('span', {class: 'item'}, h('span', {class: 'swatch line', style: {background: sr.color}}), sr.name)));
+  const leg = h('div', {class: 'chart-legend'},
+    ...series.map((sr) => h('span', {class: 'item'}, h('span', {class: 'swatch line', style: {background: sr.color}}), sr.name)),
+    ...bands.filter((b) => b.name).map((b) => h('span', {class: 'item'}, h('span', {class: 'swatch', style: {background: b.color, opacity: 0.5}}), b.name)));
   return Object.assign(h('div', {class: 'chart-wrap'}, svg, leg), {setMarker});
 }
 

@@ -1,7 +1,8 @@
 // Ablation: the change of the task metric when each head / layer is disabled, with paired-bootstrap
 // intervals. A dot marks the cells whose Benjamini-Hochberg q-value (corrected over all heads, or all layers)
 // is below 0.05, or, as an option, those whose uncorrected 95% interval excludes 0; the view says which.
-// Plus the importance-ordered pruning curve if logged.
+// Plus the pruning curves if logged: Δ of the importance order with its interval, beside the iterative order and
+// the random orders (mean and range), and the answer "up to N% of heads removed within δ of the baseline".
 
 import {h, clear, card, emptyState, field, fmt, fmtSigned, headName, setOptions} from './dom.js';
 import {getJSON, nums, rawText, tagsOfKind} from './api.js';
@@ -32,6 +33,69 @@ function aboutLines(data) {
   const others = metrics.slice(1).map((m) => `${m.label} ${m.baseline === null || m.baseline === undefined ? '—' : fmt(Number(m.baseline), 4)}`);
   if (others.length) lines.push(h('div', {class: 'about-note', id: 'ablation-other-metrics'}, `Also at baseline: ${others.join(' · ')}`));
   return lines;
+}
+
+const pct = (f) => `${Math.round(100 * f)}%`;
+
+// The answer of one order in words, as bertwatch.core.removable.removable_text writes it.
+function answerText(a, total, metric, delta, level) {
+  const within = `with ${metric} within ${fmt(delta, 4)} of the baseline (${level} interval)`;
+  if (!a || a.step < 0) return `no pruning step keeps ${metric} within ${fmt(delta, 4)} of the baseline (${level} interval)`;
+  const more = a.censored ? ' or more (every step tried held)' : '';
+  return `up to ${pct(a.fraction)}${more} of heads (${a.pruned} of ${total}) removed ${within}`;
+}
+
+// The answers of every order: [main line, notes...].
+function answerLines(curves, metric) {
+  const r = curves.removable || {};
+  const level = pct(Number(curves.confidence || r.confidence || 0.95));
+  const total = curves.totalHeads;
+  const delta = Number(curves.delta);
+  const lines = [`Importance order: ${answerText(r.importance, total, metric, delta, level)}`];
+  if (r.iterative) lines.push(`Iterative importance: ${answerText(r.iterative, total, metric, delta, level)}`);
+  const randoms = Array.isArray(r.random) ? r.random.map((a) => a.fraction) : [];
+  if (randoms.length) {
+    lines.push(`Random orders (${randoms.length}): median ${pct(r.random_median)} of heads, range ${pct(Math.min(...randoms))}–${pct(Math.max(...randoms))}`);
+  }
+  return lines;
+}
+
+// Δ against the unpruned model per step: series, bands and rules for lineChart from the curves table.
+function curveChart(curves, metric, width) {
+  const cols = Object.fromEntries(curves.columns.map((c, i) => [c, i]));
+  const rows = nums(curves.rows);
+  const col = (name) => rows.map((r) => r[cols[name]]);
+  const xs = col('fraction').map((f) => f * 100);
+  const has = (name) => col(name).slice(1).some(Number.isFinite);
+  const series = [];
+  const bands = [];
+  if (has('random_mean')) {
+    bands.push({id: 'pruning-random-band', name: `random orders (${curves.randomOrders}): range`, color: '#9e9e9e', xs, lo: col('random_min'), hi: col('random_max')});
+    series.push({name: 'random orders: mean', color: '#616161', dashed: true, xs, ys: col('random_mean')});
+  }
+  if (has('iterative')) {
+    bands.push({id: 'pruning-iterative-band', color: '#ef6c00', opacity: 0.15, xs, lo: col('iterative_low'), hi: col('iterative_high')});
+    series.push({name: 'iterative importance', color: '#ef6c00', xs, ys: col('iterative')});
+  }
+  bands.push({id: 'pruning-importance-band', name: '95% interval', color: '#6a1b9a', opacity: 0.2, xs, lo: col('importance_low'), hi: col('importance_high')});
+  series.push({name: 'importance (one-shot)', color: '#6a1b9a', xs, ys: col('importance')});
+  const r = curves.removable || {};
+  const greater = r.greater_is_better !== false;
+  const delta = Number(curves.delta);
+  const answer = r.importance && r.importance.step >= 0 ? r.importance.fraction * 100 : null;
+  return lineChart({
+    width,
+    id: 'pruning-chart',
+    series: series.reverse(),
+    bands,
+    xLabel: 'heads pruned (%)',
+    xFormat: (v) => `${fmt(v, 3)}%`,
+    yLabel: `Δ ${metric}`,
+    yFormat: (v) => fmtSigned(v, 2),
+    hlines: [{y: 0, cls: 'zero'}, {y: greater ? -delta : delta, cls: 'delta', id: 'pruning-delta-line', label: `${greater ? '−' : '+'}δ = ${fmt(delta, 4)}`}],
+    marker: answer,
+    legend: true,
+  });
 }
 
 export class AblationView {
@@ -159,8 +223,17 @@ export class AblationView {
     clear(lc.body).append(barChart({width: chartWidth(lc.body, 420), id: 'ablation-layers', items, yLabel: `Δ ${metric}`, yFormat: (v) => fmtSigned(v, 2)}));
 
     const pc = this.pruneCard;
-    pc.el.hidden = !data.pruning;
-    if (data.pruning) {
+    pc.el.hidden = !data.pruning && !data.curves;
+    if (data.curves) {
+      const lines = answerLines(data.curves, metric);
+      this.summary.append(stat(`Heads removable within δ = ${fmt(Number(data.curves.delta), 4)}`, data.curves.removable && data.curves.removable.importance ? `up to ${pct(data.curves.removable.importance.fraction)}` : '—', 'ablation-removable', lines[0]));
+      pc.title.textContent = 'Pruning: how many heads can go?';
+      pc.sub.textContent = `Δ ${metric} against the unpruned model as heads are removed; bands: 95% paired-bootstrap intervals, and the range of the random orders; dotted line: the importance order's answer`;
+      clear(pc.body).append(
+        h('div', {class: 'pruning-answer', id: 'pruning-answer'}, h('div', {class: 'answer-main'}, lines[0]), ...lines.slice(1).map((t) => h('div', {class: 'about-note'}, t))),
+        curveChart(data.curves, metric, chartWidth(pc.body)),
+      );
+    } else if (data.pruning) {
       const curve = nums(data.pruning);
       pc.sub.textContent = 'heads removed in order of importance (Michel et al. 2019)';
       clear(pc.body).append(
