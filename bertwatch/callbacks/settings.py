@@ -275,7 +275,7 @@ class WatchSettings(_ByValue):
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         for f in dataclasses.fields(self):
-            if f.default is True or f.default is False:
+            if f.type == "bool":
                 set_(self, f.name, _checked_bool(f.name, getattr(self, f.name)))
         for name, (lowest, optional) in _INT_BOUNDS.items():
             set_(self, name, _checked_int(name, getattr(self, name), lowest, optional))
