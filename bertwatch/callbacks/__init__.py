@@ -2,8 +2,8 @@
 
 ``bertwatch.watch(trainer)`` (or ``bertwatch run script.py``) is the whole integration; the single-purpose callbacks
 (``AttentionDriftCallback``, ``SpecialTokenMassCallback``, ``EntropyCallback``, ``GradientImportanceCallback``)
-can be used alone or together, and share one probe pass. ``AblationCallback`` lives in ``bertwatch.callbacks.ablation``
-and is loaded on first use. See ``docs/callbacks.md``.
+can be used alone or together, and share one probe pass; ``WatchSettings`` holds every option in one checked value.
+``AblationCallback`` lives in ``bertwatch.callbacks.ablation`` and is loaded on first use. See ``docs/callbacks.md``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.attach import watch, watching_trainers
+from bertwatch.callbacks.settings import WatchSettings
 from bertwatch.callbacks.watch import (
     AttentionDriftCallback,
     BertWatchCallback,
@@ -31,6 +32,7 @@ __all__ = [
     "GradientImportanceCallback",
     "SetupError",
     "SpecialTokenMassCallback",
+    "WatchSettings",
     "WordClassProbe",
     "watch",
     "watching_trainers",

@@ -29,6 +29,8 @@ def bertwatch_callbacks(trainer: Any) -> list[Any]:
 def watch(trainer: Any, **settings: Any) -> WatchCallback:
     """Attach bertwatch to an existing ``Trainer`` (subclasses included) and return its bertwatch callback.
 
+    ``settings`` are ``BertWatchCallback``'s keyword arguments: the fields of
+    :class:`~bertwatch.callbacks.settings.WatchSettings`, or ``settings=WatchSettings(...)`` itself.
     Adds ``BertWatchCallback(**settings)`` unless the Trainer already has a bertwatch monitor (``BertWatchCallback``
     or a single-purpose one, which is then returned, a ``BertWatchCallback`` first), and gives every bertwatch
     callback it has the Trainer. Idempotent: a second call returns the same callback. Call it before

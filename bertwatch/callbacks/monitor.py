@@ -1,6 +1,7 @@
 """The shared probe pass: one pass over the probe set per due step, whatever bertwatch callbacks asked for it.
 
-Callbacks with the same probe settings on the same model share one ``Monitor`` (a module-level registry). At each
+Callbacks with equal probe settings (``callbacks.settings.ProbeSettings``) on the same model share one ``Monitor``
+(a module-level registry keyed by the model object and the settings' value). At each
 event the first callback to arrive runs a single pass for the union of what every due callback needs; the others
 find the results cached. The pass never changes the user's training: eval mode, restored RNG and attention
 implementation (``bertwatch.heads.capture``), ``torch.no_grad`` for maps, ``torch.autograd.grad`` on gates for
@@ -15,7 +16,6 @@ import warnings
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,23 +25,20 @@ from torch import Tensor
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, crop_maps, text_examples
+from bertwatch.callbacks.settings import ALL_STATS, MAP_STATS, ProbeSettings, WatchSettings
 from bertwatch.callbacks.tracking import headline_logs, is_tracker, layer_mean_logs, send_to_trackers
 from bertwatch.callbacks.trainer_loss import GradientLoss, gradient_loss
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.patterns import pattern_shares, uniform_baselines
 from bertwatch.heads.sharding import ShardingError, check_sharding
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats
+from bertwatch.heads.stats import DRIFT_NAMES, aggregate, compute_stats
 from bertwatch.heads.unwrap import select_inputs, unwrap
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "monitor_for"]
-
-MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + DRIFT_NAMES
-ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,)
 
 
 class Subscriber(Protocol):
@@ -57,53 +54,18 @@ class Subscriber(Protocol):
     def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None: ...
 
 
-@dataclass(eq=False)
-class ProbeSettings:
-    """Everything that decides what a probe pass computes; callbacks with equal settings share a monitor."""
-
-    texts: Sequence[Any] | None = None
-    dataset: Any = None
-    tokenizer: Any = None
-    collator: Callable | None = None
-    num_examples: int = 32
-    seed: int = 0
-    batch_size: int = 16
-    max_length: int | None = DEFAULT_MAX_LENGTH
-    reference_model: Any = None
-    cache_reference: bool = True
-    logging_dir: str | os.PathLike | None = None
-    loss_fn: Callable | None = None
-    ig_steps: int = 20
-    normalize_importance: bool = False
-    compat_length: int | None = None
-
-    def key(self) -> tuple:
-        ids = tuple(
-            id(x) for x in (self.texts, self.dataset, self.tokenizer, self.collator, self.reference_model, self.loss_fn)
-        )
-        return ids + (
-            self.num_examples,
-            self.seed,
-            self.batch_size,
-            self.max_length,
-            self.cache_reference,
-            None if self.logging_dir is None else os.fspath(self.logging_dir),
-            self.ig_steps,
-            self.normalize_importance,
-            self.compat_length,
-        )
+_MONITORS: weakref.WeakKeyDictionary[torch.nn.Module, dict[ProbeSettings, Monitor]] = weakref.WeakKeyDictionary()
 
 
-_MONITORS: dict[tuple, Monitor] = {}
-
-
-def monitor_for(model: torch.nn.Module, settings: ProbeSettings) -> Monitor:
-    """The monitor shared by every callback with these settings on this model."""
-    key = (id(model), settings.key())
-    monitor = _MONITORS.get(key)
-    if monitor is None or monitor.model is not model:
-        monitor = Monitor(model, settings)
-        _MONITORS[key] = monitor
+def monitor_for(model: torch.nn.Module, settings: ProbeSettings | WatchSettings) -> Monitor:
+    """The monitor shared by every callback with equal probe settings (``ProbeSettings`` equality: plain data by
+    value, objects by identity) on this very model object."""
+    probe = settings.probe() if isinstance(settings, WatchSettings) else settings
+    monitors = _MONITORS.setdefault(model, {})
+    monitor = monitors.get(probe)
+    if monitor is None:
+        monitor = Monitor(model, probe)
+        monitors[probe] = monitor
     return monitor
 
 
@@ -375,8 +337,9 @@ class Monitor:
             self.close()
             self._reference = None
             if not self.failed:  # a failed monitor stays registered, so callbacks still to attach see it failed
-                for key in [k for k, m in _MONITORS.items() if m is self]:
-                    del _MONITORS[key]
+                monitors = _MONITORS.get(self.model, {})
+                for key in [k for k, m in monitors.items() if m is self]:
+                    del monitors[key]
 
     def close(self) -> None:
         if self.writer is not None:

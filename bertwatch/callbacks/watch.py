@@ -7,9 +7,8 @@ misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train
 
 from __future__ import annotations
 
-import os
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -18,11 +17,11 @@ from transformers import TrainerCallback
 from bertwatch.callbacks._context import TrainerContext, TrainerLink
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
 from bertwatch.callbacks.analyses import ClusterTrack, consumers_for
-from bertwatch.callbacks.monitor import ALL_STATS, Monitor, ProbeSettings, monitor_for
+from bertwatch.callbacks.monitor import Monitor, monitor_for
+from bertwatch.callbacks.settings import WatchSettings, check_options
 from bertwatch.callbacks.tracking import reported_trackers
-from bertwatch.callbacks.word_classes import WordClassProbe, prepare_word_classes, word_class_option
+from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
@@ -39,16 +38,7 @@ __all__ = [
 
 SPECIAL_TOKEN_STATS = ("cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva")
 ENTROPY_STATS = ("entropy", "cls_entropy")
-
-
-def _check_stats(stats: Iterable[str]) -> tuple[str, ...]:
-    stats = tuple(stats)
-    unknown = [s for s in stats if s not in ALL_STATS]
-    if unknown:
-        raise ValueError(f"unknown bertwatch statistic(s) {unknown}; choose from {', '.join(ALL_STATS)}")
-    if not stats:
-        raise ValueError("stats must name at least one statistic")
-    return stats
+COMMON_OPTIONS: tuple[str, ...] = WatchSettings.names()[: WatchSettings.names().index("strict") + 1]
 
 
 class WatchCallback(TrainerCallback):
@@ -63,59 +53,34 @@ class WatchCallback(TrainerCallback):
 
     default_stats: tuple[str, ...] = ()
 
+    options: tuple[str, ...] = COMMON_OPTIONS  # the keyword options this callback takes (WatchSettings fields)
+
     def __init__(
-        self,
-        stats: Sequence[str] | None = None,
-        *,
-        every_n_steps: int = 50,
-        on_evaluate: bool = True,
-        at_start: bool = True,
-        at_end: bool = True,
-        probe_texts: Sequence[Any] | None = None,
-        probe_dataset: Any = None,
-        num_probe_examples: int = 32,
-        probe_seed: int = 0,
-        probe_batch_size: int = 16,
-        probe_max_length: int | None = DEFAULT_MAX_LENGTH,
-        tokenizer: Any = None,
-        data_collator: Callable | None = None,
-        reference_model: Any = None,
-        cache_reference: bool = True,
-        logging_dir: str | os.PathLike | None = None,
-        loss_fn: Callable | None = None,
-        log_to_trackers: bool = True,
-        strict: bool = False,
-        _settings: Mapping[str, Any] | None = None,
+        self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any
     ) -> None:
-        self.requested = None if stats is None else _check_stats(stats)
+        """``stats``, then ``settings`` (a :class:`~bertwatch.callbacks.settings.WatchSettings`; the defaults when
+        None) with ``options`` (its fields by name) replacing its values. An unknown option is a ``TypeError`` that
+        lists this callback's options."""
+        if stats is not None:
+            options["stats"] = stats
+        check_options(options, self.options, type(self).__name__)
+        base = WatchSettings() if settings is None else settings
+        if not isinstance(base, WatchSettings):
+            raise TypeError(f"settings must be a WatchSettings, not {type(base).__name__}")
+        s = base.replace(**options)
+        self.settings = s
+        requested = s.stats
+        if requested is None and s.integrated_gradients and "integrated_gradients" in self.options:
+            requested = self.default_stats + (IG_NAME,)
+        self.requested = None if requested is None else tuple(requested)
         self.stat_names = frozenset(self.requested or self.default_stats)
-        if probe_max_length is not None and int(probe_max_length) < 2:
-            raise ValueError(
-                f"probe_max_length must be at least 2 (or None: the model's maximum), got {probe_max_length}"
-            )
-        if every_n_steps < 0:
-            raise ValueError(f"every_n_steps must be >= 0 (0 = only at start, evaluation and end), got {every_n_steps}")
-        self.every_n_steps = int(every_n_steps)
-        self.measure_on_evaluate = bool(on_evaluate)
-        self.at_start = bool(at_start)
-        self.at_end = bool(at_end)
-        self.strict = bool(strict)
-        self.log_to_trackers = bool(log_to_trackers)
-        self.settings = ProbeSettings(
-            texts=probe_texts,
-            dataset=probe_dataset,
-            tokenizer=tokenizer,
-            collator=data_collator,
-            num_examples=int(num_probe_examples),
-            seed=int(probe_seed),
-            batch_size=int(probe_batch_size),
-            max_length=None if probe_max_length is None else int(probe_max_length),
-            reference_model=reference_model,
-            cache_reference=bool(cache_reference),
-            logging_dir=logging_dir,
-            loss_fn=loss_fn,
-            **dict(_settings or {}),
-        )
+        self.every_n_steps = s.every_n_steps
+        self.measure_on_evaluate = s.on_evaluate
+        self.at_start = s.at_start
+        self.at_end = s.at_end
+        self.strict = s.strict
+        self.log_to_trackers = s.log_to_trackers
+        self.probe_settings = s.probe()
         self.disabled = False
         self.monitor: Monitor | None = None
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
@@ -224,7 +189,7 @@ class WatchCallback(TrainerCallback):
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
         self.history = []
         self.stat_names = frozenset(self.requested or self.default_stats)
-        self.monitor = monitor_for(model, self.settings)
+        self.monitor = monitor_for(model, self.probe_settings)
         context = self._link.context(kwargs)
         self.monitor.attach(self, args, state, kwargs, context)
         if self.monitor.failed:
@@ -285,9 +250,7 @@ class AttentionDriftCallback(WatchCallback):
     """
 
     default_stats = DRIFT_NAMES
-
-    def __init__(self, stats: Sequence[str] | None = None, *, compat_length: int | None = None, **kwargs: Any):
-        super().__init__(stats, _settings={"compat_length": compat_length}, **kwargs)
+    options = COMMON_OPTIONS + ("compat_length",)
 
 
 class SpecialTokenMassCallback(WatchCallback):
@@ -309,21 +272,20 @@ class GradientImportanceCallback(WatchCallback):
     """
 
     default_stats = GRADIENT_NAMES
+    options = COMMON_OPTIONS + ("integrated_gradients", "ig_steps", "normalize_importance")
 
     def __init__(
         self,
         stats: Sequence[str] | None = None,
         *,
-        integrated_gradients: bool = False,
-        ig_steps: int = 20,
-        normalize_by_layer: bool = False,
-        **kwargs: Any,
+        normalize_by_layer: bool | None = None,
+        settings: WatchSettings | None = None,
+        **options: Any,
     ):
-        if stats is None and integrated_gradients:
-            stats = GRADIENT_NAMES + (IG_NAME,)
-        super().__init__(
-            stats, _settings={"ig_steps": int(ig_steps), "normalize_importance": bool(normalize_by_layer)}, **kwargs
-        )
+        """``normalize_by_layer`` is this callback's name of the ``normalize_importance`` option."""
+        if normalize_by_layer is not None:
+            options["normalize_importance"] = normalize_by_layer
+        super().__init__(stats, settings=settings, **options)
 
 
 class BertWatchCallback(WatchCallback):
@@ -346,53 +308,28 @@ class BertWatchCallback(WatchCallback):
     """
 
     default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
+    options = WatchSettings.names()
 
     def __init__(
-        self,
-        stats: Sequence[str] | None = None,
-        *,
-        num_maps: int = 4,
-        maps_every_n_steps: int | None = None,
-        integrated_gradients: bool = False,
-        ig_steps: int = 20,
-        normalize_importance: bool = False,
-        compat_length: int | None = None,
-        ablate_on_end: bool = False,
-        ablation_mode: str = "uniform",
-        ablation_kwargs: Mapping[str, Any] | None = None,
-        word_classes: bool | str | os.PathLike | Sequence[Any] | WordClassProbe = False,
-        head_clusters: bool = False,
-        cluster_examples: int = 8,
-        **kwargs: Any,
-    ):
-        if stats is None and integrated_gradients:
-            stats = self.default_stats + (IG_NAME,)
-        super().__init__(
-            stats,
-            _settings={
-                "ig_steps": int(ig_steps),
-                "normalize_importance": bool(normalize_importance),
-                "compat_length": compat_length,
-            },
-            **kwargs,
-        )
-        if num_maps < 0:
-            raise ValueError(f"num_maps must be >= 0, got {num_maps}")
-        self.num_maps = int(num_maps)
-        self.maps_every_n_steps = 4 * self.every_n_steps if maps_every_n_steps is None else int(maps_every_n_steps)
-        self.ablate_on_end = bool(ablate_on_end)
-        self.ablation_mode = ablation_mode
-        self.ablation_kwargs = dict(ablation_kwargs or {})
+        self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any
+    ) -> None:
+        super().__init__(stats, settings=settings, **options)
+        s = self.settings
+        self.num_maps = s.num_maps
+        self.maps_every_n_steps = 4 * self.every_n_steps if s.maps_every_n_steps is None else s.maps_every_n_steps
+        self.ablate_on_end = s.ablate_on_end
+        self.ablation_mode = s.ablation_mode
+        self.ablation_kwargs = dict(s.ablation_kwargs)
         self.ablation_result: Any = None
         self.ablation: Any = None
         if self.ablate_on_end:
             from bertwatch.callbacks.ablation import AblationCallback
 
-            self.ablation = AblationCallback(modes=ablation_mode, **self.ablation_kwargs)
-        self.word_classes = word_class_option(word_classes)
+            self.ablation = AblationCallback(modes=s.ablation_mode, **self.ablation_kwargs)
+        self.word_classes = word_class_option(s.word_classes)
         self.word_class_batches: Any = None
-        self.cluster_track = ClusterTrack() if head_clusters else None
-        self.cluster_examples = int(cluster_examples)
+        self.cluster_track = ClusterTrack() if s.head_clusters else None
+        self.cluster_examples = s.cluster_examples
         self.consumed_step: int | None = None
 
     def map_consumers(self, monitor: Monitor, step: int) -> list:

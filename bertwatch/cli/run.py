@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import dataclasses
 import importlib.util
 import io
+import json
 import os
 import runpy
 import sys
@@ -21,10 +23,10 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["cli_run", "run_module", "run_script"]
+__all__ = ["cli_run", "run_module", "run_script", "run_parser", "settings_from_options"]
 
 
-def _run_parser() -> argparse.ArgumentParser:
+def run_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertwatch run",
         description="Run a training script unchanged, with bertwatch attached to every transformers Trainer it "
@@ -34,50 +36,49 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("script", nargs="?", help="the Python training script")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m MODULE does")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    parser.add_argument(
-        "--every-n-steps",
-        "--probe-every",
-        type=int,
-        default=None,
-        dest="every_n_steps",
-        help="measure every N optimiser steps (default 50; 0: only at start, evaluation and end)",
-    )
-    parser.add_argument("--stats", default=None, help="comma-separated statistics (default: all but IG)")
-    parser.add_argument("--num-probe-examples", type=int, default=None, help="probe examples (default 32)")
-    parser.add_argument(
-        "--probe-texts", default=None, help="a file with one probe text per line (a tab separates a sentence pair)"
-    )
-    parser.add_argument("--num-maps", type=int, default=None, help="probe examples whose maps are kept (default 4)")
-    parser.add_argument("--logdir", default=None, help="TensorBoard run directory (default: the Trainer's run)")
-    parser.add_argument(
-        "--ablate",
-        "--ablate-on-end",
-        action="store_true",
-        dest="ablate",
-        help="run the head/layer ablation sweep on the eval set when training ends",
-    )
-    parser.add_argument(
-        "--ablation-mode", choices=("uniform", "zero"), default=None, help="how a head is disabled (default uniform)"
-    )
-    parser.add_argument(
-        "--word-classes",
-        action="store_true",
-        help="log attention to pronouns, subjects, objects and negation from closed word lists on the probe tokens",
-    )
-    parser.add_argument(
-        "--word-classes-from",
-        default=None,
-        metavar="CONLLU",
-        help="log attention to UD word classes (nouns, verbs, subjects, objects...) of this treebank's sentences, "
-        "e.g. UD English-EWT dev",
-    )
-    parser.add_argument(
-        "--head-clusters", action="store_true", help="log the heads' JS distance map (MDS) at every probe step"
-    )
-    parser.add_argument(
-        "--no-trackers", action="store_true", help="do not send the layer means to the Trainer's report_to trackers"
-    )
+    _add_settings(parser.add_argument_group("bertwatch options (the fields of bertwatch.callbacks.WatchSettings)"))
     return parser
+
+
+def _flag_dest(name: str, index: int) -> str:
+    return f"setting__{name}__{index}"
+
+
+def _flag_arguments(flag: Any, help_text: str, default: Any) -> dict[str, Any]:
+    """argparse keywords for one ``WatchSettings`` flag (``callbacks.settings.Flag``); the help is the flag's own,
+    else the option's with its default (or "turn off: ..." for a switch that sets it to False)."""
+    if flag.help is None and flag.kind == "false":
+        help_text = f"turn off: {help_text}"
+    elif flag.help is None and flag.kind != "true" and "default" not in help_text:
+        help_text = f"{help_text} (default {'none' if default is None else default})"
+    if flag.kind in ("true", "false"):
+        return {"action": "store_true", "help": flag.help or help_text}
+    kwargs: dict[str, Any] = {"help": flag.help or help_text, "metavar": flag.metavar or flag.names[0][2:].upper()}
+    if flag.kind in ("int", "int_or_none"):
+        kwargs["type"] = int if flag.kind == "int" else _int_or_none
+        kwargs["metavar"] = flag.metavar or "N"
+    elif flag.kind == "choice":
+        kwargs.update(choices=flag.choices, metavar=None)
+    return kwargs
+
+
+def _add_settings(group: Any) -> None:
+    """One argument per flag of every ``WatchSettings`` field (the object-valued ones have none: Python only)."""
+    from bertwatch.callbacks.settings import WatchSettings
+
+    for field in dataclasses.fields(WatchSettings):
+        default = field.default if field.default is not dataclasses.MISSING else None
+        for index, flag in enumerate(field.metadata["flags"]):
+            group.add_argument(
+                *flag.names,
+                dest=_flag_dest(field.name, index),
+                default=argparse.SUPPRESS,
+                **_flag_arguments(flag, field.metadata["help"], default),
+            )
+
+
+def _int_or_none(text: str) -> int | None:
+    return None if text.strip().lower() == "none" else int(text)
 
 
 def _probe_texts(path: str) -> list[Any]:
@@ -86,33 +87,37 @@ def _probe_texts(path: str) -> list[Any]:
     return [tuple(line.split("\t", 1)) if "\t" in line else line for line in lines]
 
 
-def _settings(opts: argparse.Namespace) -> dict[str, Any]:
-    """The options given, as ``BertWatchCallback`` keyword arguments (the callback's defaults for the rest)."""
+def _flag_value(kind: str, raw: Any) -> Any:
+    """The option's value from what argparse stored for a flag of this kind."""
+    if kind == "true":
+        return True
+    if kind == "false":
+        return False
+    if kind == "names":
+        return [s.strip() for s in raw.split(",") if s.strip()]
+    if kind == "lines":
+        return _probe_texts(raw)
+    if kind == "json":
+        value = json.loads(raw)
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a JSON object, got {raw!r}")
+        return value
+    return raw
+
+
+def settings_from_options(opts: argparse.Namespace) -> dict[str, Any]:
+    """The options given, as ``BertWatchCallback`` keyword arguments (the callback's defaults for the rest); of two
+    flags of one option (``--word-classes``, ``--word-classes-from``) the later in ``WatchSettings`` wins."""
+    from bertwatch.callbacks.settings import WatchSettings
+
     settings: dict[str, Any] = {}
-    if opts.every_n_steps is not None:
-        settings["every_n_steps"] = opts.every_n_steps
-    if opts.stats:
-        settings["stats"] = [s.strip() for s in opts.stats.split(",") if s.strip()]
-    if opts.num_probe_examples is not None:
-        settings["num_probe_examples"] = opts.num_probe_examples
-    if opts.probe_texts:
-        settings["probe_texts"] = _probe_texts(opts.probe_texts)
-    if opts.num_maps is not None:
-        settings["num_maps"] = opts.num_maps
-    if opts.logdir:
-        settings["logging_dir"] = opts.logdir
-    if opts.ablate:
-        settings["ablate_on_end"] = True
-    if opts.ablation_mode:
-        settings["ablation_mode"] = opts.ablation_mode
-    if opts.no_trackers:
-        settings["log_to_trackers"] = False
-    if opts.word_classes_from:
-        settings["word_classes"] = opts.word_classes_from
-    elif opts.word_classes:
-        settings["word_classes"] = True
-    if opts.head_clusters:
-        settings["head_clusters"] = True
+    for field in dataclasses.fields(WatchSettings):
+        for index, flag in enumerate(field.metadata["flags"]):
+            dest = _flag_dest(field.name, index)
+            if hasattr(opts, dest):
+                settings[field.name] = _flag_value(flag.kind, getattr(opts, dest))
+    if settings.get("stats") == []:
+        del settings["stats"]
     return settings
 
 
@@ -231,12 +236,12 @@ def _split_module(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[lis
 
 
 def cli_run(argv: Sequence[str]) -> int:
-    parser = _run_parser()
+    parser = run_parser()
     split = _split_module(parser, list(argv))
     if split is not None:
         options, module, module_args = split
-        return run_module(module, module_args, _settings(parser.parse_args(options)))
+        return run_module(module, module_args, settings_from_options(parser.parse_args(options)))
     opts = parser.parse_args(list(argv))  # argparse ends bertwatch's options at the script or at "--"
     if not opts.script:
         parser.error("name the training script (or -m MODULE)")
-    return run_script(opts.script, opts.script_args, _settings(opts))
+    return run_script(opts.script, opts.script_args, settings_from_options(opts))
