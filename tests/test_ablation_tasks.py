@@ -18,8 +18,6 @@ from tests._plain_metrics import normalize, plain_span, squad_f1
 from tests._task_cases import squad_rows
 from tests._tiny_trainer import WORDS, tiny_tokenizer
 
-torch.set_num_threads(1)
-
 LAYERS, HEADS = 2, 4
 TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 

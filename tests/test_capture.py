@@ -11,8 +11,6 @@ import transformers as T
 from bertwatch.heads.capture import Intervention, UnsupportedModelError, capture, model_shape
 from tests._models import padded_batch, tiny_model
 
-torch.set_num_threads(1)
-
 FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert", "ernie", "modernbert"]
 
 

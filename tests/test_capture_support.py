@@ -14,8 +14,6 @@ from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import Intervention, capture, model_shape
 from tests._models import padded_batch
 
-torch.set_num_threads(1)
-
 SIZES = dict(
     vocab_size=120,
     hidden_size=32,

@@ -6,15 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import transformers as T
 
 from bertwatch.cli import ablate as CLI
 from bertwatch.data.files import read_conll, read_squad
 from tests._models import bert_with_head
 from tests._tiny_trainer import tiny_tokenizer
-
-torch.set_num_threads(1)
 
 TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 

@@ -11,8 +11,6 @@ from bertwatch.heads.importance import gradient_stats, integrated_gradients, nor
 from bertwatch.heads.roles import TokenRoles
 from tests._models import padded_batch, tiny_model
 
-torch.set_num_threads(1)
-
 
 def _batch_and_roles() -> tuple[dict[str, torch.Tensor], TokenRoles]:
     batch = padded_batch(batch=3, length=10)

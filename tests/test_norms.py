@@ -19,8 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _models import padded_batch, tiny_model  # noqa: E402
 from _norm_oracle import reference  # noqa: E402
 
-torch.set_num_threads(1)
-
 
 def batch_and_roles(length: int = 9):
     batch = padded_batch(batch=3, length=length, seed=3)

@@ -32,8 +32,6 @@ from bertwatch.tb import metadata as md
 from tests._tiny_trainer import SPECIAL, WORDS, tiny_bert, toy_dataset, training_args
 from tests._treebank import CONLLU
 
-torch.set_num_threads(1)
-
 TREEBANK_PIECES = ["dog", "##s", "chase", "##d", "cat", "did", "n", "'", "t", "s", "them", "was", "by"]
 
 # The definition, written out independently of bertwatch.linguistics.wordclass.UD_CLASSES.
