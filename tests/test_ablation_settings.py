@@ -12,6 +12,8 @@ from bertwatch.ablation import sweep as SW
 from bertwatch.ablation.settings import AblationSettings
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 
+pytestmark = pytest.mark.fast
+
 
 def test_defaults_overrides_and_refusals() -> None:
     s = AblationSettings()

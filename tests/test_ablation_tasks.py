@@ -59,6 +59,7 @@ def _sentences(count: int, seed: int):
 
 
 @pytest.mark.parametrize("mode", ["zero", "uniform"])
+@pytest.mark.fast
 def test_token_classification_entity_f1(mode: str) -> None:
     from seqeval.metrics import f1_score
 
@@ -166,6 +167,7 @@ def test_multiple_choice_accuracy() -> None:
     _check(result, plain)
 
 
+@pytest.mark.fast
 def test_multi_label_micro_f1() -> None:
     from sklearn.metrics import f1_score
 

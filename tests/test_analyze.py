@@ -68,6 +68,7 @@ def test_analyze_matches_independent_definitions(tmp_path: Path, minilm_path: st
         assert_float32_close(got, want, msg=name)
 
 
+@pytest.mark.fast
 def test_analyze_errors_exit_non_zero(tmp_path: Path, minilm_path: str, capsys: pytest.CaptureFixture) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n", encoding="utf-8")

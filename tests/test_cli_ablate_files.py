@@ -47,6 +47,7 @@ def _load(cls, ckpt: Path):
 # ------------------------------------------------------------------------------------------ readers
 
 
+@pytest.mark.fast
 def test_read_multiple_choice_jsonl_and_swag_csv(tmp_path: Path) -> None:
     good = tmp_path / "mc.jsonl"
     good.write_text(
@@ -94,6 +95,7 @@ def test_read_multiple_choice_jsonl_and_swag_csv(tmp_path: Path) -> None:
         read_multiple_choice(tmp_path / "missing.jsonl")
 
 
+@pytest.mark.fast
 def test_read_multilabel_jsonl_and_tsv(tmp_path: Path) -> None:
     jsonl = tmp_path / "ml.jsonl"
     jsonl.write_text('{"text": "a b", "labels": ["finance", 2]}\n{"text": "c", "text_pair": "d", "labels": []}\n')
@@ -123,6 +125,7 @@ def test_read_multilabel_jsonl_and_tsv(tmp_path: Path) -> None:
         read_multilabel(jsonl, ())
 
 
+@pytest.mark.fast
 def test_read_labelled_texts_and_lines(tmp_path: Path) -> None:
     tsv = tmp_path / "dev.tsv"
     tsv.write_text("a film\tpositive\nits plot\tthe actors\t0\n")

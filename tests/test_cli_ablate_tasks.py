@@ -36,6 +36,7 @@ def _checkpoint(path: Path, cls, **extra) -> Path:
     return path
 
 
+@pytest.mark.fast
 def test_read_conll_and_squad(tmp_path: Path) -> None:
     (tmp_path / "a.conll").write_text(CONLL)
     rows = read_conll(tmp_path / "a.conll")

@@ -9,6 +9,8 @@ import torch
 from bertwatch.heads.roles import TokenRoles, to_word_level, token_roles, word_groups
 from tests._tolerance import assert_float32_close
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(scope="module")
 def tokenizer():

@@ -23,6 +23,8 @@ from bertwatch.heads.stats import (
 )
 from tests._tolerance import assert_float32_close
 
+pytestmark = pytest.mark.fast
+
 SENTENCES = [
     "The cat sat on the mat.",
     "Attention heads, it seems, often look at punctuation.",

@@ -13,6 +13,8 @@ import bertwatch.heads.sweep as sweep
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 from tests._tolerance import assert_float32_close
 
+pytestmark = pytest.mark.fast
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_stats import assert_matches, other_maps, random_case, reference_stats  # noqa: E402
 
