@@ -11,9 +11,8 @@ of the size of its inputs:
 ``scale`` is what the caller knows about its quantity: 1 for probabilities, attention masses, entropies and
 cosines of float32 maps (their inputs are O(1)); ``max |input|`` for a difference or sum of inputs; and, for a
 metric that cancels (a Pearson correlation near zero, a difference of two close losses), the factor by which the
-metric amplifies a rounding of its inputs (see :func:`pearson_scale`). A comparison of float64 results (plain
-counts, fractions, numpy float64 oracles on the same numbers) uses :data:`EXACT`: those do not depend on the
-machine beyond float64 rounding.
+metric amplifies a rounding of its inputs (see :func:`pearson_scale`). A value computed in float64 all the way
+uses the same rule with ``eps=EPS64``.
 
 ``ROUNDINGS`` bounds how many float32 roundings of its scale a value of the tiny test models accumulates: a
 forward pass of a few layers sums a few dot products of length <= 64 per layer, each contributing at most a few
@@ -33,8 +32,6 @@ import numpy as np
 EPS32 = float(np.finfo(np.float32).eps)
 EPS64 = float(np.finfo(np.float64).eps)
 ROUNDINGS = 64
-#: Relative bound for values computed in float64 from the same inputs in a different order.
-EXACT = 1e-9
 
 
 def float32_bound(scale: float = 1.0, roundings: int = ROUNDINGS, eps: float = EPS32) -> float:
