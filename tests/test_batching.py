@@ -1,5 +1,6 @@
 """Configuration batching: several head masks stacked along the batch in one forward give exactly each
-configuration's predictions one at a time (to float rounding, ``tests._tolerance``), padding included; the stack is sized to the free memory."""
+configuration's predictions one at a time (to float rounding, ``tests._tolerance``), padding included; the stack
+is sized to the free memory."""
 
 from __future__ import annotations
 
