@@ -17,6 +17,7 @@ from datasets import Dataset
 from tests._models import bert_with_head
 from tests._plain_metrics import normalize, plain_span, squad_f1
 from tests._tiny_trainer import WORDS
+from tests._tolerance import pearson_scale
 
 LAYERS, HEADS = 2, 4
 TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
@@ -39,6 +40,9 @@ class Case:
     ablation_rows: Callable[[Any], list[dict[str, Any]]] | None = None
     #: Other metrics of the baseline and their plain evaluations.
     also: tuple[tuple[str, Callable[..., float]], ...] = ()
+    #: The magnitude a float32 rounding of the model's outputs takes in the metric (``tests._tolerance``), from
+    #: the plain evaluation's own outputs; None: the metric is of the size of its inputs.
+    scale: Callable[..., float] | None = None
 
 
 def model_for(case: Case, tokenizer: Any, seed: int = 1) -> T.PreTrainedModel:
@@ -105,6 +109,11 @@ def plain_metric(case: Case, model, tokenizer, rows: list[dict[str, Any]], off: 
     return case.plain(model, tokenizer, rows, off)
 
 
+def metric_scale(case: Case, model, tokenizer, rows: list[dict[str, Any]], off: Off) -> float:
+    """The ``scale`` of ``tests._tolerance.assert_float32_close`` for the case's metric under ``off``."""
+    return 1.0 if case.scale is None else case.scale(model, tokenizer, rows, off)
+
+
 # ------------------------------------------------------------------------------------------------ sequence level
 
 
@@ -137,8 +146,16 @@ def _accuracy(model, tokenizer, rows, mask) -> float:
     return float(accuracy_score([r["label"] for r in rows], preds))
 
 
+def _regression_preds(model, rows, mask) -> np.ndarray:
+    return np.array([float(_forward(model, mask, **_ids(r)).logits[0, 0]) for r in rows])
+
+
+def _pearson_scale(model, tokenizer, rows, mask) -> float:
+    return pearson_scale(_regression_preds(model, rows, mask))
+
+
 def _pearson(model, tokenizer, rows, mask) -> float:
-    preds = np.array([float(_forward(model, mask, **_ids(r)).logits[0, 0]) for r in rows])
+    preds = _regression_preds(model, rows, mask)
     gold = np.array([r["label"] for r in rows], dtype=np.float64)
     x, y = preds - preds.mean(), gold - gold.mean()
     return float((x * y).sum() / np.sqrt((x * x).sum() * (y * y).sum()))
@@ -306,7 +323,7 @@ CASES = (
     Case("sequence-classification", T.BertForSequenceClassification, {"num_labels": 2}, sequence_dataset, _pad,
          "sequence-classification", "accuracy", _accuracy),
     Case("regression", T.BertForSequenceClassification, {"num_labels": 1}, regression_dataset, _pad, "regression",
-         "pearson", _pearson),
+         "pearson", _pearson, scale=_pearson_scale),
     Case("multi-label", T.BertForSequenceClassification,
          {"num_labels": 3, "problem_type": "multi_label_classification"}, multilabel_dataset, _pad, "multi-label",
          "micro_f1", _micro_f1),

@@ -22,6 +22,19 @@ def data_root() -> Path:
     return root
 
 
+#: Intra-op threads of every test: $BERTWATCH_TEST_THREADS, else 1 (the tests are small; one thread per process
+#: keeps the multi-process tests from oversubscribing a small machine). The suite must pass with any value.
+TEST_THREADS = int(os.environ.get("BERTWATCH_TEST_THREADS") or 1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_threads() -> None:
+    """Set torch's thread count once, after collection (so no test module's import can change it)."""
+    import torch
+
+    torch.set_num_threads(TEST_THREADS)
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return data_root()

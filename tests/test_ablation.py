@@ -31,9 +31,9 @@ from bertwatch.callbacks import ablation as CB  # noqa: E402
 from bertwatch.cli import ablate as CLI  # noqa: E402
 from bertwatch.heads.capture import Intervention, capture  # noqa: E402
 from tests._models import tiny_model  # noqa: E402
+from tests._tiers import fast_subset
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args  # noqa: E402
-
-torch.set_num_threads(1)
+from tests._tolerance import assert_float32_close, pearson_scale
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
@@ -76,7 +76,7 @@ def _lively(model):
 FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "distilbert", "albert", "modernbert"]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", fast_subset(FAMILIES, ("bert",)))
 @pytest.mark.parametrize("mode", ["uniform", "zero"])
 def test_every_configuration_equals_its_own_evaluation(family: str, mode: str) -> None:
     model = _lively(tiny_model(family))
@@ -272,7 +272,7 @@ def test_regression_head_is_scored_with_pearson() -> None:
     )
     assert result.metric == "pearson" and set(result.baseline_metrics) == {"pearson", "spearmanr"}
     independent = _independent(model, features, np.zeros((3, 4), dtype=bool), "uniform")[:, 0]
-    assert result.baseline == pytest.approx(pearsonr(independent, scores)[0], rel=1e-5)
+    assert_float32_close(result.baseline, pearsonr(independent, scores)[0], scale=pearson_scale(independent))
 
 
 def test_compute_metrics_is_used_and_bootstrapped(tmp_path: Path) -> None:

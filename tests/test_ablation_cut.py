@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 import transformers as T
 
 from bertwatch.ablation import sweep as SW
@@ -18,8 +17,6 @@ from bertwatch.callbacks import BertWatchWarning
 from bertwatch.report.result import AblationResult
 from tests._models import bert_with_head
 from tests._tiny_trainer import WORDS, tiny_tokenizer
-
-torch.set_num_threads(1)
 
 LENGTH = 16
 TAGS = ("O", "B-PER", "I-PER")

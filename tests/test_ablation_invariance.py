@@ -22,8 +22,6 @@ from hypothesis import strategies as st
 from bertwatch.ablation import sweep as SW
 from tests._models import tiny_model
 
-torch.set_num_threads(1)
-
 LAYERS, HEADS = 3, 4
 EPS32 = float(np.finfo(np.float32).eps)
 #: Rounding steps a 3-layer float32 forward may accumulate in one output (padding, batch shape and stacking

@@ -7,13 +7,12 @@ import inspect
 
 import numpy as np
 import pytest
-import torch
 
 from bertwatch.ablation import sweep as SW
 from bertwatch.ablation.settings import AblationSettings
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.fast
 
 
 def test_defaults_overrides_and_refusals() -> None:

@@ -18,8 +18,6 @@ from tests._plain_metrics import normalize, plain_span, squad_f1
 from tests._task_cases import squad_rows
 from tests._tiny_trainer import WORDS, tiny_tokenizer
 
-torch.set_num_threads(1)
-
 LAYERS, HEADS = 2, 4
 TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 
@@ -61,6 +59,7 @@ def _sentences(count: int, seed: int):
 
 
 @pytest.mark.parametrize("mode", ["zero", "uniform"])
+@pytest.mark.fast
 def test_token_classification_entity_f1(mode: str) -> None:
     from seqeval.metrics import f1_score
 
@@ -168,6 +167,7 @@ def test_multiple_choice_accuracy() -> None:
     _check(result, plain)
 
 
+@pytest.mark.fast
 def test_multi_label_micro_f1() -> None:
     from sklearn.metrics import f1_score
 

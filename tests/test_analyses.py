@@ -17,8 +17,6 @@ from bertwatch.heads.roles import TokenRoles
 from bertwatch.linguistics.clustering import procrustes_align
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
-torch.set_num_threads(1)
-
 
 def test_token_rules():
     got = rule_word_classes(["[CLS]", "She", "did", "n't", "see", "him", "##self", "Ġthem", "▁it", "."])

@@ -11,9 +11,8 @@ import torch
 import transformers
 
 from bertwatch.cli import main
+from tests._tolerance import assert_float32_close
 from tests.test_stats import reference_stats, roles_from_strings
-
-torch.set_num_threads(1)
 
 TEXTS = [
     "the lighthouse keeper counted forty - one ships , then slept .",
@@ -66,9 +65,10 @@ def test_analyze_matches_independent_definitions(tmp_path: Path, minilm_path: st
     for name, grid in result["stats"].items():
         got = np.array([[np.nan if x is None else x for x in row] for row in grid])
         want = np.nanmean(np.concatenate([p[name] for p in per_example]), axis=0)
-        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0, err_msg=name)
+        assert_float32_close(got, want, msg=name)
 
 
+@pytest.mark.fast
 def test_analyze_errors_exit_non_zero(tmp_path: Path, minilm_path: str, capsys: pytest.CaptureFixture) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n", encoding="utf-8")

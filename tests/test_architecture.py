@@ -12,6 +12,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bertwatch"
 

@@ -29,8 +29,6 @@ from bertwatch.heads.capture import capture  # noqa: E402
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats  # noqa: E402
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats  # noqa: E402
 
-torch.set_num_threads(1)
-
 FAMILIES = ("bert", "roberta", "distilbert", "albert", "electra", "modernbert", "deberta-v2", "mpnet")
 NORM_FAMILIES = ("bert", "roberta", "distilbert", "electra", "deberta-v2", "mpnet")
 NO_SEGMENTS = ("distilbert", "mpnet", "modernbert")

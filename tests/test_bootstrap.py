@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 
@@ -17,8 +16,6 @@ from bertwatch.ablation.bootstrap import (
 )
 from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.data.metrics import metric_fn
-
-torch.set_num_threads(1)
 
 
 def _plain(name: str, p: np.ndarray, y: np.ndarray) -> float:

@@ -29,8 +29,6 @@ from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_
 from bertwatch.heads.capture import UnsupportedModelError
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
 
-torch.set_num_threads(1)
-
 
 @pytest.fixture(scope="module")
 def tok() -> T.PreTrainedTokenizerBase:

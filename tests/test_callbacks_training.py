@@ -32,8 +32,6 @@ from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
-torch.set_num_threads(1)
-
 
 def _train(out, callbacks, *, model=None, resume=None, train_size=40, **overrides):
     """A tiny BERT trained for 6 steps (evaluation at step 3 and 6) with ``callbacks`` attached by

@@ -10,13 +10,12 @@ import transformers as T
 
 from bertwatch.heads.capture import Intervention, UnsupportedModelError, capture, model_shape
 from tests._models import padded_batch, tiny_model
-
-torch.set_num_threads(1)
+from tests._tiers import fast_subset
 
 FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "distilbert", "electra", "albert", "ernie", "modernbert"]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", fast_subset(FAMILIES, ("bert",)))
 def test_maps_and_logits_match_eager(family: str) -> None:
     model = tiny_model(family)
     batch = padded_batch()
@@ -144,6 +143,7 @@ def _manual_bert_logits(
     return out
 
 
+@pytest.mark.fast
 def test_interventions_match_hand_written_bert() -> None:
     model = tiny_model("bert")
     batch = padded_batch()
@@ -171,6 +171,7 @@ def test_plain_model_matches_hand_written_bert() -> None:
     torch.testing.assert_close(model(**batch).logits.double(), expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.fast
 def test_per_example_interventions_equal_separate_runs() -> None:
     model = tiny_model("roberta")
     batch = padded_batch()
@@ -185,6 +186,7 @@ def test_per_example_interventions_equal_separate_runs() -> None:
             torch.testing.assert_close(together[b], alone, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.fast
 def test_zero_equals_gate_zero_and_gate_gradients_are_finite_differences() -> None:
     model = tiny_model("bert")
     batch = padded_batch()

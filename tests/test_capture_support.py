@@ -13,8 +13,7 @@ import transformers as T
 from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import Intervention, capture, model_shape
 from tests._models import padded_batch
-
-torch.set_num_threads(1)
+from tests._tiers import fast_subset
 
 SIZES = dict(
     vocab_size=120,
@@ -89,7 +88,7 @@ def _real(batch) -> torch.Tensor:
     return (m[:, None, None, :, None] & m[:, None, None, None, :]).expand(-1, 2, 4, -1, -1)
 
 
-@pytest.mark.parametrize("family", INTERFACE_FAMILIES + ADAPTER_FAMILIES)
+@pytest.mark.parametrize("family", fast_subset(INTERFACE_FAMILIES + ADAPTER_FAMILIES, ("bert", "deberta-v2")))
 def test_capture_equals_the_models_own_eager_attention(family: str) -> None:
     model = tiny_encoder(family)
     batch = padded_batch()
@@ -103,6 +102,7 @@ def test_capture_equals_the_models_own_eager_attention(family: str) -> None:
     torch.testing.assert_close(out.last_hidden_state[keep], eager.last_hidden_state[keep], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.fast
 def test_verification_runs_once_per_class() -> None:
     first, second = tiny_encoder("electra"), tiny_encoder("electra", seed=1)
     model_shape(first)
@@ -197,6 +197,7 @@ def test_adapter_gate_gradients_are_finite_differences(family: str) -> None:
         assert abs(float(grad[layer, head]) - (bumped[0] - bumped[1]) / (2 * eps)) < 1e-6
 
 
+@pytest.mark.fast
 def test_readme_lists_exactly_the_tested_families() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("<!-- supported-models:start -->")[1].split("<!-- supported-models:end -->")[0]

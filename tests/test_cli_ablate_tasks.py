@@ -6,15 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 import transformers as T
 
 from bertwatch.cli import ablate as CLI
 from bertwatch.data.files import read_conll, read_squad
 from tests._models import bert_with_head
 from tests._tiny_trainer import tiny_tokenizer
-
-torch.set_num_threads(1)
 
 TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 
@@ -39,6 +36,7 @@ def _checkpoint(path: Path, cls, **extra) -> Path:
     return path
 
 
+@pytest.mark.fast
 def test_read_conll_and_squad(tmp_path: Path) -> None:
     (tmp_path / "a.conll").write_text(CONLL)
     rows = read_conll(tmp_path / "a.conll")

@@ -29,7 +29,6 @@ from datasets import Dataset
 
 model_dir, out_dir, code = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print("ARGV " + json.dumps(sys.argv))
-torch.set_num_threads(1)
 tok = T.AutoTokenizer.from_pretrained(model_dir)
 model = T.AutoModelForSequenceClassification.from_pretrained(model_dir)
 rows = json.load(open(model_dir + "/texts.json"))

@@ -13,8 +13,6 @@ from scipy.spatial.distance import jensenshannon
 import bertwatch.linguistics.clustering as clustering
 from bertwatch.linguistics.clustering import HeadDistances, clustering_figure, js_rows, mds_embedding
 
-torch.set_num_threads(1)
-
 
 def _plain_js(p: np.ndarray, q: np.ndarray) -> float:
     n = len(p)

@@ -30,7 +30,6 @@ from bertwatch.tb.summary import SummaryWriter
 from tests._tb_helpers import http_json, make_wsgi_app, synthetic_grids, tensorboard_server, wait_for
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
-torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -11,8 +11,6 @@ from bertwatch.heads.importance import gradient_stats, integrated_gradients, nor
 from bertwatch.heads.roles import TokenRoles
 from tests._models import padded_batch, tiny_model
 
-torch.set_num_threads(1)
-
 
 def _batch_and_roles() -> tuple[dict[str, torch.Tensor], TokenRoles]:
     batch = padded_batch(batch=3, length=10)
@@ -44,6 +42,7 @@ def _single_example_grads(model, batch, b):
     return grads[0].numpy(), np.stack([g[0].numpy() for g in grads[1:]])
 
 
+@pytest.mark.fast
 def test_gradient_stats_match_plain_loops() -> None:
     model = tiny_model("bert")
     batch, roles = _batch_and_roles()
@@ -76,6 +75,7 @@ def test_no_parameter_gradients_and_model_unchanged() -> None:
     assert model.training and model.config._attn_implementation == "sdpa"
 
 
+@pytest.mark.fast
 def test_integrated_gradients_completeness() -> None:
     model = tiny_model("bert").double()
     batch, _ = _batch_and_roles()

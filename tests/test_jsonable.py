@@ -6,8 +6,11 @@ import json
 import math
 
 import numpy as np
+import pytest
 
 from bertwatch.core.jsonable import finite_or_none, jsonable
+
+pytestmark = pytest.mark.fast
 
 
 def test_undefined_numbers_become_null_and_finite_ones_stay_exact():

@@ -7,15 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from bertwatch.cli.probe_syntax import cli_probe_syntax as main
 from bertwatch.linguistics.syntax import training_treebank as _train_file
 from bertwatch.report.linguistics import html_section
 from tests._models import tiny_model
 from tests._treebank import CONLLU, tiny_tokenizer
-
-torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

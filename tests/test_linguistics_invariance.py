@@ -35,8 +35,6 @@ from bertwatch.callbacks.word_classes import (  # noqa: E402
 )
 from bertwatch.linguistics.syntax import Sentence, attention_batches, encode  # noqa: E402
 
-torch.set_num_threads(1)
-
 FAMILIES = ("bert", "roberta", "distilbert", "electra", "deberta-v2")
 #: Words of the tiny treebank vocabulary: whole ones, ones split into pieces (dogs, chased, didn't), unknown ones.
 WORD_POOL = ("the", "dogs", "chased", "a", "cat", "cats", "dog", ".", ",", "did", "n't", "them", "was", "by", "not")

@@ -28,8 +28,6 @@ from _models import COMMON, Subscriber, tiny_model  # noqa: E402
 from _norm_oracle import reference  # noqa: E402
 from test_norms import batch_and_roles  # noqa: E402
 
-torch.set_num_threads(1)
-
 
 def adapter_model(model_type: str, vocab_size: int = 120) -> T.PreTrainedModel:
     """A 3-layer, 4-head random DeBERTa-v2 (shaped like v3: relative c2p+p2c attention) or MPNet classifier."""

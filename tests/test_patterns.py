@@ -12,8 +12,6 @@ from bertwatch.heads.patterns import pattern_classes, pattern_shares, uniform_ba
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stats import aggregate, compute_stats
 
-torch.set_num_threads(1)
-
 
 def roles_for(n: int, pair: bool) -> TokenRoles:
     """[CLS] x … [SEP] (y … [SEP]) of n tokens, no padding."""

@@ -20,8 +20,6 @@ from bertwatch.heads.loading import load_model
 from tests._models import padded_batch
 from tests.test_capture_support import ADAPTER_FAMILIES, INTERFACE_FAMILIES, tiny_encoder
 
-torch.set_num_threads(1)
-
 #: Two layers of four heads: layer 0 keeps heads 0 and 2, layer 1 keeps none (ALBERT: heads 1 and 3 everywhere).
 REMOVE = {0: [1, 3], 1: [0, 1, 2, 3]}
 ALBERT_REMOVE = {0: [0, 2], 1: [0, 2]}

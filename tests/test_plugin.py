@@ -107,6 +107,7 @@ def test_plugin_entry_page_has_csp(client):
     assert 'import("./index.js")' in r.get_data(as_text=True)
 
 
+@pytest.mark.fast
 def test_tags(client):
     tags = get_json(client, "tags")
     runs = tags["runs"]
@@ -131,6 +132,7 @@ def test_tags(client):
 # ---------------------------------------------------------------------------------------------------- grids
 
 
+@pytest.mark.fast
 def test_steps_and_grid_values_equal_what_was_written(client):
     tag = "bertwatch/heads/entropy"
     steps = get_json(client, "steps", run="finetune-a", tag=tag)
@@ -244,6 +246,7 @@ def test_attention_tokens_are_data_not_markup(client):
     assert json.loads(r.get_data())["tokens"][1] == XSS
 
 
+@pytest.mark.fast
 def test_ablation_and_embedding(client):
     baseline, heads_t, layers_t, pruning = ablation_tables(seed=0)
     a = get_json(client, "ablation", run="finetune-a")
@@ -314,6 +317,7 @@ def test_ablation_tables_of_older_versions_still_name_their_metric():
         ("steps", {"run": "<script>", "tag": "x"}, 404),
     ],
 )
+@pytest.mark.fast
 def test_errors_are_plain_text(client, route, params, status):
     r = get(client, route, **params)
     assert r.status_code == status, r.get_data(as_text=True)
@@ -465,6 +469,7 @@ def bh_loop(p):
     return q
 
 
+@pytest.mark.fast
 def test_ablation_cells_carry_bh_q_values(client):
     _, heads_t, layers_t, _ = ablation_tables(seed=0)
     a = get_json(client, "ablation", run="finetune-a")

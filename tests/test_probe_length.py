@@ -11,7 +11,6 @@ import urllib.parse
 import warnings
 
 import pytest
-import torch
 import transformers as T
 from werkzeug.test import Client
 
@@ -22,8 +21,6 @@ from bertwatch.report.html import build_html
 from bertwatch.tb import metadata as md
 from tests._tb_helpers import make_wsgi_app
 from tests._tiny_trainer import WORDS, tiny_bert, tiny_tokenizer, toy_dataset, training_args
-
-torch.set_num_threads(1)
 
 LENGTH = 16
 #: Two texts of 30 words (32 tokens with [CLS] and [SEP]) and three of at most 14 tokens.

@@ -19,8 +19,6 @@ from bertwatch.linguistics.parsing import (
     train_probe,
 )
 
-torch.set_num_threads(1)
-
 K = 6
 
 

@@ -28,9 +28,6 @@ from bertwatch.report.result import AblationResult  # noqa: E402
 from tests._task_cases import CASES, Off, model_for, plain_metric  # noqa: E402
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts  # noqa: E402
 
-torch.set_num_threads(1)
-
-
 # --- the answer on hand-made curves -------------------------------------------------------------------------------
 
 

@@ -9,15 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from bertwatch.cli.report import cli_report
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html, write_outputs
 from bertwatch.report.result import AblationResult
 from bertwatch.tb.summary import SummaryWriter
-
-torch.set_num_threads(1)
 
 HOSTILE = '<img src=x onerror="alert(1)">'
 

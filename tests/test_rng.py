@@ -10,6 +10,8 @@ import torch
 
 from bertwatch.heads.rng import rng_untouched
 
+pytestmark = pytest.mark.fast
+
 
 def draws() -> tuple:
     return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]

@@ -7,10 +7,9 @@ import pytest
 import torch
 
 from bertwatch.heads.roles import TokenRoles, to_word_level, token_roles, word_groups
+from tests._tolerance import assert_float32_close
 
-torch.set_num_threads(1)
-
-TOL = 1e-5
+pytestmark = pytest.mark.fast
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +151,8 @@ def test_to_word_level_matches_loops(mode):
     for b in range(2):
         for h in range(3):
             want = loop_word_level(attn[b, h].double().numpy(), groups, mode)
-            np.testing.assert_allclose(words[b, h].double().numpy(), want, atol=TOL, rtol=0)
-    torch.testing.assert_close(words.sum(-1), torch.ones(2, 3, 8), atol=TOL, rtol=0)
+            assert_float32_close(words[b, h].double().numpy(), want)
+    assert_float32_close(words.sum(-1), torch.ones(2, 3, 8))
 
 
 def test_modes_differ_and_errors():
@@ -183,7 +182,7 @@ def test_word_level_on_real_minilm_maps(tokenizer):
     for mode in ("mean", "first"):
         words = to_word_level(attn, groups, mode)
         assert words.shape == (6, 12, len(groups), len(groups))
-        torch.testing.assert_close(words.sum(-1), torch.ones(words.shape[:-1]), atol=TOL, rtol=0)
+        assert_float32_close(words.sum(-1), torch.ones(words.shape[:-1]))
         for layer, head in ((0, 0), (5, 11)):
             want = loop_word_level(attn[layer, head].double().numpy(), groups, mode)
-            np.testing.assert_allclose(words[layer, head].double().numpy(), want, atol=TOL, rtol=0)
+            assert_float32_close(words[layer, head].double().numpy(), want)

@@ -9,15 +9,12 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
 
 from bertwatch.callbacks import BertWatchWarning, WordClassProbe
 from bertwatch.callbacks.word_classes import build_word_class_batches
 from bertwatch.cli.probe_syntax import cli_probe_syntax
 from tests._models import tiny_model
 from tests._treebank import CONLLU, tiny_tokenizer
-
-torch.set_num_threads(1)
 
 #: Word pieces of the treebank's sentences with [CLS] and [SEP] (tiny_tokenizer): 10, 14 and 15.
 LENGTHS = (10, 14, 15)

@@ -21,10 +21,10 @@ from bertwatch.heads.stats import (
     compute_stats,
     pattern_classes,
 )
+from tests._tolerance import assert_float32_close
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.fast
 
-TOL = 1e-5
 SENTENCES = [
     "The cat sat on the mat.",
     "Attention heads, it seems, often look at punctuation.",
@@ -121,14 +121,14 @@ def reference_stats(attn, roles: TokenRoles, ref=None, compat_length=None) -> di
     return out
 
 
-def assert_matches(got: dict, want: dict, tol: float = TOL) -> None:
+def assert_matches(got: dict, want: dict) -> None:
     assert set(got) == set(want)
     for name in want:
         g = got[name].double().cpu().numpy()
         w = want[name]
         assert g.shape == w.shape, name
         np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"NaN pattern of {name}")
-        np.testing.assert_allclose(g, w, atol=tol, rtol=0, equal_nan=True, err_msg=name)
+        assert_float32_close(g, w, msg=name)
 
 
 # ---------------------------------------------------------------- random maps and roles
@@ -221,7 +221,7 @@ def test_reference_on_a_hand_computed_map():
     got = compute_stats(attn, roles)
     for name, value in want.items():
         assert ref[name][0, 0, 0] == pytest.approx(value, abs=1e-9), name
-        assert got[name][0, 0, 0].item() == pytest.approx(value, abs=TOL), name
+        assert_float32_close(got[name][0, 0, 0].item(), value, msg=name)
     assert math.isnan(got["intra_segment_mass"][0, 0, 0])
 
 
@@ -266,7 +266,7 @@ def test_drift_cosine_kovaleva_compat_length():
     ref = other_maps(attn, 9)
     want = reference_stats(attn, roles, ref, compat_length=20)["drift_cosine"]
     got = stats.drift_cosine(attn, ref, roles, compat_length=20)
-    np.testing.assert_allclose(got.double().numpy(), want, atol=TOL, rtol=0)
+    assert_float32_close(got.double().numpy(), want)
     cropped = stats.drift_cosine(attn, ref, roles)
     assert not torch.allclose(got, cropped), "padding to a fixed length must change the cosine"
     via_compute = compute_stats(attn, roles, ["drift_cosine"], reference=ref, compat_length=20)
@@ -278,8 +278,8 @@ def test_drift_cosine_kovaleva_compat_length():
 def test_identical_maps_have_no_drift():
     attn, roles = random_case(4)
     got = compute_stats(attn, roles, DRIFT_NAMES, reference=attn.clone())
-    torch.testing.assert_close(got["drift_cosine"], torch.ones_like(got["drift_cosine"]), atol=TOL, rtol=0)
-    torch.testing.assert_close(got["drift_js"], torch.zeros_like(got["drift_js"]), atol=TOL, rtol=0)
+    assert_float32_close(got["drift_cosine"], torch.ones_like(got["drift_cosine"]))
+    assert_float32_close(got["drift_js"], torch.zeros_like(got["drift_js"]))
 
 
 def test_pad_rows_and_pad_keys_are_ignored():
@@ -291,7 +291,7 @@ def test_pad_rows_and_pad_keys_are_ignored():
     old_garbage = torch.where(pad, torch.full_like(attn, 0.5), ref)
     again = compute_stats(garbage, roles, reference=old_garbage)
     for name in base:
-        torch.testing.assert_close(again[name], base[name], equal_nan=True, atol=TOL, rtol=0)
+        assert_float32_close(again[name], base[name])
 
 
 def test_padded_batch_equals_one_example_at_a_time():
@@ -305,7 +305,7 @@ def test_padded_batch_equals_one_example_at_a_time():
         crop = lambda x: x[b : b + 1][..., idx, :][..., idx]
         single = compute_stats(crop(attn), one, reference=crop(ref))
         for name in batch:
-            torch.testing.assert_close(single[name][0], batch[name][b], equal_nan=True, atol=TOL, rtol=0)
+            assert_float32_close(single[name][0], batch[name][b])
 
 
 @pytest.mark.parametrize("per_example", [True, False])
@@ -319,7 +319,7 @@ def test_blocking_does_not_change_results(monkeypatch, block, per_example):
     monkeypatch.setattr(sweep, "_PER_EXAMPLE", ("cpu",) if per_example else ())
     got = compute_stats(attn, roles, reference=ref)
     for name in want:
-        torch.testing.assert_close(got[name], want[name], equal_nan=True, atol=1e-6, rtol=0)
+        assert_float32_close(got[name], want[name], msg=name)
 
 
 def test_dtypes_layouts_and_devices():
@@ -328,19 +328,19 @@ def test_dtypes_layouts_and_devices():
     got = compute_stats(attn.half(), roles)
     for name in want:
         assert got[name].dtype == torch.float32
-        torch.testing.assert_close(got[name], want[name], equal_nan=True, atol=TOL, rtol=0)
+        assert_float32_close(got[name], want[name])
     strided = attn.permute(0, 2, 1, 3, 4).contiguous().permute(0, 2, 1, 3, 4)
     assert not strided.is_contiguous()
     got = compute_stats(strided, roles)
     want = compute_stats(attn, roles)
     for name in want:
-        torch.testing.assert_close(got[name], want[name], equal_nan=True, atol=TOL, rtol=0)
+        assert_float32_close(got[name], want[name])
     if torch.cuda.is_available():
         got = compute_stats(attn.cuda(), roles, reference=other_maps(attn, 0).cuda())
         want = compute_stats(attn, roles, reference=other_maps(attn, 0))
         for name in want:
             assert got[name].is_cuda
-            torch.testing.assert_close(got[name].cpu(), want[name], equal_nan=True, atol=TOL, rtol=0)
+            assert_float32_close(got[name].cpu(), want[name])
 
 
 def test_nan_cases():
@@ -361,7 +361,7 @@ def test_nan_cases():
     assert set(grids) == set(STAT_NAMES)
     for name in STAT_NAMES:
         assert grids[name].shape == (2, 3)
-        np.testing.assert_allclose(grids[name].numpy(), np.nanmean(got[name].numpy(), axis=0), atol=1e-6)
+        assert_float32_close(grids[name], np.nanmean(got[name].numpy(), axis=0), msg=name)
     nothing = TokenRoles(
         *(torch.zeros(1, attn.shape[-1], dtype=torch.bool) for _ in range(4)),
         torch.zeros(1, attn.shape[-1], dtype=torch.long),
@@ -401,7 +401,7 @@ def test_accumulator_is_an_unweighted_mean_over_examples():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             want = np.nanmean(joined, axis=0)
-        np.testing.assert_allclose(result[name].numpy(), want, atol=1e-6, equal_nan=True, err_msg=name)
+        assert_float32_close(result[name], want, msg=name)
     assert not torch.allclose(result["entropy"], 0.5 * (aggregate(per_a)["entropy"] + aggregate(per_b)["entropy"]))
 
 
@@ -530,7 +530,7 @@ def test_minilm_padded_batch_equals_single_examples_and_left_padding(minilm):
         single_roles = token_roles(one["input_ids"], one["attention_mask"], tokenizer, one["token_type_ids"])
         single = compute_stats(single_attn, single_roles, reference=single_attn.flip(1))
         for name in batch:
-            torch.testing.assert_close(single[name][0], batch[name][b], equal_nan=True, atol=TOL, rtol=0)
+            assert_float32_close(single[name][0], batch[name][b])
 
     left = _encode(tokenizer, padding_side="left")
     assert not bool(left["attention_mask"][:, 0].all())
@@ -538,7 +538,7 @@ def test_minilm_padded_batch_equals_single_examples_and_left_padding(minilm):
     left_roles = token_roles(left["input_ids"], left["attention_mask"], tokenizer, left["token_type_ids"])
     left_stats = compute_stats(left_attn, left_roles, reference=left_attn.flip(1))
     for name in batch:
-        torch.testing.assert_close(left_stats[name], batch[name], equal_nan=True, atol=TOL, rtol=0)
+        assert_float32_close(left_stats[name], batch[name])
     labels = behaviour_labels(aggregate(batch))
     classes = pattern_classes(aggregate(batch))
     assert len(labels) == 6 and all(len(row) == 12 for row in labels)

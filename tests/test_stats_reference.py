@@ -11,11 +11,12 @@ import torch
 
 import bertwatch.heads.sweep as sweep
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
+from tests._tolerance import assert_float32_close
+
+pytestmark = pytest.mark.fast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_stats import assert_matches, other_maps, random_case, reference_stats  # noqa: E402
-
-torch.set_num_threads(1)
 
 
 def cropped(maps: torch.Tensor, real: torch.Tensor) -> list[torch.Tensor]:
@@ -49,7 +50,7 @@ def test_cropped_float16_reference_equals_the_padded_float16_one():
     padded = compute_stats(attn, roles, DRIFT_NAMES, ref)
     got = compute_stats(attn, roles, DRIFT_NAMES, cropped(ref, roles.real))
     for name in DRIFT_NAMES:
-        torch.testing.assert_close(got[name], padded[name], atol=1e-6, rtol=0)
+        assert_float32_close(got[name], padded[name], msg=name)
     assert_matches(got, {n: v for n, v in reference_stats(attn, roles, ref.float()).items() if n in DRIFT_NAMES})
 
 

@@ -17,6 +17,8 @@ from tensorboard.util import tensor_util
 from bertwatch.tb import metadata as md
 from bertwatch.tb import summary as bs
 
+pytestmark = pytest.mark.fast
+
 
 def _content(value):
     return json.loads(value.metadata.plugin_data.content)

@@ -27,8 +27,6 @@ from bertwatch.linguistics.syntax import (
 from tests._models import tiny_model
 from tests._treebank import CONLLU, tiny_tokenizer
 
-torch.set_num_threads(1)
-
 REPO = Path(__file__).resolve().parents[1]
 
 

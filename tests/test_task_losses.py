@@ -12,8 +12,6 @@ from bertwatch.heads.importance import gradient_stats
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.tasks import LossSetupError, fixed_mask, head_kind, model_loss
 
-torch.set_num_threads(1)
-
 LAYERS, HEADS = 2, 4
 
 

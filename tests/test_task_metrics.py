@@ -20,6 +20,8 @@ from bertwatch.data.task_metrics import (
 )
 from tests._plain_metrics import normalize, plain_span, squad_f1
 
+pytestmark = pytest.mark.fast
+
 NAMES = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC", "E-LOC", "S-ORG")
 
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bertwatch.ablation.tasks import TASK_TYPES
 from bertwatch.core.task_names import METRIC_NAMES, TASK_NAMES, describe, metric_entries, task_label
 from bertwatch.data.metrics import METRICS
 from bertwatch.data.task_metrics import ADDITIVE_METRICS
+
+pytestmark = pytest.mark.fast
 
 
 def test_every_task_type_and_metric_has_a_name_and_a_definition() -> None:

@@ -20,8 +20,6 @@ from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImp
 from tests._models import bert_with_head
 from tests._tiny_trainer import tiny_tokenizer, toy_dataset, training_args
 
-torch.set_num_threads(1)
-
 EPS = 0.1
 GAMMA = 2.0
 CLASS_WEIGHTS = (0.3, 3.0)

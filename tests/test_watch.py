@@ -24,8 +24,6 @@ from bertwatch.callbacks import (
 from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, tracker_key
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
-torch.set_num_threads(1)
-
 
 class Recorder(T.TrainerCallback):
     """A tracker: keeps every ``on_log`` as (step, logs)."""

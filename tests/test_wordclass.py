@@ -26,8 +26,6 @@ from bertwatch.linguistics.wordclass import (
 from tests._models import tiny_model
 from tests._treebank import CONLLU, tiny_tokenizer
 
-torch.set_num_threads(1)
-
 
 def test_ud_word_classes_follow_kovaleva_sets() -> None:
     s1, s2, s3 = parse_conllu(CONLLU)
