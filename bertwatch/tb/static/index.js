@@ -2,7 +2,7 @@
 // Plain ES modules, relative URLs only; no string is ever parsed as HTML.
 
 import {h, clear, setOptions, emptyState, hideTooltip} from './static/dom.js';
-import {getJSON} from './static/api.js';
+import {getJSON, loadStatNames} from './static/api.js';
 import {startLive} from './static/live.js';
 import {HeadsView} from './static/view_heads.js';
 import {DriftView} from './static/view_drift.js';
@@ -137,7 +137,7 @@ export async function render() {
 
   let tags;
   try {
-    tags = await getJSON('tags');
+    [tags] = await Promise.all([getJSON('tags'), loadStatNames()]);
   } catch (error) {
     main.append(emptyState('Could not load bertwatch data.', String(error.message || error)));
     return;

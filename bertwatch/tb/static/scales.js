@@ -1,6 +1,7 @@
 // Colour scales and legends. One sequential scale (YlGnBu) for masses, entropies and attention; one
 // diverging scale (blue below the neutral value, red above) for drift, deltas and differences.
 
+import {isProportion} from './api.js';
 import {h, fmt} from './dom.js';
 
 const YLGNBU = ['#ffffd9', '#edf8b1', '#c7e9b4', '#7fcdbb', '#41b6c4', '#1d91c0', '#225ea8', '#253494', '#081d58'];
@@ -72,8 +73,6 @@ export function halfWidth(values, mid = 0, floor = 1e-6) {
   return Math.max(m, floor);
 }
 
-const PROPORTIONS = new Set(['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva', 'self', 'prev', 'next', 'cls_mass_norm', 'sep_mass_norm', 'punct_mass_norm', 'norm_ratio']);
-
 /**
  * The scale for a statistic, stable across steps: `range` is {min, max} over every logged step of the
  * series (from /steps). Masses use [0, 1]; drift is diverging around "unchanged" (cosine 1, JS 0).
@@ -88,7 +87,7 @@ export function scaleForStat(stat, range, fallbackValues = []) {
   }
   if (stat === 'drift_cosine') return Object.assign(diverging(1, Math.max(1 - lo, 1e-3), {invert: true, side: 'low'}), {captions: ['more drift', '', 'unchanged']});
   if (stat === 'drift_js') return Object.assign(diverging(0, Math.max(hi, 1e-3), {side: 'high'}), {captions: ['unchanged', '', 'more drift']});
-  if (PROPORTIONS.has(stat) && lo >= 0 && hi <= 1) return sequential(0, 1);
+  if (isProportion(stat) && lo >= 0 && hi <= 1) return sequential(0, 1);
   return sequential(Math.min(0, lo), hi > Math.min(0, lo) ? hi : Math.min(0, lo) + 1);
 }
 

@@ -2,7 +2,7 @@
 // first and latest logged step side by side, and the change between them, on diverging scales.
 
 import {h, clear, card, emptyState, fmt, fmtSigned, fmtStep, headName} from './dom.js';
-import {getJSON, gridTags, DRIFT_STATS, num, nums, rawText} from './api.js';
+import {getJSON, gridTags, isDriftStat, num, nums, rawText} from './api.js';
 import {heatmap} from './heatmap.js';
 import {diverging, halfWidth, legend, scaleForStat} from './scales.js';
 
@@ -17,7 +17,7 @@ export class DriftView {
   }
 
   driftTags(tags, run) {
-    return gridTags(tags, run).filter((t) => DRIFT_STATS.includes(t.stat));
+    return gridTags(tags, run).filter((t) => isDriftStat(t.stat));
   }
 
   hasData(tags, run) {
