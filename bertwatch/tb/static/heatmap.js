@@ -1,7 +1,7 @@
 // A [layers x heads] heatmap made of DOM cells (<= a few hundred), each carrying its exact value in
 // data-value (the number as the JSON route sent it), with hover tooltips, selection and per-cell marks.
 
-import {h, fmt, showTooltip, hideTooltip, headName} from './dom.js';
+import {fmt, h, headName, hideTooltip, showTooltip} from './dom.js';
 import {textOn} from './scales.js';
 
 /**
@@ -24,7 +24,10 @@ export function heatmap(o) {
   const H = L ? values[0].length : 0;
   const cw = o.cell || (H > 16 ? 26 : 36);
   const ch = Math.round(cw * (o.showValues ? 0.72 : 0.66));
-  const grid = h('div', {class: 'hm-grid', style: {gridTemplateColumns: `2.6em repeat(${H}, ${cw}px)`, gridAutoRows: `${ch}px`}});
+  const grid = h('div', {
+    class: 'hm-grid',
+    style: {gridTemplateColumns: `2.6em repeat(${H}, ${cw}px)`, gridAutoRows: `${ch}px`},
+  });
   grid.append(h('div', {class: 'hm-corner'}));
   for (let j = 0; j < H; j++) grid.append(h('div', {class: 'hm-col'}, String(j)));
   const cells = [];
