@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DATA ?= $(or $(BERTWATCH_DATA),../shared/data)
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 
 .PHONY: demo test setup browser clean
 
@@ -14,7 +15,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[demo,test]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Biome (formatter and linter of the front end's ES modules and CSS), pinned in package-lock.json; no npm call
+# once installed unless package*.json change. `npm install`, not `npm ci`: the lock holds only the Linux builds of
+# Biome's per-platform binaries (the registry mirror has no others), which `npm ci` refuses as out of sync.
+$(NODE_STAMP): package.json package-lock.json
+	npm install --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+setup: $(STAMP) $(NODE_STAMP)
 
 browser: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed; browser tests will fail"
@@ -22,10 +30,11 @@ browser: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/bertwatch demo --data $(DATA) --out demo_out
 
-test: $(STAMP) browser
+test: $(STAMP) $(NODE_STAMP) browser
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	node_modules/.bin/biome ci --colors=off bertwatch/tb/static
 	BERTWATCH_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
 		$(BIN)/python -m pytest -q -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) demo_out *.egg-info
+	rm -rf $(VENV) node_modules demo_out *.egg-info

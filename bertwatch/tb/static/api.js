@@ -14,7 +14,7 @@ export async function getJSON(route, params = {}) {
     if (v !== undefined && v !== null && v !== '') query.set(k, String(v));
   }
   const qs = query.toString();
-  const response = await fetch(`./${route}${qs ? '?' + qs : ''}`, {headers: {Accept: 'application/json'}});
+  const response = await fetch(`./${route}${qs ? `?${qs}` : ''}`, {headers: {Accept: 'application/json'}});
   if (!response.ok) {
     const text = (await response.text()).slice(0, 300);
     throw new HttpError(response.status, text);
@@ -81,14 +81,14 @@ export function statGroup(stat) {
 /** Head-grid tags of a run as [{tag, stat, ...info}], in the usual order of statistics. */
 export function gridTags(tags, run) {
   const out = [];
-  for (const [tag, info] of Object.entries((tags.runs || {})[run] || {})) {
+  for (const [tag, info] of Object.entries(tags.runs?.[run] || {})) {
     if (info.kind === 'head_grid') out.push({tag, ...info});
   }
   return out.sort((a, b) => statOrder(a.stat) - statOrder(b.stat) || (a.stat < b.stat ? -1 : 1));
 }
 
 export function tagsOfKind(tags, run, kind) {
-  return Object.entries((tags.runs || {})[run] || {})
+  return Object.entries(tags.runs?.[run] || {})
     .filter(([, info]) => info.kind === kind)
     .map(([tag, info]) => ({tag, ...info}));
 }

@@ -102,12 +102,9 @@ function bandPath(xs, lo, hi, X, Y) {
   const flush = () => {
     if (run.length > 1) {
       d += run.map((i, k) => `${k ? 'L' : 'M'}${X(xs[i]).toFixed(1)} ${Y(hi[i]).toFixed(1)}`).join('');
-      d +=
-        run
-          .slice()
-          .reverse()
-          .map((i) => `L${X(xs[i]).toFixed(1)} ${Y(lo[i]).toFixed(1)}`)
-          .join('') + 'Z';
+      const back = run.slice().reverse();
+      d += back.map((i) => `L${X(xs[i]).toFixed(1)} ${Y(lo[i]).toFixed(1)}`).join('');
+      d += 'Z';
     }
     run = [];
   };
@@ -183,7 +180,7 @@ export function lineChart({
     if (!Number.isFinite(rule.y)) continue;
     svg.append(
       s('line', {
-        class: 'hline' + (rule.cls ? ` ${rule.cls}` : ''),
+        class: `hline${rule.cls ? ` ${rule.cls}` : ''}`,
         id: rule.id || null,
         x1: M.l,
         x2: W - M.r,
@@ -208,7 +205,7 @@ export function lineChart({
   for (const sr of series) {
     svg.append(
       s('path', {
-        class: 'series' + (sr.dashed ? ' dashed' : ''),
+        class: `series${sr.dashed ? ' dashed' : ''}`,
         d: pathOf(sr.xs, sr.ys, X, Y),
         stroke: sr.color || '#1565c0',
         'stroke-width': sr.width || 1.8,
@@ -231,7 +228,7 @@ export function lineChart({
     const r = svg.getBoundingClientRect();
     const px = ((e.clientX - r.left) / r.width) * W;
     const xv = x0 + ((px - M.l) / (W - M.l - M.r)) * (x1 - x0);
-    return base && base.xs.length ? base.xs[nearestIndex(base.xs, xv)] : null;
+    return base?.xs.length ? base.xs[nearestIndex(base.xs, xv)] : null;
   };
   overlay.addEventListener('mousemove', (e) => {
     const xv = locate(e);
@@ -317,7 +314,7 @@ export function barChart({
     const top = Y(Math.max(0, d.value));
     const bottom = Y(Math.min(0, d.value));
     const grp = s('g', {
-      class: 'bar' + (d.flag ? ' significant' : ''),
+      class: `bar${d.flag ? ' significant' : ''}`,
       dataset: {index: String(i), value: String(d.value)},
     });
     if (Number.isFinite(d.value))

@@ -84,7 +84,7 @@ export function fmt(v, digits = 4) {
 
 export function fmtSigned(v, digits = 3) {
   const t = fmt(v, digits);
-  return Number.isFinite(v) && v > 0 ? '+' + t : t;
+  return Number.isFinite(v) && v > 0 ? `+${t}` : t;
 }
 
 export function fmtStep(step) {

@@ -38,15 +38,15 @@ export function heatmap(o) {
       const v = values[i][j];
       const rgb = o.scale.rgb(v);
       const cell = h('div', {
-        class: 'cell' + (Number.isNaN(v) ? ' nan' : '') + (Number.isFinite(v) || Number.isNaN(v) ? '' : ' inf'),
+        class: `cell${Number.isNaN(v) ? ' nan' : ''}${Number.isFinite(v) || Number.isNaN(v) ? '' : ' inf'}`,
         dataset: {layer: String(i), head: String(j), value: o.raw ? o.raw[i][j] : String(v)},
         style: {background: o.scale.color(v), color: textOn(rgb)},
       });
       if (!Number.isFinite(v)) cell.append(h('span', {class: 'cell-text'}, fmt(v)));
       else if (o.showValues) cell.append(h('span', {class: 'cell-text'}, fmt(v, 2)));
-      const mark = o.marks && o.marks[i] && o.marks[i][j];
+      const mark = o.marks?.[i]?.[j];
       if (mark) cell.append(h('span', {class: 'mark'}, mark));
-      if (o.flags && o.flags[i] && o.flags[i][j]) cell.append(h('span', {class: 'sig', title: 'interval excludes 0'}));
+      if (o.flags?.[i]?.[j]) cell.append(h('span', {class: 'sig', title: 'interval excludes 0'}));
       grid.append(cell);
       row.push(cell);
     }
@@ -59,7 +59,7 @@ export function heatmap(o) {
     if (selected) selected.classList.add('selected');
   };
   select(o.selected);
-  const cellOf = (target) => (target && target.closest ? target.closest('.cell') : null);
+  const cellOf = (target) => (target?.closest ? target.closest('.cell') : null);
   grid.addEventListener('mousemove', (e) => {
     const cell = cellOf(e.target);
     if (!cell) return hideTooltip();

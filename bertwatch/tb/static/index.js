@@ -90,10 +90,10 @@ export async function render() {
     run: null,
     runSelect,
     setRun(run) {
-      if (run && run !== app.run && (app.tags.runs || {})[run]) {
+      if (run && run !== app.run && app.tags.runs?.[run]) {
         app.run = run;
         runSelect.value = run;
-        app.activeView && app.activeView.update('run');
+        app.activeView?.update('run');
         updateTabs();
       }
     },

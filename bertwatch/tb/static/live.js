@@ -12,7 +12,7 @@ function isHidden() {
   try {
     const frame = window.frameElement;
     if (frame && frame.style.visibility === 'hidden') return true;
-  } catch (e) {
+  } catch {
     // cross-origin parent: only document.hidden is known
   }
   return false;
@@ -87,7 +87,7 @@ export function startLive({onTags, onStatus, initialTags}) {
         let msg;
         try {
           msg = JSON.parse(event.data);
-        } catch (e) {
+        } catch {
           return;
         }
         if (!msg || msg.isReply) return;
@@ -103,7 +103,7 @@ export function startLive({onTags, onStatus, initialTags}) {
       channel.port1.start();
       window.parent.postMessage('experimental.bootstrap', window.location.origin, [channel.port2]);
     }
-  } catch (e) {
+  } catch {
     // no host: polling alone
   }
 

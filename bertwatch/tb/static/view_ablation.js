@@ -44,8 +44,7 @@ function aboutLines(data) {
   const lines = [
     h('div', {class: 'about-line', id: 'ablation-description'}, data.description || data.metric || 'metric'),
   ];
-  if (compared && compared.description)
-    lines.push(h('div', {class: 'about-note'}, `${compared.label}: ${compared.description}`));
+  if (compared?.description) lines.push(h('div', {class: 'about-note'}, `${compared.label}: ${compared.description}`));
   const others = metrics
     .slice(1)
     .map((m) => `${m.label} ${m.baseline === null || m.baseline === undefined ? '—' : fmt(Number(m.baseline), 4)}`);
@@ -232,7 +231,7 @@ export class AblationView {
     const data = await getJSON('ablation', {run, mode: this.modeSelect.value});
     if (seq !== this.seq) return;
     const metrics = Array.isArray(data.metrics) ? data.metrics : [];
-    const metric = (metrics[0] && metrics[0].label) || data.metric || 'metric';
+    const metric = metrics[0]?.label || data.metric || 'metric';
     const baseline = Number(data.baseline);
     const heads = nums(data.heads);
     const layers = nums(data.layers);
@@ -256,13 +255,13 @@ export class AblationView {
 
     let best = null;
     let worst = null;
-    deltas.forEach((row, l) =>
+    deltas.forEach((row, l) => {
       row.forEach((d, k) => {
         if (!Number.isFinite(d)) return;
         if (!best || d > best.d) best = {d, l, k};
         if (!worst || d < worst.d) worst = {d, l, k};
-      }),
-    );
+      });
+    });
     clear(this.about).append(...aboutLines(data));
     clear(this.summary).append(
       stat('Metric', metric, 'ablation-metric', metrics[0] ? metrics[0].description : null),
@@ -349,9 +348,7 @@ export class AblationView {
       this.summary.append(
         stat(
           `Heads removable within δ = ${fmt(Number(data.curves.delta), 4)}`,
-          data.curves.removable && data.curves.removable.importance
-            ? `up to ${pct(data.curves.removable.importance.fraction)}`
-            : '—',
+          data.curves.removable?.importance ? `up to ${pct(data.curves.removable.importance.fraction)}` : '—',
           'ablation-removable',
           lines[0],
         ),

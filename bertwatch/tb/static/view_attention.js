@@ -157,12 +157,12 @@ export class AttentionView {
     const fontSize = Math.max(8, Math.min(13, cell - 2));
     const canvas = h('canvas', {id: 'attn-canvas', class: 'attn-canvas'});
     drawMap(canvas, map, scale, size);
-    const segClass = (i) => (data.segments && data.segments[i] ? ' seg-b' : '');
+    const segClass = (i) => (data.segments?.[i] ? ' seg-b' : '');
     const rowToks = data.tokens.map((t, i) =>
       h(
         'div',
         {
-          class: 'tok row' + segClass(i),
+          class: `tok row${segClass(i)}`,
           style: {height: `${cell}px`, lineHeight: `${cell}px`, fontSize: `${fontSize}px`},
           dataset: {index: String(i)},
           title: t,
@@ -174,7 +174,7 @@ export class AttentionView {
       h(
         'div',
         {
-          class: 'tok col' + segClass(j),
+          class: `tok col${segClass(j)}`,
           style: {width: `${cell}px`, fontSize: `${fontSize}px`},
           dataset: {index: String(j)},
           title: t,
@@ -241,13 +241,13 @@ export class AttentionView {
           'div',
           {class: 'legend-title'},
           'Strongest keys of query ',
-          h('span', {class: 'tok-inline' + segClass(i)}, data.tokens[i]),
+          h('span', {class: `tok-inline${segClass(i)}`}, data.tokens[i]),
         ),
         ...order.map(([v, j]) =>
           h(
             'div',
             {class: 'profile-row'},
-            h('span', {class: 'tok-inline key' + segClass(j)}, data.tokens[j]),
+            h('span', {class: `tok-inline key${segClass(j)}`}, data.tokens[j]),
             h(
               'span',
               {class: 'profile-bar'},
@@ -287,16 +287,18 @@ export class AttentionView {
       if (i >= 0 && i < T && j >= 0 && j < T) show(i, j);
     });
     plot.addEventListener('mouseleave', () => highlight(null, null));
-    rowToks.forEach((el, i) =>
+    rowToks.forEach((el, i) => {
       el.addEventListener('mouseenter', () => {
         let best = 0;
         map[i].forEach((v, j) => {
           if (v > map[i][best]) best = j;
         });
         show(i, best);
-      }),
-    );
-    colToks.forEach((el, j) => el.addEventListener('mouseenter', () => highlight(null, j)));
+      });
+    });
+    colToks.forEach((el, j) => {
+      el.addEventListener('mouseenter', () => highlight(null, j));
+    });
     const c = this.mapCard;
     c.title.textContent = `Attention · L${data.layer} H${head}`;
     c.sub.textContent = `example ${data.index !== undefined && data.index !== null ? data.index : ''} · ${T} tokens · step ${fmtStep(data.step)}`;
@@ -307,7 +309,7 @@ export class AttentionView {
       readout,
       profile,
       legend(scale, {title: 'attention probability', width: 200}),
-      data.segments && data.segments.some((x) => x)
+      data.segments?.some((x) => x)
         ? h(
             'div',
             {class: 'seg-note'},
@@ -344,7 +346,7 @@ export class AttentionView {
         'button',
         {
           type: 'button',
-          class: 'mini' + (k === head ? ' selected' : ''),
+          class: `mini${k === head ? ' selected' : ''}`,
           dataset: {head: String(k)},
           title: `L${data.layer} H${k}`,
         },

@@ -98,7 +98,7 @@ export class ClustersView {
       : '';
     clear(c.body).append(
       scatter({id: 'cluster-scatter', points, legendItems, trails}),
-      h('p', {class: 'description'}, 'Nearby points are heads that attend alike. Hover a point for its head.' + moved),
+      h('p', {class: 'description'}, `Nearby points are heads that attend alike. Hover a point for its head.${moved}`),
     );
   }
 }

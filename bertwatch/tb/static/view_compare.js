@@ -91,7 +91,7 @@ export class CompareView {
     setOptions(
       this.statSelect,
       common.map((t) => ({value: t.stat, text: t.stat, group: statGroup(t.stat)})),
-      this.statSelect.value || (common.find((t) => t.stat === 'cls_mass') || common[0] || {}).stat,
+      this.statSelect.value || (common.find((t) => t.stat === 'cls_mass') || common[0])?.stat,
     );
     const stat = this.statSelect.value;
     if (!stat) {
@@ -125,7 +125,8 @@ export class CompareView {
     const step = this.stepper.step;
     const stepA = atOrBefore(c.stepsA, step);
     const stepB = atOrBefore(c.stepsB, step);
-    const seq = (this.gridSeq = (this.gridSeq || 0) + 1);
+    this.gridSeq = (this.gridSeq || 0) + 1;
+    const seq = this.gridSeq;
     const [ga, gb] = await Promise.all([
       stepA === null ? null : getJSON('grid', {run: c.a, tag: c.tag, step: stepA}),
       stepB === null ? null : getJSON('grid', {run: c.b, tag: c.tag, step: stepB}),
@@ -257,7 +258,7 @@ export class CompareView {
       }
       row.append(k.el);
     }
-    const anyNaN = [va, vb].some((g) => g && g.flat().some(Number.isNaN));
+    const anyNaN = [va, vb].some((g) => g?.flat().some(Number.isNaN));
     body.append(row, h('div', {class: 'legend-row'}, legend(scale, {title: `${c.stat} (shared scale)`, nan: anyNaN})));
   }
 }

@@ -104,10 +104,10 @@ export class HeadsView {
     this.state.stat = info.stat;
     this.state.info = info;
     this.state.run = app.run;
-    await this.loadSteps(changedSeries);
+    await this.loadSteps();
   }
 
-  async loadSteps(changedSeries) {
+  async loadSteps() {
     const {tag, run} = this.state;
     const seq = ++this.seq;
     const data = await getJSON('steps', {run, tag});
@@ -159,7 +159,8 @@ export class HeadsView {
     const {run, tag, steps} = this.state;
     if (!steps.length) return;
     const step = steps[this.stepper.index];
-    const seq = (this.gridSeq = (this.gridSeq || 0) + 1);
+    this.gridSeq = (this.gridSeq || 0) + 1;
+    const seq = this.gridSeq;
     const current = () => seq === this.gridSeq && run === this.state.run && tag === this.state.tag;
     const t0 = performance.now();
     // Labels need six other series: they arrive separately and never hold up the heatmap.
@@ -193,7 +194,7 @@ export class HeadsView {
     const values = nums(grid.values);
     const raw = grid.values.map((row) => row.map(rawText));
     const scale = scaleForStat(stat, this.state.range, values);
-    const labelGrid = showLabels && this.labels && this.labels.labels ? this.labels.labels : null;
+    const labelGrid = showLabels && this.labels?.labels ? this.labels.labels : null;
     const glyphs = labelGrid ? Object.fromEntries(this.labels.rules.map((r) => [r.label, r.glyph])) : {};
     const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? glyphs[l] : null))) : null;
     const hm = heatmap({
@@ -206,7 +207,7 @@ export class HeadsView {
       selected: this.state.selected,
       tooltip: (l, hd, v) => {
         const lines = [headName(l, hd), [stat, fmt(v, 4)], ['step', fmtStep(grid.step)]];
-        if (labelGrid && labelGrid[l][hd]) lines.push(['behaviour', labelGrid[l][hd]]);
+        if (labelGrid?.[l][hd]) lines.push(['behaviour', labelGrid[l][hd]]);
         return lines;
       },
       onClick: (l, hd) => {
@@ -219,7 +220,7 @@ export class HeadsView {
     const c = this.gridCard;
     c.title.textContent = stat;
     c.sub.textContent = `${grid.layers} layers × ${grid.heads} heads · step ${fmtStep(grid.step)}`;
-    c.sub.title = info && info.description ? info.description : '';
+    c.sub.title = info?.description ? info.description : '';
     const hasNaN = values.flat().some(Number.isNaN);
     const parts = [
       hm.el,
@@ -230,7 +231,7 @@ export class HeadsView {
         labelGrid ? labelsLegend(labelGrid, this.labels.rules) : null,
       ),
     ];
-    if (info && info.description) parts.push(h('p', {class: 'description'}, info.description));
+    if (info?.description) parts.push(h('p', {class: 'description'}, info.description));
     clear(c.body).append(...parts);
     clear(c.aside).append(
       probePill(grid.probe),
@@ -241,11 +242,12 @@ export class HeadsView {
   async loadTrajectory() {
     const {run, tag, selected} = this.state;
     if (!selected) return;
-    const seq = (this.trajSeq = (this.trajSeq || 0) + 1);
+    this.trajSeq = (this.trajSeq || 0) + 1;
+    const seq = this.trajSeq;
     let data;
     try {
       data = await getJSON('trajectory', {run, tag, layer: selected[0], head: selected[1]});
-    } catch (e) {
+    } catch {
       data = null;
     }
     if (seq !== this.trajSeq || !data) return;
@@ -255,7 +257,8 @@ export class HeadsView {
 
   async loadMeans() {
     const {run, tag} = this.state;
-    const seq = (this.meansSeq = (this.meansSeq || 0) + 1);
+    this.meansSeq = (this.meansSeq || 0) + 1;
+    const seq = this.meansSeq;
     const data = await getJSON('layer_means', {run, tag});
     if (seq !== this.meansSeq) return;
     this.means = data;
@@ -265,7 +268,8 @@ export class HeadsView {
   async loadPatterns() {
     const run = this.state.run;
     const info = tagsOfKind(this.app.tags, run, 'named_values').find((t) => t.name === 'pattern_classes');
-    const seq = (this.patternSeq = (this.patternSeq || 0) + 1);
+    this.patternSeq = (this.patternSeq || 0) + 1;
+    const seq = this.patternSeq;
     const data = info ? await getJSON('series', {run, tag: info.tag}).catch(() => null) : null;
     if (seq !== this.patternSeq) return;
     this.patterns = data;
@@ -275,7 +279,8 @@ export class HeadsView {
   async loadWordClasses() {
     const run = this.state.run;
     const info = tagsOfKind(this.app.tags, run, 'named_values').find((t) => t.name === 'word_classes');
-    const seq = (this.wordClassSeq = (this.wordClassSeq || 0) + 1);
+    this.wordClassSeq = (this.wordClassSeq || 0) + 1;
+    const seq = this.wordClassSeq;
     const data = info ? await getJSON('series', {run, tag: info.tag}).catch(() => null) : null;
     if (seq !== this.wordClassSeq) return;
     this.wordClasses = data;
@@ -417,14 +422,14 @@ function probePill(probe) {
 function argmax(values) {
   let best = null;
   let bv = -Infinity;
-  values.forEach((row, i) =>
+  values.forEach((row, i) => {
     row.forEach((v, j) => {
       if (Number.isFinite(v) && v > bv) {
         bv = v;
         best = [i, j];
       }
-    }),
-  );
+    });
+  });
   return best || [0, 0];
 }
 
@@ -434,7 +439,7 @@ function labelsLegend(labelGrid, rules) {
   const items = rules.map(({label, glyph, text}) =>
     h(
       'span',
-      {class: 'label-item' + (counts[label] ? '' : ' zero'), title: text},
+      {class: `label-item${counts[label] ? '' : ' zero'}`, title: text},
       h('b', {class: 'glyph'}, glyph),
       `${label} ${counts[label] || 0}`,
     ),
