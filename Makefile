@@ -5,9 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 DATA ?= $(or $(BERTWATCH_DATA),../shared/data)
 STAMP := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
 TEST_ENV = BERTWATCH_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
-.PHONY: demo test test-fast setup browser clean
+.PHONY: demo lint test test-fast setup browser clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,7 +17,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[demo,test]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+# Biome (formatter and linter of the front end's ES modules and CSS), pinned in package-lock.json; no npm call
+# once installed unless package*.json change. `npm install`, not `npm ci`: the lock holds only the Linux builds of
+# Biome's per-platform binaries (the registry mirror has no others), which `npm ci` refuses as out of sync.
+$(NODE_STAMP): package.json package-lock.json
+	npm install --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+setup: $(STAMP) $(NODE_STAMP)
 
 browser: $(STAMP)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed; browser tests will fail"
@@ -24,13 +32,15 @@ browser: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/bertwatch demo --data $(DATA) --out demo_out
 
-test: $(STAMP) browser
+lint: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	node_modules/.bin/biome ci --colors=off bertwatch/tb/static
+
+test: lint browser
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider
 
-test-fast: $(STAMP)
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+test-fast: lint
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider -m fast --hypothesis-profile=fast
 
 clean:
-	rm -rf $(VENV) demo_out *.egg-info
+	rm -rf $(VENV) node_modules demo_out *.egg-info

@@ -89,6 +89,7 @@ STAT_DESCRIPTIONS = {
     "next": "Attention of each token to the following token (Clark et al. 2019, Sec. 3.1).",
     "entropy": "Mean entropy of the attention rows in nats (Clark et al. 2019, Fig. 4).",
     "cls_entropy": "Entropy of the [CLS] row in nats (Clark et al. 2019, Fig. 4).",
+    "intra_segment_mass": "Attention mass on the query's own segment, mean over queries; NaN on single sentences.",
     "cls_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [CLS], mean over queries (Kobayashi et al. 2020).",
     "sep_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [SEP] tokens, mean over queries (Kobayashi et al. 2020).",
     "punct_mass_norm": 'Share of the norm-weighted attention ‖A·f(x)‖ on "." and ",", mean over queries (Kobayashi et al. 2020).',

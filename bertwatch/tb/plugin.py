@@ -12,6 +12,7 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/trajectory?run&tag&layer&head[&max_points]``        one head's value over steps
 ``/layer_means?run&tag[&max_points]``                  each layer's mean over heads, over steps
 ``/labels[?run[&step]]``                               the label rules; with ``run``, Clark's labels of that step
+``/stat_names``                                        statistic names: menu groups, drift and [0, 1] statistics
 ``/attention?run&tag[&step]&layer[&head]``             tokens and the maps of one layer (or one head)
 ``/ablation?run[&mode]``                               ablation tables of one mode and the pruning curve
 ``/embedding?run&tag[&step]``                          2-D head embedding of a step (latest), its steps, the previous map
@@ -117,6 +118,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/trajectory": self._serve_trajectory,
             "/layer_means": self._serve_layer_means,
             "/labels": self._serve_labels,
+            "/stat_names": self._serve_stat_names,
             "/attention": self._serve_attention,
             "/ablation": self._serve_ablation,
             "/embedding": self._serve_embedding,
@@ -180,6 +182,10 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (*_run_tag(r), int_arg(r, "max_points", required=False, minimum=0)))
     def _serve_layer_means(self):
         return self.queries.layer_means
+
+    @json_route(lambda r: ())
+    def _serve_stat_names(self):
+        return self.queries.stat_names
 
     @json_route(lambda r: (arg(r, "run", required=False), int_arg(r, "step", required=False)))
     def _serve_labels(self):

@@ -16,6 +16,7 @@ from tensorboard.data import provider
 
 from bertwatch.core import rules
 from bertwatch.core.significance import benjamini_hochberg
+from bertwatch.core.stat_names import stat_names_json
 from bertwatch.core.task_names import describe, metric_entries, metric_label, task_label
 from bertwatch.tb import metadata as md
 from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
@@ -246,6 +247,10 @@ class Queries:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(cold)) as pool:
                 list(pool.map(load, [tag[len(md.HEADS_PREFIX) :] for tag in cold]))
         return {stat: load(stat) for stat in stats}
+
+    def stat_names(self, ctx, eid) -> dict:
+        """Every statistic's name and menu group (``bertwatch.core.stat_names``); the same for every experiment."""
+        return stat_names_json()
 
     def labels(self, ctx, eid, run, step) -> dict:
         """Clark's labels of the step at or before ``step`` (latest by default), with the rules they follow;

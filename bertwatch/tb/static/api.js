@@ -14,7 +14,7 @@ export async function getJSON(route, params = {}) {
     if (v !== undefined && v !== null && v !== '') query.set(k, String(v));
   }
   const qs = query.toString();
-  const response = await fetch(`./${route}${qs ? '?' + qs : ''}`, {headers: {Accept: 'application/json'}});
+  const response = await fetch(`./${route}${qs ? `?${qs}` : ''}`, {headers: {Accept: 'application/json'}});
   if (!response.ok) {
     const text = (await response.text()).slice(0, 300);
     throw new HttpError(response.status, text);
@@ -44,22 +44,28 @@ export function rawText(v) {
 
 // --- tags -----------------------------------------------------------------------------------------
 
-export const STAT_GROUPS = [
-  ['Special tokens', ['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva']],
-  ['Norm-based (Kobayashi)', ['cls_mass_norm', 'sep_mass_norm', 'punct_mass_norm', 'norm_ratio']],
-  ['Position', ['self', 'prev', 'next']],
-  ['Spread', ['entropy', 'cls_entropy']],
-  ['Drift from pretrained', ['drift_cosine', 'drift_js']],
-  ['Importance', ['head_importance', 'head_attribution_ig', 'attn_grad_sep', 'attn_grad_punct', 'attn_grad_other']],
-  ['Word classes (Kovaleva)', ['wordclass_pron', 'wordclass_subj', 'wordclass_obj', 'wordclass_neg', 'cls_target_pron', 'cls_target_subj', 'cls_target_obj', 'cls_target_neg']],
-  ['Word classes (UD share)', ['class_share_noun', 'class_share_verb', 'class_share_pron', 'class_share_det', 'class_share_subj', 'class_share_obj', 'class_share_neg', 'class_share_punct']],
-];
+// Statistic names and groups have one home, bertwatch/core/stat_names.py, served at /stat_names; index.js loads
+// them once, before the first view renders.
+const statNames = {groups: [], drift: [], proportions: []};
 
-export const DRIFT_STATS = ['drift_cosine', 'drift_js'];
+/** Fetch the statistic names from the plugin (once, at start-up). */
+export async function loadStatNames() {
+  Object.assign(statNames, await getJSON('stat_names'));
+}
+
+/** Whether `stat` is a drift-from-pretrained statistic. */
+export function isDriftStat(stat) {
+  return statNames.drift.includes(stat);
+}
+
+/** Whether `stat` is a share of attention, always in [0, 1]. */
+export function isProportion(stat) {
+  return statNames.proportions.includes(stat);
+}
 
 function statOrder(stat) {
   let i = 0;
-  for (const [, stats] of STAT_GROUPS) {
+  for (const [, stats] of statNames.groups) {
     const j = stats.indexOf(stat);
     if (j >= 0) return i + j;
     i += stats.length;
@@ -68,21 +74,21 @@ function statOrder(stat) {
 }
 
 export function statGroup(stat) {
-  for (const [group, stats] of STAT_GROUPS) if (stats.includes(stat)) return group;
+  for (const [group, stats] of statNames.groups) if (stats.includes(stat)) return group;
   return 'Other';
 }
 
 /** Head-grid tags of a run as [{tag, stat, ...info}], in the usual order of statistics. */
 export function gridTags(tags, run) {
   const out = [];
-  for (const [tag, info] of Object.entries((tags.runs || {})[run] || {})) {
+  for (const [tag, info] of Object.entries(tags.runs?.[run] || {})) {
     if (info.kind === 'head_grid') out.push({tag, ...info});
   }
   return out.sort((a, b) => statOrder(a.stat) - statOrder(b.stat) || (a.stat < b.stat ? -1 : 1));
 }
 
 export function tagsOfKind(tags, run, kind) {
-  return Object.entries((tags.runs || {})[run] || {})
+  return Object.entries(tags.runs?.[run] || {})
     .filter(([, info]) => info.kind === kind)
     .map(([tag, info]) => ({tag, ...info}));
 }

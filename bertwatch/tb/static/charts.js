@@ -1,6 +1,6 @@
 // Small SVG charts: lines over steps, bars with intervals, a scatter. Text goes in as text nodes only.
 
-import {h, s, fmt, fmtStep, showTooltip, hideTooltip} from './dom.js';
+import {fmt, fmtStep, h, hideTooltip, s, showTooltip} from './dom.js';
 
 const M = {l: 56, r: 14, t: 12, b: 38};
 
@@ -15,19 +15,29 @@ export function niceTicks(lo, hi, count = 5) {
   if (hi === lo) return [lo];
   const span = hi - lo;
   const step0 = span / Math.max(1, count);
-  const mag = Math.pow(10, Math.floor(Math.log10(step0)));
+  const mag = 10 ** Math.floor(Math.log10(step0));
   const err = step0 / mag;
   const step = mag * (err >= 7.5 ? 10 : err >= 3.5 ? 5 : err >= 1.5 ? 2 : 1);
   const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
   return out;
 }
 
 function extent(arrays, extra = []) {
   let lo = Infinity;
   let hi = -Infinity;
-  for (const a of arrays) for (const v of a) if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
-  for (const v of extra) if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  for (const a of arrays)
+    for (const v of a)
+      if (Number.isFinite(v)) {
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
+  for (const v of extra)
+    if (Number.isFinite(v)) {
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
   if (lo === Infinity) return [0, 1];
   if (lo === hi) return [lo - (Math.abs(lo) || 1) * 0.05, hi + (Math.abs(hi) || 1) * 0.05];
   return [lo, hi];
@@ -46,8 +56,16 @@ function axes(svg, W, H, xs, ys, xTicks, yTicks, xFmt, yFmt, xLabel, yLabel) {
     g.append(s('text', {class: 'tick-label', x, y: H - M.b + 16, 'text-anchor': 'middle'}, xFmt(t)));
   }
   g.append(s('line', {class: 'axis', x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b}));
-  if (xLabel) g.append(s('text', {class: 'axis-label', x: (M.l + W - M.r) / 2, y: H - 4, 'text-anchor': 'middle'}, xLabel));
-  if (yLabel) g.append(s('text', {class: 'axis-label', transform: `translate(12 ${(M.t + H - M.b) / 2}) rotate(-90)`, 'text-anchor': 'middle'}, yLabel));
+  if (xLabel)
+    g.append(s('text', {class: 'axis-label', x: (M.l + W - M.r) / 2, y: H - 4, 'text-anchor': 'middle'}, xLabel));
+  if (yLabel)
+    g.append(
+      s(
+        'text',
+        {class: 'axis-label', transform: `translate(12 ${(M.t + H - M.b) / 2}) rotate(-90)`, 'text-anchor': 'middle'},
+        yLabel,
+      ),
+    );
   svg.append(g);
 }
 
@@ -56,7 +74,10 @@ function pathOf(xs, ys, X, Y) {
   let pen = false;
   for (let i = 0; i < xs.length; i++) {
     const y = ys[i];
-    if (!Number.isFinite(y) || !Number.isFinite(xs[i])) { pen = false; continue; }
+    if (!Number.isFinite(y) || !Number.isFinite(xs[i])) {
+      pen = false;
+      continue;
+    }
     d += `${pen ? 'L' : 'M'}${X(xs[i]).toFixed(1)} ${Y(y).toFixed(1)}`;
     pen = true;
   }
@@ -68,7 +89,8 @@ function nearestIndex(xs, x) {
   let hi = xs.length - 1;
   while (hi - lo > 1) {
     const mid = (lo + hi) >> 1;
-    if (xs[mid] <= x) lo = mid; else hi = mid;
+    if (xs[mid] <= x) lo = mid;
+    else hi = mid;
   }
   return Math.abs(xs[lo] - x) <= Math.abs(xs[hi] - x) ? lo : hi;
 }
@@ -80,12 +102,15 @@ function bandPath(xs, lo, hi, X, Y) {
   const flush = () => {
     if (run.length > 1) {
       d += run.map((i, k) => `${k ? 'L' : 'M'}${X(xs[i]).toFixed(1)} ${Y(hi[i]).toFixed(1)}`).join('');
-      d += run.slice().reverse().map((i) => `L${X(xs[i]).toFixed(1)} ${Y(lo[i]).toFixed(1)}`).join('') + 'Z';
+      const back = run.slice().reverse();
+      d += back.map((i) => `L${X(xs[i]).toFixed(1)} ${Y(lo[i]).toFixed(1)}`).join('');
+      d += 'Z';
     }
     run = [];
   };
   for (let i = 0; i < xs.length; i++) {
-    if (Number.isFinite(xs[i]) && Number.isFinite(lo[i]) && Number.isFinite(hi[i])) run.push(i); else flush();
+    if (Number.isFinite(xs[i]) && Number.isFinite(lo[i]) && Number.isFinite(hi[i])) run.push(i);
+    else flush();
   }
   flush();
   return d;
@@ -96,40 +121,102 @@ function bandPath(xs, lo, hi, X, Y) {
  * filled behind the lines (intervals, ranges); marker: an x to highlight (move it later with the returned
  * element's setMarker(x), without redrawing); hline: {y, label, cls, id}, and more in hlines; onPick(x) when clicked.
  */
-export function lineChart({series, bands = [], width = 520, height = 240, xLabel = 'step', yLabel = '', marker, hline, hlines = [], xFormat = fmtStep, yFormat = (v) => fmt(v, 3), legend = series.length > 1, onPick, id}) {
+export function lineChart({
+  series,
+  bands = [],
+  width = 520,
+  height = 240,
+  xLabel = 'step',
+  yLabel = '',
+  marker,
+  hline,
+  hlines = [],
+  xFormat = fmtStep,
+  yFormat = (v) => fmt(v, 3),
+  legend = series.length > 1,
+  onPick,
+  id,
+}) {
   const W = width;
   const H = height;
   const rules = (hline ? [hline] : []).concat(hlines);
   const [x0, x1] = extent(series.map((sr) => sr.xs));
-  const [yl, yh] = extent(series.map((sr) => sr.ys).concat(bands.flatMap((b) => [b.lo, b.hi])), rules.map((r) => r.y));
+  const [yl, yh] = extent(
+    series.map((sr) => sr.ys).concat(bands.flatMap((b) => [b.lo, b.hi])),
+    rules.map((r) => r.y),
+  );
   const pad = (yh - yl) * 0.06;
   const y0 = yl - pad;
   const y1 = yh + pad;
   const X = (v) => M.l + ((v - x0) / (x1 - x0 || 1)) * (W - M.l - M.r);
   const Y = (v) => H - M.b - ((v - y0) / (y1 - y0 || 1)) * (H - M.t - M.b);
   const svg = s('svg', {class: 'chart line-chart', width: W, height: H, viewBox: `0 0 ${W} ${H}`, id: id || null});
-  axes(svg, W, H, X, Y, niceTicks(x0, x1, Math.max(2, Math.floor(W / 110))), niceTicks(y0, y1, 4), xFormat, yFormat, xLabel, yLabel);
+  axes(
+    svg,
+    W,
+    H,
+    X,
+    Y,
+    niceTicks(x0, x1, Math.max(2, Math.floor(W / 110))),
+    niceTicks(y0, y1, 4),
+    xFormat,
+    yFormat,
+    xLabel,
+    yLabel,
+  );
   for (const b of bands) {
-    svg.append(s('path', {class: 'band', id: b.id || null, d: bandPath(b.xs, b.lo, b.hi, X, Y), fill: b.color, 'fill-opacity': b.opacity || 0.25, stroke: 'none'}));
+    svg.append(
+      s('path', {
+        class: 'band',
+        id: b.id || null,
+        d: bandPath(b.xs, b.lo, b.hi, X, Y),
+        fill: b.color,
+        'fill-opacity': b.opacity || 0.25,
+        stroke: 'none',
+      }),
+    );
   }
   for (const rule of rules) {
     if (!Number.isFinite(rule.y)) continue;
-    svg.append(s('line', {class: 'hline' + (rule.cls ? ` ${rule.cls}` : ''), id: rule.id || null, x1: M.l, x2: W - M.r, y1: Y(rule.y), y2: Y(rule.y)}));
-    if (rule.label) svg.append(s('text', {class: 'hline-label', x: W - M.r - 4, y: Y(rule.y) - 5, 'text-anchor': 'end'}, rule.label));
+    svg.append(
+      s('line', {
+        class: `hline${rule.cls ? ` ${rule.cls}` : ''}`,
+        id: rule.id || null,
+        x1: M.l,
+        x2: W - M.r,
+        y1: Y(rule.y),
+        y2: Y(rule.y),
+      }),
+    );
+    if (rule.label)
+      svg.append(s('text', {class: 'hline-label', x: W - M.r - 4, y: Y(rule.y) - 5, 'text-anchor': 'end'}, rule.label));
   }
   const markerLine = s('line', {class: 'marker', x1: 0, x2: 0, y1: M.t, y2: H - M.b, visibility: 'hidden'});
   const setMarker = (x) => {
     const ok = x !== undefined && x !== null && Number.isFinite(x);
     markerLine.setAttribute('visibility', ok ? 'visible' : 'hidden');
-    if (ok) { markerLine.setAttribute('x1', X(x)); markerLine.setAttribute('x2', X(x)); }
+    if (ok) {
+      markerLine.setAttribute('x1', X(x));
+      markerLine.setAttribute('x2', X(x));
+    }
   };
   setMarker(marker);
   svg.append(markerLine);
   for (const sr of series) {
-    svg.append(s('path', {class: 'series' + (sr.dashed ? ' dashed' : ''), d: pathOf(sr.xs, sr.ys, X, Y), stroke: sr.color || '#1565c0', 'stroke-width': sr.width || 1.8}));
+    svg.append(
+      s('path', {
+        class: `series${sr.dashed ? ' dashed' : ''}`,
+        d: pathOf(sr.xs, sr.ys, X, Y),
+        stroke: sr.color || '#1565c0',
+        'stroke-width': sr.width || 1.8,
+      }),
+    );
     if (sr.xs.length <= 60) {
       for (let i = 0; i < sr.xs.length; i++) {
-        if (Number.isFinite(sr.ys[i])) svg.append(s('circle', {class: 'dot', cx: X(sr.xs[i]), cy: Y(sr.ys[i]), r: 2.4, fill: sr.color || '#1565c0'}));
+        if (Number.isFinite(sr.ys[i]))
+          svg.append(
+            s('circle', {class: 'dot', cx: X(sr.xs[i]), cy: Y(sr.ys[i]), r: 2.4, fill: sr.color || '#1565c0'}),
+          );
       }
     }
   }
@@ -141,7 +228,7 @@ export function lineChart({series, bands = [], width = 520, height = 240, xLabel
     const r = svg.getBoundingClientRect();
     const px = ((e.clientX - r.left) / r.width) * W;
     const xv = x0 + ((px - M.l) / (W - M.l - M.r)) * (x1 - x0);
-    return base && base.xs.length ? base.xs[nearestIndex(base.xs, xv)] : null;
+    return base?.xs.length ? base.xs[nearestIndex(base.xs, xv)] : null;
   };
   overlay.addEventListener('mousemove', (e) => {
     const xv = locate(e);
@@ -156,22 +243,45 @@ export function lineChart({series, bands = [], width = 520, height = 240, xLabel
     }
     showTooltip(e, lines);
   });
-  overlay.addEventListener('mouseleave', () => { guide.setAttribute('visibility', 'hidden'); hideTooltip(); });
+  overlay.addEventListener('mouseleave', () => {
+    guide.setAttribute('visibility', 'hidden');
+    hideTooltip();
+  });
   if (onPick) {
     overlay.classList.add('pickable');
-    overlay.addEventListener('click', (e) => { const xv = locate(e); if (xv !== null) onPick(xv); });
+    overlay.addEventListener('click', (e) => {
+      const xv = locate(e);
+      if (xv !== null) onPick(xv);
+    });
   }
   if (!legend) return Object.assign(svg, {setMarker});
-  const leg = h('div', {class: 'chart-legend'},
-    ...series.map((sr) => h('span', {class: 'item'}, h('span', {class: 'swatch line', style: {background: sr.color}}), sr.name)),
-    ...bands.filter((b) => b.name).map((b) => h('span', {class: 'item'}, h('span', {class: 'swatch', style: {background: b.color, opacity: 0.5}}), b.name)));
+  const leg = h(
+    'div',
+    {class: 'chart-legend'},
+    ...series.map((sr) =>
+      h('span', {class: 'item'}, h('span', {class: 'swatch line', style: {background: sr.color}}), sr.name),
+    ),
+    ...bands
+      .filter((b) => b.name)
+      .map((b) =>
+        h('span', {class: 'item'}, h('span', {class: 'swatch', style: {background: b.color, opacity: 0.5}}), b.name),
+      ),
+  );
   return Object.assign(h('div', {class: 'chart-wrap'}, svg, leg), {setMarker});
 }
 
 /**
  * Vertical bars with interval whiskers around a zero line. items: [{label, value, lo, hi, color, flag, tooltip}]
  */
-export function barChart({items, width = 420, height = 240, yLabel = '', xLabel = 'layer', yFormat = (v) => fmt(v, 2), id}) {
+export function barChart({
+  items,
+  width = 420,
+  height = 240,
+  yLabel = '',
+  xLabel = 'layer',
+  yFormat = (v) => fmt(v, 2),
+  id,
+}) {
   const W = width;
   const H = height;
   const [a, b] = extent([items.map((d) => d.value), items.map((d) => d.lo), items.map((d) => d.hi)], [0]);
@@ -187,22 +297,44 @@ export function barChart({items, width = 420, height = 240, yLabel = '', xLabel 
     g.append(s('line', {class: 'grid', x1: M.l, x2: W - M.r, y1: Y(t), y2: Y(t)}));
     g.append(s('text', {class: 'tick-label', x: M.l - 6, y: Y(t) + 4, 'text-anchor': 'end'}, yFormat(t)));
   }
-  if (yLabel) g.append(s('text', {class: 'axis-label', transform: `translate(12 ${(M.t + H - M.b) / 2}) rotate(-90)`, 'text-anchor': 'middle'}, yLabel));
-  if (xLabel) g.append(s('text', {class: 'axis-label', x: (M.l + W - M.r) / 2, y: H - 4, 'text-anchor': 'middle'}, xLabel));
+  if (yLabel)
+    g.append(
+      s(
+        'text',
+        {class: 'axis-label', transform: `translate(12 ${(M.t + H - M.b) / 2}) rotate(-90)`, 'text-anchor': 'middle'},
+        yLabel,
+      ),
+    );
+  if (xLabel)
+    g.append(s('text', {class: 'axis-label', x: (M.l + W - M.r) / 2, y: H - 4, 'text-anchor': 'middle'}, xLabel));
   svg.append(g);
   items.forEach((d, i) => {
     const cx = M.l + band * (i + 0.5);
     const bw = Math.min(34, band * 0.62);
     const top = Y(Math.max(0, d.value));
     const bottom = Y(Math.min(0, d.value));
-    const grp = s('g', {class: 'bar' + (d.flag ? ' significant' : ''), dataset: {index: String(i), value: String(d.value)}});
-    if (Number.isFinite(d.value)) grp.append(s('rect', {x: cx - bw / 2, y: top, width: bw, height: Math.max(1, bottom - top), fill: d.color || '#1565c0', rx: 2}));
+    const grp = s('g', {
+      class: `bar${d.flag ? ' significant' : ''}`,
+      dataset: {index: String(i), value: String(d.value)},
+    });
+    if (Number.isFinite(d.value))
+      grp.append(
+        s('rect', {
+          x: cx - bw / 2,
+          y: top,
+          width: bw,
+          height: Math.max(1, bottom - top),
+          fill: d.color || '#1565c0',
+          rx: 2,
+        }),
+      );
     if (Number.isFinite(d.lo) && Number.isFinite(d.hi)) {
       grp.append(s('line', {class: 'whisker', x1: cx, x2: cx, y1: Y(d.lo), y2: Y(d.hi)}));
       grp.append(s('line', {class: 'whisker', x1: cx - 5, x2: cx + 5, y1: Y(d.lo), y2: Y(d.lo)}));
       grp.append(s('line', {class: 'whisker', x1: cx - 5, x2: cx + 5, y1: Y(d.hi), y2: Y(d.hi)}));
     }
-    if (d.flag) grp.append(s('text', {class: 'sig-star', x: cx, y: Math.min(Y(d.hi), top) - 5, 'text-anchor': 'middle'}, '*'));
+    if (d.flag)
+      grp.append(s('text', {class: 'sig-star', x: cx, y: Math.min(Y(d.hi), top) - 5, 'text-anchor': 'middle'}, '*'));
     grp.append(s('text', {class: 'tick-label', x: cx, y: H - M.b + 16, 'text-anchor': 'middle'}, d.label));
     grp.append(s('rect', {class: 'hit', x: cx - band / 2, y: M.t, width: band, height: H - M.t - M.b}));
     if (d.tooltip) {
@@ -233,7 +365,18 @@ export function scatter({points, width = 560, height = 440, legendItems = [], id
   svg.append(s('rect', {class: 'frame', x: 0.5, y: 0.5, width: W - 1, height: H - 1, rx: 4}));
   for (const t of trails) {
     if (![t.x0, t.y0, t.x1, t.y1].every(Number.isFinite)) continue;
-    svg.append(s('line', {class: 'trail', x1: X(t.x0), y1: Y(t.y0), x2: X(t.x1), y2: Y(t.y1), stroke: t.color, 'stroke-width': 1.2, 'stroke-opacity': 0.55}));
+    svg.append(
+      s('line', {
+        class: 'trail',
+        x1: X(t.x0),
+        y1: Y(t.y0),
+        x2: X(t.x1),
+        y2: Y(t.y1),
+        stroke: t.color,
+        'stroke-width': 1.2,
+        'stroke-opacity': 0.55,
+      }),
+    );
     svg.append(s('circle', {class: 'trail-start', cx: X(t.x0), cy: Y(t.y0), r: 2, fill: t.color, 'fill-opacity': 0.5}));
   }
   for (const p of points) {
@@ -243,6 +386,12 @@ export function scatter({points, width = 560, height = 440, legendItems = [], id
     c.addEventListener('mouseleave', hideTooltip);
     svg.append(c);
   }
-  const leg = h('div', {class: 'chart-legend'}, ...legendItems.map((it) => h('span', {class: 'item'}, h('span', {class: 'swatch dot', style: {background: it.color}}), it.label)));
+  const leg = h(
+    'div',
+    {class: 'chart-legend'},
+    ...legendItems.map((it) =>
+      h('span', {class: 'item'}, h('span', {class: 'swatch dot', style: {background: it.color}}), it.label),
+    ),
+  );
   return h('div', {class: 'chart-wrap'}, svg, leg);
 }

@@ -84,7 +84,7 @@ export function fmt(v, digits = 4) {
 
 export function fmtSigned(v, digits = 3) {
   const t = fmt(v, digits);
-  return Number.isFinite(v) && v > 0 ? '+' + t : t;
+  return Number.isFinite(v) && v > 0 ? `+${t}` : t;
 }
 
 export function fmtStep(step) {
@@ -116,7 +116,8 @@ function tooltip() {
 export function showTooltip(event, lines) {
   const el = clear(tooltip());
   for (const line of lines) {
-    if (Array.isArray(line)) el.append(h('div', {class: 'row'}, h('span', {class: 'k'}, line[0]), h('span', {class: 'v'}, line[1])));
+    if (Array.isArray(line))
+      el.append(h('div', {class: 'row'}, h('span', {class: 'k'}, line[0]), h('span', {class: 'v'}, line[1])));
     else el.append(h('div', {class: 'title'}, line));
   }
   el.style.display = 'block';
@@ -141,12 +142,22 @@ export function card(titleText, opts = {}) {
   const aside = h('div', {class: 'card-aside'});
   const sub = h('div', {class: 'card-sub'});
   const body = h('div', {class: 'card-body'});
-  const el = h('section', {class: `card ${opts.class || ''}`}, h('header', {class: 'card-head'}, h('div', {}, title, sub), aside), body);
+  const el = h(
+    'section',
+    {class: `card ${opts.class || ''}`},
+    h('header', {class: 'card-head'}, h('div', {}, title, sub), aside),
+    body,
+  );
   return {el, body, title, sub, aside};
 }
 
 export function emptyState(text, hint) {
-  return h('div', {class: 'empty'}, h('div', {class: 'empty-title'}, text), hint ? h('div', {class: 'empty-hint'}, hint) : null);
+  return h(
+    'div',
+    {class: 'empty'},
+    h('div', {class: 'empty-title'}, text),
+    hint ? h('div', {class: 'empty-hint'}, hint) : null,
+  );
 }
 
 export function field(labelText, control) {
@@ -157,7 +168,16 @@ export function field(labelText, control) {
  * A step slider with a label and a "follow latest" toggle. onChange(index, follow) on every move.
  */
 export function stepper({prefix = '', onChange}) {
-  const slider = h('input', {type: 'range', id: `${prefix}step-slider`, class: 'slider', min: 0, max: 0, step: 1, value: 0, 'aria-label': 'Step'});
+  const slider = h('input', {
+    type: 'range',
+    id: `${prefix}step-slider`,
+    class: 'slider',
+    min: 0,
+    max: 0,
+    step: 1,
+    value: 0,
+    'aria-label': 'Step',
+  });
   const label = h('span', {id: `${prefix}step-label`, class: 'step-label'}, '—');
   const follow = h('input', {type: 'checkbox', id: `${prefix}follow-latest`, checked: true});
   const el = h(
@@ -166,7 +186,12 @@ export function stepper({prefix = '', onChange}) {
     h('span', {class: 'field-label'}, 'Step'),
     slider,
     label,
-    h('label', {class: 'check', title: 'Jump to each new step as it is logged'}, follow, h('span', {}, 'Follow latest')),
+    h(
+      'label',
+      {class: 'check', title: 'Jump to each new step as it is logged'},
+      follow,
+      h('span', {}, 'Follow latest'),
+    ),
   );
   let steps = [];
   const setLabel = (i) => {
@@ -189,9 +214,15 @@ export function stepper({prefix = '', onChange}) {
   });
   return {
     el,
-    get index() { return Number(slider.value); },
-    get follow() { return follow.checked; },
-    get step() { return steps.length ? steps[Number(slider.value)] : null; },
+    get index() {
+      return Number(slider.value);
+    },
+    get follow() {
+      return follow.checked;
+    },
+    get step() {
+      return steps.length ? steps[Number(slider.value)] : null;
+    },
     set(newSteps, index) {
       steps = newSteps;
       slider.max = String(Math.max(0, steps.length - 1));

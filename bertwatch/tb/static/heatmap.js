@@ -1,7 +1,7 @@
 // A [layers x heads] heatmap made of DOM cells (<= a few hundred), each carrying its exact value in
 // data-value (the number as the JSON route sent it), with hover tooltips, selection and per-cell marks.
 
-import {h, fmt, showTooltip, hideTooltip, headName} from './dom.js';
+import {fmt, h, headName, hideTooltip, showTooltip} from './dom.js';
 import {textOn} from './scales.js';
 
 /**
@@ -24,7 +24,10 @@ export function heatmap(o) {
   const H = L ? values[0].length : 0;
   const cw = o.cell || (H > 16 ? 26 : 36);
   const ch = Math.round(cw * (o.showValues ? 0.72 : 0.66));
-  const grid = h('div', {class: 'hm-grid', style: {gridTemplateColumns: `2.6em repeat(${H}, ${cw}px)`, gridAutoRows: `${ch}px`}});
+  const grid = h('div', {
+    class: 'hm-grid',
+    style: {gridTemplateColumns: `2.6em repeat(${H}, ${cw}px)`, gridAutoRows: `${ch}px`},
+  });
   grid.append(h('div', {class: 'hm-corner'}));
   for (let j = 0; j < H; j++) grid.append(h('div', {class: 'hm-col'}, String(j)));
   const cells = [];
@@ -35,15 +38,15 @@ export function heatmap(o) {
       const v = values[i][j];
       const rgb = o.scale.rgb(v);
       const cell = h('div', {
-        class: 'cell' + (Number.isNaN(v) ? ' nan' : '') + (Number.isFinite(v) || Number.isNaN(v) ? '' : ' inf'),
+        class: `cell${Number.isNaN(v) ? ' nan' : ''}${Number.isFinite(v) || Number.isNaN(v) ? '' : ' inf'}`,
         dataset: {layer: String(i), head: String(j), value: o.raw ? o.raw[i][j] : String(v)},
         style: {background: o.scale.color(v), color: textOn(rgb)},
       });
       if (!Number.isFinite(v)) cell.append(h('span', {class: 'cell-text'}, fmt(v)));
       else if (o.showValues) cell.append(h('span', {class: 'cell-text'}, fmt(v, 2)));
-      const mark = o.marks && o.marks[i] && o.marks[i][j];
+      const mark = o.marks?.[i]?.[j];
       if (mark) cell.append(h('span', {class: 'mark'}, mark));
-      if (o.flags && o.flags[i] && o.flags[i][j]) cell.append(h('span', {class: 'sig', title: 'interval excludes 0'}));
+      if (o.flags?.[i]?.[j]) cell.append(h('span', {class: 'sig', title: 'interval excludes 0'}));
       grid.append(cell);
       row.push(cell);
     }
@@ -56,7 +59,7 @@ export function heatmap(o) {
     if (selected) selected.classList.add('selected');
   };
   select(o.selected);
-  const cellOf = (target) => (target && target.closest ? target.closest('.cell') : null);
+  const cellOf = (target) => (target?.closest ? target.closest('.cell') : null);
   grid.addEventListener('mousemove', (e) => {
     const cell = cellOf(e.target);
     if (!cell) return hideTooltip();

@@ -1,15 +1,15 @@
 // bertwatch TensorBoard plugin: entry module. TensorBoard loads it in an iframe and calls render() once.
 // Plain ES modules, relative URLs only; no string is ever parsed as HTML.
 
-import {h, clear, setOptions, emptyState, hideTooltip} from './static/dom.js';
-import {getJSON} from './static/api.js';
+import {getJSON, loadStatNames} from './static/api.js';
+import {clear, emptyState, h, hideTooltip, setOptions} from './static/dom.js';
 import {startLive} from './static/live.js';
-import {HeadsView} from './static/view_heads.js';
-import {DriftView} from './static/view_drift.js';
-import {AttentionView} from './static/view_attention.js';
 import {AblationView} from './static/view_ablation.js';
-import {CompareView} from './static/view_compare.js';
+import {AttentionView} from './static/view_attention.js';
 import {ClustersView} from './static/view_clusters.js';
+import {CompareView} from './static/view_compare.js';
+import {DriftView} from './static/view_drift.js';
+import {HeadsView} from './static/view_heads.js';
 
 function loadStylesheet() {
   return new Promise((resolve) => {
@@ -51,7 +51,12 @@ export async function render() {
   await loadStylesheet();
 
   const runSelect = h('select', {id: 'run-select', class: 'select', 'aria-label': 'Run'});
-  const status = h('div', {id: 'live-status', class: 'live-status', dataset: {state: 'starting'}}, h('span', {class: 'dot'}), h('span', {class: 'text'}, 'Connecting…'));
+  const status = h(
+    'div',
+    {id: 'live-status', class: 'live-status', dataset: {state: 'starting'}},
+    h('span', {class: 'dot'}),
+    h('span', {class: 'text'}, 'Connecting…'),
+  );
   const tabs = h('nav', {class: 'tabs', role: 'tablist'});
   const main = h('main', {class: 'main'});
   const skipped = h('div', {class: 'notice', hidden: true});
@@ -61,9 +66,19 @@ export async function render() {
     h(
       'header',
       {class: 'topbar'},
-      h('div', {class: 'brand'}, h('span', {class: 'logo'}, 'bertwatch'), h('span', {class: 'tagline'}, 'attention heads')),
+      h(
+        'div',
+        {class: 'brand'},
+        h('span', {class: 'logo'}, 'bertwatch'),
+        h('span', {class: 'tagline'}, 'attention heads'),
+      ),
       tabs,
-      h('div', {class: 'topbar-right'}, h('label', {class: 'field inline'}, h('span', {class: 'field-label'}, 'Run'), runSelect), status),
+      h(
+        'div',
+        {class: 'topbar-right'},
+        h('label', {class: 'field inline'}, h('span', {class: 'field-label'}, 'Run'), runSelect),
+        status,
+      ),
     ),
     skipped,
     main,
@@ -75,10 +90,10 @@ export async function render() {
     run: null,
     runSelect,
     setRun(run) {
-      if (run && run !== app.run && (app.tags.runs || {})[run]) {
+      if (run && run !== app.run && app.tags.runs?.[run]) {
         app.run = run;
         runSelect.value = run;
-        app.activeView && app.activeView.update('run');
+        app.activeView?.update('run');
         updateTabs();
       }
     },
@@ -89,7 +104,11 @@ export async function render() {
   const views = [HeadsView, DriftView, AttentionView, AblationView, CompareView, ClustersView].map((V) => new V(app));
   const tabButtons = new Map();
   for (const view of views) {
-    const button = h('button', {class: 'tab', role: 'tab', type: 'button', dataset: {view: view.id}, onclick: () => activate(view)}, view.label);
+    const button = h(
+      'button',
+      {class: 'tab', role: 'tab', type: 'button', dataset: {view: view.id}, onclick: () => activate(view)},
+      view.label,
+    );
     tabButtons.set(view.id, button);
     tabs.append(button);
     view.el.hidden = true;
@@ -137,7 +156,7 @@ export async function render() {
 
   let tags;
   try {
-    tags = await getJSON('tags');
+    [tags] = await Promise.all([getJSON('tags'), loadStatNames()]);
   } catch (error) {
     main.append(emptyState('Could not load bertwatch data.', String(error.message || error)));
     return;
@@ -145,7 +164,12 @@ export async function render() {
   debug.timings.tagsLoaded = performance.now();
   applyTags(tags);
   if (!app.run) {
-    main.append(emptyState('No bertwatch data yet.', 'Add bertwatch.BertWatchCallback to your Trainer; this page updates by itself.'));
+    main.append(
+      emptyState(
+        'No bertwatch data yet.',
+        'Add bertwatch.BertWatchCallback to your Trainer; this page updates by itself.',
+      ),
+    );
   }
   const first = views.find((v) => v.hasData(app.tags, app.run)) || views[0];
   await activate(first);

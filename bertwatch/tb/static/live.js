@@ -12,7 +12,7 @@ function isHidden() {
   try {
     const frame = window.frameElement;
     if (frame && frame.style.visibility === 'hidden') return true;
-  } catch (e) {
+  } catch {
     // cross-origin parent: only document.hidden is known
   }
   return false;
@@ -22,7 +22,8 @@ function isHidden() {
 export function tagsSignature(tags) {
   const parts = [];
   for (const run of Object.keys(tags.runs || {})) {
-    for (const [tag, info] of Object.entries(tags.runs[run])) parts.push(`${run}\u0000${tag}\u0000${info.maxStep}\u0000${info.maxWallTime}`);
+    for (const [tag, info] of Object.entries(tags.runs[run]))
+      parts.push(`${run}\u0000${tag}\u0000${info.maxStep}\u0000${info.maxWallTime}`);
   }
   return parts.join('\u0001');
 }
@@ -73,7 +74,9 @@ export function startLive({onTags, onStatus, initialTags}) {
   }
 
   // Coming back from a hidden tab: catch up at once.
-  document.addEventListener('visibilitychange', () => { if (!isHidden()) poll(false); });
+  document.addEventListener('visibilitychange', () => {
+    if (!isHidden()) poll(false);
+  });
 
   // TensorBoard host IPC (tensorboard/components/experimental/plugin_util): a MessageChannel handed to the
   // parent with 'experimental.bootstrap'; messages are JSON {type, id, payload, error, isReply}.
@@ -82,10 +85,16 @@ export function startLive({onTags, onStatus, initialTags}) {
       const channel = new MessageChannel();
       channel.port1.onmessage = (event) => {
         let msg;
-        try { msg = JSON.parse(event.data); } catch (e) { return; }
+        try {
+          msg = JSON.parse(event.data);
+        } catch {
+          return;
+        }
         if (!msg || msg.isReply) return;
         stats.ipcMessages += 1;
-        channel.port1.postMessage(JSON.stringify({type: msg.type, id: msg.id, payload: null, error: null, isReply: true}));
+        channel.port1.postMessage(
+          JSON.stringify({type: msg.type, id: msg.id, payload: null, error: null, isReply: true}),
+        );
         if (msg.type === 'experimental.DataReloaded') {
           stats.dataReloaded += 1;
           poll(true);
@@ -94,7 +103,7 @@ export function startLive({onTags, onStatus, initialTags}) {
       channel.port1.start();
       window.parent.postMessage('experimental.bootstrap', window.location.origin, [channel.port2]);
     }
-  } catch (e) {
+  } catch {
     // no host: polling alone
   }
 

@@ -1,11 +1,35 @@
 // Colour scales and legends. One sequential scale (YlGnBu) for masses, entropies and attention; one
 // diverging scale (blue below the neutral value, red above) for drift, deltas and differences.
 
-import {h, fmt} from './dom.js';
+import {isProportion} from './api.js';
+import {fmt, h} from './dom.js';
 
 const YLGNBU = ['#ffffd9', '#edf8b1', '#c7e9b4', '#7fcdbb', '#41b6c4', '#1d91c0', '#225ea8', '#253494', '#081d58'];
-const RDBU_R = ['#053061', '#2166ac', '#4393c3', '#92c5de', '#d1e5f0', '#f7f7f7', '#fddbc7', '#f4a582', '#d6604d', '#b2182b', '#67001f'];
-const LAYERS = ['#4a148c', '#283593', '#1565c0', '#00838f', '#2e7d32', '#7cb342', '#f9a825', '#ef6c00', '#d84315', '#ad1457'];
+const RDBU_R = [
+  '#053061',
+  '#2166ac',
+  '#4393c3',
+  '#92c5de',
+  '#d1e5f0',
+  '#f7f7f7',
+  '#fddbc7',
+  '#f4a582',
+  '#d6604d',
+  '#b2182b',
+  '#67001f',
+];
+const LAYERS = [
+  '#4a148c',
+  '#283593',
+  '#1565c0',
+  '#00838f',
+  '#2e7d32',
+  '#7cb342',
+  '#f9a825',
+  '#ef6c00',
+  '#d84315',
+  '#ad1457',
+];
 
 export const NAN_COLOR = '#d4d4d4';
 
@@ -41,7 +65,13 @@ export function sequential(lo, hi) {
   if (!(hi > lo)) hi = lo + 1;
   const stops = RAMPS.sequential;
   const rgb = (v) => (Number.isNaN(v) ? null : ramp(stops, (v - lo) / (hi - lo)));
-  return {kind: 'sequential', domain: [lo, hi], ticks: [lo, (lo + hi) / 2, hi], rgb, color: (v) => (Number.isNaN(v) ? NAN_COLOR : css(rgb(v)))};
+  return {
+    kind: 'sequential',
+    domain: [lo, hi],
+    ticks: [lo, (lo + hi) / 2, hi],
+    rgb,
+    color: (v) => (Number.isNaN(v) ? NAN_COLOR : css(rgb(v))),
+  };
 }
 
 /**
@@ -53,7 +83,14 @@ export function diverging(mid, half, {invert = false, side = null} = {}) {
   const stops = RAMPS.diverging;
   const rgb = (v) => (Number.isNaN(v) ? null : ramp(stops, 0.5 + ((invert ? -1 : 1) * (v - mid)) / (2 * half)));
   const domain = side === 'low' ? [mid - half, mid] : side === 'high' ? [mid, mid + half] : [mid - half, mid + half];
-  return {kind: 'diverging', domain, mid, ticks: [domain[0], (domain[0] + domain[1]) / 2, domain[1]], rgb, color: (v) => (Number.isNaN(v) ? NAN_COLOR : css(rgb(v)))};
+  return {
+    kind: 'diverging',
+    domain,
+    mid,
+    ticks: [domain[0], (domain[0] + domain[1]) / 2, domain[1]],
+    rgb,
+    color: (v) => (Number.isNaN(v) ? NAN_COLOR : css(rgb(v))),
+  };
 }
 
 /** Colour of layer `l` of `n` (ordinal: early layers purple/blue, late layers orange/red). */
@@ -72,8 +109,6 @@ export function halfWidth(values, mid = 0, floor = 1e-6) {
   return Math.max(m, floor);
 }
 
-const PROPORTIONS = new Set(['cls_mass', 'sep_mass', 'punct_mass', 'sep_to_sep', 'sep_mass_kovaleva', 'self', 'prev', 'next', 'cls_mass_norm', 'sep_mass_norm', 'punct_mass_norm', 'norm_ratio']);
-
 /**
  * The scale for a statistic, stable across steps: `range` is {min, max} over every logged step of the
  * series (from /steps). Masses use [0, 1]; drift is diverging around "unchanged" (cosine 1, JS 0).
@@ -86,9 +121,13 @@ export function scaleForStat(stat, range, fallbackValues = []) {
     lo = f.length ? Math.min(...f) : 0;
     hi = f.length ? Math.max(...f) : 1;
   }
-  if (stat === 'drift_cosine') return Object.assign(diverging(1, Math.max(1 - lo, 1e-3), {invert: true, side: 'low'}), {captions: ['more drift', '', 'unchanged']});
-  if (stat === 'drift_js') return Object.assign(diverging(0, Math.max(hi, 1e-3), {side: 'high'}), {captions: ['unchanged', '', 'more drift']});
-  if (PROPORTIONS.has(stat) && lo >= 0 && hi <= 1) return sequential(0, 1);
+  if (stat === 'drift_cosine')
+    return Object.assign(diverging(1, Math.max(1 - lo, 1e-3), {invert: true, side: 'low'}), {
+      captions: ['more drift', '', 'unchanged'],
+    });
+  if (stat === 'drift_js')
+    return Object.assign(diverging(0, Math.max(hi, 1e-3), {side: 'high'}), {captions: ['unchanged', '', 'more drift']});
+  if (isProportion(stat) && lo >= 0 && hi <= 1) return sequential(0, 1);
   return sequential(Math.min(0, lo), hi > Math.min(0, lo) ? hi : Math.min(0, lo) + 1);
 }
 
@@ -96,8 +135,14 @@ export function scaleForStat(stat, range, fallbackValues = []) {
 export function legend(scale, {title = '', width = 220, nan = false, format = (v) => fmt(v, 3), captions} = {}) {
   const [lo, hi] = scale.domain;
   const n = 16;
-  const stops = Array.from({length: n + 1}, (_, i) => `${css(scale.rgb(lo + ((hi - lo) * i) / n))} ${(100 * i) / n}%`).join(', ');
-  const bar = h('div', {class: 'legend-bar', style: {width: `${width}px`, background: `linear-gradient(to right, ${stops})`}});
+  const stops = Array.from(
+    {length: n + 1},
+    (_, i) => `${css(scale.rgb(lo + ((hi - lo) * i) / n))} ${(100 * i) / n}%`,
+  ).join(', ');
+  const bar = h('div', {
+    class: 'legend-bar',
+    style: {width: `${width}px`, background: `linear-gradient(to right, ${stops})`},
+  });
   const ticks = h('div', {class: 'legend-ticks', style: {width: `${width}px`}});
   scale.ticks.forEach((t, i) => {
     const pos = ((t - lo) / (hi - lo)) * 100;
@@ -105,11 +150,18 @@ export function legend(scale, {title = '', width = 220, nan = false, format = (v
     ticks.append(h('span', {class: cls, style: {left: `${pos}%`}}, format(t)));
   });
   const caps = captions || scale.captions;
-  const capRow = caps ? h('div', {class: 'legend-captions', style: {width: `${width}px`}}, ...caps.map((c) => h('span', {}, c))) : null;
+  const capRow = caps
+    ? h('div', {class: 'legend-captions', style: {width: `${width}px`}}, ...caps.map((c) => h('span', {}, c)))
+    : null;
   return h(
     'div',
     {class: `legend legend-${scale.kind}`},
     title ? h('div', {class: 'legend-title'}, title) : null,
-    h('div', {class: 'legend-main'}, h('div', {}, bar, ticks, capRow), nan ? h('div', {class: 'legend-nan'}, h('span', {class: 'swatch nan'}), 'NaN') : null),
+    h(
+      'div',
+      {class: 'legend-main'},
+      h('div', {}, bar, ticks, capRow),
+      nan ? h('div', {class: 'legend-nan'}, h('span', {class: 'swatch nan'}), 'NaN') : null,
+    ),
   );
 }

@@ -4,23 +4,36 @@
 // Plus the pruning curves if logged: Δ of the importance order with its interval, beside the iterative order and
 // the random orders (mean and range), and the answer "up to N% of heads removed within δ of the baseline".
 
-import {h, clear, card, emptyState, field, fmt, fmtSigned, headName, setOptions} from './dom.js';
 import {getJSON, nums, rawText, tagsOfKind} from './api.js';
+import {barChart, chartWidth, lineChart} from './charts.js';
+import {card, clear, emptyState, field, fmt, fmtSigned, h, headName, setOptions} from './dom.js';
 import {heatmap} from './heatmap.js';
 import {diverging, halfWidth, legend} from './scales.js';
-import {barChart, chartWidth, lineChart} from './charts.js';
 
 const F = {value: 0, delta: 1, lo: 2, hi: 3, p: 4};
 
 const excludesZero = (lo, hi) => (Number.isFinite(lo) && Number.isFinite(hi) ? lo > 0 || hi < 0 : false);
 const FDR = 0.05;
 const MARKS = {
-  q: {text: `BH q < ${FDR} (corrected)`, tile: `Heads with BH q < ${FDR}`, note: `Benjamini–Hochberg q < ${FDR} over all cells (FDR ${FDR})`},
-  ci: {text: '95% interval excludes 0 (uncorrected)', tile: 'Heads with interval excluding 0', note: '95% interval excludes 0 (uncorrected)'},
+  q: {
+    text: `BH q < ${FDR} (corrected)`,
+    tile: `Heads with BH q < ${FDR}`,
+    note: `Benjamini–Hochberg q < ${FDR} over all cells (FDR ${FDR})`,
+  },
+  ci: {
+    text: '95% interval excludes 0 (uncorrected)',
+    tile: 'Heads with interval excluding 0',
+    note: '95% interval excludes 0 (uncorrected)',
+  },
 };
 
 function stat(label, value, id, title) {
-  return h('div', {class: 'stat-tile', id: id || null, title: title || null}, h('div', {class: 'stat-label'}, label), h('div', {class: 'stat-value'}, value));
+  return h(
+    'div',
+    {class: 'stat-tile', id: id || null, title: title || null},
+    h('div', {class: 'stat-label'}, label),
+    h('div', {class: 'stat-value'}, value),
+  );
 }
 
 // What was measured, from the route: the task type and each metric's name, definition and baseline value
@@ -28,10 +41,17 @@ function stat(label, value, id, title) {
 function aboutLines(data) {
   const metrics = Array.isArray(data.metrics) ? data.metrics : [];
   const compared = metrics[0];
-  const lines = [h('div', {class: 'about-line', id: 'ablation-description'}, data.description || data.metric || 'metric')];
-  if (compared && compared.description) lines.push(h('div', {class: 'about-note'}, `${compared.label}: ${compared.description}`));
-  const others = metrics.slice(1).map((m) => `${m.label} ${m.baseline === null || m.baseline === undefined ? '—' : fmt(Number(m.baseline), 4)}`);
-  if (others.length) lines.push(h('div', {class: 'about-note', id: 'ablation-other-metrics'}, `Also at baseline: ${others.join(' · ')}`));
+  const lines = [
+    h('div', {class: 'about-line', id: 'ablation-description'}, data.description || data.metric || 'metric'),
+  ];
+  if (compared?.description) lines.push(h('div', {class: 'about-note'}, `${compared.label}: ${compared.description}`));
+  const others = metrics
+    .slice(1)
+    .map((m) => `${m.label} ${m.baseline === null || m.baseline === undefined ? '—' : fmt(Number(m.baseline), 4)}`);
+  if (others.length)
+    lines.push(
+      h('div', {class: 'about-note', id: 'ablation-other-metrics'}, `Also at baseline: ${others.join(' · ')}`),
+    );
   return lines;
 }
 
@@ -40,7 +60,8 @@ const pct = (f) => `${Math.round(100 * f)}%`;
 // The answer of one order in words, as bertwatch.core.removable.removable_text writes it.
 function answerText(a, total, metric, delta, level) {
   const within = `with ${metric} within ${fmt(delta, 4)} of the baseline (${level} interval)`;
-  if (!a || a.step < 0) return `no pruning step keeps ${metric} within ${fmt(delta, 4)} of the baseline (${level} interval)`;
+  if (!a || a.step < 0)
+    return `no pruning step keeps ${metric} within ${fmt(delta, 4)} of the baseline (${level} interval)`;
   const more = a.censored ? ' or more (every step tried held)' : '';
   return `up to ${pct(a.fraction)}${more} of heads (${a.pruned} of ${total}) removed ${within}`;
 }
@@ -55,7 +76,9 @@ function answerLines(curves, metric) {
   if (r.iterative) lines.push(`Iterative importance: ${answerText(r.iterative, total, metric, delta, level)}`);
   const randoms = Array.isArray(r.random) ? r.random.map((a) => a.fraction) : [];
   if (randoms.length) {
-    lines.push(`Random orders (${randoms.length}): median ${pct(r.random_median)} of heads, range ${pct(Math.min(...randoms))}–${pct(Math.max(...randoms))}`);
+    lines.push(
+      `Random orders (${randoms.length}): median ${pct(r.random_median)} of heads, range ${pct(Math.min(...randoms))}–${pct(Math.max(...randoms))}`,
+    );
   }
   return lines;
 }
@@ -70,14 +93,36 @@ function curveChart(curves, metric, width) {
   const series = [];
   const bands = [];
   if (has('random_mean')) {
-    bands.push({id: 'pruning-random-band', name: `random orders (${curves.randomOrders}): range`, color: '#9e9e9e', xs, lo: col('random_min'), hi: col('random_max')});
+    bands.push({
+      id: 'pruning-random-band',
+      name: `random orders (${curves.randomOrders}): range`,
+      color: '#9e9e9e',
+      xs,
+      lo: col('random_min'),
+      hi: col('random_max'),
+    });
     series.push({name: 'random orders: mean', color: '#616161', dashed: true, xs, ys: col('random_mean')});
   }
   if (has('iterative')) {
-    bands.push({id: 'pruning-iterative-band', color: '#ef6c00', opacity: 0.15, xs, lo: col('iterative_low'), hi: col('iterative_high')});
+    bands.push({
+      id: 'pruning-iterative-band',
+      color: '#ef6c00',
+      opacity: 0.15,
+      xs,
+      lo: col('iterative_low'),
+      hi: col('iterative_high'),
+    });
     series.push({name: 'iterative importance', color: '#ef6c00', xs, ys: col('iterative')});
   }
-  bands.push({id: 'pruning-importance-band', name: '95% interval', color: '#6a1b9a', opacity: 0.2, xs, lo: col('importance_low'), hi: col('importance_high')});
+  bands.push({
+    id: 'pruning-importance-band',
+    name: '95% interval',
+    color: '#6a1b9a',
+    opacity: 0.2,
+    xs,
+    lo: col('importance_low'),
+    hi: col('importance_high'),
+  });
   series.push({name: 'importance (one-shot)', color: '#6a1b9a', xs, ys: col('importance')});
   const r = curves.removable || {};
   const greater = r.greater_is_better !== false;
@@ -92,7 +137,15 @@ function curveChart(curves, metric, width) {
     xFormat: (v) => `${fmt(v, 3)}%`,
     yLabel: `Δ ${metric}`,
     yFormat: (v) => fmtSigned(v, 2),
-    hlines: [{y: 0, cls: 'zero'}, {y: greater ? -delta : delta, cls: 'delta', id: 'pruning-delta-line', label: `${greater ? '−' : '+'}δ = ${fmt(delta, 4)}`}],
+    hlines: [
+      {y: 0, cls: 'zero'},
+      {
+        y: greater ? -delta : delta,
+        cls: 'delta',
+        id: 'pruning-delta-line',
+        label: `${greater ? '−' : '+'}δ = ${fmt(delta, 4)}`,
+      },
+    ],
     marker: answer,
     legend: true,
   });
@@ -106,15 +159,40 @@ export class AblationView {
     this.modeSelect = h('select', {id: 'ablation-mode', class: 'select', 'aria-label': 'Mode'});
     this.modeSelect.addEventListener('change', () => this.load());
     this.marksSelect = h('select', {id: 'ablation-marks', class: 'select', 'aria-label': 'Marks'});
-    setOptions(this.marksSelect, Object.entries(MARKS).map(([value, m]) => ({value, text: m.text})), 'q');
+    setOptions(
+      this.marksSelect,
+      Object.entries(MARKS).map(([value, m]) => ({value, text: m.text})),
+      'q',
+    );
     this.marksSelect.addEventListener('change', () => this.load());
-    this.toolbar = h('div', {class: 'toolbar'}, field('Mode', this.modeSelect), field('Marks', this.marksSelect), h('span', {class: 'toolbar-note'}, 'uniform: attention spread evenly over the keys (Kovaleva) · zero: head output removed (Michel)'));
+    this.toolbar = h(
+      'div',
+      {class: 'toolbar'},
+      field('Mode', this.modeSelect),
+      field('Marks', this.marksSelect),
+      h(
+        'span',
+        {class: 'toolbar-note'},
+        'uniform: attention spread evenly over the keys (Kovaleva) · zero: head output removed (Michel)',
+      ),
+    );
     this.about = h('div', {class: 'ablation-about', id: 'ablation-about'});
     this.summary = h('div', {class: 'stat-tiles'});
     this.headsCard = card('Heads', {class: 'grid-card'});
     this.layersCard = card('Layers', {class: 'chart-card'});
     this.pruneCard = card('Pruning curve', {class: 'chart-card'});
-    this.content = h('div', {}, this.about, this.summary, h('div', {class: 'layout-heads'}, this.headsCard.el, h('div', {class: 'stack'}, this.layersCard.el, this.pruneCard.el)));
+    this.content = h(
+      'div',
+      {},
+      this.about,
+      this.summary,
+      h(
+        'div',
+        {class: 'layout-heads'},
+        this.headsCard.el,
+        h('div', {class: 'stack'}, this.layersCard.el, this.pruneCard.el),
+      ),
+    );
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-ablation', id: 'view-ablation'}, this.toolbar, this.emptyEl, this.content);
     this.seq = 0;
@@ -135,7 +213,12 @@ export class AblationView {
     clear(this.emptyEl);
     this.content.hidden = this.toolbar.hidden = modes.length === 0;
     if (!modes.length) {
-      this.emptyEl.append(emptyState('No ablation results in this run.', 'Run `bertwatch ablate` or add the AblationCallback; results land in bertwatch/ablation/<mode>/.'));
+      this.emptyEl.append(
+        emptyState(
+          'No ablation results in this run.',
+          'Run `bertwatch ablate` or add the AblationCallback; results land in bertwatch/ablation/<mode>/.',
+        ),
+      );
       return;
     }
     setOptions(this.modeSelect, modes);
@@ -148,7 +231,7 @@ export class AblationView {
     const data = await getJSON('ablation', {run, mode: this.modeSelect.value});
     if (seq !== this.seq) return;
     const metrics = Array.isArray(data.metrics) ? data.metrics : [];
-    const metric = (metrics[0] && metrics[0].label) || data.metric || 'metric';
+    const metric = metrics[0]?.label || data.metric || 'metric';
     const baseline = Number(data.baseline);
     const heads = nums(data.heads);
     const layers = nums(data.layers);
@@ -161,20 +244,32 @@ export class AblationView {
     const flags = heads.map((row, l) => row.map((c, k) => marked(c, headsQ ? headsQ[l][k] : NaN)));
     const nSig = flags.flat().filter(Boolean).length;
     const scale = diverging(0, halfWidth(deltas, 0, 1e-6));
-    const layerScale = diverging(0, halfWidth(layers.map((r) => r[F.delta]), 0, 1e-6));
+    const layerScale = diverging(
+      0,
+      halfWidth(
+        layers.map((r) => r[F.delta]),
+        0,
+        1e-6,
+      ),
+    );
 
     let best = null;
     let worst = null;
-    deltas.forEach((row, l) => row.forEach((d, k) => {
-      if (!Number.isFinite(d)) return;
-      if (!best || d > best.d) best = {d, l, k};
-      if (!worst || d < worst.d) worst = {d, l, k};
-    }));
+    deltas.forEach((row, l) => {
+      row.forEach((d, k) => {
+        if (!Number.isFinite(d)) return;
+        if (!best || d > best.d) best = {d, l, k};
+        if (!worst || d < worst.d) worst = {d, l, k};
+      });
+    });
     clear(this.about).append(...aboutLines(data));
     clear(this.summary).append(
       stat('Metric', metric, 'ablation-metric', metrics[0] ? metrics[0].description : null),
       stat('Baseline', fmt(baseline, 4), 'ablation-baseline'),
-      stat('Evaluation examples', data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—'),
+      stat(
+        'Evaluation examples',
+        data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—',
+      ),
       stat(MARKS[marks].tile, `${nSig} of ${L * (heads[0] || []).length}`, 'ablation-marked'),
       stat('Best single-head removal', best ? `${headName(best.l, best.k)}  ${fmtSigned(best.d, 3)}` : '—'),
       stat('Most harmful removal', worst ? `${headName(worst.l, worst.k)}  ${fmtSigned(worst.d, 3)}` : '—'),
@@ -205,7 +300,16 @@ export class AblationView {
     hc.sub.textContent = `${data.mode} · metric with the head disabled minus the baseline ${fmt(baseline, 4)}`;
     clear(hc.body).append(
       hm.el,
-      h('div', {class: 'legend-row'}, legend(scale, {title: `Δ ${metric}`, format: (v) => fmtSigned(v, 2), captions: ['worse', 'no change', 'better']}), h('div', {class: 'sig-note', id: 'ablation-sig-note'}, h('span', {class: 'sig inline'}), MARKS[marks].note)),
+      h(
+        'div',
+        {class: 'legend-row'},
+        legend(scale, {
+          title: `Δ ${metric}`,
+          format: (v) => fmtSigned(v, 2),
+          captions: ['worse', 'no change', 'better'],
+        }),
+        h('div', {class: 'sig-note', id: 'ablation-sig-note'}, h('span', {class: 'sig inline'}), MARKS[marks].note),
+      ),
     );
 
     const lc = this.layersCard;
@@ -218,19 +322,46 @@ export class AblationView {
       hi: r[F.hi],
       color: layerScale.color(r[F.delta]),
       flag: marked(r, layersQ ? layersQ[l] : NaN),
-      tooltip: [`L${l} disabled`, [`Δ ${metric}`, fmtSigned(r[F.delta], 4)], ['95% interval', `${fmtSigned(r[F.lo], 3)} … ${fmtSigned(r[F.hi], 3)}`], [metric, fmt(r[F.value], 4)], ['p', fmt(r[F.p], 3)], ['BH q', layersQ ? fmt(layersQ[l], 3) : '—']],
+      tooltip: [
+        `L${l} disabled`,
+        [`Δ ${metric}`, fmtSigned(r[F.delta], 4)],
+        ['95% interval', `${fmtSigned(r[F.lo], 3)} … ${fmtSigned(r[F.hi], 3)}`],
+        [metric, fmt(r[F.value], 4)],
+        ['p', fmt(r[F.p], 3)],
+        ['BH q', layersQ ? fmt(layersQ[l], 3) : '—'],
+      ],
     }));
-    clear(lc.body).append(barChart({width: chartWidth(lc.body, 420), id: 'ablation-layers', items, yLabel: `Δ ${metric}`, yFormat: (v) => fmtSigned(v, 2)}));
+    clear(lc.body).append(
+      barChart({
+        width: chartWidth(lc.body, 420),
+        id: 'ablation-layers',
+        items,
+        yLabel: `Δ ${metric}`,
+        yFormat: (v) => fmtSigned(v, 2),
+      }),
+    );
 
     const pc = this.pruneCard;
     pc.el.hidden = !data.pruning && !data.curves;
     if (data.curves) {
       const lines = answerLines(data.curves, metric);
-      this.summary.append(stat(`Heads removable within δ = ${fmt(Number(data.curves.delta), 4)}`, data.curves.removable && data.curves.removable.importance ? `up to ${pct(data.curves.removable.importance.fraction)}` : '—', 'ablation-removable', lines[0]));
+      this.summary.append(
+        stat(
+          `Heads removable within δ = ${fmt(Number(data.curves.delta), 4)}`,
+          data.curves.removable?.importance ? `up to ${pct(data.curves.removable.importance.fraction)}` : '—',
+          'ablation-removable',
+          lines[0],
+        ),
+      );
       pc.title.textContent = 'Pruning: how many heads can go?';
       pc.sub.textContent = `Δ ${metric} against the unpruned model as heads are removed; bands: 95% paired-bootstrap intervals, and the range of the random orders; dotted line: the importance order's answer`;
       clear(pc.body).append(
-        h('div', {class: 'pruning-answer', id: 'pruning-answer'}, h('div', {class: 'answer-main'}, lines[0]), ...lines.slice(1).map((t) => h('div', {class: 'about-note'}, t))),
+        h(
+          'div',
+          {class: 'pruning-answer', id: 'pruning-answer'},
+          h('div', {class: 'answer-main'}, lines[0]),
+          ...lines.slice(1).map((t) => h('div', {class: 'about-note'}, t)),
+        ),
         curveChart(data.curves, metric, chartWidth(pc.body)),
       );
     } else if (data.pruning) {

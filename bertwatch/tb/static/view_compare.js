@@ -1,8 +1,8 @@
 // Compare: one statistic in two runs, side by side on a shared scale, or as a difference (A − B).
 // The step slider runs over the union of both runs' steps; each run shows its latest step at or before it.
 
-import {h, clear, card, emptyState, field, fmt, fmtSigned, fmtStep, headName, setOptions, stepper} from './dom.js';
 import {getJSON, gridTags, num, nums, rawText, statGroup} from './api.js';
+import {card, clear, emptyState, field, fmt, fmtSigned, fmtStep, h, headName, setOptions, stepper} from './dom.js';
 import {heatmap} from './heatmap.js';
 import {diverging, halfWidth, legend, scaleForStat} from './scales.js';
 
@@ -21,11 +21,15 @@ export class CompareView {
     this.aSelect = h('select', {id: 'compare-a', class: 'select', 'aria-label': 'Run A'});
     this.bSelect = h('select', {id: 'compare-b', class: 'select', 'aria-label': 'Run B'});
     this.statSelect = h('select', {id: 'compare-stat', class: 'select', 'aria-label': 'Statistic'});
-    for (const sel of [this.aSelect, this.bSelect, this.statSelect]) sel.addEventListener('change', () => this.loadSteps());
+    for (const sel of [this.aSelect, this.bSelect, this.statSelect])
+      sel.addEventListener('change', () => this.loadSteps());
     this.stepper = stepper({prefix: 'compare-', onChange: () => this.loadGrids()});
     const seg = (mode, text) => {
       const b = h('button', {type: 'button', class: 'seg-btn', id: `compare-mode-${mode}`, dataset: {mode}}, text);
-      b.addEventListener('click', () => { this.mode = mode; this.renderGrids(); });
+      b.addEventListener('click', () => {
+        this.mode = mode;
+        this.renderGrids();
+      });
       return b;
     };
     this.modeButtons = [seg('side', 'Side by side'), seg('diff', 'Difference A − B')];
@@ -45,7 +49,9 @@ export class CompareView {
   }
 
   gridRuns(tags) {
-    return Object.keys(tags.runs || {}).filter((r) => gridTags(tags, r).length > 0).sort();
+    return Object.keys(tags.runs || {})
+      .filter((r) => gridTags(tags, r).length > 0)
+      .sort();
   }
 
   hasData(tags) {
@@ -59,7 +65,12 @@ export class CompareView {
     clear(this.emptyEl);
     this.body.hidden = this.toolbar.hidden = runs.length < 2;
     if (runs.length < 2) {
-      this.emptyEl.append(emptyState('Comparing needs two runs with head statistics.', 'Point TensorBoard at a directory that holds several runs.'));
+      this.emptyEl.append(
+        emptyState(
+          'Comparing needs two runs with head statistics.',
+          'Point TensorBoard at a directory that holds several runs.',
+        ),
+      );
       return;
     }
     const a = setOptions(this.aSelect, runs, this.aSelect.value || this.app.run);
@@ -77,7 +88,11 @@ export class CompareView {
     const statsA = gridTags(tags, a);
     const statsB = new Set(gridTags(tags, b).map((t) => t.stat));
     const common = statsA.filter((t) => statsB.has(t.stat));
-    setOptions(this.statSelect, common.map((t) => ({value: t.stat, text: t.stat, group: statGroup(t.stat)})), this.statSelect.value || (common.find((t) => t.stat === 'cls_mass') || common[0] || {}).stat);
+    setOptions(
+      this.statSelect,
+      common.map((t) => ({value: t.stat, text: t.stat, group: statGroup(t.stat)})),
+      this.statSelect.value || (common.find((t) => t.stat === 'cls_mass') || common[0])?.stat,
+    );
     const stat = this.statSelect.value;
     if (!stat) {
       clear(this.body).append(emptyState('These runs share no statistic.'));
@@ -92,7 +107,15 @@ export class CompareView {
     let index = union.length - 1;
     if (!this.stepper.follow && oldStep !== null && union.includes(oldStep)) index = union.indexOf(oldStep);
     this.stepper.set(union, index);
-    this.ctx = {a, b, tag, stat, stepsA: sa.steps, stepsB: sb.steps, range: {min: Math.min(num(sa.min), num(sb.min)), max: Math.max(num(sa.max), num(sb.max))}};
+    this.ctx = {
+      a,
+      b,
+      tag,
+      stat,
+      stepsA: sa.steps,
+      stepsB: sb.steps,
+      range: {min: Math.min(num(sa.min), num(sb.min)), max: Math.max(num(sa.max), num(sb.max))},
+    };
     await this.loadGrids();
   }
 
@@ -102,7 +125,8 @@ export class CompareView {
     const step = this.stepper.step;
     const stepA = atOrBefore(c.stepsA, step);
     const stepB = atOrBefore(c.stepsB, step);
-    const seq = (this.gridSeq = (this.gridSeq || 0) + 1);
+    this.gridSeq = (this.gridSeq || 0) + 1;
+    const seq = this.gridSeq;
     const [ga, gb] = await Promise.all([
       stepA === null ? null : getJSON('grid', {run: c.a, tag: c.tag, step: stepA}),
       stepB === null ? null : getJSON('grid', {run: c.b, tag: c.tag, step: stepB}),
@@ -124,7 +148,12 @@ export class CompareView {
       const k = card(`${c.stat}: A − B`, {class: 'compare-card'});
       k.sub.textContent = `A = ${c.a} (step ${ga ? fmtStep(ga.step) : '—'}) · B = ${c.b} (step ${gb ? fmtStep(gb.step) : '—'})`;
       if (!va || !vb || va.length !== vb.length || va[0].length !== vb[0].length) {
-        k.body.append(emptyState('No difference to show.', !va || !vb ? 'One run has no step at or before this one.' : 'The runs have different model shapes.'));
+        k.body.append(
+          emptyState(
+            'No difference to show.',
+            !va || !vb ? 'One run has no step at or before this one.' : 'The runs have different model shapes.',
+          ),
+        );
       } else {
         const diff = va.map((row, i) => row.map((v, j) => v - vb[i][j]));
         const scale = diverging(0, halfWidth(diff, 0, 1e-6));
@@ -137,14 +166,63 @@ export class CompareView {
           'table',
           {class: 'rank-table', id: 'compare-top'},
           h('thead', {}, h('tr', {}, h('th', {}, 'head'), h('th', {}, 'A'), h('th', {}, 'B'), h('th', {}, 'A − B'))),
-          h('tbody', {}, ...ranked.map(({d, l, hd}) => h('tr', {}, h('td', {}, headName(l, hd)), h('td', {}, fmt(va[l][hd], 3)), h('td', {}, fmt(vb[l][hd], 3)), h('td', {class: 'num'}, h('span', {class: 'chip', style: {background: scale.color(d), color: Math.abs(d) > 0.6 * scale.domain[1] ? '#fff' : '#1f1f1f'}}, fmtSigned(d, 3)))))),
+          h(
+            'tbody',
+            {},
+            ...ranked.map(({d, l, hd}) =>
+              h(
+                'tr',
+                {},
+                h('td', {}, headName(l, hd)),
+                h('td', {}, fmt(va[l][hd], 3)),
+                h('td', {}, fmt(vb[l][hd], 3)),
+                h(
+                  'td',
+                  {class: 'num'},
+                  h(
+                    'span',
+                    {
+                      class: 'chip',
+                      style: {
+                        background: scale.color(d),
+                        color: Math.abs(d) > 0.6 * scale.domain[1] ? '#fff' : '#1f1f1f',
+                      },
+                    },
+                    fmtSigned(d, 3),
+                  ),
+                ),
+              ),
+            ),
+          ),
         );
         k.body.append(
           h(
             'div',
             {class: 'diff-layout'},
-            h('div', {}, heatmap({id: 'compare-diff', values: diff, scale, tooltip: (l, hd, v) => [headName(l, hd), ['A − B', fmtSigned(v, 4)], ['A', fmt(va[l][hd], 4)], ['B', fmt(vb[l][hd], 4)]]}).el,
-              h('div', {class: 'legend-row'}, legend(scale, {title: `${c.stat}, A − B`, format: (v) => fmtSigned(v, 2), captions: ['B higher', 'equal', 'A higher']}))),
+            h(
+              'div',
+              {},
+              heatmap({
+                id: 'compare-diff',
+                values: diff,
+                scale,
+                tooltip: (l, hd, v) => [
+                  headName(l, hd),
+                  ['A − B', fmtSigned(v, 4)],
+                  ['A', fmt(va[l][hd], 4)],
+                  ['B', fmt(vb[l][hd], 4)],
+                ],
+              }).el,
+              h(
+                'div',
+                {class: 'legend-row'},
+                legend(scale, {
+                  title: `${c.stat}, A − B`,
+                  format: (v) => fmtSigned(v, 2),
+                  captions: ['B higher', 'equal', 'A higher'],
+                }),
+              ),
+            ),
             h('div', {class: 'rank'}, h('div', {class: 'legend-title'}, 'Largest differences'), table),
           ),
         );
@@ -164,11 +242,23 @@ export class CompareView {
       if (g) {
         const other = letter === 'A' ? vb : va;
         const otherAt = (l, hd) => (other && other[l] && other[l][hd] !== undefined ? other[l][hd] : NaN);
-        k.body.append(heatmap({id, values: v, raw: g.values.map((r) => r.map(rawText)), scale, tooltip: (l, hd, x) => [`${letter}: ${headName(l, hd)}`, [c.stat, fmt(x, 4)], [letter === 'A' ? 'B' : 'A', fmt(otherAt(l, hd), 4)]]}).el);
+        k.body.append(
+          heatmap({
+            id,
+            values: v,
+            raw: g.values.map((r) => r.map(rawText)),
+            scale,
+            tooltip: (l, hd, x) => [
+              `${letter}: ${headName(l, hd)}`,
+              [c.stat, fmt(x, 4)],
+              [letter === 'A' ? 'B' : 'A', fmt(otherAt(l, hd), 4)],
+            ],
+          }).el,
+        );
       }
       row.append(k.el);
     }
-    const anyNaN = [va, vb].some((g) => g && g.flat().some(Number.isNaN));
+    const anyNaN = [va, vb].some((g) => g?.flat().some(Number.isNaN));
     body.append(row, h('div', {class: 'legend-row'}, legend(scale, {title: `${c.stat} (shared scale)`, nan: anyNaN})));
   }
 }

@@ -1,8 +1,8 @@
 // Drift: how far each head's attention moved from the pretrained model's (drift_cosine, drift_js),
 // first and latest logged step side by side, and the change between them, on diverging scales.
 
-import {h, clear, card, emptyState, fmt, fmtSigned, fmtStep, headName} from './dom.js';
-import {getJSON, gridTags, DRIFT_STATS, num, nums, rawText} from './api.js';
+import {getJSON, gridTags, isDriftStat, num, nums, rawText} from './api.js';
+import {card, clear, emptyState, fmt, fmtSigned, fmtStep, h, headName} from './dom.js';
 import {heatmap} from './heatmap.js';
 import {diverging, halfWidth, legend, scaleForStat} from './scales.js';
 
@@ -17,7 +17,7 @@ export class DriftView {
   }
 
   driftTags(tags, run) {
-    return gridTags(tags, run).filter((t) => DRIFT_STATS.includes(t.stat));
+    return gridTags(tags, run).filter((t) => isDriftStat(t.stat));
   }
 
   hasData(tags, run) {
@@ -31,7 +31,12 @@ export class DriftView {
     const tags = this.driftTags(this.app.tags, run);
     const seq = ++this.seq;
     if (!tags.length) {
-      clear(this.body).append(emptyState('No drift statistics in this run.', 'drift_cosine and drift_js need a reference (pretrained) model: pass reference= to the callback.'));
+      clear(this.body).append(
+        emptyState(
+          'No drift statistics in this run.',
+          'drift_cosine and drift_js need a reference (pretrained) model: pass reference= to the callback.',
+        ),
+      );
       return;
     }
     const rows = await Promise.all(tags.map((t) => this.loadRow(run, t)));
@@ -43,7 +48,10 @@ export class DriftView {
     const steps = await getJSON('steps', {run, tag: info.tag});
     const first = steps.steps[0];
     const latest = steps.steps[steps.steps.length - 1];
-    const [a, b] = await Promise.all([getJSON('grid', {run, tag: info.tag, step: first}), getJSON('grid', {run, tag: info.tag, step: latest})]);
+    const [a, b] = await Promise.all([
+      getJSON('grid', {run, tag: info.tag, step: first}),
+      getJSON('grid', {run, tag: info.tag, step: latest}),
+    ]);
     const va = nums(a.values);
     const vb = nums(b.values);
     const stat = info.stat;
@@ -63,7 +71,12 @@ export class DriftView {
           raw,
           scale: sc,
           cell: values[0].length > 12 ? 22 : 26,
-          tooltip: (l, hd, v) => [headName(l, hd), [title, fmtV(v)], ['first', fmt(va[l][hd], 4)], ['latest', fmt(vb[l][hd], 4)]],
+          tooltip: (l, hd, v) => [
+            headName(l, hd),
+            [title, fmtV(v)],
+            ['first', fmt(va[l][hd], 4)],
+            ['latest', fmt(vb[l][hd], 4)],
+          ],
         }).el,
       );
     const rawOf = (g) => g.values.map((row) => row.map(rawText));
@@ -79,7 +92,16 @@ export class DriftView {
         panel('latest', `step ${fmtStep(latest)}`, vb, rawOf(b), scale, `drift-latest-${stat}`, (v) => fmt(v, 4)),
         panel('change', 'latest − first', delta, null, dscale, `drift-delta-${stat}`, (v) => fmtSigned(v, 3)),
       ),
-      h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: anyNaN}), legend(dscale, {title: 'change (latest − first)', format: (v) => fmtSigned(v, 2), captions: invert ? ['more drift', '', 'less drift'] : ['less drift', '', 'more drift']})),
+      h(
+        'div',
+        {class: 'legend-row'},
+        legend(scale, {title: stat, nan: anyNaN}),
+        legend(dscale, {
+          title: 'change (latest − first)',
+          format: (v) => fmtSigned(v, 2),
+          captions: invert ? ['more drift', '', 'less drift'] : ['less drift', '', 'more drift'],
+        }),
+      ),
     );
     return c.el;
   }

@@ -2,11 +2,11 @@
 // cells, the clicked head's trajectory over steps, every layer's mean over steps, and (when logged) the
 // pattern-class shares and the UD word-class attention shares over steps.
 
-import {h, clear, card, emptyState, field, fmt, fmtStep, headName, setOptions, stepper} from './dom.js';
 import {getJSON, gridTags, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
-import {heatmap} from './heatmap.js';
-import {legend, layerColor, scaleForStat} from './scales.js';
 import {chartWidth, lineChart} from './charts.js';
+import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
+import {heatmap} from './heatmap.js';
+import {layerColor, legend, scaleForStat} from './scales.js';
 
 // The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
 
@@ -21,15 +21,27 @@ export class HeadsView {
     this.stepper = stepper({onChange: () => this.onStep()});
     const labels = h('input', {type: 'checkbox', id: 'show-labels', checked: true});
     const values = h('input', {type: 'checkbox', id: 'show-values'});
-    labels.addEventListener('change', () => { this.state.showLabels = labels.checked; if (labels.checked) this.loadGrid(); else this.renderGrid(); });
-    values.addEventListener('change', () => { this.state.showValues = values.checked; this.renderGrid(); });
+    labels.addEventListener('change', () => {
+      this.state.showLabels = labels.checked;
+      if (labels.checked) this.loadGrid();
+      else this.renderGrid();
+    });
+    values.addEventListener('change', () => {
+      this.state.showValues = values.checked;
+      this.renderGrid();
+    });
     this.statSelect.addEventListener('change', () => this.update('stat'));
     this.toolbar = h(
       'div',
       {class: 'toolbar'},
       field('Statistic', this.statSelect),
       this.stepper.el,
-      h('label', {class: 'check', title: "Clark et al.'s behaviour labels from the same step"}, labels, h('span', {}, 'Behaviour labels')),
+      h(
+        'label',
+        {class: 'check', title: "Clark et al.'s behaviour labels from the same step"},
+        labels,
+        h('span', {}, 'Behaviour labels'),
+      ),
       h('label', {class: 'check'}, values, h('span', {}, 'Values')),
     );
     this.gridCard = card('Heads', {class: 'grid-card'});
@@ -41,7 +53,12 @@ export class HeadsView {
     this.wordClassCard = card('Word classes', {class: 'chart-card'});
     this.wordClassCard.el.id = 'word-class-card';
     this.wordClassCard.el.hidden = true;
-    this.content = h('div', {class: 'layout-heads'}, this.gridCard.el, h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el, this.wordClassCard.el));
+    this.content = h(
+      'div',
+      {class: 'layout-heads'},
+      this.gridCard.el,
+      h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el, this.wordClassCard.el),
+    );
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
     this.grid = null;
@@ -62,11 +79,23 @@ export class HeadsView {
     this.content.hidden = tags.length === 0;
     this.toolbar.hidden = tags.length === 0;
     if (!tags.length) {
-      this.emptyEl.append(emptyState('No head statistics in this run.', 'They appear as bertwatch/heads/<stat> once the callback logs its first step.'));
+      this.emptyEl.append(
+        emptyState(
+          'No head statistics in this run.',
+          'They appear as bertwatch/heads/<stat> once the callback logs its first step.',
+        ),
+      );
       return;
     }
-    const preferred = (reason === 'stat' && this.statSelect.value) || this.state.stat || (tags.find((t) => t.stat === 'cls_mass') || tags[0]).stat;
-    setOptions(this.statSelect, tags.map((t) => ({value: t.stat, text: t.stat, group: statGroup(t.stat), title: t.description})), preferred);
+    const preferred =
+      (reason === 'stat' && this.statSelect.value) ||
+      this.state.stat ||
+      (tags.find((t) => t.stat === 'cls_mass') || tags[0]).stat;
+    setOptions(
+      this.statSelect,
+      tags.map((t) => ({value: t.stat, text: t.stat, group: statGroup(t.stat), title: t.description})),
+      preferred,
+    );
     const info = tags.find((t) => t.stat === this.statSelect.value);
     const changedSeries = info.tag !== this.state.tag || reason === 'run';
     if (changedSeries) this.grid = null;
@@ -75,10 +104,10 @@ export class HeadsView {
     this.state.stat = info.stat;
     this.state.info = info;
     this.state.run = app.run;
-    await this.loadSteps(changedSeries);
+    await this.loadSteps();
   }
 
-  async loadSteps(changedSeries) {
+  async loadSteps() {
     const {tag, run} = this.state;
     const seq = ++this.seq;
     const data = await getJSON('steps', {run, tag});
@@ -93,13 +122,20 @@ export class HeadsView {
       if (j >= 0) index = j;
     }
     this.stepper.set(steps, index);
-    await Promise.all([this.loadGrid(), this.loadTrajectory(), this.loadMeans(), this.loadPatterns(), this.loadWordClasses()]);
+    await Promise.all([
+      this.loadGrid(),
+      this.loadTrajectory(),
+      this.loadMeans(),
+      this.loadPatterns(),
+      this.loadWordClasses(),
+    ]);
   }
 
   onStep() {
     this.loadGrid();
     const step = this.stepper.step;
-    for (const chart of [this.trajChart, this.meansChart, this.patternChart, this.wordClassChart]) if (chart) chart.setMarker(step);
+    for (const chart of [this.trajChart, this.meansChart, this.patternChart, this.wordClassChart])
+      if (chart) chart.setMarker(step);
   }
 
   async loadGrid() {
@@ -123,7 +159,8 @@ export class HeadsView {
     const {run, tag, steps} = this.state;
     if (!steps.length) return;
     const step = steps[this.stepper.index];
-    const seq = (this.gridSeq = (this.gridSeq || 0) + 1);
+    this.gridSeq = (this.gridSeq || 0) + 1;
+    const seq = this.gridSeq;
     const current = () => seq === this.gridSeq && run === this.state.run && tag === this.state.tag;
     const t0 = performance.now();
     // Labels need six other series: they arrive separately and never hold up the heatmap.
@@ -157,7 +194,7 @@ export class HeadsView {
     const values = nums(grid.values);
     const raw = grid.values.map((row) => row.map(rawText));
     const scale = scaleForStat(stat, this.state.range, values);
-    const labelGrid = showLabels && this.labels && this.labels.labels ? this.labels.labels : null;
+    const labelGrid = showLabels && this.labels?.labels ? this.labels.labels : null;
     const glyphs = labelGrid ? Object.fromEntries(this.labels.rules.map((r) => [r.label, r.glyph])) : {};
     const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? glyphs[l] : null))) : null;
     const hm = heatmap({
@@ -170,7 +207,7 @@ export class HeadsView {
       selected: this.state.selected,
       tooltip: (l, hd, v) => {
         const lines = [headName(l, hd), [stat, fmt(v, 4)], ['step', fmtStep(grid.step)]];
-        if (labelGrid && labelGrid[l][hd]) lines.push(['behaviour', labelGrid[l][hd]]);
+        if (labelGrid?.[l][hd]) lines.push(['behaviour', labelGrid[l][hd]]);
         return lines;
       },
       onClick: (l, hd) => {
@@ -183,22 +220,34 @@ export class HeadsView {
     const c = this.gridCard;
     c.title.textContent = stat;
     c.sub.textContent = `${grid.layers} layers × ${grid.heads} heads · step ${fmtStep(grid.step)}`;
-    c.sub.title = info && info.description ? info.description : '';
+    c.sub.title = info?.description ? info.description : '';
     const hasNaN = values.flat().some(Number.isNaN);
-    const parts = [hm.el, h('div', {class: 'legend-row'}, legend(scale, {title: stat, nan: hasNaN}), labelGrid ? labelsLegend(labelGrid, this.labels.rules) : null)];
-    if (info && info.description) parts.push(h('p', {class: 'description'}, info.description));
+    const parts = [
+      hm.el,
+      h(
+        'div',
+        {class: 'legend-row'},
+        legend(scale, {title: stat, nan: hasNaN}),
+        labelGrid ? labelsLegend(labelGrid, this.labels.rules) : null,
+      ),
+    ];
+    if (info?.description) parts.push(h('p', {class: 'description'}, info.description));
     clear(c.body).append(...parts);
-    clear(c.aside).append(probePill(grid.probe), h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`));
+    clear(c.aside).append(
+      probePill(grid.probe),
+      h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`),
+    );
   }
 
   async loadTrajectory() {
     const {run, tag, selected} = this.state;
     if (!selected) return;
-    const seq = (this.trajSeq = (this.trajSeq || 0) + 1);
+    this.trajSeq = (this.trajSeq || 0) + 1;
+    const seq = this.trajSeq;
     let data;
     try {
       data = await getJSON('trajectory', {run, tag, layer: selected[0], head: selected[1]});
-    } catch (e) {
+    } catch {
       data = null;
     }
     if (seq !== this.trajSeq || !data) return;
@@ -208,7 +257,8 @@ export class HeadsView {
 
   async loadMeans() {
     const {run, tag} = this.state;
-    const seq = (this.meansSeq = (this.meansSeq || 0) + 1);
+    this.meansSeq = (this.meansSeq || 0) + 1;
+    const seq = this.meansSeq;
     const data = await getJSON('layer_means', {run, tag});
     if (seq !== this.meansSeq) return;
     this.means = data;
@@ -218,7 +268,8 @@ export class HeadsView {
   async loadPatterns() {
     const run = this.state.run;
     const info = tagsOfKind(this.app.tags, run, 'named_values').find((t) => t.name === 'pattern_classes');
-    const seq = (this.patternSeq = (this.patternSeq || 0) + 1);
+    this.patternSeq = (this.patternSeq || 0) + 1;
+    const seq = this.patternSeq;
     const data = info ? await getJSON('series', {run, tag: info.tag}).catch(() => null) : null;
     if (seq !== this.patternSeq) return;
     this.patterns = data;
@@ -228,7 +279,8 @@ export class HeadsView {
   async loadWordClasses() {
     const run = this.state.run;
     const info = tagsOfKind(this.app.tags, run, 'named_values').find((t) => t.name === 'word_classes');
-    const seq = (this.wordClassSeq = (this.wordClassSeq || 0) + 1);
+    this.wordClassSeq = (this.wordClassSeq || 0) + 1;
+    const seq = this.wordClassSeq;
     const data = info ? await getJSON('series', {run, tag: info.tag}).catch(() => null) : null;
     if (seq !== this.wordClassSeq) return;
     this.wordClasses = data;
@@ -248,17 +300,43 @@ export class HeadsView {
       const t = this.traj;
       const c = this.trajCard;
       c.title.textContent = `Trajectory · ${headName(t.layer, t.head)}`;
-      c.sub.textContent = `${stat} over ${t.numSteps} logged step${t.numSteps === 1 ? '' : 's'}` + (t.steps.length < t.numSteps ? ` (${t.steps.length} shown, extremes kept)` : '') + ' · click a head to change';
-      this.trajChart = lineChart({width: chartWidth(c.body), id: 'trajectory-chart', series: [{name: headName(t.layer, t.head), color: '#e65100', xs: t.steps, ys: nums(t.values)}], yLabel: stat, marker: step, onPick: pick});
+      c.sub.textContent =
+        `${stat} over ${t.numSteps} logged step${t.numSteps === 1 ? '' : 's'}` +
+        (t.steps.length < t.numSteps ? ` (${t.steps.length} shown, extremes kept)` : '') +
+        ' · click a head to change';
+      this.trajChart = lineChart({
+        width: chartWidth(c.body),
+        id: 'trajectory-chart',
+        series: [{name: headName(t.layer, t.head), color: '#e65100', xs: t.steps, ys: nums(t.values)}],
+        yLabel: stat,
+        marker: step,
+        onPick: pick,
+      });
       clear(c.body).append(this.trajChart);
     }
     if (this.means && this.means.tag === this.state.tag) {
       const m = this.means;
       const c = this.meansCard;
       const L = m.means.length;
-      c.sub.textContent = `mean of ${stat} over the heads of each layer` + (m.steps.length < m.numSteps ? ` (${m.steps.length} of ${m.numSteps} steps shown)` : '');
-      const series = m.means.map((ys, l) => ({name: `L${l}`, color: layerColor(l, L), xs: m.steps, ys: nums(ys), width: 1.6}));
-      this.meansChart = lineChart({width: chartWidth(c.body), id: 'layer-means-chart', series, yLabel: stat, marker: step, onPick: pick, legend: true});
+      c.sub.textContent =
+        `mean of ${stat} over the heads of each layer` +
+        (m.steps.length < m.numSteps ? ` (${m.steps.length} of ${m.numSteps} steps shown)` : '');
+      const series = m.means.map((ys, l) => ({
+        name: `L${l}`,
+        color: layerColor(l, L),
+        xs: m.steps,
+        ys: nums(ys),
+        width: 1.6,
+      }));
+      this.meansChart = lineChart({
+        width: chartWidth(c.body),
+        id: 'layer-means-chart',
+        series,
+        yLabel: stat,
+        marker: step,
+        onPick: pick,
+        legend: true,
+      });
       clear(c.body).append(this.meansChart);
     }
     const p = this.patterns;
@@ -267,8 +345,22 @@ export class HeadsView {
       const c = this.patternCard;
       c.sub.textContent = "share of heads in each of Kovaleva et al.'s classes (rules judged against a uniform head)";
       const colors = ['#9e9e9e', '#1565c0', '#e65100', '#6a1b9a', '#2e7d32'];
-      const series = p.names.map((name, k) => ({name, color: colors[k % colors.length], xs: p.steps, ys: nums(p.values[k]), width: 1.6}));
-      this.patternChart = lineChart({width: chartWidth(c.body), id: 'pattern-chart', series, yLabel: 'share of heads', marker: step, onPick: pick, legend: true});
+      const series = p.names.map((name, k) => ({
+        name,
+        color: colors[k % colors.length],
+        xs: p.steps,
+        ys: nums(p.values[k]),
+        width: 1.6,
+      }));
+      this.patternChart = lineChart({
+        width: chartWidth(c.body),
+        id: 'pattern-chart',
+        series,
+        yLabel: 'share of heads',
+        marker: step,
+        onPick: pick,
+        legend: true,
+      });
       clear(c.body).append(this.patternChart);
     }
     const w = this.wordClasses;
@@ -280,7 +372,8 @@ export class HeadsView {
    * a uniform head would give on the same sentences (<class>_uniform, dashed, same colour). */
   renderWordClasses(w, step, pick) {
     const c = this.wordClassCard;
-    c.sub.textContent = 'share of attention on each UD word class, mean over heads (dashed: a uniform head); per head: class_share_<class>';
+    c.sub.textContent =
+      'share of attention on each UD word class, mean over heads (dashed: a uniform head); per head: class_share_<class>';
     const colors = ['#1565c0', '#e65100', '#6a1b9a', '#2e7d32', '#c62828', '#00838f', '#5d4037', '#9e9e9e'];
     const classes = w.names.filter((name) => !name.endsWith('_uniform'));
     const series = [];
@@ -288,9 +381,18 @@ export class HeadsView {
       const color = colors[k % colors.length];
       series.push({name, color, xs: w.steps, ys: nums(w.values[w.names.indexOf(name)]), width: 1.6});
       const u = w.names.indexOf(`${name}_uniform`);
-      if (u >= 0) series.push({name: `${name} (uniform)`, color, xs: w.steps, ys: nums(w.values[u]), width: 1, dashed: true});
+      if (u >= 0)
+        series.push({name: `${name} (uniform)`, color, xs: w.steps, ys: nums(w.values[u]), width: 1, dashed: true});
     });
-    this.wordClassChart = lineChart({width: chartWidth(c.body), id: 'word-class-chart', series, yLabel: 'share of attention', marker: step, onPick: pick, legend: true});
+    this.wordClassChart = lineChart({
+      width: chartWidth(c.body),
+      id: 'word-class-chart',
+      series,
+      yLabel: 'share of attention',
+      marker: step,
+      onPick: pick,
+      legend: true,
+    });
     clear(c.body).append(this.wordClassChart);
   }
 }
@@ -305,13 +407,29 @@ function probePill(probe) {
   const title = truncated
     ? `The probe pass measured each example up to ${length} tokens; ${truncated} of the ${examples} probe examples were longer and were cut (probe_max_length).`
     : `The probe pass measured all ${examples} probe examples whole (longest ${longest} tokens; ${whole}).`;
-  return h('span', {class: truncated ? 'pill pill-warn' : 'pill', id: 'probe-length', title, dataset: {maxLength: String(length), truncated: String(truncated)}}, text);
+  return h(
+    'span',
+    {
+      class: truncated ? 'pill pill-warn' : 'pill',
+      id: 'probe-length',
+      title,
+      dataset: {maxLength: String(length), truncated: String(truncated)},
+    },
+    text,
+  );
 }
 
 function argmax(values) {
   let best = null;
   let bv = -Infinity;
-  values.forEach((row, i) => row.forEach((v, j) => { if (Number.isFinite(v) && v > bv) { bv = v; best = [i, j]; } }));
+  values.forEach((row, i) => {
+    row.forEach((v, j) => {
+      if (Number.isFinite(v) && v > bv) {
+        bv = v;
+        best = [i, j];
+      }
+    });
+  });
   return best || [0, 0];
 }
 
@@ -319,7 +437,17 @@ function labelsLegend(labelGrid, rules) {
   const counts = {};
   for (const row of labelGrid) for (const l of row) if (l) counts[l] = (counts[l] || 0) + 1;
   const items = rules.map(({label, glyph, text}) =>
-    h('span', {class: 'label-item' + (counts[label] ? '' : ' zero'), title: text}, h('b', {class: 'glyph'}, glyph), `${label} ${counts[label] || 0}`),
+    h(
+      'span',
+      {class: `label-item${counts[label] ? '' : ' zero'}`, title: text},
+      h('b', {class: 'glyph'}, glyph),
+      `${label} ${counts[label] || 0}`,
+    ),
   );
-  return h('div', {class: 'labels-legend', id: 'labels-legend'}, h('div', {class: 'legend-title'}, 'Behaviour (Clark et al. 2019)'), h('div', {class: 'label-items'}, ...items));
+  return h(
+    'div',
+    {class: 'labels-legend', id: 'labels-legend'},
+    h('div', {class: 'legend-title'}, 'Behaviour (Clark et al. 2019)'),
+    h('div', {class: 'label-items'}, ...items),
+  );
 }

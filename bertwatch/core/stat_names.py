@@ -1,0 +1,75 @@
+"""Every head statistic's name and the group it is shown in, torch-free: the TensorBoard plugin serves these at
+``/stat_names`` and the frontend builds its statistic menu, its drift view and its [0, 1] scales from them.
+
+The modules that compute the statistics (``bertwatch.heads.stats``, ``.norms``, ``.importance``) import torch, so the
+plugin cannot read their tuples; ``tests/test_stat_names.py`` checks that the tuples here equal theirs.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DRIFT_NAMES",
+    "GRADIENT_NAMES",
+    "IG_NAME",
+    "NORM_NAMES",
+    "PROPORTION_NAMES",
+    "RULE_CLASSES",
+    "STAT_GROUPS",
+    "STAT_NAMES",
+    "UD_SHARE_CLASSES",
+    "stat_names_json",
+]
+
+#: ``bertwatch.heads.stats.STAT_NAMES``: statistics of the attention maps alone.
+STAT_NAMES: tuple[str, ...] = (
+    "cls_mass",
+    "sep_mass",
+    "punct_mass",
+    "sep_to_sep",
+    "sep_mass_kovaleva",
+    "self",
+    "prev",
+    "next",
+    "entropy",
+    "cls_entropy",
+    "intra_segment_mass",
+)
+#: ``bertwatch.heads.norms.NORM_NAMES``: Kobayashi et al.'s norm-based statistics.
+NORM_NAMES: tuple[str, ...] = ("cls_mass_norm", "sep_mass_norm", "punct_mass_norm", "norm_ratio")
+#: ``bertwatch.heads.stats.DRIFT_NAMES``: distances to the reference (pretrained) model's maps.
+DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
+#: ``bertwatch.heads.importance.GRADIENT_NAMES`` and ``IG_NAME``: gradient-based importance.
+GRADIENT_NAMES: tuple[str, ...] = ("head_importance", "attn_grad_sep", "attn_grad_punct", "attn_grad_other")
+IG_NAME = "head_attribution_ig"
+#: ``bertwatch.callbacks.analyses.RULE_CLASSES``: the ``wordclass_<c>`` and ``cls_target_<c>`` grids.
+RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
+#: The keys of ``bertwatch.linguistics.wordclass.UD_CLASSES``: the ``class_share_<c>`` grids.
+UD_SHARE_CLASSES: tuple[str, ...] = ("noun", "verb", "pron", "det", "subj", "obj", "neg", "punct")
+
+#: Statistics that are shares of a row's attention, so always in [0, 1] (the frontend's scale is then [0, 1]).
+PROPORTION_NAMES: tuple[str, ...] = STAT_NAMES[:8] + NORM_NAMES
+
+#: (group title, statistics) in menu order; a statistic in no group is listed last under "Other".
+STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Special tokens", STAT_NAMES[:5]),
+    ("Norm-based (Kobayashi)", NORM_NAMES),
+    ("Position", STAT_NAMES[5:8]),
+    ("Spread", STAT_NAMES[8:10]),
+    ("Segments", STAT_NAMES[10:]),
+    ("Drift from pretrained", DRIFT_NAMES),
+    ("Importance", (GRADIENT_NAMES[0], IG_NAME, *GRADIENT_NAMES[1:])),
+    (
+        "Word classes (Kovaleva)",
+        tuple(f"wordclass_{c}" for c in RULE_CLASSES) + tuple(f"cls_target_{c}" for c in RULE_CLASSES),
+    ),
+    ("Word classes (UD share)", tuple(f"class_share_{c}" for c in UD_SHARE_CLASSES)),
+)
+
+
+def stat_names_json() -> dict:
+    """The names as plain JSON, for the plugin's ``/stat_names``: groups in menu order, drift and [0, 1] names."""
+    return {
+        "groups": [[title, list(names)] for title, names in STAT_GROUPS],
+        "drift": list(DRIFT_NAMES),
+        "proportions": list(PROPORTION_NAMES),
+    }
