@@ -1,7 +1,7 @@
 """The statistic and label names have one home in Python, and the frontend agrees with it.
 
-``bertwatch.core.stat_names`` is a torch-free copy of the heads' tuples (the plugin may not import torch): checked
-equal here. The plugin serves it at ``/stat_names`` and the label rules at ``/labels``; the JS builds its menus,
+``bertwatch.core.stat_names`` is the torch-free home of the names: the heads' modules import their tuples from it
+(checked here: the same objects) and the plugin, which may not import torch, reads them there too. The plugin serves it at ``/stat_names`` and the label rules at ``/labels``; the JS builds its menus,
 drift view and scales from those, so no statistic name list may remain written in the JS.
 """
 
@@ -35,11 +35,11 @@ JS_STRING = re.compile(r"""'([^'\\\n]*)'|"([^"\\\n]*)"|`([^`$\\]*)`""")
 JS_STRING_LIST = re.compile(r"""\[\s*(?:['"`][^'"`\n]*['"`]\s*,\s*)+['"`][^'"`\n]*['"`]\s*,?\s*\]""")
 
 
-def test_torch_free_names_equal_the_heads_tuples():
-    assert stat_names.STAT_NAMES == stats.STAT_NAMES
-    assert stat_names.DRIFT_NAMES == stats.DRIFT_NAMES
-    assert stat_names.NORM_NAMES == norms.NORM_NAMES
-    assert stat_names.GRADIENT_NAMES == importance.GRADIENT_NAMES
+def test_torch_free_names_are_the_heads_tuples():
+    assert stat_names.STAT_NAMES is stats.STAT_NAMES
+    assert stat_names.DRIFT_NAMES is stats.DRIFT_NAMES
+    assert stat_names.NORM_NAMES is norms.NORM_NAMES
+    assert stat_names.GRADIENT_NAMES is importance.GRADIENT_NAMES
     assert stat_names.IG_NAME == importance.IG_NAME
     assert stat_names.RULE_CLASSES == RULE_CLASSES
     assert stat_names.UD_SHARE_CLASSES == tuple(UD_CLASSES)

@@ -1,8 +1,8 @@
 """Every head statistic's name and the group it is shown in, torch-free: the TensorBoard plugin serves these at
 ``/stat_names`` and the frontend builds its statistic menu, its drift view and its [0, 1] scales from them.
 
-The modules that compute the statistics (``bertwatch.heads.stats``, ``.norms``, ``.importance``) import torch, so the
-plugin cannot read their tuples; ``tests/test_stat_names.py`` checks that the tuples here equal theirs.
+This is the names' one home: the modules that compute the statistics (``bertwatch.heads.stats``, ``.norms``,
+``.importance``) import their tuples from here, and the plugin (which must not import torch) reads them here too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = [
     "stat_names_json",
 ]
 
-#: ``bertwatch.heads.stats.STAT_NAMES``: statistics of the attention maps alone.
+#: Statistics of the attention maps alone.
 STAT_NAMES: tuple[str, ...] = (
     "cls_mass",
     "sep_mass",
@@ -34,11 +34,11 @@ STAT_NAMES: tuple[str, ...] = (
     "cls_entropy",
     "intra_segment_mass",
 )
-#: ``bertwatch.heads.norms.NORM_NAMES``: Kobayashi et al.'s norm-based statistics.
+#: Kobayashi et al.'s norm-based statistics.
 NORM_NAMES: tuple[str, ...] = ("cls_mass_norm", "sep_mass_norm", "punct_mass_norm", "norm_ratio")
-#: ``bertwatch.heads.stats.DRIFT_NAMES``: distances to the reference (pretrained) model's maps.
+#: Distances to the reference (pretrained) model's maps.
 DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
-#: ``bertwatch.heads.importance.GRADIENT_NAMES`` and ``IG_NAME``: gradient-based importance.
+#: Gradient-based importance.
 GRADIENT_NAMES: tuple[str, ...] = ("head_importance", "attn_grad_sep", "attn_grad_punct", "attn_grad_other")
 IG_NAME = "head_attribution_ig"
 #: ``bertwatch.callbacks.analyses.RULE_CLASSES``: the ``wordclass_<c>`` and ``cls_target_<c>`` grids.

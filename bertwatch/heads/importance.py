@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertwatch.core.stat_names import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.tasks import (
@@ -25,9 +26,6 @@ from bertwatch.heads.tasks import (
     per_example_loss,
     problem_type,
 )
-
-GRADIENT_NAMES = ("head_importance", "attn_grad_sep", "attn_grad_punct", "attn_grad_other")
-IG_NAME = "head_attribution_ig"
 
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
 #: A loss that runs the model itself on one example's inputs (a batch of one, label fields included) and returns

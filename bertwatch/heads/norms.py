@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from bertwatch.core.stat_names import NORM_NAMES
 from bertwatch.heads.capture import UnsupportedModelError, model_shape
 from bertwatch.heads.roles import TokenRoles
 
@@ -37,7 +38,6 @@ __all__ = [
     "transformed_norms",
 ]
 
-NORM_NAMES: tuple[str, ...] = ("cls_mass_norm", "sep_mass_norm", "punct_mass_norm", "norm_ratio")
 
 _NORM_CHUNK = 1 << 20
 _BERT_LIKE = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "mobilebert")

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from bertwatch.core.rules import PATTERN_CLASSES
+from bertwatch.core.stat_names import DRIFT_NAMES, STAT_NAMES
 from bertwatch.heads.aggregate import StatsAccumulator, aggregate
 from bertwatch.heads.patterns import behaviour_labels, pattern_classes
 from bertwatch.heads.roles import TokenRoles
@@ -45,20 +46,6 @@ __all__ = [
     "PATTERN_CLASSES",
 ]
 
-STAT_NAMES: tuple[str, ...] = (
-    "cls_mass",
-    "sep_mass",
-    "punct_mass",
-    "sep_to_sep",
-    "sep_mass_kovaleva",
-    "self",
-    "prev",
-    "next",
-    "entropy",
-    "cls_entropy",
-    "intra_segment_mass",
-)
-DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
 
 _PASSES: dict[str, tuple[str, ...]] = {
     "cls_mass": ("query",),
