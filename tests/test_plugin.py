@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -379,12 +380,22 @@ def test_plugin_metadata():
     assert set(p.get_plugin_apps()) >= {"/index.js", "/static/*", "/tags", "/grid", "/steps", "/trajectory"}
 
 
+def _next_second() -> None:
+    """Wait for the clock's next whole second. TensorBoard reads a run's event files in name order, and a name is
+    the creation second then a per-process writer counter: two files of one second sort as that counter's digits
+    do (".10" before ".9" once earlier tests made writers), so files meant to be read in order are a second apart."""
+    start = int(time.time())
+    while int(time.time()) == start:
+        time.sleep(0.02)
+
+
 def test_cache_sees_new_steps(tmp_path):
     with SummaryWriter(str(tmp_path / "run")) as w:
         w.add_head_grids({"prev": np.zeros((2, 2))}, 0)
     app, mux, _ = make_wsgi_app(tmp_path)
     c = Client(app)
     assert get_json(c, "grid", run="run", tag="bertwatch/heads/prev")["step"] == 0
+    _next_second()
     with SummaryWriter(str(tmp_path / "run")) as w:
         w.add_head_grids({"prev": np.ones((2, 2))}, 10)
     mux.Reload()
@@ -392,6 +403,7 @@ def test_cache_sees_new_steps(tmp_path):
     assert g["step"] == 10 and g["values"] == [[1.0, 1.0], [1.0, 1.0]]
     assert get_json(c, "steps", run="run", tag="bertwatch/heads/prev")["steps"] == [0, 10]
     # a resumed run logs step 10 again: the newest value wins
+    _next_second()
     with SummaryWriter(str(tmp_path / "run")) as w:
         w.add_head_grids({"prev": np.full((2, 2), 2.0)}, 10)
     mux.Reload()
