@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertwatch.ablation.configs import MODES
+from bertwatch.core.modes import check_mode
 from bertwatch.heads.capture import Intervention, capture, model_shape
 from bertwatch.heads.sharding import is_sharded
 
@@ -168,10 +168,8 @@ class Runner:
     """
 
     def __init__(self, model: nn.Module, mode: str, reuse: bool = True):
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
         self.model = model
-        self.mode = mode
+        self.mode = check_mode(mode)
         self.num_layers, self.num_heads = model_shape(model)
         self.sharded = is_sharded(model)
         reuse = reuse and not self.sharded

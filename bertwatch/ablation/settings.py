@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from bertwatch.ablation.configs import MODES
+from bertwatch.core.modes import check_mode
 from bertwatch.core.removable import DEFAULT_DELTA
 
 __all__ = ["AblationSettings"]
@@ -64,8 +64,7 @@ class AblationSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
+        check_mode(self.mode)
         for name in ("batch_size", "shard_size", "max_length", "max_answer_length", "n_resamples"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertwatch.core.modes import check_mode
 from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
 from bertwatch.heads.rng import rng_untouched
@@ -70,11 +71,7 @@ class Intervention:
     @classmethod
     def disable(cls, mask: torch.Tensor, mode: str) -> Intervention:
         """Disable the marked heads with ``mode`` "uniform" (Kovaleva) or "zero" (Michel)."""
-        if mode == "uniform":
-            return cls.uniform_heads(mask)
-        if mode == "zero":
-            return cls.zero(mask)
-        raise ValueError(f"unknown disabling mode {mode!r}: use 'uniform' or 'zero'")
+        return cls.uniform_heads(mask) if check_mode(mode) == "uniform" else cls.zero(mask)
 
 
 def _model_type(model: nn.Module) -> str:
