@@ -7,6 +7,7 @@ Each failure names the modules or functions that break the rule.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -426,3 +427,39 @@ def test_documented_imports_exist():
                 if name not in defined and f"{module}.{name}" not in MODULES:
                     bad.append(f"{relative(doc)}:{number} {module} has no {name}")
     assert not bad, "imports shown in the docs that fail:\n" + "\n".join(bad)
+
+
+def tree_names() -> set[str]:
+    """Paths relative to ``bertwatch/`` that the tree of docs/architecture.md names: its files, and for each
+    subpackage line (``core/``) the subpackage's ``__init__.py`` and the folder itself."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## The tree", 1)[1].split("```", 2)[1]
+    named: set[str] = set()
+    folder = ""
+    for line in block.splitlines()[1:]:
+        indent = len(line) - len(line.lstrip(" "))
+        if indent == 0:  # the package folder itself
+            continue
+        if indent == 2:
+            folder = ""
+        for token in line.split():
+            name = token.rstrip(",")
+            if not re.fullmatch(r"\w+(\.py|/)", name):
+                break
+            path = f"{folder}{name}"
+            named.add(path)
+            if name.endswith("/") and indent == 2:
+                folder = path
+                named.add(f"{path}__init__.py")
+    return named
+
+
+def test_architecture_names_every_module():
+    named = tree_names()
+    files = {p.relative_to(PACKAGE).as_posix() for p in package_files()}
+    unnamed = sorted(files - named)
+    assert not unnamed, "modules docs/architecture.md's tree does not name (add each with its job):\n" + "\n".join(
+        unnamed
+    )
+    missing = sorted(n for n in named if not (PACKAGE / n).exists())
+    assert not missing, "the tree of docs/architecture.md names modules that do not exist:\n" + "\n".join(missing)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertwatch.core import rules
-from bertwatch.heads.patterns import pattern_classes, pattern_shares, uniform_baselines
+from bertwatch.heads.patterns import grid_pattern_shares, pattern_classes, uniform_baselines
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stats import aggregate, compute_stats
 
@@ -103,7 +103,7 @@ def test_shares_count_every_head_once():
     grids = {k: np.zeros((2, 3)) for k in rules.PATTERN_REQUIRED}
     grids["cls_mass"][0, :2] = 0.9
     grids["prev"][1, 0] = 0.9
-    shares = pattern_shares(grids)
+    shares = grid_pattern_shares(grids)
     assert shares == pytest.approx(
         {"heterogeneous": 3 / 6, "vertical": 2 / 6, "diagonal": 1 / 6, "vertical+diagonal": 0.0, "block": 0.0}
     )

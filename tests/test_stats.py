@@ -17,7 +17,7 @@ from bertwatch.heads.stats import (
     STAT_NAMES,
     StatsAccumulator,
     aggregate,
-    behaviour_labels,
+    behaviour_label_lists,
     compute_stats,
     pattern_classes,
 )
@@ -419,13 +419,13 @@ def test_behaviour_labels_follow_clark_precedence():
     grids["sep_mass"][0, 6], grids["cls_mass"][0, 6] = 0.65, 0.7
     grids["punct_mass"][0, 7], grids["sep_mass"][0, 7], grids["next"][0, 7] = 0.61, 0.9, 0.9
     grids["cls_mass"][0, 8], grids["next"][0, 8], grids["entropy"][0, 8] = 0.6, 0.5, 3.8
-    assert behaviour_labels(grids) == [["", "next", "prev", "prev", "broad", "cls", "sep", "punct", ""]]
+    assert behaviour_label_lists(grids) == [["", "next", "prev", "prev", "broad", "cls", "sep", "punct", ""]]
     as_numpy = {k: v.numpy() for k, v in grids.items()}
-    assert behaviour_labels(as_numpy) == behaviour_labels(grids)
+    assert behaviour_label_lists(as_numpy) == behaviour_label_lists(grids)
     grids["next"][0, 0] = math.nan
-    assert behaviour_labels(grids)[0][0] == ""
+    assert behaviour_label_lists(grids)[0][0] == ""
     with pytest.raises(KeyError):
-        behaviour_labels({"next": zeros})
+        behaviour_label_lists({"next": zeros})
 
 
 def test_pattern_classes_rules():
@@ -539,7 +539,7 @@ def test_minilm_padded_batch_equals_single_examples_and_left_padding(minilm):
     left_stats = compute_stats(left_attn, left_roles, reference=left_attn.flip(1))
     for name in batch:
         assert_float32_close(left_stats[name], batch[name])
-    labels = behaviour_labels(aggregate(batch))
+    labels = behaviour_label_lists(aggregate(batch))
     classes = pattern_classes(aggregate(batch))
     assert len(labels) == 6 and all(len(row) == 12 for row in labels)
     assert {c for row in classes for c in row} <= set(stats.PATTERN_CLASSES)

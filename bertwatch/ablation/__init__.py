@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _LAZY = {
-    "MODES": "bertwatch.ablation.configs",
+    "MODES": "bertwatch.core.modes",
     "HeadMask": "bertwatch.ablation.configs",
     "sweep_configs": "bertwatch.ablation.configs",
     "pruning_masks": "bertwatch.ablation.configs",
@@ -25,7 +25,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.ablation.configs import MODES, HeadMask, pruning_masks, sweep_configs
+    from bertwatch.ablation.configs import HeadMask, pruning_masks, sweep_configs
     from bertwatch.ablation.settings import AblationSettings
     from bertwatch.ablation.sweep import ablate
     from bertwatch.report.result import AblationResult

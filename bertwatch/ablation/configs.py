@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MODES = ("uniform", "zero")
-
 
 @dataclass(frozen=True)
 class HeadMask:

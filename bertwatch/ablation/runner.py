@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertwatch.ablation.configs import MODES
+from bertwatch.core.families import model_family
+from bertwatch.core.modes import check_mode
 from bertwatch.heads.capture import Intervention, capture, model_shape
 from bertwatch.heads.sharding import is_sharded
 
@@ -27,10 +28,6 @@ _FIRST_TOKEN_HEADS = (
     "ErnieForSequenceClassification",
     "DistilBertForSequenceClassification",
 )
-
-
-def model_type(model: nn.Module) -> str:
-    return str(getattr(model.config, "model_type", "")).replace("_", "-")
 
 
 class _Cached(nn.Module):
@@ -131,7 +128,7 @@ def _tiled_projections(layer: nn.Module, copies: int) -> Iterator[None]:
 
 
 def _layer_list(model: nn.Module, num_layers: int) -> nn.ModuleList | None:
-    if model_type(model) not in _REUSE_TYPES:
+    if model_family(model.config) not in _REUSE_TYPES:
         return None
     base = getattr(model, "base_model", model)
     holder = getattr(base, "encoder", None) or getattr(base, "transformer", None)
@@ -168,10 +165,8 @@ class Runner:
     """
 
     def __init__(self, model: nn.Module, mode: str, reuse: bool = True):
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
         self.model = model
-        self.mode = mode
+        self.mode = check_mode(mode)
         self.num_layers, self.num_heads = model_shape(model)
         self.sharded = is_sharded(model)
         reuse = reuse and not self.sharded

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from bertwatch.ablation.configs import MODES
+from bertwatch.core.modes import check_mode
 from bertwatch.core.removable import DEFAULT_DELTA
 
 __all__ = ["AblationSettings"]
@@ -28,8 +28,9 @@ class AblationSettings:
     Scoring: ``metric`` (a key of ``compute_metrics``' result, or a built-in name), ``greater_is_better``,
     ``n_resamples``/``seed``/``confidence`` of the paired bootstrap.
     QA: ``max_answer_length``, the longest span (in tokens) the best answer may have.
-    Running: ``batch_size`` examples a batch, ``configs_per_batch`` configurations stacked in one batch (None: 1024
-    rows on a GPU, 128 on a CPU), ``shard_size`` examples per resumable unit, ``max_length`` tokens per example,
+    Running: ``batch_size`` examples a batch, ``configs_per_batch`` configurations stacked in one batch (None: on
+    a GPU as many as fit in half its free memory at the longest example, at most 512; elsewhere 128 rows, i.e.
+    128 // ``batch_size`` configurations; see ``bertwatch.ablation.runner.default_configs_per_batch``), ``shard_size`` examples per resumable unit, ``max_length`` tokens per example,
     ``reuse`` (lower-layer reuse), ``resume`` (from ``out_dir/partial.jsonl``), ``distributed`` (None: when
     launched under accelerate / torchrun), ``progress`` (a progress bar).
     Output: ``out_dir`` (ablation.json, ablation.csv, report.html, partial.jsonl), ``logdir`` (a TensorBoard run
@@ -64,8 +65,7 @@ class AblationSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode {self.mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
+        check_mode(self.mode)
         for name in ("batch_size", "shard_size", "max_length", "max_answer_length", "n_resamples"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -44,11 +44,12 @@ from bertwatch.ablation.evaluate import evaluate_configs
 from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
 from bertwatch.ablation.orders import head_importance, iterative_masks
 from bertwatch.ablation.pruning import baseline_curves, pruning_curve
-from bertwatch.ablation.runner import Runner, default_configs_per_batch, model_type
+from bertwatch.ablation.runner import Runner, default_configs_per_batch
 from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
 from bertwatch.ablation.tasks import Task, prepare_task_examples, resolve_task, task_parts
+from bertwatch.core.families import model_family
 from bertwatch.heads.capture import model_shape
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import FIELDS, AblationResult
@@ -333,7 +334,7 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
     s, model = p.settings, p.model
     return {
         "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
-        "model_type": model_type(model),
+        "model_type": model_family(model.config),
         "layers": p.num_layers,
         "heads": p.num_heads,
         "mode": s.mode,

@@ -54,7 +54,7 @@ def analyze(
     import torch
 
     from bertwatch.heads.capture import model_shape
-    from bertwatch.heads.stats import behaviour_labels, pattern_classes
+    from bertwatch.heads.stats import behaviour_label_lists, pattern_classes
 
     examples = _examples(texts)
     name = (
@@ -77,7 +77,7 @@ def analyze(
         "max_length": length,
         "truncated": truncated,
         "stats": {k: jsonable(v) for k, v in grids.items()},
-        "labels": behaviour_labels({k: torch.as_tensor(v) for k, v in grids.items()}),
+        "labels": behaviour_label_lists({k: torch.as_tensor(v) for k, v in grids.items()}),
         "patterns": pattern_classes({k: torch.as_tensor(v) for k, v in grids.items()}),
     }
     if out is not None:

@@ -9,11 +9,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from bertwatch.ablation.configs import MODES
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.sweep import ablate, check_model, task_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
 from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
+from bertwatch.core.modes import check_mode
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
 
@@ -112,8 +112,7 @@ class AblationCallback(TrainerCallback):
     ):
         self.modes = (modes,) if isinstance(modes, str) else tuple(modes)
         for mode in self.modes:
-            if mode not in MODES:
-                raise ValueError(f"unknown mode {mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)")
+            check_mode(mode)
         self.eval_dataset = eval_dataset
         self.compute_metrics = compute_metrics
         self.task = task

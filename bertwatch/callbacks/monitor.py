@@ -33,7 +33,7 @@ from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
-from bertwatch.heads.patterns import pattern_shares, uniform_baselines
+from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 from bertwatch.heads.sharding import ShardingError, check_sharding
 from bertwatch.heads.stats import DRIFT_NAMES, aggregate, compute_stats
 from bertwatch.heads.unwrap import select_inputs, unwrap
@@ -321,7 +321,7 @@ class Monitor:
             self._uniform = uniform_baselines(self.probe.roles)
         from bertwatch.tb import metadata as md
 
-        shares = pattern_shares(self._grids, self._uniform)
+        shares = grid_pattern_shares(self._grids, self._uniform)
         self.writer.add_named_values(md.PATTERN_SERIES, shares, step, "Share of heads in each pattern class (Kovaleva)")
         self._patterns_written.add(step)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bertwatch.ablation.configs import MODES
+from bertwatch.core.modes import MODES, check_mode
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES
@@ -288,10 +288,7 @@ class WatchSettings(_ByValue):
                 raise ValueError(f"unknown bertwatch statistic(s) {unknown}; choose from {', '.join(ALL_STATS)}")
             if not self.stats:
                 raise ValueError("stats must name at least one statistic")
-        if self.ablation_mode not in MODES:
-            raise ValueError(
-                f"unknown ablation_mode {self.ablation_mode!r}: use 'uniform' (Kovaleva) or 'zero' (Michel)"
-            )
+        check_mode(self.ablation_mode, "ablation_mode")
         if not isinstance(self.ablation_kwargs, Mapping):
             raise TypeError(f"ablation_kwargs must be a mapping, not {type(self.ablation_kwargs).__name__}")
         set_(self, "ablation_kwargs", dict(self.ablation_kwargs))

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from bertwatch.ablation.configs import MODES
 from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
+from bertwatch.core.modes import MODES
 from bertwatch.core.removable import DEFAULT_DELTA
 from bertwatch.heads.loading import load_model
 

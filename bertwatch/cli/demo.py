@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertwatch.core.modes import MODES
+
 __all__ = ["run_demo", "cli_demo", "start_tensorboard", "ud_dev_file"]
 
 RUN_NAME = "sst2-minilm"
@@ -292,7 +294,7 @@ def cli_demo(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--every", type=int, default=10, help="probe every N steps")
-    parser.add_argument("--mode", default="uniform", choices=("uniform", "zero"), help="how heads are disabled")
+    parser.add_argument("--mode", default="uniform", choices=MODES, help="how heads are disabled")
     parser.add_argument("--port", type=int, default=6006)
     serve = parser.add_mutually_exclusive_group()
     serve.add_argument(

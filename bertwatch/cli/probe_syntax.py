@@ -256,7 +256,7 @@ def _write_clustering(
     args: argparse.Namespace, main_scan: Scan, relations: Mapping[str, Mapping[str, Any]], shape: tuple[int, int]
 ) -> np.ndarray | None:
     """``clustering.json``, the distance matrix and the MDS figure; returns the coordinates (None if skipped)."""
-    from bertwatch.heads.stats import behaviour_labels
+    from bertwatch.heads.stats import behaviour_label_lists
     from bertwatch.linguistics.clustering import clustering_figure, mds_embedding
 
     if main_scan.distances is None or not main_scan.distances.examples:
@@ -264,7 +264,7 @@ def _write_clustering(
     layers, heads = shape
     distances = main_scan.distances.distances
     coords = mds_embedding(distances, seed=args.seed)
-    labels = behaviour_labels(main_scan.behaviour) if main_scan.behaviour else None
+    labels = behaviour_label_lists(main_scan.behaviour) if main_scan.behaviour else None
     marks = relation_marks(relations, args.min_count)
     np.save(args.out / "clustering_distances.npy", distances)
     write_json(

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from bertwatch.core.families import model_family
+
 __all__ = ["ADAPTERS", "DropoutHookAdapter", "adapter_for"]
 
 #: ``(probs [batch, heads, query, key], attention mask or None) -> (probs, per-head context factor or None)``.
@@ -130,8 +132,7 @@ ADAPTERS: dict[str, DropoutHookAdapter] = {
 
 def adapter_for(model: nn.Module) -> DropoutHookAdapter | None:
     """The adapter of ``model``'s family when it has one and its attention modules are there, else None."""
-    model_type = str(getattr(getattr(model, "config", None), "model_type", "")).replace("_", "-")
-    adapter = ADAPTERS.get(model_type)
+    adapter = ADAPTERS.get(model_family(model))
     if adapter is None or not adapter.modules(model):
         return None
     return adapter

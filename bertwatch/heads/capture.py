@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertwatch.core.families import model_family
+from bertwatch.core.modes import check_mode
 from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
 from bertwatch.heads.rng import rng_untouched
@@ -70,16 +72,7 @@ class Intervention:
     @classmethod
     def disable(cls, mask: torch.Tensor, mode: str) -> Intervention:
         """Disable the marked heads with ``mode`` "uniform" (Kovaleva) or "zero" (Michel)."""
-        if mode == "uniform":
-            return cls.uniform_heads(mask)
-        if mode == "zero":
-            return cls.zero(mask)
-        raise ValueError(f"unknown disabling mode {mode!r}: use 'uniform' or 'zero'")
-
-
-def _model_type(model: nn.Module) -> str:
-    config = getattr(model, "config", None)
-    return str(getattr(config, "model_type", type(model).__name__)).replace("_", "-")
+        return cls.uniform_heads(mask) if check_mode(mode) == "uniform" else cls.zero(mask)
 
 
 def check_supported(model: nn.Module) -> None:
@@ -87,7 +80,7 @@ def check_supported(model: nn.Module) -> None:
     attention of the encoder inside ``model`` exactly (verified by a short pass against eager attention, once
     per encoder class and configuration)."""
     encoder = unwrap(model).model
-    model_type = _model_type(encoder)
+    model_type = model_family(encoder, type(encoder).__name__)
     if getattr(encoder.config, KEPT_HEADS_KEY, None) is not None:
         raise UnsupportedModelError(
             "this model was physically pruned by 'bertwatch prune' (its layers keep different numbers of heads); "
@@ -436,7 +429,7 @@ def _verify(encoder: nn.Module) -> str | None:
     and outputs against the model's own eager attention (``output_attentions=True``), plus a bidirectionality
     check. Run once per encoder class and configuration; the model is restored afterwards (implementation,
     modes, RNG)."""
-    model_type = _model_type(encoder)
+    model_type = model_family(encoder, type(encoder).__name__)
     what = f"{type(encoder).__name__} (model type {model_type!r})"
     layers, heads = int(encoder.config.num_hidden_layers), int(encoder.config.num_attention_heads)
     inputs = _probe_inputs(encoder)

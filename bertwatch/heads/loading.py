@@ -10,6 +10,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from bertwatch.core.families import model_family
+
 __all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "checkpoint_head", "load_model", "max_input_length"]
 
 #: Tokens per example when the caller asks for none (Clark et al. used segments of at most 128 tokens).
@@ -32,7 +34,7 @@ def max_input_length(
     maximum), capped by what the model's position table and the tokenizer accept; asking for more warns."""
     config = getattr(model, "config", None)
     limit = int(getattr(config, "max_position_embeddings", 0) or 512)
-    if str(getattr(config, "model_type", "")).replace("_", "-") in _OFFSET_POSITIONS:
+    if model_family(config) in _OFFSET_POSITIONS:
         limit -= 2
     tokenizer_limit = getattr(tokenizer, "model_max_length", None)
     if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:

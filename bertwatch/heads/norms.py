@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor, nn
 
+from bertwatch.core.families import model_family
 from bertwatch.core.stat_names import NORM_NAMES
 from bertwatch.heads.capture import UnsupportedModelError, model_shape
 from bertwatch.heads.roles import TokenRoles
@@ -49,7 +50,7 @@ def output_projections(model: nn.Module) -> list[nn.Linear]:
     Raises UnsupportedModelError for a family whose projection bertwatch does not know.
     """
     num_layers, _ = model_shape(model)
-    model_type = str(model.config.model_type).replace("_", "-")
+    model_type = model_family(model.config)
     base = getattr(model, "base_model", model)
     if model_type in _BERT_LIKE:
         found = [layer.attention.output.dense for layer in base.encoder.layer]

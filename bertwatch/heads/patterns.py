@@ -14,7 +14,7 @@ import torch
 from bertwatch.core import rules
 from bertwatch.heads.roles import TokenRoles
 
-__all__ = ["behaviour_labels", "pattern_classes", "pattern_shares", "uniform_baselines"]
+__all__ = ["behaviour_label_lists", "grid_pattern_shares", "pattern_classes", "uniform_baselines"]
 
 
 def as_array(grid: object) -> np.ndarray:
@@ -25,8 +25,10 @@ def as_array(grid: object) -> np.ndarray:
     return np.asarray(grid)
 
 
-def behaviour_labels(grids: Mapping[str, object]) -> list:
-    """Clark's head labels ``[layers][heads]`` from grids ``[layers, heads]`` (or ``[..., layers, heads]``).
+def behaviour_label_lists(grids: Mapping[str, object]) -> list:
+    """Clark's head labels as nested lists ``[layers][heads]`` ("" = none) from tensor or array grids
+    ``[layers, heads]`` (or ``[..., layers, heads]``): ``core.rules.behaviour_labels`` (numpy in, object array with
+    None out) for callers holding tensors, every rule's grid required.
 
     Rules (``core.rules.BEHAVIOUR_RULES``) in Clark's order, the later winning: next > 0.5, prev > 0.5,
     entropy > 3.8 nats ("broad"), cls_mass, sep_mass, punct_mass > 0.6; labels "next", "prev", "broad", "cls",
@@ -74,7 +76,8 @@ def uniform_baselines(roles: TokenRoles | Sequence[TokenRoles]) -> dict[str, flo
     return {"vertical": float(torch.cat(vertical).mean()), "diagonal": float(torch.cat(diagonal).mean())}
 
 
-def pattern_shares(grids: Mapping[str, object], uniform: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Share of heads in each of Kovaleva's classes, ``{class: share}``, from ``[layers, heads]`` grids."""
+def grid_pattern_shares(grids: Mapping[str, object], uniform: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Share of heads in each of Kovaleva's classes, ``{class: share}``, from tensor or array grids ``[layers, heads]``
+    (classified here; ``core.rules.pattern_shares`` counts class codes already computed)."""
     arrays = {k: as_array(v) for k, v in grids.items() if k in rules.PATTERN_STATS}
     return rules.pattern_shares(rules.pattern_codes(arrays, uniform=uniform))

@@ -72,7 +72,9 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...], str, Any]] = {
 
 
 def family(config: Any) -> str:
-    """The family name of ``config`` as FAMILIES spells it (``model_type`` with dashes)."""
+    """The family name of ``config`` as FAMILIES spells it (``model_type`` with dashes): the rule of
+    ``bertwatch.core.families.model_family``, written here again only because this file may import nothing of
+    bertwatch (it is copied into pruned model folders)."""
     return str(getattr(config, "model_type", "")).replace("_", "-")
 
 

@@ -18,7 +18,7 @@ from torch import Tensor
 from bertwatch.core.rules import PATTERN_CLASSES
 from bertwatch.core.stat_names import DRIFT_NAMES, STAT_NAMES
 from bertwatch.heads.aggregate import StatsAccumulator, aggregate
-from bertwatch.heads.patterns import behaviour_labels, pattern_classes
+from bertwatch.heads.patterns import behaviour_label_lists, pattern_classes
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.sweep import ENTROPY_SMOOTHING, MapSweep
 
@@ -41,7 +41,7 @@ __all__ = [
     "intra_segment_mass",
     "drift_cosine",
     "drift_js",
-    "behaviour_labels",
+    "behaviour_label_lists",
     "pattern_classes",
     "PATTERN_CLASSES",
 ]

@@ -9,8 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.core.jsonable import jsonable as core_jsonable
+from bertwatch.core.jsonable import jsonable
 from bertwatch.linguistics.scan import Scan
+
+#: Decimals of every number in the probe-syntax files: six, enough for a fraction.
+DIGITS = 6
 
 
 def dumps(obj: Any, indent: int = 0) -> str:
@@ -22,22 +25,17 @@ def dumps(obj: Any, indent: int = 0) -> str:
         and len(obj) <= 6
         and all(isinstance(v, (int, float, str, type(None))) for v in obj.values())
     ):
-        return json.dumps(jsonable(obj), separators=(", ", ": "))
+        return json.dumps(jsonable(obj, DIGITS), separators=(", ", ": "))
     if isinstance(obj, dict) and obj:
         items = [f"{pad}{json.dumps(str(k))}: {dumps(v, indent + 1)}" for k, v in obj.items()]
         return "{\n" + ",\n".join(items) + "\n" + "  " * indent + "}"
     if isinstance(obj, list) and obj and any(isinstance(x, dict) for x in obj):
         return "[\n" + ",\n".join(pad + dumps(x, indent + 1) for x in obj) + "\n" + "  " * indent + "]"
-    return json.dumps(jsonable(obj), separators=(",", ":"))
-
-
-def jsonable(obj: Any) -> Any:
-    """Strict JSON values (see :mod:`bertwatch.core.jsonable`) with six decimals, enough for a fraction."""
-    return core_jsonable(obj, digits=6)
+    return json.dumps(jsonable(obj, DIGITS), separators=(",", ":"))
 
 
 def write_json(path: Path, obj: Mapping[str, Any]) -> Path:
-    path.write_text(dumps(jsonable(obj)) + "\n", encoding="utf-8")
+    path.write_text(dumps(jsonable(obj, DIGITS)) + "\n", encoding="utf-8")
     return path
 
 

@@ -267,6 +267,11 @@ def wordclass_figure(panels: Mapping[str, Mapping[str, Any]], path: Any, title: 
             ax.set_title(f"{name} ({row})", fontsize=8)
             _ticks(ax, grid.shape[0], grid.shape[1], "head", "layer")
             fig.colorbar(im, ax=ax, fraction=0.05)
+    return _save(fig, path, title)
+
+
+def _save(fig: Any, path: Any, title: str) -> Any:
+    """Title ``fig`` (when ``title``), lay it out and write it to ``path``; returns ``path``."""
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -292,8 +297,4 @@ def cls_targets_figure(panels: Mapping[str, Mapping[str, Any]], path: Any, title
         ax.set_yticks(range(len(types)), types, fontsize=7)
         ax.set_xlabel("head", fontsize=7)
         fig.colorbar(im, ax=ax, fraction=0.05)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    return path
+    return _save(fig, path, title)
