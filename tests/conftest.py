@@ -55,11 +55,13 @@ def minilm_path() -> str:
 def _hypothesis_profiles() -> None:
     """Property-test budgets: `default` for `make test` (derandomized, so CI replays the same cases), `fast` for
     `make test-fast`, `thorough` behind --hypothesis-profile=thorough (random, prints the seed to replay)."""
-    from hypothesis import settings
+    from hypothesis import HealthCheck, settings
 
-    settings.register_profile("default", max_examples=30, derandomize=True, print_blob=True, deadline=None)
-    settings.register_profile("fast", max_examples=6, derandomize=True, print_blob=True, deadline=None)
-    settings.register_profile("thorough", max_examples=300, print_blob=True, deadline=None)
+    #: A case runs small models: slow to draw beside a unit test, and that is expected.
+    common = {"print_blob": True, "deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+    settings.register_profile("default", max_examples=30, derandomize=True, **common)
+    settings.register_profile("fast", max_examples=6, derandomize=True, **common)
+    settings.register_profile("thorough", max_examples=300, **common)
     settings.load_profile("default")
 
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _alone_oracle import alone_grids  # noqa: E402
+from _property import ORDERS, PADDING_SIDES  # noqa: E402
 from _tiny_trainer import WORDS, tiny_tokenizer  # noqa: E402
 from test_capture_support import tiny_encoder  # noqa: E402
 
@@ -74,13 +75,12 @@ def _pairs(items):
 
 
 @pytest.mark.fast
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     family=st.sampled_from(FAMILIES),
     items=examples,
-    side=st.sampled_from(["left", "right"]),
+    side=PADDING_SIDES,
     batch_size=st.integers(1, 4),
-    order=st.randoms(use_true_random=False),
+    order=ORDERS,
 )
 def test_analyze_is_each_example_alone(family, items, side, batch_size, order):
     """``bertwatch analyze`` (every weight-based statistic and drift vs a reference model) on a batch equals
@@ -125,11 +125,10 @@ def probe_grids(model, tok, items, batch_size, autocast, names):
 
 
 @pytest.mark.fast
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     family=st.sampled_from(NORM_FAMILIES),
     items=examples,
-    side=st.sampled_from(["left", "right"]),
+    side=PADDING_SIDES,
     batch_size=st.integers(1, 4),
     precision=st.sampled_from(["float32", "bf16"]),
 )

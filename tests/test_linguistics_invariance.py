@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _alone_oracle import eager_copy  # noqa: E402
+from _property import ORDERS, PADDING_SIDES  # noqa: E402
 from _treebank import tiny_tokenizer  # noqa: E402
 from test_capture_support import tiny_encoder  # noqa: E402
 from test_ud_word_classes import PLAIN  # noqa: E402
@@ -123,13 +124,12 @@ def _fits(tok, sentence: Sentence) -> list[int] | None:
 
 
 @pytest.mark.fast
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     family=st.sampled_from(FAMILIES),
     treebank=treebanks,
-    side=st.sampled_from(["left", "right"]),
+    side=PADDING_SIDES,
     batch_size=st.integers(1, 4),
-    order=st.randoms(use_true_random=False),
+    order=ORDERS,
     precision=st.sampled_from(["float32", "bf16"]),
 )
 def test_ud_word_class_shares_are_each_sentence_alone(family, treebank, side, batch_size, order, precision):
@@ -172,13 +172,12 @@ def test_ud_word_class_shares_are_each_sentence_alone(family, treebank, side, ba
 
 
 @pytest.mark.fast
-@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     family=st.sampled_from(FAMILIES),
     treebank=treebanks,
-    side=st.sampled_from(["left", "right"]),
+    side=PADDING_SIDES,
     batch_size=st.integers(1, 5),
-    order=st.randoms(use_true_random=False),
+    order=ORDERS,
     mode=st.sampled_from(["mean", "first"]),
 )
 def test_probe_syntax_word_maps_are_each_sentence_alone(family, treebank, side, batch_size, order, mode):
