@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-torch.set_num_threads(1)
 
 import transformers as T  # noqa: E402
 
@@ -61,4 +60,5 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)  # one per rank: the ranks share a small machine (not on import: tests import this)
     main(sys.argv[1])

@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-torch.set_num_threads(1)
 
 import numpy as np  # noqa: E402
 import transformers as T  # noqa: E402
@@ -146,6 +145,7 @@ def main(out_dir: str, sharded: bool) -> None:
 
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)  # one per rank: the ranks share a small machine (not on import: tests import this)
     if sys.argv[2:3] == ["sweep"]:
         sweep(sys.argv[1], die=sys.argv[3:4] == ["die"], apart=sys.argv[3:4] == ["apart"])
     else:

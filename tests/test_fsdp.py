@@ -146,7 +146,6 @@ def test_sharded_sweep_resumes_after_a_rank_dies_even_on_another_machine(tmp_pat
     two = json.loads((out / "ablation.json").read_text())
     assert two["config"]["processes"] == 2
 
-    torch.set_num_threads(1)
     tokenizer = tiny_tokenizer()
     model = tiny_bert(tokenizer, layers=3).eval()
     one = ablate(model, toy_texts(30, 2), tokenizer, out_dir=tmp_path / "one", **SWEEP).to_json()
