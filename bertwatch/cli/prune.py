@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
 from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
 from bertwatch.heads.loading import checkpoint_head, load_model
+from bertwatch.heads.pruned_modeling import head_counts
 
 __all__ = ["cli_prune", "parse_heads"]
 
@@ -75,7 +76,7 @@ def cli_prune(argv: Sequence[str]) -> int:
         else:
             heads = parse_heads(args.heads)
         model, tokenizer = load_model(args.model, head=checkpoint_head(args.model))
-        heads = _expand(heads, int(getattr(model.config, "num_attention_heads", 0) or model.config.n_heads))
+        heads = _expand(heads, head_counts(model.config)[1])
         pruned = prune_model(model, heads)
         save_pruned(pruned, args.out, tokenizer)
         removed = sum(len(h) for h in heads.values())
