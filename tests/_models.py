@@ -125,3 +125,13 @@ class Subscriber:
 
     def record(self, step, grids):
         self.history.append((step, grids))
+
+
+def hooked_output(model: torch.nn.Module, batch: dict[str, torch.Tensor], handles: list) -> torch.Tensor:
+    """``last_hidden_state`` of one no-grad forward under hand-written hooks, which are removed afterwards."""
+    try:
+        with torch.no_grad():
+            return model(**batch).last_hidden_state
+    finally:
+        for handle in handles:
+            handle.remove()

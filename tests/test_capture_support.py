@@ -12,7 +12,7 @@ import transformers as T
 
 from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import Intervention, capture, model_shape
-from tests._models import padded_batch
+from tests._models import hooked_output, padded_batch
 from tests._tiers import fast_subset
 
 SIZES = dict(
@@ -148,12 +148,7 @@ def _by_hand(model, batch, layer: int, head: int, mode: str) -> torch.Tensor:
         _value_projection(model, layer).register_forward_hook(keep_values),
         _self_attention_output(model, layer).register_forward_pre_hook(replace),
     ]
-    try:
-        with torch.no_grad():
-            return model(**batch).last_hidden_state
-    finally:
-        for h in handles:
-            h.remove()
+    return hooked_output(model, batch, handles)
 
 
 @pytest.mark.parametrize("family", ADAPTER_FAMILIES)

@@ -17,7 +17,7 @@ import transformers as T
 from bertwatch.ablation.physical import heads_from_ablation, prune_model, save_pruned
 from bertwatch.heads.capture import Intervention, UnsupportedModelError, capture, check_supported
 from bertwatch.heads.loading import load_model
-from tests._models import padded_batch
+from tests._models import hooked_output, padded_batch
 from tests.test_capture_support import ADAPTER_FAMILIES, INTERFACE_FAMILIES, tiny_encoder
 
 #: Two layers of four heads: layer 0 keeps heads 0 and 2, layer 1 keeps none (ALBERT: heads 1 and 3 everywhere).
@@ -69,12 +69,7 @@ def _hand_zeroed(model, batch, remove) -> torch.Tensor:
 
     shared = len(modules) == 1
     handles = [m.register_forward_pre_hook(zero(size, shared, i)) for i, (m, size) in enumerate(modules)]
-    try:
-        with torch.no_grad():
-            return model(**batch).last_hidden_state
-    finally:
-        for h in handles:
-            h.remove()
+    return hooked_output(model, batch, handles)
 
 
 def _tolerance(reference: torch.Tensor) -> float:
