@@ -6,6 +6,7 @@ import {getJSON, gridTags, num, nums, rawText, statGroup, tagsOfKind} from './ap
 import {chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
 import {heatmap} from './heatmap.js';
+import {MassGapPanel} from './panel_mass_gap.js';
 import {layerColor, legend, scaleForStat} from './scales.js';
 
 // The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
@@ -53,11 +54,20 @@ export class HeadsView {
     this.wordClassCard = card('Word classes', {class: 'chart-card'});
     this.wordClassCard.el.id = 'word-class-card';
     this.wordClassCard.el.hidden = true;
+    this.massGap = new MassGapPanel();
     this.content = h(
       'div',
       {class: 'layout-heads'},
       this.gridCard.el,
-      h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el, this.wordClassCard.el),
+      h(
+        'div',
+        {class: 'stack'},
+        this.trajCard.el,
+        this.meansCard.el,
+        this.massGap.el,
+        this.patternCard.el,
+        this.wordClassCard.el,
+      ),
     );
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
@@ -128,11 +138,13 @@ export class HeadsView {
       this.loadMeans(),
       this.loadPatterns(),
       this.loadWordClasses(),
+      this.massGap.load(run, this.stepper.step),
     ]);
   }
 
   onStep() {
     this.loadGrid();
+    this.massGap.load(this.state.run, this.stepper.step);
     const step = this.stepper.step;
     for (const chart of [this.trajChart, this.meansChart, this.patternChart, this.wordClassChart])
       if (chart) chart.setMarker(step);
