@@ -249,6 +249,6 @@ def test_report_compares_the_masses_per_layer():
     cls_w, cls_n = plain_layer_means(last["cls_mass"]), plain_layer_means(last["cls_mass_norm"])
     sep_w, sep_a = plain_layer_means(last["sep_mass"]), plain_layer_means(last["sep_mass_alti"])
     for layer in range(L):
-        assert f"<td class=\"\">{cls_w[layer] - cls_n[layer]:.3f}</td>" in section
-        assert f"<td class=\"\">{sep_w[layer] - sep_a[layer]:.3f}</td>" in section
+        assert f'<td class="">{cls_w[layer] - cls_n[layer]:.3f}</td>' in section
+        assert f'<td class="">{sep_w[layer] - sep_a[layer]:.3f}</td>' in section
     assert "weights − alti" in section and "[SEP] norms" in section
