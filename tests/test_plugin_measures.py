@@ -40,14 +40,18 @@ def per_layer_map(seed: int) -> np.ndarray:
 
 
 def grids_at(step: int) -> dict[str, np.ndarray]:
-    """Weight-, norm- and ALTI-based masses; the ALTI grids are logged from step 10 on, one head of one is NaN."""
+    """Weight-, norm- and ALTI-based masses per head, and the layer's ALTI masses as ``[layers, 1]``; the ALTI grids
+    are logged from step 10 on, one head of one grid is NaN."""
     rng = np.random.default_rng(step + 1)
     out = {}
     for stat in ("cls_mass", "sep_mass", "cls_mass_norm", "sep_mass_norm", "cls_mass_alti", "sep_mass_alti"):
         out[stat] = rng.random((L, H)).astype(np.float32)
+    for stat in ("cls_mass_alti_layer", "sep_mass_alti_layer"):
+        out[stat] = rng.random((L, 1)).astype(np.float32)
     out["sep_mass_norm"][2, 1] = np.nan
     if step == 0:
-        del out["cls_mass_alti"], out["sep_mass_alti"]
+        for stat in ("cls_mass_alti", "sep_mass_alti", "cls_mass_alti_layer", "sep_mass_alti_layer"):
+            del out[stat]
     return out
 
 
@@ -209,17 +213,20 @@ def test_mass_gap_is_each_layers_mean_over_heads_and_their_difference(client, st
     assert [t["target"] for t in body["targets"]] == ["[CLS]", "[SEP]"]
     for target, (name, pairs) in zip(body["targets"], MASS_BY_MEASURE):
         assert target["target"] == name
-        present = [(m, stat) for m, stat in pairs if stat in grids]
-        assert [(m["measure"], m["stat"]) for m in target["measures"]] == present
-        expected = {m: plain_layer_means(grids[stat]) for m, stat in present}
+        present = [(label, stat) for label, stat in pairs if stat in grids]
+        assert len(present) == (4 if used else 2)
+        assert [(m["label"], m["stat"]) for m in target["measures"]] == present
+        expected = {stat: plain_layer_means(grids[stat]) for _, stat in present}
+        weight = pairs[0][1]
         for m in target["measures"]:
             assert m["step"] == used
-            np.testing.assert_allclose(as_float(m["layerMeans"]), expected[m["measure"]], rtol=1e-6)
-        assert set(target["gaps"]) == {m for m, _ in present} - {"weights"}
-        for m, gap in target["gaps"].items():
-            want = np.subtract(expected["weights"], expected[m])
-            # each mean is rounded to float32 once: bound the difference by that rounding of both terms
-            bound = 2 * np.finfo(np.float32).eps * np.maximum(np.abs(expected["weights"]), np.abs(expected[m]))
+            # float32 grids, means in float64, sent as float32: one float32 rounding
+            np.testing.assert_allclose(as_float(m["layerMeans"]), expected[m["stat"]], rtol=np.finfo(np.float32).eps)
+        assert set(target["gaps"]) == {stat for _, stat in present[1:]}
+        for stat, gap in target["gaps"].items():
+            want = np.subtract(expected[weight], expected[stat])
+            # the difference of float64 means, rounded to float32 once when sent
+            bound = np.finfo(np.float32).eps * np.abs(want)
             assert np.all(np.abs(as_float(gap) - want) <= bound + 1e-12)
     assert body["steps"]["cls_mass"] == used
 
@@ -231,8 +238,8 @@ def test_mass_gap_of_a_run_without_masses_is_empty(client):
 def test_mass_by_measure_skips_a_grid_of_another_model_shape():
     grids = {"sep_mass": np.ones((3, 2)), "sep_mass_norm": np.zeros((3, 2)), "sep_mass_alti": np.zeros((4, 2))}
     (sep,) = measures.mass_by_measure(grids)
-    assert [m["measure"] for m in sep["measures"]] == ["weights", "norms"]
-    np.testing.assert_array_equal(sep["gaps"]["norms"], [1.0, 1.0, 1.0])
+    assert [m["stat"] for m in sep["measures"]] == ["sep_mass", "sep_mass_norm"]
+    np.testing.assert_array_equal(sep["gaps"]["sep_mass_norm"], [1.0, 1.0, 1.0])
     (only,) = measures.mass_by_measure({"cls_mass_norm": np.ones((2, 2))})
     assert only["gaps"] == {}
 
@@ -247,8 +254,8 @@ def test_report_compares_the_masses_per_layer():
     assert 'id="mass-gap"' in page and "data:image/png;base64," in page
     section = page[page.index('id="mass-gap"') :]
     cls_w, cls_n = plain_layer_means(last["cls_mass"]), plain_layer_means(last["cls_mass_norm"])
-    sep_w, sep_a = plain_layer_means(last["sep_mass"]), plain_layer_means(last["sep_mass_alti"])
+    sep_w, sep_a = plain_layer_means(last["sep_mass"]), plain_layer_means(last["sep_mass_alti_layer"])
     for layer in range(L):
         assert f'<td class="">{cls_w[layer] - cls_n[layer]:.3f}</td>' in section
         assert f'<td class="">{sep_w[layer] - sep_a[layer]:.3f}</td>' in section
-    assert "weights − alti" in section and "[SEP] norms" in section
+    assert "weights − ALTI of the layer" in section and "[SEP] norms" in section

@@ -68,12 +68,28 @@ STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 #: The mass on [CLS] and on [SEP] by attention weight, by norm (Kobayashi et al. 2020) and by ALTI contribution
-#: (Ferrando et al. 2022): ``(target, ((measure, statistic), ...))``, the weight-based statistic first. The plugin's
-#: Heads view and the report compare them per layer: Clark's "no-op" reading of [SEP] attention holds where the
-#: weight is high and the contribution low.
+#: (Ferrando et al. 2022; per head, and of the whole layer with residual and LayerNorm): ``(target, ((label,
+#: statistic), ...))``, the weight-based statistic first. The plugin's Heads view and the report compare their layer
+#: means: Clark et al.'s "no-op" reading of [SEP] attention holds where the weight is high and the contribution low.
 MASS_BY_MEASURE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
-    ("[CLS]", (("weights", "cls_mass"), ("norms", "cls_mass_norm"), ("alti", "cls_mass_alti"))),
-    ("[SEP]", (("weights", "sep_mass"), ("norms", "sep_mass_norm"), ("alti", "sep_mass_alti"))),
+    (
+        "[CLS]",
+        (
+            ("weights", "cls_mass"),
+            ("norms", "cls_mass_norm"),
+            ("ALTI per head", "cls_mass_alti"),
+            ("ALTI of the layer", "cls_mass_alti_layer"),
+        ),
+    ),
+    (
+        "[SEP]",
+        (
+            ("weights", "sep_mass"),
+            ("norms", "sep_mass_norm"),
+            ("ALTI per head", "sep_mass_alti"),
+            ("ALTI of the layer", "sep_mass_alti_layer"),
+        ),
+    ),
 )
 
 

@@ -32,49 +32,49 @@ def measure_info(measure: str) -> dict[str, str]:
 
 def mass_by_measure(grids: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per target ([CLS], [SEP]) of :data:`bertwatch.core.stat_names.MASS_BY_MEASURE`, each measure's mass per layer
-    and the gap of the weights to each other measure.
+    and the gap of the weight-based mass to each other one.
 
     Args:
-        grids: ``{stat: [layers, heads]}``; statistics that are absent are left out (a run without ALTI compares
-            weights and norms only).
+        grids: ``{stat: [layers, heads]}`` (a per-layer statistic is ``[layers, 1]``); statistics that are absent
+            are left out (a run without ALTI compares weights and norms only).
 
     Returns:
-        ``[{"target", "measures": [{"measure", "label", "stat", "layerMeans" [layers]}], "gaps": {measure:
+        ``[{"target", "measures": [{"label", "stat", "description", "layerMeans" [layers]}], "gaps": {stat:
         [layers]}}]``, float64: a layer's value is the mean over its heads (NaN heads left out,
-        :func:`bertwatch.tb.summary.layer_means`); ``gaps[m]`` is weights − m per layer, empty without the
-        weight-based grid. A measure whose layer count differs from the first one present is left out. Targets with
-        no grid are left out.
+        :func:`bertwatch.tb.summary.layer_means`); ``gaps[stat]`` is weights − stat per layer, empty without the
+        weight-based grid. A grid whose layer count differs from the first one present is left out; so are targets
+        with no grid.
 
     Example:
-        >>> mass_by_measure({"sep_mass": [[0.6, 0.4]], "sep_mass_norm": [[0.1, 0.2]]})[0]["gaps"]["norms"]
+        >>> mass_by_measure({"sep_mass": [[0.6, 0.4]], "sep_mass_norm": [[0.1, 0.2]]})[0]["gaps"]["sep_mass_norm"]
         array([0.35])
     """
     out = []
     for target, pairs in MASS_BY_MEASURE:
-        measures = []
-        for measure, stat in pairs:
+        found = []
+        for label, stat in pairs:
             if stat not in grids:
                 continue
             means = layer_means(grids[stat], stat)
-            if measures and len(means) != len(measures[0]["layerMeans"]):
+            if found and len(means) != len(found[0]["layerMeans"]):
                 continue
-            measures.append({**measure_info(measure), "stat": stat, "layerMeans": means})
-        if not measures:
+            description = md.STAT_DESCRIPTIONS.get(stat, "")
+            found.append({"label": label, "stat": stat, "description": description, "layerMeans": means})
+        if not found:
             continue
-        by_measure = {m["measure"]: m["layerMeans"] for m in measures}
-        weights = by_measure.get(md.DEFAULT_MEASURE)
+        weight_stat = pairs[0][1]
         gaps = {}
-        if weights is not None:
-            gaps = {m: weights - means for m, means in by_measure.items() if m != md.DEFAULT_MEASURE}
-        out.append({"target": target, "measures": measures, "gaps": gaps})
+        if found[0]["stat"] == weight_stat:
+            gaps = {m["stat"]: found[0]["layerMeans"] - m["layerMeans"] for m in found[1:]}
+        out.append({"target": target, "measures": found, "gaps": gaps})
     return out
 
 
 def mass_gap(queries, ctx, eid, run: str, step: int | None) -> dict[str, Any]:
     """``/mass_gap``: :func:`mass_by_measure` of each grid's step at or before ``step`` (latest by default).
 
-    Returns ``{"run", "step", "targets": [{"target", "measures": [{"measure", "label", "description", "stat",
-    "step", "layerMeans"}], "gaps": {measure: [layers]}}], "steps": {stat: step used}}``; a grid with no step at or
+    Returns ``{"run", "step", "targets": [{"target", "measures": [{"label", "stat", "description", "step",
+    "layerMeans"}], "gaps": {stat: [layers]}}], "steps": {stat: step used}}``; a grid with no step at or
     before ``step`` is left out. ``targets`` is empty when the run has none of the masses."""
     stats = [stat for _, pairs in MASS_BY_MEASURE for _, stat in pairs]
     grids, used = {}, {}
@@ -129,11 +129,12 @@ def layer_gap_rows(targets: list[dict[str, Any]]) -> tuple[list[str], list[list[
     header = ["layer"]
     columns: list[np.ndarray] = []
     for target in targets:
+        labels = {m["stat"]: m["label"] for m in target["measures"]}
         for m in target["measures"]:
-            header.append(f"{target['target']} {m['label'].lower()}")
+            header.append(f"{target['target']} {m['label']}")
             columns.append(np.asarray(m["layerMeans"], dtype=np.float64))
-        for measure, gap in target["gaps"].items():
-            header.append(f"{target['target']} weights − {measure_info(measure)['label'].lower()}")
+        for stat, gap in target["gaps"].items():
+            header.append(f"{target['target']} weights − {labels[stat]}")
             columns.append(np.asarray(gap, dtype=np.float64))
     layers = len(columns[0]) if columns else 0
     return header, [[layer, *(float(c[layer]) for c in columns)] for layer in range(layers)]

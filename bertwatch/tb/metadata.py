@@ -89,8 +89,9 @@ BLOB_KINDS = (KIND_ATTENTION,)
 
 #: The measure of attention maps written without one (every log from before measures).
 DEFAULT_MEASURE = "weights"
-#: Each measure of how much a query token takes from each key token: its label and what it answers. Per head or per
-#: layer is read from the maps (``unit``). See docs/plugin.md and docs/statistics.md.
+#: Each measure of how much a query token takes from each key token: its label and what it answers, in the order of
+#: ``bertwatch.core.stat_names.MIXING_MEASURES`` (helper mix's branch). Per head or per layer is read from the maps
+#: (``unit``). See docs/plugin.md and docs/statistics.md.
 ATTENTION_MEASURES: dict[str, dict[str, str]] = {
     "weights": {
         "label": "Weights",
@@ -98,13 +99,18 @@ ATTENTION_MEASURES: dict[str, dict[str, str]] = {
     },
     "norms": {
         "label": "Norms",
-        "description": "‖α·f(x)‖, each weight times the norm of the transformed value vector it weighs "
-        "(Kobayashi et al. 2020): a large weight on a small vector moves little.",
+        "description": "α·‖f(x)‖, each weight times the norm of the transformed value vector it weighs, rows "
+        "normalised per head (Kobayashi et al. 2020): a large weight on a small vector moves little.",
     },
     "alti": {
         "label": "ALTI",
-        "description": "How much each input token contributes to the layer's output, residual and LayerNorm "
-        "included, composed over layers (Ferrando et al. 2022).",
+        "description": "Each input token's contribution to the layer's output, residual and LayerNorm included "
+        "(Ferrando et al. 2022): one map per layer, not composed.",
+    },
+    "alti_composed": {
+        "label": "ALTI composed",
+        "description": "ALTI's contributions multiplied through the layers below (Ferrando et al. 2022): how much "
+        "each input token makes up a token's representation at that layer.",
     },
     "rollout": {
         "label": "Rollout",

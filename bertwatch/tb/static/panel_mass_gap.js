@@ -75,18 +75,18 @@ export class MassGapPanel {
   }
 }
 
-/** One row per layer: each measure's mass, then weights − each contribution measure (cells carry data-value). */
+/** One row per layer: each measure's mass, then weights − each other measure (cells carry data-value, data-stat). */
 function gapTable(target) {
   const gaps = Object.entries(target.gaps);
-  const labelOf = Object.fromEntries(target.measures.map((m) => [m.measure, m.label]));
-  const cell = (raw, text, cls, measure) => h('td', {class: cls, dataset: {value: rawText(raw), measure}}, text);
+  const labelOf = Object.fromEntries(target.measures.map((m) => [m.stat, m.label]));
+  const cell = (raw, text, cls, stat) => h('td', {class: cls, dataset: {value: rawText(raw), stat}}, text);
   const rows = target.measures[0].layerMeans.map((_, l) =>
     h(
       'tr',
       {dataset: {layer: String(l)}},
       h('td', {}, `L${l}`),
-      ...target.measures.map((m) => cell(m.layerMeans[l], fmt(nums(m.layerMeans[l]), 3), 'mass', m.measure)),
-      ...gaps.map(([measure, values]) => cell(values[l], fmtSigned(nums(values[l]), 3), 'gap', measure)),
+      ...target.measures.map((m) => cell(m.layerMeans[l], fmt(nums(m.layerMeans[l]), 3), 'mass', m.stat)),
+      ...gaps.map(([stat, values]) => cell(values[l], fmtSigned(nums(values[l]), 3), 'gap', stat)),
     ),
   );
   return h(
@@ -99,8 +99,8 @@ function gapTable(target) {
         'tr',
         {},
         h('th', {}, 'layer'),
-        ...target.measures.map((m) => h('th', {title: m.description}, m.label)),
-        ...gaps.map(([measure]) => h('th', {}, `weights − ${labelOf[measure].toLowerCase()}`)),
+        ...target.measures.map((m) => h('th', {title: `${m.stat}: ${m.description}`}, m.label)),
+        ...gaps.map(([stat]) => h('th', {title: `${target.measures[0].stat} − ${stat}`}, `weights − ${labelOf[stat]}`)),
       ),
     ),
     h('tbody', {}, ...rows),
