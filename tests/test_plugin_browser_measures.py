@@ -58,7 +58,8 @@ def mass_grids(step: int) -> dict[str, np.ndarray]:
 
 
 def write_mixing_run(run_dir) -> None:
-    """Weights and norms at every step, ALTI and rollout from step 50 on, value zeroing at the last step only."""
+    """Weights and norms at every step, ALTI and rollout from step 50 on, value zeroing at the last step only (with
+    one undefined row in layer 2)."""
     seg = segments_of(TOKENS_A)
     with SummaryWriter(str(run_dir)) as w:
         for step in STEPS:
@@ -70,7 +71,9 @@ def write_mixing_run(run_dir) -> None:
             if step >= 50:
                 w.add_attention_maps([(TOKENS_A, layer_map(step), seg)], step, walltime=wall, measure="alti")
                 w.add_attention_maps([(TOKENS_A, layer_map(step + 1), seg)], step, walltime=wall, measure="rollout")
-        w.add_attention_maps([(TOKENS_A, layer_map(7), seg)], STEPS[-1], measure="value_zeroing")
+        zeroing = layer_map(7)
+        zeroing[2, 4] = np.nan  # a row where nothing changed: undefined
+        w.add_attention_maps([(TOKENS_A, zeroing, seg)], STEPS[-1], measure="value_zeroing")
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +205,8 @@ def test_a_measure_missing_at_the_pinned_step_says_so(frame, server):
     assert "not logged at step 0" in frame.text_content("#measure-step-note")
     assert frame.eval_on_selector("#attn-step-select", "e => e.value") == ""  # latest
     assert frame.text_content(".map-card .card-sub").endswith(f"step {STEPS[-1]}")
+    pill = frame.query_selector("#row-sum-pill")  # layer 2: the other rows sum to one, one row is NaN
+    assert (pill.get_attribute("data-stochastic"), pill.get_attribute("data-undefined-rows")) == ("true", "1")
 
 
 def test_gap_panel_numbers_equal_the_route_and_the_written_grids(frame, server, shot_dir):
@@ -223,7 +228,9 @@ def test_gap_panel_numbers_equal_the_route_and_the_written_grids(frame, server, 
             layer = int(cell.evaluate("e => e.parentElement.dataset.layer"))
             stat = cell.get_attribute("data-stat")
             want = np.mean(grids[weight][layer], dtype=np.float64) - np.mean(grids[stat][layer], dtype=np.float64)
-            assert float(cell.get_attribute("data-value")) == pytest.approx(want, rel=2 * float(np.finfo(np.float32).eps))
+            assert float(cell.get_attribute("data-value")) == pytest.approx(
+                want, rel=2 * float(np.finfo(np.float32).eps)
+            )
             assert float(cell.get_attribute("data-value")) == target["gaps"][stat][layer]
     assert frame.eval_on_selector("#mass-gap-step", "e => e.dataset.step") == str(STEPS[-1])
     card = frame.query_selector("#mass-gap-card")

@@ -157,7 +157,13 @@ export class AttentionView {
     } catch (e) {
       if (seq !== this.seq) return;
       if (e.status === 400)
-        data = await getJSON('attention', {run, tag, step, layer, head: this.headSelect.value || 0});
+        data = await getJSON('attention', {
+          run,
+          tag,
+          step,
+          layer,
+          head: measure.unit === 'layer' ? 0 : this.headSelect.value || 0,
+        });
       else throw e;
     }
     if (seq !== this.seq) return;
@@ -405,12 +411,20 @@ export class AttentionView {
         ? `${data.info.label} · L${data.layer} (whole layer)`
         : `${weights ? 'Attention' : data.info.label} · L${data.layer} H${head}`;
     c.sub.textContent = `example ${data.index !== undefined && data.index !== null ? data.index : ''} · ${T} tokens · step ${fmtStep(data.step)}`;
-    const stochastic = map.every((row) => Math.abs(row.reduce((a, v) => a + v, 0) - 1) < ROW_SUM_TOLERANCE);
+    const defined = map.filter((row) => row.every(Number.isFinite));
+    const stochastic = defined.every((row) => Math.abs(row.reduce((a, v) => a + v, 0) - 1) < ROW_SUM_TOLERANCE);
+    const undefinedRows = T - defined.length;
     clear(c.aside).append(
       h(
         'span',
-        {class: 'pill', id: 'row-sum-pill', dataset: {stochastic: String(stochastic)}},
-        stochastic ? 'rows sum to 1' : 'rows do not sum to 1',
+        {
+          class: 'pill',
+          id: 'row-sum-pill',
+          dataset: {stochastic: String(stochastic), undefinedRows: String(undefinedRows)},
+          title: undefinedRows ? 'grey rows have no value (e.g. value zeroing where nothing changed)' : '',
+        },
+        (stochastic ? 'rows sum to 1' : 'rows do not sum to 1') +
+          (undefinedRows ? ` · ${undefinedRows} row${undefinedRows === 1 ? '' : 's'} undefined` : ''),
       ),
     );
     const side = h(
