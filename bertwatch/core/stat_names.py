@@ -68,9 +68,10 @@ STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 #: The mass on [CLS] and on [SEP] by attention weight, by norm (Kobayashi et al. 2020) and by ALTI contribution
-#: (Ferrando et al. 2022; per head, and of the whole layer with residual and LayerNorm): ``(target, ((label,
-#: statistic), ...))``, the weight-based statistic first. The plugin's Heads view and the report compare their layer
-#: means: Clark et al.'s "no-op" reading of [SEP] attention holds where the weight is high and the contribution low.
+#: (Ferrando et al. 2022; per head, and of the whole layer with residual and LayerNorm), and on punctuation by weight
+#: and by norm: ``(target, ((label, statistic), ...))``, the weight-based statistic first. The plugin's Heads view and
+#: the report compare their layer means: Clark et al.'s "no-op" reading of [SEP] attention holds where the weight is
+#: high and the contribution low.
 MASS_BY_MEASURE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     (
         "[CLS]",
@@ -90,6 +91,7 @@ MASS_BY_MEASURE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("ALTI of the layer", "sep_mass_alti_layer"),
         ),
     ),
+    ('"." and ","', (("weights", "punct_mass"), ("norms", "punct_mass_norm"))),
 )
 
 
