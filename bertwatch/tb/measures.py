@@ -76,7 +76,12 @@ def mass_gap(queries, ctx, eid, run: str, step: int | None) -> dict[str, Any]:
     Returns ``{"run", "step", "targets": [{"target", "measures": [{"label", "stat", "description", "step",
     "layerMeans"}], "gaps": {stat: [layers]}}], "steps": {stat: step used}}``; a grid with no step at or
     before ``step`` is left out. ``targets`` is empty when the run has none of the masses."""
-    stats = [stat for _, pairs in MASS_BY_MEASURE for _, stat in pairs]
+    listing = queries.require_provider().list_tensors(
+        ctx, experiment_id=eid, plugin_name=queries.plugin_name, run_tag_filter=provider.RunTagFilter(runs=[run])
+    )
+    logged = listing.get(run, {})
+    # one listing instead of a failing read per statistic the run does not have (most runs have no ALTI)
+    stats = [stat for _, pairs in MASS_BY_MEASURE for _, stat in pairs if md.heads_tag(stat) in logged]
     grids, used = {}, {}
     for stat, series in queries.load_grids(ctx, eid, run, stats).items():
         if series is None:
