@@ -137,14 +137,25 @@ def plan_pass(
         reference_ready: the drift reference maps are there (cached, or taken earlier).
         reference_model: a reference model was given (its maps are the reference).
         analyses: the analyses the due subscribers asked for.
-        measurements: the measurement of every statistic.
+        measurements: the measurements, in the order their work runs; a statistic two of them give is measured
+            by the first.
 
     Returns:
         The ``ProbePlan``; ``plan.empty`` when there is nothing to do.
+
+    Raises:
+        ValueError: a due statistic that no measurement gives.
     """
     wanted = set().union(*(s.stat_names for s in due))
     names = tuple(n for n in ALL_STATS if n in wanted and n not in measured)
-    work = tuple((m, tuple(n for n in names if n in m.names)) for m in measurements)
+    owner: dict[str, Measurement] = {}
+    for measurement in measurements:
+        for name in measurement.names:
+            owner.setdefault(name, measurement)
+    unmeasured = [n for n in names if n not in owner]
+    if unmeasured:
+        raise ValueError(f"no measurement gives {unmeasured}; add one to callbacks.measurements.MEASUREMENTS")
+    work = tuple((m, tuple(n for n in names if owner[n] is m)) for m in measurements)
     drift_missing = any(n in DRIFT_NAMES for n in names)
     begin_reference = event == "begin" and any(set(DRIFT_NAMES) & s.stat_names for s in active)
     need_reference = not reference_ready and (begin_reference or (drift_missing and reference_model))

@@ -309,6 +309,28 @@ class BertWatchCallback(WatchCallback):
     the ``word_classes`` series; ``callbacks.word_classes``). ``head_clusters=True`` logs the heads' JS/MDS map
     at every probe step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first
     ``cluster_examples`` probe examples).
+
+    Args:
+        stats: the statistics to measure (default: every one but integrated gradients; ``docs/statistics.md``).
+        settings: a :class:`~bertwatch.callbacks.settings.WatchSettings` holding every option (default: the
+            defaults); ``options`` replace its fields.
+        **options: any field of ``WatchSettings`` by name (``every_n_steps``, ``num_probe_examples``,
+            ``probe_texts``, ``ablate_on_end``, ``word_classes``, ...).
+
+    Raises:
+        TypeError: an unknown option (the message names the closest and lists them all) or a value of the wrong
+            type. ``SetupError`` (at ``on_train_begin``, before the first step): a model, probe set or statistic
+            bertwatch cannot measure exactly, with what to do.
+        ValueError: an option out of its range, an unknown statistic or ablation mode.
+
+    Example:
+        >>> from bertwatch.callbacks import BertWatchCallback
+        >>> callback = BertWatchCallback(every_n_steps=20, num_maps=2)
+        >>> callback.every_n_steps, callback.maps_every_n_steps, callback.wants("step", 40)
+        (20, 80, True)
+        >>> BertWatchCallback(probe_max_lenght=64)
+        Traceback (most recent call last):
+        TypeError: BertWatchCallback: unknown option 'probe_max_lenght' (did you mean 'probe_max_length'?); valid: ...
     """
 
     default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
