@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _property import ORDERS, PADDING_SIDES  # noqa: E402
-from _stability_oracle import SEGMENT_FAMILIES, logits_alone, qk_norms  # noqa: E402
+from _stability_oracle import logits_alone, qk_norms  # noqa: E402
 from _tiers import fast_subset  # noqa: E402
 from _tiny_trainer import WORDS, tiny_tokenizer  # noqa: E402
 from _tolerance import EPS64, assert_float32_close  # noqa: E402
 from test_capture_support import tiny_encoder  # noqa: E402
 
 from bertwatch.callbacks.probe_set import build_probe_set  # noqa: E402
-from bertwatch.core.stat_names import STAT_GROUPS, STABILITY_NAMES  # noqa: E402
+from bertwatch.core.stat_names import STABILITY_NAMES, STAT_GROUPS  # noqa: E402
 from bertwatch.heads.capture import UnsupportedModelError, capture  # noqa: E402
 from bertwatch.heads.logits import LOGIT_NAMES, allowed_pairs, logit_summary  # noqa: E402
 from bertwatch.heads.stability import head_qk_spectral_norms, qk_spectral_norms  # noqa: E402
