@@ -210,3 +210,43 @@ def test_probe_batches_give_each_example_its_own_logit_statistics(family, items,
             assert_float32_close(got["max_logit"][b], peak, scale=magnitude, msg=f"max_logit {family} row {row}")
             assert_float32_close(got["logit_std"][b], spread, scale=magnitude, msg=f"logit_std {family} row {row}")
             row += 1
+
+
+@pytest.mark.parametrize("family", fast_subset(["bert", "deberta-v2"], ["bert"]))
+def test_the_monitor_logs_the_stability_grids_as_the_loop_on_each_example_alone(family, tmp_path):
+    """Through the current monitor's probe pass: max_logit and logit_std are the mean over examples of the loop on
+    each example alone, qk_spectral_norm the SVD of the weights, next to an ordinary map statistic."""
+    from types import SimpleNamespace
+
+    import transformers as T
+
+    from bertwatch.callbacks._context import TrainerContext
+    from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+    from tests._models import Subscriber
+    from tests._tiny_trainer import toy_texts
+
+    tok = tiny_tokenizer()
+    if family in NO_SEGMENTS:
+        tok.model_input_names = ["input_ids", "attention_mask"]
+    model = model_of(family)
+    texts = toy_texts(5, seed=3, pairs=True)
+    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
+    sub = Subscriber(STABILITY_NAMES + ("cls_mass",))
+    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    monitor.attach(sub, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())
+    monitor.run("begin", T.TrainerState())
+    monitor.close()
+    grids = sub.history[-1][1]
+    assert set(grids) == {*STABILITY_NAMES, "cls_mass"}
+    peaks, spreads, magnitude = [], [], 0.0
+    for text in texts:
+        enc = tok(text["text"], text.get("text_pair"))
+        segments = enc.get("token_type_ids")
+        peak, spread, size = logits_alone(model, enc["input_ids"], segments)
+        peaks.append(peak)
+        spreads.append(spread)
+        magnitude = max(magnitude, size)
+    assert_float32_close(grids["max_logit"], np.mean(peaks, axis=0), scale=magnitude, msg="max_logit")
+    assert_float32_close(grids["logit_std"], np.mean(spreads, axis=0), scale=magnitude, msg="logit_std")
+    want = qk_norms(model)
+    assert_float32_close(grids["qk_spectral_norm"], want, scale=float(want.max()), msg="qk_spectral_norm")

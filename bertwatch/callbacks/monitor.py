@@ -35,6 +35,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, 
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 from bertwatch.heads.sharding import ShardingError, check_sharding
+from bertwatch.heads.stability import LOGIT_NAMES, QK_NAME, head_qk_spectral_norms
 from bertwatch.heads.stats import DRIFT_NAMES, aggregate, compute_stats
 from bertwatch.heads.unwrap import select_inputs, unwrap
 
@@ -362,6 +363,7 @@ class Monitor:
         norm_names = [n for n in map_names if n in NORM_NAMES]
         map_names = [n for n in map_names if n not in NORM_NAMES]
         grams = head_grams(model) if norm_names else None
+        logit_names = [n for n in names if n in LOGIT_NAMES]  # stability (heads.stability): max_logit, logit_std
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
         if (grad_names or want_ig) and not self.probe.has_labels and s.loss_fn is None:
@@ -381,17 +383,19 @@ class Monitor:
                     grads, attn = gradient_stats(model, batch, roles, return_attentions=True, **loss)
                 for name in grad_names:
                     per_example[name].append(grads[name])
-            if map_names or norm_names or len(examples) < num_maps or building or consumers:
+            if map_names or norm_names or logit_names or len(examples) < num_maps or building or consumers:
                 values = contexts = None
-                if attn is None or norm_names:
+                if attn is None or norm_names or logit_names:
                     record_values = bool(norm_names)
                     with (
                         torch.no_grad(),
                         self.autocast(),
-                        capture(model, record_values=record_values) as cap,
+                        capture(model, record_values=record_values, record_logits=bool(logit_names)) as cap,
                     ):
                         model(**self._model_inputs(batch))
                     attn, values, contexts = cap.attentions, cap.values, cap.contexts
+                    for name in logit_names:
+                        per_example[name].append(cap.logit_summary[name])
                 if norm_names:
                     for name, value in norm_stats(attn, values, grams, roles, norm_names, contexts).items():
                         per_example[name].append(value)
@@ -420,6 +424,8 @@ class Monitor:
             if s.cache_reference and self.world_zero:
                 self._cache.save(new_reference, self.probe.fingerprint, self.layers, self.heads, self.reference_source)
         grids = aggregate({n: torch.cat(v) for n, v in per_example.items()})
+        if QK_NAME in names:  # stability: from the weights alone, once per probe step
+            grids[QK_NAME] = head_qk_spectral_norms(model)
         if s.normalize_importance and "head_importance" in grids:
             grids["head_importance"] = normalize_by_layer(grids["head_importance"])
         ordered = {n: grids[n].detach().float().cpu().numpy() for n in names if n in grids}
