@@ -250,3 +250,20 @@ def test_the_monitor_logs_the_stability_grids_as_the_loop_on_each_example_alone(
     assert_float32_close(grids["logit_std"], np.mean(spreads, axis=0), scale=magnitude, msg="logit_std")
     want = qk_norms(model)
     assert_float32_close(grids["qk_spectral_norm"], want, scale=float(want.max()), msg="qk_spectral_norm")
+
+
+def test_qk_spectral_norm_of_a_lora_model_includes_the_adapter_update():
+    """peft's LoRA keeps the pretrained weight in ``base_layer`` and adds its update in forward: the statistic is
+    that of the merged model (through the peft wrapper), not of the pretrained weight."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_encoder("bert", seed=2)
+    torch.manual_seed(3)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["query", "key"], init_lora_weights=False)
+    peft_model = get_peft_model(copy.deepcopy(base), config)
+    got = head_qk_spectral_norms(peft_model)
+    want = qk_norms(copy.deepcopy(peft_model).merge_and_unload())
+    assert_float32_close(got, want, scale=float(want.max()), msg="LoRA")
+    assert np.abs(qk_norms(base) - want).max() > 1e-3 * want.max()  # the update moves the statistic

@@ -90,21 +90,42 @@ def output_projections(model: nn.Module) -> list[nn.Linear]:
 
 def query_key_weights(model: nn.Module, what: str = "query/key statistics") -> tuple[Tensor, Tensor]:
     """(W_Q, W_K), each ``[layers, heads * d_head, hidden]`` (detached, the model's dtype): every layer's query and
-    key projection weights, rows head by head as the model splits them (a fused ``Wqkv`` sliced). Raises
-    UnsupportedModelError, naming ``what``, for a family whose projections bertwatch does not know."""
+    key projection weights as the model applies them (an adapter's update included, see :func:`_applied_weight`),
+    rows head by head as the model splits them (a fused ``Wqkv`` sliced). Raises UnsupportedModelError, naming
+    ``what``, for a family whose projections bertwatch does not know."""
     weights = []
     for part in ("query", "key"):
         per_layer = []
         for linear in _projections(model, part, what):
-            weight = linear.weight.detach()
-            if hasattr(weight, "full_tensor"):  # an FSDP2 shard: every rank gathers the whole weight together
-                weight = weight.full_tensor()
+            weight = _applied_weight(linear)
             if model_family(model.config) == "modernbert":
                 third = weight.shape[0] // 3
                 weight = weight[:third] if part == "query" else weight[third : 2 * third]
             per_layer.append(weight)
         weights.append(torch.stack(per_layer))
     return weights[0], weights[1]
+
+
+def _applied_weight(linear: nn.Module) -> Tensor:
+    """The ``[out, in]`` weight of a projection as the forward applies it, detached. A plain ``nn.Linear``'s own
+    (an FSDP2 shard gathered); a wrapped one (peft's LoRA layers keep the pretrained weight in ``base_layer`` and
+    add their update in ``forward``) measured as f(e_k) − f(0) on the unit vectors, in eval mode (no adapter
+    dropout), so the update is in the number."""
+    if type(linear) is nn.Linear:
+        weight = linear.weight.detach()
+        return weight.full_tensor() if hasattr(weight, "full_tensor") else weight
+    base = getattr(linear, "base_layer", linear)
+    like = base.weight
+    points = torch.cat([torch.zeros(1, base.in_features), torch.eye(base.in_features)]).to(like.device, like.dtype)
+    modes = {m: m.training for m in linear.modules()}
+    linear.eval()
+    try:
+        with torch.no_grad():
+            out = linear(points)
+    finally:
+        for module, training in modes.items():
+            module.training = training
+    return (out[1:] - out[:1]).T.contiguous()
 
 
 def supports_norms(model: nn.Module) -> bool:

@@ -21,6 +21,7 @@ from bertwatch.core.families import model_family
 from bertwatch.core.stat_names import LOGIT_NAMES, QK_NAME, STABILITY_NAMES
 from bertwatch.heads.capture import UnsupportedModelError, model_shape
 from bertwatch.heads.norms import query_key_weights
+from bertwatch.heads.unwrap import unwrap
 
 __all__ = [
     "LOGIT_NAMES",
@@ -74,8 +75,8 @@ def content_scale(model: nn.Module, d_head: int) -> float:
 
 
 def head_qk_spectral_norms(model: nn.Module) -> Tensor:
-    """``qk_spectral_norm`` of every head of ``model`` (an unwrapped transformers encoder): float32 ``[layers,
-    heads]``, ‖W_Q^h W_K^hᵀ‖₂ times :func:`content_scale`. Raises UnsupportedModelError for a family whose
+    """``qk_spectral_norm`` of every head of ``model`` (wrappers removed, ``heads.unwrap``; adapters such as LoRA
+    included in the weights): float32 ``[layers, heads]``, ‖W_Q^h W_K^hᵀ‖₂ times :func:`content_scale`. Raises UnsupportedModelError for a family whose
     query and key projections bertwatch does not know.
 
     Example:
@@ -84,6 +85,7 @@ def head_qk_spectral_norms(model: nn.Module) -> Tensor:
         torch.Size([12, 12])
     """
     _, heads = model_shape(model)
+    model = unwrap(model).model
     w_q, w_k = query_key_weights(model, f"{QK_NAME!r}")
     return (qk_spectral_norms(w_q, w_k, heads) * content_scale(model, w_q.shape[1] // heads)).float()
 
@@ -91,7 +93,7 @@ def head_qk_spectral_norms(model: nn.Module) -> Tensor:
 def supports_qk_spectral_norm(model: nn.Module) -> bool:
     """Whether :func:`head_qk_spectral_norms` knows ``model``'s query and key projections."""
     try:
-        query_key_weights(model)
+        query_key_weights(unwrap(model).model)
     except (UnsupportedModelError, AttributeError):
         return False
     return True
