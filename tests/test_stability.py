@@ -23,7 +23,7 @@ from test_capture_support import tiny_encoder  # noqa: E402
 
 from bertwatch.callbacks.probe_set import build_probe_set  # noqa: E402
 from bertwatch.core.stat_names import STABILITY_NAMES, STAT_GROUPS  # noqa: E402
-from bertwatch.heads.capture import UnsupportedModelError, capture  # noqa: E402
+from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape  # noqa: E402
 from bertwatch.heads.logits import LOGIT_NAMES, allowed_pairs, logit_summary  # noqa: E402
 from bertwatch.heads.stability import head_qk_spectral_norms, qk_spectral_norms  # noqa: E402
 
@@ -92,6 +92,7 @@ def test_the_masks_large_negatives_and_pad_scores_never_enter():
     without the mask); with the mask the statistics of the real pairs equal those with ordinary pads. An example
     with no real pair gives NaN."""
     model = model_of("bert")
+    model_shape(model)  # the one-time capture check runs before the hook (its own input has no pad rows)
     batch, _, _ = padded(pairs=False)
     pad = (batch["attention_mask"] == 0)[..., None]
     found = {}
@@ -114,6 +115,11 @@ def test_the_masks_large_negatives_and_pad_scores_never_enter():
     assert bool((first_layer.abs() > 10 * found["quiet"]["max_logit"][2, 0].abs()).all())
     empty = logit_summary(torch.randn(1, 2, 3, 3), torch.zeros(1, 1, 3, 3, dtype=torch.bool))
     assert all(bool(torch.isnan(v).all()) for v in empty)
+    scores = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    peak, spread = logit_summary(scores, None)  # no mask: every pair counts
+    flat = scores.double().numpy().reshape(2, 3, -1)
+    assert_float32_close(peak, flat.max(-1), msg="max without a mask")
+    assert_float32_close(spread, flat.std(-1), msg="std without a mask")
 
 
 def test_allowed_pairs_reads_every_mask_form_the_families_pass():

@@ -135,6 +135,7 @@ class Capture:
         self.num_layers = num_layers
         self.record_logits = record_logits
         self._logits: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._pairs: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
         self.record_values = record_values
         self._values: list[torch.Tensor] = []
         self._contexts: list[torch.Tensor | None] = []
@@ -155,6 +156,7 @@ class Capture:
         self._values = []
         self._contexts = []
         self._logits = []
+        self._pairs = None
 
     @property
     def attentions(self) -> torch.Tensor | None:
@@ -191,7 +193,9 @@ class Capture:
     def keep_logits(self, scores: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
         """Reduce one layer's pre-softmax scores ``[batch, heads, T, T]`` (mask not added) to its logit summary."""
         if self.record_logits:
-            self._logits.append(logit_summary(scores, allowed_pairs(attention_mask, scores.shape[-1])))
+            if self._pairs is None or self._pairs[0] is not attention_mask:  # layers share one mask tensor
+                self._pairs = (attention_mask, allowed_pairs(attention_mask, scores.shape[-1]))
+            self._logits.append(logit_summary(scores, self._pairs[1]))
 
     def keep_states(self, values: torch.Tensor, context: torch.Tensor | None) -> None:
         """Record one layer's value states and context ``[batch, heads, T, d_head]`` (context None: not exact)."""

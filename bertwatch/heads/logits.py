@@ -70,12 +70,12 @@ def logit_summary(scores: Tensor, pairs: Tensor | None) -> tuple[Tensor, Tensor]
     """
     scores = scores.detach().float()
     if pairs is None:
-        pairs = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=scores.device)
-    pairs = pairs.to(scores.device).expand_as(scores)
-    count = pairs.sum(dim=(-2, -1)).float()
+        pairs = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device)
+    pairs = pairs.to(scores.device)
+    count = pairs.sum(dim=(-2, -1), dtype=torch.float32).expand(scores.shape[:2])  # before broadcasting over heads
     peak = torch.where(pairs, scores, -torch.inf).amax(dim=(-2, -1))
     mean = torch.where(pairs, scores, 0.0).sum(dim=(-2, -1)) / count
     deviation = torch.where(pairs, scores - mean[..., None, None], 0.0)
-    std = (deviation.square().sum(dim=(-2, -1)) / count).sqrt()
+    std = torch.linalg.vector_norm(deviation, dim=(-2, -1)) / count.sqrt()
     empty = count == 0
     return peak.masked_fill(empty, torch.nan), std.masked_fill(empty, torch.nan)
