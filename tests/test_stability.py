@@ -273,3 +273,21 @@ def test_qk_spectral_norm_of_a_lora_model_includes_the_adapter_update():
     want = qk_norms(copy.deepcopy(peft_model).merge_and_unload())
     assert_float32_close(got, want, scale=float(want.max()), msg="LoRA")
     assert np.abs(qk_norms(base) - want).max() > 1e-3 * want.max()  # the update moves the statistic
+
+
+@pytest.mark.parametrize("family", fast_subset(["bert", "deberta-v2", "mpnet"], ["bert"]))
+def test_logit_statistics_under_bf16_autocast_are_the_float64_loop_to_bf16_rounding(family):
+    """Under the training's bf16 autocast (as the monitor runs the probe pass) the scores are the low-precision
+    ones the model used: each example's statistics stay within bf16 rounding, times the depth, of the float64 loop
+    on it alone."""
+    model = model_of(family)
+    batch, rows, segs = padded(family not in NO_SEGMENTS)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), capture(model, record_logits=True) as cap:
+        model(**batch)
+    got = cap.logit_summary
+    assert all(v.dtype == torch.float32 for v in got.values())
+    eps, roundings = float(torch.finfo(torch.bfloat16).eps), 8 * model.config.num_hidden_layers
+    for b, (ids, segments) in enumerate(zip(rows, segs)):
+        peak, spread, magnitude = logits_alone(model, ids, segments)
+        for name, want in (("max_logit", peak), ("logit_std", spread)):
+            assert_float32_close(got[name][b], want, scale=magnitude, roundings=roundings, eps=eps, msg=name)

@@ -156,7 +156,6 @@ class Capture:
         self._values = []
         self._contexts = []
         self._logits = []
-        self._pairs = None
 
     @property
     def attentions(self) -> torch.Tensor | None:
