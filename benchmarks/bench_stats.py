@@ -188,7 +188,8 @@ def main() -> None:
         )
         print(
             f"  stability: forward with logits {logits_s * 1000:.1f} ms (logit statistics {logit_s * 1000:.1f} ms), "
-            f"qk_spectral_norm {qk_s * 1000:.1f} ms; ratio stability / forward = {stability_s / forward_s:.3f}"
+            f"qk_spectral_norm {qk_s * 1000:.1f} ms; ratio stability / forward = {stability_s / forward_s:.3f} "
+            f"(CPU time {stability_cpu / forward_cpu:.3f})"
         )
         print(
             f"  ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu + stability_cpu) / forward_cpu:.3f}"
