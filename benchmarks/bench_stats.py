@@ -5,7 +5,12 @@ What is timed is what ``BertWatchCallback()`` does per probe batch at its defaul
 the forward pass under ``capture(model, record_values=True)`` (maps, value states and contexts recorded), then the
 weight-based statistics (``compute_stats`` on STAT_NAMES + DRIFT_NAMES against the cached float16 reference, one
 map per example cropped to its real tokens) and the norm-based ones (``head_grams`` + ``norm_stats`` with the recorded
-contexts). The gradient statistics take a pass of their own and are not part of this ratio.
+contexts). The stability statistics (``bertwatch.heads.stability``) are added to that default set:
+``max_logit`` and ``logit_std`` are reduced inside the forward (``capture(..., record_logits=True)``), so their cost is
+the difference between that forward and the plain one, timed in the same interleaved rounds; ``qk_spectral_norm``
+is timed on its own (from the weights, once per probe step; charged here to one batch, the worst case of a probe set
+of one batch). Their share is printed apart, then added to the ratio of all statistics. The gradient statistics
+take a pass of their own and are not part of this ratio.
 
 Two batches, each timed against its own forward in the same run: the worst case, every example exactly
 ``--length`` tokens (no padding, so the maps' T² is all real), and a real probe batch, the first ``--batch`` MRPC dev
@@ -101,6 +106,7 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
     from bertwatch.heads.capture import capture
     from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
     from bertwatch.heads.roles import token_roles
+    from bertwatch.heads.stability import head_qk_spectral_norms
     from bertwatch.heads.stats import compute_stats
 
     batch = {k: v.to(args.device) for k, v in batch.items()}
@@ -114,6 +120,15 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
             model(**batch)
         return cap.attentions, cap.values, cap.contexts
 
+    def forward_with_logits() -> None:
+        with torch.no_grad(), capture(model, record_values=True, record_logits=True) as cap:
+            model(**batch)
+        assert cap.logit_summary
+
+    def qk_spectral_norm() -> None:
+        with torch.no_grad():
+            head_qk_spectral_norms(model)
+
     maps, values, contexts = forward()
     assert contexts is not None
     cached = [m.to(torch.float16) for m in crop_maps(maps.flip(0), roles.real)]  # the monitor's reference cache
@@ -126,7 +141,13 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
         with torch.no_grad():
             norm_stats(maps, values, head_grams(model), roles, norm_names, contexts)
 
-    fns = {"forward": forward, "weight": weight_stats, "norm": norm_based}
+    fns = {
+        "forward": forward,
+        "weight": weight_stats,
+        "norm": norm_based,
+        "forward_logits": forward_with_logits,
+        "qk": qk_spectral_norm,
+    }
     return _interleaved(fns, args.repeats, torch.device(args.device))
 
 
@@ -152,8 +173,11 @@ def main() -> None:
     )
     for description, batch in _batches(args, tokenizer).items():
         timed = _measure(model, tokenizer, batch, args)
-        (forward_s, forward_cpu), (weight_s, weight_cpu), (norm_s, norm_cpu) = timed.values()
-        ratio = (weight_s + norm_s) / forward_s
+        (forward_s, forward_cpu), (weight_s, weight_cpu), (norm_s, norm_cpu) = list(timed.values())[:3]
+        (logits_s, logits_cpu), (qk_s, qk_cpu) = timed["forward_logits"], timed["qk"]
+        logit_s, logit_cpu = max(0.0, logits_s - forward_s), max(0.0, logits_cpu - forward_cpu)
+        stability_s, stability_cpu = logit_s + qk_s, logit_cpu + qk_cpu
+        ratio = (weight_s + norm_s + stability_s) / forward_s
         print(f"\n{description}")
         print(
             f"  probe forward (capture): {forward_s * 1000:.1f} ms   weight-based statistics: {weight_s * 1000:.1f} ms"
@@ -162,7 +186,14 @@ def main() -> None:
         print(
             f"  ratio weight-based / forward = {weight_s / forward_s:.3f}, norm-based / forward = {norm_s / forward_s:.3f}"
         )
-        print(f"  ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu) / forward_cpu:.3f}")
+        print(
+            f"  stability: forward with logits {logits_s * 1000:.1f} ms (logit statistics {logit_s * 1000:.1f} ms), "
+            f"qk_spectral_norm {qk_s * 1000:.1f} ms; ratio stability / forward = {stability_s / forward_s:.3f} "
+            f"(CPU time {stability_cpu / forward_cpu:.3f})"
+        )
+        print(
+            f"  ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu + stability_cpu) / forward_cpu:.3f}"
+        )
         verdict = "met" if ratio <= TARGET else "NOT met"
         print(f"  ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {verdict})")
 

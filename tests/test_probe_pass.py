@@ -103,7 +103,8 @@ def test_every_statistic_has_exactly_one_measurement_and_every_measurement_is_on
 def test_capture_needs_union_and_arguments():
     both = CaptureNeeds(maps=True) | CaptureNeeds(values=True, hidden_states=True)
     assert both == CaptureNeeds(maps=True, values=True, hidden_states=True)
-    assert both.capture_arguments() == {"record_values": True}
+    assert both.capture_arguments() == {"record_values": True, "record_logits": False}
+    assert CaptureNeeds(logits=True).capture_arguments() == {"record_values": False, "record_logits": True}
     assert both.forward_arguments() == {"output_hidden_states": True}
     assert CaptureNeeds(maps=True).beyond_maps is False and both.beyond_maps is True
     assert CaptureNeeds().any is False and CaptureNeeds(maps=True).any is True

@@ -21,6 +21,7 @@ from torch import Tensor
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.stability import LOGIT_NAMES, QK_NAME, STABILITY_NAMES, head_qk_spectral_norms
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,12 +51,13 @@ class CaptureNeeds:
 
     ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
     each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
-    states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output). A new need is one boolean field
+    states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output); ``logits``: each head's largest
+    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``). A new need is one boolean field
     here and its line in :meth:`capture_arguments` or :meth:`forward_arguments`.
 
     Example:
         >>> (CaptureNeeds(maps=True) | CaptureNeeds(values=True)).capture_arguments()
-        {'record_values': True}
+        {'record_values': True, 'record_logits': False}
         >>> CaptureNeeds().any
         False
     """
@@ -63,6 +65,7 @@ class CaptureNeeds:
     maps: bool = False
     values: bool = False
     hidden_states: bool = False
+    logits: bool = False
 
     def __or__(self, other: CaptureNeeds) -> CaptureNeeds:
         return CaptureNeeds(
@@ -81,7 +84,7 @@ class CaptureNeeds:
 
     def capture_arguments(self) -> dict[str, bool]:
         """The keyword arguments of ``heads.capture.capture`` that record these needs."""
-        return {"record_values": self.values}
+        return {"record_values": self.values, "record_logits": self.logits}
 
     def forward_arguments(self) -> dict[str, bool]:
         """The extra keyword arguments of the encoder's forward call."""
@@ -246,6 +249,32 @@ class IntegratedGradientsStatistic:
         return _Pass(measure)
 
 
+class StabilityStatistics:
+    """Attention logit growth and Zhai et al.'s spectral norm (``heads.stability``): each head's largest
+    pre-softmax score and its spread, reduced inside the shared forward's capture, and the spectral norm of
+    W_Q W_Kᵀ from the weights alone, once per pass."""
+
+    names = STABILITY_NAMES
+    stage: Stage = "forward"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds(logits=any(n in LOGIT_NAMES for n in names))
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        logit_names = tuple(n for n in names if n in LOGIT_NAMES)
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            summary = batch.capture.logit_summary if logit_names else {}
+            return {n: summary[n] for n in logit_names}
+
+        def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
+            if QK_NAME in names:
+                grids = {**grids, QK_NAME: head_qk_spectral_norms(context.encoder)}
+            return grids
+
+        return _Pass(measure, finish)
+
+
 def _require_labels(context: ProbeContext) -> None:
     if not context.probe.has_labels and context.settings.loss_fn is None:
         raise RuntimeError("gradient statistics need labels in every probe example")  # refused at setup
@@ -256,6 +285,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     GradientStatistics(),
     NormStatistics(),
     MapStatistics(),
+    StabilityStatistics(),
     IntegratedGradientsStatistic(),
 )
 

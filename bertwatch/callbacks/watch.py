@@ -25,6 +25,7 @@ from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_op
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
+from bertwatch.heads.stability import QK_NAME, supports_qk_spectral_norm
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 from bertwatch.heads.tasks import LossSetupError
 
@@ -145,6 +146,10 @@ class WatchCallback(TrainerCallback):
             if self.requested is not None:
                 raise SetupError(f"{type(self).__name__}: {sorted(norms)} are not available for this model family")
             self.stat_names = self.stat_names - norms
+        if QK_NAME in self.stat_names and not supports_qk_spectral_norm(self.monitor.model):
+            if self.requested is not None:
+                raise SetupError(f"{type(self).__name__}: {QK_NAME!r} is not available for this model family")
+            self.stat_names = self.stat_names - {QK_NAME}
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
         problem = self._gradient_problem(context) if gradient else None
         if problem is None:

@@ -11,12 +11,15 @@ __all__ = [
     "DRIFT_NAMES",
     "GRADIENT_NAMES",
     "IG_NAME",
+    "LOGIT_NAMES",
     "MASS_BY_MEASURE",
     "NORM_NAMES",
     "PROPORTION_NAMES",
+    "QK_NAME",
     "RULE_CLASSES",
     "STAT_GROUPS",
     "STAT_NAMES",
+    "STABILITY_NAMES",
     "UD_SHARE_CLASSES",
     "stat_names_json",
 ]
@@ -42,6 +45,12 @@ DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
 #: Gradient-based importance.
 GRADIENT_NAMES: tuple[str, ...] = ("head_importance", "attn_grad_sep", "attn_grad_punct", "attn_grad_other")
 IG_NAME = "head_attribution_ig"
+#: Training stability (Dehghani et al. 2023; Wortsman et al. 2023): per example and head, the largest pre-softmax
+#: score over real query/key pairs and the scores' standard deviation (``bertwatch.heads.logits``).
+LOGIT_NAMES: tuple[str, ...] = ("max_logit", "logit_std")
+#: Zhai et al. 2023: the spectral norm of each head's W_Q W_Kᵀ, from the weights alone (``bertwatch.heads.stability``).
+QK_NAME = "qk_spectral_norm"
+STABILITY_NAMES: tuple[str, ...] = (*LOGIT_NAMES, QK_NAME)
 #: ``bertwatch.callbacks.analyses.RULE_CLASSES``: the ``wordclass_<c>`` and ``cls_target_<c>`` grids.
 RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
 #: The keys of ``bertwatch.linguistics.wordclass.UD_CLASSES``: the ``class_share_<c>`` grids.
@@ -59,6 +68,7 @@ STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Segments", STAT_NAMES[10:]),
     ("Drift from pretrained", DRIFT_NAMES),
     ("Importance", (GRADIENT_NAMES[0], IG_NAME, *GRADIENT_NAMES[1:])),
+    ("Stability", STABILITY_NAMES),
     (
         "Word classes (Kovaleva)",
         tuple(f"wordclass_{c}" for c in RULE_CLASSES) + tuple(f"cls_target_{c}" for c in RULE_CLASSES),

@@ -9,7 +9,10 @@ self-attention module's own call. Adding a family whose attention has this shape
 line in ``ADAPTERS``; every adapter is checked against the model's own eager attention before first use
 (``bertwatch.heads.capture.check_supported``). For norm-based statistics an adapter also hands over each layer's
 value states (the output of the value projection, bias included) and the heads' contexts (the concatenated
-``probs @ value`` the module computes before its output projection).
+``probs @ value`` the module computes before its output projection). For the logit statistics it hands over the
+pre-softmax scores, relative-position terms included: the input of the module's one softmax call, seen through a
+``TorchFunctionMode`` that is active only between the module's start and its dropout (the mask is excluded later,
+by ``bertwatch.heads.logits``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils.hooks import RemovableHandle
 
 from bertwatch.core.families import model_family
@@ -30,6 +34,37 @@ __all__ = ["ADAPTERS", "DropoutHookAdapter", "adapter_for"]
 OnProbs = Callable[[torch.Tensor, "torch.Tensor | None"], "tuple[torch.Tensor, torch.Tensor | None]"]
 #: ``(values [batch, heads, key, d_head], contexts [batch, heads, query, d_head] or None when not exact) -> None``.
 OnStates = Callable[[torch.Tensor, "torch.Tensor | None"], None]
+#: ``(scores [batch, heads, query, key] before softmax, attention mask or None) -> None``.
+OnLogits = Callable[[torch.Tensor, "torch.Tensor | None"], None]
+_SOFTMAX = (nn.functional.softmax, torch.softmax, torch.Tensor.softmax)
+
+
+class _SoftmaxInput(TorchFunctionMode):
+    """While entered, keeps the input of the last softmax call; ``remove`` leaves it if a forward failed inside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = False
+        self.scores: torch.Tensor | None = None
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func in _SOFTMAX:
+            self.scores = args[0]
+        return func(*args, **(kwargs or {}))
+
+    def start(self) -> None:
+        self.stop()
+        self.scores = None
+        self.__enter__()
+        self.entered = True
+
+    def stop(self) -> None:
+        if self.entered:
+            self.entered = False
+            self.__exit__(None, None, None)
+
+    def remove(self) -> None:
+        self.stop()
 
 
 @dataclass(frozen=True)
@@ -50,9 +85,16 @@ class DropoutHookAdapter:
         """The self-attention modules in call order (one per layer)."""
         return [m for m in model.modules() if type(m).__name__ == self.attention_class]
 
-    def install(self, model: nn.Module, on_probs: OnProbs, on_states: OnStates | None = None) -> list[RemovableHandle]:
+    def install(
+        self,
+        model: nn.Module,
+        on_probs: OnProbs,
+        on_states: OnStates | None = None,
+        on_logits: OnLogits | None = None,
+    ) -> list[Any]:
         """Hook every layer's attention dropout so ``on_probs`` sees and changes its probabilities, and hand each
-        layer's value states and contexts to ``on_states``."""
+        layer's value states and contexts to ``on_states`` and its pre-softmax scores to ``on_logits``. Returns
+        handles whose ``remove()`` undoes it all."""
         handles: list[RemovableHandle] = []
         for module in self.modules(model):
             dropout = getattr(module, "dropout", None)
@@ -60,21 +102,37 @@ class DropoutHookAdapter:
                 raise TypeError(
                     f"{self.attention_class} has no nn.Dropout 'dropout'; the {self.model_type} adapter is stale"
                 )
-            handles.extend(self._hook(module, dropout, on_probs, on_states))
+            handles.extend(self._hook(module, dropout, on_probs, on_states, on_logits))
         return handles
 
     def _hook(
-        self, module: nn.Module, dropout: nn.Dropout, on_probs: OnProbs, on_states: OnStates | None
-    ) -> list[RemovableHandle]:
+        self,
+        module: nn.Module,
+        dropout: nn.Dropout,
+        on_probs: OnProbs,
+        on_states: OnStates | None,
+        on_logits: OnLogits | None,
+    ) -> list[Any]:
         slot: dict[str, Any] = {}
+        softmax = _SoftmaxInput() if on_logits is not None else None
 
         def take_mask(_: nn.Module, args: tuple, kwargs: dict) -> None:
             mask = kwargs.get(self.mask_name)
             if mask is None and len(args) > self.mask_position:
                 mask = args[self.mask_position]
             slot["mask"], slot["scale"], slot["values"] = mask, None, None
+            if softmax is not None:
+                softmax.start()
 
         def change_probs(_: nn.Module, args: tuple) -> tuple:
+            if softmax is not None:
+                softmax.stop()
+                if softmax.scores is None:
+                    raise RuntimeError(
+                        f"{self.attention_class} called no softmax; the {self.model_type} adapter is stale"
+                    )
+                on_logits(softmax.scores, slot.get("mask"))
+                softmax.scores = None
             probs, scale = on_probs(args[0], slot.get("mask"))
             slot["scale"] = scale
             return (probs, *args[1:])
@@ -83,11 +141,13 @@ class DropoutHookAdapter:
             scale = slot.get("scale")
             return None if scale is None else output * scale
 
-        handles = [
+        handles: list[Any] = [
             module.register_forward_pre_hook(take_mask, with_kwargs=True),
             dropout.register_forward_pre_hook(change_probs),
             dropout.register_forward_hook(scale_context),
         ]
+        if softmax is not None:
+            handles.append(softmax)
         if on_states is not None and self.value_projection:
             handles.extend(self._hook_states(module, dropout, slot, on_states))
         return handles

@@ -27,6 +27,7 @@ from torch import nn
 from bertwatch.core.families import model_family
 from bertwatch.core.modes import check_mode
 from bertwatch.heads.adapters import adapter_for
+from bertwatch.heads.logits import LOGIT_NAMES, allowed_pairs, logit_summary, mask_allows
 from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.sharding import is_sharded
@@ -129,8 +130,12 @@ class Capture:
         gates: torch.Tensor | None,
         keep_graph: bool = False,
         record_values: bool = False,
+        record_logits: bool = False,
     ) -> None:
         self.num_layers = num_layers
+        self.record_logits = record_logits
+        self._logits: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._pairs: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
         self.record_values = record_values
         self._values: list[torch.Tensor] = []
         self._contexts: list[torch.Tensor | None] = []
@@ -150,6 +155,7 @@ class Capture:
         self._maps = []
         self._values = []
         self._contexts = []
+        self._logits = []
 
     @property
     def attentions(self) -> torch.Tensor | None:
@@ -174,6 +180,21 @@ class Capture:
         if not self._contexts or any(c is None for c in self._contexts):
             return None
         return torch.stack(self._contexts, dim=1)
+
+    @property
+    def logit_summary(self) -> dict[str, torch.Tensor]:
+        """``{"max_logit", "logit_std": [batch, layers, heads]}`` of the last pass (``record_logits=True``, see
+        ``bertwatch.heads.logits``); empty when nothing was recorded."""
+        if not self._logits:
+            return {}
+        return {name: torch.stack(parts, dim=1) for name, parts in zip(LOGIT_NAMES, zip(*self._logits), strict=True)}
+
+    def keep_logits(self, scores: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+        """Reduce one layer's pre-softmax scores ``[batch, heads, T, T]`` (mask not added) to its logit summary."""
+        if self.record_logits:
+            if self._pairs is None or self._pairs[0] is not attention_mask:  # layers share one mask tensor
+                self._pairs = (attention_mask, allowed_pairs(attention_mask, scores.shape[-1]))
+            self._logits.append(logit_summary(scores, self._pairs[1]))
 
     def keep_states(self, values: torch.Tensor, context: torch.Tensor | None) -> None:
         """Record one layer's value states and context ``[batch, heads, T, d_head]`` (context None: not exact)."""
@@ -265,6 +286,9 @@ def _attention(
         key = key.repeat_interleave(key_value_groups, dim=1)
         value = value.repeat_interleave(key_value_groups, dim=1)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    cap = _STATE.active
+    if cap is not None:
+        cap.keep_logits(scores, attention_mask)
     if attention_mask is not None:
         if attention_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
@@ -274,7 +298,6 @@ def _attention(
     probs, scale = intervene(probs, attention_mask)
     weights = nn.functional.dropout(probs, p=dropout, training=module.training)
     context = torch.matmul(weights, value)
-    cap = _STATE.active
     if cap is not None and cap.record_values:
         exact = scale is None and not (module.training and dropout > 0)
         cap.keep_states(value, context if exact else None)
@@ -285,16 +308,7 @@ def _attention(
 
 def _allowed_keys(attention_mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """1 where a query may attend to a key under the model's mask, broadcast to ``like``."""
-    if attention_mask.dtype == torch.bool:
-        allowed = attention_mask
-    elif not attention_mask.is_floating_point():  # 0/1 integers (DeBERTa's own mask)
-        allowed = attention_mask != 0
-    else:
-        allowed = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-    if allowed.dim() == 3:
-        allowed = allowed[:, None]
-    allowed = allowed[..., : like.shape[-1]]
-    return allowed.to(like.dtype).expand_as(like)
+    return mask_allows(attention_mask, like.shape[-1]).to(like.dtype).expand_as(like)
 
 
 _REGISTERED = False
@@ -330,6 +344,7 @@ def capture(
     train_mode: bool = False,
     keep_graph: bool = False,
     record_values: bool = False,
+    record_logits: bool = False,
 ) -> Iterator[Capture]:
     """Run the block's forward passes through bertwatch's attention, then restore the model exactly.
 
@@ -341,6 +356,7 @@ def capture(
     last one. With ``keep_graph`` the recorded maps stay in the autograd graph, so
     ``torch.autograd.grad(loss, cap.layer(l))`` gives ∂L/∂A. With ``record_values`` each
     layer's value states (bias included) and heads' contexts are kept too, as ``cap.values`` and ``cap.contexts``.
+    With ``record_logits`` each head's pre-softmax scores are reduced to ``cap.logit_summary``.
     """
     num_layers, num_heads = model_shape(model)
     for name, spec in (
@@ -352,7 +368,7 @@ def capture(
             raise ValueError(f"{name} must end in [layers={num_layers}, heads={num_heads}], got {tuple(spec.shape)}")
     with _open(
         unwrap(model).model,
-        Capture(num_layers, num_heads, record, intervention, gates, keep_graph, record_values),
+        Capture(num_layers, num_heads, record, intervention, gates, keep_graph, record_values, record_logits),
         train_mode,
     ):
         yield _STATE.active
@@ -370,7 +386,9 @@ def _open(encoder: nn.Module, cap: Capture, train_mode: bool = False) -> Iterato
     try:
         with rng_untouched():
             if adapter is not None:
-                handles.extend(adapter.install(encoder, intervene, _keep_states))
+                handles.extend(
+                    adapter.install(encoder, intervene, _keep_states, cap.keep_logits if cap.record_logits else None)
+                )
             else:
                 _register()
                 encoder.set_attn_implementation(IMPLEMENTATION)

@@ -35,6 +35,7 @@ __all__ = [
     "head_grams",
     "norm_stats",
     "output_projections",
+    "query_key_weights",
     "supports_norms",
     "transformed_norms",
 ]
@@ -44,34 +45,87 @@ _NORM_CHUNK = 1 << 20
 _BERT_LIKE = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "mobilebert")
 
 
+#: family -> (layers of the base model, then where each layer's output / query / key projection is); a query or
+#: key found in a fused ``Wqkv`` is its first or second third.
+_PROJECTIONS: dict[str, tuple[str, str, str, str]] = {
+    **{
+        f: ("encoder.layer", "attention.output.dense", "attention.self.query", "attention.self.key") for f in _BERT_LIKE
+    },
+    "distilbert": ("transformer.layer", "attention.out_lin", "attention.q_lin", "attention.k_lin"),
+    "deberta-v2": ("encoder.layer", "attention.output.dense", "attention.self.query_proj", "attention.self.key_proj"),
+    "mpnet": ("encoder.layer", "attention.attn.o", "attention.attn.q", "attention.attn.k"),
+    "modernbert": ("layers", "attn.Wo", "attn.Wqkv", "attn.Wqkv"),
+    "albert": ("encoder.albert_layer_groups.0.albert_layers", "attention.dense", "attention.query", "attention.key"),
+}
+_PARTS = ("output", "query", "key")
+
+
+def _projections(model: nn.Module, part: str, what: str) -> list[nn.Linear]:
+    """Each layer's ``part`` ("output", "query" or "key") projection in order; UnsupportedModelError naming
+    ``what`` (the statistics that need it) for a family bertwatch does not know."""
+    num_layers, _ = model_shape(model)
+    model_type = model_family(model.config)
+    base = getattr(model, "base_model", model)
+    shared = model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1
+    if model_type not in _PROJECTIONS or (model_type == "albert" and not shared):
+        raise UnsupportedModelError(
+            f"{what} do not know the attention projections of {model_type!r} models; leave them out of stats="
+        )
+    layers, *paths = _PROJECTIONS[model_type]
+    found = [layer.get_submodule(paths[_PARTS.index(part)]) for layer in base.get_submodule(layers)]
+    if shared:
+        found = found * num_layers
+    if len(found) != num_layers:
+        raise UnsupportedModelError(f"found {len(found)} attention {part} projections for {num_layers} layers")
+    return found
+
+
 def output_projections(model: nn.Module) -> list[nn.Linear]:
     """Each layer's attention output projection (the linear map applied to the concatenated heads), in order.
 
     Raises UnsupportedModelError for a family whose projection bertwatch does not know.
     """
-    num_layers, _ = model_shape(model)
-    model_type = model_family(model.config)
-    base = getattr(model, "base_model", model)
-    if model_type in _BERT_LIKE:
-        found = [layer.attention.output.dense for layer in base.encoder.layer]
-    elif model_type == "distilbert":
-        found = [layer.attention.out_lin for layer in base.transformer.layer]
-    elif model_type == "deberta-v2":
-        found = [layer.attention.output.dense for layer in base.encoder.layer]
-    elif model_type == "mpnet":
-        found = [layer.attention.attn.o for layer in base.encoder.layer]
-    elif model_type == "modernbert":
-        found = [layer.attn.Wo for layer in base.layers]
-    elif model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1:
-        found = [base.encoder.albert_layer_groups[0].albert_layers[0].attention.dense] * num_layers
-    else:
-        raise UnsupportedModelError(
-            f"norm-based statistics {NORM_NAMES} do not know the output projection of {model_type!r} models; "
-            "leave them out of stats="
-        )
-    if len(found) != num_layers:
-        raise UnsupportedModelError(f"found {len(found)} attention output projections for {num_layers} layers")
-    return found
+    return _projections(model, "output", f"norm-based statistics {NORM_NAMES}")
+
+
+def query_key_weights(model: nn.Module, what: str = "query/key statistics") -> tuple[Tensor, Tensor]:
+    """(W_Q, W_K), each ``[layers, heads * d_head, hidden]`` (detached, the model's dtype): every layer's query and
+    key projection weights as the model applies them (an adapter's update included, see :func:`_applied_weight`),
+    rows head by head as the model splits them (a fused ``Wqkv`` sliced). Raises UnsupportedModelError, naming
+    ``what``, for a family whose projections bertwatch does not know."""
+    weights = []
+    for part in ("query", "key"):
+        per_layer = []
+        for linear in _projections(model, part, what):
+            weight = _applied_weight(linear)
+            if model_family(model.config) == "modernbert":
+                third = weight.shape[0] // 3
+                weight = weight[:third] if part == "query" else weight[third : 2 * third]
+            per_layer.append(weight)
+        weights.append(torch.stack(per_layer))
+    return weights[0], weights[1]
+
+
+def _applied_weight(linear: nn.Module) -> Tensor:
+    """The ``[out, in]`` weight of a projection as the forward applies it, detached. A plain ``nn.Linear``'s own
+    (an FSDP2 shard gathered); a wrapped one (peft's LoRA layers keep the pretrained weight in ``base_layer`` and
+    add their update in ``forward``) measured as f(e_k) − f(0) on the unit vectors, in eval mode (no adapter
+    dropout), so the update is in the number."""
+    if type(linear) is nn.Linear:
+        weight = linear.weight.detach()
+        return weight.full_tensor() if hasattr(weight, "full_tensor") else weight
+    base = getattr(linear, "base_layer", linear)
+    like = base.weight
+    points = torch.cat([torch.zeros(1, base.in_features), torch.eye(base.in_features)]).to(like.device, like.dtype)
+    modes = {m: m.training for m in linear.modules()}
+    linear.eval()
+    try:
+        with torch.no_grad():
+            out = linear(points)
+    finally:
+        for module, training in modes.items():
+            module.training = training
+    return (out[1:] - out[:1]).T.contiguous()
 
 
 def supports_norms(model: nn.Module) -> bool:

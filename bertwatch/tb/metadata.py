@@ -149,6 +149,9 @@ STAT_DESCRIPTIONS = {
     "attn_grad_punct": "Mean |dL/dA| on punctuation keys (Clark et al. 2019, Fig. 3).",
     "attn_grad_other": "Mean |dL/dA| on other keys (Clark et al. 2019, Fig. 3).",
     "head_attribution_ig": "Integrated-gradients attribution of the loss to each head's gate.",
+    "max_logit": "Largest pre-softmax score q·k/√d (+ relative terms) over real query/key pairs (Dehghani et al. 2023).",
+    "logit_std": "Standard deviation of the pre-softmax scores over real query/key pairs (Wortsman et al. 2023).",
+    "qk_spectral_norm": "Spectral norm of the head's W_Q W_Kᵀ times the score scale, from the weights (Zhai et al. 2023).",
 }
 
 
