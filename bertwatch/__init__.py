@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "analyze": "bertwatch.analysis.analyze",
+    "analyze": "bertwatch.analysis.text_stats",
     "Intervention": "bertwatch.heads.capture",
     "TokenRoles": "bertwatch.heads.roles",
     "token_roles": "bertwatch.heads.roles",
@@ -31,7 +31,7 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.ablation.sweep import ablate
-    from bertwatch.analysis.analyze import analyze
+    from bertwatch.analysis.text_stats import analyze
     from bertwatch.callbacks import (
         AblationCallback,
         AttentionDriftCallback,

@@ -75,7 +75,7 @@ def _examples(kind: str, rows: list[dict], max_length: int):
     settings = AblationSettings(max_length=max_length, task=task)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = SW.task_examples(model, rows, tok, settings)
+        found = SW.sweep_examples(model, rows, tok, settings)
     return found, [str(w.message) for w in caught if issubclass(w.category, BertWatchWarning)]
 
 

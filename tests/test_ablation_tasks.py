@@ -222,7 +222,7 @@ def test_masked_lm_loss_and_pseudo_perplexity_on_fixed_masks() -> None:
     result = SW.ablate(model, rows, tokenizer, **kwargs)
     assert result.metric == "mlm_loss" and set(result.baseline_metrics) == {"mlm_loss", "pseudo_perplexity"}
     assert result.config["greater_is_better"] is False  # lower loss is better: the pruning stops above 110%
-    features = SW.prepare(model, rows, tokenizer, None, AblationSettings(**kwargs)).data.features
+    features = SW.prepare_sweep(model, rows, tokenizer, None, AblationSettings(**kwargs)).data.features
     for row, feature in zip(rows, features):  # the masks: [MASK] where a label is, the original token as label
         original = tokenizer(row["text"])["input_ids"]
         for token, masked, label in zip(original, feature["input_ids"], feature["labels"]):

@@ -24,7 +24,7 @@ from _property import ORDERS, PADDING_SIDES  # noqa: E402
 from _tiny_trainer import WORDS, tiny_tokenizer  # noqa: E402
 from test_capture_support import tiny_encoder  # noqa: E402
 
-from bertwatch.analysis.analyze import analyze, encode_texts  # noqa: E402
+from bertwatch.analysis.text_stats import analyze, encode_texts  # noqa: E402
 from bertwatch.callbacks.probe_set import build_probe_set  # noqa: E402
 from bertwatch.heads.capture import capture  # noqa: E402
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats  # noqa: E402

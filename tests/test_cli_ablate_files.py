@@ -226,7 +226,7 @@ def test_cli_multi_label_from_a_tsv(tmp_path: Path) -> None:
 
 def test_cli_masked_lm_from_plain_text(tmp_path: Path) -> None:
     from bertwatch.ablation.settings import AblationSettings
-    from bertwatch.ablation.sweep import prepare
+    from bertwatch.ablation.sweep import prepare_sweep
 
     ckpt = _checkpoint(tmp_path / "mlm", T.BertForMaskedLM)
     rng = np.random.default_rng(2)
@@ -237,7 +237,7 @@ def test_cli_masked_lm_from_plain_text(tmp_path: Path) -> None:
     assert [m["label"] for m in doc["metrics"]] == ["masked-LM loss", "pseudo-perplexity"]
     model, tokenizer = _load(T.BertForMaskedLM, ckpt)
     settings = AblationSettings(task="mlm", seed=3, max_length=64, progress=False)
-    features = prepare(model, read_lines(data), tokenizer, None, settings).data.features  # the seeded masks
+    features = prepare_sweep(model, read_lines(data), tokenizer, None, settings).data.features  # the seeded masks
     total, count = 0.0, 0
     with torch.inference_mode():
         for feature in features:

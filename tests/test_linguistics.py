@@ -10,7 +10,7 @@ import pytest
 
 from bertwatch.cli.probe_syntax import cli_probe_syntax as main
 from bertwatch.linguistics.syntax import training_treebank as _train_file
-from bertwatch.report.linguistics import html_section
+from bertwatch.report.syntax_section import html_section
 from tests._models import tiny_model
 from tests._treebank import CONLLU, tiny_tokenizer
 

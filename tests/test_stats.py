@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
+import bertwatch.heads.row_reductions as row_reductions
 import bertwatch.heads.stats as stats
-import bertwatch.heads.sweep as sweep
 from bertwatch.heads.roles import TokenRoles, token_roles
 from bertwatch.heads.stats import (
     DRIFT_NAMES,
@@ -314,9 +314,9 @@ def test_blocking_does_not_change_results(monkeypatch, block, per_example):
     attn, roles = random_case(9)
     ref = other_maps(attn, 3)
     want = compute_stats(attn, roles, reference=ref)
-    monkeypatch.setattr(sweep, "_CPU_BLOCK", block)
-    monkeypatch.setattr(sweep, "_DEVICE_BLOCK", block)
-    monkeypatch.setattr(sweep, "_PER_EXAMPLE", ("cpu",) if per_example else ())
+    monkeypatch.setattr(row_reductions, "_CPU_BLOCK", block)
+    monkeypatch.setattr(row_reductions, "_DEVICE_BLOCK", block)
+    monkeypatch.setattr(row_reductions, "_PER_EXAMPLE", ("cpu",) if per_example else ())
     got = compute_stats(attn, roles, reference=ref)
     for name in want:
         assert_float32_close(got[name], want[name], msg=name)

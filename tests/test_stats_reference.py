@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import bertwatch.heads.sweep as sweep
+import bertwatch.heads.row_reductions as row_reductions
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 from tests._tolerance import assert_float32_close
 
@@ -35,10 +35,10 @@ def test_cropped_reference_matches_the_loop_on_padded_maps(monkeypatch, seed, bl
     attn, roles = random_case(seed)
     assert not bool(roles.real[:, 0].all()) and bool(roles.real[:, 0].any())  # offset spans and prefixes
     ref = other_maps(attn, seed + 50)
-    monkeypatch.setattr(sweep, "_PER_EXAMPLE", ("cpu",) if per_example else ())
+    monkeypatch.setattr(row_reductions, "_PER_EXAMPLE", ("cpu",) if per_example else ())
     if block is not None:
-        monkeypatch.setattr(sweep, "_CPU_BLOCK", block)
-        monkeypatch.setattr(sweep, "_DEVICE_BLOCK", block)
+        monkeypatch.setattr(row_reductions, "_CPU_BLOCK", block)
+        monkeypatch.setattr(row_reductions, "_DEVICE_BLOCK", block)
     got = compute_stats(attn, roles, reference=cropped(ref, roles.real))
     assert list(got) == list(STAT_NAMES + DRIFT_NAMES)
     assert_matches(got, reference_stats(attn, roles, ref))

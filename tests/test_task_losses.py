@@ -10,7 +10,7 @@ import transformers as T
 
 from bertwatch.heads.importance import gradient_stats
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.tasks import LossSetupError, fixed_mask, head_kind, model_loss
+from bertwatch.heads.task_heads import LossSetupError, fixed_mask, head_kind, model_loss
 
 LAYERS, HEADS = 2, 4
 

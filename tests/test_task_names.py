@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertwatch.ablation.tasks import TASK_TYPES
+from bertwatch.ablation.task_types import TASK_TYPES
 from bertwatch.core.task_names import METRIC_NAMES, TASK_NAMES, describe, metric_entries, task_label
 from bertwatch.data.metrics import METRICS
 from bertwatch.data.task_metrics import ADDITIVE_METRICS

@@ -119,7 +119,7 @@ def test_masked_lm_probe_masks_are_fixed_and_seeded_whatever_the_collator_draws(
     """The MLM probe set holds the seeded masks of its examples (the same ones the sweep scores), not the
     collator's random ones: identical whatever the global RNG, [MASK] where a label is, the token as label."""
     from bertwatch.callbacks.probe_set import build_probe_set
-    from bertwatch.heads.tasks import example_mask
+    from bertwatch.heads.task_heads import example_mask
 
     tokenizer = tiny_tokenizer()
     model = model_for(next(c for c in CASES if c.name == "masked-lm"), tokenizer)

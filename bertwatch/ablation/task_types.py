@@ -26,7 +26,7 @@ from bertwatch.data.task_metrics import (
 )
 from bertwatch.heads.layout import real_tokens
 from bertwatch.heads.loading import max_input_length
-from bertwatch.heads.tasks import example_mask, head_kind, original_ids, problem_type
+from bertwatch.heads.task_heads import example_mask, head_kind, original_ids, problem_type
 
 __all__ = ["TASK_TYPES", "Task", "label_batch", "prepare_task_examples", "resolve_task", "task_parts"]
 

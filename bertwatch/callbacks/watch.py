@@ -25,7 +25,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
-from bertwatch.heads.tasks import LossSetupError
+from bertwatch.heads.task_heads import LossSetupError
 
 __all__ = [
     "WatchCallback",

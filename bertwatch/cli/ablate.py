@@ -85,7 +85,7 @@ def _ablate_parser() -> argparse.ArgumentParser:
 def _task_type(args: argparse.Namespace) -> str:
     """The task type ``--task`` names (a GLUE name: sequence classification); a task type needs ``--data``,
     checked here before the model loads."""
-    from bertwatch.ablation.tasks import ALIASES, TASK_TYPES
+    from bertwatch.ablation.task_types import ALIASES, TASK_TYPES
 
     wanted = ALIASES.get(args.task.lower(), args.task.lower())
     if wanted in TASK_TYPES:

@@ -1,9 +1,9 @@
-"""The blocked sweep behind ``bertwatch.heads.stats``: every per-query-row reduction the statistics need, taken in
-one pass over a batch of maps.
+"""The row reductions behind ``bertwatch.heads.stats``: every per-query-row reduction the statistics need (sums,
+logs, drift against a reference), taken in one blocked pass over a batch of maps.
 
 Shapes: ``attn`` ``[batch, layers, heads, T, T]`` (query, key), padded; results are per query row,
 ``[batch, layers, heads, T]`` (``[batch, layers, heads, 3, T]`` for "query" and "cosine"); pad rows hold finite values
-the statistics ignore. The sweep reads ``attn`` (and the reference) once, in blocks of at most ``_CPU_BLOCK`` elements
+the statistics ignore. The pass reads ``attn`` (and the reference) once, in blocks of at most ``_CPU_BLOCK`` elements
 on CPU (``_DEVICE_BLOCK`` elsewhere), with cache-sized scratch reused across blocks: a fresh full-size temporary costs more in page faults than the arithmetic, and a block still
 in cache is cheap to pass over several times. On CPU an example whose real tokens are a prefix is cut to its n real
 tokens first, so a short example in a long batch costs (n / T)² of a full one.
@@ -19,7 +19,7 @@ from torch import Tensor
 
 from bertwatch.heads.roles import TokenRoles
 
-__all__ = ["ENTROPY_SMOOTHING", "JS_SMOOTHING", "PASSES", "MapSweep"]
+__all__ = ["ENTROPY_SMOOTHING", "JS_SMOOTHING", "PASSES", "RowReductions"]
 
 ENTROPY_SMOOTHING = 0.9999
 JS_SMOOTHING = 0.999
@@ -42,8 +42,8 @@ class _Layout(NamedTuple):
     segments: list[tuple[int, int]] | None  # each segment's run of non-special tokens, when every run is unbroken
 
 
-class MapSweep:
-    """One batch of maps with its token roles (and optionally the reference maps), swept block by block.
+class RowReductions:
+    """One batch of maps with its token roles (and optionally the reference maps), reduced block by block.
 
     ``reference``: padded like ``attn``, or one map per example cropped to its real tokens ``[L, H, n_b, n_b]``
     (never padded back whole).
@@ -97,7 +97,7 @@ class MapSweep:
         """(1−s)/n on real keys and 1 on pad keys (ln 1 = 0 drops them): `[B, 1, 1, T]`."""
         return ((1.0 - smoothing) / self.n).view(-1, 1, 1, 1) * self.key_mask + (1.0 - self.key_mask)
 
-    def sweep(self, passes: set[str]) -> dict[str, Tensor]:
+    def reduce_rows(self, passes: set[str]) -> dict[str, Tensor]:
         """Per-row results of each pass in ``PASSES``: `[B, L, H, T]` (`[B, L, H, 3, T]` for "query", "cosine").
 
         Each block is read once and converted to float32 there, so half-precision maps are never copied whole.
@@ -120,7 +120,7 @@ class MapSweep:
         }
         shapes = {"query": (3, length), "cosine": (3, length)}
         out = {p: torch.zeros(batch, maps, *shapes.get(p, (length,)), device=self.a.device) for p in passes}
-        self.context = self._sweep_context(passes)
+        self.context = self._context_rows(passes)
         order = [p for p in PASSES if p in passes]  # "js" last: it smooths the reference block in place
         for rows, n, map_step in plan:
             for m0 in range(0, maps, map_step):
@@ -152,7 +152,7 @@ class MapSweep:
             plan.append((slice(b, b + 1), n, map_step(n)))
         return plan
 
-    def _sweep_context(self, passes: set[str]) -> dict[str, Tensor]:
+    def _context_rows(self, passes: set[str]) -> dict[str, Tensor]:
         """Per-example tensors for the kernels: query weights `[B, 1, 3, T]`, smoothing fills `[B, 1, 1, T]`,
         same-segment key masks `[B, 1, T, T]`."""
         context = {"entropy": self.smoothing_fill(ENTROPY_SMOOTHING), "js": self.smoothing_fill(JS_SMOOTHING)}

@@ -20,7 +20,7 @@ from bertwatch.core.stat_names import DRIFT_NAMES, STAT_NAMES
 from bertwatch.heads.aggregate import StatsAccumulator, aggregate
 from bertwatch.heads.patterns import behaviour_label_lists, pattern_classes
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.sweep import ENTROPY_SMOOTHING, MapSweep
+from bertwatch.heads.row_reductions import ENTROPY_SMOOTHING, RowReductions
 
 __all__ = [
     "STAT_NAMES",
@@ -64,8 +64,8 @@ _PASSES: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Stats(MapSweep):
-    """The statistics of one batch, finished from the sweep's per-row results."""
+class _Stats(RowReductions):
+    """The statistics of one batch, finished from the row reductions."""
 
     def __init__(
         self,
@@ -80,13 +80,13 @@ class _Stats(MapSweep):
         self.rows: dict[str, Tensor] = {}
 
     def compute(self, names: Sequence[str]) -> dict[str, Tensor]:
-        """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one sweep."""
+        """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one pass over the maps."""
         unknown = [name for name in names if name not in _PASSES]
         if unknown:
             raise ValueError(f"unknown statistic {unknown[0]!r}; known: {STAT_NAMES + DRIFT_NAMES}")
         if self.ref is None and self.cropped is None and any(name in DRIFT_NAMES for name in names):
             raise ValueError(f"{[n for n in names if n in DRIFT_NAMES]} need a reference attention tensor")
-        self.rows = self.sweep({p for name in names for p in _PASSES[name]})
+        self.rows = self.reduce_rows({p for name in names for p in _PASSES[name]})
         return {name: getattr(self, "_" + name)() for name in names}
 
     def per_example(self, value: Tensor) -> Tensor:
@@ -188,7 +188,7 @@ def compute_stats(
     *,
     compat_length: int | None = None,
 ) -> dict[str, Tensor]:
-    """Statistics `{name: [batch, layers, heads]}` of `attn` `[batch, layers, heads, T, T]`, in one sweep.
+    """Statistics `{name: [batch, layers, heads]}` of `attn` `[batch, layers, heads, T, T]`, in one pass over the maps.
 
     `names` defaults to STAT_NAMES, plus DRIFT_NAMES when `reference` (the reference model's maps on the
     same batch) is given: padded like `attn`, or as one map per example cropped to its real tokens

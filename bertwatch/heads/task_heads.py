@@ -221,7 +221,7 @@ def example_mask(
     seed: int = 0,
 ) -> tuple[list[int], list[int]]:
     """Example ``number``'s fixed mask (:func:`fixed_mask` seeded by ``seed`` and ``number`` only): ``(masked ids,
-    labels)``. The probe set and the sweep both mask this way, so an example has the same masks in each, whatever
+    labels)``. The probe set and the ablation sweep both mask this way, so an example has the same masks in each, whatever
     batch it falls in."""
     tensor = torch.tensor([[int(t) for t in ids]])
     masked, labels = fixed_mask(
