@@ -50,6 +50,13 @@ def test_settings_object_and_keywords_give_the_same_sweep() -> None:
 def test_every_step_of_the_sweep_is_short() -> None:
     tree = ast.parse(inspect.getsource(SW))
     lengths = {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    steps = {"prepare_sweep", "evaluate_unit_configs", "run_pruning_curves", "bootstrap_tables", "write_result", "ablate"}
+    steps = {
+        "prepare_sweep",
+        "evaluate_unit_configs",
+        "run_pruning_curves",
+        "bootstrap_tables",
+        "write_result",
+        "ablate",
+    }
     assert steps <= set(lengths)
     assert max(lengths.values()) <= 80, lengths
