@@ -6,8 +6,9 @@ loaded on first use, so TensorBoard can import the plugin without paying for the
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bertwatch.core.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -46,13 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.heads.stats import compute_stats
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bertwatch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

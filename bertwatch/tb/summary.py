@@ -264,23 +264,11 @@ class SummaryWriter:
             summaries.append(attention_summary(i, *example))
         self._write(summaries, step, walltime)
 
-    def add_ablation(
-        self,
-        mode: str,
-        metric: str,
-        baseline: float,
-        num_examples: int,
-        heads: Any,
-        layers: Any,
-        pruning: Any | None = None,
-        step: int = 0,
-        walltime: float | None = None,
-        **about: Any,
-    ) -> None:
-        """The ablation tables of one mode (``uniform`` or ``zero``); ``about``: ``task_type``, ``metrics``,
-        ``baseline_metrics``. See :func:`ablation_summaries`."""
-        summary = ablation_summaries(mode, metric, baseline, num_examples, heads, layers, pruning, **about)
-        self._write([summary], step, walltime)
+    def add_ablation(self, *tables: Any, step: int = 0, walltime: float | None = None, **about: Any) -> None:
+        """The ablation tables of one mode (``uniform`` or ``zero``): ``tables`` (``mode, metric, baseline,
+        num_examples, heads, layers[, pruning]``) and ``about`` (``task_type``, ``metrics``, ``baseline_metrics``,
+        ``curves``) as :func:`~bertwatch.tb.ablation_summary.ablation_summaries` takes them."""
+        self._write([ablation_summaries(*tables, **about)], step, walltime)
 
     def add_ablation_result(self, result: AblationTables, step: int = 0, walltime: float | None = None) -> None:
         """The ablation tables of one sweep's result (an ``AblationResult``), with its pruning curves if it has
@@ -294,8 +282,8 @@ class SummaryWriter:
             result.heads,
             result.layers,
             result.pruning_curve() if pruned else None,
-            step,
-            walltime,
+            step=step,
+            walltime=walltime,
             task_type=result.task_type,
             metrics=result.metrics,
             baseline_metrics=result.baseline_metrics,
