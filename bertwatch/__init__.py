@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "analyze": "bertwatch.analysis.text_stats",
-    "Intervention": "bertwatch.heads.capture",
+    "Intervention": "bertwatch.heads.intervention",
     "TokenRoles": "bertwatch.heads.roles",
     "token_roles": "bertwatch.heads.roles",
     "compute_stats": "bertwatch.heads.stats",
@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
         SpecialTokenMassCallback,
     )
     from bertwatch.callbacks.attach import watch
-    from bertwatch.heads.capture import Intervention
+    from bertwatch.heads.intervention import Intervention
     from bertwatch.heads.roles import TokenRoles, token_roles
     from bertwatch.heads.stats import compute_stats
 

@@ -13,6 +13,7 @@ import transformers as T
 
 from bertwatch.ablation import sweep as SW
 from bertwatch.ablation.settings import AblationSettings
+from bertwatch.ablation.task_types import sweep_examples
 from bertwatch.callbacks import BertWatchWarning
 from bertwatch.report.result import AblationResult
 from tests._models import bert_with_head
@@ -75,7 +76,7 @@ def _examples(kind: str, rows: list[dict], max_length: int):
     settings = AblationSettings(max_length=max_length, task=task)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        found = SW.sweep_examples(model, rows, tok, settings)
+        found = sweep_examples(model, rows, tok, settings)
     return found, [str(w.message) for w in caught if issubclass(w.category, BertWatchWarning)]
 
 

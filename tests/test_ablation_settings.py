@@ -60,3 +60,13 @@ def test_every_step_of_the_sweep_is_short() -> None:
     }
     assert steps <= set(lengths)
     assert max(lengths.values()) <= 80, lengths
+
+
+def test_the_settings_docstring_states_the_runner_limits() -> None:
+    """The default stacking the docstring promises is the one ``runner.default_configs_per_batch`` applies."""
+    from bertwatch.ablation import runner
+
+    doc = " ".join(AblationSettings.__doc__.split())
+    assert runner.MEMORY_SHARE == 0.5 and "as many as fit in half its free memory" in doc
+    assert f"at most {runner.MAX_CONFIGS};" in doc
+    assert f"elsewhere {runner.CPU_ROWS} rows, i.e. {runner.CPU_ROWS} // ``batch_size``" in doc

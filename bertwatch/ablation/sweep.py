@@ -25,7 +25,6 @@ processes (``accelerate launch`` / ``torchrun``) configurations are split across
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -33,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,51 +40,20 @@ from torch import nn
 
 from bertwatch.ablation.configs import HeadMask, order_masks, random_orders, sweep_configs
 from bertwatch.ablation.evaluate import evaluate_configs
-from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
+from bertwatch.ablation.inputs import EvalData, make_batches
 from bertwatch.ablation.orders import head_importance, iterative_masks
 from bertwatch.ablation.pruning import baseline_curves, pruning_curve
 from bertwatch.ablation.runner import Runner, default_configs_per_batch
 from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
-from bertwatch.ablation.task_types import Task, prepare_task_examples, resolve_task, task_parts
+from bertwatch.ablation.task_types import Task, sweep_examples, task_parts
 from bertwatch.core.families import model_family
 from bertwatch.heads.capture import model_shape
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import FIELDS, AblationResult
 
-__all__ = ["SweepExamples", "SweepSetup", "ablate", "check_task_head", "prepare_sweep", "sweep_examples"]
-
-
-def check_task_head(model: nn.Module, task: str | None) -> tuple[bool, int]:
-    """(regression, number of outputs); clear errors for models the sweep cannot score and for a GLUE task whose
-    labels do not fit the head."""
-    resolved = resolve_task(model, task)
-    num_labels = int(getattr(model.config, "num_labels", 0))
-    if resolved.glue is not None:
-        from bertwatch.data.glue import glue_task
-
-        spec = glue_task(resolved.glue)
-        if spec.num_labels != num_labels or spec.is_regression != resolved.regression:
-            raise ValueError(
-                f"task {spec.name!r} has {spec.num_labels} label{'s' if spec.num_labels != 1 else ''}"
-                f"{' (regression)' if spec.is_regression else ''}, but the model's head has {num_labels} output"
-                f"{'s' if num_labels != 1 else ''}: was this checkpoint fine-tuned on {spec.name}?"
-            )
-    return resolved.regression, num_labels
-
-
-def _check_label_range(labels: np.ndarray, regression: bool, num_labels: int) -> None:
-    if regression:
-        if not np.all(np.isfinite(labels)):
-            raise ValueError("regression labels must be finite numbers")
-        return
-    bad = labels[(labels < 0) | (labels >= num_labels)]
-    if bad.size:
-        raise ValueError(
-            f"labels {sorted(set(bad.tolist()))[:5]} are outside the model's {num_labels} classes; "
-            "do the task's labels match the model?"
-        )
+__all__ = ["SweepSetup", "ablate", "prepare_sweep"]
 
 
 def _run_fingerprint(model: nn.Module, data: EvalData, mode: str, batch_size: int, shard_size: int) -> str:
@@ -133,32 +101,6 @@ class SweepSetup:
     metric_source: str
     store: Store
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-class SweepExamples(NamedTuple):
-    """The sweep's examples: tokenised, with their labels (and references for QA) and the task they are scored as."""
-
-    task: Task
-    regression: bool
-    features: list[dict[str, Any]]
-    labels: np.ndarray
-    references: list
-    cut: int  # examples cut to the length measured (warned once, ``inputs.warn_cut``)
-
-
-def sweep_examples(model: nn.Module, examples: Any, tokenizer: Any, s: AblationSettings) -> SweepExamples:
-    """The examples tokenised for the task the model's head is scored as; raises the refusals of a head, task or
-    example layout the sweep cannot score (``AblationCallback`` runs it on the first examples at
-    ``on_train_begin``)."""
-    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
-    regression, num_labels = check_task_head(model, s.task)
-    found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
-    if found is not None:
-        return SweepExamples(task, regression, found.features, found.labels, found.references, found.cut)
-    features, labels, cut = prepare_examples(model, examples, tokenizer, s.max_length, regression)
-    if task.type != "multi-label":
-        _check_label_range(labels, regression, num_labels)
-    return SweepExamples(task, regression, features, labels, [], cut)
 
 
 def prepare_sweep(
@@ -428,15 +370,52 @@ def ablate(
     """Disable every head, every layer, each layer but one head, and prune by importance; score each with a
     paired bootstrap against the baseline.
 
-    ``examples_or_dataset``: ``{"text", "text_pair", "label"}`` dicts (:func:`bertwatch.data.glue.load_glue`), or a
-    (HF) dataset with ``input_ids`` (+ ``token_type_ids``) and ``label``/``labels``, or GLUE text columns.
-    ``settings`` (:class:`~bertwatch.ablation.settings.AblationSettings`) holds every other choice; ``task``,
-    ``mode``, ``out_dir`` and any settings field given as a keyword (``n_resamples=200``) override it.
     The metric is ``compute_metrics``' (``metric`` names which key, default: the task's primary one or accuracy),
-    else the task's metric, else accuracy (Pearson for regression). ``writer`` (a bertwatch or torch
-    SummaryWriter, or a run directory) or ``logdir`` receive the TensorBoard ablation summaries at ``step``.
-    ``loss_fn(outputs, batch) -> [batch]`` replaces the model's loss in the pruning importance. Runs split across
-    processes under accelerate / torchrun.
+    else the task's metric, else accuracy (Pearson for regression). Runs split across processes under accelerate /
+    torchrun (call it on every process); only world process zero writes files and summaries.
+
+    Args:
+        model: a fine-tuned task model (sequence or token classification, QA, multiple choice, masked LM), possibly
+            wrapped (peft, DDP, FSDP).
+        examples_or_dataset: ``{"text", "text_pair", "label"}`` dicts (:func:`bertwatch.data.glue.load_glue`), or a
+            (HF) dataset or list of dicts with ``input_ids`` (+ ``token_type_ids``) and ``label``/``labels``, or GLUE
+            text columns.
+        tokenizer: needed for text examples; tokenized ones are used as they are.
+        task: a GLUE task name or a task type (``"token-classification"``, ``"qa"``, ...); None: what the model's
+            head does.
+        compute_metrics: a Trainer-style ``compute_metrics(EvalPrediction) -> dict``.
+        mode: ``"uniform"`` (Kovaleva) or ``"zero"`` (Michel); default the settings' (``"uniform"``).
+        out_dir: where ``ablation.json``, ``ablation.csv``, ``report.html`` and ``partial.jsonl`` (resumption) go.
+        writer: a bertwatch or torch ``SummaryWriter``, or a run directory, for the TensorBoard ablation summaries
+            at ``settings.step`` (or give ``logdir=``).
+        settings: every other choice (:class:`~bertwatch.ablation.settings.AblationSettings`); ``task``, ``mode``,
+            ``out_dir`` and ``overrides`` replace its fields.
+        loss_fn: ``loss_fn(outputs, batch) -> [batch]`` replaces the model's loss in the pruning importance.
+        **overrides: any ``AblationSettings`` field (``n_resamples=200``).
+
+    Returns:
+        The :class:`~bertwatch.report.result.AblationResult`: ``heads`` ``[layers, heads, 5]`` and ``layers``
+        ``[layers, 5]`` cells ``(value, delta, ci_low, ci_high, p)``, keep-only cells, the pruning curves, the config.
+
+    Raises:
+        ValueError: before any configuration runs, for a head, task, label or example layout the sweep cannot
+            score (with what to do), or a setting out of range.
+        TypeError: an unknown setting (the message lists the known ones).
+
+    Example:
+        >>> import torch, transformers
+        >>> from bertwatch import ablate
+        >>> _ = torch.manual_seed(0)
+        >>> config = transformers.BertConfig(
+        ...     vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+        ... )
+        >>> model = transformers.BertForSequenceClassification(config).eval()
+        >>> examples = [{"input_ids": [2, 5 + i % 7, 9 + i % 5, 3], "label": i % 2} for i in range(12)]
+        >>> result = ablate(model, examples, mode="zero", n_resamples=50, prune=False, progress=False)
+        >>> result.heads.shape, result.layers.shape  # (value, delta, ci_low, ci_high, p) per head and per layer
+        ((2, 2, 5), (2, 5))
+        >>> result.metric, result.num_examples
+        ('accuracy', 12)
     """
     given = {k: v for k, v in (("task", task), ("mode", mode), ("out_dir", out_dir)) if v is not None}
     s = AblationSettings.resolve(settings, **given, **overrides)

@@ -4,17 +4,19 @@ task's metric as per-example parts (``bertwatch.data.task_metrics``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from bertwatch.ablation.inputs import warn_cut, was_cut
+from bertwatch.ablation.inputs import prepare_examples, warn_cut, was_cut
+from bertwatch.ablation.settings import AblationSettings
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.data.task_metrics import (
     IGNORE,
@@ -28,7 +30,17 @@ from bertwatch.heads.layout import real_tokens
 from bertwatch.heads.loading import max_input_length
 from bertwatch.heads.task_heads import example_mask, head_kind, original_ids, problem_type
 
-__all__ = ["TASK_TYPES", "Task", "label_batch", "prepare_task_examples", "resolve_task", "task_parts"]
+__all__ = [
+    "TASK_TYPES",
+    "SweepExamples",
+    "Task",
+    "check_task_head",
+    "label_batch",
+    "prepare_task_examples",
+    "resolve_task",
+    "sweep_examples",
+    "task_parts",
+]
 
 #: Task types the sweep scores, and their aliases on the command line.
 TASK_TYPES = (
@@ -379,3 +391,60 @@ def task_parts(task: Task, labels: np.ndarray, references: Sequence[Any]):
 
         return "masked-lm", nll
     return None
+
+
+def check_task_head(model: nn.Module, task: str | None) -> tuple[bool, int]:
+    """(regression, number of outputs); clear errors for models the sweep cannot score and for a GLUE task whose
+    labels do not fit the head."""
+    resolved = resolve_task(model, task)
+    num_labels = int(getattr(model.config, "num_labels", 0))
+    if resolved.glue is not None:
+        from bertwatch.data.glue import glue_task
+
+        spec = glue_task(resolved.glue)
+        if spec.num_labels != num_labels or spec.is_regression != resolved.regression:
+            raise ValueError(
+                f"task {spec.name!r} has {spec.num_labels} label{'s' if spec.num_labels != 1 else ''}"
+                f"{' (regression)' if spec.is_regression else ''}, but the model's head has {num_labels} output"
+                f"{'s' if num_labels != 1 else ''}: was this checkpoint fine-tuned on {spec.name}?"
+            )
+    return resolved.regression, num_labels
+
+
+def _check_label_range(labels: np.ndarray, regression: bool, num_labels: int) -> None:
+    if regression:
+        if not np.all(np.isfinite(labels)):
+            raise ValueError("regression labels must be finite numbers")
+        return
+    bad = labels[(labels < 0) | (labels >= num_labels)]
+    if bad.size:
+        raise ValueError(
+            f"labels {sorted(set(bad.tolist()))[:5]} are outside the model's {num_labels} classes; "
+            "do the task's labels match the model?"
+        )
+
+
+class SweepExamples(NamedTuple):
+    """The sweep's examples: tokenised, with their labels (and references for QA) and the task they are scored as."""
+
+    task: Task
+    regression: bool
+    features: list[dict[str, Any]]
+    labels: np.ndarray
+    references: list
+    cut: int  # examples cut to the length measured (warned once, ``inputs.warn_cut``)
+
+
+def sweep_examples(model: nn.Module, examples: Any, tokenizer: Any, s: AblationSettings) -> SweepExamples:
+    """The examples tokenised for the task the model's head is scored as; raises the refusals of a head, task or
+    example layout the sweep cannot score (``AblationCallback`` runs it on the first examples at
+    ``on_train_begin``)."""
+    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
+    regression, num_labels = check_task_head(model, s.task)
+    found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
+    if found is not None:
+        return SweepExamples(task, regression, found.features, found.labels, found.references, found.cut)
+    features, labels, cut = prepare_examples(model, examples, tokenizer, s.max_length, regression)
+    if task.type != "multi-label":
+        _check_label_range(labels, regression, num_labels)
+    return SweepExamples(task, regression, features, labels, [], cut)

@@ -47,9 +47,44 @@ def analyze(
 ) -> dict[str, Any]:
     """Compute every statistic of ``docs/statistics.md`` for ``model`` on ``texts``; optionally write them to ``out``.
 
-    ``texts`` is a file (one example per line, a tab between the two sentences of a pair) or a list of strings or
-    (text, pair) tuples. ``reference`` (a model or path) adds the drift statistics. Returns the ``stats.json``
-    document: ``{"model", "num_layers", "num_heads", "num_examples", "stats": {name: [[...]]}, ...}``.
+    Each example is measured alone (its statistics never depend on its batch or padding), then averaged per head.
+
+    Args:
+        model: a local model folder, a Hub name (online only) or a loaded encoder model.
+        texts: a file (one example per line, a tab between the two sentences of a pair) or a list of strings or
+            (text, pair) tuples.
+        out: folder for ``stats.json`` and, with ``figures``, the heatmaps; None: write nothing.
+        max_length: tokens per example (default 128, capped by the model's maximum); longer ones are truncated,
+            with a warning that says how many.
+        batch_size: examples per forward pass (the results do not depend on it).
+        tokenizer: needed when ``model`` is a loaded model; loaded from the folder otherwise.
+        reference: a second model or path (e.g. the pretrained one): adds the drift statistics.
+        device: a torch device name; default CPU.
+        progress: show a progress bar.
+        figures: with ``out``, also write the figures.
+
+    Returns:
+        The ``stats.json`` document: ``{"model", "num_layers", "num_heads", "num_examples", "max_length",
+        "truncated", "stats": {name: [layers][heads]}, "labels", "patterns"}`` (NaN written as null).
+
+    Raises:
+        ValueError: no texts to analyse.
+
+    Example:
+        >>> import torch, transformers
+        >>> from bertwatch import analyze
+        >>> words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "cat", "sat", "on", "mat"]
+        >>> tokenizer = transformers.BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+        >>> _ = torch.manual_seed(0)
+        >>> config = transformers.BertConfig(
+        ...     vocab_size=len(words), hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+        ... )
+        >>> model = transformers.BertModel(config).eval()
+        >>> doc = analyze(model, ["the cat sat .", ("the cat", "sat on the mat .")], tokenizer=tokenizer, progress=False)
+        >>> doc["num_layers"], doc["num_heads"], doc["num_examples"]
+        (2, 2, 2)
+        >>> len(doc["stats"]["cls_mass"]), len(doc["stats"]["cls_mass"][0])  # [layers][heads]
+        (2, 2)
     """
     import torch
 

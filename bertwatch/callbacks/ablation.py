@@ -10,7 +10,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from bertwatch.ablation.settings import AblationSettings
-from bertwatch.ablation.sweep import ablate, check_task_head, sweep_examples
+from bertwatch.ablation.sweep import ablate
+from bertwatch.ablation.task_types import check_task_head, sweep_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
 from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
 from bertwatch.core.modes import check_mode

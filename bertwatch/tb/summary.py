@@ -187,6 +187,28 @@ class SummaryWriter:
     Call it on world process zero only. Every ``add_*`` call writes one event and flushes, so TensorBoard
     sees each logging step at once. Use :meth:`from_torch_writer` to write into the run directory of an
     existing ``torch.utils.tensorboard.SummaryWriter`` (e.g. the HF ``TensorBoardCallback``'s).
+
+    Args:
+        logdir: the run directory (created if missing).
+        filename_suffix: the event file's suffix.
+        flush_secs: the longest time an event waits in memory (every ``add_*`` call flushes anyway).
+
+    Raises:
+        ValueError: from an ``add_*`` call, an array of the wrong shape or a name that cannot be part of a tag.
+        RuntimeError: writing after :meth:`close`.
+
+    Example:
+        >>> import shutil, tempfile
+        >>> import numpy as np
+        >>> from pathlib import Path
+        >>> from bertwatch.tb.summary import SummaryWriter
+        >>> run = tempfile.mkdtemp()
+        >>> with SummaryWriter(run) as writer:  # [layers, heads] grids, one event a step
+        ...     for step in (0, 10):
+        ...         writer.add_head_grids({"cls_mass": np.full((2, 3), step / 100)}, step)
+        >>> [path.suffix for path in Path(run).iterdir()]
+        ['.bertwatch']
+        >>> shutil.rmtree(run)
     """
 
     def __init__(self, logdir: str, filename_suffix: str = ".bertwatch", *, flush_secs: float = 120):
