@@ -48,8 +48,10 @@ def test_settings_object_and_keywords_give_the_same_sweep() -> None:
 
 
 def test_every_step_of_the_sweep_is_short() -> None:
+    """Each step's code (its docstring not counted) fits on a screen."""
     tree = ast.parse(inspect.getsource(SW))
-    lengths = {n.name: n.end_lineno - n.lineno + 1 for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    lengths = {n.name: n.end_lineno - (n.body[1] if ast.get_docstring(n) else n.body[0]).lineno + 2 for n in functions}
     steps = {
         "prepare_sweep",
         "evaluate_unit_configs",
