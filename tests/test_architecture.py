@@ -463,6 +463,22 @@ def tree_names() -> set[str]:
     return named
 
 
+#: File names several subpackages may each have: the package files, and each subpackage's frozen settings value.
+SHARED_FILE_NAMES = {"__init__.py", "__main__.py", "settings.py"}
+
+
+def test_no_two_modules_share_a_name():
+    """One meaning per word: a module name names one thing (``report/syntax_section.py`` beside ``linguistics/``,
+    ``heads/task_heads.py`` beside ``ablation/task_types.py``)."""
+    seen: dict[str, list[str]] = {}
+    for path in package_files():
+        seen.setdefault(path.name, []).append(relative(path))
+    shared = {name: paths for name, paths in seen.items() if len(paths) > 1 and name not in SHARED_FILE_NAMES}
+    assert not shared, "modules with the same name in several subpackages (name each for its job):\n" + "\n".join(
+        f"{name}: {', '.join(paths)}" for name, paths in sorted(shared.items())
+    )
+
+
 def test_architecture_names_every_module():
     named = tree_names()
     files = {p.relative_to(PACKAGE).as_posix() for p in package_files()}

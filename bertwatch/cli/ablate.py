@@ -179,7 +179,7 @@ def cli_ablate(argv: Sequence[str]) -> int:
 def summary_lines(result, out: str) -> str:
     """What ``bertwatch ablate`` prints: the task type and metrics by name, the baseline, the best single head, and
     how many heads the pruning orders can remove with the metric within δ."""
-    from bertwatch.report.pruning import answer_lines
+    from bertwatch.report.pruning_section import answer_lines
 
     best = np.nanargmax(result.heads[..., 1])
     l, h = divmod(int(best), result.shape[1])
