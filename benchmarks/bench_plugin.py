@@ -1,6 +1,6 @@
 """Benchmark of the bertwatch TensorBoard plugin at scale.
 
-A run with 5,000 logged steps of every statistic (12 grid statistics + head_importance) at bert-base shape
+A run with 5,000 logged steps of 15 statistics (12 grid statistics, 2 norm-based masses, head_importance) at bert-base shape
 (12 x 12), written with bertwatch.tb.summary.SummaryWriter and served by a real ``tensorboard`` process with
 ``--samples_per_plugin=bertwatch=0`` (keep every step). Prints:
 
@@ -33,7 +33,7 @@ from tests.support.tb_helpers import http_json, tensorboard_server  # noqa: E402
 
 STATS = (
     "cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva", "self", "prev", "next",
-    "entropy", "cls_entropy", "drift_cosine", "drift_js", "head_importance",
+    "entropy", "cls_entropy", "drift_cosine", "drift_js", "head_importance", "cls_mass_norm", "sep_mass_norm",
 )  # fmt: skip
 L, H = 12, 12
 RUN = "bert-base"
@@ -81,6 +81,8 @@ def bench_routes(base, steps):
         ("trajectory", {"run": RUN, "tag": tag, "layer": 5, "head": 7}),
         ("layer_means", {"run": RUN, "tag": tag}),
         ("labels", {"run": RUN, "step": steps - 1}),
+        ("mass_gap (latest)", {"run": RUN}),
+        ("mass_gap (step)", None),
     ]
     rows = []
     # cold: the first read of a series (the plugin then caches it until the series changes)
@@ -88,10 +90,14 @@ def bench_routes(base, steps):
     rows.append(("grid, cold series (first read of 5,000 steps)", cold_ms, cold_ms, 1))
     cold_labels, _ = timed(route(base, "labels", run=RUN, step=steps - 1))
     rows.append(("labels, cold (6 series)", cold_labels, cold_labels, 1))
+    cold_gap, _ = timed(route(base, "mass_gap", run=RUN, step=steps - 1))
+    rows.append(("mass_gap, cold (norm series)", cold_gap, cold_gap, 1))
     for name, params in cases:
         times, _size = [], 0
         for i in range(25):
             p = params if params is not None else {"run": RUN, "tag": tag, "step": int(rng.integers(0, steps))}
+            if name == "mass_gap (step)":
+                p = {"run": RUN, "step": int(rng.integers(0, steps))}
             url = route(base, name.split(" ")[0], **p)
             ms, data = timed(url)
             if i:  # the first call may fill the cache

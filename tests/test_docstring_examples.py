@@ -19,7 +19,10 @@ RUN = (
     "bertwatch.ablation.settings",
     "bertwatch.ablation.sweep",
     "bertwatch.analysis.text_stats",
+    "bertwatch.callbacks.attach",
+    "bertwatch.callbacks.measurements",
     "bertwatch.callbacks.settings",
+    "bertwatch.callbacks.watch",
     "bertwatch.core.families",
     "bertwatch.core.lazy",
     "bertwatch.core.modes",
@@ -28,6 +31,7 @@ RUN = (
     "bertwatch.heads.capture",
     "bertwatch.heads.layout",
     "bertwatch.heads.stats",
+    "bertwatch.tb.measures",
     "bertwatch.tb.summary",
 )
 #: Modules whose examples are sketches that need a trained checkpoint or write a model folder: read, not run.

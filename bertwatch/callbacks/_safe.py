@@ -5,11 +5,11 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from bertwatch.core.warnings import BertWatchWarning
 
-__all__ = ["BertWatchWarning", "SetupError", "contained"]
+__all__ = ["BertWatchWarning", "SetupError", "Stoppable", "contained"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,6 +24,15 @@ def _always_raised() -> tuple[type[BaseException], ...]:
     return (SetupError, UnsupportedModelError)
 
 
+class Stoppable(Protocol):
+    """What ``contained`` asks of a callback: whether it is stopped, whether errors re-raise, how it stops."""
+
+    disabled: bool
+    strict: bool
+
+    def disable(self, message: str | None = None) -> None: ...
+
+
 def contained(event: str) -> Callable[[F], F]:
     """Wrap a callback event: skip it once the callback is disabled; on an error warn once and disable.
 
@@ -33,15 +42,15 @@ def contained(event: str) -> Callable[[F], F]:
 
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if getattr(self, "disabled", False):
+        def wrapper(self: Stoppable, *args: Any, **kwargs: Any) -> Any:
+            if self.disabled:
                 return None
             try:
                 return fn(self, *args, **kwargs)
             except _always_raised():
                 raise
             except Exception as err:
-                if getattr(self, "strict", False):
+                if self.strict:
                     raise
                 self.disable(
                     f"bertwatch: {type(self).__name__} stopped after an error in {event}: "

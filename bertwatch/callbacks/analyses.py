@@ -1,8 +1,8 @@
 """Analyses that ride on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
 
-Each is a consumer of one pass: the monitor hands it every probe batch's maps (``consume``), then asks for its
-grids and lets it write extra summaries (``finish``). They never touch the model, except ``UDWordClassPass``, which
-runs its own annotated sentences through it in ``finish``.
+Each is an ``Analysis`` of one pass: the monitor hands it every probe batch's maps (``consume``), then asks for
+its ``Summary`` (``finish``: grids and other records, values that ``callbacks.publisher`` writes). They never
+touch the model, except ``UDWordClassPass``, which runs its own annotated sentences through it in ``finish``.
 
 - ``WordClassPass`` (``word_classes=True``): Kovaleva et al. 2019's attention to word classes (Sec 4.4) and the
   targets of [CLS] (Sec 4.5) per head, logged as ``wordclass_<class>`` and ``cls_target_<class>`` grids. The
@@ -18,19 +18,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.callbacks.publisher import HeadEmbedding, Summary
 from bertwatch.callbacks.word_classes import UDWordClassPass, WordClassBatches
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.linguistics.clustering import HeadDistances, mds_embedding, procrustes_align
 from bertwatch.linguistics.wordclass import NEGATION_WORDS, class_attention, cls_targets
 
-__all__ = ["ClusterTrack", "HeadClusterPass", "RULE_CLASSES", "WordClassPass", "consumers_for", "rule_word_classes"]
+if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.callbacks.probe_context import ProbeContext
+
+__all__ = [
+    "Analysis",
+    "ClusterTrack",
+    "HeadClusterPass",
+    "RULE_CLASSES",
+    "WordClassPass",
+    "analyses_for",
+    "rule_word_classes",
+]
 
 SUBJECT_PRONOUNS = frozenset({"i", "he", "she", "we", "they", "who"})
 OBJECT_PRONOUNS = frozenset({"me", "him", "us", "them", "whom"})
@@ -42,6 +54,19 @@ OTHER_PRONOUNS = frozenset(
 #: The classes the token rules give (Kovaleva's noun and verb need a tagger).
 RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
 EMBEDDING_NAME = "js_mds_training"
+
+
+@runtime_checkable
+class Analysis(Protocol):
+    """An analysis riding on one probe pass."""
+
+    def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
+        """See a batch's maps ``[rows, layers, heads, T, T]`` whose first row is probe row ``start``."""
+        ...
+
+    def finish(self) -> Summary:
+        """The analysis of the pass, as values (nothing is written here)."""
+        ...
 
 
 def _word(token: str) -> str:
@@ -90,9 +115,9 @@ class WordClassPass:
             per_example[f"cls_target_{name}"] = value
         self.accumulator.add(per_example)
 
-    def finish(self, writer: Any, step: int) -> dict[str, np.ndarray]:
-        """``{name: [layers, heads]}``: NaN where no probe example has the class."""
-        return {name: grid.numpy() for name, grid in self.accumulator.result().items()}
+    def finish(self) -> Summary:
+        """``{name: [layers, heads]}`` grids: NaN where no probe example has the class."""
+        return Summary({name: grid.numpy() for name, grid in self.accumulator.result().items()})
 
 
 @dataclass
@@ -117,30 +142,29 @@ class HeadClusterPass:
             lengths = roles.real[:take].sum(-1).tolist()
             self.distances.add_batch(attn[:take].detach().float().cpu(), lengths)
 
-    def finish(self, writer: Any, step: int) -> dict[str, np.ndarray]:
+    def finish(self) -> Summary:
+        """The heads' map as the embedding ``js_mds_training`` (no grids)."""
         coords = mds_embedding(self.distances.distances, seed=0, n_init=1)
         if self.track.previous is not None:
             coords = procrustes_align(coords, self.track.previous)
         self.track.previous = coords
-        if writer is not None:
-            writer.add_embedding(EMBEDDING_NAME, coords, self.distances.layers, self.distances.heads, step=step)
-        return {}
+        return Summary(records=(HeadEmbedding(EMBEDDING_NAME, coords, self.distances.layers, self.distances.heads),))
 
 
-def consumers_for(
-    monitor: Any,
+def analyses_for(
+    context: ProbeContext,
     word_classes: bool,
     track: ClusterTrack | None,
     cluster_examples: int = 8,
     annotated: WordClassBatches | None = None,
-) -> list[WordClassPass | HeadClusterPass | UDWordClassPass]:
-    """The passes asked for, over ``monitor``'s probe set: word classes by token rules, head clusters when
+) -> list[Analysis]:
+    """The analyses asked for, over ``context``'s probe set: word classes by token rules, head clusters when
     ``track`` is given, and word classes on ``annotated`` UD sentences when given."""
-    out: list[WordClassPass | HeadClusterPass | UDWordClassPass] = []
+    out: list[Analysis] = []
     if word_classes:
-        out.append(WordClassPass(monitor.probe.tokens))
+        out.append(WordClassPass(context.probe.tokens))
     if annotated is not None:
-        out.append(UDWordClassPass(monitor, annotated))
+        out.append(UDWordClassPass(context, annotated))
     if track is not None:
-        out.append(HeadClusterPass(monitor.layers, monitor.heads, track, cluster_examples))
+        out.append(HeadClusterPass(context.layers, context.heads, track, cluster_examples))
     return out

@@ -29,12 +29,38 @@ def bertwatch_callbacks(trainer: Any) -> list[Any]:
 def watch(trainer: Any, **settings: Any) -> WatchCallback:
     """Attach bertwatch to an existing ``Trainer`` (subclasses included) and return its bertwatch callback.
 
-    ``settings`` are ``BertWatchCallback``'s keyword arguments: the fields of
-    :class:`~bertwatch.callbacks.settings.WatchSettings`, or ``settings=WatchSettings(...)`` itself.
     Adds ``BertWatchCallback(**settings)`` unless the Trainer already has a bertwatch monitor (``BertWatchCallback``
     or a single-purpose one, which is then returned, a ``BertWatchCallback`` first), and gives every bertwatch
-    callback it has the Trainer. Idempotent: a second call returns the same callback. Call it before
-    ``trainer.train()``.
+    callback it has the Trainer, so they see its eval set, collator and trackers before the first evaluation.
+    Idempotent: a second call returns the same callback. Call it before ``trainer.train()``.
+
+    Args:
+        trainer: a ``transformers.Trainer`` or a subclass (TRL's, sentence-transformers', your own).
+        **settings: ``BertWatchCallback``'s keyword arguments: the fields of
+            :class:`~bertwatch.callbacks.settings.WatchSettings` (``every_n_steps=20``, ``ablate_on_end=True``,
+            ...), or ``settings=WatchSettings(...)`` itself.
+
+    Returns:
+        The Trainer's bertwatch callback (a ``WatchCallback``): its ``history`` holds the grids measured.
+
+    Raises:
+        TypeError: ``trainer`` is not a Trainer, or an option name is unknown (the message lists the valid ones).
+        ValueError: an option is out of its range, or ``settings`` are given for a Trainer that already has a
+            bertwatch monitor (whose settings they cannot change).
+
+    Example:
+        >>> import tempfile
+        >>> import transformers as T
+        >>> from bertwatch import watch
+        >>> config = T.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+        ...                       intermediate_size=16)
+        >>> args = T.TrainingArguments(tempfile.mkdtemp(), report_to=[])
+        >>> trainer = T.Trainer(model=T.BertForSequenceClassification(config), args=args)
+        >>> callback = watch(trainer, every_n_steps=20)
+        >>> type(callback).__name__, callback.settings.every_n_steps
+        ('BertWatchCallback', 20)
+        >>> watch(trainer) is callback
+        True
     """
     monitors = [cb for cb in bertwatch_callbacks(trainer) if isinstance(cb, WatchCallback)]
     if monitors and settings:

@@ -175,6 +175,13 @@ class WatchSettings(_ByValue):
     ``settings`` value. Object options (``probe_dataset``, ``tokenizer``, ``data_collator``, ``loss_fn``, and
     ``reference_model``, ``word_classes``, ``ablation_kwargs`` when they hold objects) compare by identity.
 
+    Args:
+        The fields below, by keyword, each with its default and help text (``WatchSettings.names()`` lists them;
+        ``bertwatch run --help`` prints the help of their flags).
+
+    Returns:
+        A frozen value: :meth:`replace` makes a changed copy, :meth:`probe` the part that decides the probe pass.
+
     Raises:
         ValueError: an option out of its range (``every_n_steps=-1``), an unknown statistic or ablation mode.
         TypeError: a value of the wrong type; from :meth:`from_kwargs` / :meth:`replace`, an unknown option name.

@@ -16,8 +16,9 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks._context import TrainerContext, TrainerLink
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
-from bertwatch.callbacks.analyses import ClusterTrack, consumers_for
+from bertwatch.callbacks.analyses import Analysis, ClusterTrack, analyses_for
 from bertwatch.callbacks.monitor import Monitor, monitor_for
+from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.settings import WatchSettings, check_options
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
@@ -112,6 +113,10 @@ class WatchCallback(TrainerCallback):
         """How many probe examples' attention maps to write at this event (none, except for BertWatchCallback)."""
         return 0
 
+    def analyses(self, context: ProbeContext, step: int) -> list[Analysis]:
+        """The analyses to ride on the probe pass at ``step`` (none, except for BertWatchCallback)."""
+        return []
+
     def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
         """Keep the grids measured at ``step``."""
         if self.history and self.history[-1][0] == step:
@@ -134,17 +139,17 @@ class WatchCallback(TrainerCallback):
 
     # ------------------------------------------------------------------------------------------ events
 
-    def _resolve_stats(self) -> None:
+    def _resolve_stats(self, context: ProbeContext) -> None:
         norms = self.stat_names & set(NORM_NAMES)
-        if norms and not supports_norms(self.monitor.model):
+        if norms and not supports_norms(context.encoder):
             if self.requested is not None:
                 raise SetupError(f"{type(self).__name__}: {sorted(norms)} are not available for this model family")
             self.stat_names = self.stat_names - norms
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
-        problem = self._gradient_problem() if gradient else None
+        problem = self._gradient_problem(context) if gradient else None
         if problem is None:
             if gradient:
-                self.monitor.loss.announce()
+                context.loss.announce()
             return
         if self.requested is not None or not self.stat_names - gradient:
             raise SetupError(f"{type(self).__name__}: {sorted(gradient)} cannot be measured: {problem}")
@@ -153,21 +158,21 @@ class WatchCallback(TrainerCallback):
         )
         self.stat_names = self.stat_names - gradient
 
-    def _gradient_problem(self) -> str | None:
+    @staticmethod
+    def _gradient_problem(context: ProbeContext) -> str | None:
         """Why the probe set cannot give gradient statistics (the loss ``callbacks.trainer_loss`` chose is refused,
         or ``heads.importance.check_gradients``: one forward of each probe batch through that loss), or None."""
-        monitor = self.monitor
-        loss = monitor.loss
+        loss = context.loss
         if loss.problem is not None:
             return loss.problem
-        if loss.loss_fn is None and not monitor.probe.has_labels:
+        if loss.loss_fn is None and not context.probe.has_labels:
             return (
                 "the probe examples have no labels (gradient statistics need labels or loss_fn=): probe with "
                 "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
                 "loss_fn=(outputs, batch) -> per-example loss"
             )
         try:
-            check_gradients(monitor.encoder, monitor.probe.batches, **loss.arguments())
+            check_gradients(context.encoder, context.probe.batches, **loss.arguments())
         except LossSetupError as err:
             if loss.example_loss is not None:
                 return f"{err} (the Trainer's loss: {loss.example_loss.reason}); pass loss_fn= to use another loss"
@@ -195,8 +200,8 @@ class WatchCallback(TrainerCallback):
         if self.monitor.failed:
             self.disable()
             return
-        self._resolve_stats()
-        self._check_setup(args, state, kwargs, context)
+        self._resolve_stats(self.monitor.context)
+        self._check_setup(args, state, self.monitor.context, context)
         if self.log_to_trackers and not context.bound and reported_trackers(args):
             warnings.warn(
                 f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
@@ -206,13 +211,12 @@ class WatchCallback(TrainerCallback):
                 stacklevel=3,
             )
 
-    def _check_setup(self, args: Any, state: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
+    def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         """Fail at on_train_begin on a configuration that could only fail later."""
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.monitor is not None and self.monitor.begin_pending:
-            self._drive("begin", state)
+        self._drive("begin", state)
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -305,6 +309,28 @@ class BertWatchCallback(WatchCallback):
     the ``word_classes`` series; ``callbacks.word_classes``). ``head_clusters=True`` logs the heads' JS/MDS map
     at every probe step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first
     ``cluster_examples`` probe examples).
+
+    Args:
+        stats: the statistics to measure (default: every one but integrated gradients; ``docs/statistics.md``).
+        settings: a :class:`~bertwatch.callbacks.settings.WatchSettings` holding every option (default: the
+            defaults); ``options`` replace its fields.
+        **options: any field of ``WatchSettings`` by name (``every_n_steps``, ``num_probe_examples``,
+            ``probe_texts``, ``ablate_on_end``, ``word_classes``, ...).
+
+    Raises:
+        TypeError: an unknown option (the message names the closest and lists them all) or a value of the wrong
+            type. ``SetupError`` (at ``on_train_begin``, before the first step): a model, probe set or statistic
+            bertwatch cannot measure exactly, with what to do.
+        ValueError: an option out of its range, an unknown statistic or ablation mode.
+
+    Example:
+        >>> from bertwatch.callbacks import BertWatchCallback
+        >>> callback = BertWatchCallback(every_n_steps=20, num_maps=2)
+        >>> callback.every_n_steps, callback.maps_every_n_steps, callback.wants("step", 40)
+        (20, 80, True)
+        >>> BertWatchCallback(probe_max_lenght=64)
+        Traceback (most recent call last):
+        TypeError: BertWatchCallback: unknown option 'probe_max_lenght' (did you mean 'probe_max_length'?); valid: ...
     """
 
     default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
@@ -332,14 +358,14 @@ class BertWatchCallback(WatchCallback):
         self.cluster_examples = s.cluster_examples
         self.consumed_step: int | None = None
 
-    def map_consumers(self, monitor: Monitor, step: int) -> list:
+    def analyses(self, context: ProbeContext, step: int) -> list[Analysis]:
         """The probe-pass analyses asked for (``word_classes``, ``head_clusters``), once per step; see
         ``callbacks.analyses``."""
         if step == self.consumed_step:
             return []
         self.consumed_step = step
-        return consumers_for(
-            monitor, self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches
+        return analyses_for(
+            context, self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches
         )
 
     def wants_maps(self, event: str, step: int) -> int:
@@ -349,8 +375,8 @@ class BertWatchCallback(WatchCallback):
             return self.num_maps
         return 0
 
-    def _check_setup(self, args: Any, state: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
-        self.word_class_batches = prepare_word_classes(self.word_classes, self.monitor)
+    def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
+        self.word_class_batches = prepare_word_classes(self.word_classes, probe)
         if self.ablation is None:
             return
         try:
@@ -362,6 +388,6 @@ class BertWatchCallback(WatchCallback):
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
         if self.ablation is None or not (sharded or getattr(state, "is_world_process_zero", True)):
             return
-        writer = self.monitor.writer if self.monitor is not None else None
+        writer = self.monitor.context.writer if self.monitor is not None else None
         results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=sharded)
         self.ablation_result = results[self.ablation_mode]

@@ -6,27 +6,27 @@ multiword tokens are split and empty nodes left out) into padded batches with on
 ``linguistics.wordclass.UD_CLASSES``; a word's class marks every one of its word pieces. The probe set's own pass
 cannot serve (its texts carry no annotations), so at every probe step ``UDWordClassPass`` runs these batches
 through the model once more under ``heads.capture`` (``no_grad``, eval mode, RNG and attention implementation
-restored) and the training's mixed precision (``Monitor.autocast``, as the probe pass), and logs per head the share of attention on each class
-(``class_share_<class>`` grids) and, as the named-values series ``word_classes``, the mean over heads next to the
-share a uniform head would give (``<class>_uniform``).
+restored) and the training's mixed precision (``ProbeContext.autocast``, as the probe pass), and returns per head
+the share of attention on each class (``class_share_<class>`` grids) and, as the named-values series
+``word_classes``, the mean over heads next to the share a uniform head would give (``<class>_uniform``).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import SetupError
+from bertwatch.callbacks.publisher import NamedValues, Summary
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.capture import capture
 from bertwatch.heads.stats import StatsAccumulator
@@ -40,6 +40,9 @@ from bertwatch.linguistics.wordclass import (
     ud_classes,
     uniform_class_share,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.callbacks.probe_context import ProbeContext
 
 __all__ = [
     "SHARE_PREFIX",
@@ -194,28 +197,30 @@ def build_word_class_batches(
     return data
 
 
-def prepare_word_classes(option: bool | WordClassProbe, monitor: Any) -> WordClassBatches | None:
-    """The word-class probe set of a ``WordClassProbe`` option for the monitor's model and tokenizer (None for
+def prepare_word_classes(option: bool | WordClassProbe, context: ProbeContext) -> WordClassBatches | None:
+    """The word-class probe set of a ``WordClassProbe`` option for the run's model and tokenizer (None for
     the token rules or off); its length limit is the smallest of the option's (else ``probe_max_length``), the
     model's ``max_position_embeddings`` and the tokenizer's ``model_max_length``."""
     if not isinstance(option, WordClassProbe):
         return None
-    if monitor.tokenizer is None:
+    if context.tokenizer is None:
         raise SetupError("word_classes with UD annotations needs the tokenizer: pass tokenizer= to the callback")
-    limits = [option.max_length or monitor.settings.max_length]
-    limits.append(getattr(getattr(monitor.encoder, "config", None), "max_position_embeddings", None))
-    limits.append(getattr(monitor.tokenizer, "model_max_length", None))
+    limits = [option.max_length or context.settings.max_length]
+    limits.append(getattr(getattr(context.encoder, "config", None), "max_position_embeddings", None))
+    limits.append(getattr(context.tokenizer, "model_max_length", None))
     limit = min(int(x) for x in limits if isinstance(x, int) and 0 < x < 1_000_000)
-    return build_word_class_batches(option, monitor.tokenizer, limit)
+    return build_word_class_batches(option, context.tokenizer, limit)
 
 
 class UDWordClassPass:
-    """A probe-pass consumer that measures attention to the UD word classes on its own sentences (module doc)."""
+    """A probe-pass analysis that measures attention to the UD word classes on its own sentences (module doc).
 
-    def __init__(self, monitor: Any, data: WordClassBatches) -> None:
-        self.monitor = monitor
+    ``context`` gives the model, its device and the training's mixed precision (``encoder``, ``device``,
+    ``autocast()`` of a ``ProbeContext``)."""
+
+    def __init__(self, context: ProbeContext, data: WordClassBatches) -> None:
+        self.context = context
         self.data = data
-        self.seconds = 0.0
 
     def consume(self, start: int, attn: Tensor, roles: Any) -> None:
         """The probe set's maps are not annotated: nothing to take from them."""
@@ -223,28 +228,24 @@ class UDWordClassPass:
     def shares(self) -> dict[str, np.ndarray]:
         """``{class_share_<class>: [layers, heads]}`` of the model now: per sentence Σ_{j in class} (1/n) Σ_i A[i, j]
         over real tokens i, j, averaged over the sentences having the class (NaN when none has it)."""
-        model, device = self.monitor.encoder, self.monitor.device
+        model, device = self.context.encoder, self.context.device
         accumulator = StatsAccumulator()
         for batch, masks in zip(self.data.batches, self.data.masks):
             inputs = select_inputs(model, {k: v.to(device) for k, v in batch.items()})
-            with torch.no_grad(), self.monitor.autocast(), capture(model) as cap:
+            with torch.no_grad(), self.context.autocast(), capture(model) as cap:
                 model(**inputs)
             real = inputs["attention_mask"].bool()
             values = class_attention(cap.attentions, real, {k: m.to(device) for k, m in masks.items()}, reduce="sum")
             accumulator.add({SHARE_PREFIX + name: value for name, value in values.items()})
         return {name: grid.numpy() for name, grid in accumulator.result().items()}
 
-    def finish(self, writer: Any, step: int) -> dict[str, np.ndarray]:
-        started = time.perf_counter()
-        grids = self.shares()
-        self.seconds = time.perf_counter() - started
-        if writer is not None:
-            from bertwatch.tb import metadata as md
+    def finish(self) -> Summary:
+        """The class shares of the model now, and the ``word_classes`` series point made from them."""
+        from bertwatch.tb import metadata as md
 
-            writer.add_named_values(
-                md.WORD_CLASS_SERIES, series_values(grids, self.data.uniform), step, md.WORD_CLASS_TEXT
-            )
-        return grids
+        grids = self.shares()
+        series = NamedValues(md.WORD_CLASS_SERIES, series_values(grids, self.data.uniform), md.WORD_CLASS_TEXT)
+        return Summary(grids, (series,), on_probe_set=False)
 
 
 def series_values(grids: Mapping[str, np.ndarray], uniform: Mapping[str, float]) -> dict[str, float]:

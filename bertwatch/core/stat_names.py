@@ -11,6 +11,7 @@ __all__ = [
     "DRIFT_NAMES",
     "GRADIENT_NAMES",
     "IG_NAME",
+    "MASS_BY_MEASURE",
     "NORM_NAMES",
     "PROPORTION_NAMES",
     "RULE_CLASSES",
@@ -63,6 +64,34 @@ STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         tuple(f"wordclass_{c}" for c in RULE_CLASSES) + tuple(f"cls_target_{c}" for c in RULE_CLASSES),
     ),
     ("Word classes (UD share)", tuple(f"class_share_{c}" for c in UD_SHARE_CLASSES)),
+)
+
+
+#: The mass on [CLS] and on [SEP] by attention weight, by norm (Kobayashi et al. 2020) and by ALTI contribution
+#: (Ferrando et al. 2022; per head, and of the whole layer with residual and LayerNorm), and on punctuation by weight
+#: and by norm: ``(target, ((label, statistic), ...))``, the weight-based statistic first. The plugin's Heads view and
+#: the report compare their layer means: Clark et al.'s "no-op" reading of [SEP] attention holds where the weight is
+#: high and the contribution low.
+MASS_BY_MEASURE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "[CLS]",
+        (
+            ("weights", "cls_mass"),
+            ("norms", "cls_mass_norm"),
+            ("ALTI per head", "cls_mass_alti"),
+            ("ALTI of the layer", "cls_mass_alti_layer"),
+        ),
+    ),
+    (
+        "[SEP]",
+        (
+            ("weights", "sep_mass"),
+            ("norms", "sep_mass_norm"),
+            ("ALTI per head", "sep_mass_alti"),
+            ("ALTI of the layer", "sep_mass_alti_layer"),
+        ),
+    ),
+    ('"." and ","', (("weights", "punct_mass"), ("norms", "punct_mass_norm"))),
 )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["grid_heatmap", "special_token_figure", "png_bytes", "pyplot"]
+__all__ = ["grid_heatmap", "mass_gap_figure", "special_token_figure", "png_bytes", "pyplot"]
 
 
 def pyplot():
@@ -100,6 +100,33 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("avg. attention")
+    axes[0][0].legend(loc="upper left", fontsize=8)
+    data = png_bytes(fig)
+    if path is not None:
+        Path(path).write_bytes(data)
+    return data
+
+
+def mass_gap_figure(targets: Sequence[Mapping], path: str | Path | None = None) -> bytes:
+    """Per target ([CLS], [SEP]), the mass per layer by each measure (weights, norms, ALTI), the gap between the
+    weights and the contributions shaded; ``targets`` as :func:`bertwatch.tb.measures.mass_by_measure` gives them.
+    Layers numbered from 1. PNG bytes."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(targets), figsize=(4.4 * len(targets), 3.2), sharey=True, squeeze=False)
+    colors = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a")
+    for ax, target in zip(axes[0], targets):
+        lines = [(m["label"], np.asarray(m["layerMeans"], dtype=float)) for m in target["measures"]]
+        xs = np.arange(1, len(lines[0][1]) + 1)
+        for k, (label, ys) in enumerate(lines):
+            ax.plot(xs, ys, marker="o", ms=3, lw=1.6, color=colors[k % len(colors)], label=label)
+        if target["gaps"] and len(lines) > 1:
+            ax.fill_between(xs, lines[0][1], np.nanmin([ys for _, ys in lines[1:]], axis=0), color="#999", alpha=0.15)
+        ax.set_title(f"mass on {target['target']}")
+        ax.set_xlabel("layer")
+        ax.set_xticks(xs)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("share, mean over heads")
     axes[0][0].legend(loc="upper left", fontsize=8)
     data = png_bytes(fig)
     if path is not None:

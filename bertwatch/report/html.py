@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.significance import benjamini_hochberg
-from bertwatch.report.figures import grid_heatmap, png_bytes
+from bertwatch.report.figures import grid_heatmap, mass_gap_figure, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.pruning_section import answer_lines, curves_figure
 from bertwatch.report.result import FIELDS, AblationResult, atomic_write
+from bertwatch.tb.measures import layer_gap_rows, mass_by_measure
 
 
 def write_outputs(
@@ -346,7 +347,7 @@ def _training_section(training: dict[str, Any]) -> str:
             )
         cells = "".join(f"<figure>{_img(b64, alt)}<figcaption>{_e(alt)}</figcaption></figure>" for b64, alt in figures)
         parts.append(f'<h3>{_e(stat)}</h3><div class="grids">{cells}</div>')
-    parts.append(_norm_comparison(training.get("grids", {})))
+    parts.append(_mass_gap_section(training.get("grids", {})))
     parts.append(_series_section(training.get("series", {})))
     return "\n".join(parts)
 
@@ -392,25 +393,25 @@ def _series_section(series: dict[str, dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-def _norm_comparison(grids: dict[str, Any]) -> str:
-    """Weight-based masses next to their norm-based twins (Kobayashi et al. 2020), layer means at the last step."""
-    pairs = [(w, w + "_norm") for w in ("cls_mass", "sep_mass", "punct_mass") if w in grids and w + "_norm" in grids]
-    if not pairs:
+def _mass_gap_section(grids: dict[str, Any]) -> str:
+    """The [CLS]/[SEP] mass per layer by attention weight, by norm and by ALTI contribution at each grid's last step,
+    with the gaps weights − contribution: a figure and a table (``bertwatch.tb.measures.mass_by_measure``)."""
+    last = {stat: entry["last"] for stat, entry in grids.items()}
+    targets = [t for t in mass_by_measure({s: v[1] for s, v in last.items()}) if len(t["measures"]) > 1]
+    if not targets:
         return ""
-    step = grids[pairs[0][1]]["last"][0]
-    layers = np.asarray(grids[pairs[0][1]]["last"][1]).shape[0]
-    rows = []
-    for layer in range(layers):
-        row: list[Any] = [layer]
-        for weight, norm in pairs:
-            row += [np.nanmean(np.asarray(grids[name]["last"][1])[layer]) for name in (weight, norm)]
-        rows.append(row)
-    header = ["layer"] + [f"{name} ({kind})" for w, _ in pairs for name, kind in ((w, "weight"), (w, "norm"))]
+    steps = sorted({last[m["stat"]][0] for t in targets for m in t["measures"]})
+    header, rows = layer_gap_rows(targets)
+    step_text = f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps)) + " (each its last)"
     return (
-        f"<h3>Weight-based vs norm-based masses, layer means at step {_e(step)}</h3>"
-        '<p class="note">Norm-based: the share of Σ A·‖f(x)‖ on those keys, f(x) the value vector through the '
-        "head's slice of the output projection (Kobayashi et al. 2020). A large weight on a small vector moves "
-        "little.</p>" + _table(header, [[r[0]] + [_fmt(v, 3) for v in r[1:]] for r in rows])
+        f'<h3 id="mass-gap">Weight vs contribution: mass on [CLS] and [SEP] per layer, {_e(step_text)}</h3>'
+        '<p class="note">Each layer\'s mean over heads. Weights: attention probabilities. Norms: the share of '
+        "Σ A·‖f(x)‖ on those keys, f(x) the value vector through the head's slice of the output projection "
+        "(Kobayashi et al. 2020). ALTI: the share of each token's contribution to the layer output, residual and "
+        "LayerNorm included (Ferrando et al. 2022). A large weight with a small contribution moves little: Clark "
+        'et al.\'s "no-op" reading of [SEP] attention. Layers numbered from 1.</p>'
+        f"<figure>{_img(_b64(mass_gap_figure(targets)), 'mass on [CLS] and [SEP] per layer by measure')}</figure>"
+        + _table(header, [[r[0] + 1] + [_fmt(v, 3) for v in r[1:]] for r in rows])
     )
 
 

@@ -10,6 +10,7 @@ tag                                    data class      content ``kind``
 =====================================  ==============  =============================================
 ``bertwatch/heads/{stat}``             TENSOR          ``head_grid``       float32 ``[layers, heads]``
 ``bertwatch/attention/{i:02d}``        BLOB_SEQUENCE   ``attention_map``   [JSON header, float16 maps]
+``.../attention/{i:02d}/{measure}``    BLOB_SEQUENCE   ``attention_map``   the same for a measure, see below
 ``bertwatch/ablation/{mode}/heads``    TENSOR          ``ablation_heads``  float32 ``[layers, heads, 5]``
 ``bertwatch/ablation/{mode}/layers``   TENSOR          ``ablation_layers`` float32 ``[layers, 5]``
 ``bertwatch/ablation/{mode}/pruning``  TENSOR          ``pruning_curve``   float32 ``[k, 2]``
@@ -19,6 +20,11 @@ tag                                    data class      content ``kind``
 ``bertwatch_layers/{stat}/layer_{l}``  scalar          (scalars plugin)
 ``bertwatch_series/{name}/{key}``      scalar          (scalars plugin)
 =====================================  ==============  =============================================
+
+Attention maps carry a ``measure`` (:data:`ATTENTION_MEASURES`): the attention weights at
+``bertwatch/attention/{i:02d}`` (content without ``measure`` in logs written before measures: weights), every other
+measure of the same example at ``bertwatch/attention/{i:02d}/{measure}``. A measure is per head (``unit: "head"``,
+maps ``[layers, heads, T, T]``) or per layer (``unit: "layer"``, maps ``[layers, 1, T, T]``).
 """
 
 from __future__ import annotations
@@ -31,10 +37,15 @@ from tensorboard.compat.proto import summary_pb2
 from bertwatch.core.significance import ABLATION_FIELDS  # noqa: F401 (re-exported: the tables' field order)
 
 PLUGIN_NAME = "bertwatch"
-#: Version of the JSON in ``plugin_data.content``; the plugin skips tags written by a newer format. Optional keys
-#: added since (a ``head_grid``'s ``probe``, see :func:`probe_info`) keep the version: older readers ignore them and
-#: logs without them still load.
+#: Version of the JSON in ``plugin_data.content`` that summaries are written with; the plugin skips tags written by a
+#: newer format than :data:`READ_VERSION`. Optional keys added since (a ``head_grid``'s ``probe``, see
+#: :func:`probe_info`) keep the version: older readers ignore them and logs without them still load.
 FORMAT_VERSION = 1
+#: The version of attention maps of a measure other than the weights: a plugin from before measures reads version 1
+#: only, so it lists them as written by a newer bertwatch instead of showing an ALTI map as attention weights.
+MEASURE_FORMAT_VERSION = 2
+#: The newest content version this plugin reads.
+READ_VERSION = MEASURE_FORMAT_VERSION
 #: The keys of a ``head_grid``'s ``probe`` content: the length the probe texts were cut to (null: not cut by
 #: bertwatch), how many were cut, how many examples were measured and the longest measured, in tokens.
 PROBE_KEYS = ("max_length", "truncated", "examples", "longest")
@@ -75,6 +86,43 @@ TENSOR_KINDS = (
     KIND_NAMED_VALUES,
 )
 BLOB_KINDS = (KIND_ATTENTION,)
+
+#: The measure of attention maps written without one (every log from before measures).
+DEFAULT_MEASURE = "weights"
+#: Each measure of how much a query token takes from each key token: its label and what it answers, in the order of
+#: ``bertwatch.core.stat_names.MIXING_MEASURES`` (helper mix's branch). Per head or per layer is read from the maps
+#: (``unit``). See docs/plugin.md and docs/statistics.md.
+ATTENTION_MEASURES: dict[str, dict[str, str]] = {
+    "weights": {
+        "label": "Weights",
+        "description": "Attention probabilities α (softmax rows): where each head looks, not what it moves.",
+    },
+    "norms": {
+        "label": "Norms",
+        "description": "α·‖f(x)‖, each weight times the norm of the transformed value vector it weighs, rows "
+        "normalised per head (Kobayashi et al. 2020): a large weight on a small vector moves little.",
+    },
+    "alti": {
+        "label": "ALTI",
+        "description": "Each input token's contribution to the layer's output, residual and LayerNorm included "
+        "(Ferrando et al. 2022): one map per layer, not composed.",
+    },
+    "alti_composed": {
+        "label": "ALTI composed",
+        "description": "ALTI's contributions multiplied through the layers below (Ferrando et al. 2022): how much "
+        "each input token makes up a token's representation at that layer.",
+    },
+    "rollout": {
+        "label": "Rollout",
+        "description": "Raw attention averaged over heads, mixed with the residual identity and multiplied "
+        "through the layers (Abnar & Zuidema 2020): mixing up to that layer, by weight.",
+    },
+    "value_zeroing": {
+        "label": "Value zeroing",
+        "description": "How much each token's output changes when one key's value vector is zeroed "
+        "(Mohebbi et al. 2023): mixing measured by what removing a token changes.",
+    },
+}
 
 
 #: Human-readable descriptions (docs/statistics.md); unknown statistics get a generic one.
@@ -139,8 +187,16 @@ def heads_tag(stat: str) -> str:
     return HEADS_PREFIX + stat
 
 
-def attention_tag(index: int) -> str:
-    return "%s%02d" % (ATTENTION_PREFIX, int(index))
+def attention_tag(index: int, measure: str = DEFAULT_MEASURE) -> str:
+    """``bertwatch/attention/{index:02d}`` for the weights, ``.../{index:02d}/{measure}`` for another measure."""
+    base = "%s%02d" % (ATTENTION_PREFIX, int(index))
+    return base if measure == DEFAULT_MEASURE else "%s/%s" % (base, measure)
+
+
+def attention_measure(content: dict) -> str:
+    """The measure of an ``attention_map`` tag's content (``weights`` when absent: logs from before measures)."""
+    measure = content.get("measure")
+    return measure if isinstance(measure, str) and measure else DEFAULT_MEASURE
 
 
 def ablation_tag(mode: str, part: str) -> str:
@@ -164,10 +220,11 @@ def layer_scalar_tag(stat: str, layer: int) -> str:
 
 
 def create_summary_metadata(
-    kind: str, *, data_class: int, description: str = "", **content: Any
+    kind: str, *, data_class: int, description: str = "", version: int = FORMAT_VERSION, **content: Any
 ) -> summary_pb2.SummaryMetadata:
-    """``SummaryMetadata`` of plugin ``bertwatch`` with an explicit data class and versioned JSON content."""
-    payload = {"version": FORMAT_VERSION, "kind": kind}
+    """``SummaryMetadata`` of plugin ``bertwatch`` with an explicit data class and versioned JSON content
+    (``version``: the oldest format that reads it right)."""
+    payload = {"version": int(version), "kind": kind}
     payload.update(content)
     return summary_pb2.SummaryMetadata(
         summary_description=description,

@@ -13,7 +13,9 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/layer_means?run&tag[&max_points]``                  each layer's mean over heads, over steps
 ``/labels[?run[&step]]``                               the label rules; with ``run``, Clark's labels of that step
 ``/stat_names``                                        statistic names: menu groups, drift and [0, 1] statistics
-``/attention?run&tag[&step]&layer[&head]``             tokens and the maps of one layer (or one head)
+``/attention?run&tag[&step]&layer[&head]``             tokens and the maps of one layer (or one head), their measure
+``/attention_measures?run&index``                      the measures logged for one probe example, with their steps
+``/mass_gap?run[&step]``                               [CLS]/[SEP] mass per layer by weight, norm and ALTI, the gaps
 ``/ablation?run[&mode]``                               ablation tables of one mode and the pruning curve
 ``/embedding?run&tag[&step]``                          2-D head embedding of a step (latest), its steps, the previous map
 ``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
@@ -33,6 +35,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from bertwatch.tb import measures
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import Queries
 
@@ -43,6 +46,7 @@ STATIC_FILES = {
     "dom.js": "text/javascript",
     "heatmap.js": "text/javascript",
     "live.js": "text/javascript",
+    "panel_mass_gap.js": "text/javascript",
     "scales.js": "text/javascript",
     "view_ablation.js": "text/javascript",
     "view_attention.js": "text/javascript",
@@ -120,6 +124,8 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/labels": self._serve_labels,
             "/stat_names": self._serve_stat_names,
             "/attention": self._serve_attention,
+            "/attention_measures": self._serve_attention_measures,
+            "/mass_gap": self._serve_mass_gap,
             "/ablation": self._serve_ablation,
             "/embedding": self._serve_embedding,
             "/series": self._serve_series,
@@ -201,6 +207,14 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     )
     def _serve_attention(self):
         return self.queries.attention
+
+    @json_route(lambda r: (arg(r, "run"), int_arg(r, "index", minimum=0)))
+    def _serve_attention_measures(self):
+        return functools.partial(measures.attention_measures, self.queries)
+
+    @json_route(lambda r: (arg(r, "run"), int_arg(r, "step", required=False)))
+    def _serve_mass_gap(self):
+        return functools.partial(measures.mass_gap, self.queries)
 
     @json_route(lambda r: (arg(r, "run"), arg(r, "mode", required=False)))
     def _serve_ablation(self):

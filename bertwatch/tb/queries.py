@@ -64,7 +64,7 @@ class Queries:
         if ts is None:
             raise errors.NotFoundError("no bertwatch tensor for run=%r tag=%r" % (run, tag))
         content = md.parse_plugin_content(ts.plugin_content)
-        if content is None or content["version"] > md.FORMAT_VERSION:
+        if content is None or content["version"] > md.READ_VERSION:
             raise errors.NotFoundError("tag %r has no readable bertwatch metadata" % tag)
         return ts, content
 
@@ -136,7 +136,7 @@ class Queries:
                         if content is None:
                             skipped.append({"run": run, "tag": tag, "reason": "unreadable metadata"})
                             continue
-                        if content["version"] > md.FORMAT_VERSION:
+                        if content["version"] > md.READ_VERSION:
                             skipped.append({"run": run, "tag": tag, "reason": "written by a newer bertwatch format"})
                             continue
                         if content["kind"] not in kinds:
@@ -151,7 +151,7 @@ class Queries:
                         )
                         runs.setdefault(run, {})[tag] = info
         ordered = {run: dict(sorted(runs[run].items())) for run in sorted(runs)}
-        return {"version": md.FORMAT_VERSION, "runs": ordered, "skipped": skipped}
+        return {"version": md.READ_VERSION, "runs": ordered, "skipped": skipped}
 
     def steps(self, ctx, eid, run, tag) -> dict:
         if tag.startswith(md.ATTENTION_PREFIX):
@@ -276,7 +276,7 @@ class Queries:
         dp = self.require_provider()
         ts = self._one_tag(dp.list_blob_sequences, ctx, eid, run, tag)
         content = md.parse_plugin_content(ts.plugin_content) if ts is not None else None
-        if content is None or content["version"] > md.FORMAT_VERSION or content["kind"] != md.KIND_ATTENTION:
+        if content is None or content["version"] > md.READ_VERSION or content["kind"] != md.KIND_ATTENTION:
             raise errors.NotFoundError("no bertwatch attention maps for run=%r tag=%r" % (run, tag))
         points = sorted(
             self._one_tag(dp.read_blob_sequences, ctx, eid, run, tag, downsample=DOWNSAMPLE) or [], key=lambda d: d.step
@@ -312,12 +312,13 @@ class Queries:
         if len(tokens) != length:
             raise errors.NotFoundError("malformed attention blob: %d tokens, length %d" % (len(tokens), length))
         segments = header.get("segments")
-        result = (int(point.step), float(point.wall_time), content.get("index"), tokens, segments, maps)
+        about = {"measure": md.attention_measure(content), "unit": "layer" if header.get("unit") == "layer" else "head"}
+        result = (int(point.step), float(point.wall_time), content.get("index"), tokens, segments, maps, about)
         self.attention_cache.put(key, result, maps.nbytes + len(header_bytes))
         return result
 
     def attention(self, ctx, eid, run, tag, step, layer, head) -> dict:
-        step, wall, index, tokens, segments, maps = self.attention_maps(ctx, eid, run, tag, step)
+        step, wall, index, tokens, segments, maps, about = self.attention_maps(ctx, eid, run, tag, step)
         layers, heads, length = maps.shape[0], maps.shape[1], maps.shape[2]
         if layer >= layers or (head is not None and head >= heads):
             raise errors.NotFoundError("no such layer/head in a %d x %d model" % (layers, heads))
@@ -337,6 +338,7 @@ class Queries:
             "length": length,
             "layer": layer,
             "head": head,
+            **about,  # measure, unit ("layer": heads is 1, the map of the whole layer)
             "maps": f32_list(selected),  # [heads][T][T], or [T][T] when head is given
         }
 

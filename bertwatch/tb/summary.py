@@ -92,19 +92,42 @@ def layer_scalar_summaries(stat: str, grid: Any) -> summary_pb2.Summary:
     return summary
 
 
-def attention_summary(index: int, tokens: Sequence[str], maps: Any, segments: Sequence[int] | None = None):
-    """``bertwatch/attention/{index:02d}``: a BLOB_SEQUENCE of [JSON header, float16 ``[L, H, T, T]`` bytes].
+def attention_summary(
+    index: int,
+    tokens: Sequence[str],
+    maps: Any,
+    segments: Sequence[int] | None = None,
+    *,
+    measure: str = md.DEFAULT_MEASURE,
+) -> summary_pb2.Summary:
+    """``bertwatch/attention/{index:02d}[/{measure}]``: a BLOB_SEQUENCE of [JSON header, float16 ``[L, H, T, T]``].
 
-    ``tokens`` are the T token strings of the probe example (already cropped to its real tokens), ``maps``
-    its attention ``[layers, heads, T, T]`` (rows = queries), ``segments`` optional segment ids (T ints).
+    ``tokens`` are the T token strings of the probe example (already cropped to its real tokens), ``maps`` its map
+    of ``measure`` (:data:`bertwatch.tb.metadata.ATTENTION_MEASURES`; rows = queries): ``[layers, heads, T, T]`` per
+    head, or ``[layers, T, T]`` for a measure of the whole layer (ALTI, rollout, value zeroing), stored as
+    ``[layers, 1, T, T]`` with ``unit: "layer"``. The weights are always per head. ``segments``: optional segment
+    ids (T ints). Maps of a measure other than the weights are written as format
+    :data:`~bertwatch.tb.metadata.MEASURE_FORMAT_VERSION`, so older plugins skip them instead of calling them
+    attention.
+
+    Example:
+        >>> s = attention_summary(0, ["[CLS]", "hi", "[SEP]"], np.eye(3)[None].repeat(6, 0), measure="rollout")
+        >>> s.value[0].tag
+        'bertwatch/attention/00/rollout'
     """
     index = int(index)
     if index < 0:
         raise ValueError(f"index must be >= 0, got {index}")
+    if measure not in md.ATTENTION_MEASURES:
+        raise ValueError(f"unknown attention measure {measure!r}; one of {', '.join(md.ATTENTION_MEASURES)}")
     tokens = [str(t) for t in tokens]
     array = to_numpy(maps)
+    per_layer = array.ndim == 3 and measure != md.DEFAULT_MEASURE
+    if per_layer:
+        array = array[:, None]
     if array.ndim != 4 or array.shape[2] != array.shape[3]:
-        raise ValueError(f"maps must be [layers, heads, T, T], got shape {array.shape}")
+        shapes = "[layers, heads, T, T]" + ("" if measure == md.DEFAULT_MEASURE else " or [layers, T, T]")
+        raise ValueError(f"{measure} maps must be {shapes}, got shape {to_numpy(maps).shape}")
     layers, heads, length, _ = array.shape
     if len(tokens) != length:
         raise ValueError(f"{len(tokens)} tokens for maps of length {length}")
@@ -112,6 +135,7 @@ def attention_summary(index: int, tokens: Sequence[str], maps: Any, segments: Se
         segments = [int(s) for s in to_numpy(segments, np.int64).reshape(-1)]
         if len(segments) != length:
             raise ValueError(f"{len(segments)} segment ids for maps of length {length}")
+    unit = "layer" if per_layer else "head"
     header = {
         "tokens": tokens,
         "layers": int(layers),
@@ -119,18 +143,25 @@ def attention_summary(index: int, tokens: Sequence[str], maps: Any, segments: Se
         "length": int(length),
         "dtype": "float16",
         "segments": segments,
+        "measure": measure,
+        "unit": unit,
     }
     blob_header = json.dumps(header, ensure_ascii=False).encode("utf-8")
     blob_maps = np.ascontiguousarray(array.astype("<f2")).tobytes()
+    label = md.ATTENTION_MEASURES[measure]["label"]
     meta = md.create_summary_metadata(
         md.KIND_ATTENTION,
         data_class=summary_pb2.DATA_CLASS_BLOB_SEQUENCE,
-        description="Attention maps of probe example %d: [layers, heads, query, key]." % index,
+        description="%s maps of probe example %d: [layers, %s, query, key]."
+        % (label, index, "heads" if unit == "head" else "1"),
+        version=md.FORMAT_VERSION if measure == md.DEFAULT_MEASURE else md.MEASURE_FORMAT_VERSION,
         index=index,
+        measure=measure,
+        unit=unit,
     )
     summary = summary_pb2.Summary()
     summary.value.add(
-        tag=md.attention_tag(index),
+        tag=md.attention_tag(index, measure),
         metadata=meta,
         tensor=tensor_util.make_tensor_proto([blob_header, blob_maps], dtype=np.object_),
     )
@@ -276,14 +307,29 @@ class SummaryWriter:
             summaries.append(layer_scalar_summaries(stat, grid))
         self._write(summaries, step, walltime)
 
-    def add_attention_maps(self, examples: Sequence[tuple], step: int, walltime: float | None = None) -> None:
-        """``examples``: ``(tokens, maps[L, H, T, T])`` or ``(tokens, maps, segments)`` per probe example;
-        example ``i`` goes to ``bertwatch/attention/{i:02d}``."""
+    def add_attention_maps(
+        self,
+        examples: Sequence[tuple],
+        step: int,
+        walltime: float | None = None,
+        *,
+        measure: str = md.DEFAULT_MEASURE,
+    ) -> None:
+        """``examples``: ``(tokens, maps)`` or ``(tokens, maps, segments)`` per probe example, maps
+        ``[L, H, T, T]`` (or ``[L, T, T]`` for a per-layer measure); example ``i`` goes to
+        ``bertwatch/attention/{i:02d}`` (weights) or ``.../{i:02d}/{measure}``. Write each measure with the same
+        tokens and example order as the weights: the plugin shows them side by side. See :func:`attention_summary`.
+
+        Example::
+
+            writer.add_attention_maps([(tokens, weights, segments)], step)
+            writer.add_attention_maps([(tokens, alti_maps, segments)], step, measure="alti")  # [L, T, T]
+        """
         summaries = []
         for i, example in enumerate(examples):
             if len(example) not in (2, 3):
                 raise ValueError("each example must be (tokens, maps) or (tokens, maps, segments)")
-            summaries.append(attention_summary(i, *example))
+            summaries.append(attention_summary(i, *example, measure=measure))
         self._write(summaries, step, walltime)
 
     def add_ablation(self, *tables: Any, step: int = 0, walltime: float | None = None, **about: Any) -> None:

@@ -37,7 +37,7 @@ def test_word_class_attention_matches_a_loop():
     attn = attn / attn.sum(-1, keepdim=True)
     consumer = WordClassPass(tokens)
     consumer.consume(0, attn, roles)
-    grids = consumer.finish(None, 0)
+    grids = consumer.finish().grids
     want = {}
     for name in ("pron", "subj", "obj", "neg"):
         per_example, cls_rows = [], []

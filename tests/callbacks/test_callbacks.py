@@ -226,6 +226,8 @@ def test_lazy_exports_from_package_root() -> None:
 
 
 class _Sub:
+    log_to_trackers = False
+
     def __init__(self, names, maps=0):
         self.disabled, self.stat_names, self.maps, self.history = False, frozenset(names), maps, []
 
@@ -234,6 +236,9 @@ class _Sub:
 
     def wants_maps(self, event, step):
         return self.maps
+
+    def analyses(self, context, step):
+        return []
 
     def record(self, step, grids):
         self.history.append((step, grids))

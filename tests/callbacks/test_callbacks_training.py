@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-import bertwatch.callbacks.monitor as monitor_module
+import bertwatch.callbacks.measurements as measurements_module
 from bertwatch.callbacks import (
     AttentionDriftCallback,
     BertWatchCallback,
@@ -179,10 +179,10 @@ def test_an_error_inside_bertwatch_is_one_warning_and_training_goes_on(tmp_path,
         calls.append(1)
         if len(calls) > 1:
             raise RuntimeError("statistics exploded")
-        return monitor_module.compute_stats.__wrapped__(*args, **kwargs)
+        return measurements_module.compute_stats.__wrapped__(*args, **kwargs)
 
-    broken.__wrapped__ = monitor_module.compute_stats
-    monkeypatch.setattr(monitor_module, "compute_stats", broken)
+    broken.__wrapped__ = measurements_module.compute_stats
+    monkeypatch.setattr(measurements_module, "compute_stats", broken)
     a = EntropyCallback(every_n_steps=2, num_probe_examples=4)
     b = AttentionDriftCallback(every_n_steps=2, num_probe_examples=4)
     with warnings.catch_warnings(record=True) as caught:

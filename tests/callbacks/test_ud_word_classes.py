@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from bertwatch.callbacks import BertWatchCallback, SetupError, WordClassProbe
-from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+from bertwatch.callbacks.probe_context import autocast_dtype, mixed_precision
 from bertwatch.callbacks.word_classes import (
     SHARE_PREFIX,
     UDWordClassPass,
@@ -114,10 +114,9 @@ def test_the_pass_runs_under_the_trainings_mixed_precision(tmp_path, precision):
     tok = tokenizer()
     model = tiny_bert(tok, seed=3)
     data = build_word_class_batches(WordClassProbe(treebank(tmp_path), batch_size=2), tok, max_length=64)
-    real = Monitor(model, ProbeSettings())
-    real.args = SimpleNamespace(bf16=precision == "bf16", fp16=precision == "fp16")
-    real.device = torch.device("cpu")
-    monitor = SimpleNamespace(encoder=model, device=real.device, autocast=real.autocast)
+    dtype = autocast_dtype(SimpleNamespace(bf16=precision == "bf16", fp16=precision == "fp16"))
+    device = torch.device("cpu")
+    monitor = SimpleNamespace(encoder=model, device=device, autocast=lambda: mixed_precision(device, dtype))
     seen = []
     model.register_forward_pre_hook(
         lambda *_: seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)

@@ -114,6 +114,8 @@ def unit_masks(layers: int, heads: int):
 class Subscriber:
     """The least a monitor needs from a callback: the statistics it wants, at every event."""
 
+    log_to_trackers = False
+
     def __init__(self, names):
         self.disabled, self.stat_names, self.history = False, frozenset(names), []
 
@@ -122,6 +124,9 @@ class Subscriber:
 
     def wants_maps(self, event, step):
         return 0
+
+    def analyses(self, context, step):
+        return []
 
     def record(self, step, grids):
         self.history.append((step, grids))

@@ -1,5 +1,5 @@
 """Float64 loops over Kobayashi et al.'s norm-based attention, with each family's value and output projections
-found by attribute names (not by bertwatch), for tests/test_norms*.py."""
+found by attribute names (not by bertwatch), for tests/heads/test_norms*.py."""
 
 from __future__ import annotations
 

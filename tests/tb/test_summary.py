@@ -105,7 +105,7 @@ def test_attention_summary_is_a_blob_sequence_of_header_and_float16_maps():
     (v,) = s.value
     assert v.tag == "bertwatch/attention/07"
     assert v.metadata.data_class == summary_pb2.DATA_CLASS_BLOB_SEQUENCE
-    assert _content(v) == {"version": 1, "kind": "attention_map", "index": 7}
+    assert _content(v) == {"version": 1, "kind": "attention_map", "index": 7, "measure": "weights", "unit": "head"}
     assert v.tensor.dtype == 7 and [d.size for d in v.tensor.tensor_shape.dim] == [2]  # rank-1 DT_STRING
     header = json.loads(v.tensor.string_val[0])
     assert header == {
@@ -115,6 +115,8 @@ def test_attention_summary_is_a_blob_sequence_of_header_and_float16_maps():
         "length": 4,
         "dtype": "float16",
         "segments": [0, 0, 1, 1],
+        "measure": "weights",
+        "unit": "head",
     }
     decoded = np.frombuffer(v.tensor.string_val[1], dtype="<f2").reshape(2, 3, 4, 4)
     np.testing.assert_array_equal(decoded, maps.astype(np.float16))

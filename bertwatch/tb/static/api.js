@@ -46,7 +46,7 @@ export function rawText(v) {
 
 // Statistic names and groups have one home, bertwatch/core/stat_names.py, served at /stat_names; index.js loads
 // them once, before the first view renders.
-const statNames = {groups: [], drift: [], proportions: []};
+const statNames = {groups: [], drift: [], proportions: [], per_layer: []};
 
 /** Fetch the statistic names from the plugin (once, at start-up). */
 export async function loadStatNames() {
@@ -56,6 +56,11 @@ export async function loadStatNames() {
 /** Whether `stat` is a drift-from-pretrained statistic. */
 export function isDriftStat(stat) {
   return statNames.drift.includes(stat);
+}
+
+/** Whether `stat` is a statistic of the whole layer, logged as a [layers, 1] grid (one column, no heads). */
+export function isPerLayer(stat) {
+  return (statNames.per_layer || []).includes(stat);
 }
 
 /** Whether `stat` is a share of attention, always in [0, 1]. */

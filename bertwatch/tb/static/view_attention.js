@@ -1,10 +1,15 @@
 // Attention maps of the probe examples: one head's token x token map (queries = rows, keys = columns) with
-// the tokens on both axes, highlighted on hover, and small multiples of every head of the layer.
+// the tokens on both axes, highlighted on hover, and small multiples of every head of the layer. A measure selector
+// switches between the weights and the contribution measures logged for the same example (norms, ALTI, rollout,
+// value zeroing); per-layer measures show the layer's one map with the head picker off.
 // Tokens are user data: they only ever become textContent.
 
 import {getJSON, nums, rawText, tagsOfKind} from './api.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, setOptions} from './dom.js';
 import {legend, sequential} from './scales.js';
+
+// Float16 maps: each value is off by at most 2^-11 of itself, so a row summing to one sums to 1 ± 5e-4.
+const ROW_SUM_TOLERANCE = 2e-3;
 
 function drawMap(canvas, map, scale, cssSize) {
   const T = map.length;
@@ -43,10 +48,12 @@ export class AttentionView {
     this.stepSelect = h('select', {id: 'attn-step-select', class: 'select', 'aria-label': 'Step'});
     this.layerSelect = h('select', {id: 'layer-select', class: 'select', 'aria-label': 'Layer'});
     this.headSelect = h('select', {id: 'head-select', class: 'select', 'aria-label': 'Head'});
+    this.measureSelect = h('select', {id: 'measure-select', class: 'select', 'aria-label': 'Measure'});
     this.exampleSelect.addEventListener('change', () => {
       this.data = null;
       this.update('example');
     });
+    this.measureSelect.addEventListener('change', () => this.update('measure'));
     this.stepSelect.addEventListener('change', () => this.load());
     this.layerSelect.addEventListener('change', () => this.load());
     this.headSelect.addEventListener('change', () => this.renderAll());
@@ -54,6 +61,7 @@ export class AttentionView {
       'div',
       {class: 'toolbar'},
       field('Example', this.exampleSelect),
+      field('Measure', this.measureSelect),
       field('Step', this.stepSelect),
       field('Layer', this.layerSelect),
       field('Head', this.headSelect),
@@ -62,7 +70,16 @@ export class AttentionView {
     this.multiCard = card('All heads', {class: 'multi-card'});
     this.content = h('div', {class: 'layout-attention'}, this.mapCard.el, this.multiCard.el);
     this.emptyEl = h('div', {});
-    this.el = h('div', {class: 'view view-attention', id: 'view-attention'}, this.toolbar, this.emptyEl, this.content);
+    this.measureNote = h('div', {class: 'measure-note', id: 'measure-note', hidden: true});
+    this.el = h(
+      'div',
+      {class: 'view view-attention', id: 'view-attention'},
+      this.toolbar,
+      this.measureNote,
+      this.emptyEl,
+      this.content,
+    );
+    this.tokensSeen = new Map(); // example index -> tokens of its weights, to flag a measure logged on other tokens
     this.seq = 0;
   }
 
@@ -86,27 +103,51 @@ export class AttentionView {
       );
       return;
     }
+    const indices = [...new Set(tags.map((t) => t.index).filter((i) => Number.isInteger(i)))].sort((a, b) => a - b);
     setOptions(
       this.exampleSelect,
-      tags.map((t) => ({value: t.tag, text: `Example ${t.index !== undefined ? t.index : t.tag}`})),
+      indices.map((i) => ({value: String(i), text: `Example ${i}`})),
     );
-    const tag = this.exampleSelect.value;
-    const steps = await getJSON('steps', {run, tag});
-    const follow = this.stepSelect.value === '' || reason === 'run' || reason === 'example';
-    const options = [{value: '', text: `Latest (${fmtStep(steps.steps[steps.steps.length - 1])})`}].concat(
-      steps.steps
+    const index = this.exampleSelect.value;
+    const seq = ++this.seq;
+    const listing = await getJSON('attention_measures', {run, index});
+    if (seq !== this.seq) return;
+    this.measures = listing.measures;
+    const previous = this.measureSelect.value || 'weights';
+    setOptions(
+      this.measureSelect,
+      listing.measures.map((m) => ({value: m.measure, text: m.label, title: m.description})),
+      previous,
+    );
+    this.measureSelect.disabled = listing.measures.length < 2;
+    const measure = this.currentMeasure();
+    const steps = measure.steps;
+    const pinned = this.stepSelect.value;
+    let follow = pinned === '' || reason === 'run' || reason === 'example';
+    this.stepNote = null;
+    if (!follow && reason === 'measure' && !steps.includes(Number(pinned))) {
+      this.stepNote = `${measure.label} was not logged at step ${fmtStep(Number(pinned))}: showing its latest step.`;
+      follow = true;
+    }
+    const options = [{value: '', text: `Latest (${fmtStep(steps[steps.length - 1])})`}].concat(
+      steps
         .slice()
         .reverse()
         .map((st) => ({value: String(st), text: fmtStep(st)})),
     );
-    setOptions(this.stepSelect, options, follow ? '' : this.stepSelect.value);
+    setOptions(this.stepSelect, options, follow ? '' : pinned);
     if (reason === 'data' && this.data && follow === false) return; // pinned step: nothing new to show
     await this.load();
   }
 
+  currentMeasure() {
+    return this.measures.find((m) => m.measure === this.measureSelect.value) || this.measures[0];
+  }
+
   async load() {
     const run = this.app.run;
-    const tag = this.exampleSelect.value;
+    const measure = this.currentMeasure();
+    const tag = measure.tag;
     const step = this.stepSelect.value;
     const layer = this.layerSelect.value || 0;
     const seq = ++this.seq;
@@ -116,38 +157,102 @@ export class AttentionView {
     } catch (e) {
       if (seq !== this.seq) return;
       if (e.status === 400)
-        data = await getJSON('attention', {run, tag, step, layer, head: this.headSelect.value || 0});
+        data = await getJSON('attention', {
+          run,
+          tag,
+          step,
+          layer,
+          head: measure.unit === 'layer' ? 0 : this.headSelect.value || 0,
+        });
       else throw e;
     }
     if (seq !== this.seq) return;
     this.data = data;
+    data.info = measure;
     const L = data.layers;
-    const H = data.heads;
     setOptions(
       this.layerSelect,
       Array.from({length: L}, (_, l) => ({value: String(l), text: `L${l}`})),
       String(data.layer),
     );
-    setOptions(
-      this.headSelect,
-      Array.from({length: H}, (_, k) => ({value: String(k), text: `H${k}`})),
-    );
+    const perLayer = data.unit === 'layer';
+    if (!perLayer) {
+      const old = this.headOptions === data.heads ? this.headSelect.value : undefined;
+      setOptions(
+        this.headSelect,
+        Array.from({length: data.heads}, (_, k) => ({value: String(k), text: `H${k}`})),
+        old,
+      );
+      this.headOptions = data.heads;
+    }
+    this.headSelect.disabled = perLayer;
+    this.headSelect.title = perLayer ? `${measure.label} is a measure of the whole layer: no heads` : '';
+    if (data.measure === 'weights') this.tokensSeen.set(data.index, data.tokens);
+    this.renderNote(data);
     this.renderAll();
+  }
+
+  /** What the selected measure answers, whether it is per layer, and whatever differs from the weights' view. */
+  renderNote(data) {
+    const info = data.info;
+    const seen = this.tokensSeen.get(data.index);
+    const tokensDiffer = seen && data.measure !== 'weights' && seen.join('\u0000') !== data.tokens.join('\u0000');
+    const note = clear(this.measureNote);
+    note.hidden = false;
+    note.dataset.measure = data.measure;
+    note.dataset.unit = data.unit;
+    note.append(h('b', {}, info.label), ': ', info.description);
+    if (data.unit === 'layer')
+      note.append(
+        h(
+          'div',
+          {class: 'measure-layer', id: 'measure-layer-note'},
+          'One map for the whole layer (all heads together): the head picker is off.',
+        ),
+      );
+    if (this.stepNote) note.append(h('div', {class: 'measure-warn', id: 'measure-step-note'}, this.stepNote));
+    if (tokensDiffer)
+      note.append(
+        h(
+          'div',
+          {class: 'measure-warn', id: 'measure-token-note'},
+          `${info.label} was logged on other tokens than the weights of this example: its labels are its own.`,
+        ),
+      );
   }
 
   renderAll() {
     const data = this.data;
     if (!data) return;
     const perHead = data.head === null || data.head === undefined;
-    const head = perHead ? Number(this.headSelect.value || 0) : data.head;
+    const head = data.unit === 'layer' ? 0 : perHead ? Number(this.headSelect.value || 0) : data.head;
     const maps = perHead ? nums(data.maps) : null;
     const map = perHead ? maps[head] : nums(data.maps);
     const rawMap = perHead ? data.maps[head] : data.maps;
     let max = 0;
-    for (const m of maps || [map]) for (const row of m) for (const v of row) if (Number.isFinite(v) && v > max) max = v;
-    const scale = sequential(0, max > 0 ? max : 1);
+    let min = 0;
+    for (const m of maps || [map])
+      for (const row of m)
+        for (const v of row) {
+          if (Number.isFinite(v) && v > max) max = v;
+          if (Number.isFinite(v) && v < min) min = v;
+        }
+    const scale = sequential(min, max > min ? max : min + 1);
     this.renderMap(data, head, map, rawMap, scale);
-    this.renderMultiples(data, maps, head, scale);
+    if (data.unit === 'layer') this.renderLayerNote(data);
+    else this.renderMultiples(data, maps, head, scale);
+  }
+
+  renderLayerNote(data) {
+    const c = this.multiCard;
+    c.title.textContent = `${data.info.label} of L${data.layer}`;
+    c.sub.textContent = 'a measure of the whole layer';
+    clear(c.body).append(
+      emptyState(
+        'No per-head maps for this measure.',
+        `${data.info.label} gives one map per layer. Switch the measure to Weights or Norms to compare the heads.`,
+      ),
+    );
   }
 
   renderMap(data, head, map, rawMap, scale) {
@@ -253,7 +358,7 @@ export class AttentionView {
               {class: 'profile-bar'},
               h('span', {
                 class: 'fill',
-                style: {width: `${Math.max(0, Math.min(1, v)) * 100}%`, background: scale.color(v)},
+                style: {width: `${Math.max(0, Math.min(1, v / scale.domain[1])) * 100}%`, background: scale.color(v)},
               }),
             ),
             h('span', {class: 'profile-val'}, fmt(v, 3)),
@@ -300,15 +405,34 @@ export class AttentionView {
       el.addEventListener('mouseenter', () => highlight(null, j));
     });
     const c = this.mapCard;
-    c.title.textContent = `Attention · L${data.layer} H${head}`;
+    const weights = data.measure === 'weights';
+    c.title.textContent =
+      data.unit === 'layer'
+        ? `${data.info.label} · L${data.layer} (whole layer)`
+        : `${weights ? 'Attention' : data.info.label} · L${data.layer} H${head}`;
     c.sub.textContent = `example ${data.index !== undefined && data.index !== null ? data.index : ''} · ${T} tokens · step ${fmtStep(data.step)}`;
-    clear(c.aside).append(h('span', {class: 'pill'}, `row sums to 1`));
+    const defined = map.filter((row) => row.every(Number.isFinite));
+    const stochastic = defined.every((row) => Math.abs(row.reduce((a, v) => a + v, 0) - 1) < ROW_SUM_TOLERANCE);
+    const undefinedRows = T - defined.length;
+    clear(c.aside).append(
+      h(
+        'span',
+        {
+          class: 'pill',
+          id: 'row-sum-pill',
+          dataset: {stochastic: String(stochastic), undefinedRows: String(undefinedRows)},
+          title: undefinedRows ? 'grey rows have no value (e.g. value zeroing where nothing changed)' : '',
+        },
+        (stochastic ? 'rows sum to 1' : 'rows do not sum to 1') +
+          (undefinedRows ? ` · ${undefinedRows} row${undefinedRows === 1 ? '' : 's'} undefined` : ''),
+      ),
+    );
     const side = h(
       'div',
       {class: 'attn-side'},
       readout,
       profile,
-      legend(scale, {title: 'attention probability', width: 200}),
+      legend(scale, {title: weights ? 'attention probability' : data.info.label, width: 200}),
       data.segments?.some((x) => x)
         ? h(
             'div',

@@ -2,10 +2,11 @@
 // cells, the clicked head's trajectory over steps, every layer's mean over steps, and (when logged) the
 // pattern-class shares and the UD word-class attention shares over steps.
 
-import {getJSON, gridTags, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
+import {getJSON, gridTags, isPerLayer, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
 import {heatmap} from './heatmap.js';
+import {MassGapPanel} from './panel_mass_gap.js';
 import {layerColor, legend, scaleForStat} from './scales.js';
 
 // The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
@@ -53,11 +54,20 @@ export class HeadsView {
     this.wordClassCard = card('Word classes', {class: 'chart-card'});
     this.wordClassCard.el.id = 'word-class-card';
     this.wordClassCard.el.hidden = true;
+    this.massGap = new MassGapPanel();
     this.content = h(
       'div',
       {class: 'layout-heads'},
       this.gridCard.el,
-      h('div', {class: 'stack'}, this.trajCard.el, this.meansCard.el, this.patternCard.el, this.wordClassCard.el),
+      h(
+        'div',
+        {class: 'stack'},
+        this.trajCard.el,
+        this.meansCard.el,
+        this.massGap.el,
+        this.patternCard.el,
+        this.wordClassCard.el,
+      ),
     );
     this.emptyEl = h('div', {});
     this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
@@ -128,11 +138,13 @@ export class HeadsView {
       this.loadMeans(),
       this.loadPatterns(),
       this.loadWordClasses(),
+      this.massGap.load(run, this.stepper.step),
     ]);
   }
 
   onStep() {
     this.loadGrid();
+    this.massGap.load(this.state.run, this.stepper.step);
     const step = this.stepper.step;
     for (const chart of [this.trajChart, this.meansChart, this.patternChart, this.wordClassChart])
       if (chart) chart.setMarker(step);
@@ -197,6 +209,7 @@ export class HeadsView {
     const labelGrid = showLabels && this.labels?.labels ? this.labels.labels : null;
     const glyphs = labelGrid ? Object.fromEntries(this.labels.rules.map((r) => [r.label, r.glyph])) : {};
     const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? glyphs[l] : null))) : null;
+    const perLayer = grid.heads === 1 && isPerLayer(stat);
     const hm = heatmap({
       id: 'heads-heatmap',
       values,
@@ -206,7 +219,11 @@ export class HeadsView {
       showValues,
       selected: this.state.selected,
       tooltip: (l, hd, v) => {
-        const lines = [headName(l, hd), [stat, fmt(v, 4)], ['step', fmtStep(grid.step)]];
+        const lines = [
+          perLayer ? `L${l} (whole layer)` : headName(l, hd),
+          [stat, fmt(v, 4)],
+          ['step', fmtStep(grid.step)],
+        ];
         if (labelGrid?.[l][hd]) lines.push(['behaviour', labelGrid[l][hd]]);
         return lines;
       },
@@ -219,7 +236,9 @@ export class HeadsView {
     this.grid = hm;
     const c = this.gridCard;
     c.title.textContent = stat;
-    c.sub.textContent = `${grid.layers} layers × ${grid.heads} heads · step ${fmtStep(grid.step)}`;
+    c.sub.textContent = perLayer
+      ? `${grid.layers} layers · one value per layer (no heads) · step ${fmtStep(grid.step)}`
+      : `${grid.layers} layers × ${grid.heads} heads · step ${fmtStep(grid.step)}`;
     c.sub.title = info?.description ? info.description : '';
     const hasNaN = values.flat().some(Number.isNaN);
     const parts = [

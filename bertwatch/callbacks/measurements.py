@@ -1,0 +1,268 @@
+"""The statistic families of the probe pass, each one pluggable ``Measurement``.
+
+A measurement names the statistics it gives, says what the shared no-grad forward must record for them
+(``CaptureNeeds``) and when its own work runs in a batch (``stage``), and measures one probe batch at a time:
+per example ``{name: [batch, layers, heads]}`` (``heads.aggregate`` then averages examples into ``[layers, heads]``
+grids, and the measurement may finish them). Adding a family of statistics is one class and one entry in
+``MEASUREMENTS``; the monitor plans and runs every pass from that tuple (``callbacks.probe_pass``).
+
+"Measurement" and not "group": a group is a menu heading of the plugin (``core.stat_names.STAT_GROUPS``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from torch import Tensor
+
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
+from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.callbacks.probe_context import ProbeContext
+    from bertwatch.heads.capture import Capture
+
+__all__ = [
+    "CaptureNeeds",
+    "MEASUREMENTS",
+    "Measured",
+    "Measurement",
+    "MeasurementPass",
+    "ProbeBatch",
+    "Stage",
+    "measurement_of",
+]
+
+#: When a measurement's work runs in a probe batch: ``"before"`` the shared forward (its own passes, whose maps
+#: may spare the shared forward: ``Measured.attentions``), ``"forward"`` on the shared forward's recording, or
+#: ``"after"`` it, once its tensors are freed (its own passes).
+Stage = Literal["before", "forward", "after"]
+
+
+@dataclass(frozen=True)
+class CaptureNeeds:
+    """What the shared no-grad forward of a probe batch must record; the union of the due measurements' needs.
+
+    ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
+    each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
+    states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output). A new need is one boolean field
+    here and its line in :meth:`capture_arguments` or :meth:`forward_arguments`.
+
+    Example:
+        >>> (CaptureNeeds(maps=True) | CaptureNeeds(values=True)).capture_arguments()
+        {'record_values': True}
+        >>> CaptureNeeds().any
+        False
+    """
+
+    maps: bool = False
+    values: bool = False
+    hidden_states: bool = False
+
+    def __or__(self, other: CaptureNeeds) -> CaptureNeeds:
+        return CaptureNeeds(
+            **{f.name: getattr(self, f.name) or getattr(other, f.name) for f in dataclasses.fields(self)}
+        )
+
+    @property
+    def any(self) -> bool:
+        """Whether anything is to be recorded at all."""
+        return any(getattr(self, f.name) for f in dataclasses.fields(self))
+
+    @property
+    def beyond_maps(self) -> bool:
+        """Whether the maps alone (which a ``"before"`` measurement's own pass may hand over) are not enough."""
+        return dataclasses.replace(self, maps=False).any
+
+    def capture_arguments(self) -> dict[str, bool]:
+        """The keyword arguments of ``heads.capture.capture`` that record these needs."""
+        return {"record_values": self.values}
+
+    def forward_arguments(self) -> dict[str, bool]:
+        """The extra keyword arguments of the encoder's forward call."""
+        return {"output_hidden_states": True} if self.hidden_states else {}
+
+
+@dataclass(frozen=True)
+class ProbeBatch:
+    """One probe batch as the measurements see it, on the model's device.
+
+    ``index``: its place among the probe batches; ``start``: the probe row of its first example; ``inputs``: the
+    collated batch (label fields included); ``roles``: its token roles ``[rows, T]``. On the ``"forward"`` stage
+    also ``attentions`` ``[rows, layers, heads, T, T]``, the ``capture`` that recorded them (None when they came
+    from a ``"before"`` measurement's pass), the encoder's ``outputs`` (None then too) and ``reference``: this
+    batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured.
+    """
+
+    index: int
+    start: int
+    inputs: Mapping[str, Tensor]
+    roles: TokenRoles
+    attentions: Tensor | None = None
+    capture: Capture | None = None
+    outputs: Any = None
+    reference: Sequence[Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a ``"before"`` measurement may return instead of a plain mapping: its per-example ``values`` and the
+    maps of its own forward ``[rows, layers, heads, T, T]``, which then stand for the shared forward's."""
+
+    values: Mapping[str, Tensor]
+    attentions: Tensor | None = None
+
+
+@runtime_checkable
+class MeasurementPass(Protocol):
+    """One measurement's work over one probe pass (made by :meth:`Measurement.start`)."""
+
+    def measure(self, batch: ProbeBatch) -> Mapping[str, Tensor] | Measured:
+        """Per example ``{name: [rows, layers, heads]}`` of one batch (NaN where a statistic is undefined)."""
+        ...
+
+    def finish(self, grids: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The pass's ``{name: [layers, heads]}`` grids as they are to be logged (a grid from weights alone may be
+        added here)."""
+        ...
+
+
+@runtime_checkable
+class Measurement(Protocol):
+    """A family of per-head statistics measured together on the probe pass (module doc)."""
+
+    names: tuple[str, ...]
+    stage: Stage
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        """What the shared forward must record to measure ``names`` (a subset of ``self.names``)."""
+        ...
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        """Begin one pass measuring ``names`` (once per pass: what every batch shares, such as weights)."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """A ``MeasurementPass`` from a per-batch function and an optional finishing step."""
+
+    measure_batch: Callable[[ProbeBatch], Mapping[str, Tensor] | Measured]
+    finish_grids: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None
+
+    def measure(self, batch: ProbeBatch) -> Mapping[str, Tensor] | Measured:
+        return self.measure_batch(batch)
+
+    def finish(self, grids: dict[str, Tensor]) -> dict[str, Tensor]:
+        return grids if self.finish_grids is None else self.finish_grids(grids)
+
+
+class MapStatistics:
+    """The statistics of the maps alone and the drift from the reference maps (``heads.stats.compute_stats``)."""
+
+    names = STAT_NAMES + DRIFT_NAMES
+    stage: Stage = "forward"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds(maps=True)
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        compat_length = context.settings.compat_length
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            return compute_stats(batch.attentions, batch.roles, names, batch.reference, compat_length=compat_length)
+
+        return _Pass(measure)
+
+
+class NormStatistics:
+    """Kobayashi et al.'s norm-based statistics (``heads.norms``): maps, value states and contexts."""
+
+    names = NORM_NAMES
+    stage: Stage = "forward"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds(maps=True, values=True)
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        grams = head_grams(context.encoder)
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            cap = batch.capture
+            return norm_stats(batch.attentions, cap.values, grams, batch.roles, names, cap.contexts)
+
+        return _Pass(measure)
+
+
+class GradientStatistics:
+    """Michel's head importance and Clark's attention gradients (``heads.importance.gradient_stats``), from one
+    gated forward and backward per batch whose maps spare the shared forward."""
+
+    names = GRADIENT_NAMES
+    stage: Stage = "before"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds()
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        _require_labels(context)
+        model, loss = context.encoder, context.loss.arguments()
+
+        def measure(batch: ProbeBatch) -> Measured:
+            with context.autocast():
+                grads, attn = gradient_stats(model, batch.inputs, batch.roles, return_attentions=True, **loss)
+            return Measured({name: grads[name] for name in names}, attn)
+
+        def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
+            if context.settings.normalize_importance and "head_importance" in grids:
+                grids = {**grids, "head_importance": normalize_by_layer(grids["head_importance"])}
+            return grids
+
+        return _Pass(measure, finish)
+
+
+class IntegratedGradientsStatistic:
+    """Integrated-gradients head attribution (captum), after the shared forward's tensors are freed."""
+
+    names = (IG_NAME,)
+    stage: Stage = "after"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds()
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        _require_labels(context)
+        model, loss, steps = context.encoder, context.loss.arguments(), context.settings.ig_steps
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            with context.autocast():
+                return {IG_NAME: integrated_gradients(model, batch.inputs, steps=steps, **loss)}
+
+        return _Pass(measure)
+
+
+def _require_labels(context: ProbeContext) -> None:
+    if not context.probe.has_labels and context.settings.loss_fn is None:
+        raise RuntimeError("gradient statistics need labels in every probe example")  # refused at setup
+
+
+#: Every measurement of the probe pass, in the order their work runs within a stage.
+MEASUREMENTS: tuple[Measurement, ...] = (
+    GradientStatistics(),
+    NormStatistics(),
+    MapStatistics(),
+    IntegratedGradientsStatistic(),
+)
+
+
+def measurement_of(name: str, measurements: Sequence[Measurement] = MEASUREMENTS) -> Measurement:
+    """The measurement that gives statistic ``name`` (``KeyError`` for a name none gives)."""
+    for measurement in measurements:
+        if name in measurement.names:
+            return measurement
+    raise KeyError(f"no bertwatch measurement gives {name!r}")

@@ -1,0 +1,287 @@
+"""One probe pass, planned then executed: ``plan_pass`` decides, ``execute`` runs.
+
+``plan_pass`` reads the due subscribers (``Subscriber``: the callbacks) and what the step already measured, and
+returns a ``ProbePlan``: which statistics each measurement gives (``callbacks.measurements``), how many probe
+examples' maps to keep, whether the drift reference is taken in this pass or from the reference model, and the
+analyses riding on it. ``execute`` runs the plan over the probe batches, once each: per batch the ``"before"``
+measurements (own passes), one shared no-grad forward recording what the plan needs (``CaptureNeeds``), the
+``"forward"`` measurements and the analyses on it, then the ``"after"`` measurements; it returns values
+(``PassResult``) and writes nothing (``callbacks.publisher`` does).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import reduce
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from bertwatch.callbacks.analyses import Analysis
+from bertwatch.callbacks.measurements import (
+    MEASUREMENTS,
+    CaptureNeeds,
+    Measured,
+    Measurement,
+    MeasurementPass,
+    ProbeBatch,
+)
+from bertwatch.callbacks.probe_set import crop_maps
+from bertwatch.callbacks.publisher import Summary
+from bertwatch.callbacks.settings import ALL_STATS
+from bertwatch.heads.aggregate import aggregate
+from bertwatch.heads.capture import capture
+from bertwatch.heads.stats import DRIFT_NAMES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.callbacks.probe_context import ProbeContext
+
+__all__ = ["PassResult", "ProbePlan", "Subscriber", "execute", "plan_pass"]
+
+
+@runtime_checkable
+class Subscriber(Protocol):
+    """What the monitor asks of a callback, every member of it (``callbacks.watch.WatchCallback`` is one).
+
+    ``disabled``: stopped for the rest of the run; ``stat_names``: the statistics it measures;
+    ``log_to_trackers``: its statistics' layer means also go to the Trainer's trackers.
+    """
+
+    disabled: bool
+    stat_names: frozenset[str]
+    log_to_trackers: bool
+
+    def wants(self, event: str, step: int) -> bool:
+        """Whether it measures at ``event`` ("begin", "step", "evaluate", "end") and ``step``."""
+        ...
+
+    def wants_maps(self, event: str, step: int) -> int:
+        """How many probe examples' attention maps to keep at this event."""
+        ...
+
+    def analyses(self, context: ProbeContext, step: int) -> list[Analysis]:
+        """The analyses to ride on the pass at ``step`` (``callbacks.analyses``), asked once per due event."""
+        ...
+
+    def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
+        """Take the ``{name: [layers, heads]}`` grids of its statistics measured at ``step``."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What one probe pass captures and computes.
+
+    ``work``: each due measurement with the statistics it gives this time; ``names``: all of them, in
+    ``ALL_STATS`` order (the order they are logged in); ``num_maps``: probe examples whose maps are kept;
+    ``reference_from_model``: the drift reference is first taken from ``reference_model``; ``build_reference``:
+    this pass's own maps become the reference; ``analyses``: what rides on the pass.
+    """
+
+    step: int
+    work: tuple[tuple[Measurement, tuple[str, ...]], ...] = ()
+    names: tuple[str, ...] = ()
+    num_maps: int = 0
+    reference_from_model: bool = False
+    build_reference: bool = False
+    analyses: tuple[Analysis, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to do: no pass runs."""
+        return not (self.names or self.num_maps or self.reference_from_model or self.build_reference or self.analyses)
+
+    @property
+    def needs(self) -> CaptureNeeds:
+        """What the shared forward records: the ``"forward"`` measurements' needs, and always the maps."""
+        forward = [m.needs(names) for m, names in self.work if m.stage == "forward"]
+        return reduce(CaptureNeeds.__or__, forward, CaptureNeeds(maps=True))
+
+    @property
+    def shared_forward(self) -> bool:
+        """Whether every batch needs the shared forward (the batches of the kept examples always do)."""
+        forward = any(m.stage == "forward" for m, _ in self.work)
+        return forward or self.build_reference or bool(self.analyses)
+
+    @property
+    def uses_reference(self) -> bool:
+        return any(n in DRIFT_NAMES for n in self.names)
+
+
+def plan_pass(
+    event: str,
+    step: int,
+    due: Sequence[Subscriber],
+    active: Sequence[Subscriber],
+    *,
+    measured: Collection[str] = (),
+    maps_done: bool = False,
+    reference_ready: bool = False,
+    reference_model: bool = False,
+    analyses: Sequence[Analysis] = (),
+    measurements: Sequence[Measurement] = MEASUREMENTS,
+) -> ProbePlan:
+    """The pass that ``event`` at ``step`` calls for.
+
+    Args:
+        event: "begin", "step", "evaluate" or "end".
+        step: the global step.
+        due: the subscribers that measure at this event.
+        active: every subscriber still running (the reference is taken at "begin" if any of them wants drift).
+        measured: statistics already measured at this step (by an earlier event), not measured again.
+        maps_done: the examples' maps were already kept at this step.
+        reference_ready: the drift reference maps are there (cached, or taken earlier).
+        reference_model: a reference model was given (its maps are the reference).
+        analyses: the analyses the due subscribers asked for.
+        measurements: the measurements, in the order their work runs; a statistic two of them give is measured
+            by the first.
+
+    Returns:
+        The ``ProbePlan``; ``plan.empty`` when there is nothing to do.
+
+    Raises:
+        ValueError: a due statistic that no measurement gives.
+    """
+    wanted = set().union(*(s.stat_names for s in due))
+    names = tuple(n for n in ALL_STATS if n in wanted and n not in measured)
+    owner: dict[str, Measurement] = {}
+    for measurement in measurements:
+        for name in measurement.names:
+            owner.setdefault(name, measurement)
+    unmeasured = [n for n in names if n not in owner]
+    if unmeasured:
+        raise ValueError(f"no measurement gives {unmeasured}; add one to callbacks.measurements.MEASUREMENTS")
+    work = tuple((m, tuple(n for n in names if owner[n] is m)) for m in measurements)
+    drift_missing = any(n in DRIFT_NAMES for n in names)
+    begin_reference = event == "begin" and any(set(DRIFT_NAMES) & s.stat_names for s in active)
+    need_reference = not reference_ready and (begin_reference or (drift_missing and reference_model))
+    from_model = need_reference and reference_model
+    return ProbePlan(
+        step=step,
+        work=tuple((m, n) for m, n in work if n),
+        names=names,
+        num_maps=0 if maps_done else max((s.wants_maps(event, step) for s in due), default=0),
+        reference_from_model=from_model,
+        build_reference=not reference_ready and not from_model and (need_reference or drift_missing),
+        analyses=tuple(analyses),
+    )
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass measured: the statistics' ``grids`` ``{name: [layers, heads]}`` (plan order, float32 numpy),
+    the analyses' ``summaries`` and the kept ``examples`` ``(tokens, maps [L, H, n, n], segments)``."""
+
+    grids: dict[str, np.ndarray] = field(default_factory=dict)
+    summaries: tuple[Summary, ...] = ()
+    examples: tuple[tuple, ...] = ()
+
+    def all_grids(self) -> dict[str, np.ndarray]:
+        """The statistics' grids, then the analyses' grids."""
+        out = dict(self.grids)
+        for summary in self.summaries:
+            out.update(summary.grids)
+        return out
+
+
+class _Collected:
+    """What the batches of one pass add up to: per-example values, kept examples, the reference being taken."""
+
+    def __init__(self) -> None:
+        self.per_example: dict[str, list[Tensor]] = defaultdict(list)
+        self.examples: list[tuple] = []
+        self.reference: list[Tensor] = []
+
+    def add(self, values: Mapping[str, Tensor]) -> None:
+        for name, value in values.items():
+            self.per_example[name].append(value)
+
+
+def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
+    """Run ``plan`` over the probe set of ``context`` (module doc); the reference maps it takes are kept in
+    ``context.reference``. The model is left as it was (``heads.capture``)."""
+    if plan.reference_from_model:
+        context.reference.from_model(context.settings.reference_model)
+    building = plan.build_reference and not context.reference.ready
+    passes = [(m.stage, m.start(names, context)) for m, names in plan.work]
+    collected = _Collected()
+    for k in range(len(context.probe.batches)):
+        _run_batch(plan, context, passes, k, building, collected)
+    if building:
+        context.reference.keep(collected.reference)
+    grids = aggregate({n: torch.cat(v) for n, v in collected.per_example.items()})
+    for (_, names), (_, measurement_pass) in zip(plan.work, passes):
+        grids.update(measurement_pass.finish({n: grids[n] for n in names if n in grids}))
+    ordered = {n: grids[n].detach().float().cpu().numpy() for n in plan.names if n in grids}
+    summaries = tuple(analysis.finish() for analysis in plan.analyses)
+    return PassResult(ordered, summaries, tuple(collected.examples))
+
+
+def _run_batch(
+    plan: ProbePlan,
+    context: ProbeContext,
+    passes: Sequence[tuple[str, MeasurementPass]],
+    k: int,
+    building: bool,
+    collected: _Collected,
+) -> None:
+    """Probe batch ``k`` through every stage of the plan."""
+    probe = context.probe
+    batch = ProbeBatch(
+        index=k,
+        start=probe.first_row(k),
+        inputs={key: v.to(context.device) for key, v in probe.batches[k].items()},
+        roles=probe.roles[k].to(context.device),
+    )
+    attn = None
+    for stage, measurement_pass in passes:
+        if stage == "before":
+            out = measurement_pass.measure(batch)
+            if isinstance(out, Measured):
+                attn = out.attentions if out.attentions is not None else attn
+                out = out.values
+            collected.add(out)
+    if plan.shared_forward or len(collected.examples) < plan.num_maps:
+        _on_forward(plan, context, passes, replace(batch, attentions=attn), building, collected)
+    del attn
+    for stage, measurement_pass in passes:
+        if stage == "after":
+            collected.add(measurement_pass.measure(batch))
+
+
+def _on_forward(
+    plan: ProbePlan,
+    context: ProbeContext,
+    passes: Sequence[tuple[str, MeasurementPass]],
+    batch: ProbeBatch,
+    building: bool,
+    collected: _Collected,
+) -> None:
+    """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps and nothing more is needed),
+    then the ``"forward"`` measurements, the analyses, the reference and the kept examples."""
+    needs, cap, outputs = plan.needs, None, None
+    if batch.attentions is None or needs.beyond_maps:
+        model = context.encoder
+        with torch.no_grad(), context.autocast(), capture(model, **needs.capture_arguments()) as cap:
+            outputs = model(**context.model_inputs(batch.inputs), **needs.forward_arguments())
+        batch = replace(batch, attentions=cap.attentions, capture=cap, outputs=outputs)
+    attn, roles = batch.attentions, batch.roles
+    if building:
+        collected.reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
+    if plan.uses_reference:
+        batch = replace(
+            batch, reference=context.reference.batch(batch.index, collected.reference if building else None)
+        )
+    for stage, measurement_pass in passes:
+        if stage == "forward":
+            collected.add(measurement_pass.measure(batch))
+    for analysis in plan.analyses:
+        analysis.consume(batch.start, attn, roles)
+    probe, examples = context.probe, collected.examples
+    for maps in crop_maps(attn[: max(0, plan.num_maps - len(examples))], roles.real):
+        index = len(examples)
+        examples.append((probe.tokens[index], maps.float().cpu(), probe.segments[index]))

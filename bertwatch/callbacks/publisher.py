@@ -1,0 +1,159 @@
+"""The one place the probe pass's results are written: event files (world process zero) and the trackers.
+
+Measurements and analyses return values: grids, attention maps and ``Summary`` records (a named-values series,
+a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and sends the layer
+means to the Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once
+their statistics are in.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bertwatch.callbacks._safe import BertWatchWarning
+from bertwatch.callbacks.settings import ALL_STATS
+from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, send_to_trackers
+from bertwatch.core.rules import PATTERN_REQUIRED
+from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
+
+__all__ = ["HeadEmbedding", "NamedValues", "Publisher", "Summary"]
+
+
+@dataclass(frozen=True)
+class NamedValues:
+    """A named-values series point: ``values`` under the plugin's ``tag``, described by ``description``."""
+
+    tag: str
+    values: Mapping[str, float]
+    description: str
+
+
+@dataclass(frozen=True)
+class HeadEmbedding:
+    """A 2-D map of the heads (``coords`` ``[layers * heads, 2]``) logged as the embedding ``name``."""
+
+    name: str
+    coords: np.ndarray
+    layers: int
+    heads: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What an analysis of one probe pass returns: ``{name: [layers, heads]}`` grids and other records.
+
+    ``on_probe_set``: the grids were measured on the probe set (they are written with its length info), not on
+    sentences of the analysis's own.
+    """
+
+    grids: Mapping[str, np.ndarray] = field(default_factory=dict)
+    records: tuple[NamedValues | HeadEmbedding, ...] = ()
+    on_probe_set: bool = True
+
+
+class Publisher:
+    """Writes one run's results (see the module doc); ``writer`` None (not world process zero) writes nothing.
+
+    ``trackers`` are the Trainer's reporting callbacks; one that fails is dropped with one warning. ``args``,
+    ``state`` and ``event`` are handed to their ``on_log``; ``roles`` (the probe set's) give the pattern classes'
+    uniform-head baselines.
+    """
+
+    def __init__(
+        self,
+        writer: Any,
+        trackers: Sequence[Any],
+        args: Any,
+        state: Any,
+        event: Mapping[str, Any],
+        roles: Sequence[Any],
+        length_info: Mapping[str, int | None],
+    ) -> None:
+        self.writer = writer
+        self.trackers = list(trackers)
+        self.args = args
+        self.state = state
+        self.event = event
+        self.roles = roles
+        self.length_info = dict(length_info)
+        self.uniform: dict[str, float] | None = None
+        self.patterns_written: set[int] = set()
+        self.sent: dict[int, set[str]] = defaultdict(set)
+
+    def publish(
+        self,
+        step: int,
+        grids: Mapping[str, np.ndarray],
+        step_grids: Mapping[str, np.ndarray],
+        summaries: Sequence[Summary],
+        examples: Sequence[tuple],
+    ) -> None:
+        """Write one pass: the analyses' records, the new grids (the statistics' ``grids`` and the analyses' grids
+        of the probe set, with its length info, then the analyses' other grids), the pattern shares once
+        ``step_grids`` (all of the step's grids so far) hold their statistics, and the ``examples``' maps."""
+        if self.writer is None:
+            return
+        for summary in summaries:
+            for record in summary.records:
+                self._write_record(record, step)
+        probed = dict(grids)
+        for summary in summaries:
+            probed.update(summary.grids if summary.on_probe_set else {})
+        others = {n: g for summary in summaries if not summary.on_probe_set for n, g in summary.grids.items()}
+        if probed or others:
+            self.writer.add_head_grids(probed, step, probe=self.length_info)
+            self.writer.add_head_grids(others, step)
+            self._write_patterns(step, step_grids)
+        if examples:
+            self.writer.add_attention_maps(examples, step)
+
+    def _write_record(self, record: NamedValues | HeadEmbedding, step: int) -> None:
+        if isinstance(record, NamedValues):
+            self.writer.add_named_values(record.tag, dict(record.values), step, record.description)
+        else:
+            self.writer.add_embedding(record.name, record.coords, record.layers, record.heads, step=step)
+
+    def _write_patterns(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
+        """The share of heads in each of Kovaleva's pattern classes at this step, once its statistics are in."""
+        if step in self.patterns_written or not all(n in grids for n in PATTERN_REQUIRED):
+            return
+        if self.uniform is None:
+            self.uniform = uniform_baselines(self.roles)
+        from bertwatch.tb import metadata as md
+
+        shares = grid_pattern_shares(grids, self.uniform)
+        self.writer.add_named_values(md.PATTERN_SERIES, shares, step, "Share of heads in each pattern class (Kovaleva)")
+        self.patterns_written.add(step)
+
+    def send_layer_means(self, step: int, grids: Mapping[str, np.ndarray], wanted: set[str]) -> None:
+        """The layer means (and most drifted heads) of the statistics in ``wanted`` measured at ``step``, and of
+        the analyses' grids (word classes), to the trackers, once per statistic and step."""
+        if not self.trackers:
+            return
+        grids = {n: g for n, g in grids.items() if (n in wanted or n not in ALL_STATS) and n not in self.sent[step]}
+        self.sent[step].update(grids)
+        logs = {**layer_mean_logs(grids), **headline_logs(grids)}
+        for tracker, err in send_to_trackers(self.trackers, self.args, self.state, logs, self.event):
+            self.trackers.remove(tracker)
+            warnings.warn(
+                f"bertwatch: {type(tracker).__name__} failed on bertwatch's layer means ({type(err).__name__}: "
+                f"{err}); they are no longer sent to it. Training continues.",
+                BertWatchWarning,
+                stacklevel=2,
+            )
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        """Close the event writer; later calls write nothing."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
