@@ -6,9 +6,6 @@ BIN := $(VENV)/bin
 DATA ?= $(or $(BERTWATCH_DATA),../shared/data)
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
-# Modules whose docstring examples run offline and fast; `make test` and `make test-fast` run them as doctests.
-DOCTESTS := bertwatch/callbacks/settings.py bertwatch/callbacks/attach.py bertwatch/callbacks/watch.py \
-	bertwatch/callbacks/measurements.py
 TEST_ENV = BERTWATCH_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
 .PHONY: demo lint test test-fast setup browser clean
@@ -41,11 +38,9 @@ lint: $(STAMP) $(NODE_STAMP)
 
 test: lint browser
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider
-	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTESTS)
 
 test-fast: lint
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider -m fast --hypothesis-profile=fast
-	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider --doctest-modules $(DOCTESTS)
 
 clean:
 	rm -rf $(VENV) node_modules demo_out *.egg-info

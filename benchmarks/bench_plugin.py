@@ -27,10 +27,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from _tb_helpers import http_json, tensorboard_server  # noqa: E402
-
+sys.path.insert(0, str(ROOT))
 from bertwatch.tb.summary import SummaryWriter  # noqa: E402
+from tests.support.tb_helpers import http_json, tensorboard_server  # noqa: E402
 
 STATS = (
     "cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva", "self", "prev", "next",

@@ -6,14 +6,15 @@ loaded on first use, so TensorBoard can import the plugin without paying for the
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bertwatch.core.lazy import lazy_names
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "analyze": "bertwatch.analysis.analyze",
-    "Intervention": "bertwatch.heads.capture",
+    "analyze": "bertwatch.analysis.text_stats",
+    "Intervention": "bertwatch.heads.intervention",
     "TokenRoles": "bertwatch.heads.roles",
     "token_roles": "bertwatch.heads.roles",
     "compute_stats": "bertwatch.heads.stats",
@@ -31,7 +32,7 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.ablation.sweep import ablate
-    from bertwatch.analysis.analyze import analyze
+    from bertwatch.analysis.text_stats import analyze
     from bertwatch.callbacks import (
         AblationCallback,
         AttentionDriftCallback,
@@ -41,18 +42,12 @@ if TYPE_CHECKING:  # pragma: no cover
         SpecialTokenMassCallback,
     )
     from bertwatch.callbacks.attach import watch
-    from bertwatch.heads.capture import Intervention
+    from bertwatch.heads.intervention import Intervention
     from bertwatch.heads.roles import TokenRoles, token_roles
     from bertwatch.heads.stats import compute_stats
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bertwatch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

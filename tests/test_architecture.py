@@ -182,6 +182,15 @@ def functions(tree: ast.AST, prefix: str = ""):
             yield from functions(node, f"{prefix}{node.name}.")
 
 
+def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines, its docstring not counted (documentation is not what makes a function long)."""
+    length = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        length -= first.end_lineno - first.lineno + 1
+    return length
+
+
 def is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
@@ -238,7 +247,7 @@ def test_long_functions_say_why():
     for path in package_files():
         tree = ast.parse(path.read_text())
         for qualname, node in functions(tree):
-            length = node.end_lineno - node.lineno + 1
+            length = code_lines(node)
             if length > MAX_FUNCTION_LINES and LONG_REASON not in (ast.get_docstring(node) or ""):
                 bad.append(f"{relative(path)}:{node.lineno} {qualname}: {length} lines")
     assert not bad, (
@@ -452,6 +461,22 @@ def tree_names() -> set[str]:
                 folder = path
                 named.add(f"{path}__init__.py")
     return named
+
+
+#: File names several subpackages may each have: the package files, and each subpackage's frozen settings value.
+SHARED_FILE_NAMES = {"__init__.py", "__main__.py", "settings.py"}
+
+
+def test_no_two_modules_share_a_name():
+    """One meaning per word: a module name names one thing (``report/syntax_section.py`` beside ``linguistics/``,
+    ``heads/task_heads.py`` beside ``ablation/task_types.py``)."""
+    seen: dict[str, list[str]] = {}
+    for path in package_files():
+        seen.setdefault(path.name, []).append(relative(path))
+    shared = {name: paths for name, paths in seen.items() if len(paths) > 1 and name not in SHARED_FILE_NAMES}
+    assert not shared, "modules with the same name in several subpackages (name each for its job):\n" + "\n".join(
+        f"{name}: {', '.join(paths)}" for name, paths in sorted(shared.items())
+    )
 
 
 def test_architecture_names_every_module():

@@ -15,7 +15,7 @@ from bertwatch.callbacks.settings import WatchSettings
 from bertwatch.core.families import model_family
 from bertwatch.core.modes import MODES, check_mode
 from bertwatch.heads.capture import Intervention
-from tests._models import tiny_model
+from tests.support.models import tiny_model
 
 MESSAGE = "unknown mode 'ones': use 'uniform' (Kovaleva) or 'zero' (Michel)"
 

@@ -27,8 +27,8 @@ import bertwatch.tb.summary as summary_module
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, watch
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.tb.summary import SummaryWriter
-from tests._tb_helpers import http_json, make_wsgi_app, synthetic_grids, tensorboard_server, wait_for
-from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
+from tests.support.tb_helpers import http_json, make_wsgi_app, synthetic_grids, tensorboard_server, wait_for
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def _grid_steps(run_dir: Path, stat: str = "cls_mass") -> list[int]:
 def test_sigkill_mid_run_leaves_readable_event_files(tmp_path: Path) -> None:
     logdir = tmp_path / "runs" / "killed"
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests._hostile_train", str(logdir), str(tmp_path / "out")],
+        [sys.executable, "-m", "tests.support.hostile_train", str(logdir), str(tmp_path / "out")],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -184,7 +184,7 @@ def _peak_rss(tmp_path: Path, probes: int) -> float:
         [
             sys.executable,
             "-m",
-            "tests._hostile_train",
+            "tests.support.hostile_train",
             str(tmp_path / f"runs{probes}"),
             str(tmp_path / f"o{probes}"),
             str(probes),
@@ -256,7 +256,7 @@ def test_two_trainings_into_one_log_dir_at_once(tmp_path: Path) -> None:
         "import sys, torch; torch.set_num_threads(1)\n"
         "import transformers as T\n"
         "from bertwatch.callbacks import BertWatchCallback\n"
-        "from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args\n"
+        "from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args\n"
         "tok = tiny_tokenizer()\n"
         "T.Trainer(model=tiny_bert(tok, seed=int(sys.argv[2])), args=training_args(sys.argv[3], max_steps=6),\n"
         "          train_dataset=toy_dataset(tok, 24, 0), eval_dataset=toy_dataset(tok, 12, 1),\n"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests._tolerance import EPS32, ROUNDINGS, assert_float32_close, float32_bound, pearson_scale
 from tests.conftest import TEST_THREADS
+from tests.support.tolerance import EPS32, ROUNDINGS, assert_float32_close, float32_bound, pearson_scale
 
 pytestmark = pytest.mark.fast
 

@@ -9,8 +9,9 @@ lower layers reused) → ``evaluate`` (shards, ``store`` for resumption and the 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bertwatch.core.lazy import lazy_names
 
 _LAZY = {
     "MODES": "bertwatch.core.modes",
@@ -31,10 +32,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.report.result import AblationResult
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bertwatch.ablation' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY, globals())

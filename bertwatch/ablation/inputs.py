@@ -48,7 +48,7 @@ class EvalData:
     features: list[dict[str, list[int]]]
     labels: np.ndarray
     shards: list[list[EvalBatch]] = field(default_factory=list)
-    #: The task type (``bertwatch.ablation.tasks.TASK_TYPES``): how ``labels`` feed the model's loss.
+    #: The task type (``bertwatch.ablation.task_types.TASK_TYPES``): how ``labels`` feed the model's loss.
     task_type: str = "sequence-classification"
     #: How many examples were cut to the length measured (texts longer than ``max_length`` tokens).
     cut: int = 0

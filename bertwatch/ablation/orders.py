@@ -15,7 +15,7 @@ from bertwatch.ablation.inputs import EvalBatch, EvalData
 
 
 def _batch_with_labels(data: EvalData, batch: EvalBatch, regression: bool, device: torch.device) -> dict:
-    from bertwatch.ablation.tasks import label_batch
+    from bertwatch.ablation.task_types import label_batch
 
     inputs = {k: v.to(device) for k, v in batch.inputs.items()}
     width = inputs["attention_mask"].shape[-1]
@@ -29,7 +29,7 @@ def _masked_gate_gradients(
     """``|∂L_b/∂ξ|`` per example ``[batch, layers, heads]`` with the ``disabled`` heads ``[layers, heads]`` switched
     off by ``mode``'s intervention (the gates of the others at 1); ``L_b`` is each example's own loss."""
     from bertwatch.heads.capture import Intervention, capture, model_shape
-    from bertwatch.heads.tasks import LABEL_FIELDS, check_loss_inputs, label_fields, model_loss
+    from bertwatch.heads.task_heads import LABEL_FIELDS, check_loss_inputs, label_fields, model_loss
 
     layers, heads = model_shape(model)
     ids = batch["input_ids"]

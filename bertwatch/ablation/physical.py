@@ -18,7 +18,7 @@ from typing import Any
 
 from bertwatch.core.jsonable import jsonable
 from bertwatch.heads import pruned_modeling as pm
-from bertwatch.report.gain import GAIN_FILE
+from bertwatch.report.gain_section import GAIN_FILE
 
 __all__ = ["GAIN_FILE", "MODELING_FILE", "heads_from_ablation", "prune_model", "save_pruned", "write_gain"]
 

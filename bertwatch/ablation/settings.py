@@ -15,26 +15,59 @@ __all__ = ["AblationSettings"]
 
 @dataclass(frozen=True)
 class AblationSettings:
-    """What to evaluate, how to score it and how to run it. Every field has a default; see :func:`ablate`.
+    """What to evaluate, how to score it and how to run it: every choice of one sweep, checked when made, compared by
+    value. Every field has a default; :func:`~bertwatch.ablation.sweep.ablate` takes it as ``settings=`` and any field
+    as a keyword that overrides it.
 
-    What: ``task`` (a GLUE task name or a task type such as ``"token-classification"``; None = what the model's
-    head does), ``mode`` ("uniform": Kovaleva's uniform attention, "zero": Michel's zeroed context), ``keep_only``
-    (also "only head h of layer l left on"), ``prune`` (the importance-ordered pruning curve, ``prune_step`` of the
-    remaining heads a step, until the metric falls below ``prune_threshold`` x baseline), beside it
-    ``prune_random`` random orders (seeded by ``seed``; 0: none) and, with ``prune_iterative``, Michel's iterative
-    order (importance re-estimated after each step), at the same steps; ``delta`` is the δ of the answer "up to N%
-    of heads removed with the metric within δ of the baseline" (:mod:`bertwatch.core.removable`), in the
-    metric's units (default 0.01: one point of accuracy).
-    Scoring: ``metric`` (a key of ``compute_metrics``' result, or a built-in name), ``greater_is_better``,
-    ``n_resamples``/``seed``/``confidence`` of the paired bootstrap.
-    QA: ``max_answer_length``, the longest span (in tokens) the best answer may have.
-    Running: ``batch_size`` examples a batch, ``configs_per_batch`` configurations stacked in one batch (None: on
-    a GPU as many as fit in half its free memory at the longest example, at most 512; elsewhere 128 rows, i.e.
-    128 // ``batch_size`` configurations; see ``bertwatch.ablation.runner.default_configs_per_batch``), ``shard_size`` examples per resumable unit, ``max_length`` tokens per example,
-    ``reuse`` (lower-layer reuse), ``resume`` (from ``out_dir/partial.jsonl``), ``distributed`` (None: when
-    launched under accelerate / torchrun), ``progress`` (a progress bar).
-    Output: ``out_dir`` (ablation.json, ablation.csv, report.html, partial.jsonl), ``logdir`` (a TensorBoard run
-    folder) and the global ``step`` the summaries are written at.
+    Args:
+        task: a GLUE task name or a task type such as ``"token-classification"``; None: what the model's head does.
+        mode: ``"uniform"`` (Kovaleva's uniform attention) or ``"zero"`` (Michel's zeroed context).
+        out_dir: folder for ablation.json, ablation.csv, report.html and partial.jsonl; None: no files.
+        metric: a key of ``compute_metrics``' result, or a built-in metric name; None: the task's primary one.
+        greater_is_better: the metric's direction (a loss or perplexity is always lower-is-better).
+        logdir: a TensorBoard run folder for the summaries (or ``ablate(writer=...)``).
+        step: the global step the summaries are written at.
+        keep_only: also score "only head h of layer l left on".
+        prune: the importance-ordered pruning curve, ``prune_step`` of the heads a step, until the metric falls
+            below ``prune_threshold`` x baseline.
+        prune_step: share of the heads pruned per step, in (0, 1].
+        prune_threshold: where the pruning curve stops, as a share of the baseline.
+        prune_random: random orders at the same steps (seeded by ``seed``; 0: none).
+        prune_iterative: Michel's iterative order too (importance re-estimated after each step).
+        delta: the δ of the answer "up to N% of heads removed with the metric within δ of the baseline"
+            (:mod:`bertwatch.core.removable`), in the metric's units (default 0.01: one point of accuracy).
+        n_resamples: paired bootstrap resamples.
+        seed: seed of the bootstrap, the random orders and masked-LM masks.
+        confidence: two-sided confidence of the intervals, in (0, 1).
+        batch_size: examples a batch.
+        configs_per_batch: configurations stacked in one batch. None: on a GPU as many as fit in half its free
+            memory at the longest example, at most 512; elsewhere 128 rows, i.e. 128 // ``batch_size``
+            configurations (``bertwatch.ablation.runner``: ``MEMORY_SHARE``, ``MAX_CONFIGS``, ``CPU_ROWS``).
+        shard_size: examples per resumable unit.
+        max_length: tokens per text example (capped by the model's maximum; longer ones are cut, with a warning).
+        max_answer_length: QA: the longest span (in tokens) the best answer may have.
+        reuse: reuse the baseline's lower layers (exact; off only to compare).
+        resume: resume from ``out_dir/partial.jsonl``.
+        distributed: split the configurations across processes; None: when launched under accelerate / torchrun.
+        progress: show a progress bar.
+
+    Raises:
+        ValueError: a mode, size, step, count, δ or confidence out of range (the message names the field).
+        TypeError: from :meth:`resolve`, a field name that does not exist (the message lists the fields).
+
+    Example:
+        >>> from bertwatch.ablation import AblationSettings
+        >>> s = AblationSettings(mode="zero", n_resamples=200)
+        >>> s == AblationSettings(n_resamples=200, mode="zero")
+        True
+        >>> AblationSettings.resolve(s, seed=3).seed
+        3
+        >>> AblationSettings(mode="half")
+        Traceback (most recent call last):
+        ValueError: unknown mode 'half': use 'uniform' (Kovaleva) or 'zero' (Michel)
+        >>> AblationSettings.resolve(s, resamples=10)
+        Traceback (most recent call last):
+        TypeError: ablate() got unexpected keyword argument(s) resamples; settings are: task, mode, ...
     """
 
     task: str | None = None

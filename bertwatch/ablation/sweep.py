@@ -25,7 +25,6 @@ processes (``accelerate launch`` / ``torchrun``) configurations are split across
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -41,52 +40,23 @@ from torch import nn
 
 from bertwatch.ablation.configs import HeadMask, order_masks, random_orders, sweep_configs
 from bertwatch.ablation.evaluate import evaluate_configs
-from bertwatch.ablation.inputs import EvalData, make_batches, prepare_examples
+from bertwatch.ablation.inputs import EvalData, make_batches
 from bertwatch.ablation.orders import head_importance, iterative_masks
 from bertwatch.ablation.pruning import baseline_curves, pruning_curve
 from bertwatch.ablation.runner import Runner, default_configs_per_batch
 from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
-from bertwatch.ablation.tasks import Task, prepare_task_examples, resolve_task, task_parts
+from bertwatch.ablation.task_types import Task, sweep_examples, task_parts
 from bertwatch.core.families import model_family
 from bertwatch.heads.capture import model_shape
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import FIELDS, AblationResult
 
-
-def check_model(model: nn.Module, task: str | None) -> tuple[bool, int]:
-    """(regression, number of outputs); clear errors for models the sweep cannot score and for a GLUE task whose
-    labels do not fit the head."""
-    resolved = resolve_task(model, task)
-    num_labels = int(getattr(model.config, "num_labels", 0))
-    if resolved.glue is not None:
-        from bertwatch.data.glue import glue_task
-
-        spec = glue_task(resolved.glue)
-        if spec.num_labels != num_labels or spec.is_regression != resolved.regression:
-            raise ValueError(
-                f"task {spec.name!r} has {spec.num_labels} label{'s' if spec.num_labels != 1 else ''}"
-                f"{' (regression)' if spec.is_regression else ''}, but the model's head has {num_labels} output"
-                f"{'s' if num_labels != 1 else ''}: was this checkpoint fine-tuned on {spec.name}?"
-            )
-    return resolved.regression, num_labels
+__all__ = ["SweepSetup", "ablate", "prepare_sweep"]
 
 
-def check_labels(labels: np.ndarray, regression: bool, num_labels: int) -> None:
-    if regression:
-        if not np.all(np.isfinite(labels)):
-            raise ValueError("regression labels must be finite numbers")
-        return
-    bad = labels[(labels < 0) | (labels >= num_labels)]
-    if bad.size:
-        raise ValueError(
-            f"labels {sorted(set(bad.tolist()))[:5]} are outside the model's {num_labels} classes; "
-            "do the task's labels match the model?"
-        )
-
-
-def fingerprint(model: nn.Module, data: EvalData, mode: str, batch_size: int, shard_size: int) -> str:
+def _run_fingerprint(model: nn.Module, data: EvalData, mode: str, batch_size: int, shard_size: int) -> str:
     digest = hashlib.sha1(f"{mode}|{batch_size}|{shard_size}|{type(model).__name__}".encode())
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
@@ -99,7 +69,8 @@ def fingerprint(model: nn.Module, data: EvalData, mode: str, batch_size: int, sh
     return digest.hexdigest()[:20]
 
 
-def writer_for(writer: Any, logdir: str | os.PathLike | None):
+def _summary_writer(writer: Any, logdir: str | os.PathLike | None):
+    """(the writer to use, whether this call opened it and must close it)."""
     from bertwatch.tb.summary import SummaryWriter
 
     if writer is None:
@@ -112,13 +83,13 @@ def writer_for(writer: Any, logdir: str | os.PathLike | None):
 
 
 @dataclass
-class Prepared:
-    """Everything the sweep's steps share: the model's shape, the batched data, the runner, the metric, the store."""
+class SweepSetup:
+    """What every step of one sweep shares, checked before any configuration runs: the model and its shape, the
+    task, the batched data, the runner, the metric (and where it comes from), the store and the processes."""
 
     model: nn.Module
     settings: AblationSettings
     task: Task
-    regression: bool
     num_layers: int
     num_heads: int
     data: EvalData
@@ -126,33 +97,18 @@ class Prepared:
     processes: Processes
     configs_per_batch: int
     metric: Metric
+    #: ``compute_metrics``, the task type's own metric, ``glue`` or ``built-in`` (recorded in the result).
+    metric_source: str
     store: Store
-    compute_metrics: Callable | None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def task_examples(
-    model: nn.Module, examples: Any, tokenizer: Any, s: AblationSettings
-) -> tuple[Task, bool, list[dict[str, Any]], np.ndarray, list, int]:
-    """The task, whether it is a regression, the examples tokenised with their labels and references, and how
-    many were cut to the length measured (warned once, ``inputs.warn_cut``); the
-    refusals of a head, task or example layout the sweep cannot score (``AblationCallback`` runs it on the first
-    examples at ``on_train_begin``)."""
-    task = dataclasses.replace(resolve_task(model, s.task), max_answer_length=s.max_answer_length, seed=s.seed)
-    regression, num_labels = check_model(model, s.task)
-    found = prepare_task_examples(model, examples, tokenizer, task, s.max_length)
-    if found is not None:
-        return task, regression, found.features, found.labels, found.references, found.cut
-    features, labels, cut = prepare_examples(model, examples, tokenizer, s.max_length, regression)
-    if task.type != "multi-label":
-        check_labels(labels, regression, num_labels)
-    return task, regression, features, labels, [], cut
-
-
-def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings):
+def prepare_sweep(
+    model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Callable | None, s: AblationSettings
+) -> SweepSetup:
     """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
     any configuration is evaluated."""
-    task, regression, features, labels, references, cut = task_examples(model, examples, tokenizer, s)
+    task, regression, features, labels, references, cut = sweep_examples(model, examples, tokenizer, s)
     num_layers, num_heads = model_shape(model)
     pad_id = getattr(tokenizer, "pad_token_id", None)
     if pad_id is None:
@@ -177,7 +133,7 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
     else:
         metric = make_metric(task.glue, compute_metrics, s.metric, labels, regression)
     out_path = Path(s.out_dir) if s.out_dir is not None else None
-    run_id = fingerprint(model, data, s.mode, s.batch_size, s.shard_size)
+    run_id = _run_fingerprint(model, data, s.mode, s.batch_size, s.shard_size)
     store = Store(
         out_path / "partial.jsonl" if (out_path is not None and s.resume) else None, run_id, processes.is_main
     )
@@ -187,11 +143,10 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
     if configs_per_batch is None:
         longest = max(len(f["input_ids"]) for f in features)
         configs_per_batch = default_configs_per_batch(model, runner.device, s.batch_size, longest)
-    return Prepared(
+    return SweepSetup(
         model,
         s,
         task,
-        regression,
         num_layers,
         num_heads,
         data,
@@ -199,12 +154,12 @@ def prepare(model: nn.Module, examples: Any, tokenizer: Any, compute_metrics: Ca
         processes,
         int(configs_per_batch),
         metric,
+        _metric_source(compute_metrics, metric, task),
         store,
-        compute_metrics,
     )
 
 
-def sweep(p: Prepared) -> tuple[list[HeadMask], dict[str, np.ndarray]]:
+def evaluate_unit_configs(p: SweepSetup) -> tuple[list[HeadMask], dict[str, np.ndarray]]:
     """Outputs of the baseline, every head, every layer and every keep-only configuration; fixes the metric."""
     started = time.perf_counter()
     configs = sweep_configs(p.num_layers, p.num_heads, keep_only=p.settings.keep_only)
@@ -225,7 +180,7 @@ def sweep(p: Prepared) -> tuple[list[HeadMask], dict[str, np.ndarray]]:
 
 
 @dataclass
-class Pruned:
+class PruningCurves:
     """The pruning curves: the importance order's entries and logits (``[n, C]`` per step), and each baseline
     order's (``random0``, ..., ``iterative``) at the same steps."""
 
@@ -242,18 +197,18 @@ class Pruned:
         return out
 
 
-def prune(p: Prepared, baseline: float, loss_fn: Callable | None) -> Pruned:
+def run_pruning_curves(p: SweepSetup, baseline: float, loss_fn: Callable | None) -> PruningCurves:
     """Importance (once, on the evaluation set), the pruning curve down to ``prune_threshold`` x baseline, then the
     random and iterative orders at the same steps."""
     s = p.settings
     if not s.prune:
         p.seconds.update(importance=0.0, pruning=0.0, baselines=0.0)
-        return Pruned()
+        return PruningCurves()
     started = time.perf_counter()
-    importance = head_importance(p.model, p.data, p.regression, loss_fn)
+    importance = head_importance(p.model, p.data, p.task.regression, loss_fn)
     p.seconds["importance"] = round(time.perf_counter() - started, 3)
     margin = (1 - s.prune_threshold) * abs(baseline)
-    greater = greater_is_better(p)
+    greater = _greater_is_better(p)
     limit = baseline - margin if greater else baseline + margin
     started = time.perf_counter()
     with torch.inference_mode():
@@ -272,17 +227,17 @@ def prune(p: Prepared, baseline: float, loss_fn: Callable | None) -> Pruned:
         )
     p.seconds["pruning"] = round(time.perf_counter() - started, 3)
     started = time.perf_counter()
-    named = baseline_masks(p, importance, len(pruning), loss_fn)
+    named = _baseline_order_masks(p, importance, len(pruning), loss_fn)
     with torch.inference_mode():
         baselines = baseline_curves(
             p.runner, p.data, p.store, p.processes, p.configs_per_batch, named, p.metric.score, s.progress, s.mode
         )
     p.seconds["baselines"] = round(time.perf_counter() - started, 3)
-    return Pruned(pruning, prune_logits, importance, baselines)
+    return PruningCurves(pruning, prune_logits, importance, baselines)
 
 
-def baseline_masks(
-    p: Prepared, importance: np.ndarray, steps: int, loss_fn: Callable | None
+def _baseline_order_masks(
+    p: SweepSetup, importance: np.ndarray, steps: int, loss_fn: Callable | None
 ) -> dict[str, list[np.ndarray]]:
     """The first ``steps`` masks of each random order (``random{r}``) and of the iterative order."""
     s = p.settings
@@ -293,14 +248,14 @@ def baseline_masks(
         started = time.perf_counter()
 
         def importance_under(mask: np.ndarray) -> np.ndarray:
-            return head_importance(p.model, p.data, p.regression, loss_fn, disabled=mask, mode=s.mode)
+            return head_importance(p.model, p.data, p.task.regression, loss_fn, disabled=mask, mode=s.mode)
 
         named["iterative"] = iterative_masks(importance, steps, s.prune_step, importance_under)
         p.seconds["iterative_importance"] = round(time.perf_counter() - started, 3)
     return named
 
 
-def tables(p: Prepared, configs: list[HeadMask], logits: dict[str, np.ndarray], pruned: Pruned):
+def bootstrap_tables(p: SweepSetup, configs: list[HeadMask], logits: dict[str, np.ndarray], pruned: PruningCurves):
     """The paired bootstrap of every configuration against the baseline, laid out as the result's tables:
     (bootstrap, heads ``[L, H, 5]``, layers ``[L, 5]``, keep-only ``[L, H, 5]`` or None); fills the cells of every
     pruning curve's entries."""
@@ -329,7 +284,7 @@ def tables(p: Prepared, configs: list[HeadMask], logits: dict[str, np.ndarray], 
     return boot, heads, layers, keep
 
 
-def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
+def _result_config(p: SweepSetup, num_configurations: int) -> dict[str, Any]:
     """What the result records about how it was computed."""
     s, model = p.settings, p.model
     return {
@@ -340,8 +295,8 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
         "mode": s.mode,
         "metric": p.metric.name,
         "task_type": p.task.type,
-        "metric_source": metric_source(p),
-        "greater_is_better": greater_is_better(p),
+        "metric_source": p.metric_source,
+        "greater_is_better": _greater_is_better(p),
         "n_resamples": int(s.n_resamples),
         "seed": int(s.seed),
         "confidence": float(s.confidence),
@@ -369,44 +324,31 @@ def run_config(p: Prepared, num_configurations: int) -> dict[str, Any]:
     }
 
 
-def greater_is_better(p: Prepared) -> bool:
+def _greater_is_better(p: SweepSetup) -> bool:
     """The settings' direction, except for a metric where lower is always better (masked-LM loss, perplexity)."""
     return bool(p.settings.greater_is_better and p.metric.greater_is_better)
 
 
-def metric_source(p: Prepared) -> str:
-    if p.compute_metrics is not None:
+def _metric_source(compute_metrics: Callable | None, metric: Metric, task: Task) -> str:
+    if compute_metrics is not None:
         return "compute_metrics"
-    if p.metric.combine is not None:
-        return p.task.type
-    return "glue" if p.task.glue else "built-in"
+    if metric.combine is not None:
+        return task.type
+    return "glue" if task.glue else "built-in"
 
 
-def publish(p: Prepared, result: AblationResult, writer: Any) -> None:
+def write_result(p: SweepSetup, result: AblationResult, writer: Any) -> None:
     """On the main process: the files in ``out_dir`` and the TensorBoard summaries."""
     s = p.settings
     if not p.processes.is_main:
         return
     if s.out_dir is not None:
         write_outputs(result, Path(s.out_dir))
-    sw, owned = writer_for(writer, s.logdir)
+    sw, owned = _summary_writer(writer, s.logdir)
     if sw is None:
         return
     try:
-        sw.add_ablation(
-            s.mode,
-            result.metric,
-            result.baseline,
-            result.num_examples,
-            result.heads.astype(np.float32),
-            result.layers.astype(np.float32),
-            result.pruning_curve() if result.pruning else None,
-            step=s.step,
-            task_type=result.task_type,
-            metrics=result.metrics,
-            baseline_metrics=result.baseline_metrics,
-            curves=result.curves_summary() if result.pruning else None,
-        )
+        sw.add_ablation_result(result, step=s.step)
     finally:
         sw.close() if owned else sw.flush()
 
@@ -428,24 +370,61 @@ def ablate(
     """Disable every head, every layer, each layer but one head, and prune by importance; score each with a
     paired bootstrap against the baseline.
 
-    ``examples_or_dataset``: ``{"text", "text_pair", "label"}`` dicts (:func:`bertwatch.data.glue.load_glue`), or a
-    (HF) dataset with ``input_ids`` (+ ``token_type_ids``) and ``label``/``labels``, or GLUE text columns.
-    ``settings`` (:class:`~bertwatch.ablation.settings.AblationSettings`) holds every other choice; ``task``,
-    ``mode``, ``out_dir`` and any settings field given as a keyword (``n_resamples=200``) override it.
     The metric is ``compute_metrics``' (``metric`` names which key, default: the task's primary one or accuracy),
-    else the task's metric, else accuracy (Pearson for regression). ``writer`` (a bertwatch or torch
-    SummaryWriter, or a run directory) or ``logdir`` receive the TensorBoard ablation summaries at ``step``.
-    ``loss_fn(outputs, batch) -> [batch]`` replaces the model's loss in the pruning importance. Runs split across
-    processes under accelerate / torchrun.
+    else the task's metric, else accuracy (Pearson for regression). Runs split across processes under accelerate /
+    torchrun (call it on every process); only world process zero writes files and summaries.
+
+    Args:
+        model: a fine-tuned task model (sequence or token classification, QA, multiple choice, masked LM), possibly
+            wrapped (peft, DDP, FSDP).
+        examples_or_dataset: ``{"text", "text_pair", "label"}`` dicts (:func:`bertwatch.data.glue.load_glue`), or a
+            (HF) dataset or list of dicts with ``input_ids`` (+ ``token_type_ids``) and ``label``/``labels``, or GLUE
+            text columns.
+        tokenizer: needed for text examples; tokenized ones are used as they are.
+        task: a GLUE task name or a task type (``"token-classification"``, ``"qa"``, ...); None: what the model's
+            head does.
+        compute_metrics: a Trainer-style ``compute_metrics(EvalPrediction) -> dict``.
+        mode: ``"uniform"`` (Kovaleva) or ``"zero"`` (Michel); default the settings' (``"uniform"``).
+        out_dir: where ``ablation.json``, ``ablation.csv``, ``report.html`` and ``partial.jsonl`` (resumption) go.
+        writer: a bertwatch or torch ``SummaryWriter``, or a run directory, for the TensorBoard ablation summaries
+            at ``settings.step`` (or give ``logdir=``).
+        settings: every other choice (:class:`~bertwatch.ablation.settings.AblationSettings`); ``task``, ``mode``,
+            ``out_dir`` and ``overrides`` replace its fields.
+        loss_fn: ``loss_fn(outputs, batch) -> [batch]`` replaces the model's loss in the pruning importance.
+        **overrides: any ``AblationSettings`` field (``n_resamples=200``).
+
+    Returns:
+        The :class:`~bertwatch.report.result.AblationResult`: ``heads`` ``[layers, heads, 5]`` and ``layers``
+        ``[layers, 5]`` cells ``(value, delta, ci_low, ci_high, p)``, keep-only cells, the pruning curves, the config.
+
+    Raises:
+        ValueError: before any configuration runs, for a head, task, label or example layout the sweep cannot
+            score (with what to do), or a setting out of range.
+        TypeError: an unknown setting (the message lists the known ones).
+
+    Example:
+        >>> import torch, transformers
+        >>> from bertwatch import ablate
+        >>> _ = torch.manual_seed(0)
+        >>> config = transformers.BertConfig(
+        ...     vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+        ... )
+        >>> model = transformers.BertForSequenceClassification(config).eval()
+        >>> examples = [{"input_ids": [2, 5 + i % 7, 9 + i % 5, 3], "label": i % 2} for i in range(12)]
+        >>> result = ablate(model, examples, mode="zero", n_resamples=50, prune=False, progress=False)
+        >>> result.heads.shape, result.layers.shape  # (value, delta, ci_low, ci_high, p) per head and per layer
+        ((2, 2, 5), (2, 5))
+        >>> result.metric, result.num_examples
+        ('accuracy', 12)
     """
     given = {k: v for k, v in (("task", task), ("mode", mode), ("out_dir", out_dir)) if v is not None}
     s = AblationSettings.resolve(settings, **given, **overrides)
-    p = prepare(model, examples_or_dataset, tokenizer, compute_metrics, s)
-    configs, logits = sweep(p)
+    p = prepare_sweep(model, examples_or_dataset, tokenizer, compute_metrics, s)
+    configs, logits = evaluate_unit_configs(p)
     baseline_logits = logits["baseline"]
-    pruned = prune(p, p.metric.score(baseline_logits), loss_fn)
+    pruned = run_pruning_curves(p, p.metric.score(baseline_logits), loss_fn)
     logits.update(pruned.all_logits())
-    boot, heads, layers, keep = tables(p, configs, logits, pruned)
+    boot, heads, layers, keep = bootstrap_tables(p, configs, logits, pruned)
     baseline_metrics = p.metric.all_metrics(baseline_logits) if p.metric.all_metrics else {}
     result = AblationResult(
         task=s.task,
@@ -461,10 +440,10 @@ def ablate(
         pruning_random=[pruned.baselines[n][0] for n in pruned.baselines if n.startswith("random")],
         pruning_iterative=pruned.baselines["iterative"][0] if "iterative" in pruned.baselines else [],
         baseline_metrics={k: float(v) for k, v in baseline_metrics.items()},
-        config=run_config(p, len(configs) + len(pruned.all_logits())),
+        config=_result_config(p, len(configs) + len(pruned.all_logits())),
         task_type=p.task.type,
         logits=logits,
     )
-    publish(p, result, writer)
+    write_result(p, result, writer)
     p.processes.barrier()
     return result

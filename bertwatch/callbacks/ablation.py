@@ -10,7 +10,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from bertwatch.ablation.settings import AblationSettings
-from bertwatch.ablation.sweep import ablate, check_model, task_examples
+from bertwatch.ablation.sweep import ablate
+from bertwatch.ablation.task_types import check_task_head, sweep_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
 from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
 from bertwatch.core.modes import check_mode
@@ -176,9 +177,9 @@ class AblationCallback(TrainerCallback):
         try:
             resolved = AblationSettings.resolve(base, **settings)
             if rows is None:
-                check_model(model, resolved.task)
+                check_task_head(model, resolved.task)
             else:
-                task_examples(model, rows, tokenizer, resolved)
+                sweep_examples(model, rows, tokenizer, resolved)
         except (ValueError, TypeError) as err:
             raise SetupError(
                 f"the ablation at the end of training cannot run on this model and evaluation set: {err}. Pass "

@@ -24,7 +24,7 @@ from bertwatch.heads.layout import LayoutError, right_align
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, max_input_length
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
-from bertwatch.heads.tasks import IGNORE_INDEX, example_mask, head_kind, original_ids
+from bertwatch.heads.task_heads import IGNORE_INDEX, example_mask, head_kind, original_ids
 from bertwatch.heads.unwrap import input_names, unwrap
 
 __all__ = [
@@ -149,7 +149,7 @@ def _ints(value: Any) -> list[int]:
 def masked_lm_features(
     features: Sequence[Any], numbers: Sequence[int], tokenizer: Any, seed: int
 ) -> list[dict[str, Any]]:
-    """A masked-LM model's probe examples with fixed, seeded masks (``bertwatch.heads.tasks.example_mask``, seeded
+    """A masked-LM model's probe examples with fixed, seeded masks (``bertwatch.heads.task_heads.example_mask``, seeded
     by ``seed`` and each example's index ``numbers[i]`` in its dataset), so every probe pass sees the same masked
     tokens and labels whatever the training collator draws. Labels already in an example give back its unmasked
     tokens (``original_ids``) before it is masked again."""

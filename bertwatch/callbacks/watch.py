@@ -27,7 +27,7 @@ from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import QK_NAME, supports_qk_spectral_norm
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
-from bertwatch.heads.tasks import LossSetupError
+from bertwatch.heads.task_heads import LossSetupError
 
 __all__ = [
     "WatchCallback",

@@ -85,7 +85,7 @@ def _ablate_parser() -> argparse.ArgumentParser:
 def _task_type(args: argparse.Namespace) -> str:
     """The task type ``--task`` names (a GLUE name: sequence classification); a task type needs ``--data``,
     checked here before the model loads."""
-    from bertwatch.ablation.tasks import ALIASES, TASK_TYPES
+    from bertwatch.ablation.task_types import ALIASES, TASK_TYPES
 
     wanted = ALIASES.get(args.task.lower(), args.task.lower())
     if wanted in TASK_TYPES:
@@ -179,7 +179,7 @@ def cli_ablate(argv: Sequence[str]) -> int:
 def summary_lines(result, out: str) -> str:
     """What ``bertwatch ablate`` prints: the task type and metrics by name, the baseline, the best single head, and
     how many heads the pruning orders can remove with the metric within δ."""
-    from bertwatch.report.pruning import answer_lines
+    from bertwatch.report.pruning_section import answer_lines
 
     best = np.nanargmax(result.heads[..., 1])
     l, h = divmod(int(best), result.shape[1])

@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
 def cli_analyze(argv: Sequence[str]) -> int:
     """Run ``bertwatch analyze``; returns the process exit code."""
     args = _parser().parse_args(list(argv))
-    from bertwatch.analysis.analyze import analyze
+    from bertwatch.analysis.text_stats import analyze
 
     result = analyze(
         args.model,

@@ -22,7 +22,7 @@ from bertwatch.heads.loading import load_model, max_input_length
 from bertwatch.linguistics.outputs import best_grid, relation_marks, safe_tag, wordclass_json, write_json
 from bertwatch.linguistics.scan import DEFAULT_CLUSTER_LIMIT, DEFAULT_PROBE_TRAIN_LIMIT, Scan, scan
 from bertwatch.linguistics.syntax import DIRECTIONS, encode, read_conllu, skip_message, training_treebank
-from bertwatch.report.linguistics import write_linguistics_report
+from bertwatch.report.syntax_section import write_linguistics_report
 
 _MAIN_RELATIONS = (
     "all",

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertwatch.report.events import read_run
-from bertwatch.report.gain import gain_files, gain_section
+from bertwatch.report.gain_section import gain_files, gain_section
 from bertwatch.report.html import build_html
-from bertwatch.report.linguistics import html_section
 from bertwatch.report.result import atomic_write
+from bertwatch.report.syntax_section import html_section
 
 
 def _report_parser() -> argparse.ArgumentParser:

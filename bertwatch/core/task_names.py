@@ -9,7 +9,7 @@ from typing import Any
 
 __all__ = ["METRIC_NAMES", "TASK_NAMES", "describe", "metric_entries", "metric_label", "task_label"]
 
-#: Task type (``bertwatch.ablation.tasks.TASK_TYPES``) -> what users read.
+#: Task type (``bertwatch.ablation.task_types.TASK_TYPES``) -> what users read.
 TASK_NAMES: dict[str, str] = {
     "sequence-classification": "sequence classification",
     "regression": "regression",

@@ -1,13 +1,8 @@
 """See and change attention inside transformers 5 encoders through a registered attention implementation.
 
 transformers 5 removed ``head_mask`` and defaults to SDPA, which returns no probabilities. bertwatch registers
-its own implementation, ``"bertwatch"``, and switches a model into it only for the passes it owns:
-
->>> with capture(model) as cap:
-...     model(**batch)
->>> cap.attentions.shape          # [batch, layers, heads, query, key]
-
-The implementation computes exactly what eager attention computes, records the post-softmax, pre-dropout
+its own implementation, ``"bertwatch"``, and switches a model into it only for the passes it owns (a run
+example: :func:`capture`). The implementation computes exactly what eager attention computes, records the post-softmax, pre-dropout
 probabilities, and applies per-head interventions (Kovaleva's uniform disabling, Michel's zeroing, any scale)
 and gates whose gradients measure head importance.
 """
@@ -18,15 +13,14 @@ import contextlib
 import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from bertwatch.core.families import model_family
-from bertwatch.core.modes import check_mode
 from bertwatch.heads.adapters import adapter_for
+from bertwatch.heads.intervention import Intervention
 from bertwatch.heads.logits import LOGIT_NAMES, allowed_pairs, logit_summary, mask_allows
 from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
 from bertwatch.heads.rng import rng_untouched
@@ -45,35 +39,6 @@ __all__ = [
     "intervene",
     "model_shape",
 ]
-
-
-@dataclass(frozen=True)
-class Intervention:
-    """Per-head changes applied inside attention.
-
-    ``uniform``: bool ``[layers, heads]`` or ``[batch, layers, heads]``; a marked head's probabilities become
-    1/n over the keys it may attend to (Kovaleva et al.'s disabling, after softmax, before dropout).
-    ``scale``: float, same shapes; multiplies each head's context vector (0 is Michel et al.'s zeroing).
-    """
-
-    uniform: torch.Tensor | None = None
-    scale: torch.Tensor | None = None
-
-    @classmethod
-    def zero(cls, mask: torch.Tensor) -> Intervention:
-        """Zero the context of the heads where ``mask`` is true."""
-        mask = torch.as_tensor(mask, dtype=torch.bool)
-        return cls(scale=(~mask).to(torch.float32))
-
-    @classmethod
-    def uniform_heads(cls, mask: torch.Tensor) -> Intervention:
-        """Make the heads where ``mask`` is true attend uniformly to every key they may see."""
-        return cls(uniform=torch.as_tensor(mask, dtype=torch.bool))
-
-    @classmethod
-    def disable(cls, mask: torch.Tensor, mode: str) -> Intervention:
-        """Disable the marked heads with ``mode`` "uniform" (Kovaleva) or "zero" (Michel)."""
-        return cls.uniform_heads(mask) if check_mode(mode) == "uniform" else cls.zero(mask)
 
 
 def check_supported(model: nn.Module) -> None:
@@ -348,15 +313,53 @@ def capture(
 ) -> Iterator[Capture]:
     """Run the block's forward passes through bertwatch's attention, then restore the model exactly.
 
-    ``model`` may be wrapped (peft, torch.compile, DDP, sentence-transformers; see ``bertwatch.heads.unwrap``):
-    the encoder inside is captured, and calling either the wrapper or the encoder inside the block is recorded.
     Inside the block the encoder uses the "bertwatch" implementation (or its family's adapter) and is in eval
     mode (unless ``train_mode``); on exit, also on error, its attention implementation, ``training`` flags and
     the torch RNG state are restored. Each forward pass starts a new recording; ``cap.attentions`` holds the
-    last one. With ``keep_graph`` the recorded maps stay in the autograd graph, so
-    ``torch.autograd.grad(loss, cap.layer(l))`` gives ∂L/∂A. With ``record_values`` each
-    layer's value states (bias included) and heads' contexts are kept too, as ``cap.values`` and ``cap.contexts``.
-    With ``record_logits`` each head's pre-softmax scores are reduced to ``cap.logit_summary``.
+    last one.
+
+    Args:
+        model: a supported encoder, possibly wrapped (peft, torch.compile, DDP, sentence-transformers; see
+            ``bertwatch.heads.unwrap``): the encoder inside is captured, and calling either the wrapper or the
+            encoder inside the block is recorded.
+        record: keep the attention probabilities of every layer.
+        intervention: per-head changes (:class:`Intervention`: uniform attention, scaled or zeroed contexts).
+        gates: float ``[layers, heads]`` or ``[batch, layers, heads]`` multipliers of each head's context; give
+            them ``requires_grad`` for Michel's head importance ∂L/∂gate.
+        train_mode: leave the model in training mode (dropout on).
+        keep_graph: keep the recorded maps in the autograd graph, so ``torch.autograd.grad(loss, cap.layer(l))``
+            gives ∂L/∂A.
+        record_values: keep each layer's value states (bias included) and the heads' contexts too, as
+            ``cap.values`` and ``cap.contexts``.
+        record_logits: reduce each head's pre-softmax scores over the real query/key pairs to
+            ``cap.logit_summary`` (``max_logit``, ``logit_std``: ``[batch, layers, heads]``), never keeping them.
+
+    Yields:
+        The :class:`Capture`: ``attentions`` ``[batch, layers, heads, query, key]`` of the last forward pass.
+
+    Raises:
+        UnsupportedModelError: a model bertwatch cannot capture (a decoder, an unknown attention), with the reason.
+        ValueError: ``intervention`` or ``gates`` not shaped ``[..., layers, heads]``.
+        RuntimeError: a ``capture`` block opened inside another.
+
+    Example:
+        >>> import torch, transformers
+        >>> from bertwatch.heads.capture import Intervention, capture
+        >>> _ = torch.manual_seed(0)
+        >>> config = transformers.BertConfig(
+        ...     vocab_size=30, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+        ... )
+        >>> model = transformers.BertModel(config).eval()
+        >>> ids = torch.tensor([[2, 7, 8, 9, 3]])
+        >>> with capture(model) as cap:
+        ...     _ = model(input_ids=ids)
+        >>> cap.attentions.shape  # [batch, layers, heads, query, key]
+        torch.Size([1, 2, 2, 5, 5])
+        >>> off = torch.tensor([[True, False], [False, False]])  # head 0 of layer 0 attends uniformly
+        >>> with capture(model, intervention=Intervention.uniform_heads(off)) as cap:
+        ...     _ = model(input_ids=ids)
+        >>> torch.allclose(cap.attentions[0, 0, 0], torch.full((5, 5), 0.2))
+        True
     """
     num_layers, num_heads = model_shape(model)
     for name, spec in (
@@ -479,17 +482,14 @@ def _verify(encoder: nn.Module) -> str | None:
         return f"{what} does not route its attention through transformers' AttentionInterface. {_SUPPORT_HINT}"
     low = any(t.dtype in (torch.float16, torch.bfloat16) for t in (expected[0], *cap._maps))  # mixed precision
     expected = torch.stack([a.float() for a in expected], 1)
-    real = (
-        inputs["attention_mask"].bool()[:, None, None, :, None]
-        & inputs["attention_mask"].bool()[:, None, None, None, :]
-    )
+    keep = inputs["attention_mask"].bool()
+    real = keep[:, None, None, :, None] & keep[:, None, None, None, :]
     got = cap.attentions.float()
     tol = 1e-2 if low else 1e-5
     if got.shape != expected.shape or not torch.allclose(
         got[real.expand_as(got)], expected[real.expand_as(expected)], atol=tol, rtol=tol
     ):
         return f"{what}: bertwatch's captured attention differs from the model's own eager attention. {_SUPPORT_HINT}"
-    keep = inputs["attention_mask"].bool()
     out, ref = captured[0].float(), eager[0].float()
     if out.shape[:2] == keep.shape:
         out, ref = out[keep], ref[keep]

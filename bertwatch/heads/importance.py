@@ -16,7 +16,7 @@ from torch import nn
 from bertwatch.core.stat_names import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.tasks import (
+from bertwatch.heads.task_heads import (
     LABEL_FIELDS,
     LossSetupError,
     check_loss_inputs,
@@ -51,7 +51,7 @@ def _model_inputs(batch: Mapping[str, torch.Tensor], keep: tuple[str, ...] = ())
 
 
 def _loss(model: nn.Module, outputs: Any, batch: Mapping[str, torch.Tensor], loss_fn: LossFn | None) -> torch.Tensor:
-    """Per-example losses ``[batch]``: ``loss_fn``'s, else the head's own (:func:`bertwatch.heads.tasks.weighted_losses`)."""
+    """Per-example losses ``[batch]``: ``loss_fn``'s, else the head's own (:func:`bertwatch.heads.task_heads.weighted_losses`)."""
     if loss_fn is not None:
         return loss_fn(outputs, batch)
     kind = head_kind(model)
@@ -185,7 +185,7 @@ def gradient_stats(
     ``head_importance`` = abs(∂L_b/∂ξ_h) with ξ a gate on head h's context (Michel et al. 2019), abs per example.
     ``attn_grad_{sep,punct,other}`` = mean over real queries i and keys j of that type of abs(∂L_b/∂A[i,j])
     (Clark et al. 2019, Fig 3); "other" is every real key that is neither [SEP] nor punctuation. L_b is example
-    b's share of the model's own loss (:func:`bertwatch.heads.tasks.model_loss`, any task head; refused at the
+    b's share of the model's own loss (:func:`bertwatch.heads.task_heads.model_loss`, any task head; refused at the
     first pass when it cannot be computed), or ``loss_fn(outputs, batch)[b]``. Examples are independent, so the
     rescaled gradient of the batch loss restricted to example b is example b's own. With ``example_loss`` (a loss
     that runs the model itself, such as a Trainer's ``compute_loss``), L_b is ``example_loss`` of example b alone,

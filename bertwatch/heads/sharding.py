@@ -2,7 +2,7 @@
 
 Under FSDP2 (``torch.distributed.fsdp.fully_shard``, also what ``accelerate`` and the Trainer's ``fsdp`` option
 apply on GPUs) each rank holds a shard of every parameter and a forward pass all-gathers them: a pass run by one
-rank alone hangs. bertwatch therefore runs its probe passes and its sweep on every rank, in step.
+rank alone hangs. bertwatch therefore runs its probe passes and its ablation sweep on every rank, in step.
 """
 
 from __future__ import annotations

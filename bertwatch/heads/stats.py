@@ -20,7 +20,7 @@ from bertwatch.core.stat_names import DRIFT_NAMES, STAT_NAMES
 from bertwatch.heads.aggregate import StatsAccumulator, aggregate
 from bertwatch.heads.patterns import behaviour_label_lists, pattern_classes
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.sweep import ENTROPY_SMOOTHING, MapSweep
+from bertwatch.heads.row_reductions import ENTROPY_SMOOTHING, RowReductions
 
 __all__ = [
     "STAT_NAMES",
@@ -64,8 +64,8 @@ _PASSES: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Stats(MapSweep):
-    """The statistics of one batch, finished from the sweep's per-row results."""
+class _Stats(RowReductions):
+    """The statistics of one batch, finished from the row reductions."""
 
     def __init__(
         self,
@@ -80,13 +80,13 @@ class _Stats(MapSweep):
         self.rows: dict[str, Tensor] = {}
 
     def compute(self, names: Sequence[str]) -> dict[str, Tensor]:
-        """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one sweep."""
+        """`{name: [batch, layers, heads]}` for STAT_NAMES / DRIFT_NAMES entries, after one pass over the maps."""
         unknown = [name for name in names if name not in _PASSES]
         if unknown:
             raise ValueError(f"unknown statistic {unknown[0]!r}; known: {STAT_NAMES + DRIFT_NAMES}")
         if self.ref is None and self.cropped is None and any(name in DRIFT_NAMES for name in names):
             raise ValueError(f"{[n for n in names if n in DRIFT_NAMES]} need a reference attention tensor")
-        self.rows = self.sweep({p for name in names for p in _PASSES[name]})
+        self.rows = self.reduce_rows({p for name in names for p in _PASSES[name]})
         return {name: getattr(self, "_" + name)() for name in names}
 
     def per_example(self, value: Tensor) -> Tensor:
@@ -188,12 +188,44 @@ def compute_stats(
     *,
     compat_length: int | None = None,
 ) -> dict[str, Tensor]:
-    """Statistics `{name: [batch, layers, heads]}` of `attn` `[batch, layers, heads, T, T]`, in one sweep.
+    """Statistics `{name: [batch, layers, heads]}` of `attn` `[batch, layers, heads, T, T]`, in one pass over the maps.
 
-    `names` defaults to STAT_NAMES, plus DRIFT_NAMES when `reference` (the reference model's maps on the
-    same batch) is given: padded like `attn`, or as one map per example cropped to its real tokens
-    `[layers, heads, n_b, n_b]` (what the monitor caches; never padded back whole). `compat_length` goes to
-    `drift_cosine`.
+    Each example's values use only its real tokens (`roles`), so they do not depend on its batch or padding.
+    Definitions: docs/statistics.md.
+
+    Args:
+        attn: attention probabilities `[batch, layers, heads, query, key]`, padded (e.g. `capture(...).attentions`).
+        roles: the batch's token roles (`token_roles(input_ids, attention_mask, tokenizer)`): real tokens,
+            [CLS], [SEP], punctuation, segments.
+        names: statistics to compute (STAT_NAMES, DRIFT_NAMES entries); default STAT_NAMES, plus DRIFT_NAMES when
+            `reference` is given.
+        reference: the reference model's maps on the same batch, padded like `attn`, or one map per example
+            cropped to its real tokens `[layers, heads, n_b, n_b]` (what the monitor caches; never padded back
+            whole).
+        compat_length: goes to `drift_cosine`.
+
+    Returns:
+        `{name: [batch, layers, heads]}` tensors; NaN where a statistic is undefined for an example (e.g.
+        `sep_to_sep` without [SEP]).
+
+    Raises:
+        ValueError: `attn` not `[batch, layers, heads, T, T]`, roles of another shape, an unknown name, or a
+            drift statistic without `reference`.
+
+    Example:
+        >>> import torch, transformers
+        >>> from bertwatch import compute_stats, token_roles
+        >>> words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "cat", "sat"]
+        >>> tokenizer = transformers.BertTokenizer(vocab={w: i for i, w in enumerate(words)})
+        >>> batch = tokenizer(["the cat sat .", "the cat"], padding=True, return_tensors="pt")
+        >>> roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer)
+        >>> attn = batch["attention_mask"][:, None, None, None, :].float().expand(2, 3, 4, 6, 6)
+        >>> attn = attn / attn.sum(-1, keepdim=True)  # [batch, layers, heads, T, T]: every head uniform on real keys
+        >>> stats = compute_stats(attn, roles, ["cls_mass", "entropy"])
+        >>> stats["cls_mass"].shape
+        torch.Size([2, 3, 4])
+        >>> [round(float(x), 4) for x in stats["cls_mass"][:, 0, 0]]  # 1/n: 6 and 4 real tokens
+        [0.1667, 0.25]
     """
     if names is None:
         names = STAT_NAMES + (DRIFT_NAMES if reference is not None else ())

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.heads.sweep import JS_SMOOTHING
+from bertwatch.heads.row_reductions import JS_SMOOTHING
 
 __all__ = ["JS_SMOOTHING", "HeadDistances", "js_rows", "mds_embedding", "procrustes_align", "clustering_figure"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,10 +73,7 @@ def grid_heatmap(
                     color = "white" if dark else "black"
                     ax.text(h, l, labels[l][h][:4], ha="center", va="center", fontsize=8, color=color)
     fig.colorbar(image, ax=ax, label=colorbar_label)
-    data = png_bytes(fig)
-    if path is not None:
-        Path(path).write_bytes(data)
-    return data
+    return _saved(fig, path)
 
 
 def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | None = None) -> bytes:
@@ -94,17 +92,8 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
                 np.full(heads, xs[l]) + rng.uniform(-0.15, 0.15, heads), grid[l], s=12, alpha=0.6, color="#3b6ea8"
             )
         ax.plot(xs, np.nanmean(grid, axis=1), color="#c0392b", lw=1.5, label="layer mean")
-        ax.set_title(f"attention to {label}")
-        ax.set_xlabel("layer")
-        ax.set_xticks(xs)
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("avg. attention")
-    axes[0][0].legend(loc="upper left", fontsize=8)
-    data = png_bytes(fig)
-    if path is not None:
-        Path(path).write_bytes(data)
-    return data
+        _share_by_layer(ax, f"attention to {label}", xs)
+    return _finish_panels(fig, axes, "avg. attention", path)
 
 
 def mass_gap_figure(targets: Sequence[Mapping], path: str | Path | None = None) -> bytes:
@@ -121,13 +110,28 @@ def mass_gap_figure(targets: Sequence[Mapping], path: str | Path | None = None) 
             ax.plot(xs, ys, marker="o", ms=3, lw=1.6, color=colors[k % len(colors)], label=label)
         if target["gaps"] and len(lines) > 1:
             ax.fill_between(xs, lines[0][1], np.nanmin([ys for _, ys in lines[1:]], axis=0), color="#999", alpha=0.15)
-        ax.set_title(f"mass on {target['target']}")
-        ax.set_xlabel("layer")
-        ax.set_xticks(xs)
-        ax.set_ylim(0, 1)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("share, mean over heads")
+        _share_by_layer(ax, f"mass on {target['target']}", xs)
+    return _finish_panels(fig, axes, "share, mean over heads", path)
+
+
+def _share_by_layer(ax: Any, title: str, xs: np.ndarray) -> None:
+    """One panel of shares in [0, 1] against layers ``xs`` (numbered from 1)."""
+    ax.set_title(title)
+    ax.set_xlabel("layer")
+    ax.set_xticks(xs)
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+
+
+def _finish_panels(fig: Any, axes: Any, ylabel: str, path: str | Path | None) -> bytes:
+    """The first panel's y label and legend; the figure as PNG bytes (:func:`_saved`)."""
+    axes[0][0].set_ylabel(ylabel)
     axes[0][0].legend(loc="upper left", fontsize=8)
+    return _saved(fig, path)
+
+
+def _saved(fig: Any, path: str | Path | None) -> bytes:
+    """The figure as PNG bytes, also written to ``path`` when given."""
     data = png_bytes(fig)
     if path is not None:
         Path(path).write_bytes(data)

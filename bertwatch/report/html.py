@@ -21,7 +21,7 @@ import numpy as np
 from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.report.figures import grid_heatmap, mass_gap_figure, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
-from bertwatch.report.pruning import answer_lines, curves_figure
+from bertwatch.report.pruning_section import answer_lines, curves_figure
 from bertwatch.report.result import FIELDS, AblationResult, atomic_write
 from bertwatch.tb.measures import layer_gap_rows, mass_by_measure
 

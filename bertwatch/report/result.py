@@ -78,7 +78,7 @@ class AblationResult:
     importance: np.ndarray | None = None  # [layers, heads], the order of the pruning curve
     baseline_metrics: dict[str, float] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
-    #: The task type (``bertwatch.ablation.tasks.TASK_TYPES``); by default ``config["task_type"]``.
+    #: The task type (``bertwatch.ablation.task_types.TASK_TYPES``); by default ``config["task_type"]``.
     task_type: str | None = None
     #: ``[{"name", "label", "description"}]``: the compared metric first, then the other baseline metrics.
     metrics: list[dict[str, str]] = field(default_factory=list)

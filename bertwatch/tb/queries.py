@@ -46,16 +46,21 @@ class Queries:
             raise errors.NotFoundError("TensorBoard has no data provider")
         return self.data_provider
 
-    def tensor_meta(self, ctx, eid, run, tag):
-        """The listing entry and parsed metadata of one tensor tag (NotFoundError when absent or unreadable)."""
-        dp = self.require_provider()
-        listing = dp.list_tensors(
+    def _one_tag(self, call, ctx, eid, run, tag, **options):
+        """What the data provider's ``call`` (``list_tensors``, ``read_blob_sequences``, ...) answers for one run and
+        tag of this plugin, or None."""
+        found = call(
             ctx,
             experiment_id=eid,
             plugin_name=self.plugin_name,
             run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
+            **options,
         )
-        ts = listing.get(run, {}).get(tag)
+        return found.get(run, {}).get(tag)
+
+    def tensor_meta(self, ctx, eid, run, tag):
+        """The listing entry and parsed metadata of one tensor tag (NotFoundError when absent or unreadable)."""
+        ts = self._one_tag(self.require_provider().list_tensors, ctx, eid, run, tag)
         if ts is None:
             raise errors.NotFoundError("no bertwatch tensor for run=%r tag=%r" % (run, tag))
         content = md.parse_plugin_content(ts.plugin_content)
@@ -81,14 +86,8 @@ class Queries:
             cached = self.series_cache.get(key)
             if cached is not None and cached[0].signature == signature:
                 return cached[0]
-            data = self.require_provider().read_tensors(
-                ctx,
-                experiment_id=eid,
-                plugin_name=self.plugin_name,
-                downsample=DOWNSAMPLE,
-                run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
-            )
-            points = data.get(run, {}).get(tag) or []
+            read = self.require_provider().read_tensors
+            points = self._one_tag(read, ctx, eid, run, tag, downsample=DOWNSAMPLE) or []
             if not points:
                 raise errors.NotFoundError("no data for run=%r tag=%r" % (run, tag))
             points = sorted(points, key=lambda d: d.step)
@@ -275,24 +274,13 @@ class Queries:
 
     def blob_points(self, ctx, eid, run, tag):
         dp = self.require_provider()
-        listing = dp.list_blob_sequences(
-            ctx,
-            experiment_id=eid,
-            plugin_name=self.plugin_name,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
-        )
-        ts = listing.get(run, {}).get(tag)
+        ts = self._one_tag(dp.list_blob_sequences, ctx, eid, run, tag)
         content = md.parse_plugin_content(ts.plugin_content) if ts is not None else None
         if content is None or content["version"] > md.READ_VERSION or content["kind"] != md.KIND_ATTENTION:
             raise errors.NotFoundError("no bertwatch attention maps for run=%r tag=%r" % (run, tag))
-        data = dp.read_blob_sequences(
-            ctx,
-            experiment_id=eid,
-            plugin_name=self.plugin_name,
-            downsample=DOWNSAMPLE,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
+        points = sorted(
+            self._one_tag(dp.read_blob_sequences, ctx, eid, run, tag, downsample=DOWNSAMPLE) or [], key=lambda d: d.step
         )
-        points = sorted(data.get(run, {}).get(tag) or [], key=lambda d: d.step)
         if not points:
             raise errors.NotFoundError("no data for run=%r tag=%r" % (run, tag))
         return points, content

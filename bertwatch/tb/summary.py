@@ -13,7 +13,6 @@ silently drops third-party series without one) and a versioned JSON ``plugin_dat
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 import warnings
@@ -24,40 +23,21 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
 
-from bertwatch.core.jsonable import jsonable
-from bertwatch.core.task_names import metric_entries
 from bertwatch.tb import metadata as md
+from bertwatch.tb.ablation_summary import AblationTables, ablation_summaries
+from bertwatch.tb.tensors import check_name, tensor_value, to_numpy
 
 __all__ = [
     "head_grid_summary",
     "attention_summary",
     "ablation_summaries",
+    "AblationTables",
     "embedding_summary",
     "layer_means",
     "layer_scalar_summaries",
     "named_values_summary",
     "SummaryWriter",
 ]
-
-
-def _to_numpy(x: Any, dtype=np.float32) -> np.ndarray:
-    """An array of ``dtype`` from a numpy array, a nested sequence or a torch tensor (duck-typed)."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor, without importing torch
-        x = x.detach().cpu()
-        if hasattr(x, "float"):
-            x = x.float()
-        x = x.numpy()
-    return np.asarray(x, dtype=dtype)
-
-
-def _check_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not name or name != name.strip() or "/" in name:
-        raise ValueError(f"{what} must be a non-empty string without '/' or surrounding spaces, got {name!r}")
-    return name
-
-
-def _tensor_value(summary: summary_pb2.Summary, tag: str, metadata, array: np.ndarray) -> None:
-    summary.value.add(tag=tag, metadata=metadata, tensor=tensor_util.make_tensor_proto(array))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -69,8 +49,8 @@ def head_grid_summary(stat: str, grid: Any, *, probe: Mapping[str, int | None] |
 
     ``probe`` records what the grid was measured on (``{"max_length", "truncated", "examples", "longest"}``,
     ``ProbeSet.length_info``): an optional ``probe`` key of the metadata content (``metadata.probe_info``)."""
-    _check_name(stat, "stat")
-    array = _to_numpy(grid)
+    check_name(stat, "stat")
+    array = to_numpy(grid)
     if array.ndim != 2 or 0 in array.shape:
         raise ValueError(f"grid for {stat!r} must be [layers, heads], got shape {array.shape}")
     layers, heads = array.shape
@@ -84,14 +64,14 @@ def head_grid_summary(stat: str, grid: Any, *, probe: Mapping[str, int | None] |
         **({} if probe is None else {"probe": md.probe_info(probe)}),
     )
     summary = summary_pb2.Summary()
-    _tensor_value(summary, md.heads_tag(stat), meta, array)
+    tensor_value(summary, md.heads_tag(stat), meta, array)
     return summary
 
 
 def layer_means(grid: Any, stat: str = "grid") -> np.ndarray:
     """``[layers, heads]`` -> ``[layers]`` float64: each layer's mean over its heads, NaN heads left out (a layer
     with no value is NaN). The one rule for a layer's value, in TensorBoard and in every other tracker."""
-    array = _to_numpy(grid, np.float64)
+    array = to_numpy(grid, np.float64)
     if array.ndim != 2 or 0 in array.shape:
         raise ValueError(f"grid for {stat!r} must be [layers, heads], got shape {array.shape}")
     with warnings.catch_warnings():
@@ -105,7 +85,7 @@ def layer_scalar_summaries(stat: str, grid: Any) -> summary_pb2.Summary:
     Heads whose value is NaN are left out of the mean; a layer with no finite-or-infinite value is NaN.
     Written as ``simple_value`` so the Scalars dashboard and tools such as tbparse read them.
     """
-    _check_name(stat, "stat")
+    check_name(stat, "stat")
     summary = summary_pb2.Summary()
     for layer, value in enumerate(layer_means(grid, stat)):
         summary.value.add(tag=md.layer_scalar_tag(stat, layer), simple_value=float(value))
@@ -141,18 +121,18 @@ def attention_summary(
     if measure not in md.ATTENTION_MEASURES:
         raise ValueError(f"unknown attention measure {measure!r}; one of {', '.join(md.ATTENTION_MEASURES)}")
     tokens = [str(t) for t in tokens]
-    array = _to_numpy(maps)
+    array = to_numpy(maps)
     per_layer = array.ndim == 3 and measure != md.DEFAULT_MEASURE
     if per_layer:
         array = array[:, None]
     if array.ndim != 4 or array.shape[2] != array.shape[3]:
         shapes = "[layers, heads, T, T]" + ("" if measure == md.DEFAULT_MEASURE else " or [layers, T, T]")
-        raise ValueError(f"{measure} maps must be {shapes}, got shape {_to_numpy(maps).shape}")
+        raise ValueError(f"{measure} maps must be {shapes}, got shape {to_numpy(maps).shape}")
     layers, heads, length, _ = array.shape
     if len(tokens) != length:
         raise ValueError(f"{len(tokens)} tokens for maps of length {length}")
     if segments is not None:
-        segments = [int(s) for s in _to_numpy(segments, np.int64).reshape(-1)]
+        segments = [int(s) for s in to_numpy(segments, np.int64).reshape(-1)]
         if len(segments) != length:
             raise ValueError(f"{len(segments)} segment ids for maps of length {length}")
     unit = "layer" if per_layer else "head"
@@ -188,132 +168,10 @@ def attention_summary(
     return summary
 
 
-def _metric_entries(
-    metric: str, metrics: Sequence[Mapping[str, Any]] | None, baseline_metrics: Mapping[str, float] | None
-) -> list[dict[str, Any]]:
-    """The metrics' names, labels, definitions and baseline values (None where not finite), the compared first."""
-    # baseline_metrics holds the compared metric's baseline too (ablation_summaries adds it)
-    values = dict(baseline_metrics or {})
-    given = {str(m["name"]): m for m in metrics or () if m.get("name")}
-    names = [metric, *given, *values]
-    out = []
-    for entry in metric_entries(names):
-        known = given.get(entry["name"], {})
-        value = values.get(entry["name"])
-        out.append(
-            {
-                "name": entry["name"],
-                "label": str(known.get("label") or entry["label"]),
-                "description": str(known.get("description") or entry["description"]),
-                "baseline": float(value) if value is not None and math.isfinite(float(value)) else None,
-            }
-        )
-    return out
-
-
-def ablation_summaries(
-    mode: str,
-    metric: str,
-    baseline: float,
-    num_examples: int,
-    heads: Any,
-    layers: Any,
-    pruning: Any | None = None,
-    *,
-    task_type: str | None = None,
-    metrics: Sequence[Mapping[str, Any]] | None = None,
-    baseline_metrics: Mapping[str, float] | None = None,
-    curves: Mapping[str, Any] | None = None,
-) -> summary_pb2.Summary:
-    """``bertwatch/ablation/{mode}/heads`` ``[L, H, 5]``, ``.../layers`` ``[L, 5]`` and optional ``.../pruning``.
-
-    The last axis of ``heads`` and ``layers`` is ``(value, delta, ci_low, ci_high, p)``: the metric with the
-    unit disabled, its difference to ``baseline``, the bootstrap interval of the difference and a p-value.
-    ``pruning`` is ``[k, 2]``: (fraction of heads pruned, metric). ``task_type``, ``metrics`` (``{"name", "label",
-    "description"}``, the compared one first; labels default to :mod:`bertwatch.core.task_names`) and the
-    ``baseline_metrics`` values go into the tables' content, so the plugin can say what was measured.
-    ``curves`` (optional): ``{"table": [k, len(columns)], "columns", "delta", "confidence", "removable",
-    "random_orders", "total_heads"}`` as :meth:`bertwatch.report.result.AblationResult.curves_table` and
-    ``removable_json`` give them, written to ``.../pruning_curves``.
-    """
-    _check_name(mode, "mode")
-    if not isinstance(metric, str) or not metric:
-        raise ValueError(f"metric must be a non-empty string, got {metric!r}")
-    heads_a = _to_numpy(heads)
-    layers_a = _to_numpy(layers)
-    nf = len(md.ABLATION_FIELDS)
-    if heads_a.ndim != 3 or heads_a.shape[2] != nf or 0 in heads_a.shape:
-        raise ValueError(f"heads must be [layers, heads, {nf}], got shape {heads_a.shape}")
-    if layers_a.shape != (heads_a.shape[0], nf):
-        raise ValueError(f"layers must be [{heads_a.shape[0]}, {nf}], got shape {layers_a.shape}")
-    common = dict(
-        mode=mode,
-        metric=metric,
-        baseline=float(baseline),
-        num_examples=int(num_examples),
-        fields=list(md.ABLATION_FIELDS),
-        layers=int(heads_a.shape[0]),
-        heads=int(heads_a.shape[1]),
-        metrics=_metric_entries(metric, metrics, {metric: baseline, **(baseline_metrics or {})}),
-    )
-    if task_type is not None:
-        common["task_type"] = str(task_type)
-    summary = summary_pb2.Summary()
-    for unit, kind, what, table in (
-        ("heads", md.KIND_ABLATION_HEADS, "single head", heads_a),
-        ("layers", md.KIND_ABLATION_LAYERS, "whole layer", layers_a),
-    ):
-        metadata = md.create_summary_metadata(
-            kind,
-            data_class=summary_pb2.DATA_CLASS_TENSOR,
-            description=f"Change of {metric} when each {what} is disabled ({mode}).",
-            **common,
-        )
-        _tensor_value(summary, md.ablation_tag(mode, unit), metadata, table)
-    if pruning is not None:
-        pruning_a = _to_numpy(pruning)
-        if pruning_a.ndim != 2 or pruning_a.shape[1] != 2 or pruning_a.shape[0] == 0:
-            raise ValueError(f"pruning must be [k, 2] (fraction pruned, metric), got shape {pruning_a.shape}")
-        _tensor_value(
-            summary,
-            md.ablation_tag(mode, "pruning"),
-            md.create_summary_metadata(
-                md.KIND_PRUNING,
-                data_class=summary_pb2.DATA_CLASS_TENSOR,
-                description=f"{metric} as heads are pruned in order of importance ({mode}).",
-                mode=mode,
-                metric=metric,
-                baseline=float(baseline),
-            ),
-            pruning_a,
-        )
-    if curves is not None:
-        _curves_value(summary, mode, metric, curves)
-    return summary
-
-
-def _curves_value(summary: summary_pb2.Summary, mode: str, metric: str, curves: Mapping[str, Any]) -> None:
-    """``bertwatch/ablation/{mode}/pruning_curves``: the table of Δ per step, the rest in the content."""
-    table = _to_numpy(curves["table"])
-    columns = [str(c) for c in curves["columns"]]
-    if table.ndim != 2 or table.shape[1] != len(columns) or table.shape[0] == 0:
-        raise ValueError(f"the pruning curves table must be [k, {len(columns)}], got shape {table.shape}")
-    content = {k: v for k, v in curves.items() if k != "table"}
-    metadata = md.create_summary_metadata(
-        md.KIND_PRUNING_CURVES,
-        data_class=summary_pb2.DATA_CLASS_TENSOR,
-        description=f"Change of {metric} as heads are pruned: importance, iterative and random orders ({mode}).",
-        mode=mode,
-        metric=metric,
-        **jsonable(content),
-    )
-    _tensor_value(summary, md.ablation_tag(mode, "pruning_curves"), metadata, table)
-
-
 def embedding_summary(name: str, coords: Any, layers: int, heads: int) -> summary_pb2.Summary:
     """``bertwatch/clustering/{name}``: float32 ``[layers*heads, 2]`` coordinates (e.g. MDS), row = l*heads + h."""
-    _check_name(name, "name")
-    array = _to_numpy(coords)
+    check_name(name, "name")
+    array = to_numpy(coords)
     layers, heads = int(layers), int(heads)
     if array.shape != (layers * heads, 2):
         raise ValueError(f"coords must be [{layers}*{heads}, 2], got shape {array.shape}")
@@ -326,16 +184,16 @@ def embedding_summary(name: str, coords: Any, layers: int, heads: int) -> summar
         heads=heads,
     )
     summary = summary_pb2.Summary()
-    _tensor_value(summary, md.clustering_tag(name), meta, array)
+    tensor_value(summary, md.clustering_tag(name), meta, array)
     return summary
 
 
 def named_values_summary(name: str, values: Mapping[str, float], description: str = "") -> summary_pb2.Summary:
     """``bertwatch/series/{name}``: float32 ``[k]`` with the k names in the metadata, plus one ordinary scalar
     ``bertwatch_series/{name}/{key}`` per value (e.g. the share of heads in each pattern class)."""
-    _check_name(name, "name")
+    check_name(name, "name")
     keys = [str(k) for k in values]
-    array = _to_numpy([float(values[k]) for k in values])
+    array = to_numpy([float(values[k]) for k in values])
     meta = md.create_summary_metadata(
         md.KIND_NAMED_VALUES,
         data_class=summary_pb2.DATA_CLASS_TENSOR,
@@ -344,7 +202,7 @@ def named_values_summary(name: str, values: Mapping[str, float], description: st
         names=keys,
     )
     summary = summary_pb2.Summary()
-    _tensor_value(summary, md.series_tag(name), meta, array)
+    tensor_value(summary, md.series_tag(name), meta, array)
     for key, value in zip(keys, array.tolist()):
         summary.value.add(tag=md.series_scalar_tag(name, key), simple_value=float(value))
     return summary
@@ -360,6 +218,28 @@ class SummaryWriter:
     Call it on world process zero only. Every ``add_*`` call writes one event and flushes, so TensorBoard
     sees each logging step at once. Use :meth:`from_torch_writer` to write into the run directory of an
     existing ``torch.utils.tensorboard.SummaryWriter`` (e.g. the HF ``TensorBoardCallback``'s).
+
+    Args:
+        logdir: the run directory (created if missing).
+        filename_suffix: the event file's suffix.
+        flush_secs: the longest time an event waits in memory (every ``add_*`` call flushes anyway).
+
+    Raises:
+        ValueError: from an ``add_*`` call, an array of the wrong shape or a name that cannot be part of a tag.
+        RuntimeError: writing after :meth:`close`.
+
+    Example:
+        >>> import shutil, tempfile
+        >>> import numpy as np
+        >>> from pathlib import Path
+        >>> from bertwatch.tb.summary import SummaryWriter
+        >>> run = tempfile.mkdtemp()
+        >>> with SummaryWriter(run) as writer:  # [layers, heads] grids, one event a step
+        ...     for step in (0, 10):
+        ...         writer.add_head_grids({"cls_mass": np.full((2, 3), step / 100)}, step)
+        >>> [path.suffix for path in Path(run).iterdir()]
+        ['.bertwatch']
+        >>> shutil.rmtree(run)
     """
 
     def __init__(self, logdir: str, filename_suffix: str = ".bertwatch", *, flush_secs: float = 120):
@@ -440,9 +320,10 @@ class SummaryWriter:
         ``bertwatch/attention/{i:02d}`` (weights) or ``.../{i:02d}/{measure}``. Write each measure with the same
         tokens and example order as the weights: the plugin shows them side by side. See :func:`attention_summary`.
 
-        Example:
-            >>> writer.add_attention_maps([(tokens, weights, segments)], step)
-            >>> writer.add_attention_maps([(tokens, alti_maps, segments)], step, measure="alti")  # [L, T, T]
+        Example::
+
+            writer.add_attention_maps([(tokens, weights, segments)], step)
+            writer.add_attention_maps([(tokens, alti_maps, segments)], step, measure="alti")  # [L, T, T]
         """
         summaries = []
         for i, example in enumerate(examples):
@@ -451,23 +332,31 @@ class SummaryWriter:
             summaries.append(attention_summary(i, *example, measure=measure))
         self._write(summaries, step, walltime)
 
-    def add_ablation(
-        self,
-        mode: str,
-        metric: str,
-        baseline: float,
-        num_examples: int,
-        heads: Any,
-        layers: Any,
-        pruning: Any | None = None,
-        step: int = 0,
-        walltime: float | None = None,
-        **about: Any,
-    ) -> None:
-        """The ablation tables of one mode (``uniform`` or ``zero``); ``about``: ``task_type``, ``metrics``,
-        ``baseline_metrics``. See :func:`ablation_summaries`."""
-        summary = ablation_summaries(mode, metric, baseline, num_examples, heads, layers, pruning, **about)
-        self._write([summary], step, walltime)
+    def add_ablation(self, *tables: Any, step: int = 0, walltime: float | None = None, **about: Any) -> None:
+        """The ablation tables of one mode (``uniform`` or ``zero``): ``tables`` (``mode, metric, baseline,
+        num_examples, heads, layers[, pruning]``) and ``about`` (``task_type``, ``metrics``, ``baseline_metrics``,
+        ``curves``) as :func:`~bertwatch.tb.ablation_summary.ablation_summaries` takes them."""
+        self._write([ablation_summaries(*tables, **about)], step, walltime)
+
+    def add_ablation_result(self, result: AblationTables, step: int = 0, walltime: float | None = None) -> None:
+        """The ablation tables of one sweep's result (an ``AblationResult``), with its pruning curves if it has
+        any: :meth:`add_ablation` with every field taken from ``result``."""
+        pruned = bool(result.pruning)
+        self.add_ablation(
+            result.mode,
+            result.metric,
+            result.baseline,
+            result.num_examples,
+            result.heads,
+            result.layers,
+            result.pruning_curve() if pruned else None,
+            step=step,
+            walltime=walltime,
+            task_type=result.task_type,
+            metrics=result.metrics,
+            baseline_metrics=result.baseline_metrics,
+            curves=result.curves_summary() if pruned else None,
+        )
 
     def add_embedding(
         self, name: str, coords: Any, layers: int, heads: int, step: int = 0, walltime: float | None = None

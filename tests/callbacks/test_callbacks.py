@@ -1,0 +1,314 @@
+"""Units of bertwatch.callbacks: probe set, reference cache, error containment, run dir, and the shared pass
+checked against plain loops over eager attention."""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+
+from bertwatch.callbacks import (
+    AttentionDriftCallback,
+    BertWatchCallback,
+    BertWatchWarning,
+    EntropyCallback,
+    GradientImportanceCallback,
+    SetupError,
+    SpecialTokenMassCallback,
+)
+from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
+from bertwatch.callbacks._safe import contained
+from bertwatch.callbacks.monitor import Monitor, ProbeSettings, monitor_for
+from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, pad_maps, sample_indices
+from bertwatch.heads.capture import UnsupportedModelError
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
+
+
+@pytest.fixture(scope="module")
+def tok() -> T.PreTrainedTokenizerBase:
+    return tiny_tokenizer()
+
+
+# ------------------------------------------------------------------------------------------------ probe set
+
+
+def test_sample_indices_are_seeded_sorted_and_capped() -> None:
+    a = sample_indices(1000, 32, seed=3)
+    assert a == sample_indices(1000, 32, seed=3)
+    assert a != sample_indices(1000, 32, seed=4)
+    assert a == sorted(a) and len(set(a)) == 32 and all(0 <= i < 1000 for i in a)
+    assert sample_indices(5, 32, seed=0) == [0, 1, 2, 3, 4]
+    with pytest.raises(SetupError):
+        sample_indices(10, 0, seed=0)
+
+
+def test_probe_set_from_texts_keeps_order_labels_tokens_and_segments(tok) -> None:
+    texts = [
+        {"text": "good movie .", "label": 1},
+        {"text": "bad , dull plot", "label": 0},
+        {"text": "fun film", "text_pair": "great music", "label": 1},
+    ]
+    probe = build_probe_set(tok, texts=texts, batch_size=2)
+    assert probe.size == 3 and len(probe.batches) == 2 and probe.has_labels
+    assert probe.tokens[0] == ["[CLS]", "good", "movie", ".", "[SEP]"]
+    assert probe.tokens[2] == ["[CLS]", "fun", "film", "[SEP]", "great", "music", "[SEP]"]
+    assert probe.segments[2] == [0, 0, 0, 0, 1, 1, 1]
+    assert probe.batches[0]["labels"].tolist() == [1, 0]
+    roles = probe.roles[0]
+    assert roles.punct[1].tolist() == [False, False, True, False, False, False]  # "[CLS] bad , dull plot [SEP]"
+    assert roles.sep[0].tolist() == [False, False, False, False, True, False]  # padded to 6
+    assert not build_probe_set(tok, texts=["no labels here"]).has_labels
+
+
+def test_probe_set_from_dataset_samples_drops_unused_columns_and_leaves_rng_alone(tok) -> None:
+    dataset = toy_dataset(tok, 50, seed=0)
+    model = tiny_bert(tok)
+    seen = []
+
+    def noisy_collator(features):
+        seen.append(sorted(features[0]))
+        torch.rand(3)
+        np.random.rand()
+        return T.DataCollatorWithPadding(tok)(features)
+
+    torch.manual_seed(11)
+    np.random.seed(11)
+    before = torch.get_rng_state(), np.random.get_state()[1].copy()
+    probe = build_probe_set(tok, dataset=dataset, collator=noisy_collator, model=model, num_examples=8, seed=5)
+    assert torch.equal(torch.get_rng_state(), before[0]) and np.array_equal(np.random.get_state()[1], before[1])
+    assert "text" not in seen[0] and "input_ids" in seen[0]
+    indices = sample_indices(50, 8, 5)
+    assert probe.tokens[0] == tok.convert_ids_to_tokens(dataset[indices[0]]["input_ids"])
+    assert probe.batches[0]["labels"].tolist() == [dataset[i]["label"] for i in indices]
+    again = build_probe_set(tok, dataset=dataset, collator=noisy_collator, model=model, num_examples=8, seed=5)
+    assert again.fingerprint == probe.fingerprint
+
+
+def test_empty_or_tokenizerless_probe_set_fails_clearly(tok) -> None:
+    with pytest.raises(SetupError, match="empty"):
+        build_probe_set(tok, texts=[])
+    with pytest.raises(SetupError, match="tokenizer"):
+        build_probe_set(None, texts=["a"])
+    with pytest.raises(SetupError, match="no probe examples"):
+        build_probe_set(tok)
+
+
+def test_crop_and_pad_maps_are_inverse() -> None:
+    real = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    attn = torch.rand(2, 3, 2, 4, 4)
+    cropped = crop_maps(attn, real)
+    assert [tuple(c.shape) for c in cropped] == [(3, 2, 3, 3), (3, 2, 2, 2)]
+    padded = pad_maps(cropped, real)
+    keep = (real[:, None, None, :, None] & real[:, None, None, None, :]).expand_as(attn)
+    assert torch.equal(padded[keep], attn[keep]) and torch.all(padded[~keep] == 0)
+
+
+def test_reference_cache_round_trip_in_float16(tmp_path) -> None:
+    cache = ReferenceCache(tmp_path / "bertwatch" / "reference.pt")
+    maps = [torch.rand(2, 3, 4, 4), torch.rand(2, 3, 2, 2)]
+    assert cache.load("abc", 2, 3) is None
+    cache.save(maps, "abc", 2, 3, "test")
+    loaded = cache.load("abc", 2, 3)
+    assert all(m.dtype == torch.float16 for m in loaded)
+    assert all(torch.allclose(a.float(), b, atol=1e-3) for a, b in zip(loaded, maps))
+    assert cache.load("other", 2, 3) is None and cache.load("abc", 2, 4) is None
+    assert not list(cache.path.parent.glob("*.tmp*"))
+
+
+# ------------------------------------------------------------------------------------------------ containment
+
+
+class _Dummy:
+    def __init__(self, strict: bool, error: Exception) -> None:
+        self.strict, self.error, self.disabled, self.calls = strict, error, False, 0
+
+    def disable(self, message=None):
+        self.disabled = True
+        warnings.warn(message, BertWatchWarning, stacklevel=2)
+
+    @contained("on_step_end")
+    def on_step_end(self):
+        self.calls += 1
+        raise self.error
+
+
+def test_contained_warns_once_and_stops_the_monitor() -> None:
+    dummy = _Dummy(False, RuntimeError("boom"))
+    with pytest.warns(BertWatchWarning, match="_Dummy stopped .* on_step_end: RuntimeError: boom") as record:
+        for _ in range(3):
+            assert dummy.on_step_end() is None
+    assert len(record) == 1 and dummy.calls == 1 and dummy.disabled
+
+
+def test_contained_reraises_when_strict_and_for_setup_errors() -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        _Dummy(True, RuntimeError("boom")).on_step_end()
+    with pytest.raises(SetupError):
+        _Dummy(False, SetupError("bad config")).on_step_end()
+    with pytest.raises(UnsupportedModelError):
+        _Dummy(False, UnsupportedModelError("gpt2")).on_step_end()
+
+
+# ------------------------------------------------------------------------------------------------ configuration
+
+
+def test_statistics_are_selectable_and_validated() -> None:
+    assert EntropyCallback().stat_names == {"entropy", "cls_entropy"}
+    assert AttentionDriftCallback().stat_names == {"drift_cosine", "drift_js"}
+    assert "sep_mass_kovaleva" in SpecialTokenMassCallback().stat_names
+    assert GradientImportanceCallback(integrated_gradients=True).stat_names >= {
+        "head_importance",
+        "head_attribution_ig",
+    }
+    full = BertWatchCallback().stat_names
+    assert {"drift_cosine", "head_importance", "attn_grad_other", "prev"} <= full
+    assert "head_attribution_ig" not in full
+    assert BertWatchCallback(stats=["entropy"]).stat_names == {"entropy"}
+    with pytest.raises(ValueError, match="unknown bertwatch statistic"):
+        BertWatchCallback(stats=["entropie"])
+    with pytest.raises(ValueError):
+        BertWatchCallback(every_n_steps=-1)
+
+
+def test_cadence() -> None:
+    cb = BertWatchCallback(every_n_steps=50, on_evaluate=False)
+    assert cb.wants("begin", 0) and cb.wants("step", 100) and not cb.wants("step", 75)
+    assert not cb.wants("evaluate", 10) and cb.wants("end", 73)
+    assert cb.wants_maps("begin", 0) == 4 and cb.wants_maps("step", 200) == 4 and cb.wants_maps("step", 100) == 0
+    assert EntropyCallback().wants_maps("begin", 0) == 0
+
+
+def test_shared_monitor_only_for_equal_settings(tok) -> None:
+    model = tiny_bert(tok)
+    a, b = BertWatchCallback(), EntropyCallback()
+    assert monitor_for(model, a.settings) is monitor_for(model, b.settings)
+    assert monitor_for(model, EntropyCallback(num_probe_examples=8).settings) is not monitor_for(model, a.settings)
+    assert monitor_for(tiny_bert(tok), a.settings) is not monitor_for(model, a.settings)
+
+
+def test_tensorboard_run_dir_resolution(tmp_path, monkeypatch) -> None:
+    from transformers.integrations import TensorBoardCallback
+
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    assert tensorboard_run_dir(args, TrainerContext(), tmp_path / "x") == str(tmp_path / "x")
+    default = tensorboard_run_dir(args, TrainerContext())
+    assert os.path.dirname(default) == os.path.join(str(tmp_path), "runs")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "env"))
+    assert tensorboard_run_dir(args, TrainerContext()) == str(tmp_path / "env")
+    tb = TensorBoardCallback()
+    handler = SimpleNamespace(callbacks=[tb])
+    tb.logging_dir = None
+    chosen = tensorboard_run_dir(args, TrainerContext(handler=handler))
+    assert tb.logging_dir == chosen  # the TensorBoardCallback writes into the same run
+    tb.tb_writer = SimpleNamespace(log_dir=str(tmp_path / "tbw"))
+    assert tensorboard_run_dir(args, TrainerContext(handler=handler)) == str(tmp_path / "tbw")
+
+
+def test_lazy_exports_from_package_root() -> None:
+    import bertwatch
+    import bertwatch.callbacks as cbs
+
+    assert bertwatch.BertWatchCallback is cbs.BertWatchCallback
+    assert bertwatch.GradientImportanceCallback is cbs.GradientImportanceCallback
+    from bertwatch.callbacks.ablation import AblationCallback
+
+    assert cbs.AblationCallback is AblationCallback and bertwatch.AblationCallback is AblationCallback
+
+
+# ------------------------------------------------------------------------------------------------ the pass
+
+
+class _Sub:
+    log_to_trackers = False
+
+    def __init__(self, names, maps=0):
+        self.disabled, self.stat_names, self.maps, self.history = False, frozenset(names), maps, []
+
+    def wants(self, event, step):
+        return True
+
+    def wants_maps(self, event, step):
+        return self.maps
+
+    def analyses(self, context, step):
+        return []
+
+    def record(self, step, grids):
+        self.history.append((step, grids))
+
+
+def _eager_maps(model, probe) -> list[np.ndarray]:
+    """Per probe example, the eager implementation's cropped maps [L, H, n, n] as float64."""
+    model.set_attn_implementation("eager")
+    out = []
+    with torch.no_grad():
+        for batch, roles in zip(probe.batches, probe.roles):
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            attn = torch.stack(model.eval()(**inputs, output_attentions=True).attentions, 1).double().numpy()
+            for b in range(attn.shape[0]):
+                idx = np.flatnonzero(roles.real[b].numpy())
+                out.append(attn[b][:, :, idx][:, :, :, idx])
+    model.set_attn_implementation("sdpa")
+    return out
+
+
+def _plain_grids(maps, ref_maps, tokens) -> dict[str, np.ndarray]:
+    """cls/sep/punct mass, entropy and drift_cosine by loops, then an unweighted mean over examples."""
+    layers, heads = maps[0].shape[:2]
+    names = ("cls_mass", "sep_mass", "punct_mass", "entropy", "drift_cosine")
+    per = {k: np.zeros((len(maps), layers, heads)) for k in names}
+    for e, (a_all, r_all, toks) in enumerate(zip(maps, ref_maps, tokens)):
+        n = len(toks)
+        for l in range(layers):
+            for h in range(heads):
+                a, r = a_all[l, h], r_all[l, h]
+                col = lambda keep: sum(a[i, j] for i in range(n) for j in range(n) if keep(toks[j])) / n
+                per["cls_mass"][e, l, h] = col(lambda t: t == "[CLS]")
+                per["sep_mass"][e, l, h] = col(lambda t: t == "[SEP]")
+                per["punct_mass"][e, l, h] = col(lambda t: t in (".", ","))
+                ent = 0.0
+                for i in range(n):
+                    for j in range(n):
+                        p = 0.9999 * a[i, j] + 0.0001 / n
+                        ent -= p * math.log(p)
+                per["entropy"][e, l, h] = ent / n
+                per["drift_cosine"][e, l, h] = (a * r).sum() / math.sqrt((a * a).sum() * (r * r).sum())
+    return {k: v.mean(0) for k, v in per.items()}
+
+
+def test_probe_pass_grids_match_plain_loops_and_drift_uses_the_step0_reference(tok, tmp_path) -> None:
+    model = tiny_bert(tok)
+    texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(6, seed=2)]
+    settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))
+    monitor = Monitor(model, settings)
+    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    state = T.TrainerState()
+    sub = _Sub(["cls_mass", "sep_mass", "punct_mass", "entropy", "drift_cosine", "head_importance"], maps=2)
+    monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
+    reference = _eager_maps(model, monitor.probe)
+    monitor.run("begin", state)
+    step0 = sub.history[-1][1]
+    np.testing.assert_allclose(step0["drift_cosine"], 1.0, atol=1e-4)
+    assert (tmp_path / "bertwatch" / "reference.pt").is_file()
+
+    with torch.no_grad():
+        for p in model.bert.encoder.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    state.global_step = 1
+    monitor.run("step", state)
+    got = sub.history[-1][1]
+    expected = _plain_grids(_eager_maps(model, monitor.probe), reference, monitor.probe.tokens)
+    for name, grid in expected.items():
+        np.testing.assert_allclose(got[name], grid, rtol=2e-3, atol=2e-4, err_msg=name)
+    assert got["drift_cosine"].max() < 0.999
+    assert got["head_importance"].shape == (2, 4) and np.all(got["head_importance"] >= 0)
+    assert all(p.grad is None for p in model.parameters())
+    assert model.config._attn_implementation == "sdpa"
+    monitor.close()

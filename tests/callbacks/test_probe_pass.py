@@ -1,0 +1,276 @@
+"""The monitor's contracts: subscribers and measurements checked against their protocols, the plan of a pass
+computed from the due subscribers, the run's context built once, and a new statistic family plugged in as one
+measurement (its grid checked against a float64 loop over each example alone)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+
+import bertwatch.callbacks.monitor as monitor_module
+from bertwatch.callbacks import (
+    AttentionDriftCallback,
+    BertWatchCallback,
+    EntropyCallback,
+    GradientImportanceCallback,
+    SpecialTokenMassCallback,
+)
+from bertwatch.callbacks._context import TrainerContext
+from bertwatch.callbacks.analyses import Analysis, WordClassPass
+from bertwatch.callbacks.measurements import (
+    MEASUREMENTS,
+    CaptureNeeds,
+    Measurement,
+    MeasurementPass,
+    ProbeBatch,
+    measurement_of,
+)
+from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+from bertwatch.callbacks.probe_context import ProbeContext
+from bertwatch.callbacks.probe_pass import Subscriber, execute, plan_pass
+from bertwatch.callbacks.settings import ALL_STATS
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.stats import DRIFT_NAMES
+from tests.support.models import Subscriber as PlainSubscriber
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
+from tests.support.tolerance import assert_float32_close
+
+
+class _Due:
+    """A subscriber with fixed wants."""
+
+    log_to_trackers = False
+
+    def __init__(self, names: Collection[str], maps: int = 0) -> None:
+        self.disabled, self.stat_names, self.maps, self.history = False, frozenset(names), maps, []
+
+    def wants(self, event, step):
+        return True
+
+    def wants_maps(self, event, step):
+        return self.maps
+
+    def analyses(self, context, step):
+        return []
+
+    def record(self, step, grids):
+        self.history.append((step, dict(grids)))
+
+
+# ------------------------------------------------------------------------------------------------ protocols
+
+
+def test_every_callback_and_test_subscriber_is_a_subscriber_and_a_partial_one_is_not():
+    for cls in (BertWatchCallback, AttentionDriftCallback, EntropyCallback, SpecialTokenMassCallback):
+        assert isinstance(cls(), Subscriber), cls.__name__
+    assert isinstance(GradientImportanceCallback(), Subscriber)
+    assert isinstance(PlainSubscriber(["entropy"]), Subscriber)
+
+    class NoAnalyses:  # what a subscriber looked like when the monitor found map_consumers by getattr
+        disabled, stat_names = False, frozenset()
+
+        def wants(self, event, step):
+            return True
+
+        def wants_maps(self, event, step):
+            return 0
+
+        def record(self, step, grids):
+            pass
+
+    assert not isinstance(NoAnalyses(), Subscriber)
+    assert isinstance(WordClassPass([["[CLS]"]]), Analysis)
+
+
+def test_every_statistic_has_exactly_one_measurement_and_every_measurement_is_one():
+    for measurement in MEASUREMENTS:
+        assert isinstance(measurement, Measurement), type(measurement).__name__
+        assert measurement.stage in ("before", "forward", "after")
+        assert set(measurement.names) <= set(ALL_STATS)
+    given = [n for m in MEASUREMENTS for n in m.names]
+    assert sorted(given) == sorted(ALL_STATS) and len(given) == len(set(given))
+    assert measurement_of("norm_ratio").needs(["norm_ratio"]) == CaptureNeeds(maps=True, values=True)
+    with pytest.raises(KeyError, match="no bertwatch measurement gives 'nope'"):
+        measurement_of("nope")
+
+
+def test_capture_needs_union_and_arguments():
+    both = CaptureNeeds(maps=True) | CaptureNeeds(values=True, hidden_states=True)
+    assert both == CaptureNeeds(maps=True, values=True, hidden_states=True)
+    assert both.capture_arguments() == {"record_values": True, "record_logits": False}
+    assert CaptureNeeds(logits=True).capture_arguments() == {"record_values": False, "record_logits": True}
+    assert both.forward_arguments() == {"output_hidden_states": True}
+    assert CaptureNeeds(maps=True).beyond_maps is False and both.beyond_maps is True
+    assert CaptureNeeds().any is False and CaptureNeeds(maps=True).any is True
+
+
+# ------------------------------------------------------------------------------------------------ the plan
+
+
+def _groups(plan) -> dict[str, tuple[str, ...]]:
+    return {type(m).__name__: names for m, names in plan.work}
+
+
+def test_the_plan_is_the_union_of_the_due_subscribers_in_logging_order():
+    a = _Due(["entropy", "head_importance", "cls_mass_norm"], maps=2)
+    b = _Due(["cls_mass", "drift_js", IG_NAME], maps=4)
+    plan = plan_pass("step", 10, [a, b], [a, b], reference_ready=True)
+    assert plan.names == tuple(n for n in ALL_STATS if n in a.stat_names | b.stat_names)
+    assert _groups(plan) == {
+        "GradientStatistics": ("head_importance",),
+        "NormStatistics": ("cls_mass_norm",),
+        "MapStatistics": ("cls_mass", "entropy", "drift_js"),
+        "IntegratedGradientsStatistic": (IG_NAME,),
+    }
+    assert plan.num_maps == 4 and plan.uses_reference and not plan.build_reference and not plan.empty
+    assert plan.needs == CaptureNeeds(maps=True, values=True) and plan.shared_forward
+
+    again = plan_pass("evaluate", 10, [a, b], [a, b], measured=set(plan.names), maps_done=True, reference_ready=True)
+    assert again.names == () and again.num_maps == 0 and again.empty
+
+
+def test_the_plan_skips_the_shared_forward_when_only_gradients_are_due():
+    grads = _Due(GRADIENT_NAMES)
+    plan = plan_pass("step", 2, [grads], [grads], reference_ready=False)
+    assert not plan.shared_forward and not plan.build_reference and plan.needs == CaptureNeeds(maps=True)
+    maps_only = plan_pass("step", 2, [_Due([], maps=3)], [], reference_ready=False)
+    assert maps_only.num_maps == 3 and not maps_only.shared_forward and not maps_only.empty
+
+
+@pytest.mark.parametrize(
+    ("event", "due_drift", "ready", "model", "from_model", "build"),
+    [
+        ("begin", False, False, False, False, True),  # an active drift subscriber: the reference is step 0's maps
+        ("begin", False, False, True, True, False),  # ... or the reference model's
+        ("begin", False, True, False, False, False),  # cached: nothing to take
+        ("step", True, False, False, False, True),  # resumed without cache: drift from the model now
+        ("step", True, False, True, True, False),
+        ("step", False, False, False, False, False),  # no drift due after begin: no reference taken
+    ],
+)
+def test_the_plan_takes_the_reference_once_and_from_the_right_model(event, due_drift, ready, model, from_model, build):
+    drift = _Due(DRIFT_NAMES)
+    entropy = _Due(["entropy"])
+    due = [drift] if due_drift else [entropy]
+    plan = plan_pass(event, 0, due, [drift, entropy], reference_ready=ready, reference_model=model)
+    assert (plan.reference_from_model, plan.build_reference) == (from_model, build)
+
+
+# ------------------------------------------------------------------------------------------------ the context
+
+
+@pytest.fixture(scope="module")
+def tok() -> T.PreTrainedTokenizerBase:
+    return tiny_tokenizer()
+
+
+def _attached(tok, tmp_path, subscribers, texts=None):
+    model = tiny_bert(tok)
+    texts = texts or [{"text": t["text"], "label": t["label"]} for t in toy_texts(5, seed=4)]
+    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=2, logging_dir=str(tmp_path / "run")))
+    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    state = T.TrainerState()
+    for sub in subscribers:
+        monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
+    return model, monitor, args, state
+
+
+def test_the_context_is_built_once_per_run_and_no_attribute_is_born_later(tok, tmp_path, monkeypatch):
+    built = []
+    original = monitor_module.build_probe_context
+    monkeypatch.setattr(monitor_module, "build_probe_context", lambda *a: built.append(1) or original(*a))
+    a, b = _Due(["entropy"], maps=1), _Due(DRIFT_NAMES)
+    model, monitor, args, state = _attached(tok, tmp_path, [])
+    fresh = set(vars(monitor))
+    monitor.attach(a, args, state, {"processing_class": tok}, TrainerContext())
+    context = monitor.context
+    monitor.attach(b, args, state, {"processing_class": tok}, TrainerContext())
+    assert monitor.context is context and len(built) == 1 and isinstance(context, ProbeContext)
+    assert context.encoder is model
+    monitor.run("begin", state)
+    state.global_step = 1
+    monitor.run("step", state)
+    assert set(vars(monitor)) == fresh
+    assert [s for s, _ in a.history] == [0, 1] and context.reference.ready
+    monitor.close()
+
+    monitor.attach(a, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())  # a new run
+    assert len(built) == 2 and monitor.context is not context
+    monitor.close()
+
+
+# ------------------------------------------------------------------------------------------------ a new family
+
+
+class _DiagonalMass:
+    """A toy family: (1/n) Σ_i A[i, i] under the name "self", computed in this test, not by bertwatch, plus a
+    weights-only grid under "cls_entropy" (layer index + head index / 100) produced when the pass finishes."""
+
+    names = ("self", "cls_entropy")
+    stage = "forward"
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds(maps=True)
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        self.started += 1
+        layers, heads = context.layers, context.heads
+
+        class Pass:
+            def measure(self, batch: ProbeBatch) -> dict[str, torch.Tensor]:
+                if "self" not in names:
+                    return {}
+                real = batch.roles.real.float()
+                diagonal = torch.diagonal(batch.attentions.float(), dim1=-2, dim2=-1)  # [B, L, H, T]
+                return {"self": (diagonal * real[:, None, None]).sum(-1) / real.sum(-1)[:, None, None]}
+
+            def finish(self, grids: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+                if "cls_entropy" in names:
+                    grid = torch.arange(layers)[:, None] + torch.arange(heads)[None, :] / 100
+                    grids = {**grids, "cls_entropy": grid.double()}
+                return grids
+
+        return Pass()
+
+
+def _alone_diagonal(model, tok, texts) -> np.ndarray:
+    """(1/n) Σ_i A[i, i] by loops over eager maps, float64, each example alone (no padding), averaged."""
+    model = copy.deepcopy(model).eval()
+    model.set_attn_implementation("eager")
+    per = []
+    for text in texts:
+        enc = tok(text["text"], text.get("text_pair"), return_tensors="pt")
+        with torch.no_grad():
+            attn = torch.stack(model(**enc, output_attentions=True).attentions, 1)[0].double().numpy()
+        layers, heads, n, _ = attn.shape
+        per.append([[sum(attn[l, h, i, i] for i in range(n)) / n for h in range(heads)] for l in range(layers)])
+    return np.mean(per, axis=0)
+
+
+def test_a_new_family_is_one_measurement_and_its_grid_is_the_loop_on_each_example_alone(tok, tmp_path):
+    texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(5, seed=4)]
+    sub = _Due(["self", "cls_entropy", "entropy"])
+    model, monitor, _, _ = _attached(tok, tmp_path, [sub], texts)
+    family = _DiagonalMass()
+    measurements = (family, measurement_of("entropy"))
+    plan = plan_pass("step", 3, [sub], [sub], reference_ready=True, measurements=measurements)
+    assert _groups(plan) == {"_DiagonalMass": ("self", "cls_entropy"), "MapStatistics": ("entropy",)}
+    with pytest.raises(ValueError, match=r"no measurement gives \['cls_mass'\]"):
+        plan_pass("step", 3, [_Due(["cls_mass"])], [], measurements=(family,))
+    result = execute(plan, monitor.context)
+    monitor.close()
+    assert family.started == 1 and list(result.grids) == ["self", "entropy", "cls_entropy"]
+    assert_float32_close(result.grids["self"], _alone_diagonal(model, tok, texts), msg="self")
+    layers, heads = result.grids["cls_entropy"].shape
+    assert [[result.grids["cls_entropy"][l, h] for h in range(heads)] for l in range(layers)] == [
+        [np.float32(l + h / 100) for h in range(heads)] for l in range(layers)
+    ]
