@@ -17,6 +17,7 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/ablation?run[&mode]``                               ablation tables of one mode and the pruning curve
 ``/embedding?run&tag[&step]``                          2-D head embedding of a step (latest), its steps, the previous map
 ``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
+``/alerts?run``                                          the run's stability alert episodes (head, rule, since)
 =====================================================  ========================================================
 
 Numbers are JSON numbers; NaN and infinities arrive as the strings ``"NaN"``, ``"Infinity"``,
@@ -123,6 +124,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/ablation": self._serve_ablation,
             "/embedding": self._serve_embedding,
             "/series": self._serve_series,
+            "/alerts": self._serve_alerts,
         }
 
     def is_active(self):
@@ -213,3 +215,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (*_run_tag(r), int_arg(r, "max_points", required=False, minimum=0)))
     def _serve_series(self):
         return self.queries.named_values
+
+    @json_route(lambda r: (arg(r, "run"),))
+    def _serve_alerts(self):
+        return self.queries.alerts
