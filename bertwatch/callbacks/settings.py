@@ -287,7 +287,7 @@ class WatchSettings(_ByValue):
         _flag("--alert-logit-multiple", "float", metavar="X"),
     )  # fmt: skip
     alert_logit_bound: float = _option(
-        _ALERT_DEFAULTS.logit_bound, "logit growth: max_logit above this bound (tau of QK-clip)",
+        _ALERT_DEFAULTS.logit_bound, "logit growth: max_logit above this bound (the tau of QK clipping)",
         _flag("--alert-logit-bound", "float", metavar="X"),
     )  # fmt: skip
     alert_entropy_fraction: float = _option(
