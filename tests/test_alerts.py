@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 
 import numpy as np
@@ -22,6 +23,8 @@ from bertwatch.core.alerts import (
     episodes,
 )
 from bertwatch.core.warnings import BertWatchWarning
+from bertwatch.report.events import read_run
+from bertwatch.report.html import build_html
 from bertwatch.tb.summary import SummaryWriter
 from tests._tb_helpers import make_wsgi_app
 
@@ -218,3 +221,25 @@ def test_table_episodes_and_the_plugin_route(tmp_path) -> None:
     assert got == [{k: e[k] for k in got[0]} for e in expected]
     assert np.allclose([e["value"] for e in body["episodes"]], [e["value"] for e in expected], rtol=1e-6)
     assert Client(app).get("/data/plugin/bertwatch/alerts?run=nope").status_code == 404
+
+    _, training = read_run(run)
+    assert training["alerts"]["steps"] == steps and training["alerts"]["reference_step"] == 0
+    page = build_html([], training)
+    section = page[page.index('<h2 id="alerts">') :]
+    assert "3 alert episodes</strong>, 1 still in force" in section
+    rows = re.findall(r"<tr><td>(L\d H\d)</td><td><code>(\w+)</code>.*?</td><td>(\d+)</td><td>([^<]*)</td>", section)
+    assert rows == [
+        ("L1 H2", "sink_collapse", "30", "still in alert"),
+        ("L0 H0", "entropy_collapse", "10", "until step 10"),
+        ("L0 H0", "entropy_collapse", "40", "until step 40"),
+    ]
+
+
+@pytest.mark.fast
+def test_the_report_says_when_no_alert_fired(tmp_path) -> None:
+    hist = history_with({})
+    with SummaryWriter(str(tmp_path)) as writer:
+        for end in range(1, len(hist) + 1):
+            writer.add_alerts(judged(hist[:end]), L, H, hist[end - 1][0])
+    _, training = read_run(tmp_path)
+    assert "This run raised no stability alert." in build_html([], training)
