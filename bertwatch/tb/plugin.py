@@ -39,6 +39,7 @@ from bertwatch.tb.queries import Queries
 
 #: The only files ``/static/*`` serves (name -> MIME type); nothing else is ever read from disk.
 STATIC_FILES = {
+    "alert_strip.js": "text/javascript",
     "api.js": "text/javascript",
     "charts.js": "text/javascript",
     "dom.js": "text/javascript",
