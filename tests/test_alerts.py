@@ -158,11 +158,16 @@ def _run_alerting(on_alert, hist):
     class Control:
         should_save = should_training_stop = False
 
-    alerting, control = Alerting(on_alert, AlertSettings(), strict=False), Control()
+    class Callback:
+        monitor = None
+        stat_names = frozenset(hist[0][1])
+
+    alerting, control, callback = Alerting(on_alert, AlertSettings(), strict=False), Control(), Callback()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for end in range(1, len(hist) + 1):
-            alerting.update(hist[:end], None, None, control)
+            callback.history = hist[:end]
+            alerting.update(callback, None, control)
     return alerting, control, [w for w in caught if issubclass(w.category, BertWatchWarning)]
 
 

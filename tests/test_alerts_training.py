@@ -23,7 +23,17 @@ DIVERGING_LR = 0.3  # Adam on a 2-layer random BERT: the loss jumps within a few
 STABLE_LR = 1e-4
 
 
-def _train(out, lr, callback=None, max_steps=12):
+class Recorder(T.TrainerCallback):
+    """A report_to-style tracker: keeps every ``on_log`` it gets."""
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[int, dict]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append((state.global_step, dict(logs or {})))
+
+
+def _train(out, lr, callback=None, max_steps=12, tracker=None):
     tok = tiny_tokenizer()
     args = training_args(str(out), max_steps=max_steps, learning_rate=lr, logging_steps=1, lr_scheduler_type="constant")
     trainer = T.Trainer(
@@ -32,7 +42,7 @@ def _train(out, lr, callback=None, max_steps=12):
         train_dataset=toy_dataset(tok, 160, 0),
         processing_class=tok,
         data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=[callback] if callback else None,
+        callbacks=[c for c in (callback, tracker) if c is not None] or None,
     )
     if callback:
         watch(trainer)
@@ -57,8 +67,8 @@ def _first_jump(losses: dict[int, float]) -> int:
 
 @pytest.mark.slow
 def test_a_diverging_run_alerts_before_its_loss_jumps_and_stop_keeps_a_checkpoint_from_before(tmp_path) -> None:
-    cb = _callback()
-    _, losses, caught = _train(tmp_path / "warn", DIVERGING_LR, cb)
+    cb, tracker = _callback(), Recorder()
+    _, losses, caught = _train(tmp_path / "warn", DIVERGING_LR, cb, tracker=tracker)
     jump = _first_jump(losses)
     first_alert = min(a.step for a in cb.alerting.raised)
     # the loss logged at step s is that of the weights after step s - 1: the alerted weights had not jumped yet
@@ -68,6 +78,8 @@ def test_a_diverging_run_alerts_before_its_loss_jumps_and_stop_keeps_a_checkpoin
     acc.Reload()
     totals = {e.step: e.value for e in acc.Scalars(md.alerts_scalar_tag("total"))}
     assert totals[0] == 0 and totals[first_alert] >= 1
+    sent = {step: logs["bertwatch/alerts/total"] for step, logs in tracker.logs if "bertwatch/alerts/total" in logs}
+    assert {step: sent[step] for step in totals if step in sent} == totals and first_alert in sent
 
     stopper = _callback(on_alert="stop")
     trainer, stopped_losses, _ = _train(tmp_path / "stop", DIVERGING_LR, stopper)

@@ -10,10 +10,8 @@ warning and turns the alerts off; training and the callback's measurements go on
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 from bertwatch.callbacks.tracking import metric_name, send_to_trackers
 from bertwatch.core.alerts import RULE_STATS, Alert, AlertSettings, active_alerts, alert_counts
@@ -23,6 +21,15 @@ __all__ = ["ALERT_STATS", "Alerting"]
 
 #: Every statistic an alert rule reads (``max_logit`` only once the probe pass measures it).
 ALERT_STATS: frozenset[str] = frozenset(s for stats in RULE_STATS.values() for s in stats)
+
+
+def _writes_alerts(callback: Any, monitor: Any) -> bool:
+    """Whether ``callback`` is the first active subscriber of ``monitor`` measuring an alert statistic."""
+    if monitor is None:
+        return False
+    active = monitor.active() if hasattr(monitor, "active") else [callback]
+    owner = next((c for c in active if ALERT_STATS & set(c.stat_names)), None)
+    return owner is callback
 
 
 class Alerting:
@@ -50,20 +57,16 @@ class Alerting:
         self._stop_pending = False
         self._reference_noted = False
 
-    def update(
-        self,
-        history: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-        monitor: Any,
-        state: Any,
-        control: Any,
-        event: str = "step",
-    ) -> None:
-        """Judge the newest step of ``history`` (once per step) at a Trainer ``event`` and act: warn, log, and at
-        most once set ``control.should_save`` and ``control.should_training_stop``."""
+    def update(self, callback: Any, state: Any, control: Any, event: str = "step") -> None:
+        """Judge the newest step of ``callback.history`` (once per step) at a Trainer ``event`` and act: warn, log,
+        and at most once set ``control.should_save`` and ``control.should_training_stop``.
+
+        Of several callbacks on one probe pass, the first with an alert statistic writes the event file's alert
+        table and sends the counts; each warns and stops by its own ``on_alert``."""
         if self.disabled:
             return
         try:
-            self._update(history, monitor, state, event)
+            self._update(callback, state, event)
             if self._stop_pending and control is not None:
                 control.should_save = True
                 control.should_training_stop = True
@@ -79,9 +82,8 @@ class Alerting:
                 stacklevel=3,
             )
 
-    def _update(
-        self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], monitor: Any, state: Any, event: str
-    ) -> None:
+    def _update(self, callback: Any, state: Any, event: str) -> None:
+        history, monitor = callback.history, callback.monitor
         if not history or history[-1][0] == self._judged_step:
             return
         reference_step, reference = history[0]
@@ -94,7 +96,8 @@ class Alerting:
         new = [a for a in self.alerts if (a.layer, a.head, a.rule, a.stat) not in self._seen]
         self._seen.update((a.layer, a.head, a.rule, a.stat) for a in new)
         self.raised.extend(new)
-        self._log(step, reference_step, monitor, state, event)
+        if _writes_alerts(callback, monitor):
+            self._log(step, reference_step, monitor, state, event)
         if new:
             self._act(new, step)
 

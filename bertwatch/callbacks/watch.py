@@ -183,7 +183,7 @@ class WatchCallback(TrainerCallback):
             self.disable()
             return
         self.monitor.run(event, state)
-        self.alerting.update(self.history, self.monitor, state, control, event)  # alerts: callbacks.alerting
+        self.alerting.update(self, state, control, event)  # stability alerts: callbacks.alerting
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
