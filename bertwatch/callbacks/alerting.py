@@ -97,7 +97,7 @@ class Alerting:
         self._seen.update((a.layer, a.head, a.rule, a.stat) for a in new)
         self.raised.extend(new)
         if _writes_alerts(callback, monitor):
-            self._log(step, reference_step, monitor, state, event)
+            self._log(step, reference_step, monitor, state, event, getattr(callback, "log_to_trackers", True))
         if new:
             self._act(new, step)
 
@@ -115,14 +115,15 @@ class Alerting:
                 stacklevel=5,
             )
 
-    def _log(self, step: int, reference_step: int, monitor: Any, state: Any, event: str) -> None:
-        """The alerts table and counts into the event file; the counts (``bertwatch/alerts/{rule}``, ``.../total``)
-        to the trackers, except at the end of training (they have closed their runs by then)."""
+    def _log(self, step: int, reference_step: int, monitor: Any, state: Any, event: str, to_trackers: bool) -> None:
+        """The alerts table and counts into the event file; with ``to_trackers``, the counts
+        (``bertwatch/alerts/{rule}``, ``.../total``) to the trackers too, except at the end of training (they have
+        closed their runs by then)."""
         writer = getattr(monitor, "writer", None)
         if writer is not None:
             writer.add_alerts(self.alerts, monitor.layers, monitor.heads, step, reference_step)
         trackers = getattr(monitor, "trackers", None)
-        if trackers and event != "end":
+        if trackers and to_trackers and event != "end":
             logs = {metric_name("alerts", rule): float(n) for rule, n in alert_counts(self.alerts).items()}
             for tracker, err in send_to_trackers(list(trackers), monitor.args, state, logs, {}):
                 trackers.remove(tracker)
