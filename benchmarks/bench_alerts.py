@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--every", type=int, default=5, help="probe every N steps")
     parser.add_argument("--blowup", type=float, default=2.0)
-    parser.add_argument("--window", type=int, default=10)
+    parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--logdir", default=None, help="keep the runs here (default: a temporary folder)")
     opts = parser.parse_args()

@@ -29,6 +29,7 @@ __all__ = [
     "ALERT_RULES",
     "Alert",
     "AlertSettings",
+    "RULE_QUANTITY",
     "RULE_STATS",
     "TABLE_COLUMNS",
     "active_alerts",
