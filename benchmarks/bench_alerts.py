@@ -109,6 +109,7 @@ def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
         "loss_first_mean": sum(losses[s] for s in sorted(losses)[: opts.window]) / opts.window,
         "loss_max": max(losses.values()),
         "loss_last": losses[max(losses)],
+        "loss_last10_mean": sum(losses[s] for s in sorted(losses)[-10:]) / min(10, len(losses)),
         "seconds": round(time.perf_counter() - start, 1),
         "logdir": out,
     }
@@ -121,7 +122,7 @@ def main() -> None:
     parser.add_argument("--lrs", default="3e-5,3e-3", help="comma-separated learning rates")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--every", type=int, default=5, help="probe every N steps")
-    parser.add_argument("--blowup", type=float, default=2.0)
+    parser.add_argument("--blowup", type=float, default=1.5)
     parser.add_argument("--window", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--logdir", default=None, help="keep the runs here (default: a temporary folder)")
