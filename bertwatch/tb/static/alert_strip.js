@@ -14,6 +14,8 @@ const RULE_TEXT = {
   non_finite: 'non-finite',
 };
 // The head statistics each rule's quantity is read from (sink_mass = cls_mass + sep_mass).
+// Alerts listed before a "show all" button (a diverging run can put most heads in alert).
+const SHOWN = 24;
 const QUANTITY_STATS = {max_logit: ['max_logit'], entropy: ['entropy'], sink_mass: ['cls_mass', 'sep_mass']};
 
 export class AlertStrip {
@@ -37,7 +39,10 @@ export class AlertStrip {
     const has = tagsOfKind(app.tags, run, 'alerts').length > 0;
     const data = has ? await getJSON('alerts', {run}).catch(() => null) : null;
     if (seq !== this.seq) return;
-    if (this.run !== run) this.picked = null;
+    if (this.run !== run) {
+      this.picked = null;
+      this.showAll = false;
+    }
     this.run = run;
     this.app = app;
     this.data = data;
@@ -67,8 +72,25 @@ export class AlertStrip {
       ` (reference: step ${fmtStep(d.referenceStep ?? 0)})`,
     );
     this.el.classList.toggle('has-alerts', active > 0);
+    const shown = this.showAll ? episodes : episodes.slice(0, SHOWN);
+    const more =
+      episodes.length > shown.length
+        ? h(
+            'button',
+            {
+              type: 'button',
+              class: 'alert-more',
+              id: 'alert-more',
+              onclick: () => {
+                this.showAll = true;
+                this.render();
+              },
+            },
+            `show all ${episodes.length}`,
+          )
+        : null;
     clear(this.items).append(
-      ...episodes.map((e) => {
+      ...shown.map((e) => {
         const until = e.active ? '' : ` – ${fmtStep(e.last)}`;
         const item = h(
           'button',
@@ -85,6 +107,7 @@ export class AlertStrip {
         item.addEventListener('click', () => this.pick(e));
         return item;
       }),
+      ...(more ? [more] : []),
     );
     if (this.picked) this.renderDetail();
   }
@@ -96,7 +119,7 @@ export class AlertStrip {
 
   pick(episode) {
     this.picked = episode;
-    for (const item of this.items.children) {
+    for (const item of this.items.querySelectorAll('.alert-item')) {
       const ds = item.dataset;
       const same =
         +ds.layer === episode.layer &&
