@@ -29,8 +29,10 @@ __all__ = [
     "ALERT_RULES",
     "Alert",
     "AlertSettings",
+    "QUANTITY_STATS",
     "RULE_QUANTITY",
     "RULE_STATS",
+    "RULE_TEXTS",
     "TABLE_COLUMNS",
     "active_alerts",
     "alert_counts",
@@ -47,6 +49,20 @@ RULE_STATS: dict[str, tuple[str, ...]] = {
     "entropy_collapse": ("entropy",),
     "sink_collapse": ("cls_mass", "sep_mass"),
     "sink_desertion": ("cls_mass", "sep_mass"),
+}
+#: What each rule means, in a few words (the report and the plugin show these).
+RULE_TEXTS: dict[str, str] = {
+    "logit_growth": "max logit past a multiple of its reference or past τ",
+    "entropy_collapse": "entropy below a fraction of its reference",
+    "sink_collapse": "[CLS]+[SEP] mass far beyond its reference",
+    "sink_desertion": "[CLS]+[SEP] mass far below its reference",
+    "non_finite": "a statistic became NaN or infinite",
+}
+#: The head statistics each quantity is the sum of.
+QUANTITY_STATS: dict[str, tuple[str, ...]] = {
+    "max_logit": ("max_logit",),
+    "entropy": ("entropy",),
+    "sink_mass": ("cls_mass", "sep_mass"),
 }
 #: The quantity each rule compares: a statistic, or ``sink_mass`` = ``cls_mass`` + ``sep_mass``.
 RULE_QUANTITY: dict[str, str] = {

@@ -8,15 +8,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["alerts_section"]
+from bertwatch.core.alerts import RULE_TEXTS
 
-_RULE_TEXT = {
-    "logit_growth": "max logit past a multiple of its reference or past τ",
-    "entropy_collapse": "entropy below a fraction of its reference",
-    "sink_collapse": "[CLS]+[SEP] mass far beyond its reference",
-    "sink_desertion": "[CLS]+[SEP] mass far below its reference",
-    "non_finite": "a statistic became NaN or infinite",
-}
+__all__ = ["alerts_section"]
 
 
 def _number(value: Any) -> str:
@@ -51,7 +45,7 @@ def alerts_section(alerts: Mapping[str, Any] | None) -> str:
     for e in episodes:
         cells = [
             f"L{e['layer']} H{e['head']}",
-            f"<code>{html.escape(e['rule'])}</code> ({html.escape(_RULE_TEXT.get(e['rule'], ''))})",
+            f"<code>{html.escape(e['rule'])}</code> ({html.escape(RULE_TEXTS.get(e['rule'], ''))})",
             str(e["since"]),
             "still in alert" if e["active"] else f"until step {e['last']}",
             _number(e["value"]),

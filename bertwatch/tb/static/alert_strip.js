@@ -6,17 +6,9 @@ import {getJSON, nums, tagsOfKind} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {clear, fmt, fmtStep, h, headName} from './dom.js';
 
-const RULE_TEXT = {
-  logit_growth: 'logit growth',
-  entropy_collapse: 'entropy collapse',
-  sink_collapse: 'sink collapse',
-  sink_desertion: 'sink desertion',
-  non_finite: 'non-finite',
-};
-// The head statistics each rule's quantity is read from (sink_mass = cls_mass + sep_mass).
+// Rule texts and the statistics a quantity sums come with /alerts (bertwatch.core.alerts, their one home).
 // Alerts listed before a "show all" button (a diverging run can put most heads in alert).
 const SHOWN = 24;
-const QUANTITY_STATS = {max_logit: ['max_logit'], entropy: ['entropy'], sink_mass: ['cls_mass', 'sep_mass']};
 
 export class AlertStrip {
   /** onPick(episode, stat): an alert was clicked; stat is the head statistic to show (null for none). */
@@ -52,6 +44,16 @@ export class AlertStrip {
   /** The rule's quantity of an episode: 'entropy', 'max_logit', 'sink_mass'. */
   quantity(episode) {
     return this.data?.quantities?.[episode.rule] || null;
+  }
+
+  /** The head statistics the rule's quantity of an episode sums (empty when unknown). */
+  statsOf(episode) {
+    return this.data?.quantityStats?.[this.quantity(episode)] || [];
+  }
+
+  /** A rule's name for people: its words, with its meaning in the title of the alert. */
+  ruleName(rule) {
+    return rule.replaceAll('_', ' ');
   }
 
   render() {
@@ -99,10 +101,10 @@ export class AlertStrip {
             role: 'listitem',
             class: `alert-item${e.active ? ' active' : ''}${this.isPicked(e) ? ' picked' : ''}`,
             dataset: {layer: String(e.layer), head: String(e.head), rule: e.rule, since: String(e.since)},
-            title: `${this.quantity(e) || ''} ${fmt(e.value, 4)} at step ${fmtStep(e.last)}; reference ${fmt(e.reference, 4)}, threshold ${fmt(e.threshold, 4)}`,
+            title: `${d.ruleTexts?.[e.rule] || e.rule}. ${this.quantity(e) || ''} ${fmt(e.value, 4)} at step ${fmtStep(e.last)}; reference ${fmt(e.reference, 4)}, threshold ${fmt(e.threshold, 4)}`,
           },
           h('b', {}, headName(e.layer, e.head)),
-          ` ${RULE_TEXT[e.rule] || e.rule} · since ${fmtStep(e.since)}${until}`,
+          ` ${this.ruleName(e.rule)} · since ${fmtStep(e.since)}${until}`,
         );
         item.addEventListener('click', () => this.pick(e));
         return item;
@@ -129,7 +131,7 @@ export class AlertStrip {
       item.classList.toggle('picked', same);
     }
     this.renderDetail();
-    const stats = QUANTITY_STATS[this.quantity(episode)] || [];
+    const stats = this.statsOf(episode);
     this.onPick(episode, stats[0] || null);
   }
 
@@ -138,7 +140,7 @@ export class AlertStrip {
   async renderDetail() {
     const e = this.picked;
     const q = this.quantity(e);
-    const stats = QUANTITY_STATS[q] || [];
+    const stats = this.statsOf(e);
     const seq = ++this.detailSeq;
     const tags = stats.map((stat) => `bertwatch/heads/${stat}`);
     const runTags = this.app.tags.runs?.[this.run] || {};
@@ -171,7 +173,7 @@ export class AlertStrip {
       h(
         'div',
         {class: 'card-sub'},
-        `${headName(e.layer, e.head)} · ${RULE_TEXT[e.rule] || e.rule} since step ${fmtStep(e.since)} (dotted line) · ${q}` +
+        `${headName(e.layer, e.head)} · ${this.ruleName(e.rule)} since step ${fmtStep(e.since)} (dotted line) · ${q}` +
           (stats.length > 1 ? ` = ${stats.join(' + ')}` : ''),
       ),
       chart,
@@ -189,7 +191,7 @@ export class AlertStrip {
     // An episode covers its steps up to the next judged step (so a one-step episode still has a width).
     const after = (step) => d.steps.find((x) => x > step) ?? step;
     return d.episodes
-      .filter((e) => e.layer === layer && e.head === head && (QUANTITY_STATS[this.quantity(e)] || []).includes(stat))
+      .filter((e) => e.layer === layer && e.head === head && this.statsOf(e).includes(stat))
       .map((e, k) => ({
         name: k ? null : 'in alert',
         color: '#c62828',
