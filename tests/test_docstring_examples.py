@@ -20,6 +20,8 @@ RUN = (
     "bertwatch.ablation.sweep",
     "bertwatch.analysis.text_stats",
     "bertwatch.callbacks.attach",
+    "bertwatch.core.alerts",
+    "bertwatch.report.alerts_section",
     "bertwatch.callbacks.measurements",
     "bertwatch.callbacks.settings",
     "bertwatch.callbacks.watch",

@@ -15,7 +15,7 @@ for maps, ``torch.autograd.grad`` on gates for gradients, and its own copy of th
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from bertwatch.callbacks.probe_pass import Subscriber, execute, plan_pass
 from bertwatch.callbacks.probe_set import ProbeSet
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.callbacks.settings import ALL_STATS, MAP_STATS, ProbeSettings, WatchSettings
+from bertwatch.core.alerts import Alert
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "Subscriber", "monitor_for"]
 
@@ -132,6 +133,14 @@ class Monitor:
             run.writer, run.trackers, args, state, run.event, run.probe.roles, run.probe.length_info()
         )
         self._run = _Run(publisher, begin_pending=not run.resumed)
+
+    def publish_alerts(self, alerts: Sequence[Alert], step: int, reference_step: int, to_trackers: bool) -> None:
+        """Write the stability alerts in force at ``step`` through the run's one publisher
+        (``Publisher.publish_alerts``); nothing before a run."""
+        if self._run is not None and self._context is not None:
+            self._run.publisher.publish_alerts(
+                alerts, self._context.layers, self._context.heads, step, reference_step, to_trackers
+            )
 
     def active(self) -> list[Subscriber]:
         return [s for s in self.subscribers if not s.disabled]

@@ -2,7 +2,7 @@
 
 Measurements and analyses return values: grids, attention maps and ``Summary`` records (a named-values series,
 a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and sends the layer
-means to the Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once
+means (and the stability alerts' counts) to the Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once
 their statistics are in.
 """
 
@@ -18,7 +18,8 @@ import numpy as np
 
 from bertwatch.callbacks._safe import BertWatchWarning
 from bertwatch.callbacks.settings import ALL_STATS
-from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, send_to_trackers
+from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, metric_name, send_to_trackers
+from bertwatch.core.alerts import Alert, alert_counts
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 
@@ -138,14 +139,28 @@ class Publisher:
             return
         grids = {n: g for n, g in grids.items() if (n in wanted or n not in ALL_STATS) and n not in self.sent[step]}
         self.sent[step].update(grids)
-        logs = {**layer_mean_logs(grids), **headline_logs(grids)}
+        self._send({**layer_mean_logs(grids), **headline_logs(grids)}, "layer means")
+
+    def publish_alerts(
+        self, alerts: Sequence[Alert], layers: int, heads: int, step: int, reference_step: int, to_trackers: bool
+    ) -> None:
+        """The stability alerts in force at ``step`` (``core.alerts``): their table into the event file and, with
+        ``to_trackers``, their counts per rule (``bertwatch/alerts/{rule}``, ``.../total``) to the trackers."""
+        if self.writer is None:
+            return
+        self.writer.add_alerts(list(alerts), layers, heads, step, reference_step)
+        if to_trackers and self.trackers:
+            self._send({metric_name("alerts", rule): float(n) for rule, n in alert_counts(alerts).items()}, "alerts")
+
+    def _send(self, logs: Mapping[str, float], what: str) -> None:
+        """``logs`` to every tracker; one that fails is dropped with one warning (training continues)."""
         for tracker, err in send_to_trackers(self.trackers, self.args, self.state, logs, self.event):
             self.trackers.remove(tracker)
             warnings.warn(
-                f"bertwatch: {type(tracker).__name__} failed on bertwatch's layer means ({type(err).__name__}: "
-                f"{err}); they are no longer sent to it. Training continues.",
+                f"bertwatch: {type(tracker).__name__} failed on bertwatch's {what} ({type(err).__name__}: "
+                f"{err}); bertwatch sends it nothing more. Training continues.",
                 BertWatchWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
 
     def flush(self) -> None:

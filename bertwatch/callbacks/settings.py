@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.modes import MODES, check_mode
 from bertwatch.core.stat_names import STABILITY_NAMES
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
@@ -25,7 +26,7 @@ from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
-__all__ = ["ALL_STATS", "MAP_STATS", "Flag", "ProbeSettings", "WatchSettings", "check_options"]
+__all__ = ["ALL_STATS", "MAP_STATS", "ON_ALERT_CHOICES", "Flag", "ProbeSettings", "WatchSettings", "check_options"]
 
 MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + DRIFT_NAMES
 ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY_NAMES
@@ -37,7 +38,7 @@ class Flag:
 
     Kinds: ``"int"``, ``"int_or_none"`` (a number or ``none``), ``"str"``, ``"choice"`` (one of ``choices``),
     ``"true"`` / ``"false"`` (a switch that sets the option to True / False), ``"names"`` (comma-separated),
-    ``"lines"`` (a file, one probe text per line, a tab before a second sentence), ``"json"`` (a JSON object).
+    ``"float"``, ``"lines"`` (a file, one probe text per line, a tab before a second sentence), ``"json"`` (a JSON object).
     ``help`` replaces the option's own help for this flag.
     """
 
@@ -146,6 +147,10 @@ class ProbeSettings(_ByValue):
     normalize_importance: bool = False
     compat_length: int | None = None
 
+
+_ALERT_DEFAULTS = AlertSettings()
+#: The string values of ``on_alert`` (a callable is the other choice).
+ON_ALERT_CHOICES: tuple[str, ...] = ("warn", "stop", "none")
 
 _INT_BOUNDS = {  # option: (lowest value, whether None is allowed)
     "every_n_steps": (0, False),
@@ -279,6 +284,40 @@ class WatchSettings(_ByValue):
         False, "log the heads' JS distance map (MDS) at every probe step", _flag("--head-clusters", "true")
     )
     cluster_examples: int = _option(8, "probe examples the head clusters use", _flag("--cluster-examples", "int"))
+    # -- stability alerts (bertwatch.core.alerts holds the rules; these fields only carry their thresholds)
+    on_alert: Any = _option(
+        "warn", "what a stability alert does: 'warn' (one warning per head and rule), 'stop' (save a checkpoint and "
+        "stop training), 'none', or a callable(alerts) (return 'stop' to save and stop)",
+        _flag("--on-alert", "choice", choices=ON_ALERT_CHOICES),
+    )  # fmt: skip
+    alert_logit_multiple: float = _option(
+        _ALERT_DEFAULTS.logit_multiple, "logit growth: max_logit above this multiple of its reference",
+        _flag("--alert-logit-multiple", "float", metavar="X"),
+    )  # fmt: skip
+    alert_logit_bound: float = _option(
+        _ALERT_DEFAULTS.logit_bound, "logit growth: max_logit above this bound (the tau of QK clipping)",
+        _flag("--alert-logit-bound", "float", metavar="X"),
+    )  # fmt: skip
+    alert_entropy_fraction: float = _option(
+        _ALERT_DEFAULTS.entropy_fraction, "entropy collapse: entropy below this fraction of its reference",
+        _flag("--alert-entropy-fraction", "float", metavar="X"),
+    )  # fmt: skip
+    alert_entropy_min_drop: float = _option(
+        _ALERT_DEFAULTS.entropy_min_drop, "entropy collapse: and at least this many nats below it",
+        _flag("--alert-entropy-min-drop", "float", metavar="X"),
+    )  # fmt: skip
+    alert_sink_fraction: float = _option(
+        _ALERT_DEFAULTS.sink_fraction, "sink collapse / desertion: the share lost keeps at most this fraction",
+        _flag("--alert-sink-fraction", "float", metavar="X"),
+    )  # fmt: skip
+    alert_sink_min_change: float = _option(
+        _ALERT_DEFAULTS.sink_min_change, "sink collapse / desertion: and cls+sep mass moved by at least this",
+        _flag("--alert-sink-min-change", "float", metavar="X"),
+    )  # fmt: skip
+    alert_patience: int = _option(
+        _ALERT_DEFAULTS.patience, "measured steps in a row a rule must hold before an alert",
+        _flag("--alert-patience", "int"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -300,6 +339,16 @@ class WatchSettings(_ByValue):
         if not isinstance(self.ablation_kwargs, Mapping):
             raise TypeError(f"ablation_kwargs must be a mapping, not {type(self.ablation_kwargs).__name__}")
         set_(self, "ablation_kwargs", dict(self.ablation_kwargs))
+        if not callable(self.on_alert) and self.on_alert not in ON_ALERT_CHOICES:
+            raise ValueError(f"on_alert must be one of {ON_ALERT_CHOICES} or a callable, not {self.on_alert!r}")
+        try:
+            self.alert_settings()
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"alert_{err}") from None
+
+    def alert_settings(self) -> AlertSettings:
+        """The alert thresholds (``alert_*`` fields) as the ``AlertSettings`` that checks and applies them."""
+        return AlertSettings(**{f.name: getattr(self, f"alert_{f.name}") for f in dataclasses.fields(AlertSettings)})
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks._context import TrainerContext, TrainerLink
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
+from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.analyses import Analysis, ClusterTrack, analyses_for
 from bertwatch.callbacks.monitor import Monitor, monitor_for
 from bertwatch.callbacks.probe_context import ProbeContext
@@ -87,6 +88,7 @@ class WatchCallback(TrainerCallback):
         self.monitor: Monitor | None = None
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
         self._link = TrainerLink()
+        self.alerting = Alerting(s.on_alert, s.alert_settings(), s.strict)  # stability alerts (callbacks.alerting)
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
@@ -184,13 +186,14 @@ class WatchCallback(TrainerCallback):
             return str(err)
         return None
 
-    def _drive(self, event: str, state: Any) -> None:
+    def _drive(self, event: str, state: Any, control: Any = None) -> None:
         if self.monitor is None:
             return
         if self.monitor.failed:
             self.disable()
             return
         self.monitor.run(event, state)
+        self.alerting.update(self, state, control, event)  # stability alerts: callbacks.alerting
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -198,6 +201,7 @@ class WatchCallback(TrainerCallback):
         if model is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
         self.history = []
+        self.alerting.reset()
         self.stat_names = frozenset(self.requested or self.default_stats)
         self.monitor = monitor_for(model, self.probe_settings)
         context = self._link.context(kwargs)
@@ -225,11 +229,11 @@ class WatchCallback(TrainerCallback):
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._drive("step", state)
+        self._drive("step", state, control)
 
     @contained("on_evaluate")
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._drive("evaluate", state)
+        self._drive("evaluate", state, control)
 
     @contained("on_log")
     def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.alerts import episodes
 from bertwatch.report.result import AblationResult
 from bertwatch.tb import metadata as md
 
@@ -22,8 +23,10 @@ def _event_files(path: Path) -> list[Path]:
 def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     """Ablation results and training-time grids of a run: ``ablation.json`` files under ``path`` first, then the
     bertwatch summaries in its TensorBoard event files (ablation tables, the first/last step of each grid and every
-    step of each named-values series, e.g. the pattern-class shares) and what the probe set measured (``probe``:
-    ``bertwatch.tb.metadata.probe_info``, None in logs that do not record it)."""
+    step of each named-values series, e.g. the pattern-class shares), what the probe set measured (``probe``:
+    ``bertwatch.tb.metadata.probe_info``, None in logs that do not record it) and the stability alerts
+    (``alerts``: ``{"rules", "steps", "reference_step", "episodes"}`` of ``bertwatch.core.alerts.episodes``, None
+    when the run wrote none)."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(
@@ -40,10 +43,10 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     for file in json_files:
         result = AblationResult.from_json(json.loads(file.read_text(encoding="utf-8")))
         results.setdefault(result.mode, result)
-    tb_results, grids, named, probe = _read_events(_event_files(root))
+    tb_results, grids, named, probe, alerts = _read_events(_event_files(root))
     for mode, result in tb_results.items():
         results.setdefault(mode, result)
-    training = {"grids": grids, "series": named, "source": str(root), "probe": probe}
+    training = {"grids": grids, "series": named, "source": str(root), "probe": probe, "alerts": alerts}
     return [results[m] for m in sorted(results)], training
 
 
@@ -68,12 +71,15 @@ _READ_KINDS = (
     md.KIND_PRUNING,
     md.KIND_PRUNING_CURVES,
     md.KIND_NAMED_VALUES,
+    md.KIND_ALERTS,
 )
 
 
 def _read_events(
     files: Sequence[Path],
-) -> tuple[dict[str, AblationResult], dict[str, Any], dict[str, dict[str, Any]], dict[str, int | None] | None]:
+) -> tuple[
+    dict[str, AblationResult], dict[str, Any], dict[str, dict[str, Any]], dict[str, int | None] | None, dict | None
+]:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
 
@@ -100,7 +106,7 @@ def _read_events(
     grids: dict[str, Any] = {}
     named: dict[str, dict[str, Any]] = {}
     tables: dict[str, dict[str, Any]] = {}
-    probe = None
+    probe = alerts = None
     for tag, points in series.items():
         points.sort(key=lambda t: (t[0], t[1]))
         meta = content[tag]
@@ -109,6 +115,8 @@ def _read_events(
             stat = meta.get("stat") or tag[len(md.HEADS_PREFIX) :]
             grids[stat] = {"first": (points[0][0], points[0][2]), "last": (points[-1][0], points[-1][2])}
             probe = probe or md.probe_info(meta.get("probe"))
+        elif kind == md.KIND_ALERTS:
+            alerts = _alerts(meta, points)
         elif kind == md.KIND_NAMED_VALUES:
             by_step = {step: array for step, _, array in points}  # a rewritten step keeps its newest value
             named[str(meta.get("name") or tag[len(md.SERIES_PREFIX) :])] = {
@@ -130,7 +138,22 @@ def _read_events(
         for mode, entry in tables.items()
         if md.KIND_ABLATION_HEADS in entry and md.KIND_ABLATION_LAYERS in entry
     }
-    return results, grids, named, probe
+    return results, grids, named, probe, alerts
+
+
+def _alerts(meta: dict[str, Any], points: list[tuple[int, float, np.ndarray]]) -> dict[str, Any]:
+    """The alert episodes of a run from its ``alerts`` tables (a rewritten step keeps its newest table)."""
+    by_step = {step: array for step, _, array in points}
+    steps = sorted(by_step)
+    shape = by_step[steps[-1]].shape
+    steps = [s for s in steps if by_step[s].shape == shape]
+    rules = [str(r) for r in meta.get("rules") or []]
+    return {
+        "rules": rules,
+        "steps": steps,
+        "reference_step": meta.get("reference_step"),
+        "episodes": episodes(steps, np.stack([by_step[s] for s in steps]), rules),
+    }
 
 
 def _ablation_result(mode: str, entry: dict[str, Any]) -> AblationResult:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.significance import benjamini_hochberg
+from bertwatch.report.alerts_section import alerts_section
 from bertwatch.report.figures import grid_heatmap, mass_gap_figure, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.pruning_section import answer_lines, curves_figure
@@ -423,13 +424,16 @@ def build_html(
     extra_sections: Sequence[str] = (),
 ) -> str:
     """One self-contained HTML page: per mode the Δ heatmap with significance marks, layer bars, top heads,
-    keep-best table, pruning curve and the configuration; then training-time grids when ``training`` is given,
+    keep-best table, pruning curve and the configuration; then the stability alerts and the training-time grids
+    when ``training`` is given,
     then ``extra_sections`` (trusted HTML fragments, e.g. the linguistic analyses)."""
     body = [f"<h1>{_e(title)}</h1>"]
     if not results and not training:
         body.append("<p>No ablation results and no training statistics were found.</p>")
     for result in results:
         body.append(_section(result, alpha))
+    if training:
+        body.append(alerts_section(training.get("alerts")))  # stability alerts: bertwatch.report.alerts
     if training and (training.get("grids") or training.get("series")):
         body.append(_training_section(training))
     body.extend(extra_sections)

@@ -17,6 +17,8 @@ tag                                    data class      content ``kind``
 ``.../{mode}/pruning_curves``          TENSOR          ``pruning_curves``  float32 ``[k, columns]``, see below
 ``bertwatch/clustering/{name}``        TENSOR          ``head_embedding``  float32 ``[layers*heads, 2]``
 ``bertwatch/series/{name}``            TENSOR          ``named_values``    float32 ``[k]``, names in content
+``bertwatch/alerts/heads``             TENSOR          ``alerts``          float32 ``[layers, heads, rules, 4]``
+``bertwatch_alerts/{rule}``            scalar          (scalars plugin)    heads in alert per rule, and total
 ``bertwatch_layers/{stat}/layer_{l}``  scalar          (scalars plugin)
 ``bertwatch_series/{name}/{key}``      scalar          (scalars plugin)
 =====================================  ==============  =============================================
@@ -56,6 +58,9 @@ ABLATION_PREFIX = "bertwatch/ablation/"
 CLUSTERING_PREFIX = "bertwatch/clustering/"
 SERIES_PREFIX = "bertwatch/series/"
 SERIES_SCALAR_ROOT = "bertwatch_series"
+#: The stability alerts of a step (``bertwatch.core.alerts.alert_table``); rules and columns in the content.
+ALERTS_TAG = "bertwatch/alerts/heads"
+ALERTS_SCALAR_ROOT = "bertwatch_alerts"
 #: The ``named_values`` series of Kovaleva's pattern-class shares.
 PATTERN_SERIES = "pattern_classes"
 #: The ``named_values`` series of the attention shares of the UD word classes (mean over heads, uniform head).
@@ -75,6 +80,7 @@ KIND_PRUNING = "pruning_curve"
 KIND_PRUNING_CURVES = "pruning_curves"
 KIND_EMBEDDING = "head_embedding"
 KIND_NAMED_VALUES = "named_values"
+KIND_ALERTS = "alerts"
 
 TENSOR_KINDS = (
     KIND_HEAD_GRID,
@@ -84,6 +90,7 @@ TENSOR_KINDS = (
     KIND_PRUNING_CURVES,
     KIND_EMBEDDING,
     KIND_NAMED_VALUES,
+    KIND_ALERTS,
 )
 BLOB_KINDS = (KIND_ATTENTION,)
 
@@ -216,6 +223,10 @@ def series_tag(name: str) -> str:
 
 def series_scalar_tag(name: str, key: str) -> str:
     return "%s/%s/%s" % (SERIES_SCALAR_ROOT, name, key)
+
+
+def alerts_scalar_tag(rule: str) -> str:
+    return "%s/%s" % (ALERTS_SCALAR_ROOT, rule)
 
 
 def layer_scalar_tag(stat: str, layer: int) -> str:

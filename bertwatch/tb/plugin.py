@@ -19,6 +19,7 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/ablation?run[&mode]``                               ablation tables of one mode and the pruning curve
 ``/embedding?run&tag[&step]``                          2-D head embedding of a step (latest), its steps, the previous map
 ``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
+``/alerts?run``                                          the run's stability alert episodes (head, rule, since)
 =====================================================  ========================================================
 
 Numbers are JSON numbers; NaN and infinities arrive as the strings ``"NaN"``, ``"Infinity"``,
@@ -41,6 +42,7 @@ from bertwatch.tb.queries import Queries
 
 #: The only files ``/static/*`` serves (name -> MIME type); nothing else is ever read from disk.
 STATIC_FILES = {
+    "alert_strip.js": "text/javascript",
     "api.js": "text/javascript",
     "charts.js": "text/javascript",
     "dom.js": "text/javascript",
@@ -129,6 +131,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/ablation": self._serve_ablation,
             "/embedding": self._serve_embedding,
             "/series": self._serve_series,
+            "/alerts": self._serve_alerts,
         }
 
     def is_active(self):
@@ -227,3 +230,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (*_run_tag(r), int_arg(r, "max_points", required=False, minimum=0)))
     def _serve_series(self):
         return self.queries.named_values
+
+    @json_route(lambda r: (arg(r, "run"),))
+    def _serve_alerts(self):
+        return self.queries.alerts

@@ -15,6 +15,7 @@ from tensorboard import errors
 from tensorboard.data import provider
 
 from bertwatch.core import rules
+from bertwatch.core.alerts import QUANTITY_STATS, RULE_TEXTS, episodes
 from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.core.stat_names import stat_names_json
 from bertwatch.core.task_names import describe, metric_entries, metric_label, task_label
@@ -229,6 +230,24 @@ class Queries:
             "numSteps": len(series.steps),
             "steps": series.steps[keep].tolist(),
             "values": f32_list(series.values[keep].T),
+        }
+
+    def alerts(self, ctx, eid, run) -> dict:
+        """The run's stability alert episodes (``core.alerts.episodes``), the rules, each rule's quantity and text,
+        and the head statistics each quantity sums."""
+        series = self.series(ctx, eid, run, md.ALERTS_TAG, kind=md.KIND_ALERTS)
+        content, rule_names = series.content, [str(r) for r in series.content.get("rules", [])]
+        if series.values.ndim != 5 or series.values.shape[3] != len(rule_names):
+            raise errors.NotFoundError("malformed alerts of run %r" % run)
+        return {
+            "run": run,
+            "rules": rule_names,
+            "quantities": content.get("quantities", {}),
+            "quantityStats": {q: list(stats) for q, stats in QUANTITY_STATS.items()},
+            "ruleTexts": dict(RULE_TEXTS),
+            "referenceStep": content.get("reference_step"),
+            "steps": series.steps.tolist(),
+            "episodes": episodes(series.steps.tolist(), series.values, rule_names),
         }
 
     def load_grids(self, ctx, eid, run, stats) -> dict:

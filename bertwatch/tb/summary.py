@@ -23,11 +23,13 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
 
+from bertwatch.core.alerts import ALERT_RULES, RULE_QUANTITY, TABLE_COLUMNS, Alert, alert_counts, alert_table
 from bertwatch.tb import metadata as md
 from bertwatch.tb.ablation_summary import AblationTables, ablation_summaries
 from bertwatch.tb.tensors import check_name, tensor_value, to_numpy
 
 __all__ = [
+    "alerts_summary",
     "head_grid_summary",
     "attention_summary",
     "ablation_summaries",
@@ -208,6 +210,26 @@ def named_values_summary(name: str, values: Mapping[str, float], description: st
     return summary
 
 
+def alerts_summary(alerts: Sequence[Alert], layers: int, heads: int, reference_step: int) -> summary_pb2.Summary:
+    """``bertwatch/alerts/heads``: the heads in alert at one step as ``alert_table``'s float32
+    ``[layers, heads, rules, 4]`` (NaN: not in alert), plus one scalar ``bertwatch_alerts/{rule}`` per rule and
+    ``bertwatch_alerts/total`` (heads in alert). ``reference_step``: the step whose grids are the reference."""
+    meta = md.create_summary_metadata(
+        md.KIND_ALERTS,
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+        description="bertwatch stability alerts: heads in alert per rule (docs/statistics.md)",
+        rules=list(ALERT_RULES),
+        quantities=dict(RULE_QUANTITY),
+        columns=list(TABLE_COLUMNS),
+        reference_step=int(reference_step),
+    )
+    summary = summary_pb2.Summary()
+    tensor_value(summary, md.ALERTS_TAG, meta, alert_table(alerts, layers, heads))
+    for rule, count in alert_counts(alerts).items():
+        summary.value.add(tag=md.alerts_scalar_tag(rule), simple_value=float(count))
+    return summary
+
+
 # --------------------------------------------------------------------------------------------------------
 # Writer
 
@@ -369,6 +391,18 @@ class SummaryWriter:
     ) -> None:
         """Named values of one step; see :func:`named_values_summary`."""
         self._write([named_values_summary(name, values, description)], step, walltime)
+
+    def add_alerts(
+        self,
+        alerts: Sequence[Alert],
+        layers: int,
+        heads: int,
+        step: int,
+        reference_step: int = 0,
+        walltime: float | None = None,
+    ) -> None:
+        """The stability alerts in force at ``step``; see :func:`alerts_summary`."""
+        self._write([alerts_summary(alerts, layers, heads, reference_step)], step, walltime)
 
     def flush(self) -> None:
         if self._closed:

@@ -131,9 +131,15 @@ def test_trackers_get_the_layer_means_at_the_measured_steps_and_training_is_unch
     cb = watch(trainer, stats=stats, every_n_steps=2, num_probe_examples=6, strict=True)
     trainer.train()
 
-    ours = [(step, logs) for step, logs in tracker.logged if any(k.startswith("bertwatch/") for k in logs)]
+    alerts = [(step, logs) for step, logs in tracker.logged if any(k.startswith("bertwatch/alerts/") for k in logs)]
+    ours = [
+        (s, logs)
+        for s, logs in tracker.logged
+        if any(k.startswith("bertwatch/") for k in logs) and (s, logs) not in alerts
+    ]
     theirs = [(step, logs) for step, logs in tracker.logged if not any(k.startswith("bertwatch/") for k in logs)]
     assert [s for s, _ in ours] == [0, 2, 3, 4, 6]  # start, every 2 steps, evaluation at 3; not the end pass
+    assert [s for s, _ in alerts] == [0, 2, 3, 4, 6] and all(logs["bertwatch/alerts/total"] == 0 for _, logs in alerts)
     assert [s for s, _ in theirs] == [s for s, _ in plain_tracker.logged]
     history = dict(cb.history)
     for step, logs in ours:

@@ -48,6 +48,8 @@ def _sample(flag, field, tmp_path) -> tuple[list[str], object]:
         return [], False
     if flag.kind in ("int", "int_or_none"):
         return ["7"], 7
+    if flag.kind == "float":  # in range for every threshold: 3/4 of its default
+        return [repr(0.75 * field.default)], 0.75 * field.default
     if flag.kind == "choice":
         value = next(c for c in flag.choices if c != field.default)
         return [value], value

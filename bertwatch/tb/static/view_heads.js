@@ -2,6 +2,7 @@
 // cells, the clicked head's trajectory over steps, every layer's mean over steps, and (when logged) the
 // pattern-class shares and the UD word-class attention shares over steps.
 
+import {AlertStrip} from './alert_strip.js';
 import {getJSON, gridTags, isPerLayer, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
@@ -70,7 +71,15 @@ export class HeadsView {
       ),
     );
     this.emptyEl = h('div', {});
-    this.el = h('div', {class: 'view view-heads', id: 'view-heads'}, this.toolbar, this.emptyEl, this.content);
+    this.alertStrip = new AlertStrip({onPick: (episode, stat) => this.pickAlert(episode, stat)});
+    this.el = h(
+      'div',
+      {class: 'view view-heads', id: 'view-heads'},
+      this.toolbar,
+      this.alertStrip.el,
+      this.emptyEl,
+      this.content,
+    );
     this.grid = null;
     this.traj = null;
     this.means = null;
@@ -133,6 +142,7 @@ export class HeadsView {
     }
     this.stepper.set(steps, index);
     await Promise.all([
+      this.alertStrip.load(this.app, this.state.run),
       this.loadGrid(),
       this.loadTrajectory(),
       this.loadMeans(),
@@ -140,6 +150,18 @@ export class HeadsView {
       this.loadWordClasses(),
       this.massGap.load(run, this.stepper.step),
     ]);
+  }
+
+  /** An alert was clicked: select its head, and show its statistic when the run has it. */
+  pickAlert(episode, stat) {
+    this.state.selected = [episode.layer, episode.head];
+    if (stat && stat !== this.state.stat && gridTags(this.app.tags, this.state.run).some((t) => t.stat === stat)) {
+      this.statSelect.value = stat;
+      this.update('stat');
+      return;
+    }
+    this.grid?.select(this.state.selected);
+    this.loadTrajectory();
   }
 
   onStep() {
@@ -252,10 +274,12 @@ export class HeadsView {
     ];
     if (info?.description) parts.push(h('p', {class: 'description'}, info.description));
     clear(c.body).append(...parts);
-    clear(c.aside).append(
-      probePill(grid.probe),
-      h('span', {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}}, `step ${fmtStep(grid.step)}`),
+    const stepPill = h(
+      'span',
+      {class: 'pill', id: 'grid-step', dataset: {step: String(grid.step)}},
+      `step ${fmtStep(grid.step)}`,
     );
+    clear(c.aside).append(...[probePill(grid.probe), stepPill].filter(Boolean)); // append(null) would print "null"
   }
 
   async loadTrajectory() {
@@ -327,6 +351,7 @@ export class HeadsView {
         width: chartWidth(c.body),
         id: 'trajectory-chart',
         series: [{name: headName(t.layer, t.head), color: '#e65100', xs: t.steps, ys: nums(t.values)}],
+        bands: this.alertStrip.decorations(stat, t.layer, t.head, nums(t.values)),
         yLabel: stat,
         marker: step,
         onPick: pick,

@@ -1,0 +1,313 @@
+"""Stability alerts, in one place: the rules, their thresholds (``AlertSettings``) and the pure functions that
+judge a run's history of head grids against each head's reference. Torch-free: grids are numpy ``[layers, heads]``.
+
+Rules (``docs/statistics.md`` gives their sources):
+
+- ``logit_growth``: ``max_logit`` above ``logit_multiple`` × its reference (when the reference is positive), or
+  above the absolute bound ``logit_bound`` (τ = 100, the published QK-clip threshold).
+- ``entropy_collapse``: ``entropy`` below ``entropy_fraction`` × its reference, and at least ``entropy_min_drop``
+  nats below it.
+- ``sink_collapse``: the share left after [CLS] and [SEP], 1 − (``cls_mass`` + ``sep_mass``), fell to
+  ``sink_fraction`` × its reference or less, and the sink mass rose by at least ``sink_min_change``.
+- ``sink_desertion``: ``cls_mass`` + ``sep_mass`` fell to ``sink_fraction`` × its reference or less, by at least
+  ``sink_min_change``.
+- ``non_finite``: a rule's statistic is NaN or infinite where its reference is finite.
+
+A rule whose statistic is absent from the grids is silent. A head is in alert for a rule once the rule has held at
+``patience`` consecutive measured steps; its ``since`` is the first of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = [
+    "ALERT_RULES",
+    "Alert",
+    "AlertSettings",
+    "QUANTITY_STATS",
+    "RULE_QUANTITY",
+    "RULE_STATS",
+    "RULE_TEXTS",
+    "TABLE_COLUMNS",
+    "active_alerts",
+    "alert_counts",
+    "alert_table",
+    "episodes",
+    "rule_values",
+]
+
+#: The rules, in display order.
+ALERT_RULES: tuple[str, ...] = ("logit_growth", "entropy_collapse", "sink_collapse", "sink_desertion", "non_finite")
+#: The statistics each rule reads (``non_finite`` reads those of every other rule).
+RULE_STATS: dict[str, tuple[str, ...]] = {
+    "logit_growth": ("max_logit",),
+    "entropy_collapse": ("entropy",),
+    "sink_collapse": ("cls_mass", "sep_mass"),
+    "sink_desertion": ("cls_mass", "sep_mass"),
+}
+#: What each rule means, in a few words (the report and the plugin show these).
+RULE_TEXTS: dict[str, str] = {
+    "logit_growth": "max logit past a multiple of its reference or past τ",
+    "entropy_collapse": "entropy below a fraction of its reference",
+    "sink_collapse": "[CLS]+[SEP] mass far beyond its reference",
+    "sink_desertion": "[CLS]+[SEP] mass far below its reference",
+    "non_finite": "a statistic became NaN or infinite",
+}
+#: The head statistics each quantity is the sum of.
+QUANTITY_STATS: dict[str, tuple[str, ...]] = {
+    "max_logit": ("max_logit",),
+    "entropy": ("entropy",),
+    "sink_mass": ("cls_mass", "sep_mass"),
+}
+#: The quantity each rule compares: a statistic, or ``sink_mass`` = ``cls_mass`` + ``sep_mass``.
+RULE_QUANTITY: dict[str, str] = {
+    "logit_growth": "max_logit",
+    "entropy_collapse": "entropy",
+    "sink_collapse": "sink_mass",
+    "sink_desertion": "sink_mass",
+}
+
+
+def _positive(name: str, value: object, upper: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, not {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number <= 0 or (upper is not None and number >= upper):
+        bound = f" and < {upper}" if upper is not None else ""
+        raise ValueError(f"{name} must be a finite number > 0{bound}, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """The thresholds of the alert rules (module docstring). Checked at construction.
+
+    Raises:
+        ValueError: a threshold out of its range (fractions in (0, 1), multiples > 1, patience >= 1).
+        TypeError: a value that is not a number.
+
+    Example:
+        >>> AlertSettings(entropy_fraction=0.3).entropy_fraction
+        0.3
+        >>> AlertSettings(logit_multiple=0.5)
+        Traceback (most recent call last):
+        ValueError: logit_multiple must be > 1 (a multiple of the reference), got 0.5
+    """
+
+    #: ``max_logit`` above this multiple of its (positive) reference is logit growth.
+    logit_multiple: float = 3.0
+    #: ``max_logit`` above this is logit growth whatever the reference (τ = 100, the published QK-clip threshold).
+    logit_bound: float = 100.0
+    #: ``entropy`` below this fraction of its reference is collapse ...
+    entropy_fraction: float = 0.5
+    #: ... when it also fell by at least this many nats (a near-zero reference entropy is not a collapse signal).
+    entropy_min_drop: float = 0.25
+    #: The share that collapsed (non-sink share for collapse, sink share for desertion) kept at most this fraction ...
+    sink_fraction: float = 0.25
+    #: ... and the sink mass moved by at least this much.
+    sink_min_change: float = 0.2
+    #: Consecutive measured steps a rule must hold before its head is in alert.
+    patience: int = 1
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "logit_multiple", _positive("logit_multiple", self.logit_multiple))
+        if self.logit_multiple <= 1:
+            raise ValueError(f"logit_multiple must be > 1 (a multiple of the reference), got {self.logit_multiple}")
+        set_(self, "logit_bound", _positive("logit_bound", self.logit_bound))
+        set_(self, "entropy_fraction", _positive("entropy_fraction", self.entropy_fraction, 1.0))
+        set_(self, "entropy_min_drop", _positive("entropy_min_drop", self.entropy_min_drop))
+        set_(self, "sink_fraction", _positive("sink_fraction", self.sink_fraction, 1.0))
+        set_(self, "sink_min_change", _positive("sink_min_change", self.sink_min_change, 1.0))
+        if isinstance(self.patience, bool) or not isinstance(self.patience, (int, np.integer)) or self.patience < 1:
+            raise ValueError(f"patience must be a whole number >= 1, got {self.patience!r}")
+        set_(self, "patience", int(self.patience))
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One head in alert: ``rule`` has held at every measured step from ``since`` to ``step``.
+
+    ``value`` is the rule's quantity at ``step``, ``reference`` the head's reference value of it, ``threshold``
+    the value the rule compared against (NaN for ``non_finite``); ``stat`` names the quantity."""
+
+    layer: int
+    head: int
+    rule: str
+    stat: str
+    since: int
+    step: int
+    value: float
+    reference: float
+    threshold: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line for a warning: which head, which rule, since when, the value against its reference."""
+        return (
+            f"layer {self.layer} head {self.head}: {self.rule.replace('_', ' ')} since step {self.since} "
+            f"({self.stat} {self.value:.4g} at step {self.step}, reference {self.reference:.4g}, "
+            f"threshold {self.threshold:.4g})"
+        )
+
+
+def _quantities(grids: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {n: np.asarray(grids[n], dtype=np.float64) for n in ("max_logit", "entropy") if n in grids}
+    if "cls_mass" in grids and "sep_mass" in grids:
+        out["sink_mass"] = np.asarray(grids["cls_mass"], np.float64) + np.asarray(grids["sep_mass"], np.float64)
+    return out
+
+
+def _compare(rule: str, value: np.ndarray, ref: np.ndarray, s: AlertSettings) -> tuple[np.ndarray, np.ndarray]:
+    """``(fires, threshold)`` grids of one rule; NaN anywhere never fires here (``non_finite`` sees it)."""
+    with np.errstate(invalid="ignore"):
+        if rule == "logit_growth":
+            relative = np.where(ref > 0, s.logit_multiple * ref, np.inf)
+            threshold = np.minimum(relative, s.logit_bound)
+            return value > threshold, threshold
+        if rule == "entropy_collapse":
+            threshold = np.minimum(s.entropy_fraction * ref, ref - s.entropy_min_drop)
+            return value < threshold, threshold
+        if rule == "sink_collapse":
+            threshold = np.maximum(1.0 - s.sink_fraction * (1.0 - ref), ref + s.sink_min_change)
+            return value >= threshold, threshold
+        threshold = np.minimum(s.sink_fraction * ref, ref - s.sink_min_change)
+        return value <= threshold, threshold
+
+
+def rule_values(
+    grids: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], settings: AlertSettings
+) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Each applicable rule at one step: ``{(rule, quantity): (fires, value, reference, threshold)}``, grids
+    ``[layers, heads]``. A rule is applicable when its statistics are in both ``grids`` and ``reference``;
+    ``non_finite`` appears once per quantity it watches."""
+    now, ref = _quantities(grids), _quantities(reference)
+    out = {}
+    for rule in ALERT_RULES[:-1]:
+        q = RULE_QUANTITY[rule]
+        if q not in now or q not in ref:
+            continue
+        fires, threshold = _compare(rule, now[q], ref[q], settings)
+        out[rule, q] = (fires & np.isfinite(ref[q]), now[q], ref[q], threshold)
+        if ("non_finite", q) not in out:
+            broken = ~np.isfinite(now[q]) & np.isfinite(ref[q])
+            out["non_finite", q] = (broken, now[q], ref[q], np.full_like(now[q], np.nan))
+    return out
+
+
+def active_alerts(
+    reference: Mapping[str, np.ndarray],
+    history: Sequence[tuple[int, Mapping[str, np.ndarray]]],
+    settings: AlertSettings | None = None,
+) -> list[Alert]:
+    """The alerts in force at the last step of ``history``.
+
+    Args:
+        reference: ``{stat: [layers, heads]}`` of the reference model (bertwatch passes the grids of the run's
+            first measured step, taken before any optimiser step).
+        history: ``(step, {stat: [layers, heads]})`` in step order, as ``WatchCallback.history``.
+        settings: the thresholds (defaults when None).
+
+    Returns:
+        One :class:`Alert` per head, rule and quantity whose rule held at the last ``patience`` (or more) measured
+        steps of ``history`` carrying its statistics, ordered by rule, quantity, layer, head; ``since`` is the first
+        step of that run.
+
+    Example:
+        >>> ref = {"entropy": np.full((1, 2), 2.0)}
+        >>> hist = [(0, ref), (10, {"entropy": np.array([[2.0, 0.5]])})]
+        >>> [(a.layer, a.head, a.rule, a.since) for a in active_alerts(ref, hist)]
+        [(0, 1, 'entropy_collapse', 10)]
+    """
+    s = AlertSettings() if settings is None else settings
+    judged = [(step, rule_values(grids, reference, s)) for step, grids in history]
+    if not judged:
+        return []
+    last_step, last = judged[-1]
+    alerts = []
+    for key in sorted(last, key=lambda k: (ALERT_RULES.index(k[0]), k[1])):
+        fires, value, ref, threshold = last[key]
+        for layer, head in zip(*np.nonzero(fires), strict=True):
+            since, run = last_step, 0
+            for step, rules in reversed(judged):
+                if key not in rules:
+                    continue
+                if not rules[key][0][layer, head]:
+                    break
+                since, run = step, run + 1
+            if run < s.patience:
+                continue
+            alerts.append(
+                Alert(
+                    int(layer),
+                    int(head),
+                    key[0],
+                    key[1],
+                    int(since),
+                    int(last_step),
+                    float(value[layer, head]),
+                    float(ref[layer, head]),
+                    float(threshold[layer, head]),
+                )
+            )
+    return alerts
+
+
+def alert_counts(alerts: Sequence[Alert], rules: Sequence[str] = ALERT_RULES) -> dict[str, int]:
+    """``{rule: heads in alert}`` for every rule (0 included) and ``"total"``: the scalars bertwatch logs."""
+    counts = {rule: sum(1 for a in alerts if a.rule == rule) for rule in rules}
+    counts["total"] = len(alerts)
+    return counts
+
+
+#: The last axis of :func:`alert_table`.
+TABLE_COLUMNS: tuple[str, ...] = ("since", "value", "reference", "threshold")
+
+
+def alert_table(alerts: Sequence[Alert], layers: int, heads: int) -> np.ndarray:
+    """The alerts of one step as a fixed-shape float32 ``[layers, heads, len(ALERT_RULES), 4]`` table (columns
+    :data:`TABLE_COLUMNS`), NaN where a head is not in alert for a rule: what the event file stores. Of two
+    ``non_finite`` alerts of one head (two quantities), the first is kept."""
+    table = np.full((layers, heads, len(ALERT_RULES), len(TABLE_COLUMNS)), np.nan, dtype=np.float32)
+    for a in reversed(alerts):
+        table[a.layer, a.head, ALERT_RULES.index(a.rule)] = (a.since, a.value, a.reference, a.threshold)
+    return table
+
+
+def episodes(steps: Sequence[int], tables: np.ndarray, rules: Sequence[str] = ALERT_RULES) -> list[dict]:
+    """Every alert episode of a run from its stacked :func:`alert_table`s: one dict per head, rule and ``since``.
+
+    Args:
+        steps: the steps of the tables, ascending, ``[n]``.
+        tables: ``[n, layers, heads, rules, 4]``.
+        rules: the rule names of the rules axis (the event file's content).
+
+    Returns:
+        ``{"layer", "head", "rule", "since", "last", "value", "reference", "threshold", "active"}`` dicts in
+        order of ``since``, then layer, head, rule: ``last`` is the last step the head was in alert, ``value``
+        (and the others) its values there, ``active`` whether it is in alert at the last step.
+    """
+    found: dict[tuple[int, int, int, int], dict] = {}
+    for i, step in enumerate(steps):
+        for layer, head, r in zip(*np.nonzero(np.isfinite(tables[i, ..., 0])), strict=True):
+            since, value, ref, threshold = (float(x) for x in tables[i, layer, head, r])
+            key = (int(since), int(layer), int(head), int(r))
+            found[key] = {
+                "layer": int(layer),
+                "head": int(head),
+                "rule": str(rules[r]),
+                "since": int(since),
+                "last": int(step),
+                "value": value,
+                "reference": ref,
+                "threshold": threshold,
+                "active": i == len(steps) - 1,
+            }
+    return [found[k] for k in sorted(found)]
