@@ -31,6 +31,7 @@ from bertwatch.heads.roles import TokenRoles
 
 __all__ = [
     "NORM_NAMES",
+    "attention_blocks",
     "gram_factors",
     "head_grams",
     "norm_stats",
@@ -44,34 +45,90 @@ _NORM_CHUNK = 1 << 20
 _BERT_LIKE = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "mobilebert")
 
 
+#: family: (the layer list under the base model, then per layer: the value projection, the attention output
+#: projection, and the LayerNorm that takes the residual sum (None: not a post-LN block, so no mixing measures)).
+_BLOCKS: dict[str, tuple[str, str, str, str | None]] = {
+    **{
+        family: ("encoder.layer", "attention.self.value", "attention.output.dense", "attention.output.LayerNorm")
+        for family in _BERT_LIKE
+    },
+    "distilbert": ("transformer.layer", "attention.v_lin", "attention.out_lin", "sa_layer_norm"),
+    "deberta-v2": (
+        "encoder.layer",
+        "attention.self.value_proj",
+        "attention.output.dense",
+        "attention.output.LayerNorm",
+    ),
+    "mpnet": ("encoder.layer", "attention.attn.v", "attention.attn.o", "attention.LayerNorm"),
+    "modernbert": ("layers", "attn.Wqkv", "attn.Wo", None),
+    "albert": (
+        "encoder.albert_layer_groups.0.albert_layers",
+        "attention.value",
+        "attention.dense",
+        "attention.LayerNorm",
+    ),
+}
+#: Why a family's attention block is not one post-LN sum x + Attn(x) -> LayerNorm that the mixing measures decompose.
+_NOT_DECOMPOSABLE = {
+    "modernbert": "ModernBERT is pre-LN (the LayerNorm comes before attention, the residual sum has none after it)",
+    "mobilebert": "MobileBERT's residual is its bottleneck input, its values come from another input, and its "
+    "'LayerNorm' is NoNorm by default",
+}
+
+
+def _layer_modules(model: nn.Module, what: str) -> list[nn.Module]:
+    """Each layer's submodule ``what`` (1: value, 2: output projection, 3: post-attention LayerNorm), in order."""
+    num_layers, _ = model_shape(model)
+    model_type = model_family(model.config)
+    base = getattr(model, "base_model", model)
+    paths = _BLOCKS.get(model_type)
+    shared_albert = model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1
+    if paths is None or (model_type == "albert" and not shared_albert) or paths[what] is None:
+        raise UnsupportedModelError(f"bertwatch does not know the attention block of {model_type!r} models")
+    layers = list(base.get_submodule(paths[0]))
+    found = [layer.get_submodule(paths[what]) for layer in layers]
+    if model_type == "albert":
+        found = found * num_layers
+    if len(found) != num_layers:
+        raise UnsupportedModelError(f"found {len(found)} attention blocks for {num_layers} layers")
+    return found
+
+
 def output_projections(model: nn.Module) -> list[nn.Linear]:
     """Each layer's attention output projection (the linear map applied to the concatenated heads), in order.
 
     Raises UnsupportedModelError for a family whose projection bertwatch does not know.
     """
-    num_layers, _ = model_shape(model)
+    try:
+        return _layer_modules(model, 2)
+    except UnsupportedModelError as err:
+        raise UnsupportedModelError(f"norm-based statistics {NORM_NAMES}: {err}; leave them out of stats=") from err
+
+
+def attention_blocks(model: nn.Module) -> list[tuple[nn.Linear, nn.Linear, nn.LayerNorm]]:
+    """(value projection, output projection, post-attention LayerNorm) of each layer, for the mixing measures
+    (``bertwatch.heads.mixing_model``).
+
+    Raises UnsupportedModelError, saying why, for a family whose block is not x + Attn(x) -> LayerNorm.
+    """
     model_type = model_family(model.config)
-    base = getattr(model, "base_model", model)
-    if model_type in _BERT_LIKE:
-        found = [layer.attention.output.dense for layer in base.encoder.layer]
-    elif model_type == "distilbert":
-        found = [layer.attention.out_lin for layer in base.transformer.layer]
-    elif model_type == "deberta-v2":
-        found = [layer.attention.output.dense for layer in base.encoder.layer]
-    elif model_type == "mpnet":
-        found = [layer.attention.attn.o for layer in base.encoder.layer]
-    elif model_type == "modernbert":
-        found = [layer.attn.Wo for layer in base.layers]
-    elif model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1:
-        found = [base.encoder.albert_layer_groups[0].albert_layers[0].attention.dense] * num_layers
-    else:
+    why = _NOT_DECOMPOSABLE.get(model_type)
+    if why is None:
+        try:
+            blocks = list(zip(_layer_modules(model, 1), _layer_modules(model, 2), _layer_modules(model, 3)))
+        except UnsupportedModelError as err:
+            why = str(err)
+    if why is None and not all(isinstance(ln, nn.LayerNorm) for _, _, ln in blocks):
+        why = "its post-attention normalisation is not an nn.LayerNorm"
+    if why is None and not all(isinstance(v, nn.Linear) and isinstance(o, nn.Linear) for v, o, _ in blocks):
+        why = "its value or output projection is not an nn.Linear"
+    if why is not None:
         raise UnsupportedModelError(
-            f"norm-based statistics {NORM_NAMES} do not know the output projection of {model_type!r} models; "
-            "leave them out of stats="
+            f"the context-mixing measures (ALTI, mixing ratio, value zeroing) need each layer's attention block to be "
+            f"x + Attn(x) -> LayerNorm, and {model_type!r} models are not: {why}; leave the mixing statistics out of "
+            "stats= (attention rollout and the weight- and norm-based masses still work)"
         )
-    if len(found) != num_layers:
-        raise UnsupportedModelError(f"found {len(found)} attention output projections for {num_layers} layers")
-    return found
+    return blocks
 
 
 def supports_norms(model: nn.Module) -> bool:

@@ -1,0 +1,263 @@
+"""Context mixing (bertwatch.heads.mixing, .mixing_model) against float64 loops over each definition on every
+supported family, each example alone over its real tokens (tests/_mixing_oracle.py), with padding and sentence
+pairs; the properties each definition promises; batch and padding invariance."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertwatch.core.stat_names import MIXING_HEAD_NAMES, MIXING_LAYER_NAMES, MIXING_NAMES
+from bertwatch.heads.capture import UnsupportedModelError, capture
+from bertwatch.heads.mixing import (
+    alti_matrix,
+    block_terms,
+    compose,
+    decomposition,
+    mixing_ratio,
+    rollout,
+    value_zeroing_scores,
+)
+from bertwatch.heads.mixing_model import (
+    block_weights,
+    mixing_maps,
+    mixing_stats,
+    record_blocks,
+    supports_mixing,
+    value_zeroing,
+)
+from bertwatch.heads.roles import TokenRoles
+from tests._tiers import fast_subset
+from tests._tolerance import assert_float32_close
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _mixing_oracle import example_measures  # noqa: E402
+from _models import padded_batch, tiny_model  # noqa: E402
+from test_norms_contexts import adapter_model  # noqa: E402
+
+FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "distilbert", "albert", "deberta-v2",
+            "mpnet"]  # fmt: skip
+PAIRS = ("bert", "electra", "ernie", "albert", "deberta-v2")
+
+
+def family_model(model_type: str):
+    model = adapter_model(model_type) if model_type in ("deberta-v2", "mpnet") else tiny_model(model_type)
+    if model_type not in ("deberta-v2", "mpnet"):
+        torch.manual_seed(1)
+        with torch.no_grad():  # peaked maps and uneven value norms, so the measures differ from the weights
+            for p in model.parameters():
+                if p.dim() > 1:
+                    p.mul_(8.0)
+    return model
+
+
+def batch_and_roles(model_type: str, length: int = 9):
+    """Right-padded examples of lengths 9, 6, 3 (the first a pair where the family has segments), [CLS] first,
+    [SEP] last (and mid-way in the pair)."""
+    batch = padded_batch(batch=3, length=length, seed=3)
+    real = batch["attention_mask"].bool()
+    cls = torch.zeros_like(real)
+    cls[:, 0] = True
+    sep = torch.zeros_like(real)
+    sep[torch.arange(3), real.sum(-1) - 1] = True
+    sep[0, 4] = True
+    if model_type in PAIRS:
+        types = torch.zeros_like(batch["input_ids"])
+        types[0, 5:] = 1
+        batch["token_type_ids"] = types
+    return batch, TokenRoles(real, cls & real, sep & real, torch.zeros_like(real))
+
+
+def eager_outputs(model, batch):
+    """The model's own hidden states and eager attention probabilities (independent of bertwatch's capture)."""
+    if type(model).__name__.split("For")[0] not in ("DebertaV2", "MPNet"):  # these two only have eager attention
+        model.set_attn_implementation("eager")
+    with torch.no_grad():
+        out = model(**batch, output_hidden_states=True, output_attentions=True)
+    return out.hidden_states, out.attentions
+
+
+@pytest.mark.parametrize("model_type", fast_subset(FAMILIES, ("bert", "deberta-v2")))
+def test_mixing_measures_match_float64_loops_on_each_example_alone(model_type):
+    model = family_model(model_type)
+    batch, roles = batch_and_roles(model_type)
+    stats = mixing_stats_of(model, batch, roles)
+    maps = mixing_maps(model, batch, roles.real)
+    hidden, attentions = eager_outputs(model, batch)
+    for b in range(3):
+        index = torch.nonzero(roles.real[b]).squeeze(-1).numpy()
+        cols = lambda mask: [k for k, j in enumerate(index) if mask[b, j]]  # noqa: E731
+        want = example_measures(model, model_type, hidden, attentions, b, index, cols(roles.cls), cols(roles.sep))
+        for measure in ("alti", "alti_composed", "rollout"):
+            got = maps[measure][b][:, index][:, :, index]
+            assert_float32_close(got, want[measure], msg=f"{model_type} {measure} example {b}")
+            pad = ~roles.real[b]
+            assert float(maps[measure][b][:, pad].abs().sum() + maps[measure][b][:, :, pad].abs().sum()) == 0.0
+        for name in MIXING_NAMES:
+            expect = want[name] if name in MIXING_HEAD_NAMES else np.asarray(want[name])[:, None]
+            assert_float32_close(stats[name][b], expect, msg=f"{model_type} {name} example {b}")
+
+
+def mixing_stats_of(model, batch, roles, names=MIXING_NAMES):
+    weights = block_weights(model)
+    with torch.no_grad(), capture(model, record_values=True) as cap, record_blocks(model) as blocks:
+        model(**batch)
+    return mixing_stats(cap.attentions, cap.values, blocks.residuals, weights, roles, names)
+
+
+def terms_of(model, batch, roles, layer=1):
+    """block_terms of one layer and the model's own post-attention LayerNorm output (a hook written here)."""
+    from bertwatch.heads.norms import attention_blocks
+
+    seen = []
+    norm = attention_blocks(model)[layer][2]
+    handle = norm.register_forward_hook(lambda _m, _a, out: seen.append(out.detach()))
+    weights = block_weights(model)
+    try:
+        with torch.no_grad(), capture(model, record_values=True) as cap, record_blocks(model) as blocks:
+            model(**batch)
+    finally:
+        handle.remove()
+    own = seen[layer if len(seen) > layer else 0]
+    return cap, blocks, weights, own
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model_type", ["bert", "albert", "mpnet"])
+def test_decomposition_rebuilds_the_layer_norm_output_and_rows_sum_to_one(model_type):
+    model = family_model(model_type)
+    batch, roles = batch_and_roles(model_type)
+    layer = 1
+    cap, blocks, weights, own = terms_of(model, batch, roles, layer)
+    terms = block_terms(
+        cap.attentions[:, layer], cap.values[:, layer], blocks.residuals[:, layer], weights[layer], roles.real
+    )
+    w = terms.weights
+    parts = decomposition(terms).sum(2) + terms.g(w.out_bias.expand_as(terms.residual)) + w.ln_bias
+    real = roles.real
+    scale = float(own[real].abs().max())
+    assert_float32_close(parts[real], own[real], scale=scale, msg="Σ_j T_i(x_j) + g_i(b_O) + β = LN(z_i)")
+    assert_float32_close(terms.output[real], own[real], scale=scale, msg="LN(z) rebuilt from its parts")
+    for c in (alti_matrix(terms), alti_matrix(terms, per_head=True)):
+        assert bool((c >= 0).all())
+        sums = c.sum(-1) if c.dim() == 3 else c.sum(-1).transpose(1, 2)  # [B, T] or [B, T, H]
+        assert_float32_close(sums[real], torch.ones(sums[real].shape))
+        assert float(sums[~real].abs().sum()) == 0.0
+    rolled = rollout(cap.attentions, real)
+    assert_float32_close(rolled.sum(-1).permute(0, 2, 1)[real], torch.ones(int(real.sum()), rolled.shape[1]))
+
+
+def test_rollout_of_identity_attention_is_the_identity_and_one_hot_heads_give_one_hot_alti():
+    batch, roles = batch_and_roles("bert")
+    real = roles.real
+    eye = torch.eye(9).expand(3, 3, 4, 9, 9).clone()
+    want = torch.where(real[:, None, :, None] & real[:, None, None, :], torch.eye(9), 0.0).expand(3, 3, 9, 9)
+    assert torch.equal(rollout(eye, real), want)
+    assert torch.equal(compose(want), want)
+    model = family_model("bert")
+    cap, blocks, weights, _ = terms_of(model, batch, roles)
+    terms = block_terms(eye[:, 0], cap.values[:, 0], blocks.residuals[:, 0], weights[0], real)
+    per_head = alti_matrix(terms, per_head=True)  # each head's only source is the query itself
+    assert torch.equal(torch.where(torch.isnan(per_head), -1.0, per_head), want[:, :1].expand(3, 4, 9, 9))
+    assert_float32_close(mixing_ratio(terms)[real], torch.zeros(int(real.sum())))
+
+
+@pytest.mark.fast
+def test_a_token_with_zero_attention_and_zeroed_value_changes_nothing():
+    model = family_model("bert")
+    batch, roles = batch_and_roles("bert")
+    cap, blocks, weights, _ = terms_of(model, batch, roles)
+    t, real = 2, roles.real
+    attn = cap.attentions[:, 1].clone()
+    attn[..., t] = 0.0
+    attn = attn / attn.sum(-1, keepdim=True)
+    values, zeroed = cap.values[:, 1], cap.values[:, 1].clone()
+    zeroed[:, :, t] = 0.0
+    plain = block_terms(attn, values, blocks.residuals[:, 1], weights[1], real)
+    without = block_terms(attn, zeroed, blocks.residuals[:, 1], weights[1], real)
+    others = real.clone()
+    others[:, t] = False
+    torch.testing.assert_close(without.output[others], plain.output[others], rtol=0, atol=0)
+    c = alti_matrix(plain)
+    assert float(c[:, :, t][others].abs().max()) == 0.0  # nobody takes anything from t
+    torch.testing.assert_close(alti_matrix(without)[others], c[others], rtol=0, atol=0)
+    torch.testing.assert_close(mixing_ratio(without)[others], mixing_ratio(plain)[others], rtol=0, atol=0)
+    # value zeroing: zeroing t, whom nobody attends to, moves no other token's output, so t's column is 0
+    variants = torch.stack([without.output[0] if k == t else plain.output[0] + 0.1 * k for k in range(9)])
+    scores = value_zeroing_scores(variants, plain.output[0], real[0])
+    assert float(scores[:, t].abs().max()) == 0.0
+    assert_float32_close(scores.sum(-1)[real[0] & others[0]], torch.ones(int((real[0] & others[0]).sum())))
+
+
+def test_value_zeroing_matches_one_zeroed_pass_per_layer_and_token():
+    model = family_model("bert")
+    batch, roles = batch_and_roles("bert")
+    got = value_zeroing(model, batch, roles.real, max_batch=5)
+    layer_stack = model.bert.encoder.layer
+    for b in (0, 2):
+        index = torch.nonzero(roles.real[b]).squeeze(-1)
+        example = {k: v[b : b + 1][:, index] for k, v in batch.items()}
+        with torch.no_grad():
+            original = model(**example, output_hidden_states=True).hidden_states
+        for l in range(3):
+            scores = np.zeros((len(index), len(index)))
+            for t in range(len(index)):
+
+                def zero(_m, _a, out, t=t):
+                    out = out.clone()
+                    out[:, t] = 0.0
+                    return out
+
+                handle = layer_stack[l].attention.self.value.register_forward_hook(zero)
+                try:
+                    with torch.no_grad():
+                        changed = model(**example, output_hidden_states=True).hidden_states[l + 1][0].double().numpy()
+                finally:
+                    handle.remove()
+                plain = original[l + 1][0].double().numpy()
+                for i in range(len(index)):
+                    cos = changed[i] @ plain[i] / (np.linalg.norm(changed[i]) * np.linalg.norm(plain[i]))
+                    scores[i, t] = max(0.0, 1.0 - cos)
+            scores /= scores.sum(-1, keepdims=True)
+            assert_float32_close(got[b, l][index][:, index], scores, msg=f"value zeroing example {b} layer {l}")
+    assert float(got[2][:, ~roles.real[2]].abs().sum() + got[2][:, :, ~roles.real[2]].abs().sum()) == 0.0
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("model_type", ["bert", "deberta-v2"])
+def test_mixing_statistics_do_not_depend_on_the_batch_or_its_padding(model_type):
+    model = family_model(model_type)
+    batch, roles = batch_and_roles(model_type)
+    together = mixing_stats_of(model, batch, roles)
+    for b in range(3):
+        index = torch.nonzero(roles.real[b]).squeeze(-1)
+        alone = {k: v[b : b + 1][:, index] for k, v in batch.items()}
+        part = TokenRoles(*(m[b : b + 1][:, index] for m in (roles.real, roles.cls, roles.sep, roles.punct)))
+        single = mixing_stats_of(model, alone, part)
+        for name in MIXING_NAMES:
+            assert_float32_close(together[name][b], single[name][0], msg=f"{name} example {b} alone vs batched")
+    cap, blocks, weights, _ = terms_of(model, batch, roles)
+    pad = ~roles.real
+    attn = cap.attentions.clone()
+    attn.masked_fill_(pad[:, None, None, :, None], 7.0)
+    attn.masked_fill_(pad[:, None, None, None, :], 3.0)
+    values = cap.values.masked_fill(pad[:, None, None, :, None], 5.0)
+    residuals = blocks.residuals.masked_fill(pad[:, None, :, None], -4.0)
+    noisy = mixing_stats(attn, values, residuals, weights, roles)
+    for name in MIXING_NAMES:
+        torch.testing.assert_close(noisy[name], together[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("model_type", ["modernbert", "mobilebert"])
+def test_families_the_decomposition_does_not_fit_are_refused_at_setup(model_type):
+    model = tiny_model(model_type)
+    assert not supports_mixing(model)
+    with pytest.raises(UnsupportedModelError, match="leave the mixing statistics out"):
+        block_weights(model)
+    with pytest.raises(ValueError, match="unknown mixing statistic"):
+        mixing_stats(torch.zeros(1, 1, 1, 2, 2), torch.zeros(1, 1, 1, 2, 4), None, [], None, ["x"])
+    assert set(MIXING_LAYER_NAMES) < set(MIXING_NAMES)
