@@ -7,6 +7,11 @@ weight-based statistics (``compute_stats`` on STAT_NAMES + DRIFT_NAMES against t
 map per example cropped to its real tokens) and the norm-based ones (``head_grams`` + ``norm_stats`` with the recorded
 contexts). The gradient statistics take a pass of their own and are not part of this ratio.
 
+The context-mixing statistics (``bertwatch.heads.mixing``) are timed beside them, each against the same forward:
+the cheap ones (``mixing_ratio``, ``cls_mass_rollout``, ``sep_mass_rollout``: O(B·L·H·T·d) and O(B·L·T³)) and the
+ALTI ones, per head (``cls_mass_alti``, ``sep_mass_alti``: L1 distances over B·L·H·T²·d) and per layer
+(``*_alti_layer``: B·L·T²·(H + 1)·d), whose residual inputs come from ``record_blocks`` in the same forward.
+
 Two batches, each timed against its own forward in the same run: the worst case, every example exactly
 ``--length`` tokens (no padding, so the maps' T² is all real), and a real probe batch, the first ``--batch`` MRPC dev
 pairs padded to the longest as the probe set pads them (when a GLUE folder is found: ``--glue-dir``, $GLUE_DIR or
@@ -99,6 +104,7 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
     from bertwatch.callbacks.probe_set import crop_maps
     from bertwatch.callbacks.watch import BertWatchCallback
     from bertwatch.heads.capture import capture
+    from bertwatch.heads.mixing_model import block_weights, mixing_stats, record_blocks
     from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
     from bertwatch.heads.roles import token_roles
     from bertwatch.heads.stats import compute_stats
@@ -115,6 +121,14 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
         return cap.attentions, cap.values, cap.contexts
 
     maps, values, contexts = forward()
+    with torch.no_grad(), capture(model), record_blocks(model) as blocks:
+        model(**batch)
+    residuals, mixed, weights = blocks.residuals, blocks.mixed, block_weights(model)
+
+    def mixing(names: tuple[str, ...]) -> None:
+        with torch.no_grad():
+            mixing_stats(maps, values, residuals, weights, roles, names, mixed)
+
     assert contexts is not None
     cached = [m.to(torch.float16) for m in crop_maps(maps.flip(0), roles.real)]  # the monitor's reference cache
 
@@ -126,7 +140,14 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
         with torch.no_grad():
             norm_stats(maps, values, head_grams(model), roles, norm_names, contexts)
 
-    fns = {"forward": forward, "weight": weight_stats, "norm": norm_based}
+    fns = {
+        "forward": forward,
+        "weight": weight_stats,
+        "norm": norm_based,
+        "mixing_cheap": lambda: mixing(("mixing_ratio", "cls_mass_rollout", "sep_mass_rollout")),
+        "alti_head": lambda: mixing(("cls_mass_alti", "sep_mass_alti")),
+        "alti_layer": lambda: mixing(("cls_mass_alti_layer", "sep_mass_alti_layer")),
+    }
     return _interleaved(fns, args.repeats, torch.device(args.device))
 
 
@@ -152,7 +173,7 @@ def main() -> None:
     )
     for description, batch in _batches(args, tokenizer).items():
         timed = _measure(model, tokenizer, batch, args)
-        (forward_s, forward_cpu), (weight_s, weight_cpu), (norm_s, norm_cpu) = timed.values()
+        (forward_s, forward_cpu), (weight_s, weight_cpu), (norm_s, norm_cpu) = list(timed.values())[:3]
         ratio = (weight_s + norm_s) / forward_s
         print(f"\n{description}")
         print(
@@ -163,6 +184,9 @@ def main() -> None:
             f"  ratio weight-based / forward = {weight_s / forward_s:.3f}, norm-based / forward = {norm_s / forward_s:.3f}"
         )
         print(f"  ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu) / forward_cpu:.3f}")
+        for part, label in (("mixing_cheap", "mixing ratio + rollout"), ("alti_head", "ALTI per head"),
+                            ("alti_layer", "ALTI per layer")):  # fmt: skip
+            print(f"  {label} / forward = {timed[part][0] / forward_s:.3f} ({timed[part][0] * 1000:.1f} ms)")
         verdict = "met" if ratio <= TARGET else "NOT met"
         print(f"  ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {verdict})")
 

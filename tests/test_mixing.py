@@ -261,3 +261,52 @@ def test_families_the_decomposition_does_not_fit_are_refused_at_setup(model_type
     with pytest.raises(ValueError, match="unknown mixing statistic"):
         mixing_stats(torch.zeros(1, 1, 1, 2, 2), torch.zeros(1, 1, 1, 2, 4), None, [], None, ["x"])
     assert set(MIXING_LAYER_NAMES) < set(MIXING_NAMES)
+
+
+@pytest.mark.parametrize("model_type", fast_subset(["bert", "albert"], ("bert",)))
+def test_monitor_logs_mixing_statistics_as_the_loop_on_each_example_alone(model_type, tmp_path):
+    from types import SimpleNamespace
+
+    import transformers as T
+
+    from bertwatch.callbacks._context import TrainerContext
+    from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+    from bertwatch.heads.roles import token_roles
+    from bertwatch.tb.summary import layer_means
+    from tests._models import Subscriber, tiny_config
+    from tests._tiny_trainer import SPECIAL, WORDS, toy_texts
+
+    vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
+    tok = T.BertTokenizer(vocab=vocab)
+    config = tiny_config(model_type)
+    config.vocab_size = len(tok)
+    torch.manual_seed(0)
+    model = T.AutoModelForSequenceClassification.from_config(config).eval()
+    texts = toy_texts(5, seed=3, pairs=True)
+    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
+    sub = Subscriber(MIXING_NAMES + ("cls_mass",))
+    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    monitor.attach(sub, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())
+    monitor.run("begin", T.TrainerState())
+    monitor.close()
+    grids = sub.history[-1][1]
+    per_example = {name: [] for name in MIXING_NAMES}
+    hidden_all, attentions_all = [], []
+    for text in texts:  # each example alone, unpadded, by the float64 loops
+        enc = tok(text["text"], text.get("text_pair"), return_tensors="pt")
+        roles = token_roles(enc["input_ids"], enc["attention_mask"], tok, enc.get("token_type_ids"))
+        hidden, attentions = eager_outputs(model, enc)
+        n = enc["input_ids"].shape[1]
+        cols = lambda mask: [j for j in range(n) if mask[0, j]]  # noqa: E731
+        want = example_measures(
+            model, model_type, hidden, attentions, 0, np.arange(n), cols(roles.cls), cols(roles.sep)
+        )
+        for name in MIXING_NAMES:
+            per_example[name].append(want[name] if name in MIXING_HEAD_NAMES else np.asarray(want[name])[:, None])
+        hidden_all.append(hidden)
+        attentions_all.append(attentions)
+    for name in MIXING_NAMES:
+        shape = (3, 4) if name in MIXING_HEAD_NAMES else (3, 1)
+        assert grids[name].shape == shape, name
+        assert_float32_close(grids[name], np.mean(per_example[name], axis=0), msg=name)
+    assert layer_means(grids["mixing_ratio"]).shape == (3,)

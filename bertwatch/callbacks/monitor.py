@@ -32,6 +32,7 @@ from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, mixing_stats, record_blocks
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 from bertwatch.heads.sharding import ShardingError, check_sharding
@@ -361,6 +362,12 @@ class Monitor:
         map_names = [n for n in names if n in MAP_STATS]
         norm_names = [n for n in map_names if n in NORM_NAMES]
         map_names = [n for n in map_names if n not in NORM_NAMES]
+        # -- mixing (bertwatch.heads.mixing): read from the same capture pass, plus each attention block's input
+        mixing_names = [n for n in map_names if n in MIXING_NAMES]
+        map_names = [n for n in map_names if n not in MIXING_NAMES]
+        blocks_needed = any("rollout" not in n for n in mixing_names)
+        mixing_weights = block_weights(model) if blocks_needed else None
+        # -- end mixing
         grams = head_grams(model) if norm_names else None
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
@@ -381,19 +388,25 @@ class Monitor:
                     grads, attn = gradient_stats(model, batch, roles, return_attentions=True, **loss)
                 for name in grad_names:
                     per_example[name].append(grads[name])
-            if map_names or norm_names or len(examples) < num_maps or building or consumers:
+            if map_names or norm_names or mixing_names or len(examples) < num_maps or building or consumers:
                 values = contexts = None
-                if attn is None or norm_names:
-                    record_values = bool(norm_names)
+                if attn is None or norm_names or blocks_needed:
+                    record_values = bool(norm_names) or blocks_needed
                     with (
                         torch.no_grad(),
                         self.autocast(),
                         capture(model, record_values=record_values) as cap,
+                        record_blocks(model) if blocks_needed else contextlib.nullcontext() as blocks,
                     ):
                         model(**self._model_inputs(batch))
                     attn, values, contexts = cap.attentions, cap.values, cap.contexts
                 if norm_names:
                     for name, value in norm_stats(attn, values, grams, roles, norm_names, contexts).items():
+                        per_example[name].append(value)
+                if mixing_names:  # -- mixing
+                    residuals, mixed = (blocks.residuals, blocks.mixed) if blocks_needed else (None, None)
+                    parts = mixing_stats(attn, values, residuals, mixing_weights, roles, mixing_names, mixed)
+                    for name, value in parts.items():
                         per_example[name].append(value)
                 del values, contexts
                 start = self.probe.first_row(k)

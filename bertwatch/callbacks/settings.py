@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bertwatch.core.modes import MODES, check_mode
+from bertwatch.core.stat_names import MIXING_NAMES
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES
@@ -26,7 +27,7 @@ from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Flag", "ProbeSettings", "WatchSettings", "check_options"]
 
-MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + DRIFT_NAMES
+MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + MIXING_NAMES + DRIFT_NAMES
 ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,)
 
 

@@ -22,6 +22,7 @@ from bertwatch.callbacks.settings import WatchSettings, check_options
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
+from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
@@ -140,6 +141,17 @@ class WatchCallback(TrainerCallback):
             if self.requested is not None:
                 raise SetupError(f"{type(self).__name__}: {sorted(norms)} are not available for this model family")
             self.stat_names = self.stat_names - norms
+        # -- mixing: the block-based measures need x + Attn(x) -> LayerNorm; rollout works on every family
+        mixing = {n for n in self.stat_names & set(MIXING_NAMES) if "rollout" not in n}
+        encoder = self.monitor.encoder or self.monitor.model
+        if mixing and not supports_mixing(encoder):
+            if self.requested is not None:
+                try:
+                    block_weights(encoder)
+                except ValueError as err:
+                    raise SetupError(f"{type(self).__name__}: {sorted(mixing)}: {err}") from err
+            self.stat_names = self.stat_names - mixing
+        # -- end mixing
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
         problem = self._gradient_problem() if gradient else None
         if problem is None:

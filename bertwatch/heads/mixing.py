@@ -31,6 +31,7 @@ so a real token's value does not depend on its batch or its padding. Rows are re
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -70,17 +71,24 @@ class BlockWeights:
 class BlockTerms:
     """What every measure of one layer shares (see :func:`block_terms`); float32 or the inputs' float dtype.
 
-    ``attn`` ``[B, H, T, T]`` with pad rows and keys zeroed; ``f`` the transformed vectors ``[B, H, T, d]``;
-    ``residual`` x ``[B, T, d]``; ``sigma`` σ_i ``[B, T]``; ``output`` y = LN(z) ``[B, T, d]``; ``real`` ``[B, T]``.
+    ``attn`` ``[B, H, T, T]`` with pad rows and keys zeroed; ``values`` ``[B, H, T, d_head]``; ``mixed`` the
+    attention output without b_O, Σ_h Σ_j α^h_ij f^h(x_j) ``[B, T, d]``; ``residual`` x ``[B, T, d]``; ``sigma``
+    σ_i ``[B, T]``; ``output`` y = LN(z) ``[B, T, d]``; ``real`` ``[B, T]``. ``f`` (the transformed vectors
+    ``[B, H, T, d]``) is formed on first use: only ALTI needs it.
     """
 
     attn: Tensor
-    f: Tensor
+    values: Tensor
+    mixed: Tensor
     residual: Tensor
     sigma: Tensor
     output: Tensor
     real: Tensor
     weights: BlockWeights
+
+    @functools.cached_property
+    def f(self) -> Tensor:
+        return transformed_vectors(self.values, self.weights.out_weight)
 
     def g(self, v: Tensor) -> Tensor:
         """g_i(v) = γ ⊙ (v − mean(v)) / σ_i for v ``[B, T, ..., d]`` whose second axis is the query i."""
@@ -94,23 +102,36 @@ def transformed_vectors(values: Tensor, out_weight: Tensor) -> Tensor:
     return torch.einsum("bhtk,hkd->bhtd", values, out_weight.to(values.dtype))
 
 
-def block_terms(attn: Tensor, values: Tensor, residual: Tensor, weights: BlockWeights, real: Tensor) -> BlockTerms:
+def block_terms(
+    attn: Tensor,
+    values: Tensor,
+    residual: Tensor,
+    weights: BlockWeights,
+    real: Tensor,
+    mixed: Tensor | None = None,
+) -> BlockTerms:
     """The shared terms of one layer from attn ``[B, H, T, T]``, values ``[B, H, T, d_head]`` (as the model computed
     them: ``capture(record_values=True)``), the block's input x ``[B, T, d]`` and ``real`` ``[B, T]``.
 
-    z is rebuilt from its parts over real keys only, so pad keys never enter whatever the model's mask did."""
+    ``mixed`` ``[B, T, d]``: Σ_h Σ_j α^h_ij f^h(x_j) as the model computed it (its output projection's output minus
+    b_O; a real query gives pad keys exactly zero weight); None: formed here over real keys, at the cost of the
+    output projection applied per head (B·H·T·d_head·d) and the weighted sum (B·H·T²·d)."""
     dtype = torch.promote_types(residual.dtype, torch.float32)
     real = real.to(attn.device).bool()
     both = real[:, None, :, None] & real[:, None, None, :]
     a = torch.where(both, attn.to(dtype), 0.0)
-    f = transformed_vectors(values.to(dtype), weights.out_weight.to(attn.device))
-    x = residual.to(dtype)
-    z = x + torch.einsum("bhij,bhjd->bid", a, f) + weights.out_bias.to(dtype)
+    out_weight = weights.out_weight.to(device=attn.device, dtype=dtype)
+    v = values.to(dtype)
+    if mixed is None:
+        contexts = a @ torch.where(real[:, None, :, None], v, 0.0)  # [B, H, T, d_head]
+        mixed = torch.einsum("bhtk,hkd->btd", contexts, out_weight)
+    x = torch.where(real[..., None], residual.to(dtype), 0.0)
+    z = x + torch.where(real[..., None], mixed.to(dtype), 0.0) + weights.out_bias.to(dtype)
     sigma = torch.sqrt(z.var(-1, unbiased=False) + weights.ln_eps)
     gamma, beta = weights.ln_weight.to(dtype), weights.ln_bias.to(dtype)
     output = (z - z.mean(-1, keepdim=True)) / sigma[..., None] * gamma + beta
-    cast = BlockWeights(weights.out_weight.to(dtype), weights.out_bias.to(dtype), gamma, beta, weights.ln_eps)
-    return BlockTerms(a, f, x, sigma, output, real, cast)
+    cast = BlockWeights(out_weight, weights.out_bias.to(dtype), gamma, beta, weights.ln_eps)
+    return BlockTerms(a, torch.where(real[:, None, :, None], v, 0.0), mixed.to(dtype), x, sigma, output, real, cast)
 
 
 def decomposition(terms: BlockTerms) -> Tensor:
@@ -125,18 +146,17 @@ def decomposition(terms: BlockTerms) -> Tensor:
 
 def mixing_ratio(terms: BlockTerms) -> Tensor:
     """Kobayashi et al. 2021's mixing ratio ``[B, T]`` (AttnResLn-N): ‖g_i(Σ_{j≠i} r_ij)‖ / (‖g_i(Σ_{j≠i} r_ij)‖ +
-    ‖g_i(r_ii)‖), with r_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i; NaN at pad queries. Cost O(B·H·T·d) beyond the terms.
+    ‖g_i(r_ii)‖), with r_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i; NaN at pad queries. Cost beyond the terms: one
+    output projection of the diagonal weights times the values (B·T·H·d_head·d), no token×token tensor.
 
     Example:
         >>> t = block_terms(attn, values, hidden, weights, real)  # doctest: +SKIP
         >>> mixing_ratio(t)[real].mean()  # doctest: +SKIP
     """
-    a = terms.attn
-    diagonal = torch.diagonal(a, dim1=-2, dim2=-1)  # [B, H, T]
-    self_part = (diagonal[..., None] * terms.f).sum(1) + terms.residual
-    other_part = torch.einsum("bhij,bhjd->bid", a, terms.f) - (diagonal[..., None] * terms.f).sum(1)
-    other = torch.linalg.vector_norm(terms.g(other_part), dim=-1)
-    own = torch.linalg.vector_norm(terms.g(self_part), dim=-1)
+    diagonal = torch.diagonal(terms.attn, dim1=-2, dim2=-1)  # [B, H, T]
+    own_mixed = torch.einsum("bhtk,hkd->btd", diagonal[..., None] * terms.values, terms.weights.out_weight)
+    other = torch.linalg.vector_norm(terms.g(terms.mixed - own_mixed), dim=-1)
+    own = torch.linalg.vector_norm(terms.g(own_mixed + terms.residual), dim=-1)
     ratio = other / (other + own)
     return torch.where(terms.real, ratio, math.nan)
 

@@ -35,6 +35,7 @@ from bertwatch.heads.norms import attention_blocks, head_grams, transformed_norm
 from bertwatch.heads.roles import TokenRoles
 
 __all__ = [
+    "MIXING_NAMES",
     "BlockRecorder",
     "block_weights",
     "mixing_maps",
@@ -74,32 +75,42 @@ class BlockRecorder:
     """Each layer's attention-block input x ``[batch, T, d]`` of the last pass: the LayerNorm's input (the residual
     sum z) minus the output projection's output, as the model computed them (eval mode: no dropout between)."""
 
-    def __init__(self, num_layers: int) -> None:
+    def __init__(self, num_layers: int, out_biases: list[Tensor]) -> None:
         self.num_layers = num_layers
+        self._biases = out_biases
         self._outputs: list[Tensor] = []
         self._residuals: list[Tensor] = []
 
-    @property
-    def residuals(self) -> Tensor:
-        """``[batch, layers, T, d]`` float32 of the last pass."""
+    def _stacked(self, parts: list[Tensor]) -> Tensor:
         if len(self._residuals) != self.num_layers:
             raise RuntimeError(f"recorded {len(self._residuals)} attention blocks, the model has {self.num_layers}")
-        return torch.stack(self._residuals, dim=1)
+        return torch.stack(parts, dim=1)
+
+    @property
+    def residuals(self) -> Tensor:
+        """The blocks' inputs x ``[batch, layers, T, d]`` float32 of the last pass."""
+        return self._stacked(self._residuals)
+
+    @property
+    def mixed(self) -> Tensor:
+        """The attention outputs without the output projection's bias, Σ_h Σ_j α^h_ij f^h(x_j) ``[batch, layers, T,
+        d]`` float32 of the last pass (``bertwatch.heads.mixing.block_terms``' ``mixed``)."""
+        return self._stacked([out - bias.to(out.device) for out, bias in zip(self._outputs, self._biases)])
 
     def take_output(self, output: Tensor) -> None:
         if len(self._residuals) == self.num_layers:  # a new pass
             self._outputs, self._residuals = [], []
-        self._outputs.append(output.detach())
+        self._outputs.append(output.detach().float())
 
     def take_sum(self, total: Tensor) -> None:
-        self._residuals.append(total.detach().float() - self._outputs[-1].float())
+        self._residuals.append(total.detach().float() - self._outputs[-1])
 
 
 @contextlib.contextmanager
 def record_blocks(model: nn.Module) -> Iterator[BlockRecorder]:
     """Record every layer's attention-block input during the passes inside the block (see :class:`BlockRecorder`)."""
     num_layers, _ = model_shape(model)
-    recorder = BlockRecorder(num_layers)
+    recorder = BlockRecorder(num_layers, [w.out_bias for w in block_weights(model)])
     handles = []
     seen: set[int] = set()
     for _, projection, norm in attention_blocks(model):
@@ -130,11 +141,14 @@ def mixing_stats(
     weights: list[BlockWeights],
     roles: TokenRoles,
     names: Iterable[str] = MIXING_NAMES,
+    mixed: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """``{name: [batch, layers, heads]}`` for the per-head names and ``{name: [batch, layers, 1]}`` for the per-layer
     names (``core.stat_names.MIXING_HEAD_NAMES`` / ``MIXING_LAYER_NAMES``) from one probe batch: attn ``[B, L, H, T,
     T]``, values ``[B, L, H, T, d_head]``, residuals ``[B, L, T, d]`` (:func:`record_blocks`; None when only rollout
-    is asked), weights of :func:`block_weights`. Pad tokens never enter; NaN for an example without real tokens.
+    is asked), weights of :func:`block_weights`, ``mixed`` ``[B, L, T, d]`` the attention outputs without b_O
+    (``BlockRecorder.mixed``: saves forming them again; None: formed from attn and values). Pad tokens never enter;
+    NaN for an example without real tokens.
     """
     names = list(names)
     unknown = [n for n in names if n not in MIXING_NAMES]
@@ -147,7 +161,8 @@ def mixing_stats(
     if needs_block and residuals is None:
         raise ValueError(f"{needs_block} need the attention blocks' inputs (record_blocks)")
     for layer in range(attn.shape[1] if needs_block else 0):
-        terms = block_terms(attn[:, layer], values[:, layer], residuals[:, layer], weights[layer], real)
+        own = None if mixed is None else mixed[:, layer]
+        terms = block_terms(attn[:, layer], values[:, layer], residuals[:, layer], weights[layer], real, own)
         if "mixing_ratio" in names:
             out["mixing_ratio"].append(_query_mean(mixing_ratio(terms), real)[:, None])
         if {"cls_mass_alti", "sep_mass_alti"} & set(names):
