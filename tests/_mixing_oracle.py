@@ -35,7 +35,7 @@ def block(model, model_type: str, layer: int) -> dict[str, np.ndarray | float]:
             "attention.output.LayerNorm",
         ),
     )
-    stack = getattr(model, encoder).get_submodule(layers)
+    stack = getattr(model, encoder, model).get_submodule(layers)
     module = stack[0] if model_type == "albert" else stack[layer]
     as64 = lambda t: t.detach().double().numpy()  # noqa: E731
     value, out, norm = module.get_submodule(v), module.get_submodule(o), module.get_submodule(ln)
@@ -84,14 +84,29 @@ def layer_terms(x, attn, params, heads):
 
 
 def alti(t, y):
-    """C ``[n, n]`` from T ``[n, n, d]`` and the resultants y ``[n, d]``: L1 proximity, clipped, rows summing to 1."""
+    """C ``[n, n]`` from T ``[n, n, d]`` and the resultants y ``[n, d]``: L1 proximity, clipped, rows summing to 1.
+
+    Also records in ``SCALES`` the factor by which C amplifies a rounding of its inputs: c_ij is a difference of
+    two L1 norms of size ‖y_i‖₁, then divided by Σ_k c_ik, so a float32 C is off by a few roundings of
+    ‖y_i‖₁ / Σ_k c_ik (the ``scale`` of tests/_tolerance.py)."""
     n = t.shape[0]
     c = np.zeros((n, n))
     for i in range(n):
         for j in range(n):
             c[i, j] = max(0.0, np.abs(y[i]).sum() - np.abs(y[i] - t[i, j]).sum())
+        SCALES.append(np.abs(y[i]).sum() / c[i].sum())
         c[i] /= c[i].sum()
     return c
+
+
+SCALES: list[float] = []
+
+
+def alti_scale() -> float:
+    """The largest amplification recorded by :func:`alti` since the last call (then cleared)."""
+    scale = max(SCALES, default=1.0)
+    SCALES.clear()
+    return max(1.0, scale)
 
 
 def rollout(attn_layers):

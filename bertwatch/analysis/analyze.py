@@ -44,12 +44,17 @@ def analyze(
     device: str | None = None,
     progress: bool = True,
     figures: bool = True,
+    mixing: bool = False,
+    value_zeroing: int = 0,
 ) -> dict[str, Any]:
     """Compute every statistic of ``docs/statistics.md`` for ``model`` on ``texts``; optionally write them to ``out``.
 
     ``texts`` is a file (one example per line, a tab between the two sentences of a pair) or a list of strings or
-    (text, pair) tuples. ``reference`` (a model or path) adds the drift statistics. Returns the ``stats.json``
-    document: ``{"model", "num_layers", "num_heads", "num_examples", "stats": {name: [[...]]}, ...}``.
+    (text, pair) tuples. ``reference`` (a model or path) adds the drift statistics. ``mixing`` adds every
+    context-mixing measure (``bertwatch.analysis.mixing``: the ``MIXING_NAMES`` grids in ``stats``, a ``mixing``
+    summary, and ``mixing.json`` + ``mixing.npz`` in ``out``), with value zeroing on the first ``value_zeroing``
+    examples. Returns the ``stats.json`` document: ``{"model", "num_layers", "num_heads", "num_examples", "stats":
+    {name: [[...]]}, ...}``.
     """
     import torch
 
@@ -69,6 +74,14 @@ def analyze(
             f"{truncated} of {len(examples)} examples were longer than {length} tokens and were truncated", stacklevel=2
         )
     grids = _grids(model, ref_model, tokenizer, encodings, batch_size, progress)
+    mixing_summary = mixing_maps = None
+    if mixing or value_zeroing:
+        from bertwatch.analysis.mixing import mixing_analysis
+
+        mixing_summary, mixing_maps, mixing_grids = mixing_analysis(
+            model, tokenizer, encodings, batch_size, value_zeroing, progress
+        )
+        grids.update(mixing_grids)
     result: dict[str, Any] = {
         "model": str(name),
         "num_layers": layers,
@@ -80,8 +93,14 @@ def analyze(
         "labels": behaviour_label_lists({k: torch.as_tensor(v) for k, v in grids.items()}),
         "patterns": pattern_classes({k: torch.as_tensor(v) for k, v in grids.items()}),
     }
+    if mixing_summary is not None:
+        result["mixing"] = jsonable(mixing_summary)
     if out is not None:
         _write(result, grids, Path(out), figures)
+        if mixing_summary is not None:
+            from bertwatch.analysis.mixing import write_mixing
+
+            write_mixing(out, mixing_summary, mixing_maps)
     return result
 
 

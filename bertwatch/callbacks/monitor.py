@@ -362,12 +362,7 @@ class Monitor:
         map_names = [n for n in names if n in MAP_STATS]
         norm_names = [n for n in map_names if n in NORM_NAMES]
         map_names = [n for n in map_names if n not in NORM_NAMES]
-        # -- mixing (bertwatch.heads.mixing): read from the same capture pass, plus each attention block's input
-        mixing_names = [n for n in map_names if n in MIXING_NAMES]
-        map_names = [n for n in map_names if n not in MIXING_NAMES]
-        blocks_needed = any("rollout" not in n for n in mixing_names)
-        mixing_weights = block_weights(model) if blocks_needed else None
-        # -- end mixing
+        mixing_names, map_names, mixing_weights = _mixing_plan(model, map_names)  # -- mixing
         grams = head_grams(model) if norm_names else None
         grad_names = [n for n in names if n in GRADIENT_NAMES]
         want_ig = IG_NAME in names
@@ -389,14 +384,14 @@ class Monitor:
                 for name in grad_names:
                     per_example[name].append(grads[name])
             if map_names or norm_names or mixing_names or len(examples) < num_maps or building or consumers:
-                values = contexts = None
-                if attn is None or norm_names or blocks_needed:
-                    record_values = bool(norm_names) or blocks_needed
+                values = contexts = blocks = None
+                if attn is None or norm_names or mixing_weights is not None:
+                    record_values = bool(norm_names) or mixing_weights is not None
                     with (
                         torch.no_grad(),
                         self.autocast(),
                         capture(model, record_values=record_values) as cap,
-                        record_blocks(model) if blocks_needed else contextlib.nullcontext() as blocks,
+                        record_blocks(model) if mixing_weights is not None else contextlib.nullcontext() as blocks,
                     ):
                         model(**self._model_inputs(batch))
                     attn, values, contexts = cap.attentions, cap.values, cap.contexts
@@ -404,9 +399,7 @@ class Monitor:
                     for name, value in norm_stats(attn, values, grams, roles, norm_names, contexts).items():
                         per_example[name].append(value)
                 if mixing_names:  # -- mixing
-                    residuals, mixed = (blocks.residuals, blocks.mixed) if blocks_needed else (None, None)
-                    parts = mixing_stats(attn, values, residuals, mixing_weights, roles, mixing_names, mixed)
-                    for name, value in parts.items():
+                    for name, value in _mixing_part(attn, values, blocks, mixing_weights, roles, mixing_names).items():
                         per_example[name].append(value)
                 del values, contexts
                 start = self.probe.first_row(k)
@@ -468,3 +461,23 @@ class Monitor:
         self.reference_source = f"the reference model {getattr(reference_model.config, '_name_or_path', '')}"
         if self.settings.cache_reference and self.world_zero:
             self._cache.save(maps, self.probe.fingerprint, self.layers, self.heads, self.reference_source)
+
+
+# -- mixing (bertwatch.heads.mixing): the context-mixing statistics from the same capture pass, plus each attention
+# block's input and output recorded by ``record_blocks``
+
+
+def _mixing_plan(model: torch.nn.Module, names: Sequence[str]) -> tuple[list[str], list[str], Any]:
+    """(the mixing names, the other names, the blocks' weights or None when only rollout is asked)."""
+    mixing = [n for n in names if n in MIXING_NAMES]
+    blocks = any("rollout" not in n for n in mixing)
+    return mixing, [n for n in names if n not in MIXING_NAMES], block_weights(model) if blocks else None
+
+
+def _mixing_part(attn: Tensor, values: Tensor, blocks: Any, weights: Any, roles: Any, names: Sequence[str]) -> dict:
+    """``mixing_stats`` of one probe batch (``blocks``: the ``record_blocks`` recorder, or None for rollout only)."""
+    residuals, mixed = (blocks.residuals, blocks.mixed) if weights is not None else (None, None)
+    return mixing_stats(attn, values, residuals, weights, roles, names, mixed)
+
+
+# -- end mixing

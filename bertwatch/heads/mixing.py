@@ -193,7 +193,7 @@ def alti_matrix(terms: BlockTerms, per_head: bool = False) -> Tensor:
             parts = a * shared[:, :, None] * scale  # [B, H, r, T, d]
             y = resultant[:, :, start:stop, None]
         else:
-            parts = (a * shared[:, :, None]).sum(1) * scale[:, 0]  # [B, r, T, d]
+            parts = torch.einsum("bhij,bhjd->bijd", terms.attn[:, :, start:stop], shared) * scale[:, 0]  # [B, r, T, d]
             rows = torch.arange(start, stop, device=parts.device)
             parts[:, rows - start, rows] += x_part[:, start:stop]
             y = terms.output[:, start:stop, None]
