@@ -309,3 +309,19 @@ def test_monitor_logs_mixing_statistics_as_the_loop_on_each_example_alone(model_
         assert grids[name].shape == shape, name
         assert_float32_close(grids[name], np.mean(per_example[name], axis=0), scale, msg=name)
     assert layer_means(grids["mixing_ratio"]).shape == (3,)
+
+
+def test_report_compares_weight_norm_alti_and_rollout_masses_per_layer():
+    from bertwatch.report.html import build_html
+
+    weight = np.array([[0.8, 0.6], [0.1, 0.3]], np.float32)
+    norm = np.array([[0.2, 0.1], [0.05, 0.25]], np.float32)
+    alti = np.array([[0.1, 0.3], [np.nan, 0.2]], np.float32)
+    layer = np.array([[0.15], [0.05]], np.float32)
+    named = {"sep_mass": weight, "sep_mass_norm": norm, "sep_mass_alti": alti, "sep_mass_alti_layer": layer}
+    grids = {name: {"first": (0, g), "last": (9, g)} for name, g in named.items()}
+    page = build_html([], training={"grids": grids, "source": "a run"}).replace(' class=""', "")
+    assert "Weight-based vs contribution-based masses, layer means at step 9" in page
+    assert "sep_mass (ALTI head)</th><th>sep_mass (ALTI layer)" in page
+    assert "<td>0</td><td>0.700</td><td>0.150</td><td>0.200</td><td>0.150</td>" in page
+    assert "<td>1</td><td>0.200</td><td>0.150</td><td>0.200</td><td>0.050</td>" in page

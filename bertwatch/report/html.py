@@ -392,25 +392,42 @@ def _series_section(series: dict[str, dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+#: (column label, suffix of the statistic's name) of the contribution-based twins of a weight-based mass.
+_TWINS = (("norm", "_norm"), ("ALTI head", "_alti"), ("ALTI layer", "_alti_layer"), ("rollout", "_rollout"))
+
+
 def _norm_comparison(grids: dict[str, Any]) -> str:
-    """Weight-based masses next to their norm-based twins (Kobayashi et al. 2020), layer means at the last step."""
-    pairs = [(w, w + "_norm") for w in ("cls_mass", "sep_mass", "punct_mass") if w in grids and w + "_norm" in grids]
-    if not pairs:
+    """Weight-based [CLS]/[SEP]/punctuation masses next to their contribution-based twins (Kobayashi et al. 2020's
+    norms, ALTI per head and per layer, rollout), layer means at the last step (a ``[layers, 1]`` grid is its layer's
+    value)."""
+    columns = []  # (header, statistic)
+    for weight in ("cls_mass", "sep_mass", "punct_mass"):
+        twins = [(label, weight + suffix) for label, suffix in _TWINS if weight + suffix in grids]
+        if weight in grids and twins:
+            columns += [(f"{weight} (weight)", weight)] + [(f"{weight} ({label})", n) for label, n in twins]
+    if not columns:
         return ""
-    step = grids[pairs[0][1]]["last"][0]
-    layers = np.asarray(grids[pairs[0][1]]["last"][1]).shape[0]
+    mixing = any(name.endswith(("_alti", "_alti_layer", "_rollout")) for _, name in columns)
+    step, last = grids[columns[1][1]]["last"]
+    layers = np.asarray(last).shape[0]
     rows = []
     for layer in range(layers):
-        row: list[Any] = [layer]
-        for weight, norm in pairs:
-            row += [np.nanmean(np.asarray(grids[name]["last"][1])[layer]) for name in (weight, norm)]
-        rows.append(row)
-    header = ["layer"] + [f"{name} ({kind})" for w, _ in pairs for name, kind in ((w, "weight"), (w, "norm"))]
-    return (
-        f"<h3>Weight-based vs norm-based masses, layer means at step {_e(step)}</h3>"
-        '<p class="note">Norm-based: the share of Σ A·‖f(x)‖ on those keys, f(x) the value vector through the '
-        "head's slice of the output projection (Kobayashi et al. 2020). A large weight on a small vector moves "
-        "little.</p>" + _table(header, [[r[0]] + [_fmt(v, 3) for v in r[1:]] for r in rows])
+        rows.append([layer] + [np.nanmean(np.asarray(grids[name]["last"][1])[layer]) for _, name in columns])
+    header = ["layer"] + [label for label, _ in columns]
+    title = "Weight-based vs contribution-based masses" if mixing else "Weight-based vs norm-based masses"
+    note = (
+        "Norm-based: the share of Σ A·‖f(x)‖ on those keys, f(x) the value vector through the head's slice of the "
+        "output projection (Kobayashi et al. 2020). A large weight on a small vector moves little."
+    )
+    if mixing:
+        note += (
+            " ALTI: each token's contribution to the attention block's output with the residual and LayerNorm "
+            "counted, by L1 distance (Ferrando et al. 2022), inside each head or for the whole layer; rollout: "
+            "attention composed over layers with the residual as ½(Ā + I) (Abnar & Zuidema 2020). A weight share "
+            "far above the contribution share is Clark's 'no-op' parking, not mixing."
+        )
+    return f'<h3>{title}, layer means at step {_e(step)}</h3><p class="note">{_e(note)}</p>' + _table(
+        header, [[r[0]] + [_fmt(v, 3) for v in r[1:]] for r in rows]
     )
 
 
