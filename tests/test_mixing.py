@@ -325,3 +325,41 @@ def test_report_compares_weight_norm_alti_and_rollout_masses_per_layer():
     assert "sep_mass (ALTI head)</th><th>sep_mass (ALTI layer)" in page
     assert "<td>0</td><td>0.700</td><td>0.150</td><td>0.200</td><td>0.150</td>" in page
     assert "<td>1</td><td>0.200</td><td>0.150</td><td>0.200</td><td>0.050</td>" in page
+
+
+@pytest.mark.parametrize("requested", [True, False])
+def test_watch_refuses_requested_mixing_statistics_on_a_pre_ln_family_and_keeps_rollout(requested, tmp_path):
+    import transformers as T
+
+    from bertwatch.callbacks._safe import SetupError
+    from bertwatch.callbacks.watch import BertWatchCallback
+    from tests._tiny_trainer import SPECIAL, WORDS, toy_texts
+
+    vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
+    tok = T.BertTokenizer(vocab=vocab, model_input_names=["input_ids", "attention_mask"])
+    config = tiny_config_sized("modernbert", len(tok))
+    model = T.AutoModelForSequenceClassification.from_config(config).eval()
+    names = ["sep_mass_alti", "sep_mass_rollout", "cls_mass"]
+    callback = BertWatchCallback(
+        names if requested else None, probe_texts=toy_texts(3), strict=True, logging_dir=str(tmp_path / "run")
+    )
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    events = {"model": model, "processing_class": tok}
+    if requested:
+        with pytest.raises(SetupError, match="pre-LN"):
+            callback.on_train_begin(args, T.TrainerState(), T.TrainerControl(), **events)
+    else:
+        callback.stat_names = frozenset(names)  # as if they were defaults: dropped quietly, rollout kept
+        callback.requested = None
+        callback.default_stats = tuple(names)
+        callback.on_train_begin(args, T.TrainerState(), T.TrainerControl(), **events)
+        assert callback.stat_names == {"sep_mass_rollout", "cls_mass"}
+    callback.monitor.release(callback) if callback.monitor is not None else None
+
+
+def tiny_config_sized(model_type: str, vocab_size: int):
+    from tests._models import tiny_config
+
+    config = tiny_config(model_type)
+    config.vocab_size = vocab_size
+    return config
