@@ -23,9 +23,14 @@ _PATHS = {
 }  # fmt: skip
 
 
-def block(model, model_type: str, layer: int) -> dict[str, np.ndarray | float]:
-    """W_V, b_V, W_O, b_O, γ, β (float64 numpy) and ε of one layer's attention block."""
-    encoder, layers, v, o, ln = _PATHS.get(
+def value_module(model, model_type: str, layer: int):
+    """The value projection of one layer, by the family's attribute names (not for ALBERT's shared layer)."""
+    encoder, layers, v, _, _ = _paths(model_type)
+    return getattr(model, encoder, model).get_submodule(layers)[layer].get_submodule(v)
+
+
+def _paths(model_type: str) -> tuple[str, str, str, str, str]:
+    return _PATHS.get(
         model_type,
         (
             "roberta" if model_type in ("xlm-roberta", "camembert") else model_type,
@@ -35,6 +40,11 @@ def block(model, model_type: str, layer: int) -> dict[str, np.ndarray | float]:
             "attention.output.LayerNorm",
         ),
     )
+
+
+def block(model, model_type: str, layer: int) -> dict[str, np.ndarray | float]:
+    """W_V, b_V, W_O, b_O, γ, β (float64 numpy) and ε of one layer's attention block."""
+    encoder, layers, v, o, ln = _paths(model_type)
     stack = getattr(model, encoder, model).get_submodule(layers)
     module = stack[0] if model_type == "albert" else stack[layer]
     as64 = lambda t: t.detach().double().numpy()  # noqa: E731

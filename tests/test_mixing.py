@@ -35,7 +35,7 @@ from tests._tiers import fast_subset
 from tests._tolerance import assert_float32_close
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _mixing_oracle import alti_scale, example_measures  # noqa: E402
+from _mixing_oracle import alti_scale, example_measures, value_module  # noqa: E402
 from _models import padded_batch, tiny_model  # noqa: E402
 from test_norms_contexts import adapter_model  # noqa: E402
 
@@ -194,11 +194,11 @@ def test_a_token_with_zero_attention_and_zeroed_value_changes_nothing():
     assert_float32_close(scores.sum(-1)[real[0] & others[0]], torch.ones(int((real[0] & others[0]).sum())))
 
 
-def test_value_zeroing_matches_one_zeroed_pass_per_layer_and_token():
-    model = family_model("bert")
-    batch, roles = batch_and_roles("bert")
+@pytest.mark.parametrize("model_type", fast_subset(["bert", "distilbert", "deberta-v2", "mpnet"], ("bert",)))
+def test_value_zeroing_matches_one_zeroed_pass_per_layer_and_token(model_type):
+    model = family_model(model_type)
+    batch, roles = batch_and_roles(model_type)
     got = value_zeroing(model, batch, roles.real, max_batch=5)
-    layer_stack = model.bert.encoder.layer
     for b in (0, 2):
         index = torch.nonzero(roles.real[b]).squeeze(-1)
         example = {k: v[b : b + 1][:, index] for k, v in batch.items()}
@@ -213,7 +213,7 @@ def test_value_zeroing_matches_one_zeroed_pass_per_layer_and_token():
                     out[:, t] = 0.0
                     return out
 
-                handle = layer_stack[l].attention.self.value.register_forward_hook(zero)
+                handle = value_module(model, model_type, l).register_forward_hook(zero)
                 try:
                     with torch.no_grad():
                         changed = model(**example, output_hidden_states=True).hidden_states[l + 1][0].double().numpy()

@@ -266,7 +266,7 @@ def value_zeroing(model: nn.Module, batch: Mapping[str, Tensor], real: Tensor, m
         zeroed = []
         for start in range(0, len(plan), max_batch):
             part = plan[start : start + max_batch]
-            inputs = {k: v.expand(len(part), *v.shape[1:]) for k, v in example.items()}
+            inputs = {k: v.repeat(len(part), *([1] * (v.dim() - 1))) for k, v in example.items()}
             handles = _zeroing_hooks(model, part)
             try:
                 with torch.no_grad():
