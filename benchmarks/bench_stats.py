@@ -12,6 +12,11 @@ is timed on its own (from the weights, once per probe step; charged here to one 
 of one batch). Their share is printed apart, then added to the ratio of all statistics. The gradient statistics
 take a pass of their own and are not part of this ratio.
 
+The context-mixing statistics (``bertwatch.heads.mixing``) are timed beside them, each against the same forward:
+the cheap ones (``mixing_ratio``, ``cls_mass_rollout``, ``sep_mass_rollout``: O(B·L·H·T·d) and O(B·L·T³)) and the
+ALTI ones, per head (``cls_mass_alti``, ``sep_mass_alti``: L1 distances over B·L·H·T²·d) and per layer
+(``*_alti_layer``: B·L·T²·(H + 1)·d), whose residual inputs come from ``record_blocks`` in the same forward.
+
 Two batches, each timed against its own forward in the same run: the worst case, every example exactly
 ``--length`` tokens (no padding, so the maps' T² is all real), and a real probe batch, the first ``--batch`` MRPC dev
 pairs padded to the longest as the probe set pads them (when a GLUE folder is found: ``--glue-dir``, $GLUE_DIR or
@@ -19,7 +24,7 @@ $BERTWATCH_DATA/glue). ``--shape bert-base`` times a randomly initialised model 
 heads, hidden 768) instead of MiniLM (6 x 12, hidden 384); timings do not depend on the weights.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_stats.py --repeats 3 [--batch 32] [--length 128]
-        [--shape minilm|bert-base] [--glue-dir DIR] [--device cpu]
+        [--shape minilm|bert-base] [--glue-dir DIR] [--device cpu] [--alti]
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
     from bertwatch.callbacks.probe_set import crop_maps
     from bertwatch.callbacks.watch import BertWatchCallback
     from bertwatch.heads.capture import capture
+    from bertwatch.heads.mixing_model import block_weights, mixing_stats, record_blocks
     from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
     from bertwatch.heads.roles import token_roles
     from bertwatch.heads.stability import head_qk_spectral_norms
@@ -130,6 +136,14 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
             head_qk_spectral_norms(model)
 
     maps, values, contexts = forward()
+    with torch.no_grad(), capture(model), record_blocks(model) as blocks:
+        model(**batch)
+    residuals, mixed, weights = blocks.residuals, blocks.mixed, block_weights(model)
+
+    def mixing(names: tuple[str, ...]) -> None:
+        with torch.no_grad():
+            mixing_stats(maps, values, residuals, weights, roles, names, mixed)
+
     assert contexts is not None
     cached = [m.to(torch.float16) for m in crop_maps(maps.flip(0), roles.real)]  # the monitor's reference cache
 
@@ -147,7 +161,12 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
         "norm": norm_based,
         "forward_logits": forward_with_logits,
         "qk": qk_spectral_norm,
+        "mixing_ratio": lambda: mixing(("mixing_ratio",)),
+        "rollout": lambda: mixing(("cls_mass_rollout", "sep_mass_rollout")),
     }
+    if args.alti:
+        fns["alti_head"] = lambda: mixing(("cls_mass_alti", "sep_mass_alti"))
+        fns["alti_layer"] = lambda: mixing(("cls_mass_alti_layer", "sep_mass_alti_layer"))
     return _interleaved(fns, args.repeats, torch.device(args.device))
 
 
@@ -160,6 +179,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model folder (default: the packaged MiniLM)")
     parser.add_argument("--shape", choices=("minilm", "bert-base"), default="minilm")
     parser.add_argument("--glue-dir", default=default_glue_dir(), help="GLUE folder for the MRPC batch")
+    parser.add_argument("--alti", action="store_true", help="also time the ALTI statistics (10-30x the forward on CPU)")
     args = parser.parse_args()
 
     model, tokenizer, name = _model(args)
@@ -194,6 +214,14 @@ def main() -> None:
         print(
             f"  ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu + stability_cpu) / forward_cpu:.3f}"
         )
+        for part, label in (
+            ("mixing_ratio", "mixing ratio"),
+            ("rollout", "rollout masses"),
+            ("alti_head", "ALTI per head"),
+            ("alti_layer", "ALTI per layer"),
+        ):
+            if part in timed:
+                print(f"  {label} / forward = {timed[part][0] / forward_s:.3f} ({timed[part][0] * 1000:.1f} ms)")
         verdict = "met" if ratio <= TARGET else "NOT met"
         print(f"  ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {verdict})")
 

@@ -38,11 +38,15 @@ RUN = (
     "bertwatch.tb.measures",
     "bertwatch.tb.summary",
 )
-#: Modules whose examples are sketches that need a trained checkpoint or write a model folder: read, not run.
+#: Modules whose examples are sketches (they need a trained checkpoint, write a model folder, or show calls on
+#: tensors they do not build): read, not run.
 SKETCHES = {
     "bertwatch.ablation.gain": "needs a fine-tuned model and its pruned copy",
     "bertwatch.ablation.physical": "saves and reloads a pruned checkpoint with trust_remote_code",
     "bertwatch.heads.pruned_modeling": "the modeling file copied into a pruned checkpoint",
+    "bertwatch.analysis.text_mixing": "shows the calls on a model and tokenized texts the example does not build",
+    "bertwatch.heads.mixing": "shows the calls on a captured batch the example does not build",
+    "bertwatch.heads.mixing_model": "shows the calls on a model and batch the example does not build",
 }
 
 #: The entry points a user meets first, and the sections their docstrings must have.

@@ -44,6 +44,8 @@ def analyze(
     device: str | None = None,
     progress: bool = True,
     figures: bool = True,
+    mixing: bool = False,
+    value_zeroing: int = 0,
 ) -> dict[str, Any]:
     """Compute every statistic of ``docs/statistics.md`` for ``model`` on ``texts``; optionally write them to ``out``.
 
@@ -62,6 +64,10 @@ def analyze(
         device: a torch device name; default CPU.
         progress: show a progress bar.
         figures: with ``out``, also write the figures.
+        mixing: add every context-mixing measure (``bertwatch.analysis.text_mixing``): the ``MIXING_NAMES`` grids in
+            ``stats``, a ``mixing`` summary, and ``mixing.json`` + ``mixing.npz`` in ``out``.
+        value_zeroing: with ``mixing``, also value zeroing on the first N examples (one zeroed pass of a layer per
+            token: costly).
 
     Returns:
         The ``stats.json`` document: ``{"model", "num_layers", "num_heads", "num_examples", "max_length",
@@ -104,6 +110,14 @@ def analyze(
             f"{truncated} of {len(examples)} examples were longer than {length} tokens and were truncated", stacklevel=2
         )
     grids = _grids(model, ref_model, tokenizer, encodings, batch_size, progress)
+    mixing_summary = mixing_maps = None
+    if mixing or value_zeroing:
+        from bertwatch.analysis.text_mixing import mixing_analysis
+
+        mixing_summary, mixing_maps, mixing_grids = mixing_analysis(
+            model, tokenizer, encodings, batch_size, value_zeroing, progress
+        )
+        grids.update(mixing_grids)
     result: dict[str, Any] = {
         "model": str(name),
         "num_layers": layers,
@@ -115,8 +129,14 @@ def analyze(
         "labels": behaviour_label_lists({k: torch.as_tensor(v) for k, v in grids.items()}),
         "patterns": pattern_classes({k: torch.as_tensor(v) for k, v in grids.items()}),
     }
+    if mixing_summary is not None:
+        result["mixing"] = jsonable(mixing_summary)
     if out is not None:
         _write(result, grids, Path(out), figures)
+        if mixing_summary is not None:
+            from bertwatch.analysis.text_mixing import write_mixing
+
+            write_mixing(out, mixing_summary, mixing_maps)
     return result
 
 

@@ -16,9 +16,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
 
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
+from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, mixing_stats
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stability import LOGIT_NAMES, QK_NAME, STABILITY_NAMES, head_qk_spectral_norms
@@ -249,6 +251,36 @@ class IntegratedGradientsStatistic:
         return _Pass(measure)
 
 
+class MixingStatistics:
+    """Context mixing beyond raw attention (``heads.mixing_model``): the mixing ratio and ALTI's [CLS]/[SEP] shares
+    from each layer's residual- and LayerNorm-aware decomposition (value states and the layers' inputs, the hidden
+    states), and attention rollout's from the maps alone."""
+
+    names = MIXING_NAMES
+    stage: Stage = "forward"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        blocks = _needs_blocks(names)
+        return CaptureNeeds(maps=True, values=blocks, hidden_states=blocks)
+
+    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+        weights = block_weights(context.encoder) if _needs_blocks(names) else None
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            values = residuals = None
+            if weights is not None:
+                values = batch.capture.values
+                residuals = torch.stack(batch.outputs.hidden_states[:-1], 1)  # each layer's input [rows, L, T, d]
+            return mixing_stats(batch.attentions, values, residuals, weights, batch.roles, names)
+
+        return _Pass(measure)
+
+
+def _needs_blocks(names: Collection[str]) -> bool:
+    """Whether any of ``names`` decomposes the attention blocks (all but attention rollout's)."""
+    return any("rollout" not in n for n in names)
+
+
 class StabilityStatistics:
     """Attention logit growth and Zhai et al.'s spectral norm (``heads.stability``): each head's largest
     pre-softmax score and its spread, reduced inside the shared forward's capture, and the spectral norm of
@@ -285,6 +317,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     GradientStatistics(),
     NormStatistics(),
     MapStatistics(),
+    MixingStatistics(),
     StabilityStatistics(),
     IntegratedGradientsStatistic(),
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.modes import MODES, check_mode
-from bertwatch.core.stat_names import STABILITY_NAMES
+from bertwatch.core.stat_names import MIXING_NAMES, STABILITY_NAMES
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.heads.norms import NORM_NAMES
@@ -28,7 +28,7 @@ from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = ["ALL_STATS", "MAP_STATS", "ON_ALERT_CHOICES", "Flag", "ProbeSettings", "WatchSettings", "check_options"]
 
-MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + DRIFT_NAMES
+MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + MIXING_NAMES + DRIFT_NAMES
 ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY_NAMES
 
 

@@ -24,6 +24,7 @@ from bertwatch.callbacks.settings import WatchSettings, check_options
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
+from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import QK_NAME, supports_qk_spectral_norm
@@ -152,6 +153,16 @@ class WatchCallback(TrainerCallback):
             if self.requested is not None:
                 raise SetupError(f"{type(self).__name__}: {QK_NAME!r} is not available for this model family")
             self.stat_names = self.stat_names - {QK_NAME}
+        # the block-based mixing measures need x + Attn(x) -> LayerNorm; rollout works on every family
+        mixing = {n for n in self.stat_names & set(MIXING_NAMES) if "rollout" not in n}
+        encoder = context.encoder
+        if mixing and not supports_mixing(encoder):
+            if self.requested is not None:
+                try:
+                    block_weights(encoder)
+                except ValueError as err:
+                    raise SetupError(f"{type(self).__name__}: {sorted(mixing)}: {err}") from err
+            self.stat_names = self.stat_names - mixing
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
         problem = self._gradient_problem(context) if gradient else None
         if problem is None:

@@ -21,6 +21,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", default=None, help="a second model (e.g. the pretrained one): adds drift")
     parser.add_argument("--device", default=None, help="torch device, e.g. cuda:0 (default: cpu)")
     parser.add_argument("--no-figures", action="store_true", help="write stats.json only")
+    parser.add_argument(
+        "--mixing",
+        action="store_true",
+        help="add every context-mixing measure (norms, ALTI, rollout): mixing.json, mixing.npz, their grids",
+    )
+    parser.add_argument(
+        "--value-zeroing",
+        type=int,
+        default=0,
+        metavar="N",
+        help="value zeroing on the first N examples (costs layers x tokens forward passes per example)",
+    )
     return parser
 
 
@@ -38,6 +50,8 @@ def cli_analyze(argv: Sequence[str]) -> int:
         reference=args.reference,
         device=args.device,
         figures=not args.no_figures,
+        mixing=args.mixing,
+        value_zeroing=args.value_zeroing,
     )
     print(
         f"bertwatch: {result['num_examples']} examples, {result['num_layers']} layers x {result['num_heads']} "

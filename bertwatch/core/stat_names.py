@@ -13,6 +13,10 @@ __all__ = [
     "IG_NAME",
     "LOGIT_NAMES",
     "MASS_BY_MEASURE",
+    "MIXING_HEAD_NAMES",
+    "MIXING_LAYER_NAMES",
+    "MIXING_MEASURES",
+    "MIXING_NAMES",
     "NORM_NAMES",
     "PROPORTION_NAMES",
     "QK_NAME",
@@ -40,6 +44,22 @@ STAT_NAMES: tuple[str, ...] = (
 )
 #: Kobayashi et al.'s norm-based statistics.
 NORM_NAMES: tuple[str, ...] = ("cls_mass_norm", "sep_mass_norm", "punct_mass_norm", "norm_ratio")
+#: Context mixing (``bertwatch.heads.mixing``), per head ``[layers, heads]``: ALTI inside each head.
+MIXING_HEAD_NAMES: tuple[str, ...] = ("cls_mass_alti", "sep_mass_alti")
+#: Context mixing per layer, written as ``[layers, 1]`` grids (one column; never copied over the heads): Kobayashi
+#: 2021's mixing ratio, the layer's ALTI [CLS]/[SEP] masses, attention rollout's [CLS]/[SEP] masses.
+MIXING_LAYER_NAMES: tuple[str, ...] = (
+    "mixing_ratio",
+    "cls_mass_alti_layer",
+    "sep_mass_alti_layer",
+    "cls_mass_rollout",
+    "sep_mass_rollout",
+)
+MIXING_NAMES: tuple[str, ...] = MIXING_HEAD_NAMES + MIXING_LAYER_NAMES
+#: The token x token maps of one example, one per measure (the Attention maps view's selector; ``weights`` are the
+#: attention probabilities themselves). ``weights`` and ``norms`` are ``[layers, heads, n, n]``, the others
+#: ``[layers, n, n]``; ``value_zeroing`` only when asked for.
+MIXING_MEASURES: tuple[str, ...] = ("weights", "norms", "alti", "alti_composed", "rollout", "value_zeroing")
 #: Distances to the reference (pretrained) model's maps.
 DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
 #: Gradient-based importance.
@@ -57,12 +77,13 @@ RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
 UD_SHARE_CLASSES: tuple[str, ...] = ("noun", "verb", "pron", "det", "subj", "obj", "neg", "punct")
 
 #: Statistics that are shares of a row's attention, so always in [0, 1] (the frontend's scale is then [0, 1]).
-PROPORTION_NAMES: tuple[str, ...] = STAT_NAMES[:8] + NORM_NAMES
+PROPORTION_NAMES: tuple[str, ...] = STAT_NAMES[:8] + NORM_NAMES + MIXING_NAMES
 
 #: (group title, statistics) in menu order; a statistic in no group is listed last under "Other".
 STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Special tokens", STAT_NAMES[:5]),
     ("Norm-based (Kobayashi)", NORM_NAMES),
+    ("Mixing", MIXING_NAMES),
     ("Position", STAT_NAMES[5:8]),
     ("Spread", STAT_NAMES[8:10]),
     ("Segments", STAT_NAMES[10:]),
@@ -90,6 +111,7 @@ MASS_BY_MEASURE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("norms", "cls_mass_norm"),
             ("ALTI per head", "cls_mass_alti"),
             ("ALTI of the layer", "cls_mass_alti_layer"),
+            ("rollout", "cls_mass_rollout"),
         ),
     ),
     (
@@ -99,6 +121,7 @@ MASS_BY_MEASURE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ("norms", "sep_mass_norm"),
             ("ALTI per head", "sep_mass_alti"),
             ("ALTI of the layer", "sep_mass_alti_layer"),
+            ("rollout", "sep_mass_rollout"),
         ),
     ),
     ('"." and ","', (("weights", "punct_mass"), ("norms", "punct_mass_norm"))),
@@ -111,4 +134,6 @@ def stat_names_json() -> dict:
         "groups": [[title, list(names)] for title, names in STAT_GROUPS],
         "drift": list(DRIFT_NAMES),
         "proportions": list(PROPORTION_NAMES),
+        "per_layer": list(MIXING_LAYER_NAMES),
+        "measures": list(MIXING_MEASURES),
     }

@@ -31,6 +31,7 @@ from bertwatch.heads.roles import TokenRoles
 
 __all__ = [
     "NORM_NAMES",
+    "attention_blocks",
     "gram_factors",
     "head_grams",
     "norm_stats",
@@ -45,38 +46,59 @@ _NORM_CHUNK = 1 << 20
 _BERT_LIKE = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "mobilebert")
 
 
-#: family -> (layers of the base model, then where each layer's output / query / key projection is); a query or
-#: key found in a fused ``Wqkv`` is its first or second third.
-_PROJECTIONS: dict[str, tuple[str, str, str, str]] = {
+#: family -> (the layer list under the base model, then per layer: the query, key and value projections, the
+#: attention output projection, and the LayerNorm that takes the residual sum (None: not a post-LN block, so no
+#: mixing measures)); a query or key found in a fused ``Wqkv`` is its first or second third.
+_BLOCKS: dict[str, tuple[str, str, str, str, str, str | None]] = {
     **{
-        f: ("encoder.layer", "attention.output.dense", "attention.self.query", "attention.self.key") for f in _BERT_LIKE
+        family: (
+            "encoder.layer",
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+            "attention.output.dense",
+            "attention.output.LayerNorm",
+        )
+        for family in _BERT_LIKE
     },
-    "distilbert": ("transformer.layer", "attention.out_lin", "attention.q_lin", "attention.k_lin"),
-    "deberta-v2": ("encoder.layer", "attention.output.dense", "attention.self.query_proj", "attention.self.key_proj"),
-    "mpnet": ("encoder.layer", "attention.attn.o", "attention.attn.q", "attention.attn.k"),
-    "modernbert": ("layers", "attn.Wo", "attn.Wqkv", "attn.Wqkv"),
-    "albert": ("encoder.albert_layer_groups.0.albert_layers", "attention.dense", "attention.query", "attention.key"),
+    "distilbert": ("transformer.layer", "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin",
+                   "sa_layer_norm"),
+    "deberta-v2": ("encoder.layer", "attention.self.query_proj", "attention.self.key_proj",
+                   "attention.self.value_proj", "attention.output.dense", "attention.output.LayerNorm"),
+    "mpnet": ("encoder.layer", "attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
+              "attention.LayerNorm"),
+    "modernbert": ("layers", "attn.Wqkv", "attn.Wqkv", "attn.Wqkv", "attn.Wo", None),
+    "albert": ("encoder.albert_layer_groups.0.albert_layers", "attention.query", "attention.key", "attention.value",
+               "attention.dense", "attention.LayerNorm"),
+}  # fmt: skip
+_PARTS = ("query", "key", "value", "output", "layer_norm")
+#: Why a family's attention block is not one post-LN sum x + Attn(x) -> LayerNorm that the mixing measures decompose.
+_NOT_DECOMPOSABLE = {
+    "modernbert": "ModernBERT is pre-LN (the LayerNorm comes before attention, the residual sum has none after it)",
+    "mobilebert": "MobileBERT's residual is its bottleneck input, its values come from another input, and its "
+    "'LayerNorm' is NoNorm by default",
 }
-_PARTS = ("output", "query", "key")
 
 
-def _projections(model: nn.Module, part: str, what: str) -> list[nn.Linear]:
-    """Each layer's ``part`` ("output", "query" or "key") projection in order; UnsupportedModelError naming
-    ``what`` (the statistics that need it) for a family bertwatch does not know."""
+def _layer_modules(model: nn.Module, part: str, what: str) -> list[nn.Module]:
+    """Each layer's ``part`` (one of ``_PARTS``) in order; UnsupportedModelError naming ``what`` (the statistics
+    that need it) for a family bertwatch does not know."""
     num_layers, _ = model_shape(model)
     model_type = model_family(model.config)
     base = getattr(model, "base_model", model)
+    paths = _BLOCKS.get(model_type)
     shared = model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1
-    if model_type not in _PROJECTIONS or (model_type == "albert" and not shared):
+    path = None if paths is None else paths[1 + _PARTS.index(part)]
+    if path is None or (model_type == "albert" and not shared):
         raise UnsupportedModelError(
-            f"{what} do not know the attention projections of {model_type!r} models; leave them out of stats="
+            f"{what} do not know the attention {part} of {model_type!r} models; leave them out of stats="
         )
-    layers, *paths = _PROJECTIONS[model_type]
-    found = [layer.get_submodule(paths[_PARTS.index(part)]) for layer in base.get_submodule(layers)]
+    found = [layer.get_submodule(path) for layer in base.get_submodule(paths[0])]
     if shared:
         found = found * num_layers
     if len(found) != num_layers:
-        raise UnsupportedModelError(f"found {len(found)} attention {part} projections for {num_layers} layers")
+        raise UnsupportedModelError(f"found {len(found)} attention {part} modules for {num_layers} layers")
+    return found
     return found
 
 
@@ -85,7 +107,7 @@ def output_projections(model: nn.Module) -> list[nn.Linear]:
 
     Raises UnsupportedModelError for a family whose projection bertwatch does not know.
     """
-    return _projections(model, "output", f"norm-based statistics {NORM_NAMES}")
+    return _layer_modules(model, "output", f"norm-based statistics {NORM_NAMES}")
 
 
 def query_key_weights(model: nn.Module, what: str = "query/key statistics") -> tuple[Tensor, Tensor]:
@@ -96,7 +118,7 @@ def query_key_weights(model: nn.Module, what: str = "query/key statistics") -> t
     weights = []
     for part in ("query", "key"):
         per_layer = []
-        for linear in _projections(model, part, what):
+        for linear in _layer_modules(model, part, what):
             weight = _applied_weight(linear)
             if model_family(model.config) == "modernbert":
                 third = weight.shape[0] // 3
@@ -128,6 +150,32 @@ def _applied_weight(linear: nn.Module) -> Tensor:
     return (out[1:] - out[:1]).T.contiguous()
 
 
+def attention_blocks(model: nn.Module) -> list[tuple[nn.Linear, nn.Linear, nn.LayerNorm]]:
+    """(value projection, output projection, post-attention LayerNorm) of each layer, for the mixing measures
+    (``bertwatch.heads.mixing_model``).
+
+    Raises UnsupportedModelError, saying why, for a family whose block is not x + Attn(x) -> LayerNorm.
+    """
+    model_type = model_family(model.config)
+    why = _NOT_DECOMPOSABLE.get(model_type)
+    if why is None:
+        try:
+            blocks = list(zip(*(_layer_modules(model, part, "the mixing measures") for part in _PARTS[2:])))
+        except UnsupportedModelError as err:
+            why = str(err)
+    if why is None and not all(isinstance(ln, nn.LayerNorm) for _, _, ln in blocks):
+        why = "its post-attention normalisation is not an nn.LayerNorm"
+    if why is None and not all(isinstance(v, nn.Linear) and isinstance(o, nn.Linear) for v, o, _ in blocks):
+        why = "its value or output projection is not an nn.Linear"
+    if why is not None:
+        raise UnsupportedModelError(
+            f"the context-mixing measures (ALTI, mixing ratio, value zeroing) need each layer's attention block to be "
+            f"x + Attn(x) -> LayerNorm, and {model_type!r} models are not: {why}; leave the mixing statistics out of "
+            "stats= (attention rollout and the weight- and norm-based masses still work)"
+        )
+    return blocks
+
+
 def supports_norms(model: nn.Module) -> bool:
     """Whether :func:`output_projections` knows this model."""
     try:
@@ -143,10 +191,7 @@ def head_grams(model: nn.Module) -> Tensor:
     _, heads = model_shape(model)
     grams = []
     for linear in output_projections(model):
-        weight = linear.weight.detach()  # [out, heads * d_head]
-        if hasattr(weight, "full_tensor"):  # an FSDP2 shard: every rank gathers the whole weight together
-            weight = weight.full_tensor()
-        weight = weight.float()
+        weight = _applied_weight(linear).float()  # [out, heads * d_head], an adapter's update included
         if weight.shape[1] % heads:
             raise UnsupportedModelError(f"an output projection of {weight.shape[1]} inputs does not split into {heads}")
         per_head = weight.reshape(weight.shape[0], heads, -1).transpose(0, 1)  # [heads, out, d_head]

@@ -163,6 +163,21 @@ STAT_DESCRIPTIONS = {
 
 
 _CLASS_WORDS = {"pron": "pronouns", "subj": "subject pronouns", "obj": "object pronouns", "neg": "negation words"}
+# -- mixing (bertwatch.heads.mixing; docs/statistics.md "Context mixing")
+STAT_DESCRIPTIONS.update(
+    {
+        "cls_mass_alti": "Share of the head's output from [CLS] by ALTI inside the head (Ferrando et al. 2022), "
+        "mean over queries.",
+        "sep_mass_alti": "Share of the head's output from [SEP] by ALTI inside the head (Ferrando et al. 2022), "
+        "mean over queries.",
+        "mixing_ratio": "Per layer: share of a token's attention-block output (residual and LayerNorm included) "
+        "that comes from the other tokens (Kobayashi et al. 2021), mean over queries.",
+        "cls_mass_alti_layer": "Per layer: share of the block's output from [CLS] by ALTI (Ferrando et al. 2022).",
+        "sep_mass_alti_layer": "Per layer: share of the block's output from [SEP] by ALTI (Ferrando et al. 2022).",
+        "cls_mass_rollout": "Per layer: attention rollout's share on [CLS] up to this layer (Abnar & Zuidema 2020).",
+        "sep_mass_rollout": "Per layer: attention rollout's share on [SEP] up to this layer (Abnar & Zuidema 2020).",
+    }
+)
 STAT_DESCRIPTIONS.update(
     {
         f"wordclass_{key}": f"Largest mean attention received by one of the {words} (Kovaleva et al. 2019, Sec. 4.4)."

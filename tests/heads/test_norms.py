@@ -90,6 +90,8 @@ def test_report_shows_weight_and_norm_masses_side_by_side():
     weight = np.array([[0.8, 0.6], [0.1, 0.3]], np.float32)
     norm = np.array([[0.2, 0.1], [0.05, 0.25]], np.float32)
     grids = {name: {"first": (0, g), "last": (7, g)} for name, g in (("cls_mass", weight), ("cls_mass_norm", norm))}
-    page = build_html([], training={"grids": grids, "source": "a run"})
-    assert "Weight-based vs norm-based masses, layer means at step 7" in page
-    assert "<td>0</td><td>0.700</td><td>0.150</td>" in page.replace(' class=""', "")
+    page = build_html([], training={"grids": grids, "source": "a run"}).replace(' class=""', "")
+    assert "mass on [CLS] and [SEP] per layer, step 7" in page
+    assert "<th>[CLS] weights</th><th>[CLS] norms</th><th>[CLS] weights − norms</th>" in page
+    # layer 1 (numbered from 1): the mean over heads of each, then their gap
+    assert "<td>1</td><td>0.700</td><td>0.150</td><td>0.550</td>" in page
