@@ -13,6 +13,7 @@ import torch
 import transformers as T
 
 from bertwatch.ablation import runner as R
+from bertwatch.ablation.skipping import SkippingLayer
 from tests._models import tiny_config, tiny_model
 from tests._tiers import fast_subset
 from tests._tolerance import assert_float32_close
@@ -145,3 +146,38 @@ def test_token_classifier_skips_heads_on_every_row(mode: str) -> None:
 def test_families_that_are_not_bert_style_keep_the_masked_path() -> None:
     assert not R.Runner(tiny_model("distilbert"), "zero").skips
     assert R.Runner(tiny_model("bert"), "zero").skips
+
+
+@pytest.mark.fast
+def test_uniform_heads_follow_each_query_rows_keys_when_rows_differ() -> None:
+    """A mask whose query rows allow different keys (causal here): a uniform head's context is the mean over each
+    row's own keys, not one vector per example."""
+    model = _lively(tiny_model("bert"))
+    model.set_attn_implementation("eager")
+    layer = model.bert.encoder.layer[1]
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 6, 32, generator=g)
+    allowed = torch.tril(torch.ones(6, 6)).expand(2, 1, 6, 6)
+    additive = (1 - allowed) * torch.finfo(torch.float32).min
+    disabled = np.array([True, False, True, False])
+
+    def replace(module, args, kwargs, output):
+        heads = output[0].reshape(2, 6, 4, 8).clone()
+        values = module.value(args[0] if args else kwargs["hidden_states"]).reshape(2, 6, 4, 8).double()
+        weights = allowed[:, 0].double() / allowed[:, 0].double().sum(-1, keepdim=True)
+        mean = torch.einsum("bqt,bthd->bqhd", weights, values).float()
+        heads[:, :, disabled] = mean[:, :, disabled]
+        return (heads.reshape(2, 6, 32), *output[1:])
+
+    handle = layer.attention.self.register_forward_hook(replace, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            want = layer(x, additive)
+    finally:
+        handle.remove()
+    with torch.no_grad():
+        got = SkippingLayer(layer, disabled, "uniform")(x, additive)
+    assert_float32_close(got, want, scale=float(want.abs().max()))
+    with torch.no_grad():
+        one_row = SkippingLayer(layer, disabled, "uniform")(x, additive[:, :, -1:].expand_as(additive))
+    assert (one_row - got).abs().max() > 1e-3  # the rows' key sets matter
