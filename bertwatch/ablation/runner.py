@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertwatch.ablation.skipping import SkippingLayer, supports
 from bertwatch.core.families import model_family
 from bertwatch.core.modes import check_mode
 from bertwatch.heads.capture import Intervention, capture, model_shape
@@ -172,6 +173,9 @@ class Runner:
         reuse = reuse and not self.sharded
         self.layers = _layer_list(model, self.num_layers) if reuse else None
         self.last = _first_token_layer(model, self.layers) if reuse else None
+        #: One configuration at a time runs through SkippingLayer (BERT-style layers; see _skipping).
+        self.skips = self.layers is not None and all(supports(layer) for layer in self.layers)
+        self._skip_cache: dict[tuple[int, bytes, bool], nn.Module] = {}
         self.device = next(model.parameters()).device
         #: Token-level outputs are padded to this many positions, so that batches of any length concatenate.
         self.pad_to: int | None = None
@@ -231,35 +235,75 @@ class Runner:
                     hook.remove()
         return logits, (states if cache and self.layers is not None else None)
 
+    def _skipping(self, masks: np.ndarray, start: int) -> dict[int, nn.Module] | None:
+        """For one configuration (``masks`` ``[1, layers, heads]``) on BERT-style layers: the
+        :class:`SkippingLayer` of every layer from ``start`` up with a disabled head (and of the last layer when the
+        task head reads its first token only); None where the layers are not all BERT-style."""
+        if masks.shape[0] != 1 or not self.skips:
+            return None
+        mask = np.asarray(masks[0], dtype=bool)
+        first = self.last is not None
+        out = {}
+        for i in range(start, self.num_layers):
+            last = first and i == self.num_layers - 1
+            if not (mask[i].any() or last):
+                continue
+            key = (i, mask[i].tobytes(), last)
+            if key not in self._skip_cache:
+                if len(self._skip_cache) >= 4 * self.num_layers:
+                    self._skip_cache.clear()
+                self._skip_cache[key] = SkippingLayer(self.layers[i], mask[i], self.mode, first_token=last)
+            out[i] = self._skip_cache[key]
+        return out
+
     def run(
         self, inputs: Mapping[str, torch.Tensor], states: list[torch.Tensor] | None, masks: np.ndarray, start: int
     ) -> torch.Tensor:
         """Logits ``[k, B, C]`` of ``k`` configurations (masks ``[k, layers, heads]``) whose first disabled layer is
         ``start`` or later, stacked into one batch."""
+        return self._run(inputs, states, masks, start, ())[0]
+
+    def _run(
+        self,
+        inputs: Mapping[str, torch.Tensor],
+        states: list[torch.Tensor] | None,
+        masks: np.ndarray,
+        start: int,
+        keep: Sequence[int],
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """:meth:`run`, also keeping the hidden states entering each layer of ``keep``. One configuration on
+        BERT-style layers runs through :class:`SkippingLayer` (disabled heads never computed); otherwise every
+        head is computed and the intervention disables the marked ones."""
         inputs = self._to_device(inputs)
         k, size = masks.shape[0], next(iter(inputs.values())).shape[0]
-        rows = size * (inputs["input_ids"].shape[1] if inputs["input_ids"].dim() == 3 else 1)  # x choices
+        skipping = self._skipping(masks, start)
+        if skipping is None:
+            rows = size * (inputs["input_ids"].shape[1] if inputs["input_ids"].dim() == 3 else 1)  # x choices
+            per_example = torch.as_tensor(masks, dtype=torch.bool, device=self.device).repeat_interleave(rows, dim=0)
+            intervention = Intervention.disable(per_example, self.mode)
+            replacements = self._last()
+        else:
+            intervention, replacements = None, dict(skipping)
         stacked = {name: value.repeat(k, *([1] * (value.dim() - 1))) for name, value in inputs.items()}
-        per_example = torch.as_tensor(masks, dtype=torch.bool, device=self.device).repeat_interleave(rows, dim=0)
-        intervention = Intervention.disable(per_example, self.mode)
-        replacements = self._last()
         skip = self.layers is not None and states is not None and 0 < start < self.num_layers
         if skip:
             stub = _Cached(states[start].repeat(k, 1, 1))
             replacements.update({i: stub for i in range(start)})
         shared = contextlib.nullcontext()
-        if self.layers is not None and (skip or start == 0):
+        if self.layers is not None and (skip or start == 0) and skipping is None:
             shared = _tiled_projections(self.layers[start], k)  # layer start sees k copies of the same states
-        with self._swapped(replacements), shared, capture(self.model, record=False, intervention=intervention) as cap:
-            hook = None
+        kept: list[torch.Tensor | None] = [None] * self.num_layers
+        # capture first: it verifies the model (once per configuration) before any layer is swapped
+        with capture(self.model, record=False, intervention=intervention) as cap, self._swapped(replacements), shared:
+            hooks = [self.layers[l].register_forward_pre_hook(state_saver(kept, l), with_kwargs=True) for l in keep]
             if skip:
-                hook = self.layers[start].register_forward_pre_hook(lambda *_: cap.reset(start_layer=start))
+                hooks.append(self.layers[start].register_forward_pre_hook(lambda *_: cap.reset(start_layer=start)))
             try:
                 logits = self.outputs(self.model(**stacked), stacked)
             finally:
-                if hook is not None:
+                for hook in hooks:
                     hook.remove()
-        return logits.reshape(k, size, *logits.shape[1:])
+        return logits.reshape(k, size, *logits.shape[1:]), {l: kept[l] for l in keep}
 
     def run_keeping(
         self,
@@ -273,17 +317,8 @@ class Runner:
         above ``start``), ``{layer: [B, T, hidden]}``."""
         if self.layers is None or any(not start < l < self.num_layers for l in keep):
             raise ValueError(f"cannot keep the states entering layers {list(keep)} of a pass that starts at {start}")
-        kept: list[torch.Tensor | None] = [None] * self.num_layers
-        hooks = []
-        for l in keep:
-            target = self.last if (l == self.num_layers - 1 and self.last is not None) else self.layers[l]
-            hooks.append(target.register_forward_pre_hook(state_saver(kept, l), with_kwargs=True))
-        try:
-            logits = self.run(inputs, states, mask[None], start)[0]
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return logits, {l: kept[l] for l in keep}
+        logits, kept = self._run(inputs, states, mask[None], start, keep)
+        return logits[0], kept
 
 
 def state_saver(states: list, index: int) -> Callable:

@@ -34,6 +34,7 @@ __all__ = [
     "Capture",
     "Intervention",
     "UnsupportedModelError",
+    "allowed_keys",
     "capture",
     "check_supported",
     "intervene",
@@ -213,7 +214,7 @@ def intervene(probs: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple
     batch, heads = probs.shape[0], probs.shape[1]
     if cap.intervention is not None and cap.intervention.uniform is not None:
         mark = _per_head(cap.intervention.uniform, layer, batch, heads, probs)
-        allowed = torch.ones_like(probs) if attention_mask is None else _allowed_keys(attention_mask, probs)
+        allowed = torch.ones_like(probs) if attention_mask is None else allowed_keys(attention_mask, probs)
         uniform = allowed / allowed.sum(-1, keepdim=True).clamp_min(1)
         probs = torch.where(mark, uniform, probs)
     if cap.record:
@@ -271,7 +272,7 @@ def _attention(
     return context.transpose(1, 2).contiguous(), weights
 
 
-def _allowed_keys(attention_mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def allowed_keys(attention_mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """1 where a query may attend to a key under the model's mask, broadcast to ``like``."""
     return mask_allows(attention_mask, like.shape[-1]).to(like.dtype).expand_as(like)
 

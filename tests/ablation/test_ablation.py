@@ -160,9 +160,11 @@ def test_pruning_steps_reuse_the_previous_step_exactly(family: str, monkeypatch)
     data = _data(features, np.zeros(13, dtype=int))
     runner = R.Runner(model, "zero")
     starts = []
-    original = R.Runner.run
+    original = R.Runner._run
     monkeypatch.setattr(
-        R.Runner, "run", lambda self, i, st, m, start: starts.append(start) or original(self, i, st, m, start)
+        R.Runner,
+        "_run",
+        lambda self, i, st, m, start, keep: starts.append(start) or original(self, i, st, m, start, keep),
     )
     importance = np.random.default_rng(3).random((3, 4))
     with torch.inference_mode():
