@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from bertwatch.core.modes import check_mode
-from bertwatch.heads.capture import allowed_keys
+from bertwatch.heads.logits import allowed_keys
 
 
 def supports(layer: nn.Module) -> bool:

@@ -21,7 +21,7 @@ from torch import nn
 from bertwatch.core.families import model_family
 from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.intervention import Intervention
-from bertwatch.heads.logits import LOGIT_NAMES, allowed_pairs, logit_summary, mask_allows
+from bertwatch.heads.logits import LOGIT_NAMES, allowed_keys, allowed_pairs, logit_summary
 from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.sharding import is_sharded
@@ -34,7 +34,6 @@ __all__ = [
     "Capture",
     "Intervention",
     "UnsupportedModelError",
-    "allowed_keys",
     "capture",
     "check_supported",
     "intervene",
@@ -270,11 +269,6 @@ def _attention(
     if scale is not None:
         context = context * scale
     return context.transpose(1, 2).contiguous(), weights
-
-
-def allowed_keys(attention_mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """1 where a query may attend to a key under the model's mask, broadcast to ``like``."""
-    return mask_allows(attention_mask, like.shape[-1]).to(like.dtype).expand_as(like)
 
 
 _REGISTERED = False

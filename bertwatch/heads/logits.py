@@ -20,7 +20,7 @@ from torch import Tensor
 
 from bertwatch.core.stat_names import LOGIT_NAMES
 
-__all__ = ["LOGIT_NAMES", "allowed_pairs", "logit_summary", "mask_allows"]
+__all__ = ["LOGIT_NAMES", "allowed_keys", "allowed_pairs", "logit_summary", "mask_allows"]
 
 
 def mask_allows(attention_mask: Tensor, length: int) -> Tensor:
@@ -36,6 +36,12 @@ def mask_allows(attention_mask: Tensor, length: int) -> Tensor:
     if allowed.dim() == 3:
         allowed = allowed[:, None]
     return allowed[..., :length]
+
+
+def allowed_keys(attention_mask: Tensor, like: Tensor) -> Tensor:
+    """1 where a query may attend to a key under the model's mask, broadcast to ``like`` (``[..., query, key]``,
+    its dtype): the disabling of heads and the uniform rows of the ablation read the mask through this one rule."""
+    return mask_allows(attention_mask, like.shape[-1]).to(like.dtype).expand_as(like)
 
 
 def allowed_pairs(attention_mask: Tensor | None, length: int) -> Tensor | None:

@@ -14,9 +14,9 @@ import transformers as T
 
 from bertwatch.ablation import runner as R
 from bertwatch.ablation.skipping import SkippingLayer
-from tests._models import tiny_config, tiny_model
-from tests._tiers import fast_subset
-from tests._tolerance import assert_float32_close
+from tests.support.models import tiny_config, tiny_model
+from tests.support.tiers import fast_subset
+from tests.support.tolerance import assert_float32_close
 
 BERT_STYLE = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie"]
 
