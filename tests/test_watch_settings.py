@@ -48,6 +48,8 @@ def _sample(flag, field, tmp_path) -> tuple[list[str], object]:
         return [], False
     if flag.kind in ("int", "int_or_none"):
         return ["7"], 7
+    if flag.kind == "float":
+        return ["0.05"], 0.05
     if flag.kind == "choice":
         value = next(c for c in flag.choices if c != field.default)
         return [value], value
@@ -138,7 +140,10 @@ def test_unknown_names_are_refused_with_the_valid_ones() -> None:
         ({"probe_batch_size": 0}, ValueError, "probe_batch_size must be >= 1"),
         ({"num_maps": -2}, ValueError, "num_maps must be >= 0"),
         ({"ig_steps": 0}, ValueError, "ig_steps must be >= 1"),
-        ({"every_n_steps": 2.5}, TypeError, "every_n_steps must be a whole number, not 2.5"),
+        ({"every_n_steps": 2.5}, TypeError, "every_n_steps must be a whole number or None, not 2.5"),
+        ({"overhead_budget": 0}, ValueError, r"overhead_budget must be in \(0, 1\]"),
+        ({"overhead_budget": 1.5}, ValueError, r"overhead_budget must be in \(0, 1\]"),
+        ({"overhead_budget": "2%"}, TypeError, r"overhead_budget must be a number in \(0, 1\]"),
         ({"num_maps": "4"}, TypeError, "num_maps must be a whole number"),
         ({"maps_every_n_steps": True}, TypeError, "maps_every_n_steps must be a whole number or None"),
         ({"at_start": "no"}, TypeError, "at_start must be True or False"),

@@ -57,6 +57,8 @@ def _flag_arguments(flag: Any, help_text: str, default: Any) -> dict[str, Any]:
     if flag.kind in ("int", "int_or_none"):
         kwargs["type"] = int if flag.kind == "int" else _int_or_none
         kwargs["metavar"] = flag.metavar or "N"
+    elif flag.kind == "float":
+        kwargs["type"] = float
     elif flag.kind == "choice":
         kwargs.update(choices=flag.choices, metavar=None)
     return kwargs
