@@ -375,15 +375,14 @@ class Monitor:
         for k, cpu_batch in enumerate(self.probe.batches):
             batch = {key: v.to(self.device) for key, v in cpu_batch.items()}
             roles = self.probe.roles[k].to(self.device)
-            attn = None
-            if grad_names:
+            attn = values = contexts = None
+            if grad_names:  # its maps, values and contexts serve the other statistics too (one forward, not two)
                 with self.autocast():
-                    grads, attn = gradient_stats(model, batch, roles, return_attentions=True, **loss)
+                    grads, attn, values, contexts = gradient_stats(model, batch, roles, return_states=True, **loss)
                 for name in grad_names:
                     per_example[name].append(grads[name])
             if map_names or norm_names or len(examples) < num_maps or building or consumers:
-                values = contexts = None
-                if attn is None or norm_names:
+                if attn is None or (norm_names and contexts is None):
                     record_values = bool(norm_names)
                     with (
                         torch.no_grad(),
