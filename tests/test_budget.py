@@ -161,3 +161,43 @@ def test_budgeted_steps_and_their_reasons_reach_the_event_file(tmp_path) -> None
     assert budgeted == [0.0, 1.0, 1.0, 0.0]
     shares = [e.value for e in acc.Scalars(f"bertwatch_series/{PROBE_SERIES}/overhead_share")]
     assert all(0.0 < s < 1.0 for s in shares)
+
+
+def _agree_worker(rank: int, init_file: str, rounds: list[list[bool]], results) -> None:
+    import torch.distributed as dist
+
+    from bertwatch.callbacks.pacing import agreed_across_processes
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=len(rounds[0]))
+    try:
+        results[rank] = [agreed_across_processes(answers[rank]) for answers in rounds]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_processes_agree_on_a_budgeted_step(tmp_path) -> None:
+    import torch.multiprocessing as mp
+
+    rounds = [[True, False], [True, True], [False, False], [False, True]]
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.start_processes(_agree_worker, (str(tmp_path / "init"), rounds, results), nprocs=2, start_method="fork")
+        got = dict(results)
+    want = [all(answers) for answers in rounds]  # a sharded probe pass needs every rank: all measure or none
+    assert got == {0: want, 1: want}
+
+
+@pytest.mark.fast
+def test_a_budgeted_step_is_asked_of_the_other_processes_only_where_the_spacing_allows() -> None:
+    asked = []
+    clock = _Clock()
+    pacing = ProbePacing(None, 1.0, clock, agree=lambda due: asked.append(due) or False)
+    pacing.start()
+    assert not any(pacing.step_due(step) for step in range(1, 30))
+    assert asked == [True] * 29, "before a measured step every step may be budgeted"
+    pacing.note("begin", 0)
+    with pacing.own_time(0, lambda: True):
+        clock.now += 1.0
+    asked.clear()
+    assert not any(pacing.step_due(step) for step in range(1, 30))
+    assert len(asked) == 30 - MIN_SPACING

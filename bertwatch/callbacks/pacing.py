@@ -7,7 +7,9 @@ measured (``ProbeReason``), written to the event file as the ``probe_steps`` ser
 
 Pinned, never skipped: step 0 (``at_start``), each evaluation (``on_evaluate``), the end (``at_end``) and, when
 ``every_n_steps`` is a number, every multiple of it. With ``every_n_steps=None`` (the default) the other steps are
-measured as the budget allows (``OverheadMeter.due``).
+measured as the budget allows (``OverheadMeter.due``). In a run of several processes they must agree (a sharded
+model's probe pass is a collective, and every rank's grids are the same): at each step the spacing allows, one
+all-reduce takes the minimum of the processes' answers (:func:`agreed_across_processes`), so all measure or none.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from bertwatch.core.budget import OverheadMeter, ProbeReason
 
-__all__ = ["PROBE_SERIES", "ProbePacing", "ProbeReason"]
+__all__ = ["PROBE_SERIES", "ProbePacing", "ProbeReason", "agreed_across_processes"]
 
 #: The ``named_values`` series of the measured steps.
 PROBE_SERIES = "probe_steps"
@@ -33,10 +37,15 @@ class ProbePacing:
     """
 
     def __init__(
-        self, every_n_steps: int | None, budget: float, clock: Callable[[], float] = time.perf_counter
+        self,
+        every_n_steps: int | None,
+        budget: float,
+        clock: Callable[[], float] = time.perf_counter,
+        agree: Callable[[bool], bool] | None = None,
     ) -> None:
         self.every_n_steps = every_n_steps
         self.meter = OverheadMeter(budget, clock)
+        self.agree = agreed_across_processes if agree is None else agree
         self.log: list[ProbeReason] = []
         self._noted: dict[int, str] = {}
         self._unwritten = False
@@ -53,7 +62,7 @@ class ProbePacing:
     def step_due(self, step: int) -> bool:
         """Whether the step event at ``step`` is due: a multiple of ``every_n_steps``, or the budget's answer."""
         if self.every_n_steps is None:
-            return self.meter.due(step)
+            return self.meter.eligible(step) and self.agree(self.meter.due(step))
         return self.every_n_steps > 0 and step % self.every_n_steps == 0
 
     def note(self, event: str, step: int) -> None:
@@ -90,3 +99,17 @@ class ProbePacing:
         last = self.log[-1]
         values = {"overhead_share": last.share, "budgeted": float(not last.pinned)}
         writer.add_named_values(PROBE_SERIES, values, last.step, f"bertwatch measured step {last.step}: {last.reason}")
+
+
+def agreed_across_processes(due: bool) -> bool:
+    """``due`` on every process: one all-reduce (minimum) when ``torch.distributed`` runs several processes, else
+    ``due`` itself. Every process must call it at the same step (they do: each asks at every step its spacing allows,
+    and the spacing depends on the agreed measured steps only)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return due
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    flag = torch.tensor([1 if due else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())

@@ -108,11 +108,14 @@ class OverheadMeter:
         if probe_step is not None:
             self.last_cost, self.last_step = max(0.0, seconds), probe_step
 
-    def due(self, step: int) -> bool:
-        """Whether an unpinned probe is due at ``step``: ``MIN_SPACING`` steps after the last measured one and
-        within the budget (:func:`probe_due`, the next probe costing as much as the last)."""
+    def eligible(self, step: int) -> bool:
+        """Whether ``step`` may be a budgeted probe at all: training started, ``MIN_SPACING`` steps after the last
+        measured one (depends on the measured steps only, so processes that measured the same steps agree)."""
         if self.started is None:
             return False
-        if self.last_step is not None and step - self.last_step < MIN_SPACING:
-            return False
-        return probe_due(self.wall(), self.own, self.last_cost or 0.0, self.budget)
+        return self.last_step is None or step - self.last_step >= MIN_SPACING
+
+    def due(self, step: int) -> bool:
+        """Whether an unpinned probe is due at ``step``: :meth:`eligible` and within the budget (:func:`probe_due`,
+        the next probe costing as much as the last)."""
+        return self.eligible(step) and probe_due(self.wall(), self.own, self.last_cost or 0.0, self.budget)
