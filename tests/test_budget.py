@@ -10,7 +10,7 @@ import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from bertwatch.callbacks import BertWatchCallback, EntropyCallback, watch
-from bertwatch.callbacks.pacing import PROBE_SERIES, ProbePacing
+from bertwatch.callbacks.pacing import PROBE_SERIES, ProbePacing, ProbeReason
 from bertwatch.core.budget import MIN_SPACING, OverheadMeter, check_budget, probe_due
 from tests._tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
@@ -201,3 +201,19 @@ def test_a_budgeted_step_is_asked_of_the_other_processes_only_where_the_spacing_
     asked.clear()
     assert not any(pacing.step_due(step) for step in range(1, 30))
     assert len(asked) == 30 - MIN_SPACING
+
+
+@pytest.mark.fast
+def test_maps_follow_the_measured_steps_when_budgeted() -> None:
+    fixed = BertWatchCallback(every_n_steps=5, num_maps=2)
+    assert [s for s in range(1, 41) if fixed.wants_maps("step", s)] == [20, 40]
+    spaced = BertWatchCallback(maps_every_n_steps=100, num_maps=2)
+    assert spaced.wants_maps("begin", 0) == 2
+    assert [s for s in (60, 130, 200, 231, 300) if spaced.wants_maps("step", s)] == [130, 231]
+    default = BertWatchCallback(num_maps=2)
+    chosen = []
+    for step in range(10, 90, 10):  # eight budgeted steps: maps at the fourth and the eighth
+        if default.wants_maps("step", step):
+            chosen.append(step)
+        default.pacing.log.append(ProbeReason(step, "budget", 0.01))
+    assert chosen == [40, 80]

@@ -244,8 +244,8 @@ class WatchSettings(_ByValue):
     strict: bool = _option(False, "re-raise errors instead of warning (for tests)", _flag("--strict", "true"))
     num_maps: int = _option(4, "probe examples whose attention maps are kept", _flag("--num-maps", "int"))
     maps_every_n_steps: int | None = _option(
-        None, "write the maps every N steps (default 4 x every_n_steps, or every fourth budgeted step; also at step 0 "
-        "and the end)",
+        None, "write the maps every N steps (budgeted: at the first measured step N after the last maps; default 4 x "
+        "every_n_steps, or every fourth budgeted step; also at step 0 and the end)",
         _flag("--maps-every-n-steps", "int"),
     )  # fmt: skip
     integrated_gradients: bool = _option(

@@ -353,6 +353,7 @@ class BertWatchCallback(WatchCallback):
         self.cluster_track = ClusterTrack() if s.head_clusters else None
         self.cluster_examples = s.cluster_examples
         self.consumed_step: int | None = None
+        self.maps_step = 0
 
     def map_consumers(self, monitor: Monitor, step: int) -> list:
         """The probe-pass analyses asked for (``word_classes``, ``head_clusters``), once per step; see
@@ -365,15 +366,20 @@ class BertWatchCallback(WatchCallback):
         )
 
     def wants_maps(self, event: str, step: int) -> int:
-        if event in ("begin", "end"):
-            return self.num_maps
-        if event != "step":
-            return 0
-        if self.maps_every_n_steps is None:  # budgeted: every fourth step the budget chose
-            return self.num_maps if (self.pacing.budgeted_count() + 1) % 4 == 0 else 0
-        if self.maps_every_n_steps > 0 and step % self.maps_every_n_steps == 0:
+        if event in ("begin", "end") or (event == "step" and self._maps_due(step)):
+            self.maps_step = step
             return self.num_maps
         return 0
+
+    def _maps_due(self, step: int) -> bool:
+        """Maps at a measured step: every ``maps_every_n_steps``-th step with a fixed cadence; when budgeted, every
+        fourth budgeted step, or the first measured step ``maps_every_n_steps`` or more after the last maps."""
+        every = self.maps_every_n_steps
+        if self.every_n_steps is not None:
+            return every is not None and every > 0 and step % every == 0
+        if every is None:
+            return (self.pacing.budgeted_count() + 1) % 4 == 0
+        return every > 0 and step - self.maps_step >= every
 
     def _check_setup(self, args: Any, state: Any, kwargs: Mapping[str, Any], context: TrainerContext) -> None:
         self.word_class_batches = prepare_word_classes(self.word_classes, self.monitor)
