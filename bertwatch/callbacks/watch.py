@@ -315,8 +315,7 @@ class BertWatchCallback(WatchCallback):
     probe examples from the eval set, statistics at step 0, every evaluation, the end and between them as often as
     the overhead budget allows (``overhead_budget=0.02``; ``every_n_steps=N`` pins a fixed cadence instead); the
     maps of 4 probe examples at step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``, or every
-    fourth budgeted step) and the
-    end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
+    fourth budgeted step) and the end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
     runs an ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement.
     ``word_classes=True`` adds attention to pronouns, subjects, objects and negation and the [CLS] row's targets
     (``wordclass_*``, ``cls_target_*`` grids); ``word_classes="dev.conllu"`` (or a list of ``Sentence``, or a
