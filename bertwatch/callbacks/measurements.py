@@ -37,6 +37,7 @@ __all__ = [
     "Measurement",
     "MeasurementPass",
     "ProbeBatch",
+    "RecordedStates",
     "Stage",
     "measurement_of",
 ]
@@ -99,8 +100,8 @@ class ProbeBatch:
 
     ``index``: its place among the probe batches; ``start``: the probe row of its first example; ``inputs``: the
     collated batch (label fields included); ``roles``: its token roles ``[rows, T]``. On the ``"forward"`` stage
-    also ``attentions`` ``[rows, layers, heads, T, T]``, the ``capture`` that recorded them (None when they came
-    from a ``"before"`` measurement's pass), the encoder's ``outputs`` (None then too) and ``reference``: this
+    also ``attentions`` ``[rows, layers, heads, T, T]``, the ``capture`` that recorded them (when they came from a
+    ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: this
     batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured.
     """
 
@@ -109,18 +110,29 @@ class ProbeBatch:
     inputs: Mapping[str, Tensor]
     roles: TokenRoles
     attentions: Tensor | None = None
-    capture: Capture | None = None
+    capture: Capture | RecordedStates | None = None
     outputs: Any = None
     reference: Sequence[Tensor] | None = None
 
 
 @dataclass(frozen=True)
+class RecordedStates:
+    """Each layer's value states ``[rows, layers, heads, T, d_head]`` and the heads' contexts, as a capture records
+    them (``Capture.values``, ``.contexts``); None where the pass could not record them exactly."""
+
+    values: Tensor | None
+    contexts: Tensor | None
+
+
+@dataclass(frozen=True)
 class Measured:
-    """What a ``"before"`` measurement may return instead of a plain mapping: its per-example ``values`` and the
-    maps of its own forward ``[rows, layers, heads, T, T]``, which then stand for the shared forward's."""
+    """What a ``"before"`` measurement may return instead of a plain mapping: its per-example ``values``, the
+    maps of its own forward ``[rows, layers, heads, T, T]``, which then stand for the shared forward's, and that
+    forward's recorded ``states``, which then spare the shared forward for the value-based statistics too."""
 
     values: Mapping[str, Tensor]
     attentions: Tensor | None = None
+    states: RecordedStates | None = None
 
 
 @runtime_checkable
@@ -220,8 +232,10 @@ class GradientStatistics:
 
         def measure(batch: ProbeBatch) -> Measured:
             with context.autocast():
-                grads, attn = gradient_stats(model, batch.inputs, batch.roles, return_attentions=True, **loss)
-            return Measured({name: grads[name] for name in names}, attn)
+                grads, attn, values, contexts = gradient_stats(
+                    model, batch.inputs, batch.roles, return_states=True, **loss
+                )
+            return Measured({name: grads[name] for name in names}, attn, RecordedStates(values, contexts))
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
             if context.settings.normalize_importance and "head_importance" in grids:

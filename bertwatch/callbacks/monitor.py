@@ -25,7 +25,7 @@ from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
 from bertwatch.callbacks.probe_pass import Subscriber, execute, plan_pass
 from bertwatch.callbacks.probe_set import ProbeSet
-from bertwatch.callbacks.publisher import Publisher
+from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher
 from bertwatch.callbacks.settings import ALL_STATS, MAP_STATS, ProbeSettings, WatchSettings
 from bertwatch.core.alerts import Alert
 
@@ -141,6 +141,11 @@ class Monitor:
             self._run.publisher.publish_alerts(
                 alerts, self._context.layers, self._context.heads, step, reference_step, to_trackers
             )
+
+    def publish_records(self, records: Sequence[NamedValues | HeadEmbedding], step: int) -> None:
+        """Write records made outside a probe pass through the run's one publisher; nothing before a run."""
+        if records and self._run is not None:
+            self._run.publisher.publish_records(records, step)
 
     def active(self) -> list[Subscriber]:
         return [s for s in self.subscribers if not s.disabled]

@@ -237,17 +237,18 @@ def _run_batch(
         inputs={key: v.to(context.device) for key, v in probe.batches[k].items()},
         roles=probe.roles[k].to(context.device),
     )
-    attn = None
+    attn = states = None
     for stage, measurement_pass in passes:
         if stage == "before":
             out = measurement_pass.measure(batch)
             if isinstance(out, Measured):
                 attn = out.attentions if out.attentions is not None else attn
+                states = out.states if out.states is not None else states
                 out = out.values
             collected.add(out)
     if plan.shared_forward or len(collected.examples) < plan.num_maps:
-        _on_forward(plan, context, passes, replace(batch, attentions=attn), building, collected)
-    del attn
+        _on_forward(plan, context, passes, replace(batch, attentions=attn, capture=states), building, collected)
+    del attn, states
     for stage, measurement_pass in passes:
         if stage == "after":
             collected.add(measurement_pass.measure(batch))
@@ -261,10 +262,12 @@ def _on_forward(
     building: bool,
     collected: _Collected,
 ) -> None:
-    """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps and nothing more is needed),
-    then the ``"forward"`` measurements, the analyses, the reference and the kept examples."""
+    """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps, and the value states when they
+    are needed, and nothing more is), then the ``"forward"`` measurements, the analyses, the reference and the
+    kept examples."""
     needs, cap, outputs = plan.needs, None, None
-    if batch.attentions is None or needs.beyond_maps:
+    recorded = batch.capture is not None and batch.capture.contexts is not None
+    if batch.attentions is None or replace(needs, values=needs.values and not recorded).beyond_maps:
         model = context.encoder
         with torch.no_grad(), context.autocast(), capture(model, **needs.capture_arguments()) as cap:
             outputs = model(**context.model_inputs(batch.inputs), **needs.forward_arguments())

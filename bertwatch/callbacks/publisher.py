@@ -114,6 +114,12 @@ class Publisher:
         if examples:
             self.writer.add_attention_maps(examples, step)
 
+    def publish_records(self, records: Sequence[NamedValues | HeadEmbedding], step: int) -> None:
+        """Write records that come from outside a probe pass (the probe steps' series of ``callbacks.pacing``)."""
+        if self.writer is not None:
+            for record in records:
+                self._write_record(record, step)
+
     def _write_record(self, record: NamedValues | HeadEmbedding, step: int) -> None:
         if isinstance(record, NamedValues):
             self.writer.add_named_values(record.tag, dict(record.values), step, record.description)

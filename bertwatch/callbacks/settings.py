@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bertwatch.core.alerts import AlertSettings
+from bertwatch.core.budget import DEFAULT_OVERHEAD_BUDGET, check_budget
 from bertwatch.core.modes import MODES, check_mode
 from bertwatch.core.stat_names import MIXING_NAMES, STABILITY_NAMES
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
@@ -36,7 +37,7 @@ ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY
 class Flag:
     """One command-line flag of an option: its ``names`` and ``kind``, how ``bertwatch run`` reads it.
 
-    Kinds: ``"int"``, ``"int_or_none"`` (a number or ``none``), ``"str"``, ``"choice"`` (one of ``choices``),
+    Kinds: ``"int"``, ``"int_or_none"`` (a number or ``none``), ``"float"``, ``"str"``, ``"choice"`` (one of ``choices``),
     ``"true"`` / ``"false"`` (a switch that sets the option to True / False), ``"names"`` (comma-separated),
     ``"float"``, ``"lines"`` (a file, one probe text per line, a tab before a second sentence), ``"json"`` (a JSON object).
     ``help`` replaces the option's own help for this flag.
@@ -153,7 +154,7 @@ _ALERT_DEFAULTS = AlertSettings()
 ON_ALERT_CHOICES: tuple[str, ...] = ("warn", "stop", "none")
 
 _INT_BOUNDS = {  # option: (lowest value, whether None is allowed)
-    "every_n_steps": (0, False),
+    "every_n_steps": (0, True),
     "num_probe_examples": (1, False),
     "probe_seed": (None, False),
     "probe_batch_size": (1, False),
@@ -165,7 +166,7 @@ _INT_BOUNDS = {  # option: (lowest value, whether None is allowed)
     "cluster_examples": (1, False),
 }
 _BOUND_MEANING = {
-    "every_n_steps": " (0 = only at start, evaluation and end)",
+    "every_n_steps": " (0 = only at start, evaluation and end; None = as the overhead budget allows)",
     "probe_max_length": " (or None: the model's maximum)",
 }
 
@@ -204,9 +205,15 @@ class WatchSettings(_ByValue):
         None, "statistics to measure (default: the callback's own; all but IG for BertWatchCallback)",
         _flag("--stats", "names", metavar="A,B"),
     )  # fmt: skip
-    every_n_steps: int = _option(
-        50, "measure every N optimiser steps (0: only at start, evaluation and end)",
+    every_n_steps: int | None = _option(
+        None, "measure every N optimiser steps, pinned (0: only at start, evaluation and end; None: as the "
+        "overhead budget allows)",
         _flag("--every-n-steps", "int", "--probe-every"),
+    )  # fmt: skip
+    overhead_budget: float = _option(
+        DEFAULT_OVERHEAD_BUDGET, "bertwatch's share of wall time when every_n_steps is None: probe steps are spaced "
+        "to keep within it (core/budget.py)",
+        _flag("--overhead-budget", "float", metavar="SHARE"),
     )  # fmt: skip
     on_evaluate: bool = _option(True, "measure at every evaluation", _flag("--no-on-evaluate", "false"))
     at_start: bool = _option(
@@ -250,7 +257,8 @@ class WatchSettings(_ByValue):
     strict: bool = _option(False, "re-raise errors instead of warning (for tests)", _flag("--strict", "true"))
     num_maps: int = _option(4, "probe examples whose attention maps are kept", _flag("--num-maps", "int"))
     maps_every_n_steps: int | None = _option(
-        None, "write the maps every N steps (default 4 x every_n_steps; also at step 0 and the end)",
+        None, "write the maps every N steps (budgeted: at the first measured step N after the last maps; default 4 x "
+        "every_n_steps, or every fourth budgeted step; also at step 0 and the end)",
         _flag("--maps-every-n-steps", "int"),
     )  # fmt: skip
     integrated_gradients: bool = _option(
@@ -335,6 +343,7 @@ class WatchSettings(_ByValue):
                 raise ValueError(f"unknown bertwatch statistic(s) {unknown}; choose from {', '.join(ALL_STATS)}")
             if not self.stats:
                 raise ValueError("stats must name at least one statistic")
+        set_(self, "overhead_budget", check_budget(self.overhead_budget))
         check_mode(self.ablation_mode, "ablation_mode")
         if not isinstance(self.ablation_kwargs, Mapping):
             raise TypeError(f"ablation_kwargs must be a mapping, not {type(self.ablation_kwargs).__name__}")

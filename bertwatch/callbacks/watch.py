@@ -7,6 +7,7 @@ misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, w
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.analyses import Analysis, ClusterTrack, analyses_for
 from bertwatch.callbacks.monitor import Monitor, monitor_for
+from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.settings import WatchSettings, check_options
 from bertwatch.callbacks.tracking import reported_trackers
@@ -55,6 +57,8 @@ class WatchCallback(TrainerCallback):
 
     is_bertwatch = True  # not a metrics tracker: callbacks.tracking skips it
 
+    clock: Any = staticmethod(time.perf_counter)  # the overhead budget's clock (seconds); tests set a simulated one
+
     default_stats: tuple[str, ...] = ()
 
     options: tuple[str, ...] = COMMON_OPTIONS  # the keyword options this callback takes (WatchSettings fields)
@@ -79,6 +83,8 @@ class WatchCallback(TrainerCallback):
         self.requested = None if requested is None else tuple(requested)
         self.stat_names = frozenset(self.requested or self.default_stats)
         self.every_n_steps = s.every_n_steps
+        # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
+        self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, lambda: self.clock())
         self.measure_on_evaluate = s.on_evaluate
         self.at_start = s.at_start
         self.at_end = s.at_end
@@ -106,12 +112,16 @@ class WatchCallback(TrainerCallback):
     def wants(self, event: str, step: int) -> bool:
         """Whether this callback measures at ``event`` ("begin", "step", "evaluate", "end") and ``step``."""
         if event == "begin":
-            return self.at_start
-        if event == "step":
-            return self.every_n_steps > 0 and step % self.every_n_steps == 0
-        if event == "evaluate":
-            return self.measure_on_evaluate
-        return event == "end" and self.at_end
+            due = self.at_start
+        elif event == "step":
+            due = self.pacing.step_due(step)
+        elif event == "evaluate":
+            due = self.measure_on_evaluate
+        else:
+            due = event == "end" and self.at_end
+        if due:
+            self.pacing.note(event, step)
+        return due
 
     def wants_maps(self, event: str, step: int) -> int:
         """How many probe examples' attention maps to write at this event (none, except for BertWatchCallback)."""
@@ -203,14 +213,22 @@ class WatchCallback(TrainerCallback):
         if self.monitor.failed:
             self.disable()
             return
-        self.monitor.run(event, state)
-        self.alerting.update(self, state, control, event)  # stability alerts: callbacks.alerting
+        step = int(state.global_step)
+        with self.pacing.own_time(step, lambda: bool(self.history) and self.history[-1][0] == step):
+            self.monitor.run(event, state)
+            self.alerting.update(self, state, control, event)  # stability alerts: callbacks.alerting
+        self.monitor.publish_records(self.pacing.records(), step)
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model = kwargs.get("model")
         if model is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
+        self.pacing.start()
+        with self.pacing.own_time():
+            self._begin(model, args, state, kwargs)
+
+    def _begin(self, model: Any, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         self.history = []
         self.alerting.reset()
         self.stat_names = frozenset(self.requested or self.default_stats)
@@ -318,9 +336,10 @@ class BertWatchCallback(WatchCallback):
 
     Attach it with ``bertwatch.watch(trainer)`` (or run an unchanged script with ``bertwatch run``); in
     ``callbacks=[...]`` alone it sees only what the Trainer's events carry (see ``_context``). Defaults: 32
-    probe examples from the eval set, statistics at step 0, every 50 steps, every evaluation and the end; the
-    maps of 4 probe examples at step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``) and the
-    end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
+    probe examples from the eval set, statistics at step 0, every evaluation, the end and between them as often as
+    the overhead budget allows (``overhead_budget=0.02``; ``every_n_steps=N`` pins a fixed cadence instead); the
+    maps of 4 probe examples at step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``, or every
+    fourth budgeted step) and the end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
     runs an ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement.
     ``word_classes=True`` adds attention to pronouns, subjects, objects and negation and the [CLS] row's targets
     (``wordclass_*``, ``cls_target_*`` grids); ``word_classes="dev.conllu"`` (or a list of ``Sentence``, or a
@@ -362,7 +381,9 @@ class BertWatchCallback(WatchCallback):
         super().__init__(stats, settings=settings, **options)
         s = self.settings
         self.num_maps = s.num_maps
-        self.maps_every_n_steps = 4 * self.every_n_steps if s.maps_every_n_steps is None else s.maps_every_n_steps
+        self.maps_every_n_steps = s.maps_every_n_steps
+        if self.maps_every_n_steps is None and self.every_n_steps is not None:
+            self.maps_every_n_steps = 4 * self.every_n_steps
         self.ablate_on_end = s.ablate_on_end
         self.ablation_mode = s.ablation_mode
         self.ablation_kwargs = dict(s.ablation_kwargs)
@@ -377,6 +398,7 @@ class BertWatchCallback(WatchCallback):
         self.cluster_track = ClusterTrack() if s.head_clusters else None
         self.cluster_examples = s.cluster_examples
         self.consumed_step: int | None = None
+        self.maps_step = 0
 
     def analyses(self, context: ProbeContext, step: int) -> list[Analysis]:
         """The probe-pass analyses asked for (``word_classes``, ``head_clusters``), once per step; see
@@ -389,11 +411,20 @@ class BertWatchCallback(WatchCallback):
         )
 
     def wants_maps(self, event: str, step: int) -> int:
-        if event in ("begin", "end"):
-            return self.num_maps
-        if event == "step" and self.maps_every_n_steps > 0 and step % self.maps_every_n_steps == 0:
+        if event in ("begin", "end") or (event == "step" and self._maps_due(step)):
+            self.maps_step = step
             return self.num_maps
         return 0
+
+    def _maps_due(self, step: int) -> bool:
+        """Maps at a measured step: every ``maps_every_n_steps``-th step with a fixed cadence; when budgeted, every
+        fourth budgeted step, or the first measured step ``maps_every_n_steps`` or more after the last maps."""
+        every = self.maps_every_n_steps
+        if self.every_n_steps is not None:
+            return every is not None and every > 0 and step % every == 0
+        if every is None:
+            return (self.pacing.budgeted_count() + 1) % 4 == 0
+        return every > 0 and step - self.maps_step >= every
 
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         self.word_class_batches = prepare_word_classes(self.word_classes, probe)

@@ -140,8 +140,9 @@ class Capture:
     def contexts(self) -> torch.Tensor | None:
         """Each head's context Σ_j A[i, j] v_j of the last pass as the model computed it, with A the recorded maps
         (``record_values=True``): ``[batch, layers, heads, query, d_head]``. Pad keys enter with the weight the
-        model's mask gives them (exactly 0 for a real query). None unless every layer's context equals that product:
-        a pass that scaled heads (zeroing, gates) or dropped attention (training dropout) records none."""
+        model's mask gives them (exactly 0 for a real query), before any gate multiplies it. None unless every
+        layer's context equals that product: a pass that scaled heads by an intervention (zeroing) or dropped
+        attention (training dropout) records none."""
         if not self._contexts or any(c is None for c in self._contexts):
             return None
         return torch.stack(self._contexts, dim=1)
@@ -264,7 +265,8 @@ def _attention(
     weights = nn.functional.dropout(probs, p=dropout, training=module.training)
     context = torch.matmul(weights, value)
     if cap is not None and cap.record_values:
-        exact = scale is None and not (module.training and dropout > 0)
+        gates_only = cap.intervention is None or cap.intervention.scale is None  # the context is taken before them
+        exact = (scale is None or gates_only) and not (module.training and dropout > 0)
         cap.keep_states(value, context if exact else None)
     if scale is not None:
         context = context * scale

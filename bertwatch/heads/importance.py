@@ -118,15 +118,16 @@ def _example_passes(
 
 
 def _gated_pass(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], rows: int, loss_fn: LossFn | None
+    model: nn.Module, batch: Mapping[str, torch.Tensor], rows: int, loss_fn: LossFn | None, states: list | None = None
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
     """One gated forward and backward: gate gradients ``[rows, layers, heads]``, map gradients per layer, the
-    per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps."""
+    per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps.
+    ``states``: a list that receives the pass's value states and contexts (``Capture.values``, ``.contexts``)."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
     kind = None if loss_fn is not None else check_loss_inputs(model, batch)
     gates = torch.ones(rows, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
-    with torch.enable_grad(), capture(model, gates=gates, keep_graph=True) as cap:
+    with torch.enable_grad(), capture(model, gates=gates, keep_graph=True, record_values=states is not None) as cap:
         if loss_fn is not None:
             outputs = model(**_model_inputs(batch))
             total, scale = loss_fn(outputs, batch).sum(), None
@@ -135,6 +136,8 @@ def _gated_pass(
             total, scale = model_loss(model, outputs, batch, kind)
         maps = [cap.layer(l) for l in range(layers)]
         grads = torch.autograd.grad(total, [gates, *maps])
+    if states is not None:
+        states.extend((cap.values, cap.contexts))
     return grads[0], list(grads[1:]), scale, maps
 
 
@@ -179,7 +182,8 @@ def gradient_stats(
     loss_fn: LossFn | None = None,
     return_attentions: bool = False,
     example_loss: ExampleLoss | None = None,
-) -> dict[str, torch.Tensor] | tuple[dict[str, torch.Tensor], torch.Tensor]:
+    return_states: bool = False,
+) -> dict[str, torch.Tensor] | tuple:
     """Per-example gradient statistics from one forward and one backward pass, ``{name: [batch, layers, heads]}``.
 
     ``head_importance`` = abs(∂L_b/∂ξ_h) with ξ a gate on head h's context (Michel et al. 2019), abs per example.
@@ -192,14 +196,19 @@ def gradient_stats(
     one forward and backward per example (``loss_fn`` is then ignored). Multiple choice: ``roles`` are
     per choice row ``[batch * choices, T]`` and a gate is shared by an example's choices.
     With ``return_attentions`` the pass's maps ``[batch, layers, heads, T, T]`` come back too, so a caller that
-    also needs the attention statistics pays for one forward, not two.
+    also needs the attention statistics pays for one forward, not two. ``return_states`` adds the pass's value
+    states and contexts (``Capture.values``, ``Capture.contexts``; None when this pass could not record them
+    exactly, e.g. with ``example_loss``), so the norm-based statistics need no forward of their own either:
+    ``(stats, maps, values, contexts)``.
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
+    states: list = []
     if example_loss is not None:
         gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss)
+        states = [None, None]
     else:
-        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn)
+        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn, states if return_states else None)
     size = rows // group
     roles = roles.to(gate_grad.device)
     real = roles.real.float()
@@ -216,6 +225,8 @@ def gradient_stats(
         cells = (queries * count).reshape(size, group).sum(1)
         value = total * factor[:, None, None] / cells.clamp_min(1)[:, None, None]
         out[f"attn_grad_{name}"] = torch.where(cells[:, None, None] > 0, value, torch.nan).detach()
+    if return_states:
+        return out, torch.stack([m.detach() for m in maps], dim=1), *states
     if return_attentions:
         return out, torch.stack([m.detach() for m in maps], dim=1)
     return out

@@ -1,0 +1,121 @@
+"""The overhead budget: when an unpinned probe step is due, so that bertwatch's share of wall time stays within it.
+
+The rule's one home (torch-free, pure). bertwatch times, with one clock, the wall time since training began and the
+part of it spent inside bertwatch (setup, probe passes, writing). An unpinned probe at a step is due when, counting
+the next probe at the cost of the last one,
+
+    own + cost <= budget * (wall + cost)          (bertwatch's share after that probe stays within the budget)
+
+and at least ``MIN_SPACING`` optimiser steps have passed since the last measured step. Pinned probes (step 0, each
+evaluation, the end, an explicit ``every_n_steps``) are never skipped; their time counts against the budget, so
+after an expensive pinned probe the budgeted ones wait until training has earned the time back. At a steady state
+with probe cost ``c`` and step time ``t`` the spacing is about ``c * (1 - budget) / (budget * t)`` steps.
+
+Example:
+    >>> now = [0.0]
+    >>> meter = OverheadMeter(0.02, clock=lambda: now[0])
+    >>> meter.start()
+    >>> now[0] = 2.0
+    >>> meter.add_own(2.0, probe_step=0)  # the pinned step-0 probe took 2 s
+    >>> now[0] = 100.0
+    >>> meter.due(50)  # 2 + 2 <= 0.02 * (100 + 2)? no
+    False
+    >>> now[0] = 200.0
+    >>> meter.due(100)  # 2 + 2 <= 0.02 * (200 + 2) = 4.04
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_OVERHEAD_BUDGET", "MIN_SPACING", "OverheadMeter", "ProbeReason", "check_budget", "probe_due"]
+
+#: bertwatch's default share of the training run's wall time.
+DEFAULT_OVERHEAD_BUDGET = 0.02
+#: The fewest optimiser steps between two budgeted probes (a cheap probe on a slow step is not taken every step).
+MIN_SPACING = 10
+
+
+@dataclass(frozen=True)
+class ProbeReason:
+    """Why a step was measured: ``"start"``, ``"evaluation"``, ``"end"``, ``"every_n_steps"`` (pinned) or
+    ``"budget"``; with bertwatch's share of wall time when it was decided."""
+
+    step: int
+    reason: str
+    share: float
+
+    @property
+    def pinned(self) -> bool:
+        return self.reason != "budget"
+
+
+def check_budget(value: object) -> float:
+    """``value`` as a budget: a number in (0, 1]. Raises TypeError / ValueError with what to pass."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"overhead_budget must be a number in (0, 1], e.g. 0.02 for 2%, not {value!r}")
+    value = float(value)
+    if not (0.0 < value <= 1.0) or math.isnan(value):
+        raise ValueError(f"overhead_budget must be in (0, 1] (a share of wall time, 0.02 = 2%), got {value}")
+    return value
+
+
+def probe_due(wall_s: float, own_s: float, cost_s: float, budget: float) -> bool:
+    """Whether one more probe costing ``cost_s`` keeps bertwatch's share of wall time within ``budget``:
+    ``own_s + cost_s <= budget * (wall_s + cost_s)``, ``wall_s`` the run's wall time so far and ``own_s`` bertwatch's
+    part of it (seconds)."""
+    return own_s + cost_s <= budget * (wall_s + cost_s)
+
+
+class OverheadMeter:
+    """bertwatch's own time against the run's wall time, read from ``clock`` (seconds; injected for tests), and
+    the budget rule on them.
+
+    Call :meth:`start` when training begins, :meth:`add_own` with the seconds of each piece of bertwatch's work
+    (``probe_step`` when that work measured a step, so its cost is the next probe's estimate), :meth:`due` to ask
+    whether an unpinned probe is due at a step.
+    """
+
+    def __init__(self, budget: float = DEFAULT_OVERHEAD_BUDGET, clock: Callable[[], float] = time.perf_counter):
+        self.budget = check_budget(budget)
+        self.clock = clock
+        self.started: float | None = None
+        self.own = 0.0
+        self.last_cost: float | None = None
+        self.last_step: int | None = None
+
+    def start(self) -> None:
+        """Training begins now; forget any earlier run."""
+        self.started = self.clock()
+        self.own, self.last_cost, self.last_step = 0.0, None, None
+
+    def wall(self) -> float:
+        """Seconds since :meth:`start` (0 before it)."""
+        return 0.0 if self.started is None else self.clock() - self.started
+
+    def share(self) -> float:
+        """bertwatch's share of the wall time so far (0 before any wall time)."""
+        wall = self.wall()
+        return self.own / wall if wall > 0 else 0.0
+
+    def add_own(self, seconds: float, probe_step: int | None = None) -> None:
+        """Count ``seconds`` of bertwatch's work; ``probe_step``: the step that work measured."""
+        self.own += max(0.0, seconds)
+        if probe_step is not None:
+            self.last_cost, self.last_step = max(0.0, seconds), probe_step
+
+    def eligible(self, step: int) -> bool:
+        """Whether ``step`` may be a budgeted probe at all: training started, ``MIN_SPACING`` steps after the last
+        measured one (depends on the measured steps only, so processes that measured the same steps agree)."""
+        if self.started is None:
+            return False
+        return self.last_step is None or step - self.last_step >= MIN_SPACING
+
+    def due(self, step: int) -> bool:
+        """Whether an unpinned probe is due at ``step``: :meth:`eligible` and within the budget (:func:`probe_due`,
+        the next probe costing as much as the last)."""
+        return self.eligible(step) and probe_due(self.wall(), self.own, self.last_cost or 0.0, self.budget)

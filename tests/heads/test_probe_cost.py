@@ -1,0 +1,28 @@
+"""What a probe pass costs: the gradient pass's maps, value states and contexts are the no-grad capture forward's,
+bit for bit, so the monitor takes every statistic of a probe batch from that one forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertwatch.heads.capture import capture
+from bertwatch.heads.importance import gradient_stats
+from tests.heads.test_norms import batch_and_roles
+from tests.support.models import tiny_model
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_the_gradient_pass_records_the_states_of_the_plain_forward(model_type) -> None:
+    model = tiny_model(model_type)
+    batch, roles = batch_and_roles(length=10)
+    labelled = {**batch, "labels": torch.tensor([0, 1, 1])}
+    stats, maps, values, contexts = gradient_stats(model, labelled, roles, return_states=True)
+    with torch.no_grad(), capture(model, record_values=True) as cap:
+        model(**batch)
+    assert torch.equal(maps, cap.attentions)
+    assert values is not None and torch.equal(values, cap.values)
+    assert contexts is not None and torch.equal(contexts, cap.contexts)
+    assert not values.requires_grad and not contexts.requires_grad
+    plain = gradient_stats(model, labelled, roles)
+    assert all(torch.equal(stats[name], plain[name]) for name in plain)
