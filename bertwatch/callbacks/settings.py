@@ -202,7 +202,8 @@ class WatchSettings(_ByValue):
     """
 
     stats: Sequence[str] | None = _option(
-        None, "statistics to measure (default: the callback's own; all but IG for BertWatchCallback)",
+        None, "statistics to measure (default: the callback's own; all but IG and the opt-in mixing statistics "
+        "for BertWatchCallback)",
         _flag("--stats", "names", metavar="A,B"),
     )  # fmt: skip
     every_n_steps: int | None = _option(

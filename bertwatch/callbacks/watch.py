@@ -29,7 +29,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.stability import QK_NAME, supports_qk_spectral_norm
+from bertwatch.heads.stability import QK_NAME, STABILITY_NAMES, supports_qk_spectral_norm
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 from bertwatch.heads.task_heads import LossSetupError
 
@@ -372,7 +372,7 @@ class BertWatchCallback(WatchCallback):
         TypeError: BertWatchCallback: unknown option 'probe_max_lenght' (did you mean 'probe_max_length'?); valid: ...
     """
 
-    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES
+    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES
     options = WatchSettings.names()
 
     def __init__(

@@ -29,6 +29,7 @@ from bertwatch.callbacks import (
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
+from bertwatch.heads.stability import STABILITY_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
@@ -89,7 +90,8 @@ def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, override
     )
     _, watched, watched_losses = _train(tmp_path / "b", [everything], **overrides)
     assert [s for s, _ in everything.history] == [0, 1, 2, 3, 4, 5, 6]
-    assert set(everything.history[-1][1]) == set(STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES) | {IG_NAME}
+    every = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES
+    assert set(everything.history[-1][1]) == set(every) | {IG_NAME}
     assert len(plain_losses) == len(watched_losses) == 6
     assert plain_losses == watched_losses
     assert _same_weights(plain, watched)
