@@ -328,14 +328,23 @@ def _measure_maps(context: ProbeContext, batch: ProbeBatch, attn: Tensor, rows: 
     """The first ``rows`` examples of ``batch``'s maps of each of ``written_measures``, cropped to each example's real
     tokens like the weights, float32 on the CPU: ``norms`` ``[L, H, n, n]``, the others ``[L, n, n]``.
 
-    ``mixing_maps`` runs one float32 forward of those rows alone (no autocast: the decomposition is exact in
-    float32); rollout alone is composed from the shared forward's maps ``attn`` ``[rows, L, H, T, T]``.
+    ``mixing_maps`` runs one float32 forward per example alone (no autocast: the decomposition is exact in float32),
+    its trailing padding cut (the decomposition costs T² per layer; a statistic never depends on padding); rollout
+    alone is composed from the shared forward's maps ``attn`` ``[rows, L, H, T, T]``.
     """
     model, real = context.encoder, batch.roles.real[:rows].bool()
     measures = written_measures(model)
     if measures == ("rollout",):
-        maps = {"rollout": rollout(attn[:rows].float(), real)}
-    else:
-        inputs = {k: v[:rows] for k, v in context.model_inputs(batch.inputs).items()}
-        maps = mixing_maps(model, inputs, real)
-    return {m: [x.float().cpu() for x in crop_maps(maps[m], real)] for m in measures}
+        rolled = rollout(attn[:rows].float(), real)
+        return {"rollout": [x.float().cpu() for x in crop_maps(rolled, real)]}
+    inputs, length = context.model_inputs(batch.inputs), real.shape[1]
+    out: dict[str, list[Tensor]] = {m: [] for m in measures}
+    for row in range(rows):
+        end = int(real[row].nonzero().max()) + 1 if real[row].any() else 1
+        alone = {k: v[row : row + 1, :end] if v.dim() >= 2 and v.shape[1] == length else v[row : row + 1]
+                 for k, v in inputs.items()}  # fmt: skip
+        keep = real[row : row + 1, :end]
+        maps = mixing_maps(model, alone, keep)
+        for m in measures:
+            out[m].append(crop_maps(maps[m], keep)[0].float().cpu())
+    return out
