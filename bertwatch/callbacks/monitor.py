@@ -196,7 +196,9 @@ class Monitor:
         if not plan.empty:
             result = execute(plan, context)
             run.grids.update(result.all_grids())
-            run.publisher.publish(step, result.grids, run.grids, result.summaries, result.examples)
+            run.publisher.publish(
+                step, result.grids, run.grids, result.summaries, result.examples, result.measure_examples
+            )
             if result.examples:
                 run.maps_written.add(step)
         for s in due:

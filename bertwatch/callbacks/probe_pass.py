@@ -7,6 +7,10 @@ analyses riding on it. ``execute`` runs the plan over the probe batches, once ea
 measurements (own passes), one shared no-grad forward recording what the plan needs (``CaptureNeeds``), the
 ``"forward"`` measurements and the analyses on it, then the ``"after"`` measurements; it returns values
 (``PassResult``) and writes nothing (``callbacks.publisher`` does).
+
+When a subscriber watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
+their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing_model.mixing_maps`` on those rows alone),
+so that the plugin's measure selector has them beside the weights at the same steps.
 """
 
 from __future__ import annotations
@@ -33,14 +37,22 @@ from bertwatch.callbacks.measurements import (
 from bertwatch.callbacks.probe_set import crop_maps
 from bertwatch.callbacks.publisher import Summary
 from bertwatch.callbacks.settings import ALL_STATS
+from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
 from bertwatch.heads.capture import capture
+from bertwatch.heads.mixing import rollout
+from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
 from bertwatch.heads.stats import DRIFT_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.callbacks.probe_context import ProbeContext
 
-__all__ = ["PassResult", "ProbePlan", "Subscriber", "execute", "plan_pass"]
+__all__ = ["LIVE_MEASURES", "PassResult", "ProbePlan", "Subscriber", "execute", "plan_pass", "written_measures"]
+
+#: The measures whose maps the kept examples get beside their weights while a mixing statistic is watched: every
+#: mixing measure but value zeroing, which costs L·n forward passes of an n-token example
+#: (``bertwatch analyze --mixing --value-zeroing`` writes it after training).
+LIVE_MEASURES: tuple[str, ...] = tuple(m for m in MIXING_MEASURES if m not in ("weights", "value_zeroing"))
 
 
 @runtime_checkable
@@ -79,7 +91,8 @@ class ProbePlan:
     ``work``: each due measurement with the statistics it gives this time; ``names``: all of them, in
     ``ALL_STATS`` order (the order they are logged in); ``num_maps``: probe examples whose maps are kept;
     ``reference_from_model``: the drift reference is first taken from ``reference_model``; ``build_reference``:
-    this pass's own maps become the reference; ``analyses``: what rides on the pass.
+    this pass's own maps become the reference; ``analyses``: what rides on the pass; ``mixing_maps``: the kept
+    examples also get their maps of ``LIVE_MEASURES`` (``written_measures`` says which a model gives).
     """
 
     step: int
@@ -89,6 +102,7 @@ class ProbePlan:
     reference_from_model: bool = False
     build_reference: bool = False
     analyses: tuple[Analysis, ...] = ()
+    mixing_maps: bool = False
 
     @property
     def empty(self) -> bool:
@@ -168,17 +182,28 @@ def plan_pass(
         reference_from_model=from_model,
         build_reference=not reference_ready and not from_model and (need_reference or drift_missing),
         analyses=tuple(analyses),
+        mixing_maps=any(set(MIXING_NAMES) & s.stat_names for s in active),
     )
+
+
+def written_measures(model: torch.nn.Module) -> tuple[str, ...]:
+    """The ``LIVE_MEASURES`` whose maps the monitor writes for ``model``: all of them where the context-mixing
+    decomposition fits its attention blocks (``heads.mixing_model.supports_mixing``: x + Attn(x) -> LayerNorm),
+    attention rollout alone elsewhere (it needs the weights only)."""
+    return LIVE_MEASURES if supports_mixing(model) else ("rollout",)
 
 
 @dataclass(frozen=True)
 class PassResult:
     """What a pass measured: the statistics' ``grids`` ``{name: [layers, heads]}`` (plan order, float32 numpy),
-    the analyses' ``summaries`` and the kept ``examples`` ``(tokens, maps [L, H, n, n], segments)``."""
+    the analyses' ``summaries``, the kept ``examples`` ``(tokens, maps [L, H, n, n], segments)`` and, with
+    ``ProbePlan.mixing_maps``, the same examples' maps of the other measures ``{measure: examples}`` (same tokens and
+    order; maps ``[L, H, n, n]`` for ``norms``, ``[L, n, n]`` for the per-layer measures)."""
 
     grids: dict[str, np.ndarray] = field(default_factory=dict)
     summaries: tuple[Summary, ...] = ()
     examples: tuple[tuple, ...] = ()
+    measure_examples: dict[str, tuple[tuple, ...]] = field(default_factory=dict)
 
     def all_grids(self) -> dict[str, np.ndarray]:
         """The statistics' grids, then the analyses' grids."""
@@ -194,6 +219,7 @@ class _Collected:
     def __init__(self) -> None:
         self.per_example: dict[str, list[Tensor]] = defaultdict(list)
         self.examples: list[tuple] = []
+        self.measure_examples: dict[str, list[tuple]] = defaultdict(list)
         self.reference: list[Tensor] = []
 
     def add(self, values: Mapping[str, Tensor]) -> None:
@@ -218,7 +244,10 @@ def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
         grids.update(measurement_pass.finish({n: grids[n] for n in names if n in grids}))
     ordered = {n: grids[n].detach().float().cpu().numpy() for n in plan.names if n in grids}
     summaries = tuple(analysis.finish() for analysis in plan.analyses)
-    return PassResult(ordered, summaries, tuple(collected.examples))
+    measure_examples = {
+        m: tuple(collected.measure_examples[m]) for m in LIVE_MEASURES if m in collected.measure_examples
+    }
+    return PassResult(ordered, summaries, tuple(collected.examples), measure_examples)
 
 
 def _run_batch(
@@ -285,6 +314,37 @@ def _on_forward(
     for analysis in plan.analyses:
         analysis.consume(batch.start, attn, roles)
     probe, examples = context.probe, collected.examples
-    for maps in crop_maps(attn[: max(0, plan.num_maps - len(examples))], roles.real):
+    first, kept = len(examples), max(0, plan.num_maps - len(examples))
+    for maps in crop_maps(attn[:kept], roles.real):
         index = len(examples)
         examples.append((probe.tokens[index], maps.float().cpu(), probe.segments[index]))
+    if plan.mixing_maps and kept:
+        for measure, per_example in _measure_maps(context, batch, attn, kept).items():
+            for index, maps in enumerate(per_example, start=first):
+                collected.measure_examples[measure].append((probe.tokens[index], maps, probe.segments[index]))
+
+
+def _measure_maps(context: ProbeContext, batch: ProbeBatch, attn: Tensor, rows: int) -> dict[str, list[Tensor]]:
+    """The first ``rows`` examples of ``batch``'s maps of each of ``written_measures``, cropped to each example's real
+    tokens like the weights, float32 on the CPU: ``norms`` ``[L, H, n, n]``, the others ``[L, n, n]``.
+
+    ``mixing_maps`` runs one float32 forward per example alone (no autocast: the decomposition is exact in float32),
+    its trailing padding cut (the decomposition costs T² per layer; a statistic never depends on padding); rollout
+    alone is composed from the shared forward's maps ``attn`` ``[rows, L, H, T, T]``.
+    """
+    model, real = context.encoder, batch.roles.real[:rows].bool()
+    measures = written_measures(model)
+    if measures == ("rollout",):
+        rolled = rollout(attn[:rows].float(), real)
+        return {"rollout": [x.float().cpu() for x in crop_maps(rolled, real)]}
+    inputs, length = context.model_inputs(batch.inputs), real.shape[1]
+    out: dict[str, list[Tensor]] = {m: [] for m in measures}
+    for row in range(rows):
+        end = int(real[row].nonzero().max()) + 1 if real[row].any() else 1
+        alone = {k: v[row : row + 1, :end] if v.dim() >= 2 and v.shape[1] == length else v[row : row + 1]
+                 for k, v in inputs.items()}  # fmt: skip
+        keep = real[row : row + 1, :end]
+        maps = mixing_maps(model, alone, keep)
+        for m in measures:
+            out[m].append(crop_maps(maps[m], keep)[0].float().cpu())
+    return out

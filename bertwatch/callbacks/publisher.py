@@ -94,10 +94,12 @@ class Publisher:
         step_grids: Mapping[str, np.ndarray],
         summaries: Sequence[Summary],
         examples: Sequence[tuple],
+        measure_examples: Mapping[str, Sequence[tuple]] | None = None,
     ) -> None:
         """Write one pass: the analyses' records, the new grids (the statistics' ``grids`` and the analyses' grids
         of the probe set, with its length info, then the analyses' other grids), the pattern shares once
-        ``step_grids`` (all of the step's grids so far) hold their statistics, and the ``examples``' maps."""
+        ``step_grids`` (all of the step's grids so far) hold their statistics, the ``examples``' maps (the weights)
+        and the same examples' maps of other measures, ``{measure: examples}`` (``tb.metadata.ATTENTION_MEASURES``)."""
         if self.writer is None:
             return
         for summary in summaries:
@@ -113,6 +115,9 @@ class Publisher:
             self._write_patterns(step, step_grids)
         if examples:
             self.writer.add_attention_maps(examples, step)
+        for measure, measured in (measure_examples or {}).items():
+            if measured:
+                self.writer.add_attention_maps(measured, step, measure=measure)
 
     def publish_records(self, records: Sequence[NamedValues | HeadEmbedding], step: int) -> None:
         """Write records that come from outside a probe pass (the probe steps' series of ``callbacks.pacing``)."""

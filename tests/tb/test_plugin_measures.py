@@ -14,7 +14,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
-from bertwatch.core.stat_names import MASS_BY_MEASURE
+from bertwatch.core.stat_names import MASS_BY_MEASURE, MIXING_MEASURES
 from bertwatch.report.html import build_html
 from bertwatch.tb import measures
 from bertwatch.tb import metadata as md
@@ -114,6 +114,10 @@ def plain_layer_means(grid: np.ndarray) -> list[float]:
 
 
 # ------------------------------------------------------------------------------------------------ summaries
+
+
+def test_the_plugins_measures_are_the_mixing_measures_in_their_order():
+    assert tuple(md.ATTENTION_MEASURES) == MIXING_MEASURES
 
 
 def test_a_measure_map_is_its_own_tag_of_a_newer_format():
