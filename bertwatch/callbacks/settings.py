@@ -154,11 +154,25 @@ _ALERT_DEFAULTS = AlertSettings()
 ON_ALERT_CHOICES: tuple[str, ...] = ("warn", "stop", "none")
 
 
-def _alert_option(rule: str, help: str, kind: str = "float") -> Any:
+#: The help of each ``alert_<rule>`` option (``AlertSettings`` holds its default and checks it).
+_ALERT_HELP: dict[str, str] = {
+    "logit_multiple": "logit growth: max_logit above this multiple of its reference",
+    "logit_bound": "logit growth: max_logit above this bound (the tau of QK clipping)",
+    "entropy_fraction": "entropy collapse: entropy below this fraction of its reference",
+    "entropy_min_drop": "entropy collapse: and at least this many nats below it",
+    "sink_fraction": "sink collapse / desertion: the share lost keeps at most this fraction",
+    "sink_min_change": "sink collapse / desertion: and cls+sep mass moved by at least this",
+    "patience": "measured steps in a row a rule must hold before an alert",
+}
+
+
+def _alert_option(rule: str, kind: str = "float") -> Any:
     """The ``alert_<rule>`` field: the default of ``AlertSettings.<rule>`` and its flag ``--alert-<rule>``."""
     metavar = "X" if kind == "float" else None
     return _option(
-        getattr(_ALERT_DEFAULTS, rule), help, _flag("--alert-" + rule.replace("_", "-"), kind, metavar=metavar)
+        getattr(_ALERT_DEFAULTS, rule),
+        _ALERT_HELP[rule],
+        _flag("--alert-" + rule.replace("_", "-"), kind, metavar=metavar),
     )
 
 
@@ -307,27 +321,13 @@ class WatchSettings(_ByValue):
         "stop training), 'none', or a callable(alerts) (return 'stop' to save and stop)",
         _flag("--on-alert", "choice", choices=ON_ALERT_CHOICES),
     )  # fmt: skip
-    alert_logit_multiple: float = _alert_option(
-        "logit_multiple", "logit growth: max_logit above this multiple of its reference"
-    )
-    alert_logit_bound: float = _alert_option(
-        "logit_bound", "logit growth: max_logit above this bound (the tau of QK clipping)"
-    )
-    alert_entropy_fraction: float = _alert_option(
-        "entropy_fraction", "entropy collapse: entropy below this fraction of its reference"
-    )
-    alert_entropy_min_drop: float = _alert_option(
-        "entropy_min_drop", "entropy collapse: and at least this many nats below it"
-    )
-    alert_sink_fraction: float = _alert_option(
-        "sink_fraction", "sink collapse / desertion: the share lost keeps at most this fraction"
-    )
-    alert_sink_min_change: float = _alert_option(
-        "sink_min_change", "sink collapse / desertion: and cls+sep mass moved by at least this"
-    )
-    alert_patience: int = _alert_option(
-        "patience", "measured steps in a row a rule must hold before an alert", kind="int"
-    )
+    alert_logit_multiple: float = _alert_option("logit_multiple")
+    alert_logit_bound: float = _alert_option("logit_bound")
+    alert_entropy_fraction: float = _alert_option("entropy_fraction")
+    alert_entropy_min_drop: float = _alert_option("entropy_min_drop")
+    alert_sink_fraction: float = _alert_option("sink_fraction")
+    alert_sink_min_change: float = _alert_option("sink_min_change")
+    alert_patience: int = _alert_option("patience", kind="int")
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

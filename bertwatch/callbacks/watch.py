@@ -23,7 +23,7 @@ from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
 from bertwatch.callbacks.settings import WatchSettings, check_options
-from bertwatch.callbacks.tracking import reported_trackers
+from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, supports_mixing
@@ -47,15 +47,13 @@ ENTROPY_STATS = ("entropy", "cls_entropy")
 COMMON_OPTIONS: tuple[str, ...] = WatchSettings.names()[: WatchSettings.names().index("strict") + 1]
 
 
-class WatchCallback(TrainerCallback):
+class WatchCallback(NotATracker, TrainerCallback):
     """Shared machinery: cadence, statistics, subscription to the shared probe pass, error containment.
 
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
     process (only world process zero writes event files). ``log_to_trackers`` (default on) also sends each
     statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
-
-    is_bertwatch = True  # not a metrics tracker: callbacks.tracking skips it
 
     clock: Any = staticmethod(time.perf_counter)  # the overhead budget's clock (seconds); tests set a simulated one
 
