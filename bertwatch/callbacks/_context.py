@@ -41,19 +41,19 @@ class TrainerContext:
     def _loader(self, name: str) -> Any:
         return self.event.get(name)
 
+    def _dataset(self, from_trainer: Any, loader: str) -> Any:
+        """``from_trainer`` when the Trainer has it, else the dataset of the event's ``loader``."""
+        if from_trainer is not None:
+            return from_trainer
+        return getattr(self._loader(loader), "dataset", None)
+
     @property
     def eval_dataset(self) -> Any:
-        dataset = _first(getattr(self.trainer, "eval_dataset", None))
-        if dataset is None:
-            dataset = getattr(self._loader("eval_dataloader"), "dataset", None)
-        return dataset
+        return self._dataset(_first(getattr(self.trainer, "eval_dataset", None)), "eval_dataloader")
 
     @property
     def train_dataset(self) -> Any:
-        dataset = getattr(self.trainer, "train_dataset", None)
-        if dataset is None:
-            dataset = getattr(self._loader("train_dataloader"), "dataset", None)
-        return dataset
+        return self._dataset(getattr(self.trainer, "train_dataset", None), "train_dataloader")
 
     @property
     def data_collator(self) -> Any:

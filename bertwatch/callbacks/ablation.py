@@ -14,6 +14,7 @@ from bertwatch.ablation.sweep import ablate
 from bertwatch.ablation.task_types import check_task_head, sweep_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
 from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
+from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
@@ -85,7 +86,7 @@ def _first_examples(dataset: Any, count: int) -> list[Any] | None:
     return [dataset[i] for i in range(min(count, len(dataset)))]
 
 
-class AblationCallback(TrainerCallback):
+class AblationCallback(NotATracker, TrainerCallback):
     """Runs the ablation sweep on the evaluation set when training ends.
 
     Summaries go to the Trainer's TensorBoard run (``bertwatch/ablation/{mode}/...``); the report, JSON and CSV
@@ -97,8 +98,6 @@ class AblationCallback(TrainerCallback):
     settings it does not know, examples in a layout it cannot read) is refused at ``on_train_begin`` with
     ``SetupError`` (:meth:`check`); a failure of the sweep itself costs one warning, not the run.
     """
-
-    is_bertwatch = True  # not a metrics tracker: callbacks.tracking skips it
 
     def __init__(
         self,

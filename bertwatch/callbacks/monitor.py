@@ -6,7 +6,7 @@ the union of what every due callback (``probe_pass.Subscriber``) needs; the othe
 
 Data flows one way: at ``on_train_begin`` the monitor gathers the run into a ``ProbeContext``
 (``callbacks.probe_context``); at each event it plans the pass from the due subscribers (``probe_pass.plan_pass``),
-executes it (``probe_pass.execute``: measurements and analyses return values), hands the grids to the
+executes it (``probe_pass.execute``: measurements and riders return values), hands the grids to the
 ``Publisher`` (event files, trackers) and to each subscriber's ``record``. The pass never changes the user's
 training: eval mode, restored RNG and attention implementation (``bertwatch.heads.capture``), ``torch.no_grad``
 for maps, ``torch.autograd.grad`` on gates for gradients, and its own copy of the probe batches.
@@ -189,7 +189,7 @@ class Monitor:
             maps_done=step in run.maps_written,
             reference_ready=context.reference.ready,
             reference_model=self.settings.reference_model is not None,
-            analyses=[a for s in due for a in s.analyses(context, step)],
+            riders=[a for s in due for a in s.riders(context, step)],
         )
         if plan.build_reference and context.resumed:
             context.reference.warn_resumed(int(context.state.global_step))

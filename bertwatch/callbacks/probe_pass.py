@@ -3,9 +3,9 @@
 ``plan_pass`` reads the due subscribers (``Subscriber``: the callbacks) and what the step already measured, and
 returns a ``ProbePlan``: which statistics each measurement gives (``callbacks.measurements``), how many probe
 examples' maps to keep, whether the drift reference is taken in this pass or from the reference model, and the
-analyses riding on it. ``execute`` runs the plan over the probe batches, once each: per batch the ``"before"``
+riders on it (``callbacks.riders``). ``execute`` runs the plan over the probe batches, once each: per batch the ``"before"``
 measurements (own passes), one shared no-grad forward recording what the plan needs (``CaptureNeeds``), the
-``"forward"`` measurements and the analyses on it, then the ``"after"`` measurements; it returns values
+``"forward"`` measurements and the riders on it, then the ``"after"`` measurements; it returns values
 (``PassResult``) and writes nothing (``callbacks.publisher`` does).
 
 When a subscriber watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
@@ -25,7 +25,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks.analyses import Analysis
 from bertwatch.callbacks.measurements import (
     MEASUREMENTS,
     CaptureNeeds,
@@ -36,6 +35,7 @@ from bertwatch.callbacks.measurements import (
 )
 from bertwatch.callbacks.probe_set import crop_maps
 from bertwatch.callbacks.publisher import Summary
+from bertwatch.callbacks.riders import Rider
 from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
@@ -75,8 +75,8 @@ class Subscriber(Protocol):
         """How many probe examples' attention maps to keep at this event."""
         ...
 
-    def analyses(self, context: ProbeContext, step: int) -> list[Analysis]:
-        """The analyses to ride on the pass at ``step`` (``callbacks.analyses``), asked once per due event."""
+    def riders(self, context: ProbeContext, step: int) -> list[Rider]:
+        """The riders on the pass at ``step`` (``callbacks.riders``), asked once per due event."""
         ...
 
     def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
@@ -91,7 +91,7 @@ class ProbePlan:
     ``work``: each due measurement with the statistics it gives this time; ``names``: all of them, in
     ``ALL_STATS`` order (the order they are logged in); ``num_maps``: probe examples whose maps are kept;
     ``reference_from_model``: the drift reference is first taken from ``reference_model``; ``build_reference``:
-    this pass's own maps become the reference; ``analyses``: what rides on the pass; ``mixing_maps``: the kept
+    this pass's own maps become the reference; ``riders``: what rides on the pass; ``mixing_maps``: the kept
     examples also get their maps of ``LIVE_MEASURES`` (``written_measures`` says which a model gives).
     """
 
@@ -101,13 +101,13 @@ class ProbePlan:
     num_maps: int = 0
     reference_from_model: bool = False
     build_reference: bool = False
-    analyses: tuple[Analysis, ...] = ()
+    riders: tuple[Rider, ...] = ()
     mixing_maps: bool = False
 
     @property
     def empty(self) -> bool:
         """Nothing to do: no pass runs."""
-        return not (self.names or self.num_maps or self.reference_from_model or self.build_reference or self.analyses)
+        return not (self.names or self.num_maps or self.reference_from_model or self.build_reference or self.riders)
 
     @property
     def needs(self) -> CaptureNeeds:
@@ -119,7 +119,7 @@ class ProbePlan:
     def shared_forward(self) -> bool:
         """Whether every batch needs the shared forward (the batches of the kept examples always do)."""
         forward = any(m.stage == "forward" for m, _ in self.work)
-        return forward or self.build_reference or bool(self.analyses)
+        return forward or self.build_reference or bool(self.riders)
 
     @property
     def uses_reference(self) -> bool:
@@ -136,7 +136,7 @@ def plan_pass(
     maps_done: bool = False,
     reference_ready: bool = False,
     reference_model: bool = False,
-    analyses: Sequence[Analysis] = (),
+    riders: Sequence[Rider] = (),
     measurements: Sequence[Measurement] = MEASUREMENTS,
 ) -> ProbePlan:
     """The pass that ``event`` at ``step`` calls for.
@@ -150,7 +150,7 @@ def plan_pass(
         maps_done: the examples' maps were already kept at this step.
         reference_ready: the drift reference maps are there (cached, or taken earlier).
         reference_model: a reference model was given (its maps are the reference).
-        analyses: the analyses the due subscribers asked for.
+        riders: the riders the due subscribers asked for.
         measurements: the measurements, in the order their work runs; a statistic two of them give is measured
             by the first.
 
@@ -181,7 +181,7 @@ def plan_pass(
         num_maps=0 if maps_done else max((s.wants_maps(event, step) for s in due), default=0),
         reference_from_model=from_model,
         build_reference=not reference_ready and not from_model and (need_reference or drift_missing),
-        analyses=tuple(analyses),
+        riders=tuple(riders),
         mixing_maps=any(set(MIXING_NAMES) & s.stat_names for s in active),
     )
 
@@ -196,7 +196,7 @@ def written_measures(model: torch.nn.Module) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class PassResult:
     """What a pass measured: the statistics' ``grids`` ``{name: [layers, heads]}`` (plan order, float32 numpy),
-    the analyses' ``summaries``, the kept ``examples`` ``(tokens, maps [L, H, n, n], segments)`` and, with
+    the riders' ``summaries``, the kept ``examples`` ``(tokens, maps [L, H, n, n], segments)`` and, with
     ``ProbePlan.mixing_maps``, the same examples' maps of the other measures ``{measure: examples}`` (same tokens and
     order; maps ``[L, H, n, n]`` for ``norms``, ``[L, n, n]`` for the per-layer measures)."""
 
@@ -206,7 +206,7 @@ class PassResult:
     measure_examples: dict[str, tuple[tuple, ...]] = field(default_factory=dict)
 
     def all_grids(self) -> dict[str, np.ndarray]:
-        """The statistics' grids, then the analyses' grids."""
+        """The statistics' grids, then the riders' grids."""
         out = dict(self.grids)
         for summary in self.summaries:
             out.update(summary.grids)
@@ -243,7 +243,7 @@ def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
     for (_, names), (_, measurement_pass) in zip(plan.work, passes):
         grids.update(measurement_pass.finish({n: grids[n] for n in names if n in grids}))
     ordered = {n: grids[n].detach().float().cpu().numpy() for n in plan.names if n in grids}
-    summaries = tuple(analysis.finish() for analysis in plan.analyses)
+    summaries = tuple(rider.finish() for rider in plan.riders)
     measure_examples = {
         m: tuple(collected.measure_examples[m]) for m in LIVE_MEASURES if m in collected.measure_examples
     }
@@ -292,7 +292,7 @@ def _on_forward(
     collected: _Collected,
 ) -> None:
     """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps, and the value states when they
-    are needed, and nothing more is), then the ``"forward"`` measurements, the analyses, the reference and the
+    are needed, and nothing more is), then the ``"forward"`` measurements, the riders, the reference and the
     kept examples."""
     needs, cap, outputs = plan.needs, None, None
     recorded = batch.capture is not None and batch.capture.contexts is not None
@@ -311,8 +311,8 @@ def _on_forward(
     for stage, measurement_pass in passes:
         if stage == "forward":
             collected.add(measurement_pass.measure(batch))
-    for analysis in plan.analyses:
-        analysis.consume(batch.start, attn, roles)
+    for rider in plan.riders:
+        rider.consume(batch.start, attn, roles)
     probe, examples = context.probe, collected.examples
     first, kept = len(examples), max(0, plan.num_maps - len(examples))
     for maps in crop_maps(attn[:kept], roles.real):

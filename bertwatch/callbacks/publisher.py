@@ -1,6 +1,6 @@
 """The one place the probe pass's results are written: event files (world process zero) and the trackers.
 
-Measurements and analyses return values: grids, attention maps and ``Summary`` records (a named-values series,
+Measurements and riders return values: grids, attention maps and ``Summary`` records (a named-values series,
 a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and sends the layer
 means (and the stability alerts' counts) to the Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once
 their statistics are in.
@@ -47,10 +47,10 @@ class HeadEmbedding:
 
 @dataclass(frozen=True)
 class Summary:
-    """What an analysis of one probe pass returns: ``{name: [layers, heads]}`` grids and other records.
+    """What a rider of one probe pass returns: ``{name: [layers, heads]}`` grids and other records.
 
     ``on_probe_set``: the grids were measured on the probe set (they are written with its length info), not on
-    sentences of the analysis's own.
+    sentences of the rider's own.
     """
 
     grids: Mapping[str, np.ndarray] = field(default_factory=dict)
@@ -96,8 +96,8 @@ class Publisher:
         examples: Sequence[tuple],
         measure_examples: Mapping[str, Sequence[tuple]] | None = None,
     ) -> None:
-        """Write one pass: the analyses' records, the new grids (the statistics' ``grids`` and the analyses' grids
-        of the probe set, with its length info, then the analyses' other grids), the pattern shares once
+        """Write one pass: the riders' records, the new grids (the statistics' ``grids`` and the riders' grids
+        of the probe set, with its length info, then the riders' other grids), the pattern shares once
         ``step_grids`` (all of the step's grids so far) hold their statistics, the ``examples``' maps (the weights)
         and the same examples' maps of other measures, ``{measure: examples}`` (``tb.metadata.ATTENTION_MEASURES``)."""
         if self.writer is None:
@@ -145,7 +145,7 @@ class Publisher:
 
     def send_layer_means(self, step: int, grids: Mapping[str, np.ndarray], wanted: set[str]) -> None:
         """The layer means (and most drifted heads) of the statistics in ``wanted`` measured at ``step``, and of
-        the analyses' grids (word classes), to the trackers, once per statistic and step."""
+        the riders' grids (word classes), to the trackers, once per statistic and step."""
         if not self.trackers:
             return
         grids = {n: g for n, g in grids.items() if (n in wanted or n not in ALL_STATS) and n not in self.sent[step]}

@@ -153,6 +153,29 @@ _ALERT_DEFAULTS = AlertSettings()
 #: The string values of ``on_alert`` (a callable is the other choice).
 ON_ALERT_CHOICES: tuple[str, ...] = ("warn", "stop", "none")
 
+
+#: The help of each ``alert_<rule>`` option (``AlertSettings`` holds its default and checks it).
+_ALERT_HELP: dict[str, str] = {
+    "logit_multiple": "logit growth: max_logit above this multiple of its reference",
+    "logit_bound": "logit growth: max_logit above this bound (the tau of QK clipping)",
+    "entropy_fraction": "entropy collapse: entropy below this fraction of its reference",
+    "entropy_min_drop": "entropy collapse: and at least this many nats below it",
+    "sink_fraction": "sink collapse / desertion: the share lost keeps at most this fraction",
+    "sink_min_change": "sink collapse / desertion: and cls+sep mass moved by at least this",
+    "patience": "measured steps in a row a rule must hold before an alert",
+}
+
+
+def _alert_option(rule: str, kind: str = "float") -> Any:
+    """The ``alert_<rule>`` field: the default of ``AlertSettings.<rule>`` and its flag ``--alert-<rule>``."""
+    metavar = "X" if kind == "float" else None
+    return _option(
+        getattr(_ALERT_DEFAULTS, rule),
+        _ALERT_HELP[rule],
+        _flag("--alert-" + rule.replace("_", "-"), kind, metavar=metavar),
+    )
+
+
 _INT_BOUNDS = {  # option: (lowest value, whether None is allowed)
     "every_n_steps": (0, True),
     "num_probe_examples": (1, False),
@@ -299,34 +322,13 @@ class WatchSettings(_ByValue):
         "stop training), 'none', or a callable(alerts) (return 'stop' to save and stop)",
         _flag("--on-alert", "choice", choices=ON_ALERT_CHOICES),
     )  # fmt: skip
-    alert_logit_multiple: float = _option(
-        _ALERT_DEFAULTS.logit_multiple, "logit growth: max_logit above this multiple of its reference",
-        _flag("--alert-logit-multiple", "float", metavar="X"),
-    )  # fmt: skip
-    alert_logit_bound: float = _option(
-        _ALERT_DEFAULTS.logit_bound, "logit growth: max_logit above this bound (the tau of QK clipping)",
-        _flag("--alert-logit-bound", "float", metavar="X"),
-    )  # fmt: skip
-    alert_entropy_fraction: float = _option(
-        _ALERT_DEFAULTS.entropy_fraction, "entropy collapse: entropy below this fraction of its reference",
-        _flag("--alert-entropy-fraction", "float", metavar="X"),
-    )  # fmt: skip
-    alert_entropy_min_drop: float = _option(
-        _ALERT_DEFAULTS.entropy_min_drop, "entropy collapse: and at least this many nats below it",
-        _flag("--alert-entropy-min-drop", "float", metavar="X"),
-    )  # fmt: skip
-    alert_sink_fraction: float = _option(
-        _ALERT_DEFAULTS.sink_fraction, "sink collapse / desertion: the share lost keeps at most this fraction",
-        _flag("--alert-sink-fraction", "float", metavar="X"),
-    )  # fmt: skip
-    alert_sink_min_change: float = _option(
-        _ALERT_DEFAULTS.sink_min_change, "sink collapse / desertion: and cls+sep mass moved by at least this",
-        _flag("--alert-sink-min-change", "float", metavar="X"),
-    )  # fmt: skip
-    alert_patience: int = _option(
-        _ALERT_DEFAULTS.patience, "measured steps in a row a rule must hold before an alert",
-        _flag("--alert-patience", "int"),
-    )  # fmt: skip
+    alert_logit_multiple: float = _alert_option("logit_multiple")
+    alert_logit_bound: float = _alert_option("logit_bound")
+    alert_entropy_fraction: float = _alert_option("entropy_fraction")
+    alert_entropy_min_drop: float = _alert_option("entropy_min_drop")
+    alert_sink_fraction: float = _alert_option("sink_fraction")
+    alert_sink_min_change: float = _alert_option("sink_min_change")
+    alert_patience: int = _alert_option("patience", kind="int")
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

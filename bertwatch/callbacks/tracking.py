@@ -20,6 +20,7 @@ from bertwatch.tb.summary import layer_means
 
 __all__ = [
     "TRACKER_PREFIX",
+    "NotATracker",
     "is_tracker",
     "headline_logs",
     "layer_mean_logs",
@@ -84,10 +85,16 @@ def reported_trackers(args: Any) -> list[str]:
     return [name for name in report_to if name not in ("none", "tensorboard")]
 
 
+class NotATracker:
+    """Base of bertwatch's own callbacks: they receive ``on_log`` but are no metrics tracker (:func:`is_tracker`)."""
+
+    __slots__ = ()
+
+
 def _not_trackers() -> tuple[type, ...]:
     """Callbacks that receive ``on_log`` but are not trackers: progress display, flow control, TensorBoard
     (bertwatch writes the same layer means there itself, as ``bertwatch_layers/...``); bertwatch's own callbacks
-    say so with ``is_bertwatch``."""
+    are ``NotATracker``."""
     from transformers.integrations import TensorBoardCallback
     from transformers.trainer_callback import DefaultFlowCallback, PrinterCallback, ProgressCallback
 
@@ -108,7 +115,7 @@ def _not_trackers() -> tuple[type, ...]:
 
 def is_tracker(callback: Any) -> bool:
     """Whether ``callback`` is one the Trainer reports metrics to (anything with ``on_log`` but the above)."""
-    return not getattr(callback, "is_bertwatch", False) and not isinstance(callback, _not_trackers())
+    return not isinstance(callback, (NotATracker, *_not_trackers()))
 
 
 def send_to_trackers(

@@ -18,12 +18,12 @@ from transformers import TrainerCallback
 from bertwatch.callbacks._context import TrainerContext, TrainerLink
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
-from bertwatch.callbacks.analyses import Analysis, ClusterTrack, analyses_for
 from bertwatch.callbacks.monitor import Monitor, monitor_for
 from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
+from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
 from bertwatch.callbacks.settings import WatchSettings, check_options
-from bertwatch.callbacks.tracking import reported_trackers
+from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, supports_mixing
@@ -47,15 +47,13 @@ ENTROPY_STATS = ("entropy", "cls_entropy")
 COMMON_OPTIONS: tuple[str, ...] = WatchSettings.names()[: WatchSettings.names().index("strict") + 1]
 
 
-class WatchCallback(TrainerCallback):
+class WatchCallback(NotATracker, TrainerCallback):
     """Shared machinery: cadence, statistics, subscription to the shared probe pass, error containment.
 
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
     process (only world process zero writes event files). ``log_to_trackers`` (default on) also sends each
     statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
-
-    is_bertwatch = True  # not a metrics tracker: callbacks.tracking skips it
 
     clock: Any = staticmethod(time.perf_counter)  # the overhead budget's clock (seconds); tests set a simulated one
 
@@ -127,8 +125,8 @@ class WatchCallback(TrainerCallback):
         """How many probe examples' attention maps to write at this event (none, except for BertWatchCallback)."""
         return 0
 
-    def analyses(self, context: ProbeContext, step: int) -> list[Analysis]:
-        """The analyses to ride on the probe pass at ``step`` (none, except for BertWatchCallback)."""
+    def riders(self, context: ProbeContext, step: int) -> list[Rider]:
+        """The riders on the probe pass at ``step`` (none, except for BertWatchCallback)."""
         return []
 
     def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
@@ -400,13 +398,13 @@ class BertWatchCallback(WatchCallback):
         self.consumed_step: int | None = None
         self.maps_step = 0
 
-    def analyses(self, context: ProbeContext, step: int) -> list[Analysis]:
-        """The probe-pass analyses asked for (``word_classes``, ``head_clusters``), once per step; see
-        ``callbacks.analyses``."""
+    def riders(self, context: ProbeContext, step: int) -> list[Rider]:
+        """The riders asked for (``word_classes``, ``head_clusters``), once per step; see
+        ``callbacks.riders``."""
         if step == self.consumed_step:
             return []
         self.consumed_step = step
-        return analyses_for(
+        return riders_for(
             context, self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches
         )
 

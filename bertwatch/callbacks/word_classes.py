@@ -213,7 +213,7 @@ def prepare_word_classes(option: bool | WordClassProbe, context: ProbeContext) -
 
 
 class UDWordClassPass:
-    """A probe-pass analysis that measures attention to the UD word classes on its own sentences (module doc).
+    """A rider of the probe pass that measures attention to the UD word classes on its own sentences (module doc).
 
     ``context`` gives the model, its device and the training's mixed precision (``encoder``, ``device``,
     ``autocast()`` of a ``ProbeContext``)."""

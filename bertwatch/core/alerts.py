@@ -43,13 +43,6 @@ __all__ = [
 
 #: The rules, in display order.
 ALERT_RULES: tuple[str, ...] = ("logit_growth", "entropy_collapse", "sink_collapse", "sink_desertion", "non_finite")
-#: The statistics each rule reads (``non_finite`` reads those of every other rule).
-RULE_STATS: dict[str, tuple[str, ...]] = {
-    "logit_growth": ("max_logit",),
-    "entropy_collapse": ("entropy",),
-    "sink_collapse": ("cls_mass", "sep_mass"),
-    "sink_desertion": ("cls_mass", "sep_mass"),
-}
 #: What each rule means, in a few words (the report and the plugin show these).
 RULE_TEXTS: dict[str, str] = {
     "logit_growth": "max logit past a multiple of its reference or past τ",
@@ -71,6 +64,8 @@ RULE_QUANTITY: dict[str, str] = {
     "sink_collapse": "sink_mass",
     "sink_desertion": "sink_mass",
 }
+#: The statistics each rule reads (``non_finite`` reads those of every other rule).
+RULE_STATS: dict[str, tuple[str, ...]] = {rule: QUANTITY_STATS[quantity] for rule, quantity in RULE_QUANTITY.items()}
 
 
 def _positive(name: str, value: object, upper: float | None = None) -> float:

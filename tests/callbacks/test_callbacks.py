@@ -237,7 +237,7 @@ class _Sub:
     def wants_maps(self, event, step):
         return self.maps
 
-    def analyses(self, context, step):
+    def riders(self, context, step):
         return []
 
     def record(self, step, grids):

@@ -22,7 +22,6 @@ from bertwatch.callbacks import (
     SpecialTokenMassCallback,
 )
 from bertwatch.callbacks._context import TrainerContext
-from bertwatch.callbacks.analyses import Analysis, WordClassPass
 from bertwatch.callbacks.measurements import (
     MEASUREMENTS,
     CaptureNeeds,
@@ -34,6 +33,7 @@ from bertwatch.callbacks.measurements import (
 from bertwatch.callbacks.monitor import Monitor, ProbeSettings
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.probe_pass import Subscriber, execute, plan_pass
+from bertwatch.callbacks.riders import Rider, WordClassPass
 from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.stats import DRIFT_NAMES
@@ -56,7 +56,7 @@ class _Due:
     def wants_maps(self, event, step):
         return self.maps
 
-    def analyses(self, context, step):
+    def riders(self, context, step):
         return []
 
     def record(self, step, grids):
@@ -72,7 +72,7 @@ def test_every_callback_and_test_subscriber_is_a_subscriber_and_a_partial_one_is
     assert isinstance(GradientImportanceCallback(), Subscriber)
     assert isinstance(PlainSubscriber(["entropy"]), Subscriber)
 
-    class NoAnalyses:  # what a subscriber looked like when the monitor found map_consumers by getattr
+    class NoRiders:  # what a subscriber looked like when the monitor found map_consumers by getattr
         disabled, stat_names = False, frozenset()
 
         def wants(self, event, step):
@@ -84,8 +84,8 @@ def test_every_callback_and_test_subscriber_is_a_subscriber_and_a_partial_one_is
         def record(self, step, grids):
             pass
 
-    assert not isinstance(NoAnalyses(), Subscriber)
-    assert isinstance(WordClassPass([["[CLS]"]]), Analysis)
+    assert not isinstance(NoRiders(), Subscriber)
+    assert isinstance(WordClassPass([["[CLS]"]]), Rider)
 
 
 def test_every_statistic_has_exactly_one_measurement_and_every_measurement_is_one():

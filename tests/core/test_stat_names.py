@@ -14,7 +14,7 @@ from pathlib import Path
 from werkzeug.test import Client
 
 import bertwatch.tb.plugin as plugin_mod
-from bertwatch.callbacks.analyses import RULE_CLASSES
+from bertwatch.callbacks.riders import RULE_CLASSES
 from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core import rules, stat_names

@@ -125,7 +125,7 @@ class Subscriber:
     def wants_maps(self, event, step):
         return 0
 
-    def analyses(self, context, step):
+    def riders(self, context, step):
         return []
 
     def record(self, step, grids):

@@ -1,6 +1,7 @@
-"""Analyses that ride on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
+"""Riders: what rides on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
 
-Each is an ``Analysis`` of one pass: the monitor hands it every probe batch's maps (``consume``), then asks for
+Each is a ``Rider`` of one pass (measured on the probe set during training; the statistics of a saved
+model on texts are ``bertwatch.analysis``): the monitor hands it every probe batch's maps (``consume``), then asks for
 its ``Summary`` (``finish``: grids and other records, values that ``callbacks.publisher`` writes). They never
 touch the model, except ``UDWordClassPass``, which runs its own annotated sentences through it in ``finish``.
 
@@ -35,12 +36,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.callbacks.probe_context import ProbeContext
 
 __all__ = [
-    "Analysis",
+    "Rider",
     "ClusterTrack",
     "HeadClusterPass",
     "RULE_CLASSES",
     "WordClassPass",
-    "analyses_for",
+    "riders_for",
     "rule_word_classes",
 ]
 
@@ -57,15 +58,15 @@ EMBEDDING_NAME = "js_mds_training"
 
 
 @runtime_checkable
-class Analysis(Protocol):
-    """An analysis riding on one probe pass."""
+class Rider(Protocol):
+    """What rides on one probe pass: sees its batches' maps, returns a ``Summary``."""
 
     def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
         """See a batch's maps ``[rows, layers, heads, T, T]`` whose first row is probe row ``start``."""
         ...
 
     def finish(self) -> Summary:
-        """The analysis of the pass, as values (nothing is written here)."""
+        """What the rider found in the pass, as values (nothing is written here)."""
         ...
 
 
@@ -151,16 +152,16 @@ class HeadClusterPass:
         return Summary(records=(HeadEmbedding(EMBEDDING_NAME, coords, self.distances.layers, self.distances.heads),))
 
 
-def analyses_for(
+def riders_for(
     context: ProbeContext,
     word_classes: bool,
     track: ClusterTrack | None,
     cluster_examples: int = 8,
     annotated: WordClassBatches | None = None,
-) -> list[Analysis]:
-    """The analyses asked for, over ``context``'s probe set: word classes by token rules, head clusters when
+) -> list[Rider]:
+    """The riders asked for, over ``context``'s probe set: word classes by token rules, head clusters when
     ``track`` is given, and word classes on ``annotated`` UD sentences when given."""
-    out: list[Analysis] = []
+    out: list[Rider] = []
     if word_classes:
         out.append(WordClassPass(context.probe.tokens))
     if annotated is not None:

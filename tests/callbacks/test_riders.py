@@ -1,4 +1,4 @@
-"""Probe-pass analyses of BertWatchCallback: word classes and [CLS] targets from token rules, and the head map
+"""Riders of BertWatchCallback's probe pass: word classes and [CLS] targets from token rules, and the head map
 (JS distances, MDS) aligned between probe steps; against plain loops, then inside a real Trainer run."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.analyses import WordClassPass, rule_word_classes
+from bertwatch.callbacks.riders import WordClassPass, rule_word_classes
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.linguistics.clustering import procrustes_align
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
