@@ -17,14 +17,15 @@ import pytest
 
 from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import (  # noqa: E402
+    MAX_PNG_BYTES,
     TOKENS_A,
+    chromium_context,
     http_json,
     segments_of,
     synthetic_grids,
     synthetic_maps,
     tensorboard_server,
 )
-from tests.tb.test_plugin_browser import CHROMIUM, CHROMIUM_ARGS, MAX_PNG_BYTES, VIEWPORT  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -83,23 +84,11 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def frame(server, tmp_path_factory):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(
-            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. Install it with "
-            "`apt-get update && apt-get install -y chromium`; never `playwright install`.",
-            pytrace=False,
-        )
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
     with sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium_profile")),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport=VIEWPORT,
-        )
+        ctx = chromium_context(pw, tmp_path_factory.mktemp("chromium_profile"))
         try:
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
