@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -420,3 +421,12 @@ def chromium_context(playwright, profile_dir):
     return playwright.chromium.launch_persistent_context(
         str(profile_dir), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, viewport=VIEWPORT
     )
+
+
+def screenshot_dir(tmp_path_factory):
+    """Where the browser tests save their screenshots: $BERTWATCH_SCREENSHOTS (created if needed; the docs use
+    docs/img), else a fresh temporary folder."""
+    d = os.environ.get("BERTWATCH_SCREENSHOTS")
+    path = Path(d) if d else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

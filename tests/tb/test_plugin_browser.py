@@ -7,9 +7,7 @@ the screenshots of every view (the docs use them: BERTWATCH_SCREENSHOTS=docs/img
 
 from __future__ import annotations
 
-import os
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +21,7 @@ from tests.support.tb_helpers import (  # noqa: E402
     XSS_RUN,
     chromium_context,
     http_json,
+    screenshot_dir,
     synthetic_grids,
     tensorboard_server,
     write_demo_logdir,
@@ -118,10 +117,7 @@ def s(browser, server):
 
 @pytest.fixture(scope="module")
 def shot_dir(tmp_path_factory):
-    d = os.environ.get("BERTWATCH_SCREENSHOTS")
-    path = Path(d) if d else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return screenshot_dir(tmp_path_factory)
 
 
 # ------------------------------------------------------------------------------------------------------ heads

@@ -8,9 +8,7 @@ keeps the screenshots (the docs use them: BERTWATCH_SCREENSHOTS=docs/img).
 
 from __future__ import annotations
 
-import os
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ from tests.support.tb_helpers import (  # noqa: E402
     TOKENS_A,
     chromium_context,
     http_json,
+    screenshot_dir,
     segments_of,
     synthetic_grids,
     synthetic_maps,
@@ -104,10 +103,7 @@ def frame(server, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shot_dir(tmp_path_factory):
-    d = os.environ.get("BERTWATCH_SCREENSHOTS")
-    path = Path(d) if d else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return screenshot_dir(tmp_path_factory)
 
 
 def route(server, name, **params):
