@@ -16,3 +16,15 @@ def default_glue_dir() -> str | None:
         return str(found)
     local = REPO.parent / "shared" / "data" / "glue"
     return str(local) if local.is_dir() else None
+
+
+def sst2_dataset(tokenizer, split: str, glue_dir: str | None, limit: int, max_length: int):
+    """The first ``limit`` SST-2 examples of ``split`` ("train" or "dev"), tokenized (truncated to ``max_length``)
+    as a ``datasets.Dataset`` with a "label" column, ready for a ``Trainer`` with a padding collator."""
+    from datasets import Dataset
+
+    from bertwatch.data.glue import load_glue
+
+    rows = load_glue("sst2", split, glue_dir, limit=limit)
+    encoded = tokenizer([r["text"] for r in rows], truncation=True, max_length=max_length)
+    return Dataset.from_dict({**encoded, "label": [r["label"] for r in rows]})

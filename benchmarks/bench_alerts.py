@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import default_glue_dir  # noqa: E402
+from _common import default_glue_dir, sst2_dataset  # noqa: E402
 
 
 def _model_path() -> str:
@@ -42,22 +42,16 @@ def blowup_step(losses: dict[int, float], factor: float, window: int) -> int | N
 def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
     import torch
     import transformers as T
-    from datasets import Dataset
 
     from bertwatch.callbacks import BertWatchCallback, watch
     from bertwatch.callbacks.settings import ALL_STATS
-    from bertwatch.data.glue import load_glue
 
     torch.set_num_threads(opts.threads)
     path = _model_path()
     tok = T.AutoTokenizer.from_pretrained(path)
 
-    def encode(rows):
-        enc = tok([r["text"] for r in rows], truncation=True, max_length=64)
-        return Dataset.from_dict({**enc, "label": [r["label"] for r in rows]})
-
-    train = encode(load_glue("sst2", "train", opts.glue_dir, limit=opts.max_steps * opts.batch_size))
-    dev = encode(load_glue("sst2", "dev", opts.glue_dir, limit=64))
+    train = sst2_dataset(tok, "train", opts.glue_dir, opts.max_steps * opts.batch_size, max_length=64)
+    dev = sst2_dataset(tok, "dev", opts.glue_dir, 64, max_length=64)
     T.set_seed(0)
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
     stats = [n for n in ("max_logit", "entropy", "cls_mass", "sep_mass") if n in ALL_STATS]

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import default_glue_dir  # noqa: E402
+from _common import default_glue_dir, sst2_dataset  # noqa: E402
 
 
 def _default_model() -> str:
@@ -66,9 +66,6 @@ def worker(opts: argparse.Namespace) -> dict:
 
     import torch
     import transformers as T
-    from datasets import Dataset
-
-    from bertwatch.data.glue import load_glue
 
     if opts.threads:
         torch.set_num_threads(opts.threads)
@@ -76,12 +73,8 @@ def worker(opts: argparse.Namespace) -> dict:
     tokenizer = T.AutoTokenizer.from_pretrained(opts.model)
     model = T.AutoModelForSequenceClassification.from_pretrained(opts.model, num_labels=2)
 
-    def encode(rows: list[dict]) -> Dataset:
-        enc = tokenizer([r["text"] for r in rows], truncation=True, max_length=opts.max_length)
-        return Dataset.from_dict({**enc, "label": [r["label"] for r in rows]})
-
-    train = encode(load_glue("sst2", "train", opts.glue_dir, limit=opts.train_examples))
-    dev = encode(load_glue("sst2", "dev", opts.glue_dir, limit=256))
+    train = sst2_dataset(tokenizer, "train", opts.glue_dir, opts.train_examples, opts.max_length)
+    dev = sst2_dataset(tokenizer, "dev", opts.glue_dir, 256, opts.max_length)
     with tempfile.TemporaryDirectory() as out:
         args = T.TrainingArguments(
             output_dir=out,

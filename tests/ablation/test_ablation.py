@@ -30,7 +30,7 @@ from bertwatch.ablation import sweep as SW  # noqa: E402
 from bertwatch.callbacks import ablation as CB  # noqa: E402
 from bertwatch.cli import ablate as CLI  # noqa: E402
 from bertwatch.heads.capture import Intervention, capture  # noqa: E402
-from tests.support.models import tiny_model  # noqa: E402
+from tests.support.models import lively, tiny_model  # noqa: E402
 from tests.support.tiers import fast_subset
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args  # noqa: E402
 from tests.support.tolerance import assert_float32_close, pearson_scale
@@ -63,23 +63,13 @@ def _independent(model, features, mask: np.ndarray, mode: str) -> np.ndarray:
         return model(**batch).logits.float().numpy()
 
 
-def _lively(model):
-    """Larger random weights, so that disabling a head moves the logits well beyond float noise."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
-
-
 FAMILIES = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "distilbert", "albert", "modernbert"]
 
 
 @pytest.mark.parametrize("family", fast_subset(FAMILIES, ("bert",)))
 @pytest.mark.parametrize("mode", ["uniform", "zero"])
 def test_every_configuration_equals_its_own_evaluation(family: str, mode: str) -> None:
-    model = _lively(tiny_model(family))
+    model = lively(tiny_model(family))
     features = _features()
     runner = R.Runner(model, mode)
     assert runner.reuses == (family not in ("albert", "modernbert"))
@@ -155,7 +145,7 @@ def test_sweep_configs_and_pruning_masks() -> None:
 
 @pytest.mark.parametrize("family", ["bert", "distilbert"])
 def test_pruning_steps_reuse_the_previous_step_exactly(family: str, monkeypatch) -> None:
-    model = _lively(tiny_model(family))
+    model = lively(tiny_model(family))
     features = _features(13, seed=2)
     data = _data(features, np.zeros(13, dtype=int))
     runner = R.Runner(model, "zero")
@@ -262,7 +252,7 @@ def test_ablate_end_to_end_agrees_with_independent_scores(tmp_path: Path) -> Non
 def test_regression_head_is_scored_with_pearson() -> None:
     from scipy.stats import pearsonr
 
-    model = _lively(tiny_model("bert"))
+    model = lively(tiny_model("bert"))
     model.config.num_labels = 1
     model.classifier = torch.nn.Linear(32, 1)
     model.num_labels = 1

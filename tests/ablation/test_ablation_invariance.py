@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertwatch.ablation import sweep as SW
-from tests.support.models import tiny_model
+from tests.support.models import lively, tiny_model
 
 LAYERS, HEADS = 3, 4
 EPS32 = float(np.finfo(np.float32).eps)
@@ -39,19 +39,9 @@ PROPERTY = settings(
 LAYOUTS = st.tuples(st.sampled_from([1, 2, 3, 5, 64]), st.sampled_from([1, 2, 7, 64]))
 
 
-def _lively(model: torch.nn.Module) -> torch.nn.Module:
-    """Larger random weights, so that disabling a head moves the outputs well beyond float noise."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model.eval()
-
-
 @pytest.fixture(scope="module")
 def classifier() -> torch.nn.Module:
-    return _lively(tiny_model("bert"))
+    return lively(tiny_model("bert")).eval()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +50,7 @@ def regressor() -> torch.nn.Module:
     model.config.num_labels = model.num_labels = 1
     torch.manual_seed(1)
     model.classifier = torch.nn.Linear(model.config.hidden_size, 1)
-    return _lively(model)
+    return lively(model).eval()
 
 
 @st.composite

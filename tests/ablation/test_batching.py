@@ -15,7 +15,7 @@ from bertwatch.ablation import inputs as I
 from bertwatch.ablation import runner as R
 from bertwatch.ablation import store as S
 from bertwatch.heads.capture import Intervention, capture
-from tests.support.models import tiny_model
+from tests.support.models import lively, tiny_model
 from tests.support.tolerance import EPS32, EPS64, assert_float32_close
 
 
@@ -29,15 +29,6 @@ def _padded_data(count: int = 13) -> I.EvalData:
     data = I.EvalData(features, np.zeros(count, dtype=int))
     I.make_batches(data, 5, 10, 0)
     return data
-
-
-def _lively(model: nn.Module) -> nn.Module:
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
 
 
 def _alone(model: nn.Module, data: I.EvalData, mask: np.ndarray, mode: str) -> np.ndarray:
@@ -66,7 +57,7 @@ def test_stacked_configurations_equal_each_one_alone(family: str, mode: str) -> 
     rng = np.random.default_rng(1)
     configs += [C.HeadMask(f"random:{i}", rng.random((3, 4)) < 0.4) for i in range(3)]
     for dtype, reuse in SETTINGS:
-        model = _lively(tiny_model(family)).to(dtype).eval()
+        model = lively(tiny_model(family)).to(dtype).eval()
         runner = R.Runner(model, mode, reuse=reuse)
         results = {}
         for per_forward in (1, 4, len(configs)):

@@ -20,6 +20,7 @@ from bertwatch.cli.ablate import summary_lines  # noqa: E402
 from bertwatch.core.removable import Removable, removable, removable_text  # noqa: E402
 from bertwatch.report.html import build_html  # noqa: E402
 from bertwatch.report.result import AblationResult  # noqa: E402
+from tests.support.models import lively  # noqa: E402
 from tests.support.task_cases import CASES, Off, metric_scale, model_for, plain_metric  # noqa: E402
 from tests.support.tb_helpers import CURVES_ANSWER, ablation_tables, curves_result  # noqa: E402
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts  # noqa: E402
@@ -133,15 +134,6 @@ def test_the_curves_survive_the_tensorboard_round_trip(tmp_path: Path) -> None:
 # --- the curves against a plain loop ------------------------------------------------------------------------------
 
 
-def _lively(model):
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
-
-
 def _plain_logits(model, encoded, heads: np.ndarray, gates: torch.Tensor | None = None):
     """Logits of each example alone, ``[n, C]``, with the context of the disabled heads ``[L, H]`` zeroed (and the
     others multiplied by ``gates`` ``[L, H]`` when given) by a pre-hook on each attention output projection."""
@@ -197,7 +189,7 @@ def _mask(entry: dict, shape) -> np.ndarray:
 def test_every_pruning_order_equals_a_plain_loop(tmp_path: Path) -> None:
     tokenizer = tiny_tokenizer()
     examples = toy_texts(24, 3)
-    model = _lively(tiny_bert(tokenizer, layers=3)).eval()
+    model = lively(tiny_bert(tokenizer, layers=3), seed=1).eval()
     result = SW.ablate(
         model,
         examples,

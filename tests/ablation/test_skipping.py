@@ -14,21 +14,11 @@ import transformers as T
 
 from bertwatch.ablation import runner as R
 from bertwatch.ablation.skipping import SkippingLayer
-from tests.support.models import tiny_config, tiny_model
+from tests.support.models import lively, self_attention_hooks, tiny_config, tiny_model
 from tests.support.tiers import fast_subset
 from tests.support.tolerance import assert_float32_close
 
 BERT_STYLE = ["bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie"]
-
-
-def _lively(model: T.PreTrainedModel) -> T.PreTrainedModel:
-    """Larger random weights, so that every head moves the outputs well beyond float noise."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return model
 
 
 def _batch(side: str, seed: int = 1) -> dict[str, torch.Tensor]:
@@ -66,13 +56,10 @@ def _disabled(model: T.PreTrainedModel, mask: np.ndarray, mode: str, real: torch
 
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
-    layers = model.base_model.encoder.layer
-    handles = [layer.attention.self.register_forward_hook(hook(l), with_kwargs=True) for l, layer in enumerate(layers)]
     try:
-        yield
+        with self_attention_hooks(model, hook):
+            yield
     finally:
-        for handle in handles:
-            handle.remove()
         model.set_attn_implementation(previous)
 
 
@@ -130,14 +117,14 @@ def _check(model: T.PreTrainedModel, mode: str, side: str) -> None:
 @pytest.mark.parametrize("mode", ["uniform", "zero"])
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_one_configuration_skipping_heads_equals_the_plain_masked_model(family: str, mode: str, side: str) -> None:
-    _check(_lively(tiny_model(family)), mode, side)
+    _check(lively(tiny_model(family)), mode, side)
 
 
 @pytest.mark.fast
 @pytest.mark.parametrize("mode", ["uniform", "zero"])
 def test_token_classifier_skips_heads_on_every_row(mode: str) -> None:
     torch.manual_seed(0)
-    model = _lively(T.BertForTokenClassification(tiny_config("bert")).eval())
+    model = lively(T.BertForTokenClassification(tiny_config("bert")).eval())
     assert R.Runner(model, mode).last is None  # every row of the last layer reaches the outputs
     _check(model, mode, "right")
 
@@ -152,7 +139,7 @@ def test_families_that_are_not_bert_style_keep_the_masked_path() -> None:
 def test_uniform_heads_follow_each_query_rows_keys_when_rows_differ() -> None:
     """A mask whose query rows allow different keys (causal here): a uniform head's context is the mean over each
     row's own keys, not one vector per example."""
-    model = _lively(tiny_model("bert"))
+    model = lively(tiny_model("bert"))
     model.set_attn_implementation("eager")
     layer = model.bert.encoder.layer[1]
     g = torch.Generator().manual_seed(2)

@@ -27,6 +27,7 @@ from bertwatch.callbacks._safe import contained
 from bertwatch.callbacks.monitor import Monitor, ProbeSettings, monitor_for
 from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, pad_maps, sample_indices
 from bertwatch.heads.capture import UnsupportedModelError
+from tests.support.models import Subscriber
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
 
 
@@ -225,25 +226,6 @@ def test_lazy_exports_from_package_root() -> None:
 # ------------------------------------------------------------------------------------------------ the pass
 
 
-class _Sub:
-    log_to_trackers = False
-
-    def __init__(self, names, maps=0):
-        self.disabled, self.stat_names, self.maps, self.history = False, frozenset(names), maps, []
-
-    def wants(self, event, step):
-        return True
-
-    def wants_maps(self, event, step):
-        return self.maps
-
-    def riders(self, context, step):
-        return []
-
-    def record(self, step, grids):
-        self.history.append((step, grids))
-
-
 def _eager_maps(model, probe) -> list[np.ndarray]:
     """Per probe example, the eager implementation's cropped maps [L, H, n, n] as float64."""
     model.set_attn_implementation("eager")
@@ -290,7 +272,7 @@ def test_probe_pass_grids_match_plain_loops_and_drift_uses_the_step0_reference(t
     monitor = Monitor(model, settings)
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
     state = T.TrainerState()
-    sub = _Sub(["cls_mass", "sep_mass", "punct_mass", "entropy", "drift_cosine", "head_importance"], maps=2)
+    sub = Subscriber(["cls_mass", "sep_mass", "punct_mass", "entropy", "drift_cosine", "head_importance"], maps=2)
     monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
     reference = _eager_maps(model, monitor.probe)
     monitor.run("begin", state)

@@ -31,7 +31,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.stability import STABILITY_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_trainer, training_args
 
 
 def _train(out, callbacks, *, model=None, resume=None, train_size=40, **overrides):
@@ -41,15 +41,7 @@ def _train(out, callbacks, *, model=None, resume=None, train_size=40, **override
     model = model if model is not None else tiny_bert(tok)
     values = dict(eval_strategy="steps", eval_steps=3, logging_steps=1)
     values.update(overrides)
-    trainer = T.Trainer(
-        model=model,
-        args=training_args(str(out), **values),
-        train_dataset=toy_dataset(tok, train_size, 0),
-        eval_dataset=toy_dataset(tok, 20, 1),
-        processing_class=tok,
-        data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=callbacks,
-    )
+    trainer = toy_trainer(out, callbacks, tokenizer=tok, model=model, train_size=train_size, eval_size=20, **values)
     if callbacks:
         watch(trainer)
     trainer.train(resume_from_checkpoint=resume)

@@ -41,28 +41,6 @@ from tests.support.models import Subscriber as PlainSubscriber
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 from tests.support.tolerance import assert_float32_close
 
-
-class _Due:
-    """A subscriber with fixed wants."""
-
-    log_to_trackers = False
-
-    def __init__(self, names: Collection[str], maps: int = 0) -> None:
-        self.disabled, self.stat_names, self.maps, self.history = False, frozenset(names), maps, []
-
-    def wants(self, event, step):
-        return True
-
-    def wants_maps(self, event, step):
-        return self.maps
-
-    def riders(self, context, step):
-        return []
-
-    def record(self, step, grids):
-        self.history.append((step, dict(grids)))
-
-
 # ------------------------------------------------------------------------------------------------ protocols
 
 
@@ -118,8 +96,8 @@ def _groups(plan) -> dict[str, tuple[str, ...]]:
 
 
 def test_the_plan_is_the_union_of_the_due_subscribers_in_logging_order():
-    a = _Due(["entropy", "head_importance", "cls_mass_norm"], maps=2)
-    b = _Due(["cls_mass", "drift_js", IG_NAME], maps=4)
+    a = PlainSubscriber(["entropy", "head_importance", "cls_mass_norm"], maps=2)
+    b = PlainSubscriber(["cls_mass", "drift_js", IG_NAME], maps=4)
     plan = plan_pass("step", 10, [a, b], [a, b], reference_ready=True)
     assert plan.names == tuple(n for n in ALL_STATS if n in a.stat_names | b.stat_names)
     assert _groups(plan) == {
@@ -136,10 +114,10 @@ def test_the_plan_is_the_union_of_the_due_subscribers_in_logging_order():
 
 
 def test_the_plan_skips_the_shared_forward_when_only_gradients_are_due():
-    grads = _Due(GRADIENT_NAMES)
+    grads = PlainSubscriber(GRADIENT_NAMES)
     plan = plan_pass("step", 2, [grads], [grads], reference_ready=False)
     assert not plan.shared_forward and not plan.build_reference and plan.needs == CaptureNeeds(maps=True)
-    maps_only = plan_pass("step", 2, [_Due([], maps=3)], [], reference_ready=False)
+    maps_only = plan_pass("step", 2, [PlainSubscriber([], maps=3)], [], reference_ready=False)
     assert maps_only.num_maps == 3 and not maps_only.shared_forward and not maps_only.empty
 
 
@@ -155,8 +133,8 @@ def test_the_plan_skips_the_shared_forward_when_only_gradients_are_due():
     ],
 )
 def test_the_plan_takes_the_reference_once_and_from_the_right_model(event, due_drift, ready, model, from_model, build):
-    drift = _Due(DRIFT_NAMES)
-    entropy = _Due(["entropy"])
+    drift = PlainSubscriber(DRIFT_NAMES)
+    entropy = PlainSubscriber(["entropy"])
     due = [drift] if due_drift else [entropy]
     plan = plan_pass(event, 0, due, [drift, entropy], reference_ready=ready, reference_model=model)
     assert (plan.reference_from_model, plan.build_reference) == (from_model, build)
@@ -185,7 +163,7 @@ def test_the_context_is_built_once_per_run_and_no_attribute_is_born_later(tok, t
     built = []
     original = monitor_module.build_probe_context
     monkeypatch.setattr(monitor_module, "build_probe_context", lambda *a: built.append(1) or original(*a))
-    a, b = _Due(["entropy"], maps=1), _Due(DRIFT_NAMES)
+    a, b = PlainSubscriber(["entropy"], maps=1), PlainSubscriber(DRIFT_NAMES)
     model, monitor, args, state = _attached(tok, tmp_path, [])
     fresh = set(vars(monitor))
     monitor.attach(a, args, state, {"processing_class": tok}, TrainerContext())
@@ -258,14 +236,14 @@ def _alone_diagonal(model, tok, texts) -> np.ndarray:
 
 def test_a_new_family_is_one_measurement_and_its_grid_is_the_loop_on_each_example_alone(tok, tmp_path):
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(5, seed=4)]
-    sub = _Due(["self", "cls_entropy", "entropy"])
+    sub = PlainSubscriber(["self", "cls_entropy", "entropy"])
     model, monitor, _, _ = _attached(tok, tmp_path, [sub], texts)
     family = _DiagonalMass()
     measurements = (family, measurement_of("entropy"))
     plan = plan_pass("step", 3, [sub], [sub], reference_ready=True, measurements=measurements)
     assert _groups(plan) == {"_DiagonalMass": ("self", "cls_entropy"), "MapStatistics": ("entropy",)}
     with pytest.raises(ValueError, match=r"no measurement gives \['cls_mass'\]"):
-        plan_pass("step", 3, [_Due(["cls_mass"])], [], measurements=(family,))
+        plan_pass("step", 3, [PlainSubscriber(["cls_mass"])], [], measurements=(family,))
     result = execute(plan, monitor.context)
     monitor.close()
     assert family.started == 1 and list(result.grids) == ["self", "entropy", "cls_entropy"]

@@ -7,7 +7,6 @@ import glob
 
 import numpy as np
 import torch
-import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -15,7 +14,7 @@ from bertwatch.callbacks import BertWatchCallback
 from bertwatch.callbacks.riders import WordClassPass, rule_word_classes
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.linguistics.clustering import procrustes_align
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
+from tests.support.tiny_trainer import tiny_tokenizer, toy_trainer
 
 
 def test_token_rules():
@@ -73,15 +72,7 @@ def test_word_classes_and_moving_head_map_in_a_training_run(tmp_path):
     tok = tiny_tokenizer()
     cb = BertWatchCallback(every_n_steps=2, num_probe_examples=8, num_maps=0, word_classes=True, head_clusters=True)
     cb.strict = True
-    trainer = T.Trainer(
-        model=tiny_bert(tok),
-        args=training_args(str(tmp_path), eval_strategy="no", logging_steps=1, report_to="tensorboard"),
-        train_dataset=toy_dataset(tok, 24, 0),
-        eval_dataset=toy_dataset(tok, 16, 1),
-        processing_class=tok,
-        data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=[cb],
-    )
+    trainer = toy_trainer(tmp_path, [cb], tokenizer=tok, eval_strategy="no", logging_steps=1, report_to="tensorboard")
     trainer.train()
     acc = EventAccumulator(glob.glob(str(tmp_path / "runs" / "*"))[0], size_guidance={"tensors": 0})
     acc.Reload()

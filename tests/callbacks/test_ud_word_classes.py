@@ -29,7 +29,7 @@ from bertwatch.cli.demo import UD_DEV, UD_SENTENCES, ud_dev_file
 from bertwatch.linguistics.syntax import parse_conllu, read_conllu
 from bertwatch.linguistics.wordclass import UD_CLASSES, ud_classes
 from bertwatch.tb import metadata as md
-from tests.support.tiny_trainer import SPECIAL, WORDS, tiny_bert, toy_dataset, training_args
+from tests.support.tiny_trainer import SPECIAL, WORDS, tiny_bert, toy_trainer
 from tests.support.tolerance import assert_float32_close
 from tests.support.treebank import CONLLU
 
@@ -193,15 +193,7 @@ def run_trainer(tmp_path: Path, word_classes, **overrides) -> tuple[BertWatchCal
         stats=("cls_mass",), every_n_steps=2, num_probe_examples=8, num_maps=0, word_classes=word_classes, **overrides
     )
     cb.strict = True
-    trainer = T.Trainer(
-        model=tiny_bert(tok),
-        args=training_args(str(tmp_path), eval_strategy="no", logging_steps=1, report_to="none"),
-        train_dataset=toy_dataset(tok, 24, 0),
-        eval_dataset=toy_dataset(tok, 8, 1),
-        processing_class=tok,
-        data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=[cb],
-    )
+    trainer = toy_trainer(tmp_path, [cb], tokenizer=tok, eval_size=8, eval_strategy="no", logging_steps=1)
     cb.set_trainer(trainer)
     return cb, trainer
 

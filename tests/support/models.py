@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Collection, Iterator
+
 import numpy as np
 import torch
 import transformers as T
@@ -89,12 +92,17 @@ def bert_with_head(
         **extra,
     )
     model = cls(config)
-    if scale is not None:
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.dim() > 1:
-                    p.copy_(torch.randn(p.shape, generator=g) * scale)
+    return model if scale is None else lively(model, scale, seed)
+
+
+def lively(model: torch.nn.Module, scale: float = 0.3, seed: int = 0) -> torch.nn.Module:
+    """``model`` with every weight matrix redrawn N(0, scale²) from a generator seeded with ``seed`` (biases and
+    norms kept), so that each head moves the outputs well beyond float noise; modified in place and returned."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
     return model
 
 
@@ -112,24 +120,25 @@ def unit_masks(layers: int, heads: int):
 
 
 class Subscriber:
-    """The least a monitor needs from a callback: the statistics it wants, at every event."""
+    """The least a monitor needs from a callback: the statistics it wants and ``maps`` kept attention maps, at
+    every event; ``history`` holds (step, a copy of the grids it was given) per recorded pass."""
 
     log_to_trackers = False
 
-    def __init__(self, names):
-        self.disabled, self.stat_names, self.history = False, frozenset(names), []
+    def __init__(self, names: Collection[str], maps: int = 0) -> None:
+        self.disabled, self.stat_names, self.maps, self.history = False, frozenset(names), maps, []
 
     def wants(self, event, step):
         return True
 
     def wants_maps(self, event, step):
-        return 0
+        return self.maps
 
     def riders(self, context, step):
         return []
 
     def record(self, step, grids):
-        self.history.append((step, grids))
+        self.history.append((step, dict(grids)))
 
 
 def hooked_output(model: torch.nn.Module, batch: dict[str, torch.Tensor], handles: list) -> torch.Tensor:
@@ -137,6 +146,21 @@ def hooked_output(model: torch.nn.Module, batch: dict[str, torch.Tensor], handle
     try:
         with torch.no_grad():
             return model(**batch).last_hidden_state
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def self_attention_hooks(model: torch.nn.Module, hook_for: Callable[[int], Callable]) -> Iterator[None]:
+    """Within the block, each encoder layer ``l``'s self-attention module carries the forward hook ``hook_for(l)``
+    (called with the module's args, kwargs and output; a returned value replaces the output); removed afterwards."""
+    layers = model.base_model.encoder.layer
+    handles = [
+        layer.attention.self.register_forward_hook(hook_for(l), with_kwargs=True) for l, layer in enumerate(layers)
+    ]
+    try:
+        yield
     finally:
         for handle in handles:
             handle.remove()

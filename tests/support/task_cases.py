@@ -14,7 +14,7 @@ import torch
 import transformers as T
 from datasets import Dataset
 
-from tests.support.models import bert_with_head
+from tests.support.models import bert_with_head, self_attention_hooks
 from tests.support.plain_metrics import normalize, plain_span, squad_f1
 from tests.support.tiny_trainer import WORDS
 from tests.support.tolerance import pearson_scale
@@ -82,13 +82,8 @@ def disabled(model: T.PreTrainedModel, off: Off) -> Iterator[None]:
 
         return replace
 
-    layers = model.base_model.encoder.layer
-    handles = [layer.attention.self.register_forward_hook(hook(l), with_kwargs=True) for l, layer in enumerate(layers)]
-    try:
+    with self_attention_hooks(model, hook):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 def zeroed(model: T.PreTrainedModel, mask: np.ndarray) -> contextlib.AbstractContextManager:

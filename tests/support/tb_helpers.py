@@ -12,13 +12,22 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import numpy as np
+import pytest
 
 from bertwatch.core import rules
 from bertwatch.tb.metadata import PATTERN_SERIES, WORD_CLASS_SERIES
 from bertwatch.tb.summary import SummaryWriter
 
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+VIEWPORT = {"width": 1440, "height": 900}
+MAX_PNG_BYTES = 300 * 1024
 L, H = 6, 12
 STEPS = list(range(0, 301, 25))  # 13 logged steps
 XSS = "<img src=x onerror=alert(1)>"
@@ -398,3 +407,26 @@ def wait_for(predicate, timeout=20.0, interval=0.2):
             return value
         time.sleep(interval)
     return predicate()
+
+
+def chromium_context(playwright, profile_dir):
+    """A headless persistent context of Debian's Chromium (``CHROMIUM``) at ``VIEWPORT``, its profile in
+    ``profile_dir``; fails the test (never skips) when Chromium is missing, saying how to install it."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. Install it with "
+            "`apt-get update && apt-get install -y chromium` (or `make browser`); never `playwright install`.",
+            pytrace=False,
+        )
+    return playwright.chromium.launch_persistent_context(
+        str(profile_dir), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, viewport=VIEWPORT
+    )
+
+
+def screenshot_dir(tmp_path_factory):
+    """Where the browser tests save their screenshots: $BERTWATCH_SCREENSHOTS (created if needed; the docs use
+    docs/img), else a fresh temporary folder."""
+    d = os.environ.get("BERTWATCH_SCREENSHOTS")
+    path = Path(d) if d else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -77,3 +77,28 @@ def training_args(output_dir: str, **overrides: Any) -> T.TrainingArguments:
     )
     values.update(overrides)
     return T.TrainingArguments(**values)
+
+
+def toy_trainer(
+    output_dir: Any,
+    callbacks: list,
+    *,
+    tokenizer: T.PreTrainedTokenizerBase | None = None,
+    model: T.PreTrainedModel | None = None,
+    train_size: int = 24,
+    eval_size: int = 16,
+    **overrides: Any,
+) -> T.Trainer:
+    """A ``Trainer`` of ``model`` (default: a tiny BERT for ``tokenizer``, default ``tiny_tokenizer()``) on
+    ``train_size`` toy examples (seed 0), evaluating on ``eval_size`` others (seed 1), padding each batch, with
+    ``callbacks`` attached as the Trainer's own and ``training_args(output_dir, **overrides)``."""
+    tok = tokenizer if tokenizer is not None else tiny_tokenizer()
+    return T.Trainer(
+        model=model if model is not None else tiny_bert(tok),
+        args=training_args(str(output_dir), **overrides),
+        train_dataset=toy_dataset(tok, train_size, 0),
+        eval_dataset=toy_dataset(tok, eval_size, 1),
+        processing_class=tok,
+        data_collator=T.DataCollatorWithPadding(tok),
+        callbacks=callbacks,
+    )

@@ -12,8 +12,8 @@ import pytest
 
 from bertwatch.core.alerts import active_alerts  # noqa: E402
 from bertwatch.tb.summary import SummaryWriter  # noqa: E402
-from tests.support.tb_helpers import STEPS, L, synthetic_grids, tensorboard_server
-from tests.tb.test_plugin_browser import MAX_PNG_BYTES, Session, browser, shot_dir  # noqa: F401 (fixtures)
+from tests.support.tb_helpers import MAX_PNG_BYTES, STEPS, L, synthetic_grids, tensorboard_server
+from tests.tb.test_plugin_browser import Session, browser, shot_dir  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 

@@ -7,34 +7,27 @@ the screenshots of every view (the docs use them: BERTWATCH_SCREENSHOTS=docs/img
 
 from __future__ import annotations
 
-import os
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import (  # noqa: E402
+    MAX_PNG_BYTES,
     PROBE,
     STEPS,
     XSS,
     XSS_RUN,
+    chromium_context,
     http_json,
+    screenshot_dir,
     synthetic_grids,
     tensorboard_server,
     write_demo_logdir,
 )
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
-VIEWPORT = {"width": 1440, "height": 900}
-MAX_PNG_BYTES = 300 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -47,23 +40,11 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(
-            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. Install it with "
-            "`apt-get update && apt-get install -y chromium` (or `make browser`); never `playwright install`.",
-            pytrace=False,
-        )
     from playwright.sync_api import sync_playwright
 
     pw = sync_playwright().start()
     try:
-        ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium_profile")),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport=VIEWPORT,
-        )
+        ctx = chromium_context(pw, tmp_path_factory.mktemp("chromium_profile"))
     except Exception:
         pw.stop()
         raise
@@ -136,10 +117,7 @@ def s(browser, server):
 
 @pytest.fixture(scope="module")
 def shot_dir(tmp_path_factory):
-    d = os.environ.get("BERTWATCH_SCREENSHOTS")
-    path = Path(d) if d else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return screenshot_dir(tmp_path_factory)
 
 
 # ------------------------------------------------------------------------------------------------------ heads

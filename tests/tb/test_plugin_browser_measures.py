@@ -8,23 +8,23 @@ keeps the screenshots (the docs use them: BERTWATCH_SCREENSHOTS=docs/img).
 
 from __future__ import annotations
 
-import os
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import (  # noqa: E402
+    MAX_PNG_BYTES,
     TOKENS_A,
+    chromium_context,
     http_json,
+    screenshot_dir,
     segments_of,
     synthetic_grids,
     synthetic_maps,
     tensorboard_server,
 )
-from tests.tb.test_plugin_browser import CHROMIUM, CHROMIUM_ARGS, MAX_PNG_BYTES, VIEWPORT  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -83,23 +83,11 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def frame(server, tmp_path_factory):
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(
-            f"{CHROMIUM} is missing: the browser tests need Debian's Chromium. Install it with "
-            "`apt-get update && apt-get install -y chromium`; never `playwright install`.",
-            pytrace=False,
-        )
     from playwright.sync_api import sync_playwright
 
     errors: list[str] = []
     with sync_playwright() as pw:
-        ctx = pw.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium_profile")),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport=VIEWPORT,
-        )
+        ctx = chromium_context(pw, tmp_path_factory.mktemp("chromium_profile"))
         try:
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -115,10 +103,7 @@ def frame(server, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shot_dir(tmp_path_factory):
-    d = os.environ.get("BERTWATCH_SCREENSHOTS")
-    path = Path(d) if d else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return screenshot_dir(tmp_path_factory)
 
 
 def route(server, name, **params):
