@@ -103,7 +103,7 @@ class AlertSettings:
     #: ... when it also fell by at least this many nats (a near-zero reference entropy is not a collapse signal).
     entropy_min_drop: float = 0.25
     #: The share that collapsed (non-sink share for collapse, sink share for desertion) kept at most this fraction ...
-    sink_fraction: float = 0.25
+    sink_fraction: float = 0.1
     #: ... and the sink mass moved by at least this much.
     sink_min_change: float = 0.2
     #: Consecutive measured steps a rule must hold before its head is in alert.
