@@ -117,11 +117,21 @@ class ProbeBatch:
 
 @dataclass(frozen=True)
 class RecordedStates:
-    """Each layer's value states ``[rows, layers, heads, T, d_head]`` and the heads' contexts, as a capture records
-    them (``Capture.values``, ``.contexts``); None where the pass could not record them exactly."""
+    """Each layer's value states ``[rows, layers, heads, T, d_head]``, the heads' contexts and the logit summary
+    ``{"max_logit", "logit_std": [rows, layers, heads]}``, as a capture records them (``Capture.values``,
+    ``.contexts``, ``.logit_summary``); None (empty) where the pass could not record them exactly."""
 
     values: Tensor | None
     contexts: Tensor | None
+    logit_summary: Mapping[str, Tensor] = dataclasses.field(default_factory=dict)
+
+    def unmet(self, needs: CaptureNeeds) -> CaptureNeeds:
+        """What of ``needs`` these states do not hold (the maps come with them from the same pass)."""
+        return dataclasses.replace(
+            needs,
+            values=needs.values and self.contexts is None,
+            logits=needs.logits and not self.logit_summary,
+        )
 
 
 @dataclass(frozen=True)
@@ -232,10 +242,8 @@ class GradientStatistics:
 
         def measure(batch: ProbeBatch) -> Measured:
             with context.autocast():
-                grads, attn, values, contexts = gradient_stats(
-                    model, batch.inputs, batch.roles, return_states=True, **loss
-                )
-            return Measured({name: grads[name] for name in names}, attn, RecordedStates(values, contexts))
+                grads, attn, *states = gradient_stats(model, batch.inputs, batch.roles, return_states=True, **loss)
+            return Measured({name: grads[name] for name in names}, attn, RecordedStates(*states))
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
             if context.settings.normalize_importance and "head_importance" in grids:

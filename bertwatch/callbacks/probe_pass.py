@@ -291,12 +291,12 @@ def _on_forward(
     building: bool,
     collected: _Collected,
 ) -> None:
-    """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps, and the value states when they
-    are needed, and nothing more is), then the ``"forward"`` measurements, the riders, the reference and the
+    """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps and recorded everything else
+    needed: ``RecordedStates.unmet``), then the ``"forward"`` measurements, the riders, the reference and the
     kept examples."""
     needs, cap, outputs = plan.needs, None, None
-    recorded = batch.capture is not None and batch.capture.contexts is not None
-    if batch.attentions is None or replace(needs, values=needs.values and not recorded).beyond_maps:
+    unmet = needs if batch.capture is None else batch.capture.unmet(needs)
+    if batch.attentions is None or unmet.beyond_maps:
         model = context.encoder
         with torch.no_grad(), context.autocast(), capture(model, **needs.capture_arguments()) as cap:
             outputs = model(**context.model_inputs(batch.inputs), **needs.forward_arguments())

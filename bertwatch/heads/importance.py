@@ -122,12 +122,17 @@ def _gated_pass(
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
     """One gated forward and backward: gate gradients ``[rows, layers, heads]``, map gradients per layer, the
     per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps.
-    ``states``: a list that receives the pass's value states and contexts (``Capture.values``, ``.contexts``)."""
+    ``states``: a list that receives the pass's value states, contexts and logit summary (``Capture.values``,
+    ``.contexts``, ``.logit_summary``: the scores are taken before the gates, so all are exact under them)."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
     kind = None if loss_fn is not None else check_loss_inputs(model, batch)
     gates = torch.ones(rows, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
-    with torch.enable_grad(), capture(model, gates=gates, keep_graph=True, record_values=states is not None) as cap:
+    record = states is not None
+    with (
+        torch.enable_grad(),
+        capture(model, gates=gates, keep_graph=True, record_values=record, record_logits=record) as cap,
+    ):
         if loss_fn is not None:
             outputs = model(**_model_inputs(batch))
             total, scale = loss_fn(outputs, batch).sum(), None
@@ -137,7 +142,7 @@ def _gated_pass(
         maps = [cap.layer(l) for l in range(layers)]
         grads = torch.autograd.grad(total, [gates, *maps])
     if states is not None:
-        states.extend((cap.values, cap.contexts))
+        states.extend((cap.values, cap.contexts, cap.logit_summary))
     return grads[0], list(grads[1:]), scale, maps
 
 
@@ -197,16 +202,16 @@ def gradient_stats(
     per choice row ``[batch * choices, T]`` and a gate is shared by an example's choices.
     With ``return_attentions`` the pass's maps ``[batch, layers, heads, T, T]`` come back too, so a caller that
     also needs the attention statistics pays for one forward, not two. ``return_states`` adds the pass's value
-    states and contexts (``Capture.values``, ``Capture.contexts``; None when this pass could not record them
-    exactly, e.g. with ``example_loss``), so the norm-based statistics need no forward of their own either:
-    ``(stats, maps, values, contexts)``.
+    states, contexts and logit summary (``Capture.values``, ``Capture.contexts``, ``Capture.logit_summary``; None,
+    None, {} when this pass could not record them exactly, e.g. with ``example_loss``), so the norm-based and the
+    logit statistics need no forward of their own either: ``(stats, maps, values, contexts, logit_summary)``.
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
     states: list = []
     if example_loss is not None:
         gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss)
-        states = [None, None]
+        states = [None, None, {}]
     else:
         gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn, states if return_states else None)
     size = rows // group

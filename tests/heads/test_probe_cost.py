@@ -1,5 +1,5 @@
-"""What a probe pass costs: the gradient pass's maps, value states and contexts are the no-grad capture forward's,
-bit for bit, so the monitor takes every statistic of a probe batch from that one forward."""
+"""What a probe pass costs: the gradient pass's maps, value states, contexts and logit summary are the no-grad
+capture forward's, bit for bit, so the monitor takes every statistic of a probe batch from that one forward."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ def test_the_gradient_pass_records_the_states_of_the_plain_forward(model_type) -
     model = tiny_model(model_type)
     batch, roles = batch_and_roles(length=10)
     labelled = {**batch, "labels": torch.tensor([0, 1, 1])}
-    stats, maps, values, contexts = gradient_stats(model, labelled, roles, return_states=True)
-    with torch.no_grad(), capture(model, record_values=True) as cap:
+    stats, maps, values, contexts, logits = gradient_stats(model, labelled, roles, return_states=True)
+    with torch.no_grad(), capture(model, record_values=True, record_logits=True) as cap:
         model(**batch)
     assert torch.equal(maps, cap.attentions)
     assert values is not None and torch.equal(values, cap.values)
     assert contexts is not None and torch.equal(contexts, cap.contexts)
     assert not values.requires_grad and not contexts.requires_grad
+    assert set(logits) == {"max_logit", "logit_std"}
+    assert all(torch.equal(logits[name], cap.logit_summary[name]) for name in logits)
+    assert not any(t.requires_grad for t in logits.values())
     plain = gradient_stats(model, labelled, roles)
     assert all(torch.equal(stats[name], plain[name]) for name in plain)
