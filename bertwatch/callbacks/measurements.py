@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
-from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, mixing_stats
+from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stability import LOGIT_NAMES, QK_NAME, STABILITY_NAMES, head_qk_spectral_norms
@@ -55,8 +55,10 @@ class CaptureNeeds:
     ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
     each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
     states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output); ``logits``: each head's largest
-    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``). A new need is one boolean field
-    here and its line in :meth:`capture_arguments` or :meth:`forward_arguments`.
+    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``blocks``: each
+    attention block's input and attention output (a gradient pass's ``RecordedStates.blocks``; the shared forward
+    meets it with the hidden states, the layer inputs). A new need is one boolean field here and its line in
+    :meth:`capture_arguments` or :meth:`forward_arguments`.
 
     Example:
         >>> (CaptureNeeds(maps=True) | CaptureNeeds(values=True)).capture_arguments()
@@ -69,6 +71,7 @@ class CaptureNeeds:
     values: bool = False
     hidden_states: bool = False
     logits: bool = False
+    blocks: bool = False
 
     def __or__(self, other: CaptureNeeds) -> CaptureNeeds:
         return CaptureNeeds(
@@ -91,7 +94,7 @@ class CaptureNeeds:
 
     def forward_arguments(self) -> dict[str, bool]:
         """The extra keyword arguments of the encoder's forward call."""
-        return {"output_hidden_states": True} if self.hidden_states else {}
+        return {"output_hidden_states": True} if self.hidden_states or self.blocks else {}
 
 
 @dataclass(frozen=True)
@@ -119,11 +122,13 @@ class ProbeBatch:
 class RecordedStates:
     """Each layer's value states ``[rows, layers, heads, T, d_head]``, the heads' contexts and the logit summary
     ``{"max_logit", "logit_std": [rows, layers, heads]}``, as a capture records them (``Capture.values``,
-    ``.contexts``, ``.logit_summary``); None (empty) where the pass could not record them exactly."""
+    ``.contexts``, ``.logit_summary``), and the attention blocks' inputs and outputs (``blocks``:
+    ``heads.mixing_model.BlockRecorder``); None (empty) where the pass could not record them exactly."""
 
     values: Tensor | None
     contexts: Tensor | None
     logit_summary: Mapping[str, Tensor] = dataclasses.field(default_factory=dict)
+    blocks: BlockRecorder | None = None
 
     def unmet(self, needs: CaptureNeeds) -> CaptureNeeds:
         """What of ``needs`` these states do not hold (the maps come with them from the same pass)."""
@@ -131,6 +136,7 @@ class RecordedStates:
             needs,
             values=needs.values and self.contexts is None,
             logits=needs.logits and not self.logit_summary,
+            blocks=needs.blocks and (self.blocks is None or not self.blocks.complete),
         )
 
 
@@ -239,10 +245,13 @@ class GradientStatistics:
     def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
         _require_labels(context)
         model, loss = context.encoder, context.loss.arguments()
+        blocks = supports_mixing(model)  # kept for the mixing statistics: 2·rows·layers·T·d numbers per batch
 
         def measure(batch: ProbeBatch) -> Measured:
             with context.autocast():
-                grads, attn, *states = gradient_stats(model, batch.inputs, batch.roles, return_states=True, **loss)
+                grads, attn, *states = gradient_stats(
+                    model, batch.inputs, batch.roles, return_states=True, record_blocks=blocks, **loss
+                )
             return Measured({name: grads[name] for name in names}, attn, RecordedStates(*states))
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -275,25 +284,29 @@ class IntegratedGradientsStatistic:
 
 class MixingStatistics:
     """Context mixing beyond raw attention (``heads.mixing_model``): the mixing ratio and ALTI's [CLS]/[SEP] shares
-    from each layer's residual- and LayerNorm-aware decomposition (value states and the layers' inputs, the hidden
-    states), and attention rollout's from the maps alone."""
+    from each layer's residual- and LayerNorm-aware decomposition (value states and each block's input and
+    attention output, which the gradient pass records: no forward of their own), and attention rollout's from the
+    maps alone."""
 
     names = MIXING_NAMES
     stage: Stage = "forward"
 
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         blocks = _needs_blocks(names)
-        return CaptureNeeds(maps=True, values=blocks, hidden_states=blocks)
+        return CaptureNeeds(maps=True, values=blocks, blocks=blocks)
 
     def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
         weights = block_weights(context.encoder) if _needs_blocks(names) else None
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
-            values = residuals = None
+            values = residuals = mixed = contexts = None
             if weights is not None:
-                values = batch.capture.values
-                residuals = torch.stack(batch.outputs.hidden_states[:-1], 1)  # each layer's input [rows, L, T, d]
-            return mixing_stats(batch.attentions, values, residuals, weights, batch.roles, names)
+                values, recorder = batch.capture.values, getattr(batch.capture, "blocks", None)
+                if recorder is not None and recorder.complete:
+                    residuals, mixed = recorder.residuals, recorder.mixed
+                else:  # the shared forward: each layer's input [rows, L, T, d] and the heads' contexts
+                    residuals, contexts = torch.stack(batch.outputs.hidden_states[:-1], 1), batch.capture.contexts
+            return mixing_stats(batch.attentions, values, residuals, weights, batch.roles, names, mixed, contexts)
 
         return _Pass(measure)
 

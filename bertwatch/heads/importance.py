@@ -7,6 +7,7 @@ per-example values ``[batch, layers, heads]``; average them with ``bertwatch.hea
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from bertwatch.core.stat_names import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads import mixing_model
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import (
@@ -118,12 +120,19 @@ def _example_passes(
 
 
 def _gated_pass(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], rows: int, loss_fn: LossFn | None, states: list | None = None
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    rows: int,
+    loss_fn: LossFn | None,
+    states: list | None = None,
+    blocks: bool = False,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
     """One gated forward and backward: gate gradients ``[rows, layers, heads]``, map gradients per layer, the
     per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps.
     ``states``: a list that receives the pass's value states, contexts and logit summary (``Capture.values``,
-    ``.contexts``, ``.logit_summary``: the scores are taken before the gates, so all are exact under them)."""
+    ``.contexts``, ``.logit_summary``: the scores are taken before the gates, so all are exact under them) and,
+    with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing_model.BlockRecorder` (a gate of 1
+    leaves every product exact, so the blocks are those of the plain forward)."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
     kind = None if loss_fn is not None else check_loss_inputs(model, batch)
@@ -132,6 +141,7 @@ def _gated_pass(
     with (
         torch.enable_grad(),
         capture(model, gates=gates, keep_graph=True, record_values=record, record_logits=record) as cap,
+        mixing_model.record_blocks(model) if record and blocks else contextlib.nullcontext() as recorder,
     ):
         if loss_fn is not None:
             outputs = model(**_model_inputs(batch))
@@ -142,7 +152,7 @@ def _gated_pass(
         maps = [cap.layer(l) for l in range(layers)]
         grads = torch.autograd.grad(total, [gates, *maps])
     if states is not None:
-        states.extend((cap.values, cap.contexts, cap.logit_summary))
+        states.extend((cap.values, cap.contexts, cap.logit_summary, recorder))
     return grads[0], list(grads[1:]), scale, maps
 
 
@@ -188,6 +198,7 @@ def gradient_stats(
     return_attentions: bool = False,
     example_loss: ExampleLoss | None = None,
     return_states: bool = False,
+    record_blocks: bool = False,
 ) -> dict[str, torch.Tensor] | tuple:
     """Per-example gradient statistics from one forward and one backward pass, ``{name: [batch, layers, heads]}``.
 
@@ -204,16 +215,19 @@ def gradient_stats(
     also needs the attention statistics pays for one forward, not two. ``return_states`` adds the pass's value
     states, contexts and logit summary (``Capture.values``, ``Capture.contexts``, ``Capture.logit_summary``; None,
     None, {} when this pass could not record them exactly, e.g. with ``example_loss``), so the norm-based and the
-    logit statistics need no forward of their own either: ``(stats, maps, values, contexts, logit_summary)``.
+    logit statistics need no forward of their own either: ``(stats, maps, values, contexts, logit_summary,
+    blocks)``, ``blocks`` the attention blocks' recording (``heads.mixing_model.BlockRecorder``) with
+    ``record_blocks`` (a family ``supports_mixing`` knows), for the mixing statistics, else None.
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
     states: list = []
     if example_loss is not None:
         gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss)
-        states = [None, None, {}]
+        states = [None, None, {}, None]
     else:
-        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn, states if return_states else None)
+        kept = states if return_states else None
+        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn, kept, record_blocks)
     size = rows // group
     roles = roles.to(gate_grad.device)
     real = roles.real.float()

@@ -14,8 +14,9 @@ the summands, so y_i = Σ_j T_i(x_j) + g_i(b_O) + β with g_i(v) = γ ⊙ (v −
 
 (the residual only on the diagonal; b_O and β attributed to no token). From it:
 
-- :func:`mixing_ratio` (Kobayashi 2021, "AttnResLn-N"): ‖Σ_{j≠i} T_i(x_j)‖ / (‖Σ_{j≠i} T_i(x_j)‖ + ‖T_i(x_i)‖),
-  the share of a token's output that comes from the other tokens; needs no token×token tensor.
+- :func:`mixing_ratios` (Kobayashi 2021, "AttnResLn-N"): ‖Σ_{j≠i} T_i(x_j)‖ / (‖Σ_{j≠i} T_i(x_j)‖ + ‖T_i(x_i)‖),
+  the share of a token's output that comes from the other tokens; σ_i cancels, and it needs no token×token tensor:
+  one output-projection-sized product per layer.
 - :func:`alti_matrix` (ALTI): c_ij = max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁), rows normalised to sum 1 over real keys;
   ``per_head=True`` does the same inside each head (resultant Σ_j g_i(α^h_ij f^h(x_j)), no residual).
 - :func:`compose`: ALTI's composition over layers R^(l) = C^(l) R^(l−1) (no identity added: the residual is in C).
@@ -46,6 +47,7 @@ __all__ = [
     "decomposition",
     "key_mass",
     "mixing_ratio",
+    "mixing_ratios",
     "norm_maps",
     "rollout",
     "transformed_vectors",
@@ -145,20 +147,84 @@ def decomposition(terms: BlockTerms) -> Tensor:
 
 
 def mixing_ratio(terms: BlockTerms) -> Tensor:
-    """Kobayashi et al. 2021's mixing ratio ``[B, T]`` (AttnResLn-N): ‖g_i(Σ_{j≠i} r_ij)‖ / (‖g_i(Σ_{j≠i} r_ij)‖ +
-    ‖g_i(r_ii)‖), with r_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i; NaN at pad queries. Cost beyond the terms: one
-    output projection of the diagonal weights times the values (B·T·H·d_head·d), no token×token tensor.
+    """Kobayashi et al. 2021's mixing ratio ``[B, T]`` of one layer's :class:`BlockTerms` (:func:`mixing_ratios`
+    with the terms' inputs; NaN at pad queries)."""
+    w = terms.weights
+    ratios = mixing_ratios(
+        terms.attn[:, None], terms.values[:, None], terms.residual[:, None], w.out_weight[None], w.ln_weight[None],
+        terms.real, mixed=terms.mixed[:, None],
+    )  # fmt: skip
+    return ratios[:, 0]
+
+
+def mixing_ratios(
+    attn: Tensor,
+    values: Tensor,
+    residuals: Tensor,
+    out_weights: Tensor,
+    ln_weights: Tensor,
+    real: Tensor,
+    mixed: Tensor | None = None,
+    contexts: Tensor | None = None,
+) -> Tensor:
+    """Kobayashi et al. 2021's mixing ratio ``[B, L, T]`` (AttnResLn-N) of every layer at once: ‖g_i(Σ_{j≠i} r_ij)‖
+    / (‖g_i(Σ_{j≠i} r_ij)‖ + ‖g_i(r_ii)‖) with r_ij = Σ_h α^h_ij f^h(x_j) + δ_ij x_i; NaN at pad queries.
+
+    σ_i divides both norms, so neither it nor b_O, β or ε enters: the ratio is ‖P o_i‖_γ / (‖P o_i‖_γ + ‖P s_i‖_γ)
+    with P the centring, ‖u‖_γ = ‖γ ⊙ u‖, the self term s_i = Σ_h α^h_ii f^h(x_i) + x_i = (α_diag ⊙ v)_i W_O + x_i
+    and the others' sum o_i the attention output without b_O minus the self part. No token×token tensor: one
+    ``[B·T, d] × [d, d]`` product per layer (two when only ``contexts`` are given), with the centring and γ folded
+    into W_O.
+
+    Args:
+        attn: ``[B, L, H, T, T]`` the maps (only their diagonals are read).
+        values: ``[B, L, H, T, d_head]`` value states, bias included (``capture(record_values=True)``).
+        residuals: ``[B, L, T, d]`` each block's input x.
+        out_weights: ``[L, H, d_head, d]`` W_O per head (``BlockWeights.out_weight``, stacked).
+        ln_weights: ``[L, d]`` the post-attention LayerNorms' γ.
+        real: ``[B, T]`` real tokens.
+        mixed: ``[B, L, T, d]`` the attention outputs without b_O as the model computed them
+            (``BlockRecorder.mixed``); a real query gives pad keys exactly zero weight.
+        contexts: ``[B, L, H, T, d_head]`` the heads' contexts (``Capture.contexts``), used when ``mixed`` is None;
+            both None: formed from ``attn`` and ``values`` over real keys.
 
     Example:
-        >>> t = block_terms(attn, values, hidden, weights, real)  # doctest: +SKIP
-        >>> mixing_ratio(t)[real].mean()  # doctest: +SKIP
+        >>> mixing_ratios(cap.attentions, cap.values, blocks.residuals, w_o, gamma, real, blocks.mixed)  # doctest: +SKIP
     """
-    diagonal = torch.diagonal(terms.attn, dim1=-2, dim2=-1)  # [B, H, T]
-    own_mixed = torch.einsum("bhtk,hkd->btd", diagonal[..., None] * terms.values, terms.weights.out_weight)
-    other = torch.linalg.vector_norm(terms.g(terms.mixed - own_mixed), dim=-1)
-    own = torch.linalg.vector_norm(terms.g(own_mixed + terms.residual), dim=-1)
-    ratio = other / (other + own)
-    return torch.where(terms.real, ratio, math.nan)
+    batch, layers, heads, length, d_head = values.shape
+    dtype = torch.promote_types(residuals.dtype, torch.float32)
+    real = real.to(attn.device).bool()
+    gamma = ln_weights.to(device=attn.device, dtype=dtype)  # [L, d]
+    w = out_weights.to(device=attn.device, dtype=dtype).reshape(layers, heads * d_head, -1)
+    w = (w - w.mean(-1, keepdim=True)) * gamma[:, None, :]  # W_O then g without 1/σ: u W = γ ⊙ P(u W_O)
+    own = torch.empty(batch, length, heads, d_head, dtype=dtype, device=attn.device)
+    ratios = []
+    for layer in range(layers):
+        v = values[:, layer].to(dtype)
+        diagonal = torch.diagonal(attn[:, layer], dim1=-2, dim2=-1).to(dtype)  # α^h_ii [B, H, T]
+        torch.mul(diagonal.transpose(1, 2)[..., None], v.transpose(1, 2), out=own)
+        self_part = (own.view(-1, heads * d_head) @ w[layer]).view(batch, length, -1)  # γ ⊙ P(Σ_h α^h_ii f^h(x_i))
+        if mixed is not None:
+            others = _centred(mixed[:, layer].to(dtype), gamma[layer]).sub_(self_part)
+        else:
+            context = contexts[:, layer] if contexts is not None else _contexts(attn[:, layer], v, real)
+            others = context.to(dtype).transpose(1, 2).reshape(-1, heads * d_head) - own.view(-1, heads * d_head)
+            others = (others @ w[layer]).view(batch, length, -1)
+        other = torch.linalg.vector_norm(others, dim=-1)
+        itself = torch.linalg.vector_norm(_centred(residuals[:, layer].to(dtype), gamma[layer]).add_(self_part), dim=-1)
+        ratios.append(other / (other + itself))
+    return torch.where(real[:, None], torch.stack(ratios, dim=1), math.nan)
+
+
+def _centred(u: Tensor, gamma: Tensor) -> Tensor:
+    """γ ⊙ (u − mean(u)) over the last axis, a new tensor."""
+    return (u - u.mean(-1, keepdim=True)).mul_(gamma)
+
+
+def _contexts(attn: Tensor, values: Tensor, real: Tensor) -> Tensor:
+    """Σ_j α^h_ij v^h_j over real keys: attn ``[B, H, T, T]``, values ``[B, H, T, d_head]`` -> ``[B, H, T, d_head]``."""
+    both = real[:, None, :, None] & real[:, None, None, :]
+    return torch.where(both, attn.to(values.dtype), 0.0) @ torch.where(real[:, None, :, None], values, 0.0)
 
 
 def _normalise_rows(c: Tensor, real_rows: Tensor) -> Tensor:

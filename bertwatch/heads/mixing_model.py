@@ -26,7 +26,7 @@ from bertwatch.heads.mixing import (
     block_terms,
     compose,
     key_mass,
-    mixing_ratio,
+    mixing_ratios,
     norm_maps,
     rollout,
     value_zeroing_scores,
@@ -73,7 +73,11 @@ def block_weights(model: nn.Module) -> list[BlockWeights]:
 
 class BlockRecorder:
     """Each layer's attention-block input x ``[batch, T, d]`` of the last pass: the LayerNorm's input (the residual
-    sum z) minus the output projection's output, as the model computed them (eval mode: no dropout between)."""
+    sum z) minus the output projection's output, as the model computed them (eval mode: no dropout between).
+
+    During the pass it keeps the output projection's output (detached, no copy) and x (one subtraction per layer):
+    2·batch·layers·T·d numbers held until the recorder is dropped, next to nothing in time.
+    """
 
     def __init__(self, num_layers: int, out_biases: list[Tensor]) -> None:
         self.num_layers = num_layers
@@ -82,9 +86,14 @@ class BlockRecorder:
         self._residuals: list[Tensor] = []
 
     def _stacked(self, parts: list[Tensor]) -> Tensor:
-        if len(self._residuals) != self.num_layers:
+        if not self.complete:
             raise RuntimeError(f"recorded {len(self._residuals)} attention blocks, the model has {self.num_layers}")
         return torch.stack(parts, dim=1)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the last pass recorded every layer's block."""
+        return len(self._residuals) == self.num_layers == len(self._outputs)
 
     @property
     def residuals(self) -> Tensor:
@@ -95,15 +104,15 @@ class BlockRecorder:
     def mixed(self) -> Tensor:
         """The attention outputs without the output projection's bias, Σ_h Σ_j α^h_ij f^h(x_j) ``[batch, layers, T,
         d]`` float32 of the last pass (``bertwatch.heads.mixing.block_terms``' ``mixed``)."""
-        return self._stacked([out - bias.to(out.device) for out, bias in zip(self._outputs, self._biases)])
+        return self._stacked([out.float() - bias.to(out.device) for out, bias in zip(self._outputs, self._biases)])
 
     def take_output(self, output: Tensor) -> None:
         if len(self._residuals) == self.num_layers:  # a new pass
             self._outputs, self._residuals = [], []
-        self._outputs.append(output.detach().float())
+        self._outputs.append(output.detach())
 
     def take_sum(self, total: Tensor) -> None:
-        self._residuals.append(total.detach().float() - self._outputs[-1])
+        self._residuals.append(total.detach().float() - self._outputs[-1].float())
 
 
 @contextlib.contextmanager
@@ -127,7 +136,8 @@ def record_blocks(model: nn.Module) -> Iterator[BlockRecorder]:
 
 
 def _query_mean(per_query: Tensor, real: Tensor) -> Tensor:
-    """``[B, T]`` -> ``[B]``: the mean over real, non-NaN queries (NaN when there is none)."""
+    """``[B, *, T]`` -> ``[B, *]``: the mean over real, non-NaN queries (NaN when there is none); real ``[B, T]``."""
+    real = real.view(real.shape[0], *([1] * (per_query.dim() - 2)), real.shape[-1])
     valid = real & ~torch.isnan(per_query)
     count = valid.sum(-1)
     total = torch.where(valid, per_query, 0.0).sum(-1)
@@ -142,13 +152,15 @@ def mixing_stats(
     roles: TokenRoles,
     names: Iterable[str] = MIXING_NAMES,
     mixed: Tensor | None = None,
+    contexts: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """``{name: [batch, layers, heads]}`` for the per-head names and ``{name: [batch, layers, 1]}`` for the per-layer
     names (``core.stat_names.MIXING_HEAD_NAMES`` / ``MIXING_LAYER_NAMES``) from one probe batch: attn ``[B, L, H, T,
     T]``, values ``[B, L, H, T, d_head]``, residuals ``[B, L, T, d]`` (:func:`record_blocks`; None when only rollout
     is asked), weights of :func:`block_weights`, ``mixed`` ``[B, L, T, d]`` the attention outputs without b_O
-    (``BlockRecorder.mixed``: saves forming them again; None: formed from attn and values). Pad tokens never enter;
-    NaN for an example without real tokens.
+    (``BlockRecorder.mixed``: saves forming them again), else ``contexts`` ``[B, L, H, T, d_head]`` (``Capture
+    .contexts``: the mixing ratio forms them through W_O; ALTI ignores them), else both are formed from attn and
+    values. Pad tokens never enter; NaN for an example without real tokens.
     """
     names = list(names)
     unknown = [n for n in names if n not in MIXING_NAMES]
@@ -160,11 +172,15 @@ def mixing_stats(
     needs_block = [n for n in names if "rollout" not in n]
     if needs_block and residuals is None:
         raise ValueError(f"{needs_block} need the attention blocks' inputs (record_blocks)")
-    for layer in range(attn.shape[1] if needs_block else 0):
+    if "mixing_ratio" in names:
+        out_weights = torch.stack([w.out_weight for w in weights]).to(attn.device)
+        gammas = torch.stack([w.ln_weight for w in weights]).to(attn.device)
+        ratios = mixing_ratios(attn, values, residuals, out_weights, gammas, real, mixed, contexts)
+        out["mixing_ratio"] = list(_query_mean(ratios, real)[..., None].unbind(1))
+    alti = [n for n in needs_block if "alti" in n]
+    for layer in range(attn.shape[1] if alti else 0):
         own = None if mixed is None else mixed[:, layer]
         terms = block_terms(attn[:, layer], values[:, layer], residuals[:, layer], weights[layer], real, own)
-        if "mixing_ratio" in names:
-            out["mixing_ratio"].append(_query_mean(mixing_ratio(terms), real)[:, None])
         if {"cls_mass_alti", "sep_mass_alti"} & set(names):
             per_head = alti_matrix(terms, per_head=True)
             for name, keys in (("cls_mass_alti", cls), ("sep_mass_alti", sep)):

@@ -183,28 +183,32 @@ def test_the_context_is_built_once_per_run_and_no_attribute_is_born_later(tok, t
     monitor.close()
 
 
-def test_the_default_statistics_cost_one_forward_per_probe_batch(tok, tmp_path):
-    """The gradient pass records the maps, value states, contexts and logit summary the other default statistics
-    read, so no shared no-grad forward follows it; forcing one (``mixing_ratio`` asks for the hidden states) gives
-    the same grids bit for bit."""
-    names = list(BertWatchCallback.default_stats)
+def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_probe_batch(tok, tmp_path):
+    """The gradient pass records the maps, value states, contexts, logit summary and attention blocks the other
+    default statistics, the mixing ratio and rollout's masses read, so no shared no-grad forward follows it; without
+    the gradient statistics the shared forward (hidden states and contexts) gives the same grids: bit for bit from
+    the same maps and states, the mixing ratio to float32 rounding (its attention outputs formed through W_O)."""
+    mixing = ("mixing_ratio", "cls_mass_rollout", "sep_mass_rollout")
+    names = [*BertWatchCallback.default_stats, *mixing]
     sub = PlainSubscriber(names)
     model, monitor, _, _ = _attached(tok, tmp_path, [sub])
     calls = []
     handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
     plan = plan_pass("step", 3, [sub], [sub], reference_ready=False)
+    assert plan.needs.blocks
     one = execute(plan, monitor.context)
     batches = len(monitor.context.probe.batches)
     assert len(calls) == batches and set(one.grids) == set(names)
     calls.clear()
-    mixing = PlainSubscriber([*names, "mixing_ratio"])
-    forced = plan_pass("step", 3, [mixing], [mixing], reference_ready=True)
-    assert forced.needs.hidden_states
-    two = execute(forced, monitor.context)
+    alone = PlainSubscriber([n for n in names if n not in GRADIENT_NAMES])
+    shared = plan_pass("step", 3, [alone], [alone], reference_ready=True)
+    two = execute(shared, monitor.context)
     handle.remove()
     monitor.close()
-    assert len(calls) == 2 * batches
-    assert all(np.array_equal(one.grids[n], two.grids[n], equal_nan=True) for n in names)
+    assert len(calls) == batches
+    same = [n for n in alone.stat_names if n != "mixing_ratio"]
+    assert all(np.array_equal(one.grids[n], two.grids[n], equal_nan=True) for n in same)
+    assert_float32_close(one.grids["mixing_ratio"], two.grids["mixing_ratio"], msg="mixing_ratio")
 
 
 # ------------------------------------------------------------------------------------------------ a new family

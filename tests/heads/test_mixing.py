@@ -16,6 +16,7 @@ from bertwatch.heads.mixing import (
     compose,
     decomposition,
     mixing_ratio,
+    mixing_ratios,
     rollout,
     value_zeroing_scores,
 )
@@ -29,7 +30,7 @@ from bertwatch.heads.mixing_model import (
 )
 from bertwatch.heads.roles import TokenRoles
 from tests.heads.test_norms_contexts import adapter_model
-from tests.support.mixing_oracle import alti_scale, example_measures, value_module
+from tests.support.mixing_oracle import alti_scale, block, example_measures, layer_terms, value_module
 from tests.support.models import padded_batch, tiny_model
 from tests.support.tiers import fast_subset
 from tests.support.tolerance import assert_float32_close
@@ -96,6 +97,43 @@ def test_mixing_measures_match_float64_loops_on_each_example_alone(model_type):
         for name in MIXING_NAMES:
             expect = want[name] if name in MIXING_HEAD_NAMES else np.asarray(want[name])[:, None]
             assert_float32_close(stats[name][b], expect, scale, msg=f"{model_type} {name} example {b}")
+
+
+@pytest.mark.parametrize("model_type", fast_subset(FAMILIES, ("bert", "albert", "deberta-v2")))
+def test_each_tokens_mixing_ratio_matches_the_float64_loop_from_every_input_path(model_type):
+    """Per token and layer, from the recorded attention outputs (the gradient pass's path), from the heads'
+    contexts (the shared forward's) and from the maps and values alone, against the loop on each example alone; the
+    LayerNorms' γ uneven, since it enters through W_O."""
+    from bertwatch.heads.norms import attention_blocks
+
+    model = family_model(model_type)
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for _, _, norm in attention_blocks(model):
+            norm.weight.uniform_(0.25, 4.0)
+    batch, roles = batch_and_roles(model_type)
+    weights = block_weights(model)
+    with torch.no_grad(), capture(model, record_values=True) as cap, record_blocks(model) as blocks:
+        model(**batch)
+    hidden, attentions = eager_outputs(model, batch)
+    out_weights = torch.stack([w.out_weight for w in weights])
+    gammas = torch.stack([w.ln_weight for w in weights])
+    inputs = (cap.attentions, cap.values, blocks.residuals, out_weights, gammas, roles.real)
+    paths = {
+        "recorded": mixing_ratios(*inputs, mixed=blocks.mixed),
+        "contexts": mixing_ratios(*inputs, contexts=cap.contexts),
+        "maps": mixing_ratios(*inputs),
+    }
+    heads = attentions[0].shape[1]
+    for b in range(3):
+        index = torch.nonzero(roles.real[b]).squeeze(-1).numpy()
+        for layer in range(len(attentions)):
+            x = hidden[layer][b].double().numpy()[index]
+            attn = attentions[layer][b].double().numpy()[:, index][:, :, index]
+            want = layer_terms(x, attn, block(model, model_type, layer), heads)[3]
+            for path, got in paths.items():
+                assert_float32_close(got[b, layer, index], want, msg=f"{model_type} {path} example {b} layer {layer}")
+                assert bool(torch.isnan(got[b, layer, ~roles.real[b]]).all())
 
 
 def mixing_stats_of(model, batch, roles, names=MIXING_NAMES):
