@@ -13,9 +13,12 @@ of one batch). Their share is printed apart, then added to the ratio of all stat
 take a pass of their own and are not part of this ratio.
 
 The context-mixing statistics (``bertwatch.heads.mixing``) are timed beside them, each against the same forward:
-the cheap ones (``mixing_ratio``, ``cls_mass_rollout``, ``sep_mass_rollout``: O(B·L·H·T·d) and O(B·L·T³)) and the
-ALTI ones, per head (``cls_mass_alti``, ``sep_mass_alti``: L1 distances over B·L·H·T²·d) and per layer
-(``*_alti_layer``: B·L·T²·(H + 1)·d), whose residual inputs come from ``record_blocks`` in the same forward.
+the cheap ones (``mixing_ratio``: one [B·T, d] x [d, d] product per layer; ``cls_mass_rollout``,
+``sep_mass_rollout``: O(B·L·T³)) and the ALTI ones, per head (``cls_mass_alti``, ``sep_mass_alti``: L1 distances
+over B·L·H·T²·d) and per layer (``*_alti_layer``: B·L·T²·(H + 1)·d), from each block's input and attention output as
+``record_blocks`` keeps them (the gradient pass records them, so watching these adds no forward); reading that
+recording is inside their timings, and recording it is timed as the difference between a forward with
+``record_blocks`` and the plain one.
 
 Two batches, each timed against its own forward in the same run: the worst case, every example exactly
 ``--length`` tokens (no padding, so the maps' T² is all real), and a real probe batch, the first ``--batch`` MRPC dev
@@ -109,7 +112,7 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
     from bertwatch.callbacks.probe_set import crop_maps
     from bertwatch.callbacks.watch import BertWatchCallback
     from bertwatch.heads.capture import capture
-    from bertwatch.heads.mixing_model import block_weights, mixing_stats, record_blocks
+    from bertwatch.heads.mixing_model import BlockRecorder, block_weights, mixing_stats, record_blocks
     from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
     from bertwatch.heads.roles import token_roles
     from bertwatch.heads.stability import head_qk_spectral_norms
@@ -136,13 +139,20 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
             head_qk_spectral_norms(model)
 
     maps, values, contexts = forward()
-    with torch.no_grad(), capture(model), record_blocks(model) as blocks:
-        model(**batch)
-    residuals, mixed, weights = blocks.residuals, blocks.mixed, block_weights(model)
+    weights = block_weights(model)
+
+    def forward_with_blocks() -> BlockRecorder:
+        with torch.no_grad(), capture(model, record_values=True) as cap, record_blocks(model) as recorder:
+            model(**batch)
+        assert cap.contexts is not None
+        return recorder
+
+    blocks = forward_with_blocks()
 
     def mixing(names: tuple[str, ...]) -> None:
+        """As ``MixingStatistics`` on the gradient pass's recording (its tensors stacked inside the timing)."""
         with torch.no_grad():
-            mixing_stats(maps, values, residuals, weights, roles, names, mixed)
+            mixing_stats(maps, values, blocks.residuals, weights, roles, names, blocks.mixed)
 
     assert contexts is not None
     cached = [m.to(torch.float16) for m in crop_maps(maps.flip(0), roles.real)]  # the monitor's reference cache
@@ -161,6 +171,7 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
         "norm": norm_based,
         "forward_logits": forward_with_logits,
         "qk": qk_spectral_norm,
+        "forward_blocks": forward_with_blocks,
         "mixing_ratio": lambda: mixing(("mixing_ratio",)),
         "rollout": lambda: mixing(("cls_mass_rollout", "sep_mass_rollout")),
     }
@@ -214,6 +225,8 @@ def main() -> None:
         print(
             f"  ratio all statistics / forward, CPU time = {(weight_cpu + norm_cpu + stability_cpu) / forward_cpu:.3f}"
         )
+        blocks_s = max(0.0, timed["forward_blocks"][0] - forward_s)
+        print(f"  recording the attention blocks (record_blocks) / forward = {blocks_s / forward_s:.3f}")
         for part, label in (
             ("mixing_ratio", "mixing ratio"),
             ("rollout", "rollout masses"),

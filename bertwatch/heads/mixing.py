@@ -240,30 +240,35 @@ def alti_matrix(terms: BlockTerms, per_head: bool = False) -> Tensor:
 
     c_ij = max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁) over real keys j, rows normalised to sum 1 (NaN for a row with no
     positive contribution). Per head: y^h_i = Σ_j g_i(α^h_ij f^h(x_j)) replaces y_i (no residual, no bias, the same
-    LayerNorm linearisation). The L1 distances cost O(B·T²·d) (× H per head), taken a block of query rows at a time.
+    LayerNorm linearisation). Both sides are taken times σ_i (a positive factor of row i, which the normalisation
+    removes), so the T_i(x_j) are sums of γ ⊙ P f^h(x_j) weighted by α^h_ij. The L1 distances cost O(B·T²·d) (× H per
+    head), a block of query rows at a time, each block written once (a product over heads, or one fused
+    multiply-subtract per head) and read once.
     """
     batch, heads, length, d = terms.f.shape
-    shared = (terms.f - terms.f.mean(-1, keepdim=True)) * terms.weights.ln_weight  # g without 1/σ_i: [B, H, T, d]
-    inv_sigma = (1.0 / terms.sigma)[:, None, :, None, None]  # [B, 1, T(i), 1, 1]
+    shared = (terms.f - terms.f.mean(-1, keepdim=True)) * terms.weights.ln_weight  # σ_i g_i(f^h(x_j)) [B, H, T, d]
     rows_per_block = max(1, _ROW_CHUNK // max(1, batch * (heads if per_head else 1) * length * d))
-    blocks = []
     if per_head:
-        resultant = torch.einsum("bhij,bhjd->bhid", terms.attn, shared) * inv_sigma[..., 0]  # [B, H, T, d]
+        total = torch.einsum("bhij,bhjd->bhid", terms.attn, shared)  # σ_i y^h_i [B, H, T, d]
     else:
-        x_part = terms.g(terms.residual)  # [B, T, d]
+        total = terms.output * terms.sigma[..., None]  # σ_i y_i [B, T, d]
+        own = (terms.residual - terms.residual.mean(-1, keepdim=True)) * terms.weights.ln_weight  # σ_i g_i(x_i)
+        by_key = shared.transpose(1, 2)  # [B, T(j), H, d]
+    blocks = []
     for start in range(0, length, rows_per_block):
         stop = min(length, start + rows_per_block)
-        a = terms.attn[:, :, start:stop, :, None]  # [B, H, r, T, 1]
-        scale = inv_sigma[:, :, start:stop]
         if per_head:
-            parts = a * shared[:, :, None] * scale  # [B, H, r, T, d]
-            y = resultant[:, :, start:stop, None]
+            y = total[:, :, start:stop, None]  # [B, H, r, 1, d]
+            a = terms.attn[:, :, start:stop, :, None]  # [B, H, r, T, 1]
+            distance = torch.linalg.vector_norm(torch.addcmul(y, a, shared[:, :, None], value=-1.0), ord=1, dim=-1)
         else:
-            parts = torch.einsum("bhij,bhjd->bijd", terms.attn[:, :, start:stop], shared) * scale[:, 0]  # [B, r, T, d]
-            rows = torch.arange(start, stop, device=parts.device)
-            parts[:, rows - start, rows] += x_part[:, start:stop]
-            y = terms.output[:, start:stop, None]
-        distance = torch.linalg.vector_norm(y - parts, ord=1, dim=-1)
+            a = terms.attn[:, :, start:stop].permute(0, 3, 2, 1)  # [B, T(j), r, H]
+            diff = torch.matmul(a, by_key)  # Σ_h α^h_ij σ_i g_i(f^h(x_j)) [B, T(j), r, d]
+            rows = torch.arange(start, stop, device=diff.device)
+            diff[:, rows, rows - start] += own[:, start:stop]
+            y = total[:, None, start:stop]  # [B, 1, r, d]
+            distance = torch.linalg.vector_norm(torch.sub(y, diff, out=diff), ord=1, dim=-1).transpose(1, 2)
+            y = y[:, 0, :, None]
         blocks.append(torch.linalg.vector_norm(y, ord=1, dim=-1) - distance)
     c = torch.cat(blocks, dim=-2).clamp_min(0.0)
     real = terms.real[:, None] if per_head else terms.real
