@@ -20,7 +20,7 @@ from torch import Tensor
 
 from bertwatch.core.stat_names import LOGIT_NAMES
 
-__all__ = ["LOGIT_NAMES", "allowed_keys", "allowed_pairs", "logit_summary", "mask_allows"]
+__all__ = ["LOGIT_NAMES", "allowed_keys", "allowed_pairs", "logit_summary", "mask_allows", "pair_blocks"]
 
 
 def mask_allows(attention_mask: Tensor, length: int) -> Tensor:
@@ -62,11 +62,43 @@ def allowed_pairs(attention_mask: Tensor | None, length: int) -> Tensor | None:
     return allowed & real_query[..., :, None]
 
 
-def logit_summary(scores: Tensor, pairs: Tensor | None) -> tuple[Tensor, Tensor]:
+def pair_blocks(pairs: Tensor | None, batch: int, length: int) -> list[tuple[int, int] | None]:
+    """For each example, (start, stop) when its counted pairs are exactly the square block of queries and keys
+    start..stop-1 for every head (right or left padding, no padding), else None (a window, per-head masks, no pair).
+
+    Args:
+        pairs: bool ``[batch, 1 or heads, T, T]`` from :func:`allowed_pairs`, or None (every pair counts).
+        batch: the number of examples; length: T.
+
+    Returns:
+        ``batch`` entries; :func:`logit_summary` reduces an example with a block over a slice of its scores, with
+        no mask.
+    """
+    if pairs is None:
+        return [(0, length)] * batch
+    if pairs.shape[1] != 1:
+        return [None] * batch
+    allowed = pairs[:, 0].expand(batch, length, length)
+    real = allowed.any(dim=-1)  # [batch, T]: queries with a counted pair
+    count = real.sum(dim=-1)
+    start = real.float().argmax(dim=-1)
+    position = torch.arange(length, device=pairs.device)
+    inside = (position >= start[:, None]) & (position < (start + count)[:, None])  # [batch, T]
+    square = (allowed == (inside[:, :, None] & inside[:, None, :])).all(dim=-1).all(dim=-1) & (count > 0)
+    return [
+        (s, s + n) if ok else None for s, n, ok in zip(start.tolist(), count.tolist(), square.tolist(), strict=True)
+    ]
+
+
+def logit_summary(
+    scores: Tensor, pairs: Tensor | None, blocks: list[tuple[int, int] | None] | None = None
+) -> tuple[Tensor, Tensor]:
     """(max, std) of each example's and head's scores over ``pairs``: scores ``[batch, heads, T, T]``, pairs bool
     broadcastable to it (:func:`allowed_pairs`) -> two float32 ``[batch, heads]``; NaN where no pair counts.
 
-    The standard deviation is taken about the mean in two passes (scores may be large and nearly equal).
+    The standard deviation is taken about the mean in two passes (scores may be large and nearly equal). An
+    example whose pairs are a square block (:func:`pair_blocks`; ``blocks`` when already found for this mask) is
+    reduced over that slice of its scores, unmasked, so padding costs nothing; any other is masked.
 
     Example:
         >>> s = torch.tensor([[[[1.0, 3.0], [2.0, -1e9]]]])
@@ -75,13 +107,43 @@ def logit_summary(scores: Tensor, pairs: Tensor | None) -> tuple[Tensor, Tensor]
         (3.0, 0.8165)
     """
     scores = scores.detach().float()
-    if pairs is None:
-        pairs = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device)
-    pairs = pairs.to(scores.device)
+    batch, length = scores.shape[0], scores.shape[-1]
+    if pairs is not None:
+        pairs = pairs.to(scores.device)
+    if blocks is None:
+        blocks = pair_blocks(pairs, batch, length)
+    peak = torch.empty(scores.shape[:2], device=scores.device)
+    std = torch.empty(scores.shape[:2], device=scores.device)
+    if all(block == blocks[0] for block in blocks) and blocks[0] is not None:
+        _block_summary(scores[..., blocks[0][0] : blocks[0][1], blocks[0][0] : blocks[0][1]], peak, std)
+        return peak, std
+    masked = [b for b, block in enumerate(blocks) if block is None]
+    for b, block in enumerate(blocks):
+        if block is not None:
+            start, stop = block
+            _block_summary(scores[b : b + 1, :, start:stop, start:stop], peak[b : b + 1], std[b : b + 1])
+    if masked:
+        index = torch.tensor(masked, device=scores.device)
+        part = pairs.expand(batch, *pairs.shape[1:]).index_select(0, index)
+        peak[index], std[index] = _masked_summary(scores.index_select(0, index), part)
+    return peak, std
+
+
+def _block_summary(scores: Tensor, peak: Tensor, std: Tensor) -> None:
+    """Max and population std over the last two dims of ``scores`` ``[b, heads, n, n]`` (every pair counts), into
+    ``peak`` and ``std`` ``[b, heads]``."""
+    torch.amax(scores, dim=(-2, -1), out=peak)
+    mean = scores.mean(dim=(-2, -1), keepdim=True)
+    torch.linalg.vector_norm(scores - mean, dim=(-2, -1), out=std)
+    std.div_(scores.shape[-1])
+
+
+def _masked_summary(scores: Tensor, pairs: Tensor) -> tuple[Tensor, Tensor]:
+    """(max, std) over ``pairs`` (bool, broadcastable to ``scores`` ``[b, heads, T, T]``), NaN where none counts."""
     count = pairs.sum(dim=(-2, -1), dtype=torch.float32).expand(scores.shape[:2])  # before broadcasting over heads
     peak = torch.where(pairs, scores, -torch.inf).amax(dim=(-2, -1))
     mean = torch.where(pairs, scores, 0.0).sum(dim=(-2, -1)) / count
     deviation = torch.where(pairs, scores - mean[..., None, None], 0.0)
-    std = torch.linalg.vector_norm(deviation, dim=(-2, -1)) / count.sqrt()
+    spread = torch.linalg.vector_norm(deviation, dim=(-2, -1)) / count.sqrt()
     empty = count == 0
-    return peak.masked_fill(empty, torch.nan), std.masked_fill(empty, torch.nan)
+    return peak.masked_fill(empty, torch.nan), spread.masked_fill(empty, torch.nan)
