@@ -106,8 +106,9 @@ def _batches(args: argparse.Namespace, tokenizer: object) -> dict[str, dict]:
 
 def _recorded_scores(model: torch.nn.Module, batch: dict) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
     """Each layer's pre-softmax scores and mask as the capture's logit reduction receives them, from one forward."""
-    from bertwatch.heads.capture import Capture, capture
+    from bertwatch.heads.capture import Capture, capture, model_shape
 
+    model_shape(model)  # the one-time capture check runs its own small batch before the recording
     recorded, keep = [], Capture.keep_logits
 
     def record(cap: Capture, scores: torch.Tensor, mask: torch.Tensor | None) -> None:
