@@ -20,7 +20,15 @@ from torch import Tensor
 
 from bertwatch.core.stat_names import LOGIT_NAMES
 
-__all__ = ["LOGIT_NAMES", "allowed_keys", "allowed_pairs", "logit_summary", "mask_allows", "pair_blocks"]
+__all__ = [
+    "LOGIT_NAMES",
+    "allowed_keys",
+    "allowed_pairs",
+    "logit_summary",
+    "counted_pairs",
+    "mask_allows",
+    "pair_blocks",
+]
 
 
 def mask_allows(attention_mask: Tensor, length: int) -> Tensor:
@@ -60,6 +68,15 @@ def allowed_pairs(attention_mask: Tensor | None, length: int) -> Tensor | None:
     allowed = mask_allows(attention_mask, length)
     real_query = allowed.any(dim=-2)  # [batch, 1 or heads, T]: keys some query may see
     return allowed & real_query[..., :, None]
+
+
+def counted_pairs(
+    attention_mask: Tensor | None, shape: torch.Size
+) -> tuple[Tensor | None, list[tuple[int, int] | None]]:
+    """(:func:`allowed_pairs`, :func:`pair_blocks`) for scores of ``shape`` ``[batch, heads, T, T]``: what
+    :func:`logit_summary` takes, found once per mask and reused by every layer of a pass."""
+    pairs = allowed_pairs(attention_mask, shape[-1])
+    return pairs, pair_blocks(pairs, shape[0], shape[-1])
 
 
 def pair_blocks(pairs: Tensor | None, batch: int, length: int) -> list[tuple[int, int] | None]:
