@@ -111,3 +111,30 @@ def test_the_std_is_about_the_mean_for_large_nearly_equal_scores():
     naive = ((flat**2).mean(-1) - flat.mean(-1) ** 2).clamp_min(0).sqrt()  # what the bound rules out
     _, want = oracle(scores, None)
     assert not np.all(np.abs(naive.double().numpy() - want) <= ROUNDINGS * EPS32 * want + delta**2 / (2 * want))
+
+
+def test_one_capture_keeps_no_pairs_of_an_earlier_pass():
+    """Passes of other shapes under one capture (with and without a mask) each get their own summary, equal to that
+    of a fresh capture: the counted pairs found for one mask are never reused for scores of another shape."""
+    from bertwatch.heads.capture import capture
+    from tests.heads.test_capture_support import tiny_encoder
+
+    model = tiny_encoder("bert")
+    g = torch.Generator().manual_seed(0)
+    inputs = [
+        {"input_ids": torch.randint(5, 100, (2, 5), generator=g)},
+        {"input_ids": torch.randint(5, 100, (3, 7), generator=g)},
+        {"input_ids": torch.randint(5, 100, (3, 7), generator=g), "attention_mask": torch.ones(3, 7, dtype=torch.long)},
+        {"input_ids": torch.randint(5, 100, (2, 6), generator=g)},
+    ]
+    with torch.no_grad():
+        fresh = []
+        for batch in inputs:
+            with capture(model, record_logits=True) as cap:
+                model(**batch)
+            fresh.append(cap.logit_summary)
+        with capture(model, record_logits=True) as cap:
+            for batch, want in zip(inputs, fresh, strict=True):
+                model(**batch)
+                for name, value in cap.logit_summary.items():
+                    assert torch.equal(value, want[name]), name
