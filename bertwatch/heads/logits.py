@@ -20,6 +20,9 @@ from torch import Tensor
 
 from bertwatch.core.stat_names import LOGIT_NAMES
 
+#: Most score elements reduced at once on CPU (a chunk of examples whose deviations stay in cache).
+_CPU_CHUNK = 1 << 20
+
 __all__ = [
     "LOGIT_NAMES",
     "allowed_keys",
@@ -148,10 +151,17 @@ def logit_summary(
 
 def _block_summary(scores: Tensor, peak: Tensor, std: Tensor) -> None:
     """Max and population std over the last two dims of ``scores`` ``[b, heads, n, n]`` (every pair counts), into
-    ``peak`` and ``std`` ``[b, heads]``."""
-    torch.amax(scores, dim=(-2, -1), out=peak)
-    mean = scores.mean(dim=(-2, -1), keepdim=True)
-    torch.linalg.vector_norm(scores - mean, dim=(-2, -1), out=std)
+    ``peak`` and ``std`` ``[b, heads]``. On CPU a few examples at a time (``_CPU_CHUNK`` elements at most), so the
+    deviations are taken while the chunk is still in cache, in one scratch buffer."""
+    step = len(scores)
+    if scores.device.type == "cpu":
+        step = max(1, _CPU_CHUNK // max(1, scores[:1].numel()))
+    scratch = torch.empty((min(step, len(scores)), *scores.shape[1:]), dtype=scores.dtype, device=scores.device)
+    for start in range(0, len(scores), step):
+        part, rows = scores[start : start + step], slice(start, start + step)
+        torch.amax(part, dim=(-2, -1), out=peak[rows])
+        deviation = torch.sub(part, part.mean(dim=(-2, -1), keepdim=True), out=scratch[: len(part)])
+        torch.linalg.vector_norm(deviation, dim=(-2, -1), out=std[rows])
     std.div_(scores.shape[-1])
 
 

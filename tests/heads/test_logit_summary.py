@@ -138,3 +138,21 @@ def test_one_capture_keeps_no_pairs_of_an_earlier_pass():
                 model(**batch)
                 for name, value in cap.logit_summary.items():
                     assert torch.equal(value, want[name]), name
+
+
+def test_a_batch_larger_than_one_cpu_chunk_is_the_float64_reduction():
+    """Full-length examples reduced a few at a time (a chunk ends inside the batch) give numpy's float64 max and
+    population std of each example's and head's scores."""
+    from bertwatch.heads import logits
+
+    heads, length = 2, 64
+    per_example = heads * length * length
+    batch = 2 * (logits._CPU_CHUNK // per_example) + 1  # two full chunks and one more example
+    scores = 2.0 + 3.0 * torch.randn(batch, heads, length, length, generator=torch.Generator().manual_seed(2))
+    pairs = allowed_pairs(torch.zeros(batch, 1, 1, length), length)
+    assert pair_blocks(pairs, batch, length) == [(0, length)] * batch
+    peak, spread = logit_summary(scores, pairs)
+    flat = scores.double().numpy().reshape(batch, heads, -1)
+    scale = float(scores.abs().max())
+    assert_float32_close(peak, flat.max(-1), scale=scale, msg="max_logit")
+    assert_float32_close(spread, flat.std(-1), scale=scale, msg="logit_std")
