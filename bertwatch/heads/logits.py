@@ -21,7 +21,7 @@ from torch import Tensor
 from bertwatch.core.stat_names import LOGIT_NAMES
 
 #: Most score elements reduced at once on CPU (a chunk of examples whose deviations stay in cache).
-_CPU_CHUNK = 1 << 20
+_CPU_CHUNK = 1 << 21
 
 __all__ = [
     "LOGIT_NAMES",
