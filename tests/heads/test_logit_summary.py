@@ -140,19 +140,19 @@ def test_one_capture_keeps_no_pairs_of_an_earlier_pass():
                     assert torch.equal(value, want[name]), name
 
 
-def test_a_batch_larger_than_one_cpu_chunk_is_the_float64_reduction():
-    """Full-length examples reduced a few at a time (a chunk ends inside the batch) give numpy's float64 max and
-    population std of each example's and head's scores."""
+@pytest.mark.parametrize("examples_per_chunk", [0, 1, 2, 5])
+def test_a_batch_reduced_in_cpu_chunks_is_the_float64_reduction(monkeypatch, examples_per_chunk):
+    """Full-length examples reduced a few at a time (chunks ending inside the batch; a chunk smaller than one
+    example takes one) give numpy's float64 max and population std of each example's and head's scores."""
     from bertwatch.heads import logits
 
-    heads, length = 2, 64
-    per_example = heads * length * length
-    batch = 2 * (logits._CPU_CHUNK // per_example) + 1  # two full chunks and one more example
-    scores = 2.0 + 3.0 * torch.randn(batch, heads, length, length, generator=torch.Generator().manual_seed(2))
-    pairs = allowed_pairs(torch.zeros(batch, 1, 1, length), length)
-    assert pair_blocks(pairs, batch, length) == [(0, length)] * batch
+    batch, per_example = 5, HEADS * T * T
+    monkeypatch.setattr(logits, "_CPU_CHUNK", examples_per_chunk * per_example + per_example // 2)
+    scores = 2.0 + 3.0 * torch.randn(batch, HEADS, T, T, generator=torch.Generator().manual_seed(2))
+    pairs = allowed_pairs(torch.zeros(batch, 1, 1, T), T)
+    assert pair_blocks(pairs, batch, T) == [(0, T)] * batch
     peak, spread = logit_summary(scores, pairs)
-    flat = scores.double().numpy().reshape(batch, heads, -1)
+    flat = scores.double().numpy().reshape(batch, HEADS, -1)
     scale = float(scores.abs().max())
     assert_float32_close(peak, flat.max(-1), scale=scale, msg="max_logit")
     assert_float32_close(spread, flat.std(-1), scale=scale, msg="logit_std")
