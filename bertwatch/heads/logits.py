@@ -138,10 +138,13 @@ def logit_summary(
         _block_summary(scores[..., blocks[0][0] : blocks[0][1], blocks[0][0] : blocks[0][1]], peak, std)
         return peak, std
     masked = [b for b, block in enumerate(blocks) if block is None]
+    sides = [stop - start for start, stop in filter(None, blocks)]
+    scratch = torch.empty(scores.shape[1] * max(sides, default=0) ** 2, device=scores.device)
     for b, block in enumerate(blocks):
         if block is not None:
             start, stop = block
-            _block_summary(scores[b : b + 1, :, start:stop, start:stop], peak[b : b + 1], std[b : b + 1])
+            part = scores[b : b + 1, :, start:stop, start:stop]
+            _block_summary(part, peak[b : b + 1], std[b : b + 1], scratch[: part.numel()].view(part.shape))
     if masked:
         index = torch.tensor(masked, device=scores.device)
         part = pairs.expand(batch, *pairs.shape[1:]).index_select(0, index)
@@ -149,14 +152,16 @@ def logit_summary(
     return peak, std
 
 
-def _block_summary(scores: Tensor, peak: Tensor, std: Tensor) -> None:
+def _block_summary(scores: Tensor, peak: Tensor, std: Tensor, scratch: Tensor | None = None) -> None:
     """Max and population std over the last two dims of ``scores`` ``[b, heads, n, n]`` (every pair counts), into
     ``peak`` and ``std`` ``[b, heads]``. On CPU a few examples at a time (``_CPU_CHUNK`` elements at most), so the
-    deviations are taken while the chunk is still in cache, in one scratch buffer."""
+    deviations are taken while the chunk is still in cache, in one scratch buffer (``scratch``, shaped like
+    ``scores``, when the caller has one)."""
     step = len(scores)
     if scores.device.type == "cpu":
         step = max(1, _CPU_CHUNK // max(1, scores[:1].numel()))
-    scratch = torch.empty((min(step, len(scores)), *scores.shape[1:]), dtype=scores.dtype, device=scores.device)
+    if scratch is None:
+        scratch = torch.empty((min(step, len(scores)), *scores.shape[1:]), dtype=scores.dtype, device=scores.device)
     for start in range(0, len(scores), step):
         part, rows = scores[start : start + step], slice(start, start + step)
         torch.amax(part, dim=(-2, -1), out=peak[rows])
