@@ -92,11 +92,12 @@ def pair_blocks(pairs: Tensor | None, batch: int, length: int) -> list[tuple[int
 
     Returns:
         ``batch`` entries; :func:`logit_summary` reduces an example with a block over a slice of its scores, with
-        no mask.
+        no mask. Blocks are looked for on CPU only: elsewhere reading the mask back would stall the device, and
+        the masked path is a few kernels for the whole batch.
     """
     if pairs is None:
         return [(0, length)] * batch
-    if pairs.shape[1] != 1:
+    if pairs.shape[1] != 1 or pairs.device.type != "cpu":
         return [None] * batch
     allowed = pairs[:, 0].expand(batch, length, length)
     real = allowed.any(dim=-1)  # [batch, T]: queries with a counted pair
@@ -132,12 +133,13 @@ def logit_summary(
         pairs = pairs.to(scores.device)
     if blocks is None:
         blocks = pair_blocks(pairs, batch, length)
-    peak = torch.empty(scores.shape[:2], device=scores.device)
-    std = torch.empty(scores.shape[:2], device=scores.device)
-    if all(block == blocks[0] for block in blocks) and blocks[0] is not None:
+    peak, std = torch.empty(scores.shape[:2], device=scores.device), torch.empty(scores.shape[:2], device=scores.device)
+    if blocks and blocks[0] is not None and all(block == blocks[0] for block in blocks):
         _block_summary(scores[..., blocks[0][0] : blocks[0][1], blocks[0][0] : blocks[0][1]], peak, std)
         return peak, std
     masked = [b for b, block in enumerate(blocks) if block is None]
+    if len(masked) == batch:
+        return _masked_summary(scores, pairs)
     sides = [stop - start for start, stop in filter(None, blocks)]
     scratch = torch.empty(scores.shape[1] * max(sides, default=0) ** 2, device=scores.device)
     for b, block in enumerate(blocks):

@@ -156,3 +156,8 @@ def test_a_batch_reduced_in_cpu_chunks_is_the_float64_reduction(monkeypatch, exa
     scale = float(scores.abs().max())
     assert_float32_close(peak, flat.max(-1), scale=scale, msg="max_logit")
     assert_float32_close(spread, flat.std(-1), scale=scale, msg="logit_std")
+
+
+def test_an_empty_batch_gives_empty_summaries():
+    peak, spread = logit_summary(torch.zeros(0, HEADS, T, T), allowed_pairs(key_mask([]), T))
+    assert peak.shape == spread.shape == (0, HEADS)
