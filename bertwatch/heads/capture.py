@@ -21,7 +21,7 @@ from torch import nn
 from bertwatch.core.families import model_family
 from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.intervention import Intervention
-from bertwatch.heads.logits import LOGIT_NAMES, allowed_keys, allowed_pairs, logit_summary
+from bertwatch.heads.logits import LOGIT_NAMES, allowed_keys, counted_pairs, logit_summary
 from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.sharding import is_sharded
@@ -100,7 +100,7 @@ class Capture:
         self.num_layers = num_layers
         self.record_logits = record_logits
         self._logits: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._pairs: tuple[torch.Tensor | None, torch.Tensor | None] | None = None
+        self._pairs: tuple | None = None  # (mask, scores' shape, counted_pairs of them): layers share one mask
         self.record_values = record_values
         self._values: list[torch.Tensor] = []
         self._contexts: list[torch.Tensor | None] = []
@@ -158,9 +158,9 @@ class Capture:
     def keep_logits(self, scores: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
         """Reduce one layer's pre-softmax scores ``[batch, heads, T, T]`` (mask not added) to its logit summary."""
         if self.record_logits:
-            if self._pairs is None or self._pairs[0] is not attention_mask:  # layers share one mask tensor
-                self._pairs = (attention_mask, allowed_pairs(attention_mask, scores.shape[-1]))
-            self._logits.append(logit_summary(scores, self._pairs[1]))
+            if self._pairs is None or self._pairs[0] is not attention_mask or self._pairs[1] != scores.shape:
+                self._pairs = (attention_mask, scores.shape, *counted_pairs(attention_mask, scores.shape))
+            self._logits.append(logit_summary(scores, *self._pairs[2:]))
 
     def keep_states(self, values: torch.Tensor, context: torch.Tensor | None) -> None:
         """Record one layer's value states and context ``[batch, heads, T, d_head]`` (context None: not exact)."""

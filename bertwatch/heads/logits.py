@@ -20,7 +20,18 @@ from torch import Tensor
 
 from bertwatch.core.stat_names import LOGIT_NAMES
 
-__all__ = ["LOGIT_NAMES", "allowed_keys", "allowed_pairs", "logit_summary", "mask_allows"]
+#: Most score elements reduced at once on CPU (a chunk of examples whose deviations stay in cache).
+_CPU_CHUNK = 1 << 21
+
+__all__ = [
+    "LOGIT_NAMES",
+    "allowed_keys",
+    "allowed_pairs",
+    "logit_summary",
+    "counted_pairs",
+    "mask_allows",
+    "pair_blocks",
+]
 
 
 def mask_allows(attention_mask: Tensor, length: int) -> Tensor:
@@ -62,11 +73,53 @@ def allowed_pairs(attention_mask: Tensor | None, length: int) -> Tensor | None:
     return allowed & real_query[..., :, None]
 
 
-def logit_summary(scores: Tensor, pairs: Tensor | None) -> tuple[Tensor, Tensor]:
+def counted_pairs(
+    attention_mask: Tensor | None, shape: torch.Size
+) -> tuple[Tensor | None, list[tuple[int, int] | None]]:
+    """(:func:`allowed_pairs`, :func:`pair_blocks`) for scores of ``shape`` ``[batch, heads, T, T]``: what
+    :func:`logit_summary` takes, found once per mask and reused by every layer of a pass."""
+    pairs = allowed_pairs(attention_mask, shape[-1])
+    return pairs, pair_blocks(pairs, shape[0], shape[-1])
+
+
+def pair_blocks(pairs: Tensor | None, batch: int, length: int) -> list[tuple[int, int] | None]:
+    """For each example, (start, stop) when its counted pairs are exactly the square block of queries and keys
+    start..stop-1 for every head (right or left padding, no padding), else None (a window, per-head masks, no pair).
+
+    Args:
+        pairs: bool ``[batch, 1 or heads, T, T]`` from :func:`allowed_pairs`, or None (every pair counts).
+        batch: the number of examples; length: T.
+
+    Returns:
+        ``batch`` entries; :func:`logit_summary` reduces an example with a block over a slice of its scores, with
+        no mask. Blocks are looked for on CPU only: elsewhere reading the mask back would stall the device, and
+        the masked path is a few kernels for the whole batch.
+    """
+    if pairs is None:
+        return [(0, length)] * batch
+    if pairs.shape[1] != 1 or pairs.device.type != "cpu":
+        return [None] * batch
+    allowed = pairs[:, 0].expand(batch, length, length)
+    real = allowed.any(dim=-1)  # [batch, T]: queries with a counted pair
+    count = real.sum(dim=-1)
+    start = real.float().argmax(dim=-1)
+    position = torch.arange(length, device=pairs.device)
+    inside = (position >= start[:, None]) & (position < (start + count)[:, None])  # [batch, T]
+    square = (allowed == (inside[:, :, None] & inside[:, None, :])).all(dim=-1).all(dim=-1) & (count > 0)
+    return [
+        (s, s + n) if ok else None for s, n, ok in zip(start.tolist(), count.tolist(), square.tolist(), strict=True)
+    ]
+
+
+def logit_summary(
+    scores: Tensor, pairs: Tensor | None, blocks: list[tuple[int, int] | None] | None = None
+) -> tuple[Tensor, Tensor]:
     """(max, std) of each example's and head's scores over ``pairs``: scores ``[batch, heads, T, T]``, pairs bool
     broadcastable to it (:func:`allowed_pairs`) -> two float32 ``[batch, heads]``; NaN where no pair counts.
 
-    The standard deviation is taken about the mean in two passes (scores may be large and nearly equal).
+    The standard deviation is taken about the mean in two passes (scores may be large and nearly equal). An
+    example whose pairs are a square block (:func:`pair_blocks`; ``blocks`` when already found for this mask) is
+    reduced over that slice of its scores, unmasked, so padding costs nothing; any other is masked.
 
     Example:
         >>> s = torch.tensor([[[[1.0, 3.0], [2.0, -1e9]]]])
@@ -75,13 +128,56 @@ def logit_summary(scores: Tensor, pairs: Tensor | None) -> tuple[Tensor, Tensor]
         (3.0, 0.8165)
     """
     scores = scores.detach().float()
-    if pairs is None:
-        pairs = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device)
-    pairs = pairs.to(scores.device)
+    batch, length = scores.shape[0], scores.shape[-1]
+    if pairs is not None:
+        pairs = pairs.to(scores.device)
+    if blocks is None:
+        blocks = pair_blocks(pairs, batch, length)
+    peak, std = torch.empty(scores.shape[:2], device=scores.device), torch.empty(scores.shape[:2], device=scores.device)
+    if blocks and blocks[0] is not None and all(block == blocks[0] for block in blocks):
+        _block_summary(scores[..., blocks[0][0] : blocks[0][1], blocks[0][0] : blocks[0][1]], peak, std)
+        return peak, std
+    masked = [b for b, block in enumerate(blocks) if block is None]
+    if len(masked) == batch:
+        return _masked_summary(scores, pairs)
+    sides = [stop - start for start, stop in filter(None, blocks)]
+    scratch = torch.empty(scores.shape[1] * max(sides, default=0) ** 2, device=scores.device)
+    for b, block in enumerate(blocks):
+        if block is not None:
+            start, stop = block
+            part = scores[b : b + 1, :, start:stop, start:stop]
+            _block_summary(part, peak[b : b + 1], std[b : b + 1], scratch[: part.numel()].view(part.shape))
+    if masked:
+        index = torch.tensor(masked, device=scores.device)
+        part = pairs.expand(batch, *pairs.shape[1:]).index_select(0, index)
+        peak[index], std[index] = _masked_summary(scores.index_select(0, index), part)
+    return peak, std
+
+
+def _block_summary(scores: Tensor, peak: Tensor, std: Tensor, scratch: Tensor | None = None) -> None:
+    """Max and population std over the last two dims of ``scores`` ``[b, heads, n, n]`` (every pair counts), into
+    ``peak`` and ``std`` ``[b, heads]``. On CPU a few examples at a time (``_CPU_CHUNK`` elements at most), so the
+    deviations are taken while the chunk is still in cache, in one scratch buffer (``scratch``, shaped like
+    ``scores``, when the caller has one)."""
+    step = len(scores)
+    if scores.device.type == "cpu":
+        step = max(1, _CPU_CHUNK // max(1, scores[:1].numel()))
+    if scratch is None:
+        scratch = torch.empty((min(step, len(scores)), *scores.shape[1:]), dtype=scores.dtype, device=scores.device)
+    for start in range(0, len(scores), step):
+        part, rows = scores[start : start + step], slice(start, start + step)
+        torch.amax(part, dim=(-2, -1), out=peak[rows])
+        deviation = torch.sub(part, part.mean(dim=(-2, -1), keepdim=True), out=scratch[: len(part)])
+        torch.linalg.vector_norm(deviation, dim=(-2, -1), out=std[rows])
+    std.div_(scores.shape[-1])
+
+
+def _masked_summary(scores: Tensor, pairs: Tensor) -> tuple[Tensor, Tensor]:
+    """(max, std) over ``pairs`` (bool, broadcastable to ``scores`` ``[b, heads, T, T]``), NaN where none counts."""
     count = pairs.sum(dim=(-2, -1), dtype=torch.float32).expand(scores.shape[:2])  # before broadcasting over heads
     peak = torch.where(pairs, scores, -torch.inf).amax(dim=(-2, -1))
     mean = torch.where(pairs, scores, 0.0).sum(dim=(-2, -1)) / count
     deviation = torch.where(pairs, scores - mean[..., None, None], 0.0)
-    std = torch.linalg.vector_norm(deviation, dim=(-2, -1)) / count.sqrt()
+    spread = torch.linalg.vector_norm(deviation, dim=(-2, -1)) / count.sqrt()
     empty = count == 0
-    return peak.masked_fill(empty, torch.nan), std.masked_fill(empty, torch.nan)
+    return peak.masked_fill(empty, torch.nan), spread.masked_fill(empty, torch.nan)

@@ -263,7 +263,7 @@ def norm_stats(
     norms = transformed_norms(values, grams, factors) * keys  # [B, L, H, T]
     masks = [real] + [m.to(device).bool() & real for m in (roles.cls, roles.sep, roles.punct)]
     rows = torch.stack([norms * m[:, None, None, :] for m in masks], dim=-2)  # [B, L, H, 4, T]
-    weighted = (rows @ a.mT).mT  # [B, L, H, T, 4]: Σ_j A‖f‖ over real / cls / sep / punct keys (4 rows: fast)
+    weighted = a @ rows.mT  # [B, L, H, T, 4]: Σ_j A‖f‖ over real / cls / sep / punct keys (one pass over the maps)
     total = weighted[..., 0]
     queries = real[:, None, None, :]
     n = real.sum(-1).float().view(-1, 1, 1)

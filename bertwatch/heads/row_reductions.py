@@ -75,7 +75,6 @@ class RowReductions:
         self.n = self.realf.sum(-1)
         self.has_cls = self.cls.any(-1)
         self.key_mask = self.realf[:, None, None, :]
-        self.two = torch.tensor(2.0, device=device)
         self.context: dict[str, Tensor] = {}
         self.layout: list[_Layout] | None = None
 
@@ -256,12 +255,12 @@ class RowReductions:
 
     def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, t]`.
-        With r = P/M, Q/M = 2 − r: one division serves both logarithms (r = 1 exactly where P = Q)."""
+        With d = (Q − P)/(P + Q) in (−1, 1), P/M = 1 − d and Q/M = 1 + d: one division serves both logarithms,
+        taken as log1p(∓d) (faster than ln, and d keeps its digits where P ≈ Q; d = 0 exactly where P = Q)."""
         fill = self.context["js"][rows, ..., : block.shape[-1]]
         p = self.smoothed(rows, block, fill, JS_SMOOTHING, bufs[0])
         q = torch.add(fill, old, alpha=JS_SMOOTHING, out=old)
-        ratio = torch.div(p, torch.lerp(p, q, 0.5, out=bufs[1]), out=bufs[1])
-        other = torch.add(self.two, ratio, alpha=-1.0, out=bufs[2])
-        terms = ratio.log_().mul_(p)
-        terms.addcmul_(other.log_(), q)
+        d = torch.sub(q, p, out=bufs[1]).div_(torch.add(p, q, out=bufs[2]))
+        terms = torch.neg(d, out=bufs[2]).log1p_().mul_(p)
+        terms.addcmul_(d.log1p_(), q)
         torch.sum(terms, -1, out=dest).mul_(0.5)
