@@ -265,7 +265,7 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._drive("begin", state)
+        self._drive("begin", state, control)
 
     @contained("on_pre_optimizer_step")
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

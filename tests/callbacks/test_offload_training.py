@@ -22,7 +22,7 @@ from bertwatch.callbacks import offload as offload_module
 from bertwatch.callbacks.offload import offload_threads
 from bertwatch.callbacks.settings import WatchSettings
 from bertwatch.core.stat_names import MIXING_NAMES
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_trainer
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, toy_trainer, training_args
 
 WORKER_THREAD = "bertwatch-stats"
 
@@ -173,6 +173,40 @@ def test_a_failing_job_is_one_warning_and_training_and_checkpoints_go_on(tmp_pat
         checkpoint = tmp_path / "w" / f"checkpoint-{step}"
         assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "trainer_state.json").is_file()
         assert T.AutoModelForSequenceClassification.from_pretrained(checkpoint) is not None
+
+
+def test_a_stop_alert_with_the_worker_stops_one_optimiser_step_later(tmp_path) -> None:
+    """Adam at a learning rate of 0.3 on a random 2-layer BERT: an entropy or sink alert within 12 steps."""
+    tok = tiny_tokenizer()
+    texts = [r["text"] for r in toy_texts(8, 3)]
+    runs = {}
+    for offload in (False, True):
+        callback = BertWatchCallback(
+            stats=["entropy", "cls_mass", "sep_mass"], every_n_steps=1, num_maps=0, probe_texts=texts,
+            on_alert="stop", offload_stats=offload,
+        )  # fmt: skip
+        out = tmp_path / str(offload)
+        args = training_args(str(out), max_steps=12, learning_rate=0.3, logging_steps=1, lr_scheduler_type="constant")
+        trainer = T.Trainer(
+            model=tiny_bert(tok),
+            args=args,
+            train_dataset=toy_dataset(tok, 160, 0),
+            processing_class=tok,
+            data_collator=T.DataCollatorWithPadding(tok),
+            callbacks=[callback],
+        )
+        watch(trainer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BertWatchWarning)
+            trainer.train()
+        runs[offload] = (callback, trainer.state.global_step, out)
+    (inline, inline_end, _), (moved, moved_end, moved_out) = runs[False], runs[True]
+    alerted = inline.alerting.stop_requested_at
+    assert alerted is not None and alerted < 11 and inline_end == alerted
+    assert moved.alerting.stop_requested_at == alerted and moved_end == alerted + 1
+    assert (moved_out / f"checkpoint-{alerted + 1}" / "model.safetensors").is_file()
+    raised = [(a.step, a.layer, a.head, a.rule) for a in moved.alerting.raised if a.step <= alerted]
+    assert raised == [(a.step, a.layer, a.head, a.rule) for a in inline.alerting.raised]
 
 
 @pytest.mark.parametrize(
