@@ -283,7 +283,9 @@ class WatchSettings(_ByValue):
         None, "compute the statistics off the training thread while training goes on: True, False, or None "
         "(automatic: a side CUDA stream on a GPU; on a CPU a worker thread only when the process has cores the "
         "training's threads leave idle; callbacks/offload.py)",
-        _flag("--offload-stats", "true"), _flag("--no-offload-stats", "false"),
+        _flag("--offload-stats", "true", help="always compute the statistics off the training thread (default: "
+              "automatic: on a GPU, or on a CPU with cores the training leaves idle)"),
+        _flag("--no-offload-stats", "false", help="always compute the statistics on the training thread"),
     )  # fmt: skip
     strict: bool = _option(False, "re-raise errors instead of warning (for tests)", _flag("--strict", "true"))
     num_maps: int = _option(4, "probe examples whose attention maps are kept", _flag("--num-maps", "int"))
