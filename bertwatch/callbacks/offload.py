@@ -166,10 +166,12 @@ def _tensors(value: Any, depth: int = 4) -> list[Tensor]:
 
 
 def available_cores() -> int:
-    """The CPU cores this process may run on (``os.sched_getaffinity`` where the platform has it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The CPU cores this process may use: those it may run on (``os.sched_getaffinity`` where the platform has
+    it, else ``os.cpu_count()``), shared with the other processes of its run on this machine (``LOCAL_WORLD_SIZE``,
+    set by ``torchrun`` and ``accelerate launch``)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    return max(1, cores // max(1, int(local))) if local.isdigit() else cores
 
 
 def offload_threads(

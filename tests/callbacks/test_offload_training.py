@@ -25,6 +25,8 @@ from bertwatch.core.stat_names import MIXING_NAMES
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, toy_trainer, training_args
 
 WORKER_THREAD = "bertwatch-stats"
+#: The real core count (taken at collection: for the run, conftest's ``_no_spare_cores`` replaces it).
+PROCESS_CORES = offload_module.available_cores
 
 
 def _train(out, callbacks, **overrides):
@@ -240,3 +242,15 @@ def test_offload_stats_is_checked() -> None:
     assert WatchSettings(offload_stats=1).offload_stats is True
     assert WatchSettings().probe().offload is None
     assert WatchSettings(offload_stats=False).probe() != WatchSettings().probe()
+
+
+def test_the_processes_of_a_run_on_one_machine_share_its_cores(monkeypatch) -> None:
+    import os
+
+    own = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert PROCESS_CORES() == own
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(own))
+    assert PROCESS_CORES() == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(2 * own))
+    assert PROCESS_CORES() == 1
