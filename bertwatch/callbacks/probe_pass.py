@@ -6,7 +6,9 @@ examples' maps to keep, whether the drift reference is taken in this pass or fro
 riders on it (``callbacks.riders``). ``execute`` runs the plan over the probe batches, once each: per batch the ``"before"``
 measurements (own passes), one shared no-grad forward recording what the plan needs (``CaptureNeeds``), the
 ``"forward"`` measurements and the riders on it, then the ``"after"`` measurements; it returns values
-(``PassResult``) and writes nothing (``callbacks.publisher`` does).
+(``PassResult``) and writes nothing (``callbacks.publisher`` does). ``start_pass`` is the same pass with a
+statistics worker (``callbacks.offload``): the training thread runs the forwards and hands each batch's
+``"forward"`` measurements, then the aggregation, to the worker; its ``PendingPass`` gives the ``PassResult``.
 
 When a subscriber watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
 their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing_model.mixing_maps`` on those rows alone),
