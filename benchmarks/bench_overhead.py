@@ -5,7 +5,10 @@ Two cadences (``--cadences``): ``budget``, the defaults (``every_n_steps=None``:
 run is its own fresh process (so peak memory is measured per run), the order alternating over the repeats to
 spread machine noise; the ratios are medians over the repeats.
 
-    python benchmarks/bench_overhead.py --max-steps 100 500 --repeats 2 [--cadences budget,50]
+    python benchmarks/bench_overhead.py --max-steps 100 500 --repeats 2 [--cadences budget,50] [--offload off,on]
+
+``--offload`` runs the callback once per ``offload_stats`` choice given (``auto``, ``on``, ``off``: the statistics on
+a worker thread or side stream, or inline), each against the same run without bertwatch.
 
 Prints, per cadence and length, the wall-time ratio of ``trainer.train()`` (target <= 1.03 for the budgeted
 defaults), the CPU-time ratio, the in-run ratio (the run's wall time over its wall time outside bertwatch's events:
@@ -95,7 +98,8 @@ def worker(opts: argparse.Namespace) -> dict:
             from bertwatch.callbacks import BertWatchCallback
 
             every = None if opts.cadence == "budget" else int(opts.cadence)
-            timer = _Timed(BertWatchCallback(every_n_steps=every))
+            offload = {"auto": None, "on": True, "off": False}[opts.offload_choice]
+            timer = _Timed(BertWatchCallback(every_n_steps=every, offload_stats=offload))
             callbacks.append(timer)
         trainer = T.Trainer(
             model=model,
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--callback", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cadence", default="budget", help=argparse.SUPPRESS)
+    parser.add_argument("--offload", default="auto", help="comma-separated offload_stats choices: auto, on, off")
+    parser.add_argument("--offload-choice", default="auto", choices=("auto", "on", "off"), help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     opts.model = opts.model or _default_model()
     opts.glue_dir = opts.glue_dir or default_glue_dir()
@@ -188,17 +194,28 @@ def _compare(opts: argparse.Namespace, steps: int, cadence: str) -> None:
     ]
     if opts.glue_dir:
         base += ["--glue-dir", opts.glue_dir]
+    choices = [c.strip() for c in opts.offload.split(",") if c.strip()]
     results: dict[bool, list[dict]] = {False: [], True: []}
+    moved: dict[str, list[dict]] = {c: [] for c in choices}
     from tqdm import tqdm
 
-    order = [(r, on) for r in range(opts.repeats) for on in ((False, True) if r % 2 == 0 else (True, False))]
-    for _, on in tqdm(order, desc=f"{steps} steps, cadence {cadence}", unit="run"):
-        proc = subprocess.run(base + (["--callback"] if on else []), capture_output=True, text=True)
+    runs = [None, *choices]
+    order = [(r, c) for r in range(opts.repeats) for c in (runs if r % 2 == 0 else runs[::-1])]
+    for _, choice in tqdm(order, desc=f"{steps} steps, cadence {cadence}", unit="run"):
+        extra = [] if choice is None else ["--callback", "--offload-choice", choice]
+        proc = subprocess.run(base + extra, capture_output=True, text=True)
         lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
             sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-            raise SystemExit(f"benchmark run failed (callback={on})")
-        results[on].append(json.loads(lines[-1][len("RESULT ") :]))
+            raise SystemExit(f"benchmark run failed (offload={choice})")
+        (results[False] if choice is None else moved[choice]).append(json.loads(lines[-1][len("RESULT ") :]))
+    for choice in choices:
+        results[True] = moved[choice]
+        _report(opts, steps, cadence, results, f"offload_stats={choice}")
+
+
+def _report(opts: argparse.Namespace, steps: int, cadence: str, results: dict[bool, list[dict]], what: str) -> None:
+    """The ratios of the runs with the callback (``results[True]``) against those without."""
 
     def med(on: bool, key: str) -> float:
         return statistics.median(r[key] for r in results[on])
@@ -208,7 +225,7 @@ def _compare(opts: argparse.Namespace, steps: int, cadence: str) -> None:
     print(
         f"\nmodel {opts.model}, device {opts.device}, {steps} steps x batch {opts.batch_size}, {opts.repeats} "
         f"repeats, cadence {'budgeted (defaults)' if cadence == 'budget' else f'every_n_steps={cadence}'}, "
-        f"load average {load}"
+        f"{what}, load average {load}"
     )
     for on in (False, True):
         walls = ", ".join(f"{r['wall_s']:.1f}" for r in results[on])

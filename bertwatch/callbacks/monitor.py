@@ -6,8 +6,15 @@ the union of what every due callback (``probe_pass.Subscriber``) needs; the othe
 
 Data flows one way: at ``on_train_begin`` the monitor gathers the run into a ``ProbeContext``
 (``callbacks.probe_context``); at each event it plans the pass from the due subscribers (``probe_pass.plan_pass``),
-executes it (``probe_pass.execute``: measurements and riders return values), hands the grids to the
-``Publisher`` (event files, trackers) and to each subscriber's ``record``. The pass never changes the user's
+starts it (``probe_pass.start_pass``: measurements and riders return values), and once its results are in hands
+the grids to the ``Publisher`` (event files, trackers) and to each subscriber's ``record``; then each subscriber
+takes its own turn (``settled``: alerts, the probe-steps record) at its next event.
+
+With a statistics worker (``callbacks.offload``, the ``offload_stats`` setting) the training thread runs only the
+pass's forward passes and hands the statistics to the worker; the results are published at the first event that
+finds them ready, and waited for at the latest before the next optimiser step (``settle``, called at
+``on_pre_optimizer_step``: the jobs may read the weights), before the next pass and at the end. Everything is
+published in the same order, with the same values, as inline; only later. The pass never changes the user's
 training: eval mode, restored RNG and attention implementation (``bertwatch.heads.capture``), ``torch.no_grad``
 for maps, ``torch.autograd.grad`` on gates for gradients, and its own copy of the probe batches.
 """
@@ -22,12 +29,14 @@ import numpy as np
 import torch
 
 from bertwatch.callbacks._context import TrainerContext
+from bertwatch.callbacks.offload import StatsWorker, offload_threads
 from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
-from bertwatch.callbacks.probe_pass import Subscriber, execute, plan_pass
+from bertwatch.callbacks.probe_pass import PendingPass, Subscriber, plan_pass, start_pass
 from bertwatch.callbacks.probe_set import ProbeSet
 from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher
 from bertwatch.callbacks.settings import ALL_STATS, MAP_STATS, ProbeSettings, WatchSettings
 from bertwatch.core.alerts import Alert
+from bertwatch.heads.sharding import is_sharded
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "Subscriber", "monitor_for"]
 
@@ -58,6 +67,15 @@ class _Run:
         self.step = -1
         self.grids: dict[str, np.ndarray] = {}
         self.maps_written: set[int] = set()
+        self.pending: _Pending | None = None
+        self.settled: dict[int, list[tuple[int, str]]] = {}  # id(subscriber) -> its (step, event) not yet taken
+
+
+class _Pending:
+    """A started pass whose results are not yet published: its ``step``, ``event``, ``due`` subscribers."""
+
+    def __init__(self, step: int, event: str, due: list[Subscriber], started: PendingPass | None) -> None:
+        self.step, self.event, self.due, self.started = step, event, due, started
 
 
 class Monitor:
@@ -75,6 +93,12 @@ class Monitor:
         self._state: Any = None
         self._context: ProbeContext | None = None
         self._run: _Run | None = None
+        self._worker: StatsWorker | None = None
+
+    @property
+    def worker(self) -> StatsWorker | None:
+        """The run's statistics worker (None: the statistics run inline, on the training thread)."""
+        return self._worker
 
     @property
     def model(self) -> torch.nn.Module | None:
@@ -129,6 +153,8 @@ class Monitor:
             self._failed = True
             raise
         self._context = run
+        threads = 0 if is_sharded(self.model) else offload_threads(self.settings.offload, run.device)
+        self._worker = StatsWorker(run.device, threads) if threads else None
         publisher = Publisher(
             run.writer, run.trackers, args, state, run.event, run.probe.roles, run.probe.length_info()
         )
@@ -161,6 +187,7 @@ class Monitor:
         if run.begin_pending and event != "begin":
             self.run("begin", state)
         if event == "begin":
+            self.settle(wait=run.begin_pending)
             if not run.begin_pending:
                 return
             run.begin_pending = False
@@ -168,14 +195,43 @@ class Monitor:
         if (event, step) in run.handled:
             return
         run.handled.add((event, step))
+        self.settle()
         try:
             self._handle(run, self.context, event, step)
         except BaseException:
             self._failed = True
             raise
+        if event == "end" or self._worker is None:
+            self.settle()
+
+    def settle(self, wait: bool = True) -> None:
+        """Publish the pending pass's results and give them to its subscribers, waiting for the statistics worker
+        (or, with ``wait=False``, only when they are ready). A failed job is raised here, and fails the monitor."""
+        run = self._run
+        if self._failed or run is None or run.pending is None:
+            return
+        pending = run.pending
+        if not wait and pending.started is not None and not pending.started.ready:
+            return
+        run.pending = None
+        try:
+            self._publish(run, pending)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def awaits(self, subscriber: Subscriber, step: int) -> bool:
+        """Whether ``subscriber`` is due a pass at ``step`` whose results are not published yet."""
+        pending = None if self._run is None else self._run.pending
+        return pending is not None and pending.step == step and any(s is subscriber for s in pending.due)
+
+    def settled(self, subscriber: Subscriber) -> list[tuple[int, str]]:
+        """The ``(step, event)`` of the passes published for ``subscriber`` since it last asked, oldest first."""
+        return [] if self._run is None else self._run.settled.pop(id(subscriber), [])
 
     def _handle(self, run: _Run, context: ProbeContext, event: str, step: int) -> None:
-        """Plan the pass of ``event`` at ``step``, execute it, publish it, and give each due subscriber its grids."""
+        """Plan the pass of ``event`` at ``step`` and start it (``probe_pass.start_pass``, on the run's worker if it
+        has one); ``settle`` publishes it."""
         active = self.active()
         due = [s for s in active if s.wants(event, step)]
         if step != run.step:
@@ -193,8 +249,14 @@ class Monitor:
         )
         if plan.build_reference and context.resumed:
             context.reference.warn_resumed(int(context.state.global_step))
-        if not plan.empty:
-            result = execute(plan, context)
+        started = None if plan.empty else start_pass(plan, context, self._worker)
+        run.pending = _Pending(step, event, due, started)
+
+    def _publish(self, run: _Run, pending: _Pending) -> None:
+        """Write a pass's results, give each due subscriber its grids, and queue its turn (``settled``)."""
+        step, event, due = pending.step, pending.event, pending.due
+        if pending.started is not None:
+            result = pending.started.result()
             run.grids.update(result.all_grids())
             run.publisher.publish(
                 step, result.grids, run.grids, result.summaries, result.examples, result.measure_examples
@@ -203,6 +265,7 @@ class Monitor:
                 run.maps_written.add(step)
         for s in due:
             s.record(step, {n: run.grids[n] for n in ALL_STATS if n in s.stat_names and n in run.grids})
+            run.settled.setdefault(id(s), []).append((step, event))
         senders = [s for s in due if s.log_to_trackers]
         if senders and event != "end":  # by on_train_end the trackers have closed their runs
             run.publisher.send_layer_means(step, run.grids, set().union(*(s.stat_names for s in senders)))
@@ -225,6 +288,9 @@ class Monitor:
                     del monitors[key]
 
     def close(self) -> None:
-        """Close the run's event writer (nothing is written after)."""
+        """Close the run's event writer (nothing is written after) and stop its statistics worker."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
         if self._run is not None:
             self._run.publisher.close()

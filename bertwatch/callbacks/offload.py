@@ -17,22 +17,27 @@ collects it: ``callbacks._safe.contained`` then stops bertwatch with its one war
 The handed-over tensors stay alive until their job ends (the maps of one probe batch: batch × layers × heads × T²
 floats).
 
-Where it plugs in: ``Monitor._compute`` (``callbacks.monitor``) calls ``compute_stats`` / ``norm_stats`` per probe
-batch and aggregates at once; with a worker it submits them and the monitor writes the step's grids when
-:meth:`collect` returns them, at the latest at the next Trainer event (the monitor's plan/execute split).
+A job's arguments are dropped as soon as it has run (its result is kept until collected), so the handed-over
+tensors live no longer than their job.
+
+Where it plugs in: ``callbacks.probe_pass.start_pass`` hands each probe batch's ``"forward"`` measurements and the
+pass's aggregation to the worker; ``callbacks.monitor.Monitor`` publishes the step's results once they are in (see
+``docs/callbacks.md``). :func:`offload_threads` is the one home of the policy that decides whether a run has a
+worker and how many threads it takes.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["StatsWorker"]
+__all__ = ["StatsWorker", "available_cores", "offload_threads"]
 
 _STOP = object()
 
@@ -127,6 +132,7 @@ class StatsWorker:
             except BaseException as err:  # handed to the training thread by collect()
                 job.error = err
             finally:
+                job.fn, job.args, job.kwargs, job.ready = None, (), {}, None  # the handed-over tensors go now
                 job.done.set()
 
     def _run(self, job: _Job) -> Any:
@@ -140,13 +146,57 @@ class StatsWorker:
             return result
 
 
-def _tensors(value: Any) -> list[Tensor]:
-    """The tensors in a job argument: a tensor, or a list / tuple / dict of them (one level), or the tensor fields
-    of an object such as ``TokenRoles``."""
+def _tensors(value: Any, depth: int = 4) -> list[Tensor]:
+    """The tensors in a job argument, ``depth`` levels down: a tensor; a list, tuple or mapping of values; the
+    fields of an object such as ``TokenRoles``, a ``ProbeBatch`` or a ``Capture`` (modules skipped: their
+    parameters are not handed over)."""
     if isinstance(value, Tensor):
         return [value]
+    if depth == 0 or value is None or isinstance(value, (str, bytes, int, float, bool, torch.nn.Module)):
+        return []
     if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, Tensor)]
-    if isinstance(value, dict):
-        return [v for v in value.values() if isinstance(v, Tensor)]
-    return [v for v in vars(value).values() if isinstance(v, Tensor)] if hasattr(value, "__dict__") else []
+        items: Any = value
+    elif isinstance(value, Mapping):
+        items = value.values()
+    elif hasattr(value, "__dict__"):
+        items = vars(value).values()
+    else:
+        return []
+    return [t for item in items for t in _tensors(item, depth - 1)]
+
+
+def available_cores() -> int:
+    """The CPU cores this process may use: those it may run on (``os.sched_getaffinity`` where the platform has
+    it, else ``os.cpu_count()``), shared with the other processes of its run on this machine (``LOCAL_WORLD_SIZE``,
+    set by ``torchrun`` and ``accelerate launch``)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    local = os.environ.get("LOCAL_WORLD_SIZE", "1")
+    return max(1, cores // max(1, int(local))) if local.isdigit() else cores
+
+
+def offload_threads(
+    offload: bool | None, device: torch.device | str, cores: int | None = None, threads: int | None = None
+) -> int:
+    """How many torch threads the statistics worker of a run takes; 0: no worker, the statistics run inline.
+
+    ``offload`` True forces a worker, False forbids it, None (automatic) decides by the device: on CUDA a worker
+    (its jobs go to a side stream; one thread launches them); on CPU a worker only when the process has spare
+    cores, ``cores`` (default :func:`available_cores`) more than the training's ``threads`` (default
+    ``torch.get_num_threads()``), and it takes the spare ones. On saturated cores a worker costs the same CPU
+    time as inline and can only slow training down, so the automatic choice there is inline. A forced CPU worker
+    takes the spare cores, at least one thread.
+
+    Example:
+        >>> offload_threads(None, "cpu", cores=2, threads=2), offload_threads(None, "cpu", cores=8, threads=4)
+        (0, 4)
+        >>> offload_threads(True, "cpu", cores=2, threads=2), offload_threads(None, "cuda"), offload_threads(False, "cuda")
+        (1, 1, 0)
+    """
+    if offload is False:
+        return 0
+    if torch.device(device).type == "cuda":
+        return 1
+    spare = (available_cores() if cores is None else cores) - (torch.get_num_threads() if threads is None else threads)
+    if offload is None:
+        return max(0, spare)
+    return max(1, spare)

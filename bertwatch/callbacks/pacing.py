@@ -48,7 +48,7 @@ class ProbePacing:
         self.agree = agreed_across_processes if agree is None else agree
         self.log: list[ProbeReason] = []
         self._noted: dict[int, str] = {}
-        self._unwritten = False
+        self._unwritten: set[int] = set()
 
     @property
     def budgeted(self) -> bool:
@@ -57,7 +57,7 @@ class ProbePacing:
     def start(self) -> None:
         """Training begins: the wall clock starts and the log empties."""
         self.meter.start()
-        self.log, self._noted, self._unwritten = [], {}, False
+        self.log, self._noted, self._unwritten = [], {}, set()
 
     def step_due(self, step: int) -> bool:
         """Whether the step event at ``step`` is due: a multiple of ``every_n_steps``, or the budget's answer."""
@@ -88,15 +88,15 @@ class ProbePacing:
             self.meter.add_own(seconds, probe_step=step if new else None)
             if new:
                 self.log.append(ProbeReason(step, self._noted[step], self.meter.share()))
-                self._unwritten = True
+                self._unwritten.add(step)
 
-    def records(self) -> list[NamedValues]:
-        """The step just measured, with its reason, as a point of the ``probe_steps`` series (once; empty when
-        nothing new was measured), for the run's publisher."""
-        if not self._unwritten:
+    def records(self, step: int) -> list[NamedValues]:
+        """The measured ``step`` with its reason, as a point of the ``probe_steps`` series (once; empty when
+        ``step`` was not measured or is already written), for the run's publisher."""
+        if step not in self._unwritten:
             return []
-        self._unwritten = False
-        last = self.log[-1]
+        self._unwritten.discard(step)
+        last = next(r for r in reversed(self.log) if r.step == step)
         values = {"overhead_share": last.share, "budgeted": float(not last.pinned)}
         return [NamedValues(PROBE_SERIES, values, f"bertwatch measured step {last.step}: {last.reason}")]
 

@@ -6,7 +6,9 @@ examples' maps to keep, whether the drift reference is taken in this pass or fro
 riders on it (``callbacks.riders``). ``execute`` runs the plan over the probe batches, once each: per batch the ``"before"``
 measurements (own passes), one shared no-grad forward recording what the plan needs (``CaptureNeeds``), the
 ``"forward"`` measurements and the riders on it, then the ``"after"`` measurements; it returns values
-(``PassResult``) and writes nothing (``callbacks.publisher`` does).
+(``PassResult``) and writes nothing (``callbacks.publisher`` does). ``start_pass`` is the same pass with a
+statistics worker (``callbacks.offload``): the training thread runs the forwards and hands each batch's
+``"forward"`` measurements, then the aggregation, to the worker; its ``PendingPass`` gives the ``PassResult``.
 
 When a subscriber watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
 their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing_model.mixing_maps`` on those rows alone),
@@ -45,9 +47,20 @@ from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
 from bertwatch.heads.stats import DRIFT_NAMES
 
 if TYPE_CHECKING:  # pragma: no cover
+    from bertwatch.callbacks.offload import StatsWorker
     from bertwatch.callbacks.probe_context import ProbeContext
 
-__all__ = ["LIVE_MEASURES", "PassResult", "ProbePlan", "Subscriber", "execute", "plan_pass", "written_measures"]
+__all__ = [
+    "LIVE_MEASURES",
+    "PassResult",
+    "PendingPass",
+    "ProbePlan",
+    "Subscriber",
+    "execute",
+    "plan_pass",
+    "start_pass",
+    "written_measures",
+]
 
 #: The measures whose maps the kept examples get beside their weights while a mixing statistic is watched: every
 #: mixing measure but value zeroing, which costs L·n forward passes of an n-token example
@@ -214,10 +227,14 @@ class PassResult:
 
 
 class _Collected:
-    """What the batches of one pass add up to: per-example values, kept examples, the reference being taken."""
+    """What the batches of one pass add up to: per-example values, kept examples, the reference being taken.
+
+    ``forward``: the ``"forward"`` measurements' values, kept apart: with a statistics worker its jobs add them on
+    the worker's thread while the training thread adds the others."""
 
     def __init__(self) -> None:
         self.per_example: dict[str, list[Tensor]] = defaultdict(list)
+        self.forward: dict[str, list[Tensor]] = defaultdict(list)
         self.examples: list[tuple] = []
         self.measure_examples: dict[str, list[tuple]] = defaultdict(list)
         self.reference: list[Tensor] = []
@@ -227,27 +244,79 @@ class _Collected:
             self.per_example[name].append(value)
 
 
+class PendingPass:
+    """A pass whose training-thread part has run (``start_pass``); :meth:`result` gives its ``PassResult``, waiting
+    for the statistics worker's part (the ``"forward"`` measurements and the aggregation) when there is one.
+
+    ``ready``: the result is there without waiting. A job's error is raised by :meth:`result`, on the thread that
+    asks (the training thread, where the callbacks' containment turns it into one warning)."""
+
+    def __init__(self, worker: StatsWorker | None, parts: PassResult, grids: dict[str, np.ndarray] | None) -> None:
+        self._worker, self._parts, self._grids = worker, parts, grids
+        self._result: PassResult | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._result is not None or self._worker is None or not self._worker.busy
+
+    def result(self) -> PassResult:
+        if self._result is None:
+            grids = self._grids
+            if grids is None:
+                grids = next(value for key, value in self._worker.collect() if key == "grids")
+            self._result, self._parts = replace(self._parts, grids=grids), None
+        return self._result
+
+
 def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
-    """Run ``plan`` over the probe set of ``context`` (module doc); the reference maps it takes are kept in
-    ``context.reference``. The model is left as it was (``heads.capture``)."""
+    """Run ``plan`` over the probe set of ``context`` (module doc) on this thread; the reference maps it takes are
+    kept in ``context.reference``. The model is left as it was (``heads.capture``)."""
+    return start_pass(plan, context).result()
+
+
+def start_pass(plan: ProbePlan, context: ProbeContext, worker: StatsWorker | None = None) -> PendingPass:
+    """Run the training-thread part of ``plan`` (the forward passes, riders, reference, kept examples) and, with
+    a ``worker`` (``callbacks.offload.StatsWorker``), hand each batch's ``"forward"`` measurements and then the
+    aggregation to it: the values are those of :func:`execute`, computed by the same functions on the same
+    tensors. Without a worker the whole pass runs here."""
     if plan.reference_from_model:
         context.reference.from_model(context.settings.reference_model)
     building = plan.build_reference and not context.reference.ready
     passes = [(m.stage, m.start(names, context)) for m, names in plan.work]
     collected = _Collected()
     for k in range(len(context.probe.batches)):
-        _run_batch(plan, context, passes, k, building, collected)
+        _run_batch(plan, context, passes, k, building, collected, worker)
     if building:
         context.reference.keep(collected.reference)
-    grids = aggregate({n: torch.cat(v) for n, v in collected.per_example.items()})
-    for (_, names), (_, measurement_pass) in zip(plan.work, passes):
-        grids.update(measurement_pass.finish({n: grids[n] for n in names if n in grids}))
-    ordered = {n: grids[n].detach().float().cpu().numpy() for n in plan.names if n in grids}
     summaries = tuple(rider.finish() for rider in plan.riders)
     measure_examples = {
         m: tuple(collected.measure_examples[m]) for m in LIVE_MEASURES if m in collected.measure_examples
     }
-    return PassResult(ordered, summaries, tuple(collected.examples), measure_examples)
+    parts = PassResult({}, summaries, tuple(collected.examples), measure_examples)
+    if worker is None:
+        return PendingPass(None, parts, _grids(plan, passes, collected))
+    worker.submit("grids", _grids, plan, passes, collected)
+    return PendingPass(worker, parts, None)
+
+
+def _grids(
+    plan: ProbePlan, passes: Sequence[tuple[str, MeasurementPass]], collected: _Collected
+) -> dict[str, np.ndarray]:
+    """The pass's grids ``{name: [layers, heads]}`` in plan order, float32 numpy: the per-example values
+    aggregated, then each measurement's ``finish``."""
+    values = {**collected.per_example, **collected.forward}
+    grids = aggregate({n: torch.cat(v) for n, v in values.items()})
+    for (_, names), (_, measurement_pass) in zip(plan.work, passes):
+        grids.update(measurement_pass.finish({n: grids[n] for n in names if n in grids}))
+    return {n: grids[n].detach().float().cpu().numpy() for n in plan.names if n in grids}
+
+
+def _measure_forward(passes: Sequence[tuple[str, MeasurementPass]], batch: ProbeBatch, collected: _Collected) -> None:
+    """The ``"forward"`` measurements of one batch, their values into ``collected.forward``."""
+    for stage, measurement_pass in passes:
+        if stage == "forward":
+            for name, value in measurement_pass.measure(batch).items():
+                collected.forward[name].append(value)
 
 
 def _run_batch(
@@ -257,6 +326,7 @@ def _run_batch(
     k: int,
     building: bool,
     collected: _Collected,
+    worker: StatsWorker | None,
 ) -> None:
     """Probe batch ``k`` through every stage of the plan."""
     probe = context.probe
@@ -276,7 +346,8 @@ def _run_batch(
                 out = out.values
             collected.add(out)
     if plan.shared_forward or len(collected.examples) < plan.num_maps:
-        _on_forward(plan, context, passes, replace(batch, attentions=attn, capture=states), building, collected)
+        shared = replace(batch, attentions=attn, capture=states)
+        _on_forward(plan, context, passes, shared, building, collected, worker)
     del attn, states
     for stage, measurement_pass in passes:
         if stage == "after":
@@ -290,10 +361,11 @@ def _on_forward(
     batch: ProbeBatch,
     building: bool,
     collected: _Collected,
+    worker: StatsWorker | None,
 ) -> None:
     """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps and recorded everything else
-    needed: ``RecordedStates.unmet``), then the ``"forward"`` measurements, the riders, the reference and the
-    kept examples."""
+    needed: ``RecordedStates.unmet``), then the ``"forward"`` measurements (handed to ``worker`` when there is
+    one), the riders, the reference and the kept examples."""
     needs, cap, outputs = plan.needs, None, None
     unmet = needs if batch.capture is None else batch.capture.unmet(needs)
     if batch.attentions is None or unmet.beyond_maps:
@@ -308,9 +380,11 @@ def _on_forward(
         batch = replace(
             batch, reference=context.reference.batch(batch.index, collected.reference if building else None)
         )
-    for stage, measurement_pass in passes:
-        if stage == "forward":
-            collected.add(measurement_pass.measure(batch))
+    if any(stage == "forward" for stage, _ in passes):
+        if worker is None:
+            _measure_forward(passes, batch, collected)
+        else:
+            worker.submit(("forward", batch.index), _measure_forward, passes, batch, collected)
     for rider in plan.riders:
         rider.consume(batch.start, attn, roles)
     probe, examples = context.probe, collected.examples

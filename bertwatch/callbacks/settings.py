@@ -147,6 +147,7 @@ class ProbeSettings(_ByValue):
     ig_steps: int = 20
     normalize_importance: bool = False
     compat_length: int | None = None
+    offload: bool | None = None
 
 
 _ALERT_DEFAULTS = AlertSettings()
@@ -278,6 +279,14 @@ class WatchSettings(_ByValue):
         True, "send the layer means to the Trainer's report_to trackers",
         _flag("--no-trackers", "false", help="do not send the layer means to the Trainer's report_to trackers"),
     )  # fmt: skip
+    offload_stats: bool | None = _option(
+        None, "compute the statistics off the training thread while training goes on: True, False, or None "
+        "(automatic: a side CUDA stream on a GPU; on a CPU a worker thread only when the process has cores the "
+        "training's threads leave idle; callbacks/offload.py)",
+        _flag("--offload-stats", "true", help="always compute the statistics off the training thread (default: "
+              "automatic: on a GPU, or on a CPU with cores the training leaves idle)"),
+        _flag("--no-offload-stats", "false", help="always compute the statistics on the training thread"),
+    )  # fmt: skip
     strict: bool = _option(False, "re-raise errors instead of warning (for tests)", _flag("--strict", "true"))
     num_maps: int = _option(4, "probe examples whose attention maps are kept", _flag("--num-maps", "int"))
     maps_every_n_steps: int | None = _option(
@@ -346,6 +355,8 @@ class WatchSettings(_ByValue):
                 raise ValueError(f"unknown bertwatch statistic(s) {unknown}; choose from {', '.join(ALL_STATS)}")
             if not self.stats:
                 raise ValueError("stats must name at least one statistic")
+        if self.offload_stats is not None:
+            set_(self, "offload_stats", _checked_bool("offload_stats", self.offload_stats))
         set_(self, "overhead_budget", check_budget(self.overhead_budget))
         check_mode(self.ablation_mode, "ablation_mode")
         if not isinstance(self.ablation_kwargs, Mapping):
@@ -395,6 +406,7 @@ class WatchSettings(_ByValue):
             ig_steps=self.ig_steps,
             normalize_importance=self.normalize_importance,
             compat_length=self.compat_length,
+            offload=self.offload_stats,
         )
 
 

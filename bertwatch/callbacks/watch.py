@@ -212,10 +212,23 @@ class WatchCallback(NotATracker, TrainerCallback):
             self.disable()
             return
         step = int(state.global_step)
-        with self.pacing.own_time(step, lambda: bool(self.history) and self.history[-1][0] == step):
+        with self.pacing.own_time(step, lambda: self._measured(step)):
             self.monitor.run(event, state)
-            self.alerting.update(self, state, control, event)  # stability alerts: callbacks.alerting
-        self.monitor.publish_records(self.pacing.records(), step)
+        with self.pacing.own_time():
+            self._take_results(state, control)
+
+    def _measured(self, step: int) -> bool:
+        """Whether this callback's grids of ``step`` are in, or on their way (``Monitor.awaits``)."""
+        in_history = bool(self.history) and self.history[-1][0] == step
+        return in_history or (self.monitor is not None and self.monitor.awaits(self, step))
+
+    def _take_results(self, state: Any, control: Any) -> None:
+        """This callback's turn on each pass published for it since its last event (``Monitor.settled``): judge
+        the stability alerts (``callbacks.alerting``; ``control`` is this event's) and write the step's
+        ``probe_steps`` point (``callbacks.pacing``)."""
+        for step, event in self.monitor.settled(self):
+            self.alerting.update(self, state, control, event)
+            self.monitor.publish_records(self.pacing.records(step), step)
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -252,7 +265,20 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._drive("begin", state)
+        self._drive("begin", state, control)
+
+    @contained("on_pre_optimizer_step")
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """The statistics worker's results of the last pass are waited for before the weights change (its jobs
+        may read them); a stop the alerts ask for takes effect at this step's end."""
+        if self.monitor is None:
+            return
+        if self.monitor.failed:
+            self.disable()
+            return
+        with self.pacing.own_time():
+            self.monitor.settle()
+            self._take_results(state, control)
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -104,3 +104,25 @@ def test_a_failing_job_is_raised_on_the_collecting_thread_and_contained_there(wo
         watcher.on_step_end()
     assert watcher.disabled
     assert threading.current_thread() is threading.main_thread()
+
+
+def test_the_handed_over_tensors_are_released_when_their_job_has_run(worker) -> None:
+    import weakref
+
+    maps = torch.rand(2, 3, 5, 5)
+    gone = weakref.ref(maps)
+    started = threading.Event()
+
+    def held(tensor: torch.Tensor) -> float:
+        started.wait()
+        return float(tensor.sum())
+
+    worker.submit("held", held, maps)
+    expected = float(maps.sum())
+    del maps
+    assert gone() is not None, "the worker holds the tensor until its job has run"
+    started.set()
+    while worker.busy:
+        time.sleep(0.001)
+    assert gone() is None, "the job's arguments are dropped once it ran, before collect()"
+    assert worker.collect() == [("held", expected)]
