@@ -176,8 +176,11 @@ class Measurement(Protocol):
         """What the shared forward must record to measure ``names`` (a subset of ``self.names``)."""
         ...
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
-        """Begin one pass measuring ``names`` (once per pass: what every batch shares, such as weights)."""
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
+        """Begin one pass measuring ``names`` (once per pass: what every batch shares, such as weights).
+
+        ``shared``: what the pass's shared forward is to record (``ProbePlan.needs``); a ``"before"`` measurement
+        whose own forward can record it too spares that forward (``Measured.states``)."""
         ...
 
 
@@ -204,7 +207,7 @@ class MapStatistics:
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds(maps=True)
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         compat_length = context.settings.compat_length
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
@@ -222,7 +225,7 @@ class NormStatistics:
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds(maps=True, values=True)
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         grams = head_grams(context.encoder)
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
@@ -242,10 +245,10 @@ class GradientStatistics:
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds()
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         _require_labels(context)
         model, loss = context.encoder, context.loss.arguments()
-        blocks = supports_mixing(model)  # kept for the mixing statistics: 2·rows·layers·T·d numbers per batch
+        blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per batch
 
         def measure(batch: ProbeBatch) -> Measured:
             with context.autocast():
@@ -271,7 +274,7 @@ class IntegratedGradientsStatistic:
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds()
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         _require_labels(context)
         model, loss, steps = context.encoder, context.loss.arguments(), context.settings.ig_steps
 
@@ -295,7 +298,7 @@ class MixingStatistics:
         blocks = _needs_blocks(names)
         return CaptureNeeds(maps=True, values=blocks, blocks=blocks)
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         weights = block_weights(context.encoder) if _needs_blocks(names) else None
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
@@ -327,7 +330,7 @@ class StabilityStatistics:
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds(logits=any(n in LOGIT_NAMES for n in names))
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         logit_names = tuple(n for n in names if n in LOGIT_NAMES)
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:

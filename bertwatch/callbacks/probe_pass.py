@@ -282,7 +282,7 @@ def start_pass(plan: ProbePlan, context: ProbeContext, worker: StatsWorker | Non
     if plan.reference_from_model:
         context.reference.from_model(context.settings.reference_model)
     building = plan.build_reference and not context.reference.ready
-    passes = [(m.stage, m.start(names, context)) for m, names in plan.work]
+    passes = [(m.stage, m.start(names, context, plan.needs)) for m, names in plan.work]
     collected = _Collected()
     for k in range(len(context.probe.batches)):
         _run_batch(plan, context, passes, k, building, collected, worker)

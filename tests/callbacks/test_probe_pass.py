@@ -211,6 +211,25 @@ def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_p
     assert_float32_close(one.grids["mixing_ratio"], two.grids["mixing_ratio"], msg="mixing_ratio")
 
 
+def test_the_gradient_pass_records_the_attention_blocks_only_for_a_mixing_statistic(tok, tmp_path):
+    """Each block's input and output cost 2·rows·layers·T·d numbers per batch: kept only when a statistic reads them."""
+    plain = PlainSubscriber(BertWatchCallback.default_stats)
+    model, monitor, _, _ = _attached(tok, tmp_path, [plain])  # the context holds the model weakly
+    for names, recorded in ((BertWatchCallback.default_stats, False), ((*GRADIENT_NAMES, "mixing_ratio"), True)):
+        sub = PlainSubscriber(names)
+        plan = plan_pass("step", 3, [sub], [sub], reference_ready=True)
+        gradients = next(m for m, _ in plan.work if m.stage == "before")
+        batch = ProbeBatch(
+            index=0,
+            start=0,
+            inputs=dict(monitor.context.probe.batches[0]),
+            roles=monitor.context.probe.roles[0],
+        )
+        states = gradients.start(GRADIENT_NAMES, monitor.context, plan.needs).measure(batch).states
+        assert (states.blocks is not None) == recorded, names
+    monitor.close()
+
+
 # ------------------------------------------------------------------------------------------------ a new family
 
 
@@ -227,7 +246,7 @@ class _DiagonalMass:
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds(maps=True)
 
-    def start(self, names: tuple[str, ...], context: ProbeContext) -> MeasurementPass:
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         self.started += 1
         layers, heads = context.layers, context.heads
 
