@@ -43,10 +43,12 @@ def _default_model() -> str:
 
 
 class _Timed:
-    """Forwards every Trainer event to a callback and adds up the wall time spent inside it."""
+    """Forwards every Trainer event to a callback and adds up the wall time spent inside it, in all and per event
+    (``on_train_begin``: the setup and the step-0 pass; a pass at step N falls in the event that ran it)."""
 
     def __init__(self, callback):
         self.callback, self.seconds = callback, 0.0
+        self.spent: dict[str, float] = {}
 
     def __getattr__(self, name):
         method = getattr(self.callback, name)
@@ -58,7 +60,9 @@ class _Timed:
             try:
                 return method(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - start
+                took = time.perf_counter() - start
+                self.seconds += took
+                self.spent[name] = self.spent.get(name, 0.0) + took
 
         return timed
 
@@ -130,6 +134,7 @@ def worker(opts: argparse.Namespace) -> dict:
         "cpu_s": cpu,
         "peak_mib": peak,
         "in_callback_s": timer.seconds if timer is not None else 0.0,
+        "per_event_s": {k: round(v, 3) for k, v in timer.spent.items() if v >= 0.01} if timer is not None else {},
         "measured": [f"{r.step}:{r.reason}" for r in timer.callback.pacing.log] if timer is not None else [],
     }
 
@@ -234,7 +239,8 @@ def _report(opts: argparse.Namespace, steps: int, cadence: str, results: dict[bo
             f"peak {med(on, 'peak_mib'):.0f} MiB"
         )
     for r in results[True]:
-        print(f"  measured steps: {' '.join(r['measured'])}")
+        events = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["per_event_s"].items(), key=lambda kv: -kv[1]))
+        print(f"  measured steps: {' '.join(r['measured'])}; bertwatch's seconds per event: {events}")
     print(
         f"wall-time ratio (median of per-repeat ratios): "
         f"{statistics.median(b['wall_s'] / a['wall_s'] for a, b in pairs):.3f}  (target <= 1.03 at the defaults)"
