@@ -158,7 +158,8 @@ def _block_summary(scores: Tensor, peak: Tensor, std: Tensor, scratch: Tensor | 
     """Max and population std over the last two dims of ``scores`` ``[b, heads, n, n]`` (every pair counts), into
     ``peak`` and ``std`` ``[b, heads]``. On CPU a few examples at a time (``_CPU_CHUNK`` elements at most), so the
     deviations are taken while the chunk is still in cache, in one scratch buffer (``scratch``, shaped like
-    ``scores``, when the caller has one)."""
+    ``scores``, when the caller has one). A slice of padded scores is copied there first: reductions over one
+    contiguous dimension cost less than over a strided block, more than the copy saves (on CPU, per example)."""
     step = len(scores)
     if scores.device.type == "cpu":
         step = max(1, _CPU_CHUNK // max(1, scores[:1].numel()))
@@ -166,9 +167,16 @@ def _block_summary(scores: Tensor, peak: Tensor, std: Tensor, scratch: Tensor | 
         scratch = torch.empty((min(step, len(scores)), *scores.shape[1:]), dtype=scores.dtype, device=scores.device)
     for start in range(0, len(scores), step):
         part, rows = scores[start : start + step], slice(start, start + step)
-        torch.amax(part, dim=(-2, -1), out=peak[rows])
-        deviation = torch.sub(part, part.mean(dim=(-2, -1), keepdim=True), out=scratch[: len(part)])
-        torch.linalg.vector_norm(deviation, dim=(-2, -1), out=std[rows])
+        deviation = scratch[: len(part)].view(*part.shape[:2], -1)
+        if part.is_contiguous():
+            part = part.view(deviation.shape)
+            torch.amax(part, dim=-1, out=peak[rows])
+            torch.sub(part, part.mean(dim=-1, keepdim=True), out=deviation)
+        else:
+            deviation.view(part.shape).copy_(part)
+            torch.amax(deviation, dim=-1, out=peak[rows])
+            deviation.sub_(deviation.mean(dim=-1, keepdim=True))
+        torch.linalg.vector_norm(deviation, dim=-1, out=std[rows])
     std.div_(scores.shape[-1])
 
 
