@@ -77,11 +77,16 @@ def test_square_blocks_are_found_for_right_left_and_no_padding():
     assert pair_blocks(per_head, 1, T) == [None]
 
 
-@pytest.mark.parametrize("what", ["right and left padding", "window", "per-head", "no mask", "full mask"])
+@pytest.mark.parametrize(
+    "what", ["right and left padding", "repeated blocks", "window", "per-head", "no mask", "full mask"]
+)
 def test_logit_summary_is_the_loop_over_each_examples_pairs(what):
     """Every mask form against the float64 loop: square blocks, masked examples and both mixed in one batch."""
     spans = SPANS
     if what == "right and left padding":
+        pairs = allowed_pairs(key_mask(spans), T)
+    elif what == "repeated blocks":  # examples sharing a block are reduced together, among others
+        spans = [(0, 4), (0, T), (0, 4), (2, T), (0, 0), (2, T), (0, 4), (1, 5)]
         pairs = allowed_pairs(key_mask(spans), T)
     elif what == "window":
         pairs = allowed_pairs(window_mask(spans, width=2), T)
