@@ -146,10 +146,13 @@ def logit_summary(
     for b, block in enumerate(blocks):
         if block is not None:
             same.setdefault(block, []).append(b)
+    sides = [stop - start for (start, stop), group in same.items() if len(group) == 1]
+    scratch = torch.empty(scores.shape[1] * max(sides, default=0) ** 2, device=scores.device)
     for (start, stop), group in same.items():
         if len(group) == 1:
             b = group[0]
-            _block_summary(scores[b : b + 1, :, start:stop, start:stop], peak[b : b + 1], std[b : b + 1])
+            part = scores[b : b + 1, :, start:stop, start:stop]
+            _block_summary(part, peak[b : b + 1], std[b : b + 1], scratch[: part.numel()].view(part.shape))
             continue
         index = torch.tensor(group, device=scores.device)
         part = scores[:, :, start:stop, start:stop].index_select(0, index)
@@ -173,7 +176,7 @@ def _block_summary(scores: Tensor, peak: Tensor, std: Tensor, scratch: Tensor | 
     ``peak`` and ``std`` ``[b, heads]``. On CPU a few examples at a time (``_CPU_CHUNK`` elements at most), so the
     deviations are taken while the chunk is still in cache, in one scratch buffer (``scratch``, shaped like
     ``scores``, when the caller has one). A slice of padded scores is copied there first: reductions over one
-    contiguous dimension cost less than over a strided block, more than the copy saves (on CPU, per example)."""
+    contiguous dimension save more than the copy costs (on CPU, per example)."""
     step = len(scores)
     if scores.device.type == "cpu":
         step = max(1, _CPU_CHUNK // max(1, scores[:1].numel()))
