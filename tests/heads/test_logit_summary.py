@@ -77,11 +77,16 @@ def test_square_blocks_are_found_for_right_left_and_no_padding():
     assert pair_blocks(per_head, 1, T) == [None]
 
 
-@pytest.mark.parametrize("what", ["right and left padding", "window", "per-head", "no mask", "full mask"])
+@pytest.mark.parametrize(
+    "what", ["right and left padding", "repeated blocks", "window", "per-head", "no mask", "full mask"]
+)
 def test_logit_summary_is_the_loop_over_each_examples_pairs(what):
     """Every mask form against the float64 loop: square blocks, masked examples and both mixed in one batch."""
     spans = SPANS
     if what == "right and left padding":
+        pairs = allowed_pairs(key_mask(spans), T)
+    elif what == "repeated blocks":  # examples sharing a block are reduced together, among others
+        spans = [(0, 4), (0, T), (0, 4), (2, T), (0, 0), (2, T), (0, 4), (1, 5)]
         pairs = allowed_pairs(key_mask(spans), T)
     elif what == "window":
         pairs = allowed_pairs(window_mask(spans, width=2), T)
@@ -140,19 +145,22 @@ def test_one_capture_keeps_no_pairs_of_an_earlier_pass():
                     assert torch.equal(value, want[name]), name
 
 
+@pytest.mark.parametrize("span", [(0, T), (0, 4), (2, T)], ids=["full", "right-padded", "left-padded"])
 @pytest.mark.parametrize("examples_per_chunk", [0, 1, 2, 5])
-def test_a_batch_reduced_in_cpu_chunks_is_the_float64_reduction(monkeypatch, examples_per_chunk):
-    """Full-length examples reduced a few at a time (chunks ending inside the batch; a chunk smaller than one
-    example takes one) give numpy's float64 max and population std of each example's and head's scores."""
+def test_a_batch_reduced_in_cpu_chunks_is_the_float64_reduction(monkeypatch, examples_per_chunk, span):
+    """Examples sharing one block (full length, or the same padding: a strided slice copied out chunk by chunk)
+    reduced a few at a time (chunks ending inside the batch; a chunk smaller than one example takes one) give
+    numpy's float64 max and population std of each example's and head's scores over its block."""
     from bertwatch.heads import logits
 
     batch, per_example = 5, HEADS * T * T
     monkeypatch.setattr(logits, "_CPU_CHUNK", examples_per_chunk * per_example + per_example // 2)
     scores = 2.0 + 3.0 * torch.randn(batch, HEADS, T, T, generator=torch.Generator().manual_seed(2))
-    pairs = allowed_pairs(torch.zeros(batch, 1, 1, T), T)
-    assert pair_blocks(pairs, batch, T) == [(0, T)] * batch
+    pairs = allowed_pairs(key_mask([span] * batch), T)
+    assert pair_blocks(pairs, batch, T) == [span] * batch
     peak, spread = logit_summary(scores, pairs)
-    flat = scores.double().numpy().reshape(batch, HEADS, -1)
+    start, stop = span
+    flat = scores.double().numpy()[:, :, start:stop, start:stop].reshape(batch, HEADS, -1)
     scale = float(scores.abs().max())
     assert_float32_close(peak, flat.max(-1), scale=scale, msg="max_logit")
     assert_float32_close(spread, flat.std(-1), scale=scale, msg="logit_std")
