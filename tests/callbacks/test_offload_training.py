@@ -22,7 +22,7 @@ from bertwatch.callbacks import offload as offload_module
 from bertwatch.callbacks.offload import offload_threads
 from bertwatch.callbacks.settings import WatchSettings
 from bertwatch.core.stat_names import MIXING_NAMES
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, toy_trainer, training_args
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts, toy_trainer
 
 WORKER_THREAD = "bertwatch-stats"
 #: The real core count (taken at collection: for the run, conftest's ``_no_spare_cores`` replaces it).
@@ -188,15 +188,10 @@ def test_a_stop_alert_with_the_worker_stops_one_optimiser_step_later(tmp_path) -
             on_alert="stop", offload_stats=offload,
         )  # fmt: skip
         out = tmp_path / str(offload)
-        args = training_args(str(out), max_steps=12, learning_rate=0.3, logging_steps=1, lr_scheduler_type="constant")
-        trainer = T.Trainer(
-            model=tiny_bert(tok),
-            args=args,
-            train_dataset=toy_dataset(tok, 160, 0),
-            processing_class=tok,
-            data_collator=T.DataCollatorWithPadding(tok),
-            callbacks=[callback],
-        )
+        trainer = toy_trainer(
+            out, [callback], tokenizer=tok, train_size=160, max_steps=12, learning_rate=0.3, logging_steps=1,
+            lr_scheduler_type="constant",
+        )  # fmt: skip
         watch(trainer)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", BertWatchWarning)
