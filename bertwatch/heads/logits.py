@@ -136,7 +136,9 @@ def logit_summary(
     if blocks is None:
         blocks = pair_blocks(pairs, batch, length)
     peak, std = torch.empty(scores.shape[:2], device=scores.device), torch.empty(scores.shape[:2], device=scores.device)
-    if blocks and blocks[0] is not None and all(block == blocks[0] for block in blocks):
+    if batch == 0:
+        return peak, std
+    if blocks[0] is not None and all(block == blocks[0] for block in blocks):
         _block_summary(scores[..., blocks[0][0] : blocks[0][1], blocks[0][0] : blocks[0][1]], peak, std)
         return peak, std
     masked = [b for b, block in enumerate(blocks) if block is None]

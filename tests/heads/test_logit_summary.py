@@ -167,5 +167,6 @@ def test_a_batch_reduced_in_cpu_chunks_is_the_float64_reduction(monkeypatch, exa
 
 
 def test_an_empty_batch_gives_empty_summaries():
-    peak, spread = logit_summary(torch.zeros(0, HEADS, T, T), allowed_pairs(key_mask([]), T))
-    assert peak.shape == spread.shape == (0, HEADS)
+    for pairs in (allowed_pairs(key_mask([]), T), None):  # a padding mask, or none at all
+        peak, spread = logit_summary(torch.zeros(0, HEADS, T, T), pairs)
+        assert peak.shape == spread.shape == (0, HEADS)
