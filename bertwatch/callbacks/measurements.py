@@ -253,8 +253,9 @@ class GradientStatistics:
         def measure(batch: ProbeBatch) -> Measured:
             with context.autocast():
                 grads, attn, *states = gradient_stats(
-                    model, batch.inputs, batch.roles, return_states=True, record_blocks=blocks, **loss
-                )
+                    model, batch.inputs, batch.roles, return_states=True, record_blocks=blocks,
+                    record_logits=shared.logits, **loss,
+                )  # fmt: skip
             return Measured({name: grads[name] for name in names}, attn, RecordedStates(*states))
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -304,7 +305,8 @@ class MixingStatistics:
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
             values = residuals = mixed = contexts = None
             if weights is not None:
-                values, recorder = batch.capture.values, getattr(batch.capture, "blocks", None)
+                values = batch.capture.values
+                recorder = batch.capture.blocks if isinstance(batch.capture, RecordedStates) else None
                 if recorder is not None and recorder.complete:
                     residuals, mixed = recorder.residuals, recorder.mixed
                 else:  # the shared forward: each layer's input [rows, L, T, d] and the heads' contexts

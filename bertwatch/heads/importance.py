@@ -126,12 +126,13 @@ def _gated_pass(
     loss_fn: LossFn | None,
     states: list | None = None,
     blocks: bool = False,
+    logits: bool = True,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
     """One gated forward and backward: gate gradients ``[rows, layers, heads]``, map gradients per layer, the
     per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps.
     ``states``: a list that receives the pass's value states, contexts and logit summary (``Capture.values``,
-    ``.contexts``, ``.logit_summary``: the scores are taken before the gates, so all are exact under them) and,
-    with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing_model.BlockRecorder` (a gate of 1
+    ``.contexts``, and with ``logits`` ``.logit_summary``: the scores are taken before the gates, so all are exact
+    under them) and, with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing_model.BlockRecorder` (a gate of 1
     leaves every product exact, so the blocks are those of the plain forward)."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
@@ -140,7 +141,7 @@ def _gated_pass(
     record = states is not None
     with (
         torch.enable_grad(),
-        capture(model, gates=gates, keep_graph=True, record_values=record, record_logits=record) as cap,
+        capture(model, gates=gates, keep_graph=True, record_values=record, record_logits=record and logits) as cap,
         mixing_model.record_blocks(model) if record and blocks else contextlib.nullcontext() as recorder,
     ):
         if loss_fn is not None:
@@ -199,6 +200,7 @@ def gradient_stats(
     example_loss: ExampleLoss | None = None,
     return_states: bool = False,
     record_blocks: bool = False,
+    record_logits: bool = True,
 ) -> dict[str, torch.Tensor] | tuple:
     """Per-example gradient statistics from one forward and one backward pass, ``{name: [batch, layers, heads]}``.
 
@@ -217,7 +219,8 @@ def gradient_stats(
     None, {} when this pass could not record them exactly, e.g. with ``example_loss``), so the norm-based and the
     logit statistics need no forward of their own either: ``(stats, maps, values, contexts, logit_summary,
     blocks)``, ``blocks`` the attention blocks' recording (``heads.mixing_model.BlockRecorder``) with
-    ``record_blocks`` (a family ``supports_mixing`` knows), for the mixing statistics, else None.
+    ``record_blocks`` (a family ``supports_mixing`` knows), for the mixing statistics, else None;
+    ``record_logits=False`` leaves the logit summary out ({}), sparing its reduction of every layer's scores.
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
@@ -227,7 +230,7 @@ def gradient_stats(
         states = [None, None, {}, None]
     else:
         kept = states if return_states else None
-        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn, kept, record_blocks)
+        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn, kept, record_blocks, record_logits)
     size = rows // group
     roles = roles.to(gate_grad.device)
     real = roles.real.float()

@@ -211,11 +211,17 @@ def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_p
     assert_float32_close(one.grids["mixing_ratio"], two.grids["mixing_ratio"], msg="mixing_ratio")
 
 
-def test_the_gradient_pass_records_the_attention_blocks_only_for_a_mixing_statistic(tok, tmp_path):
-    """Each block's input and output cost 2·rows·layers·T·d numbers per batch: kept only when a statistic reads them."""
+def test_the_gradient_pass_records_the_blocks_and_the_logit_summary_only_for_a_statistic_that_reads_them(tok, tmp_path):
+    """Each block's input and output cost 2·rows·layers·T·d numbers per batch, the logit summary a reduction of every
+    layer's scores: taken only when a watched statistic reads them."""
     plain = PlainSubscriber(BertWatchCallback.default_stats)
     model, monitor, _, _ = _attached(tok, tmp_path, [plain])  # the context holds the model weakly
-    for names, recorded in ((BertWatchCallback.default_stats, False), ((*GRADIENT_NAMES, "mixing_ratio"), True)):
+    cases = (
+        (BertWatchCallback.default_stats, False, True),
+        ((*GRADIENT_NAMES, "mixing_ratio"), True, False),
+        ((*GRADIENT_NAMES, "entropy"), False, False),
+    )
+    for names, recorded, logits in cases:
         sub = PlainSubscriber(names)
         plan = plan_pass("step", 3, [sub], [sub], reference_ready=True)
         gradients = next(m for m, _ in plan.work if m.stage == "before")
@@ -227,6 +233,7 @@ def test_the_gradient_pass_records_the_attention_blocks_only_for_a_mixing_statis
         )
         states = gradients.start(GRADIENT_NAMES, monitor.context, plan.needs).measure(batch).states
         assert (states.blocks is not None) == recorded, names
+        assert bool(states.logit_summary) == logits, names
     monitor.close()
 
 
