@@ -27,7 +27,7 @@ pairs padded to the longest as the probe set pads them (when a GLUE folder is fo
 $BERTWATCH_DATA/glue). ``--shape bert-base`` times a randomly initialised model of bert-base's shape (12 layers x 12
 heads, hidden 768) instead of MiniLM (6 x 12, hidden 384); timings do not depend on the weights.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_stats.py --repeats 3 [--batch 32] [--length 128]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_stats.py [--repeats 9] [--batch 32] [--length 128]
         [--shape minilm|bert-base] [--glue-dir DIR] [--device cpu] [--alti]
 """
 
@@ -50,10 +50,16 @@ TARGET = 0.25
 
 def _interleaved(fns: dict, repeats: int, device: torch.device) -> dict[str, tuple[float, float]]:
     """Median wall and CPU seconds of each function, run in turn in every repeat (after one warm-up round), so a
-    change in the machine's load hits all of them alike."""
+    change in the machine's load hits all of them alike. Each round starts one function further along the list:
+    a function's time depends on what ran just before it (the memory the previous one left to the allocator: the
+    forward, always first, measured a median 1.0 s where rotated it measured 0.79 s on the same machine that hour),
+    and the rotation spreads that over all of them."""
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
+    names = list(fns)
     for round_ in range(repeats + 1):
-        for name, fn in fns.items():
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn = fns[name]
             if device.type == "cuda":
                 torch.cuda.synchronize()
             wall, cpu = time.perf_counter(), time.process_time()
@@ -214,7 +220,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default=None, help="model folder (default: the packaged MiniLM)")
     parser.add_argument("--shape", choices=("minilm", "bert-base"), default="minilm")

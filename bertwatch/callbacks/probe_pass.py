@@ -347,11 +347,23 @@ def _run_batch(
             collected.add(out)
     if plan.shared_forward or len(collected.examples) < plan.num_maps:
         shared = replace(batch, attentions=attn, capture=states)
+        if attn is None and not plan.shared_forward:
+            shared = _leading_rows(shared, plan.num_maps - len(collected.examples))
         _on_forward(plan, context, passes, shared, building, collected, worker)
     del attn, states
     for stage, measurement_pass in passes:
         if stage == "after":
             collected.add(measurement_pass.measure(batch))
+
+
+def _leading_rows(batch: ProbeBatch, rows: int) -> ProbeBatch:
+    """The batch's first ``rows`` rows, for a forward that only keeps examples' maps (every input with a batch
+    dimension sliced; a multiple-choice batch, whose rows are choices, is left whole)."""
+    size = int(batch.roles.real.shape[0])
+    if rows >= size or batch.inputs["input_ids"].dim() != 2:
+        return batch
+    inputs = {k: v[:rows] if v.dim() > 0 and v.shape[0] == size else v for k, v in batch.inputs.items()}
+    return replace(batch, inputs=inputs, roles=batch.roles.select(slice(0, rows)))
 
 
 def _on_forward(

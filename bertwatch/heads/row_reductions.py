@@ -11,9 +11,11 @@ tokens first, so a short example in a long batch costs (n / T)² of a full one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -27,6 +29,7 @@ JS_SMOOTHING = 0.999
 PASSES = ("query", "entropy", "intra", "cosine", "js")
 
 _CPU_BLOCK = 1 << 19
+_LN2 = math.log(2.0)
 _DEVICE_BLOCK = 1 << 26
 #: Devices swept one example at a time, cut to its real tokens (elsewhere several examples share a block, masked).
 _PER_EXAMPLE = ("cpu",)
@@ -232,8 +235,13 @@ class RowReductions:
             dest[:, :, 2].copy_(block[:, :, layout.cls])
 
     def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, t]`."""
+        """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, t]`. On CPU the logarithm is NumPy's float32
+        log2 on the block's memory (within 2 ulp, twice as fast as torch's log there), ln 2 applied to the row sums."""
         p = self.smoothed(rows, block, self.context["entropy"][rows], ENTROPY_SMOOTHING, bufs[0])
+        if p.device.type == "cpu":
+            np.log2(p.numpy(), out=bufs[1].numpy())
+            torch.sum(bufs[1].mul_(p), -1, out=dest).mul_(-_LN2)
+            return
         torch.sum(torch.log(p, out=bufs[1]).mul_(p), -1, out=dest).neg_()
 
     def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:

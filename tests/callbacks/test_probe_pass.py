@@ -237,6 +237,30 @@ def test_the_gradient_pass_records_the_blocks_and_the_logit_summary_only_for_a_s
     monitor.close()
 
 
+def test_a_pass_that_only_keeps_maps_runs_the_kept_examples_alone_and_their_maps_are_their_own(tok, tmp_path):
+    """With no statistic due (the end of a run whose last step was measured), the forward serves the kept maps
+    only: it runs those rows and no other; each kept map is the example's own, as the eager model gives it alone."""
+    texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(5, seed=4)]
+    sub = PlainSubscriber([], maps=3)
+    model, monitor, _, _ = _attached(tok, tmp_path, [sub], texts)
+    rows: list[int] = []
+    handle = model.register_forward_pre_hook(lambda _, args, kwargs: rows.append(kwargs["input_ids"].shape[0]),
+                                             with_kwargs=True)  # fmt: skip
+    result = execute(plan_pass("end", 7, [sub], [sub], reference_ready=True), monitor.context)
+    handle.remove()
+    monitor.close()
+    assert [len(b["input_ids"]) for b in monitor.context.probe.batches] == [2, 2, 1]
+    assert rows == [2, 1] and len(result.examples) == 3
+    eager = copy.deepcopy(model).eval()
+    eager.set_attn_implementation("eager")
+    for (tokens, maps, _), text in zip(result.examples, texts):
+        enc = tok(text["text"], return_tensors="pt")
+        with torch.no_grad():
+            alone = torch.stack(eager(**enc, output_attentions=True).attentions, 1)[0].double()
+        assert tokens == tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+        assert_float32_close(maps.double().numpy(), alone.numpy(), msg="kept map")
+
+
 # ------------------------------------------------------------------------------------------------ a new family
 
 
