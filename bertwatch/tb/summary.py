@@ -26,6 +26,7 @@ from tensorboard.util import tensor_util
 from bertwatch.core.alerts import ALERT_RULES, RULE_QUANTITY, TABLE_COLUMNS, Alert, alert_counts, alert_table
 from bertwatch.tb import metadata as md
 from bertwatch.tb.ablation_summary import AblationTables, ablation_summaries
+from bertwatch.tb.event_file import open_event_file
 from bertwatch.tb.tensors import check_name, tensor_value, to_numpy
 
 __all__ = [
@@ -235,7 +236,8 @@ def alerts_summary(alerts: Sequence[Alert], layers: int, heads: int, reference_s
 
 
 class SummaryWriter:
-    """Writes bertwatch summaries into a run directory (one event file, suffix ``.bertwatch``).
+    """Writes bertwatch summaries into a run directory (one event file, suffix ``.bertwatch``; see
+    ``bertwatch.tb.event_file`` for how records are framed).
 
     Call it on world process zero only. Every ``add_*`` call writes one event and flushes, so TensorBoard
     sees each logging step at once. Use :meth:`from_torch_writer` to write into the run directory of an
@@ -265,10 +267,8 @@ class SummaryWriter:
     """
 
     def __init__(self, logdir: str, filename_suffix: str = ".bertwatch", *, flush_secs: float = 120):
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
         self._logdir = str(logdir)
-        self._file_writer = EventFileWriter(self._logdir, flush_secs=flush_secs, filename_suffix=filename_suffix)
+        self._file_writer = open_event_file(self._logdir, filename_suffix, flush_secs=flush_secs)
         self._closed = False
 
     @classmethod
