@@ -3,7 +3,9 @@ length groups (``bertwatch.heads.length_groups``) against the whole batches, on 
 
 The packaged MiniLM (6 x 12 heads), 32 probe examples sampled from the first 256 of SST-2 dev as the callback samples
 them (seed 0, batches of 16). Rounds alternate the two ways (split, whole) so a neighbour's load falls on both;
-it prints each way's median seconds per probe pass, the ratio split / whole, and its spread over the rounds.
+it prints each way's median seconds per probe pass, the ratio split / whole per round (wall time, and the process's
+CPU time, steadier on a shared machine) with its median and spread over the rounds
+(``--costs``: the split at several ``length_groups.FORWARD_COST`` values, each against the same whole passes).
 ``--fit`` times instead one pass of ``rows`` x ``width`` real tokens over a grid and fits seconds = a·tokens + b:
 ``b / a`` is the fixed cost of a forward and backward in tokens (``length_groups.FORWARD_COST``).
 
@@ -44,39 +46,48 @@ def _model():
     return model, tokenizer
 
 
-def _pass(model, probe, forward_cost: float) -> float:
-    start = time.perf_counter()
+def _pass(model, probe, forward_cost: float) -> tuple[float, float]:
+    """Wall and process CPU seconds of one probe pass's gradient statistics."""
+    start, cpu = time.perf_counter(), time.process_time()
     with mock.patch.object(length_groups, "FORWARD_COST", forward_cost):
         for batch, roles in zip(probe.batches, probe.roles):
             gradient_stats(model, batch, roles)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def compare(model, tokenizer, rounds: int, glue_dir: str | None) -> None:
+def _summary(took: list[tuple[float, float]], whole: list[tuple[float, float]], clock: int) -> str:
+    ratios = sorted(t[clock] / w[clock] for t, w in zip(took, whole))
+    mid = statistics.median(t[clock] for t in took)
+    return (
+        f"median {mid:.3f} s, ratio to whole: median of rounds {statistics.median(ratios):.3f} "
+        f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f})"
+    )
+
+
+def compare(model, tokenizer, rounds: int, glue_dir: str | None, costs: list[float]) -> None:
     dev = sst2_dataset(tokenizer, "dev", glue_dir, 256, 128)
     probe = build_probe_set(tokenizer, dataset=dev, model=model, num_examples=32, seed=0, batch_size=16)
     real = sum(int(r.real.sum()) for r in probe.roles)
     padded = sum(r.real.numel() for r in probe.roles)
-    grouped = 0
-    for batch, roles in zip(probe.batches, probe.roles):
-        lengths = length_groups.widths(batch, roles.real, "sequence-classification") or []
-        groups = length_groups.plan_groups(lengths)
-        grouped += sum(max(lengths[r] for r in g) * len(g) for g in groups)
-        print(f"batch of {len(lengths)}: groups of {[len(g) for g in groups]}")
-    print(f"tokens: {real} real, {padded} padded whole, {grouped} padded in groups ({grouped / padded:.3f})")
-    _pass(model, probe, length_groups.FORWARD_COST)
-    split, whole = [], []
+    print(f"tokens: {real} real, {padded} padded whole")
+    for cost in costs:
+        grouped, sizes = 0, []
+        for batch, roles in zip(probe.batches, probe.roles):
+            lengths = length_groups.widths(batch, roles.real, "sequence-classification") or []
+            groups = length_groups.plan_groups(lengths, cost)
+            grouped += sum(max(lengths[r] for r in g) * len(g) for g in groups)
+            sizes.append([len(g) for g in groups])
+        print(f"forward cost {cost:g}: groups of {sizes}, {grouped} padded tokens ({grouped / padded:.3f})")
+    _pass(model, probe, costs[0])
+    split: dict[float, list[tuple[float, float]]] = {cost: [] for cost in costs}
+    whole: list[tuple[float, float]] = []
     for _ in range(rounds):
-        split.append(_pass(model, probe, length_groups.FORWARD_COST))
         whole.append(_pass(model, probe, _WHOLE))
-    ratios = sorted(s / w for s, w in zip(split, whole))
-    print(f"whole batches: median {statistics.median(whole):.3f} s per probe pass")
-    print(f"length groups: median {statistics.median(split):.3f} s per probe pass")
-    print(
-        f"ratio split / whole: median of rounds {statistics.median(ratios):.3f} "
-        f"(min {ratios[0]:.3f}, max {ratios[-1]:.3f}, {rounds} rounds); "
-        f"of medians {statistics.median(split) / statistics.median(whole):.3f}"
-    )
+        for cost in costs:
+            split[cost].append(_pass(model, probe, cost))
+    print(f"{rounds} rounds; whole batches: median {statistics.median(w[0] for w in whole):.3f} s wall per probe pass")
+    for cost, took in split.items():
+        print(f"forward cost {cost:g}: wall {_summary(took, whole, 0)}; CPU {_summary(took, whole, 1)}")
 
 
 def fit(model, repeat: int) -> None:
@@ -109,6 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--costs", default=str(length_groups.FORWARD_COST), help="forward costs to compare, a,b,...")
     parser.add_argument("--fit", action="store_true", help="fit the fixed cost of a pass instead")
     parser.add_argument("--repeat", type=int, default=3, help="timings per point with --fit")
     parser.add_argument("--glue-dir", default=default_glue_dir())
@@ -118,7 +130,7 @@ def main() -> None:
     if args.fit:
         fit(model, args.repeat)
     else:
-        compare(model, tokenizer, args.rounds, args.glue_dir)
+        compare(model, tokenizer, args.rounds, args.glue_dir, [float(c) for c in args.costs.split(",")])
 
 
 if __name__ == "__main__":

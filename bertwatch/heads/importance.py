@@ -290,6 +290,10 @@ def gradient_stats(
     blocks)``, ``blocks`` the attention blocks' recording (``heads.mixing_model.BlockRecorder``) with
     ``record_blocks`` (a family ``supports_mixing`` knows), for the mixing statistics, else None;
     ``record_logits=False`` leaves the logit summary out ({}), sparing its reduction of every layer's scores.
+    On CPU the pass runs in length groups (:mod:`bertwatch.heads.length_groups`: rows of similar real length
+    together, each group cropped to its longest row) where that is exact, and an ``example_loss`` example runs
+    cropped to its real tokens; everything comes back in the batch's row order and shape, zero at the pad positions
+    past a row's group (which no statistic reads).
     """
     rows = roles.real.shape[0]
     group = _choices(batch)

@@ -131,7 +131,7 @@ def crop_rows(batch: Mapping[str, Any], rows: Tensor, width: int, kind: str | No
             continue
         picked = value.index_select(0, rows.to(value.device))
         per_token = value.dim() >= 2 and value.shape[1] == length and (key != "labels" or kind in _TOKEN_LABELS)
-        out[key] = picked[:, :width] if per_token else picked
+        out[key] = picked[:, :width].contiguous() if per_token else picked
     return out
 
 
