@@ -27,6 +27,7 @@ _SPLIT_DEVICES = ("cpu",)
 #: The fixed cost of one more gated forward and backward, in padded tokens: MiniLM on CPU, 2 threads, seconds ≈
 #: a·tokens + b fitted over batches of 2-16 rows and widths 16-64 gives b / a = 44 and 55 in two runs
 #: (``benchmarks/bench_length_groups.py --fit``); the fit holds down to 2 rows x 16 tokens, so no group size limit.
+#: On SST-2's probe set 50 and 120 (fewer, larger groups) gave the same time within noise (``--costs 50,120``).
 FORWARD_COST = 50
 #: Heads whose loss reads only the real tokens' outputs and labels (a QA loss takes a softmax over every position).
 _TOKEN_LABELS = ("token-classification", "masked-lm")
@@ -45,7 +46,7 @@ def widths(batch: Mapping[str, Any], real: Tensor, kind: str | None) -> list[int
             answering, multiple choice, unknown) is not cropped.
 
     None when: the batch is multiple choice (``input_ids`` 3-d) or has no mask; a row's real tokens are not its
-    first positions; a token label past a row's real tokens is not -100.
+    first positions, or it has none; a token label past a row's real tokens is not -100.
     """
     ids, mask = batch.get("input_ids"), batch.get("attention_mask")
     if kind not in _TOKEN_LABELS + _ROW_LABELS or not isinstance(ids, Tensor) or ids.dim() != 2:
@@ -55,7 +56,7 @@ def widths(batch: Mapping[str, Any], real: Tensor, kind: str | None) -> list[int
     real = real.detach().cpu().bool()
     counts = real.sum(-1)
     prefix = torch.arange(real.shape[1])[None, :] < counts[:, None]
-    if not torch.equal(prefix, real) or not torch.equal(mask.detach().cpu() != 0, real):
+    if not torch.equal(prefix, real) or not torch.equal(mask.detach().cpu() != 0, real) or not bool(counts.all()):
         return None
     labels = batch.get("labels")
     if kind in _TOKEN_LABELS and isinstance(labels, Tensor):

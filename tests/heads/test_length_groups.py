@@ -243,6 +243,9 @@ def test_a_batch_that_cannot_be_cropped_runs_whole(monkeypatch) -> None:
     assert length_groups.widths(batch, roles.real, "multiple-choice") is None
     choices = {k: v[None].repeat(2, 1, 1) for k, v in batch.items()}
     assert length_groups.widths(choices, roles.real, "sequence-classification") is None
+    empty = roles.real.clone()
+    empty[1] = False
+    assert length_groups.widths({**batch, "attention_mask": empty.long()}, empty, "sequence-classification") is None
     other = TokenRoles(roles.real.clone(), roles.cls, roles.sep, roles.punct)
     other.real[0, -1] = False  # the mask says otherwise
     assert length_groups.widths(batch, other.real, "sequence-classification") is None
