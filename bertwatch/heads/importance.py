@@ -112,25 +112,24 @@ def _example_passes(
     gate_grads: list[torch.Tensor] = []
     map_grads: list[list[torch.Tensor]] = [[] for _ in range(layers)]
     maps: list[list[torch.Tensor]] = [[] for _ in range(layers)]
-    lengths = length_groups.widths(batch, real, head_kind(model)) if real is not None else None
+    kind = head_kind(model)
+    lengths = length_groups.widths(batch, real, kind) if real is not None else None
     length = int(batch["input_ids"].shape[-1])
     for b in range(size):
         gates = torch.ones(rows // size, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
-        one = torch.tensor([b])
-        example = _example(batch, b, size) if lengths is None else _cropped(model, batch, one, lengths[b])
+        if lengths is None:
+            example = _example(batch, b, size)
+        else:
+            example = length_groups.crop_rows(batch, torch.tensor([b]), lengths[b], kind)
         with torch.enable_grad(), capture(model, gates=gates, keep_graph=True) as cap:
             loss = _one_loss(example_loss, example)
             layer_maps = [cap.layer(l) for l in range(layers)]
             grads = torch.autograd.grad(loss, [gates, *layer_maps])
         gate_grads.append(grads[0])
         for l in range(layers):
-            map_grads[l].append(length_groups.merge_rows([grads[1 + l]], [one * 0], 1, length, "maps"))
-            maps[l].append(length_groups.merge_rows([layer_maps[l].detach()], [one * 0], 1, length, "maps"))
+            map_grads[l].append(length_groups.pad_tokens(grads[1 + l], length, "maps"))
+            maps[l].append(length_groups.pad_tokens(layer_maps[l].detach(), length, "maps"))
     return torch.cat(gate_grads), [torch.cat(g) for g in map_grads], None, [torch.cat(m) for m in maps]
-
-
-def _cropped(model: nn.Module, batch: Mapping[str, torch.Tensor], rows: torch.Tensor, width: int) -> dict:
-    return length_groups.crop_rows(batch, rows, width, head_kind(model))
 
 
 def _gated_pass(

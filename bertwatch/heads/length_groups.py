@@ -20,7 +20,16 @@ from torch.nn import functional
 
 from bertwatch.heads.mixing_model import BlockRecorder
 
-__all__ = ["FORWARD_COST", "MergedBlocks", "crop_rows", "groups_for", "merge_rows", "plan_groups", "widths"]
+__all__ = [
+    "FORWARD_COST",
+    "MergedBlocks",
+    "crop_rows",
+    "groups_for",
+    "merge_rows",
+    "pad_tokens",
+    "plan_groups",
+    "widths",
+]
 
 #: Devices whose gradient pass is split into length groups.
 _SPLIT_DEVICES = ("cpu",)
@@ -143,17 +152,20 @@ def merge_rows(parts: Sequence[Tensor], groups: Sequence[Tensor], size: int, len
     token dimension: gate gradients, logit summaries), ``"states"`` ``[g, ..., w, d]`` (values, contexts, block
     inputs), ``"maps"`` ``[g, ..., w, w]`` (maps and their gradients); token dimensions are padded to ``length``.
     """
-    padded = []
-    for part in parts:
-        if layout == "maps":
-            part = functional.pad(part, (0, length - part.shape[-1], 0, length - part.shape[-2]))
-        elif layout == "states":
-            part = functional.pad(part, (0, 0, 0, length - part.shape[-2]))
-        padded.append(part)
+    padded = [pad_tokens(part, length, layout) for part in parts]
     out = padded[0].new_zeros(size, *padded[0].shape[1:])
     for part, rows in zip(padded, groups):
         out[rows.to(out.device)] = part
     return out
+
+
+def pad_tokens(part: Tensor, length: int, layout: str) -> Tensor:
+    """``part`` with its token dimensions padded with zeros to ``length`` (``layout`` as in :func:`merge_rows`)."""
+    if layout == "maps":
+        return functional.pad(part, (0, length - part.shape[-1], 0, length - part.shape[-2]))
+    if layout == "states":
+        return functional.pad(part, (0, 0, 0, length - part.shape[-2]))
+    return part
 
 
 class MergedBlocks(BlockRecorder):
