@@ -5,9 +5,10 @@ The packaged MiniLM (6 x 12 heads), 32 probe examples sampled from the first 256
 them (seed 0, batches of 16). Rounds alternate the two ways (split, whole) so a neighbour's load falls on both;
 it prints each way's median seconds per probe pass, the ratio split / whole per round (wall time, and the process's
 CPU time, steadier on a shared machine) with its median and spread over the rounds
-(``--costs``: the split at several ``length_groups.FORWARD_COST`` values, each against the same whole passes).
+(``--costs``: the split at several ``length_groups.FORWARD_COST`` values, each against the same whole passes;
+``--example-rounds``: also a loss that runs the model on each example alone, cropped to its real tokens or not).
 ``--fit`` times instead one pass of ``rows`` x ``width`` real tokens over a grid and fits seconds = a·tokens + b:
-``b / a`` is the fixed cost of a forward and backward in tokens (``length_groups.FORWARD_COST``).
+``b / a`` estimates the fixed cost of a forward and backward in tokens (``length_groups.FORWARD_COST`` says why it is higher).
 
     PYTHONPATH=. python benchmarks/bench_length_groups.py --rounds 7 --threads 2
     PYTHONPATH=. python benchmarks/bench_length_groups.py --fit --threads 2
@@ -16,6 +17,7 @@ CPU time, steadier on a shared machine) with its median and spread over the roun
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -55,6 +57,22 @@ def _pass(model, probe, forward_cost: float) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+def _example_pass(model, probe, crop: bool) -> tuple[float, float]:
+    """Wall and CPU seconds of one probe pass's gradient statistics with a loss that runs the model on each example
+    alone (as a Trainer's ``compute_loss`` does), each example cropped to its real tokens or padded as batched."""
+
+    def example_loss(inputs):
+        return model(**inputs).loss
+
+    start, cpu = time.perf_counter(), time.process_time()
+    with contextlib.ExitStack() as stack:
+        if not crop:
+            stack.enter_context(mock.patch.object(length_groups, "widths", lambda *_: None))
+        for batch, roles in zip(probe.batches, probe.roles):
+            gradient_stats(model, batch, roles, example_loss=example_loss)
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
 def _summary(took: list[tuple[float, float]], whole: list[tuple[float, float]], clock: int) -> str:
     ratios = sorted(t[clock] / w[clock] for t, w in zip(took, whole))
     mid = statistics.median(t[clock] for t in took)
@@ -64,7 +82,7 @@ def _summary(took: list[tuple[float, float]], whole: list[tuple[float, float]], 
     )
 
 
-def compare(model, tokenizer, rounds: int, glue_dir: str | None, costs: list[float]) -> None:
+def compare(model, tokenizer, rounds: int, glue_dir: str | None, costs: list[float], example_rounds: int = 0) -> None:
     dev = sst2_dataset(tokenizer, "dev", glue_dir, 256, 128)
     probe = build_probe_set(tokenizer, dataset=dev, model=model, num_examples=32, seed=0, batch_size=16)
     real = sum(int(r.real.sum()) for r in probe.roles)
@@ -78,6 +96,8 @@ def compare(model, tokenizer, rounds: int, glue_dir: str | None, costs: list[flo
             grouped += sum(max(lengths[r] for r in g) * len(g) for g in groups)
             sizes.append([len(g) for g in groups])
         print(f"forward cost {cost:g}: groups of {sizes}, {grouped} padded tokens ({grouped / padded:.3f})")
+    if rounds < 1:
+        return
     _pass(model, probe, costs[0])
     split: dict[float, list[tuple[float, float]]] = {cost: [] for cost in costs}
     whole: list[tuple[float, float]] = []
@@ -88,6 +108,16 @@ def compare(model, tokenizer, rounds: int, glue_dir: str | None, costs: list[flo
     print(f"{rounds} rounds; whole batches: median {statistics.median(w[0] for w in whole):.3f} s wall per probe pass")
     for cost, took in split.items():
         print(f"forward cost {cost:g}: wall {_summary(took, whole, 0)}; CPU {_summary(took, whole, 1)}")
+    if example_rounds:
+        padded_runs, cropped_runs = [], []
+        for _ in range(example_rounds):
+            padded_runs.append(_example_pass(model, probe, crop=False))
+            cropped_runs.append(_example_pass(model, probe, crop=True))
+        print(
+            f"{example_rounds} rounds, a loss per example alone: padded as batched median "
+            f"{statistics.median(p[0] for p in padded_runs):.3f} s wall; cropped to its real tokens: wall "
+            f"{_summary(cropped_runs, padded_runs, 0)}; CPU {_summary(cropped_runs, padded_runs, 1)}"
+        )
 
 
 def fit(model, repeat: int) -> None:
@@ -122,6 +152,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--costs", default=str(length_groups.FORWARD_COST), help="forward costs to compare, a,b,...")
     parser.add_argument("--fit", action="store_true", help="fit the fixed cost of a pass instead")
+    parser.add_argument("--example-rounds", type=int, default=0, help="also time a loss per example, cropped or not")
     parser.add_argument("--repeat", type=int, default=3, help="timings per point with --fit")
     parser.add_argument("--glue-dir", default=default_glue_dir())
     args = parser.parse_args()
@@ -130,7 +161,8 @@ def main() -> None:
     if args.fit:
         fit(model, args.repeat)
     else:
-        compare(model, tokenizer, args.rounds, args.glue_dir, [float(c) for c in args.costs.split(",")])
+        costs = [float(c) for c in args.costs.split(",")]
+        compare(model, tokenizer, args.rounds, args.glue_dir, costs, args.example_rounds)
 
 
 if __name__ == "__main__":

@@ -33,11 +33,13 @@ __all__ = [
 
 #: Devices whose gradient pass is split into length groups.
 _SPLIT_DEVICES = ("cpu",)
-#: The fixed cost of one more gated forward and backward, in padded tokens: MiniLM on CPU, 2 threads, seconds ≈
-#: a·tokens + b fitted over batches of 2-16 rows and widths 16-64 gives b / a = 44 and 55 in two runs
-#: (``benchmarks/bench_length_groups.py --fit``); the fit holds down to 2 rows x 16 tokens, so no group size limit.
-#: On SST-2's probe set 50 and 120 (fewer, larger groups) gave the same time within noise (``--costs 50,120``).
-FORWARD_COST = 50
+#: The fixed cost of one more gated forward and backward, in padded tokens (MiniLM on CPU, 2 threads, 0.31-0.33 ms
+#: a token): a pass of one 3-token row takes 28 ms, 85 tokens' worth (reading every weight twice); the intercept of
+#: a linear fit over batches of 2-16 rows x 16-64 tokens says 44-55 (``benchmarks/bench_length_groups.py --fit``),
+#: low because a token costs less in a bigger batch. On SST-2's probe set every cost from 85 to 150 gives the same
+#: groups (8 + 8 rows per batch), which beat those of 50 (8/4/4, 8/6/2) in three paired runs of three
+#: (``--costs 50,120``: 0.846 / 0.848, 0.830 / 0.851, 0.905 / 0.948 of the whole batches).
+FORWARD_COST = 100
 #: Heads whose loss reads only the real tokens' outputs and labels (a QA loss takes a softmax over every position).
 _TOKEN_LABELS = ("token-classification", "masked-lm")
 _ROW_LABELS = ("sequence-classification",)
