@@ -34,6 +34,7 @@ RUN = (
     "bertwatch.core.warnings",
     "bertwatch.heads.capture",
     "bertwatch.heads.layout",
+    "bertwatch.heads.length_groups",
     "bertwatch.heads.logits",
     "bertwatch.heads.stability",
     "bertwatch.heads.stats",

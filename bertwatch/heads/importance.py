@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bertwatch.core.stat_names import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads import mixing_model
+from bertwatch.heads import length_groups, mixing_model
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import (
@@ -96,26 +96,39 @@ def _one_loss(example_loss: ExampleLoss, inputs: Mapping[str, torch.Tensor]) -> 
 
 
 def _example_passes(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], rows: int, example_loss: ExampleLoss
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    rows: int,
+    example_loss: ExampleLoss,
+    real: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor], None, list[torch.Tensor]]:
     """:func:`_gated_pass` for a loss that runs the model itself: one gated forward and backward per example alone
-    (``example_loss`` on a batch of one), so each example's gradients are those of its own loss by construction."""
+    (``example_loss`` on a batch of one), so each example's gradients are those of its own loss by construction.
+    Each example is cropped to its real tokens (``real`` ``[rows, T]``) where that is exact
+    (:func:`bertwatch.heads.length_groups.widths`); maps and their gradients come back padded to T with zeros."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
     size = _size(batch)
     gate_grads: list[torch.Tensor] = []
     map_grads: list[list[torch.Tensor]] = [[] for _ in range(layers)]
     maps: list[list[torch.Tensor]] = [[] for _ in range(layers)]
+    kind = head_kind(model)
+    lengths = length_groups.widths(batch, real, kind) if real is not None else None
+    length = int(batch["input_ids"].shape[-1])
     for b in range(size):
         gates = torch.ones(rows // size, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
+        if lengths is None:
+            example = _example(batch, b, size)
+        else:
+            example = length_groups.crop_rows(batch, torch.tensor([b]), lengths[b], kind)
         with torch.enable_grad(), capture(model, gates=gates, keep_graph=True) as cap:
-            loss = _one_loss(example_loss, _example(batch, b, size))
+            loss = _one_loss(example_loss, example)
             layer_maps = [cap.layer(l) for l in range(layers)]
             grads = torch.autograd.grad(loss, [gates, *layer_maps])
         gate_grads.append(grads[0])
         for l in range(layers):
-            map_grads[l].append(grads[1 + l])
-            maps[l].append(layer_maps[l].detach())
+            map_grads[l].append(length_groups.pad_tokens(grads[1 + l], length, "maps"))
+            maps[l].append(length_groups.pad_tokens(layer_maps[l].detach(), length, "maps"))
     return torch.cat(gate_grads), [torch.cat(g) for g in map_grads], None, [torch.cat(m) for m in maps]
 
 
@@ -155,6 +168,61 @@ def _gated_pass(
     if states is not None:
         states.extend((cap.values, cap.contexts, cap.logit_summary, recorder))
     return grads[0], list(grads[1:]), scale, maps
+
+
+def _grouped_pass(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    real: torch.Tensor,
+    rows: int,
+    loss_fn: LossFn | None,
+    states: list | None = None,
+    blocks: bool = False,
+    logits: bool = True,
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
+    """:func:`_gated_pass` run per length group (:mod:`bertwatch.heads.length_groups`: on CPU, rows of similar real
+    length together, each group cropped to its longest row) and merged back in row order, padded to T with zeros
+    (maps, their gradients, value states, contexts, block inputs); the whole batch at once where splitting does not
+    pay or would not be exact. Each group's factors make its loss each of its examples' own, as for a batch."""
+    kind = head_kind(model)
+    groups = length_groups.groups_for(batch, real, kind, next(model.parameters()).device)
+    if groups is None:
+        return _gated_pass(model, batch, rows, loss_fn, states, blocks, logits)
+    length = int(batch["input_ids"].shape[1])
+    parts = []
+    for indices, width in groups:
+        kept: list | None = [] if states is not None else None
+        gate, maps_grad, scale, maps = _gated_pass(
+            model, length_groups.crop_rows(batch, indices, width, kind), len(indices), loss_fn, kept, blocks, logits
+        )
+        parts.append((gate, [g.detach() for g in maps_grad], scale, [m.detach() for m in maps], kept))
+    index = [g for g, _ in groups]
+
+    def merge(items: list, layout: str) -> torch.Tensor:
+        return length_groups.merge_rows(items, index, rows, length, layout)
+
+    gate_grad = merge([p[0] for p in parts], "rows")
+    scale = None if parts[0][2] is None else merge([p[2] for p in parts], "rows")
+    layers = len(parts[0][1])
+    map_grads = [merge([p[1][l] for p in parts], "maps") for l in range(layers)]
+    maps = [merge([p[3][l] for p in parts], "maps") for l in range(layers)]
+    if states is not None:
+        states.extend(_merged_states([p[4] for p in parts], merge, layers))
+    return gate_grad, map_grads, scale, maps
+
+
+def _merged_states(kept: list[list], merge: Callable[[list, str], torch.Tensor], layers: int) -> list:
+    """The groups' ``(values, contexts, logit summary, blocks)`` merged (each None or empty where a group lacks it)."""
+    values, contexts, summaries, recorders = zip(*kept)
+    merged_values = None if any(v is None for v in values) else merge(list(values), "states")
+    merged_contexts = None if any(c is None for c in contexts) else merge(list(contexts), "states")
+    names = set(summaries[0]) if all(set(s) == set(summaries[0]) for s in summaries) else set()
+    summary = {name: merge([s[name] for s in summaries], "rows") for name in sorted(names)}
+    blocks = None
+    if all(r is not None and r.complete for r in recorders):
+        residuals = merge([r.residuals for r in recorders], "states")
+        blocks = length_groups.MergedBlocks(layers, residuals, merge([r.mixed for r in recorders], "states"))
+    return [merged_values, merged_contexts, summary, blocks]
 
 
 def check_gradients(
@@ -221,16 +289,22 @@ def gradient_stats(
     blocks)``, ``blocks`` the attention blocks' recording (``heads.mixing_model.BlockRecorder``) with
     ``record_blocks`` (a family ``supports_mixing`` knows), for the mixing statistics, else None;
     ``record_logits=False`` leaves the logit summary out ({}), sparing its reduction of every layer's scores.
+    On CPU the pass runs in length groups (:mod:`bertwatch.heads.length_groups`: rows of similar real length
+    together, each group cropped to its longest row) where that is exact, and an ``example_loss`` example runs
+    cropped to its real tokens; everything comes back in the batch's row order and shape, zero at the pad positions
+    past a row's group (which no statistic reads).
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
     states: list = []
     if example_loss is not None:
-        gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss)
+        gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss, roles.real)
         states = [None, None, {}, None]
     else:
         kept = states if return_states else None
-        gate_grad, map_grads, scale, maps = _gated_pass(model, batch, rows, loss_fn, kept, record_blocks, record_logits)
+        gate_grad, map_grads, scale, maps = _grouped_pass(
+            model, batch, roles.real, rows, loss_fn, kept, record_blocks, record_logits
+        )
     size = rows // group
     roles = roles.to(gate_grad.device)
     real = roles.real.float()
