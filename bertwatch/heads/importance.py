@@ -95,6 +95,28 @@ def _one_loss(example_loss: ExampleLoss, inputs: Mapping[str, torch.Tensor]) -> 
     return loss.reshape(())
 
 
+def _examples_alone(model: nn.Module, batch: Mapping[str, torch.Tensor], real: torch.Tensor | None) -> list[dict]:
+    """Each example of ``batch`` as a batch of one, cropped to its real tokens (``real`` ``[rows, T]``) where that is
+    exact (:func:`bertwatch.heads.length_groups.widths`): what a loss that runs the model itself is given."""
+    size, kind = _size(batch), head_kind(model)
+    lengths = length_groups.widths(batch, real, kind) if real is not None else None
+    if lengths is None:
+        return [_example(batch, b, size) for b in range(size)]
+    return [length_groups.crop_rows(batch, torch.tensor([b]), lengths[b], kind) for b in range(size)]
+
+
+def _length_groups(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], real: torch.Tensor | None
+) -> list[tuple[torch.Tensor, dict]] | None:
+    """``batch``'s length groups as the gradient pass runs them: ``[(row indices [g], the rows cropped)]``, or None
+    to run it whole (:func:`bertwatch.heads.length_groups.groups_for`)."""
+    kind = head_kind(model)
+    groups = None if real is None else length_groups.groups_for(batch, real, kind, next(model.parameters()).device)
+    if groups is None:
+        return None
+    return [(rows, length_groups.crop_rows(batch, rows, width, kind)) for rows, width in groups]
+
+
 def _example_passes(
     model: nn.Module,
     batch: Mapping[str, torch.Tensor],
@@ -112,15 +134,9 @@ def _example_passes(
     gate_grads: list[torch.Tensor] = []
     map_grads: list[list[torch.Tensor]] = [[] for _ in range(layers)]
     maps: list[list[torch.Tensor]] = [[] for _ in range(layers)]
-    kind = head_kind(model)
-    lengths = length_groups.widths(batch, real, kind) if real is not None else None
     length = int(batch["input_ids"].shape[-1])
-    for b in range(size):
+    for example in _examples_alone(model, batch, real):
         gates = torch.ones(rows // size, layers, heads, device=device, dtype=torch.float32, requires_grad=True)
-        if lengths is None:
-            example = _example(batch, b, size)
-        else:
-            example = length_groups.crop_rows(batch, torch.tensor([b]), lengths[b], kind)
         with torch.enable_grad(), capture(model, gates=gates, keep_graph=True) as cap:
             loss = _one_loss(example_loss, example)
             layer_maps = [cap.layer(l) for l in range(layers)]
@@ -184,17 +200,14 @@ def _grouped_pass(
     length together, each group cropped to its longest row) and merged back in row order, padded to T with zeros
     (maps, their gradients, value states, contexts, block inputs); the whole batch at once where splitting does not
     pay or would not be exact. Each group's factors make its loss each of its examples' own, as for a batch."""
-    kind = head_kind(model)
-    groups = length_groups.groups_for(batch, real, kind, next(model.parameters()).device)
+    groups = _length_groups(model, batch, real)
     if groups is None:
         return _gated_pass(model, batch, rows, loss_fn, states, blocks, logits)
     length = int(batch["input_ids"].shape[1])
     parts = []
-    for indices, width in groups:
+    for indices, cropped in groups:
         kept: list | None = [] if states is not None else None
-        gate, maps_grad, scale, maps = _gated_pass(
-            model, length_groups.crop_rows(batch, indices, width, kind), len(indices), loss_fn, kept, blocks, logits
-        )
+        gate, maps_grad, scale, maps = _gated_pass(model, cropped, len(indices), loss_fn, kept, blocks, logits)
         parts.append((gate, [g.detach() for g in maps_grad], scale, [m.detach() for m in maps], kept))
     index = [g for g, _ in groups]
 
@@ -232,31 +245,40 @@ def check_gradients(
     example_loss: ExampleLoss | None = None,
 ) -> None:
     """Refuse, before anything is measured, probe batches that cannot give gradient statistics (``LossSetupError``
-    with what to do): one forward of each batch (no gradients; ``capture`` restores modes and RNG) must give the
-    loss :func:`gradient_stats` takes: the model's own, from the label fields its head reads, ``loss_fn``'s one
-    value per example, or ``example_loss``'s one value for each example alone."""
+    with what to do): one forward of each batch as :func:`gradient_stats` runs it (its length groups, or each example
+    alone; no gradients; ``capture`` restores modes and RNG) must give the loss it takes: the model's own, from the
+    label fields its head reads, ``loss_fn``'s one value per example, or ``example_loss``'s one value for each
+    example alone. The batches' real tokens are read from their ``attention_mask``."""
     device = next(model.parameters()).device
     for cpu_batch in batches:
-        batch = {k: v.to(device) for k, v in cpu_batch.items()}
+        whole = {k: v.to(device) for k, v in cpu_batch.items()}
+        mask = whole.get("attention_mask")
+        real = mask != 0 if isinstance(mask, torch.Tensor) else None
         if example_loss is not None:
             with torch.no_grad(), capture(model, record=False):
-                for b in range(_size(batch)):
-                    _one_loss(example_loss, _example(batch, b, _size(batch)))
+                for example in _examples_alone(model, whole, real):
+                    _one_loss(example_loss, example)
             continue
-        with torch.no_grad(), capture(model, record=False):
-            if loss_fn is None:
-                kind = check_loss_inputs(model, batch)
-                model_loss(model, model(**_model_inputs(batch, label_fields(kind))), batch, kind)
-                continue
-            outputs = model(**_model_inputs(batch))
-            try:
-                losses = loss_fn(outputs, batch)
-            except Exception as err:
-                raise LossSetupError(f"loss_fn failed on a probe batch: {type(err).__name__}: {err}") from err
-        rows = int(batch["input_ids"].shape[0])
-        if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != (rows,):
-            shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
-            raise LossSetupError(f"loss_fn must return one loss per example, a tensor [{rows}]; it returned {shape}")
+        for _, batch in _length_groups(model, whole, real) or [(None, whole)]:
+            _check_batch(model, batch, loss_fn)
+
+
+def _check_batch(model: nn.Module, batch: Mapping[str, torch.Tensor], loss_fn: LossFn | None) -> None:
+    """:func:`check_gradients` on one batch as the gradient pass runs it."""
+    with torch.no_grad(), capture(model, record=False):
+        if loss_fn is None:
+            kind = check_loss_inputs(model, batch)
+            model_loss(model, model(**_model_inputs(batch, label_fields(kind))), batch, kind)
+            return
+        outputs = model(**_model_inputs(batch))
+        try:
+            losses = loss_fn(outputs, batch)
+        except Exception as err:
+            raise LossSetupError(f"loss_fn failed on a probe batch: {type(err).__name__}: {err}") from err
+    rows = int(batch["input_ids"].shape[0])
+    if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != (rows,):
+        shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
+        raise LossSetupError(f"loss_fn must return one loss per example, a tensor [{rows}]; it returned {shape}")
 
 
 def gradient_stats(

@@ -220,6 +220,35 @@ def test_the_example_loss_path_runs_each_example_cropped() -> None:
         assert_float32_close(maps[b, ..., :n, :].sum(-1), torch.ones(maps.shape[1:4][:2] + (n,)))
 
 
+@pytest.mark.parametrize("loss", ["model", "loss_fn", "example_loss"])
+def test_the_setup_check_runs_each_batch_as_the_gradient_pass_runs_it(monkeypatch, loss) -> None:
+    """check_gradients checks the batches the pass will run (its length groups, or each example cropped alone),
+    each once and no more: the model sees the same shapes in the check as in the pass."""
+    from bertwatch.heads.importance import check_gradients
+
+    monkeypatch.setattr(length_groups, "FORWARD_COST", 1.0)
+    model = _model("sequence")
+    batch, roles = _batch()
+    labelled = _labels(model, batch)
+    seen: list[tuple[int, ...]] = []
+    handle = model.register_forward_pre_hook(
+        lambda _, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    extra = {
+        "model": {},
+        "loss_fn": {
+            "loss_fn": lambda out, b: torch.nn.functional.cross_entropy(out.logits, b["labels"], reduction="none")
+        },
+        "example_loss": {"example_loss": lambda inputs: model(**inputs).loss},
+    }[loss]
+    check_gradients(model, [labelled], **extra)
+    checked, seen[:] = list(seen), []
+    gradient_stats(model, labelled, roles, **extra)
+    handle.remove()
+    assert checked == seen and len(seen) >= 2
+    assert sorted(width for _, width in seen) != [max(LENGTHS)] * len(seen)  # cropped, not whole
+
+
 def test_a_batch_that_cannot_be_cropped_runs_whole(monkeypatch) -> None:
     """Left padding (real tokens last) is not cropped: each example's importance is still the gradient of its own
     loss on its row as given (mask and all), alone."""
