@@ -30,6 +30,10 @@ from bertwatch.heads.task_heads import (
 )
 
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
+#: How far a ``loss_fn``'s per-example loss may move between the whole batch and its length group, relative (at
+#: least 16 roundings of the loss's dtype) and absolute: the products round differently in another batch, while
+#: a loss that reads padding moves by the share of padding it reads. As ``task_heads.model_loss`` judges a loss.
+_LOSS_AGREEMENT = (1e-3, 1e-5)
 #: A loss that runs the model itself on one example's inputs (a batch of one, label fields included) and returns
 #: that example's loss, a one-element tensor: the training's own loss when it is not the model's (a Trainer's
 #: ``compute_loss``). Called once per example inside a gated ``capture`` of the model; its ``name`` attribute, when
@@ -248,7 +252,9 @@ def check_gradients(
     with what to do): one forward of each batch as :func:`gradient_stats` runs it (its length groups, or each example
     alone; no gradients; ``capture`` restores modes and RNG) must give the loss it takes: the model's own, from the
     label fields its head reads, ``loss_fn``'s one value per example, or ``example_loss``'s one value for each
-    example alone. The batches' real tokens are read from their ``attention_mask``."""
+    example alone. The batches' real tokens are read from their ``attention_mask``. A ``loss_fn`` run in length
+    groups must also give each example the loss it gives it in the whole batch: one that reads padding would make
+    an example's gradients depend on its group."""
     device = next(model.parameters()).device
     for cpu_batch in batches:
         whole = {k: v.to(device) for k, v in cpu_batch.items()}
@@ -259,17 +265,38 @@ def check_gradients(
                 for example in _examples_alone(model, whole, real):
                     _one_loss(example_loss, example)
             continue
-        for _, batch in _length_groups(model, whole, real) or [(None, whole)]:
-            _check_batch(model, batch, loss_fn)
+        groups = _length_groups(model, whole, real)
+        if groups is None:
+            _check_batch(model, whole, loss_fn)
+            continue
+        losses = [(rows, _check_batch(model, batch, loss_fn)) for rows, batch in groups]
+        if loss_fn is not None:
+            _check_padding_free(_check_batch(model, whole, loss_fn), losses)
 
 
-def _check_batch(model: nn.Module, batch: Mapping[str, torch.Tensor], loss_fn: LossFn | None) -> None:
-    """:func:`check_gradients` on one batch as the gradient pass runs it."""
+def _check_padding_free(whole: torch.Tensor, groups: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Refuse a ``loss_fn`` whose per-example losses ``[rows]`` in the whole batch differ from those of the same
+    examples in their length groups by more than the rounding of the loss's dtype."""
+    eps = torch.finfo(whole.dtype).eps if whole.is_floating_point() else 0.0
+    relative, absolute = max(_LOSS_AGREEMENT[0], 16 * eps), _LOSS_AGREEMENT[1]
+    for rows, got in groups:
+        want = whole[rows.to(whole.device)]
+        if not torch.allclose(got.to(want.dtype), want, rtol=relative, atol=absolute, equal_nan=True):
+            raise LossSetupError(
+                "loss_fn gives an example another loss when its batch's padding changes (bertwatch runs the gradient "
+                "pass in groups of similar length, each cut to its longest example): make loss_fn read only each "
+                "example's real tokens (mask the padding)"
+            )
+
+
+def _check_batch(model: nn.Module, batch: Mapping[str, torch.Tensor], loss_fn: LossFn | None) -> torch.Tensor | None:
+    """:func:`check_gradients` on one batch as the gradient pass runs it; ``loss_fn``'s losses ``[rows]`` (None
+    without one)."""
     with torch.no_grad(), capture(model, record=False):
         if loss_fn is None:
             kind = check_loss_inputs(model, batch)
             model_loss(model, model(**_model_inputs(batch, label_fields(kind))), batch, kind)
-            return
+            return None
         outputs = model(**_model_inputs(batch))
         try:
             losses = loss_fn(outputs, batch)
@@ -279,6 +306,7 @@ def _check_batch(model: nn.Module, batch: Mapping[str, torch.Tensor], loss_fn: L
     if not isinstance(losses, torch.Tensor) or tuple(losses.shape) != (rows,):
         shape = tuple(losses.shape) if isinstance(losses, torch.Tensor) else type(losses).__name__
         raise LossSetupError(f"loss_fn must return one loss per example, a tensor [{rows}]; it returned {shape}")
+    return losses.detach()
 
 
 def gradient_stats(

@@ -223,7 +223,8 @@ def test_the_example_loss_path_runs_each_example_cropped() -> None:
 @pytest.mark.parametrize("loss", ["model", "loss_fn", "example_loss"])
 def test_the_setup_check_runs_each_batch_as_the_gradient_pass_runs_it(monkeypatch, loss) -> None:
     """check_gradients checks the batches the pass will run (its length groups, or each example cropped alone),
-    each once and no more: the model sees the same shapes in the check as in the pass."""
+    each once: the model sees the same shapes in the check as in the pass (and, for a loss_fn, the whole batch,
+    which its losses in the groups are compared with)."""
     from bertwatch.heads.importance import check_gradients
 
     monkeypatch.setattr(length_groups, "FORWARD_COST", 1.0)
@@ -245,8 +246,33 @@ def test_the_setup_check_runs_each_batch_as_the_gradient_pass_runs_it(monkeypatc
     checked, seen[:] = list(seen), []
     gradient_stats(model, labelled, roles, **extra)
     handle.remove()
-    assert checked == seen and len(seen) >= 2
+    whole = [tuple(labelled["input_ids"].shape)] if loss == "loss_fn" else []  # a loss_fn is also run on the whole
+    assert checked == seen + whole and len(seen) >= 2
     assert sorted(width for _, width in seen) != [max(LENGTHS)] * len(seen)  # cropped, not whole
+
+
+def test_a_loss_fn_that_reads_padding_is_refused_at_setup(monkeypatch) -> None:
+    """A loss_fn whose value for an example moves with its batch's padding (here a token loss averaged over every
+    position, pad positions included) would make the grouped pass measure another loss than the whole batch: the
+    setup check refuses it, and accepts the same loss averaged over the labelled tokens."""
+    from bertwatch.heads.importance import check_gradients
+    from bertwatch.heads.task_heads import LossSetupError
+
+    monkeypatch.setattr(length_groups, "FORWARD_COST", 1.0)
+    model = _model("token")
+    batch, roles = _batch()
+    labelled = _labels(model, batch)
+    assert _split(labelled, roles, model) >= 2
+
+    def token_losses(outputs, b):
+        return torch.nn.functional.cross_entropy(outputs.logits.transpose(1, 2), b["labels"], reduction="none")
+
+    def over_labelled(outputs, b):
+        return token_losses(outputs, b).sum(-1) / (b["labels"] != -100).sum(-1)
+
+    check_gradients(model, [labelled], loss_fn=over_labelled)
+    with pytest.raises(LossSetupError, match="padding"):
+        check_gradients(model, [labelled], loss_fn=lambda o, b: token_losses(o, b).mean(-1))
 
 
 def test_a_batch_that_cannot_be_cropped_runs_whole(monkeypatch) -> None:
