@@ -8,6 +8,7 @@ per-example values ``[batch, layers, heads]``; average them with ``bertwatch.hea
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -195,23 +196,22 @@ def _grouped_pass(
     batch: Mapping[str, torch.Tensor],
     real: torch.Tensor,
     rows: int,
-    loss_fn: LossFn | None,
-    states: list | None = None,
-    blocks: bool = False,
-    logits: bool = True,
+    states: list | None,
+    gated: Callable,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
-    """:func:`_gated_pass` run per length group (:mod:`bertwatch.heads.length_groups`: on CPU, rows of similar real
-    length together, each group cropped to its longest row) and merged back in row order, padded to T with zeros
-    (maps, their gradients, value states, contexts, block inputs); the whole batch at once where splitting does not
-    pay or would not be exact. Each group's factors make its loss each of its examples' own, as for a batch."""
+    """``gated(batch, rows, states=...)`` (:func:`_gated_pass` with its loss and recording options bound) run per length
+    group (:mod:`bertwatch.heads.length_groups`: on CPU, rows of similar real length together, each group cropped to
+    its longest row) and merged back in row order, padded to T with zeros (maps, their gradients, value states,
+    contexts, block inputs); the whole batch at once where splitting does not pay or would not be exact. Each
+    group's factors make its loss each of its examples' own, as for a batch."""
     groups = _length_groups(model, batch, real)
     if groups is None:
-        return _gated_pass(model, batch, rows, loss_fn, states, blocks, logits)
+        return gated(batch, rows, states=states)
     length = int(batch["input_ids"].shape[1])
     parts = []
     for indices, cropped in groups:
         kept: list | None = [] if states is not None else None
-        gate, maps_grad, scale, maps = _gated_pass(model, cropped, len(indices), loss_fn, kept, blocks, logits)
+        gate, maps_grad, scale, maps = gated(cropped, len(indices), states=kept)
         parts.append((gate, [g.detach() for g in maps_grad], scale, [m.detach() for m in maps], kept))
     index = [g for g, _ in groups]
 
@@ -352,9 +352,8 @@ def gradient_stats(
         states = [None, None, {}, None]
     else:
         kept = states if return_states else None
-        gate_grad, map_grads, scale, maps = _grouped_pass(
-            model, batch, roles.real, rows, loss_fn, kept, record_blocks, record_logits
-        )
+        gated = functools.partial(_gated_pass, model, loss_fn=loss_fn, blocks=record_blocks, logits=record_logits)
+        gate_grad, map_grads, scale, maps = _grouped_pass(model, batch, roles.real, rows, kept, gated)
     size = rows // group
     roles = roles.to(gate_grad.device)
     real = roles.real.float()
