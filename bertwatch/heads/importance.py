@@ -252,9 +252,10 @@ def check_gradients(
     with what to do): one forward of each batch as :func:`gradient_stats` runs it (its length groups, or each example
     alone; no gradients; ``capture`` restores modes and RNG) must give the loss it takes: the model's own, from the
     label fields its head reads, ``loss_fn``'s one value per example, or ``example_loss``'s one value for each
-    example alone. The batches' real tokens are read from their ``attention_mask``. A ``loss_fn`` run in length
-    groups must also give each example the loss it gives it in the whole batch: one that reads padding would make
-    an example's gradients depend on its group."""
+    example alone. The batches' real tokens are read from their ``attention_mask``. A ``loss_fn`` must also give
+    each example the same loss in the whole batch as in part of it (its length group, or the batch's half where the
+    pass runs whole): one that reads padding or the other examples would make an example's statistics depend on its
+    batch."""
     device = next(model.parameters()).device
     for cpu_batch in batches:
         whole = {k: v.to(device) for k, v in cpu_batch.items()}
@@ -266,26 +267,37 @@ def check_gradients(
                     _one_loss(example_loss, example)
             continue
         groups = _length_groups(model, whole, real)
-        if groups is None:
-            _check_batch(model, whole, loss_fn)
+        losses = [(rows, _check_batch(model, batch, loss_fn)) for rows, batch in groups or ()]
+        if loss_fn is None and groups is not None:
             continue
-        losses = [(rows, _check_batch(model, batch, loss_fn)) for rows, batch in groups]
+        in_whole = _check_batch(model, whole, loss_fn)
         if loss_fn is not None:
-            _check_padding_free(_check_batch(model, whole, loss_fn), losses)
+            parts = losses or [(rows, _check_batch(model, half, loss_fn)) for rows, half in _halves(model, whole)]
+            _check_own_losses(in_whole, parts)
 
 
-def _check_padding_free(whole: torch.Tensor, groups: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+def _halves(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> list[tuple[torch.Tensor, dict]]:
+    """The batch's first and second half of examples, uncropped (none for a batch of one)."""
+    size, kind = _size(batch), head_kind(model)
+    width = int(batch["input_ids"].shape[1])
+    cuts = (torch.arange(size // 2), torch.arange(size // 2, size))
+    return [(rows, length_groups.crop_rows(batch, rows, width, kind)) for rows in cuts if size > 1]
+
+
+def _check_own_losses(whole: torch.Tensor, parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Refuse a ``loss_fn`` whose per-example losses ``[rows]`` in the whole batch differ from those of the same
-    examples in their length groups by more than the rounding of the loss's dtype."""
+    examples in part of it (their length groups, cropped, or the batch's halves) by more than ``_LOSS_AGREEMENT``:
+    an example's loss, and so its gradient statistics, would depend on its batch."""
     eps = torch.finfo(whole.dtype).eps if whole.is_floating_point() else 0.0
     relative, absolute = max(_LOSS_AGREEMENT[0], 16 * eps), _LOSS_AGREEMENT[1]
-    for rows, got in groups:
+    for rows, got in parts:
         want = whole[rows.to(whole.device)]
         if not torch.allclose(got.to(want.dtype), want, rtol=relative, atol=absolute, equal_nan=True):
             raise LossSetupError(
-                "loss_fn gives an example another loss when its batch's padding changes (bertwatch runs the gradient "
-                "pass in groups of similar length, each cut to its longest example): make loss_fn read only each "
-                "example's real tokens (mask the padding)"
+                "loss_fn gives an example another loss when its batch changes (its padding, or the other examples "
+                "in it; bertwatch runs the gradient pass in groups of similar length on CPU, each cut to its longest "
+                "example): make loss_fn give each example's loss from that example's real tokens alone (mask the "
+                "padding; no in-batch negatives)"
             )
 
 

@@ -275,6 +275,34 @@ def test_a_loss_fn_that_reads_padding_is_refused_at_setup(monkeypatch) -> None:
         check_gradients(model, [labelled], loss_fn=lambda o, b: token_losses(o, b).mean(-1))
 
 
+def test_a_loss_fn_that_reads_other_examples_is_refused_where_the_pass_runs_whole(monkeypatch) -> None:
+    """Where the batch runs whole (one group here; a GPU), the check compares the whole batch with its halves: a loss
+    scaled by the batch's mean (an example's loss depends on the others) is refused, the plain per-example loss
+    passes, and the model sees the whole batch, then its halves."""
+    from bertwatch.heads.importance import check_gradients
+    from bertwatch.heads.task_heads import LossSetupError
+
+    monkeypatch.setattr(length_groups, "FORWARD_COST", WHOLE)
+    model = _model("sequence")
+    batch, roles = _batch()
+    labelled = _labels(model, batch)
+    assert _split(labelled, roles, model) == 0
+
+    def per_example(outputs, b):
+        return torch.nn.functional.cross_entropy(outputs.logits, b["labels"], reduction="none")
+
+    seen: list[int] = []
+    handle = model.register_forward_pre_hook(
+        lambda _, args, kwargs: seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    check_gradients(model, [labelled], loss_fn=per_example)
+    handle.remove()
+    rows = len(LENGTHS)
+    assert seen == [rows, rows // 2, rows - rows // 2]
+    with pytest.raises(LossSetupError, match="other examples"):
+        check_gradients(model, [labelled], loss_fn=lambda o, b: per_example(o, b) / per_example(o, b).mean())
+
+
 def test_a_batch_that_cannot_be_cropped_runs_whole(monkeypatch) -> None:
     """Left padding (real tokens last) is not cropped: each example's importance is still the gradient of its own
     loss on its row as given (mask and all), alone."""
