@@ -267,13 +267,16 @@ def check_gradients(
                     _one_loss(example_loss, example)
             continue
         groups = _length_groups(model, whole, real)
-        losses = [(rows, _check_batch(model, batch, loss_fn)) for rows, batch in groups or ()]
-        if loss_fn is None and groups is not None:
+        if loss_fn is None:  # the model's own loss is each example's own in any group: check what the pass runs
+            for _, part in groups or [(None, whole)]:
+                _check_batch(model, part, None)
             continue
+        in_groups = [(rows, _check_batch(model, part, loss_fn)) for rows, part in groups or ()]
         in_whole = _check_batch(model, whole, loss_fn)
-        if loss_fn is not None:
-            parts = losses or [(rows, _check_batch(model, half, loss_fn)) for rows, half in _halves(model, whole)]
-            _check_own_losses(in_whole, parts)
+        in_halves = (
+            [] if groups else [(rows, _check_batch(model, half, loss_fn)) for rows, half in _halves(model, whole)]
+        )
+        _check_own_losses(in_whole, in_groups or in_halves)
 
 
 def _halves(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> list[tuple[torch.Tensor, dict]]:
