@@ -42,6 +42,7 @@ from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
 from bertwatch.heads.capture import capture
+from bertwatch.heads.length_groups import crop_rows
 from bertwatch.heads.mixing import rollout
 from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
 from bertwatch.heads.stats import DRIFT_NAMES
@@ -359,10 +360,10 @@ def _run_batch(
 def _leading_rows(batch: ProbeBatch, rows: int) -> ProbeBatch:
     """The batch's first ``rows`` rows, for a forward that only keeps examples' maps (every input with a batch
     dimension sliced; a multiple-choice batch, whose rows are choices, is left whole)."""
-    size = int(batch.roles.real.shape[0])
-    if rows >= size or batch.inputs["input_ids"].dim() != 2:
+    ids = batch.inputs["input_ids"]
+    if rows >= int(ids.shape[0]) or ids.dim() != 2:
         return batch
-    inputs = {k: v[:rows] if v.dim() > 0 and v.shape[0] == size else v for k, v in batch.inputs.items()}
+    inputs = crop_rows(batch.inputs, torch.arange(rows), int(ids.shape[1]), None)
     return replace(batch, inputs=inputs, roles=batch.roles.select(slice(0, rows)))
 
 
