@@ -29,8 +29,8 @@ JS_SMOOTHING = 0.999
 PASSES = ("query", "entropy", "intra", "cosine", "js")
 
 _CPU_BLOCK = 1 << 19
-_LN2 = math.log(2.0)
 _DEVICE_BLOCK = 1 << 26
+_LN2 = math.log(2.0)
 #: Devices swept one example at a time, cut to its real tokens (elsewhere several examples share a block, masked).
 _PER_EXAMPLE = ("cpu",)
 _SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 3}

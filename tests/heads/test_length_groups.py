@@ -13,12 +13,12 @@ import transformers as T
 
 from bertwatch.core.stat_names import MIXING_NAMES, NORM_NAMES, STAT_NAMES
 from bertwatch.heads import length_groups
-from bertwatch.heads.importance import gradient_stats
+from bertwatch.heads.importance import check_gradients, gradient_stats
 from bertwatch.heads.mixing_model import block_weights, mixing_stats
 from bertwatch.heads.norms import head_grams, norm_stats
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stats import compute_stats
-from bertwatch.heads.task_heads import fixed_mask, head_kind
+from bertwatch.heads.task_heads import LossSetupError, fixed_mask, head_kind
 from tests.support.models import tiny_config, tiny_model
 from tests.support.tolerance import assert_float32_close
 
@@ -225,8 +225,6 @@ def test_the_setup_check_runs_each_batch_as_the_gradient_pass_runs_it(monkeypatc
     """check_gradients checks the batches the pass will run (its length groups, or each example cropped alone),
     each once: the model sees the same shapes in the check as in the pass (and, for a loss_fn, the whole batch,
     which its losses in the groups are compared with)."""
-    from bertwatch.heads.importance import check_gradients
-
     monkeypatch.setattr(length_groups, "FORWARD_COST", 1.0)
     model = _model("sequence")
     batch, roles = _batch()
@@ -255,9 +253,6 @@ def test_a_loss_fn_that_reads_padding_is_refused_at_setup(monkeypatch) -> None:
     """A loss_fn whose value for an example moves with its batch's padding (here a token loss averaged over every
     position, pad positions included) would make the grouped pass measure another loss than the whole batch: the
     setup check refuses it, and accepts the same loss averaged over the labelled tokens."""
-    from bertwatch.heads.importance import check_gradients
-    from bertwatch.heads.task_heads import LossSetupError
-
     monkeypatch.setattr(length_groups, "FORWARD_COST", 1.0)
     model = _model("token")
     batch, roles = _batch()
@@ -279,9 +274,6 @@ def test_a_loss_fn_that_reads_other_examples_is_refused_where_the_pass_runs_whol
     """Where the batch runs whole (one group here; a GPU), the check compares the whole batch with its halves: a loss
     scaled by the batch's mean (an example's loss depends on the others) is refused, the plain per-example loss
     passes, and the model sees the whole batch, then its halves."""
-    from bertwatch.heads.importance import check_gradients
-    from bertwatch.heads.task_heads import LossSetupError
-
     monkeypatch.setattr(length_groups, "FORWARD_COST", WHOLE)
     model = _model("sequence")
     batch, roles = _batch()
