@@ -123,16 +123,29 @@ class RowReductions:
         shapes = {"query": (3, length), "cosine": (3, length)}
         out = {p: torch.zeros(batch, maps, *shapes.get(p, (length,)), device=self.a.device) for p in passes}
         self.context = self._context_rows(passes)
-        order = [p for p in PASSES if p in passes]  # "js" last: it smooths the reference block in place
+        order = [(p, kernels[p]) for p in PASSES if p in passes]  # "js" last: it smooths the reference in place
         for rows, n, map_step in plan:
+            dests = [(kernel, out[p][rows][..., :n]) for p, kernel in order]
             for m0 in range(0, maps, map_step):
                 cols = slice(m0, m0 + map_step)
-                block = a[rows, cols, :n, :n].float()
+                block = a[rows, cols, :n, :n]
+                block = block if block.dtype == torch.float32 else block.float()
                 old = self.reference_block(rows, cols, block, ref_scratch) if wants_reference else None
                 bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
-                for p in order:
-                    kernels[p](rows, block, old, bufs, out[p][rows, cols][..., :n])
+                for kernel, dest in dests:
+                    kernel(rows, block, old, bufs, dest[:, cols])
+        self._finish_rows(out)
         return {p: value.view(*self.a.shape[:3], *value.shape[2:]) for p, value in out.items()}
+
+    def _finish_rows(self, out: dict[str, Tensor]) -> None:
+        """The factors every block's rows share, applied once to the whole result instead of block by block:
+        entropy's −1 (and ln 2 where the logarithm was taken in base 2), JS's ½, the cosine's squared norms."""
+        if "entropy" in out:
+            out["entropy"].mul_(-_LN2 if self.a.device.type == "cpu" else -1.0)
+        if "js" in out:
+            out["js"].mul_(0.5)
+        if "cosine" in out:
+            out["cosine"][..., 1:, :].square_()
 
     def _plan(self, batch: int, maps: int, length: int) -> list[tuple[slice, int, int]]:
         """The blocks: (examples, key/query length kept, maps per block). Maps of one example first, in even
@@ -235,14 +248,15 @@ class RowReductions:
             dest[:, :, 2].copy_(block[:, :, layout.cls])
 
     def _entropy_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """−Σ_{j real} A' ln A', A' = 0.9999·A + 0.0001/n: `[b, c, t]`. On CPU the logarithm is NumPy's float32
-        log2 on the block's memory (within 2 ulp, twice as fast as torch's log there), ln 2 applied to the row sums."""
+        """Σ_{j real} A' log A', A' = 0.9999·A + 0.0001/n: `[b, c, t]` (the entropy once :meth:`_finish_rows` has
+        negated it). On CPU the logarithm is NumPy's float32 log2 on the block's memory (within 2 ulp, twice as fast
+        as torch's ln there; ln 2 is applied to the row sums), elsewhere torch's ln."""
         p = self.smoothed(rows, block, self.context["entropy"][rows], ENTROPY_SMOOTHING, bufs[0])
         if p.device.type == "cpu":
             np.log2(p.numpy(), out=bufs[1].numpy())
-            torch.sum(bufs[1].mul_(p), -1, out=dest).mul_(-_LN2)
+            torch.sum(bufs[1].mul_(p), -1, out=dest)
             return
-        torch.sum(torch.log(p, out=bufs[1]).mul_(p), -1, out=dest).neg_()
+        torch.sum(torch.log(p, out=bufs[1]).mul_(p), -1, out=dest)
 
     def _intra_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
         """Σ_j A[i, j] over non-special keys of the query's own segment: `[b, c, t]` (zero for other queries)."""
@@ -255,14 +269,16 @@ class RowReductions:
         torch.sum(torch.mul(block, same, out=bufs[0]), -1, out=dest)
 
     def _cosine_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """Σ_{j real} A·R, A·A and R·R per row (``old``: pad keys already zeroed): `[b, c, 3, t]`."""
+        """Σ_{j real} A·R, ‖A‖ and ‖R‖ per row (``old``: pad keys already zeroed): `[b, c, 3, t]`; the norms are
+        squared once in :meth:`_finish_rows`."""
         masked = block if self.cut(rows) else torch.mul(block, self.key_mask[rows], out=bufs[0])
-        torch.linalg.vector_norm(masked, dim=-1, out=dest[..., 1, :]).square_()
-        torch.linalg.vector_norm(old, dim=-1, out=dest[..., 2, :]).square_()
+        torch.linalg.vector_norm(masked, dim=-1, out=dest[..., 1, :])
+        torch.linalg.vector_norm(old, dim=-1, out=dest[..., 2, :])
         torch.sum(torch.mul(masked, old, out=bufs[0]), -1, out=dest[..., 0, :])
 
     def _js_rows(self, rows: slice, block: Tensor, old: Tensor | None, bufs: list[Tensor], dest: Tensor) -> None:
-        """JS(A'[i], R'[i]) = ½ Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, t]`.
+        """2·JS(A'[i], R'[i]) = Σ_j P ln(P/M) + Q ln(Q/M), M = (P + Q)/2, over real keys: `[b, c, t]` (halved in
+        :meth:`_finish_rows`).
         With d = (Q − P)/(P + Q) in (−1, 1), P/M = 1 − d and Q/M = 1 + d: one division serves both logarithms,
         taken as log1p(∓d) (faster than ln, and d keeps its digits where P ≈ Q; d = 0 exactly where P = Q)."""
         fill = self.context["js"][rows, ..., : block.shape[-1]]
@@ -271,4 +287,4 @@ class RowReductions:
         d = torch.sub(q, p, out=bufs[1]).div_(torch.add(p, q, out=bufs[2]))
         terms = torch.neg(d, out=bufs[2]).log1p_().mul_(p)
         terms.addcmul_(d.log1p_(), q)
-        torch.sum(terms, -1, out=dest).mul_(0.5)
+        torch.sum(terms, -1, out=dest)
