@@ -54,9 +54,10 @@ class ProbePacing:
     def budgeted(self) -> bool:
         return self.every_n_steps is None
 
-    def start(self) -> None:
-        """Training begins: the wall clock starts and the log empties."""
-        self.meter.start()
+    def start(self, first_step: int = 0, end_step: int | None = None) -> None:
+        """Training begins at ``first_step``: the wall clock starts and the log empties. ``end_step``: the run's
+        last step when the end is measured (the budget then keeps room for that probe, ``OverheadMeter.due``)."""
+        self.meter.start(first_step, end_step)
         self.log, self._noted, self._unwritten = [], {}, set()
 
     def step_due(self, step: int) -> bool:

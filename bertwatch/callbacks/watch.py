@@ -235,7 +235,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         model = kwargs.get("model")
         if model is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
-        self.pacing.start()
+        last = int(getattr(state, "max_steps", 0) or 0)
+        self.pacing.start(int(state.global_step), last if self.at_end and last > 0 else None)
         with self.pacing.own_time():
             self._begin(model, args, state, kwargs)
 

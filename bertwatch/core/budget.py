@@ -11,6 +11,16 @@ evaluation, the end, an explicit ``every_n_steps``) are never skipped; their tim
 after an expensive pinned probe the budgeted ones wait until training has earned the time back. At a steady state
 with probe cost ``c`` and step time ``t`` the spacing is about ``c * (1 - budget) / (budget * t)`` steps.
 
+When the run's last step is known (the Trainer's ``max_steps``) and a pinned probe is to measure it, the share at
+the end must stay within the budget too, that probe (at the cost of the last) and the training still to come (the
+steps left at the mean step time so far) included:
+
+    own + cost + end <= budget * (wall + cost + remaining + end)
+
+so no budgeted probe is taken so near the end that the end's own probe would push the run over (a 100-step run
+measured step 96, then the end, at 2.9% of its wall time under a 2% budget). Earlier in a run the training still to
+come pays for the end, and the first rule alone sets the spacing.
+
 Example:
     >>> now = [0.0]
     >>> meter = OverheadMeter(0.02, clock=lambda: now[0])
@@ -64,20 +74,34 @@ def check_budget(value: object) -> float:
     return value
 
 
-def probe_due(wall_s: float, own_s: float, cost_s: float, budget: float) -> bool:
+def probe_due(
+    wall_s: float, own_s: float, cost_s: float, budget: float, remaining_s: float = 0.0, end_s: float = 0.0
+) -> bool:
     """Whether one more probe costing ``cost_s`` keeps bertwatch's share of wall time within ``budget``:
     ``own_s + cost_s <= budget * (wall_s + cost_s)``, ``wall_s`` the run's wall time so far and ``own_s`` bertwatch's
-    part of it (seconds)."""
-    return own_s + cost_s <= budget * (wall_s + cost_s)
+    part of it (seconds); and, where a pinned probe costing ``end_s`` is to come after ``remaining_s`` more seconds
+    of training, ``own_s + cost_s + end_s <= budget * (wall_s + cost_s + remaining_s + end_s)`` (the share at the
+    end of the run).
+
+    Example:
+        >>> probe_due(wall_s=70.0, own_s=0.8, cost_s=0.55, budget=0.02)  # 1.35 <= 1.411
+        True
+        >>> probe_due(wall_s=70.0, own_s=0.8, cost_s=0.55, budget=0.02, remaining_s=3.0, end_s=0.55)  # 1.9 > 1.482
+        False
+    """
+    if own_s + cost_s > budget * (wall_s + cost_s):
+        return False
+    return end_s <= 0.0 or own_s + cost_s + end_s <= budget * (wall_s + cost_s + remaining_s + end_s)
 
 
 class OverheadMeter:
     """bertwatch's own time against the run's wall time, read from ``clock`` (seconds; injected for tests), and
     the budget rule on them.
 
-    Call :meth:`start` when training begins, :meth:`add_own` with the seconds of each piece of bertwatch's work
-    (``probe_step`` when that work measured a step, so its cost is the next probe's estimate), :meth:`due` to ask
-    whether an unpinned probe is due at a step.
+    Call :meth:`start` when training begins (with the step it begins at and, when known, the step a pinned probe
+    will measure at the end), :meth:`add_own` with the seconds of each piece of bertwatch's work (``probe_step`` when
+    that work measured a step, so its cost is the next probe's estimate), :meth:`due` to ask whether an unpinned
+    probe is due at a step.
     """
 
     def __init__(self, budget: float = DEFAULT_OVERHEAD_BUDGET, clock: Callable[[], float] = time.perf_counter):
@@ -87,11 +111,15 @@ class OverheadMeter:
         self.own = 0.0
         self.last_cost: float | None = None
         self.last_step: int | None = None
+        self.first_step = 0
+        self.end_step: int | None = None
 
-    def start(self) -> None:
-        """Training begins now; forget any earlier run."""
+    def start(self, first_step: int = 0, end_step: int | None = None) -> None:
+        """Training begins now, at optimiser step ``first_step`` (a resumed run's); ``end_step``: the last step,
+        when a pinned probe will measure it (None: unknown, or no probe at the end). Forgets any earlier run."""
         self.started = self.clock()
         self.own, self.last_cost, self.last_step = 0.0, None, None
+        self.first_step, self.end_step = first_step, end_step
 
     def wall(self) -> float:
         """Seconds since :meth:`start` (0 before it)."""
@@ -117,5 +145,13 @@ class OverheadMeter:
 
     def due(self, step: int) -> bool:
         """Whether an unpinned probe is due at ``step``: :meth:`eligible` and within the budget (:func:`probe_due`,
-        the next probe costing as much as the last)."""
-        return self.eligible(step) and probe_due(self.wall(), self.own, self.last_cost or 0.0, self.budget)
+        the next probe and the end's costing as much as the last, the steps left to the end at the mean training
+        step time so far)."""
+        if not self.eligible(step):
+            return False
+        cost, wall = self.last_cost or 0.0, self.wall()
+        remaining = end = 0.0
+        if self.end_step is not None and self.first_step < step < self.end_step:
+            per_step = max(0.0, wall - self.own) / (step - self.first_step)
+            remaining, end = (self.end_step - step) * per_step, cost
+        return probe_due(wall, self.own, cost, self.budget, remaining, end)

@@ -25,13 +25,14 @@ class _Clock:
         return self.now
 
 
-def _simulate(steps, step_s, probe_s, budget, every_n_steps=None, setup_s=0.0):
+def _simulate(steps, step_s, probe_s, budget, every_n_steps=None, setup_s=0.0, end=False):
     """A training loop of ``steps`` optimiser steps of ``step_s`` seconds, with a setup of ``setup_s`` seconds, a
-    probe costing ``probe_s`` at step 0 and wherever the pacing says; returns the pacing and the share after each
-    probe."""
+    probe costing ``probe_s`` at step 0 and wherever the pacing says (and, with ``end``, a pinned one at the last
+    step when it is not measured yet, the pacing told of it at the start); returns the pacing and the share after
+    each probe."""
     clock = _Clock()
     pacing = ProbePacing(every_n_steps, budget, clock)
-    pacing.start()
+    pacing.start(0, steps if end else None)
     with pacing.own_time():
         clock.now += setup_s
     shares = []
@@ -47,6 +48,8 @@ def _simulate(steps, step_s, probe_s, budget, every_n_steps=None, setup_s=0.0):
         clock.now += step_s
         if pacing.step_due(step):
             probe(step, "step")
+    if end and shares[-1][0] != steps:
+        probe(steps, "end")
     return pacing, shares
 
 
@@ -84,6 +87,32 @@ def test_an_expensive_pinned_start_delays_the_first_budgeted_probe_until_trainin
     own = probe_s + setup_s  # at step s the wall time is s * step_s + own; due when own + c <= b (wall + c)
     first = math.ceil(((own + probe_s) / budget - probe_s - own) / step_s)
     assert shares[1][0] == first
+
+
+@pytest.mark.fast
+def test_the_end_probe_is_kept_room_for() -> None:
+    # a 100-step run as bench_overhead.py measures it: 0.75 s steps, 0.57 s probes, a 0.28 s setup, a 2% budget
+    assert not probe_due(wall_s=70.0, own_s=0.8, cost_s=0.55, budget=0.02, remaining_s=3.0, end_s=0.55)
+    assert probe_due(wall_s=70.0, own_s=0.8, cost_s=0.55, budget=0.02, remaining_s=30.0, end_s=0.55)
+    unaware, unaware_shares = _simulate(100, 0.75, 0.57, 0.02, setup_s=0.28)
+    assert [r.step for r in unaware.log] == [0, 93], "without the end in view the budget takes step 93"
+    _, late = _simulate(100, 0.75, 0.57, 0.02, setup_s=0.28, end=True)
+    assert [step for step, _ in late] == [0, 100], "with it, the step-0 and end probes are the run's"
+    assert late[-1][1] <= 0.02, late
+    unaware_end = (unaware.meter.own + 0.57) / (unaware.meter.wall() + 0.57)  # what its end probe would make it
+    assert unaware_end > 0.02, "the case must be one where the old rule overran the budget"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("step_s", "probe_s", "budget"), [(1.0, 2.0, 0.02), (0.3, 0.9, 0.05), (0.05, 0.02, 0.01)])
+def test_keeping_room_for_the_end_changes_nothing_until_near_it(step_s, probe_s, budget) -> None:
+    _, plain = _simulate(2000, step_s, probe_s, budget)
+    _, ended = _simulate(2000, step_s, probe_s, budget, end=True)
+    ended_steps, plain_steps = [s for s, _ in ended], [s for s, _ in plain]
+    spacing = max(MIN_SPACING, math.ceil(probe_s * (1 - budget) / (budget * step_s)) + 1)
+    early = [s for s in plain_steps if s < 2000 - 2 * spacing]
+    assert ended_steps[: len(early)] == early
+    assert ended_steps[-1] == 2000 and all(share <= budget * (1 + 1e-9) for _, share in ended[1:]), ended[-3:]
 
 
 @pytest.mark.fast
