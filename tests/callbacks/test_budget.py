@@ -181,6 +181,7 @@ def test_budgeted_steps_and_their_reasons_reach_the_event_file(tmp_path) -> None
     expected = [0, MIN_SPACING, 2 * MIN_SPACING, 2 * MIN_SPACING + 5]
     assert [s for s, _ in cb.history] == expected
     assert [r.reason for r in cb.pacing.log] == ["start", "budget", "budget", "end"]
+    assert (cb.pacing.meter.first_step, cb.pacing.meter.end_step) == (0, 2 * MIN_SPACING + 5), "the end in view"
     (run,) = (tmp_path / "runs").iterdir()
     acc = EventAccumulator(str(run), size_guidance={"tensors": 0, "scalars": 0})
     acc.Reload()
