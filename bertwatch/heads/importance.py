@@ -21,6 +21,7 @@ from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import (
     LABEL_FIELDS,
+    LOSS_AGREEMENT,
     LossSetupError,
     check_loss_inputs,
     head_kind,
@@ -31,10 +32,6 @@ from bertwatch.heads.task_heads import (
 )
 
 LossFn = Callable[[Any, Mapping[str, torch.Tensor]], torch.Tensor]
-#: How far a ``loss_fn``'s per-example loss may move between the whole batch and its length group, relative (at
-#: least 16 roundings of the loss's dtype) and absolute: the products round differently in another batch, while
-#: a loss that reads padding moves by the share of padding it reads. As ``task_heads.model_loss`` judges a loss.
-_LOSS_AGREEMENT = (1e-3, 1e-5)
 #: A loss that runs the model itself on one example's inputs (a batch of one, label fields included) and returns
 #: that example's loss, a one-element tensor: the training's own loss when it is not the model's (a Trainer's
 #: ``compute_loss``). Called once per example inside a gated ``capture`` of the model; its ``name`` attribute, when
@@ -289,10 +286,10 @@ def _halves(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> list[tuple[t
 
 def _check_own_losses(whole: torch.Tensor, parts: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
     """Refuse a ``loss_fn`` whose per-example losses ``[rows]`` in the whole batch differ from those of the same
-    examples in part of it (their length groups, cropped, or the batch's halves) by more than ``_LOSS_AGREEMENT``:
-    an example's loss, and so its gradient statistics, would depend on its batch."""
+    examples in part of it (their length groups, cropped, or the batch's halves) by more than
+    ``task_heads.LOSS_AGREEMENT``: an example's loss, and so its gradient statistics, would depend on its batch."""
     eps = torch.finfo(whole.dtype).eps if whole.is_floating_point() else 0.0
-    relative, absolute = max(_LOSS_AGREEMENT[0], 16 * eps), _LOSS_AGREEMENT[1]
+    relative, absolute = max(LOSS_AGREEMENT[0], 16 * eps), LOSS_AGREEMENT[1]  # at least 16 roundings
     for rows, got in parts:
         want = whole[rows.to(whole.device)]
         if not torch.allclose(got.to(want.dtype), want, rtol=relative, atol=absolute, equal_nan=True):

@@ -19,6 +19,7 @@ from torch import nn
 __all__ = [
     "HEAD_KINDS",
     "LABEL_FIELDS",
+    "LOSS_AGREEMENT",
     "LossSetupError",
     "MASK_PROBABILITY",
     "check_loss_inputs",
@@ -45,6 +46,10 @@ LABEL_FIELDS = ("labels", "start_positions", "end_positions")
 IGNORE_INDEX = -100
 #: The share of tokens a fixed masked-LM mask covers (BERT's 15%).
 MASK_PROBABILITY = 0.15
+#: How far two computations of the same loss may differ, relative and absolute: the model's loss against the
+#: weighted mean bertwatch computes, an example's loss in the whole batch against in its length group (products
+#: round differently in another batch; a custom loss, or one that reads padding, moves by far more).
+LOSS_AGREEMENT = (1e-3, 1e-5)
 
 
 class LossSetupError(ValueError):
@@ -178,7 +183,7 @@ def model_loss(
         raise LossSetupError("no example of the batch has a labelled item (all labels are -100)")
     expected = float((losses * weights).sum().detach() / total)
     value = float(loss.detach())
-    if abs(value - expected) > 1e-3 * abs(expected) + 1e-5:
+    if abs(value - expected) > LOSS_AGREEMENT[0] * abs(expected) + LOSS_AGREEMENT[1]:
         raise LossSetupError(
             f"{type(model).__name__}'s loss ({value:.6g}) is not the {kind} loss bertwatch knows "
             f"({expected:.6g}; a custom or weighted loss?): pass loss_fn=(outputs, batch) -> per-example loss"
