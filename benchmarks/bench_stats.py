@@ -13,6 +13,11 @@ under the noise of two whole forwards); ``qk_spectral_norm`` is timed on its own
 step; charged here to one batch, the worst case of a probe set of one batch). Their share is printed apart, then added to the ratio of all statistics. The gradient statistics
 take a pass of their own and are not part of this ratio.
 
+The verdict is on the medians of the rounds. Beside it, the same ratio from each function's fastest round: this
+shared machine has spells, lasting seconds to minutes, in which the elementwise statistics run up to 1.7 times
+slower while the forward does not (the same process, no page faults), so a median far above the fastest rounds says
+the run fell in one.
+
 The context-mixing statistics (``bertwatch.heads.mixing``) are timed beside them, each against the same forward:
 the cheap ones (``mixing_ratio``: one [B·T, d] x [d, d] product per layer; ``cls_mass_rollout``,
 ``sep_mass_rollout``: O(B·L·T³)) and the ALTI ones, per head (``cls_mass_alti``, ``sep_mass_alti``: L1 distances
@@ -48,8 +53,9 @@ from _common import default_glue_dir  # noqa: E402
 TARGET = 0.25
 
 
-def _interleaved(fns: dict, repeats: int, device: torch.device) -> dict[str, tuple[float, float]]:
-    """Median wall and CPU seconds of each function, run in turn in every repeat (after one warm-up round), so a
+def _interleaved(fns: dict, repeats: int, device: torch.device) -> dict[str, tuple[float, float, float]]:
+    """Median wall and CPU seconds and the fastest round's wall seconds of each function, run in turn in every
+    repeat (after one warm-up round), so a
     change in the machine's load hits all of them alike. Each round starts one function further along the list:
     a function's time depends on what ran just before it (the memory the previous one left to the allocator: the
     forward, always first, measured a median 1.0 s where rotated it measured 0.79 s on the same machine that hour),
@@ -69,7 +75,7 @@ def _interleaved(fns: dict, repeats: int, device: torch.device) -> dict[str, tup
             if round_:
                 samples[name].append((time.perf_counter() - wall, time.process_time() - cpu))
     return {
-        name: (statistics.median(w for w, _ in got), statistics.median(c for _, c in got))
+        name: (statistics.median(w for w, _ in got), statistics.median(c for _, c in got), min(w for w, _ in got))
         for name, got in samples.items()
     }
 
@@ -239,9 +245,9 @@ def main() -> None:
     )
     for description, batch in _batches(args, tokenizer).items():
         timed = _measure(model, tokenizer, batch, args)
-        (forward_s, forward_cpu), (weight_s, weight_cpu), (norm_s, norm_cpu) = list(timed.values())[:3]
-        (logits_s, _), (qk_s, qk_cpu) = timed["forward_logits"], timed["qk"]
-        logit_s, logit_cpu = timed["logit_reduction"]
+        (forward_s, forward_cpu, _), (weight_s, weight_cpu, _), (norm_s, norm_cpu, _) = list(timed.values())[:3]
+        (logits_s, _, _), (qk_s, qk_cpu, _) = timed["forward_logits"], timed["qk"]
+        logit_s, logit_cpu, _ = timed["logit_reduction"]
         stability_s, stability_cpu = logit_s + qk_s, logit_cpu + qk_cpu
         ratio = (weight_s + norm_s + stability_s) / forward_s
         print(f"\n{description}")
@@ -271,6 +277,12 @@ def main() -> None:
         ):
             if part in timed:
                 print(f"  {label} / forward = {timed[part][0] / forward_s:.3f} ({timed[part][0] * 1000:.1f} ms)")
+        best = {name: timed[name][2] for name in ("forward", "weight", "norm", "logit_reduction", "qk")}
+        best_ratio = sum(v for k, v in best.items() if k != "forward") / best["forward"]
+        print(
+            f"  fastest rounds: all statistics / forward = {best_ratio:.3f} (weight-based {best['weight'] * 1000:.1f} ms, "
+            f"forward {best['forward'] * 1000:.1f} ms; a median well above this one fell in a spell of the machine)"
+        )
         verdict = "met" if ratio <= TARGET else "NOT met"
         print(f"  ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {verdict})")
 
