@@ -16,7 +16,7 @@ take a pass of their own and are not part of this ratio.
 The verdict is on the medians of the rounds. Beside it, the same ratio from each function's fastest round: this
 shared machine has spells, lasting seconds to minutes, in which the elementwise statistics run up to 1.7 times
 slower while the forward does not (the same process, no page faults), so a median far above the fastest rounds says
-the run fell in one.
+rounds fell in one (a median below it, rounds in which the forward slowed).
 
 The context-mixing statistics (``bertwatch.heads.mixing``) are timed beside them, each against the same forward:
 the cheap ones (``mixing_ratio``: one [B·T, d] x [d, d] product per layer; ``cls_mass_rollout``,
@@ -281,7 +281,7 @@ def main() -> None:
         best_ratio = sum(v for k, v in best.items() if k != "forward") / best["forward"]
         print(
             f"  fastest rounds: all statistics / forward = {best_ratio:.3f} (weight-based {best['weight'] * 1000:.1f} ms, "
-            f"forward {best['forward'] * 1000:.1f} ms; a median well above this one fell in a spell of the machine)"
+            f"forward {best['forward'] * 1000:.1f} ms; the medians move away from it when rounds fall in a spell)"
         )
         verdict = "met" if ratio <= TARGET else "NOT met"
         print(f"  ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {verdict})")
