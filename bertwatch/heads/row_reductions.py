@@ -128,8 +128,7 @@ class RowReductions:
             dests = [(kernel, out[p][rows][..., :n]) for p, kernel in order]
             for m0 in range(0, maps, map_step):
                 cols = slice(m0, m0 + map_step)
-                block = a[rows, cols, :n, :n]
-                block = block if block.dtype == torch.float32 else block.float()
+                block = a[rows, cols, :n, :n].float()
                 old = self.reference_block(rows, cols, block, ref_scratch) if wants_reference else None
                 bufs = [buf[: block.numel()].view(block.shape) for buf in scratch]
                 for kernel, dest in dests:
