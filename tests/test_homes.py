@@ -11,7 +11,7 @@ import torch
 from bertwatch.ablation.runner import Runner
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.callbacks.ablation import AblationCallback
-from bertwatch.callbacks.settings import WatchSettings
+from bertwatch.callbacks.settings import AblationOptions, WatchSettings
 from bertwatch.core.families import model_family
 from bertwatch.core.modes import MODES, check_mode
 from bertwatch.heads.capture import Intervention
@@ -33,8 +33,8 @@ def test_every_mode_check_is_the_one_rule():
         with pytest.raises(ValueError) as error:
             refuse()
         assert str(error.value) == MESSAGE
-    with pytest.raises(ValueError, match=r"^unknown ablation_mode 'ones': use 'uniform' \(Kovaleva\)"):
-        WatchSettings(ablation_mode="ones")
+    with pytest.raises(ValueError, match=r"^unknown AblationOptions.mode 'ones': use 'uniform' \(Kovaleva\)"):
+        WatchSettings(ablation=AblationOptions(mode="ones"))
 
 
 def test_model_family_spells_with_dashes_from_a_model_or_its_config():

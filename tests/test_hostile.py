@@ -27,6 +27,7 @@ import bertwatch.tb.summary as summary_module
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, watch
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.tb.summary import SummaryWriter
+from tests.support.strict import strict
 from tests.support.tb_helpers import http_json, make_wsgi_app, synthetic_grids, tensorboard_server, wait_for
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
@@ -152,13 +153,13 @@ HOSTILE_TEXTS = [
 
 def test_hostile_probe_texts_reach_the_plugin_verbatim(tmp_path: Path) -> None:
     logdir = tmp_path / "runs" / "hostile"
-    callback = BertWatchCallback(
+    callback = strict(
+        BertWatchCallback,
         every_n_steps=2,
         logging_dir=logdir,
         probe_texts=HOSTILE_TEXTS,
         num_maps=6,
         stats=("cls_mass", "entropy", "drift_cosine"),
-        strict=True,
     )
     _train(tmp_path / "out", [callback])
     app, _, _ = make_wsgi_app(tmp_path / "runs")
@@ -219,7 +220,7 @@ def test_user_attention_implementation_is_kept_for_training(tmp_path: Path, impl
     tok = tiny_tokenizer()
     model = tiny_bert(tok)
     model.set_attn_implementation(implementation)
-    callback = BertWatchCallback(every_n_steps=2, logging_dir=tmp_path / "runs", strict=True)
+    callback = strict(BertWatchCallback, every_n_steps=2, logging_dir=tmp_path / "runs")
     _train(tmp_path / "out", [callback], tok=tok, model=model)
     assert model.config._attn_implementation == implementation
     assert [s for s, _ in callback.history][:2] == [0, 2]
@@ -230,10 +231,10 @@ def test_tokenizer_without_cls_and_sep_gives_nan_not_errors(tmp_path: Path) -> N
     vocab = tok.get_vocab()
     plain = T.PreTrainedTokenizerFast(tokenizer_object=_word_level(vocab), pad_token="[PAD]", unk_token="[UNK]")
     model = tiny_bert(tok)
-    callback = BertWatchCallback(
+    callback = strict(
+        BertWatchCallback,
         every_n_steps=2,
         logging_dir=tmp_path / "runs",
-        strict=True,
         stats=("cls_mass", "sep_mass", "sep_to_sep", "cls_entropy", "entropy"),
     )
     _train(tmp_path / "out", [callback], tok=plain, model=model)
@@ -256,12 +257,13 @@ def test_two_trainings_into_one_log_dir_at_once(tmp_path: Path) -> None:
         "import sys, torch; torch.set_num_threads(1)\n"
         "import transformers as T\n"
         "from bertwatch.callbacks import BertWatchCallback\n"
+        "from tests.support.strict import strict\n"
         "from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args\n"
         "tok = tiny_tokenizer()\n"
         "T.Trainer(model=tiny_bert(tok, seed=int(sys.argv[2])), args=training_args(sys.argv[3], max_steps=6),\n"
         "          train_dataset=toy_dataset(tok, 24, 0), eval_dataset=toy_dataset(tok, 12, 1),\n"
         "          processing_class=tok, data_collator=T.DataCollatorWithPadding(tok),\n"
-        "          callbacks=[BertWatchCallback(every_n_steps=1, logging_dir=sys.argv[1], strict=True)]).train()\n"
+        "          callbacks=[strict(BertWatchCallback, every_n_steps=1, logging_dir=sys.argv[1])]).train()\n"
     )
     processes = [
         subprocess.Popen(

@@ -2,7 +2,8 @@
 
 ``bertwatch.watch(trainer)`` (or ``bertwatch run script.py``) is the whole integration; the single-purpose callbacks
 (``AttentionDriftCallback``, ``SpecialTokenMassCallback``, ``EntropyCallback``, ``GradientImportanceCallback``)
-can be used alone or together, and share one probe pass; ``WatchSettings`` holds every option in one checked value.
+can be used alone or together, and share one probe pass; ``WatchSettings`` holds every option in one checked value
+(the advanced ones in ``ProbeOptions``, ``AlertSettings``, ``AblationOptions`` and ``ExpertOptions``).
 ``AblationCallback`` lives in ``bertwatch.callbacks.ablation`` and is loaded on first use. See ``docs/callbacks.md``.
 """
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.attach import watch, watching_trainers
-from bertwatch.callbacks.settings import WatchSettings
+from bertwatch.callbacks.settings import AblationOptions, AlertSettings, ExpertOptions, ProbeOptions, WatchSettings
 from bertwatch.callbacks.watch import (
     AttentionDriftCallback,
     BertWatchCallback,
@@ -25,11 +26,15 @@ from bertwatch.callbacks.word_classes import WordClassProbe
 
 __all__ = [
     "AblationCallback",
+    "AblationOptions",
+    "AlertSettings",
     "AttentionDriftCallback",
     "BertWatchCallback",
     "BertWatchWarning",
     "EntropyCallback",
+    "ExpertOptions",
     "GradientImportanceCallback",
+    "ProbeOptions",
     "SetupError",
     "SpecialTokenMassCallback",
     "WatchSettings",

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from bertwatch.core.warnings import BertWatchWarning
 
-__all__ = ["BertWatchWarning", "SetupError", "Stoppable", "contained"]
+__all__ = ["STRICT_VARIABLE", "BertWatchWarning", "SetupError", "Stoppable", "contained", "strict_from_environment"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+#: The environment variable of bertwatch's own tests: a callback built while it is "1" re-raises every error
+#: instead of containing it (``tests/support/strict.py`` sets it). Not an option for users.
+STRICT_VARIABLE = "BERTWATCH_STRICT"
+
+
+def strict_from_environment() -> bool:
+    """Whether a callback built now re-raises its errors (``BERTWATCH_STRICT=1``, the tests' hook)."""
+    return os.environ.get(STRICT_VARIABLE) == "1"
 
 
 class SetupError(ValueError):
@@ -37,7 +48,7 @@ def contained(event: str) -> Callable[[F], F]:
     """Wrap a callback event: skip it once the callback is disabled; on an error warn once and disable.
 
     Setup errors (``SetupError``, ``UnsupportedModelError``) always propagate, and so does everything when the
-    callback was built with ``strict=True`` (for tests).
+    callback's ``strict`` is set (built with ``BERTWATCH_STRICT=1``: the tests' hook).
     """
 
     def decorate(fn: F) -> F:

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+from bertwatch.callbacks.settings import WatchSettings, new_spelling
 from bertwatch.callbacks.watch import BertWatchCallback, WatchCallback
 
 __all__ = ["bertwatch_callbacks", "watch", "watching_trainers"]
@@ -38,7 +39,7 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
         trainer: a ``transformers.Trainer`` or a subclass (TRL's, sentence-transformers', your own).
         **settings: ``BertWatchCallback``'s keyword arguments: the fields of
             :class:`~bertwatch.callbacks.settings.WatchSettings` (``every_n_steps=20``, ``ablate_on_end=True``,
-            ...), or ``settings=WatchSettings(...)`` itself.
+            ``probing=ProbeOptions(max_length=256)``, ...), or ``settings=WatchSettings(...)`` itself.
 
     Returns:
         The Trainer's bertwatch callback (a ``WatchCallback``): its ``history`` holds the grids measured.
@@ -62,6 +63,7 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
         >>> watch(trainer) is callback
         True
     """
+    settings = _new_spelling(settings, stacklevel=2)
     monitors = [cb for cb in bertwatch_callbacks(trainer) if isinstance(cb, WatchCallback)]
     if monitors and settings:
         raise ValueError(
@@ -85,6 +87,7 @@ def watching_trainers(**settings: Any) -> Iterator[list[WatchCallback]]:
     """
     from transformers import Trainer
 
+    settings = _new_spelling(settings, stacklevel=3)  # the user's `with` line, through contextlib
     BertWatchCallback(**settings)
     original = Trainer.__dict__["__init__"]
     attached: list[WatchCallback] = []
@@ -100,3 +103,9 @@ def watching_trainers(**settings: Any) -> Iterator[list[WatchCallback]]:
         yield attached
     finally:
         Trainer.__init__ = original
+
+
+def _new_spelling(settings: dict[str, Any], stacklevel: int) -> dict[str, Any]:
+    """``settings`` with the old flat names in their new place, warned about at ``stacklevel`` from here."""
+    base = settings.get("settings")
+    return new_spelling(settings, base if isinstance(base, WatchSettings) else WatchSettings(), stacklevel + 1)

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from bertwatch.callbacks._safe import BertWatchWarning
-from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, metric_name, send_to_trackers
 from bertwatch.core.alerts import Alert, alert_counts
 from bertwatch.core.rules import PATTERN_REQUIRED
+from bertwatch.core.stat_names import ALL_STATS
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 
 __all__ = ["HeadEmbedding", "NamedValues", "Publisher", "Summary"]

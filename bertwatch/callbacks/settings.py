@@ -1,136 +1,68 @@
-"""The monitoring options as one frozen, validated value: ``WatchSettings`` (and ``ProbeSettings``, its probe part).
+"""The monitoring options as one frozen, checked value: ``WatchSettings`` (and ``ProbeSettings``, its probe part).
 
 ``WatchSettings`` is the one home of every option of ``BertWatchCallback``, the single-purpose callbacks,
-``bertwatch.watch`` and ``bertwatch run``: its fields carry the names, defaults, help text and command-line flags
-(``bertwatch run`` builds its options from them), and ``__post_init__`` checks them. Two settings are equal when
-their options are: plain data (numbers, strings, paths, and lists, tuples and dicts of them, such as two equal
-lists of probe texts) compares by value; any other object (a tokenizer, dataset, collator, model or loss function)
-by identity, since bertwatch cannot tell whether two of them would give the same probe pass.
+``bertwatch.watch`` and ``bertwatch run``: a front of a dozen options a run needs, and four nested values for the
+rest (``probing=ProbeOptions(...)``, ``alerts=AlertSettings(...)``, ``ablation=AblationOptions(...)``,
+``expert=ExpertOptions(...)``). The fields carry the names, defaults, help texts, checks and command-line flags
+(``bertwatch run`` builds its options from them, :func:`option_specs`). The flat names of earlier versions
+(``probe_seed=``, ``alert_patience=``, ...) still work, each with a ``FutureWarning`` that gives the new spelling.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import numbers
+import functools
 import os
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
+from bertwatch.callbacks.option_checks import (
+    Checked,
+    Flag,
+    callable_or_none,
+    check_options,
+    check_probe_texts,
+    check_stats,
+    frozen_value,
+    instance_of,
+    option,
+    path_or_none,
+    sized_dataset,
+    switch,
+    whole,
+)
+from bertwatch.callbacks.option_groups import ALERT_OPTIONS, AblationOptions, ExpertOptions, ProbeOptions
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.budget import DEFAULT_OVERHEAD_BUDGET, check_budget
-from bertwatch.core.modes import MODES, check_mode
-from bertwatch.core.stat_names import MIXING_NAMES, STABILITY_NAMES
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
-from bertwatch.heads.norms import NORM_NAMES
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
-__all__ = ["ALL_STATS", "MAP_STATS", "ON_ALERT_CHOICES", "Flag", "ProbeSettings", "WatchSettings", "check_options"]
-
-MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + MIXING_NAMES + DRIFT_NAMES
-ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY_NAMES
-
-
-@dataclass(frozen=True)
-class Flag:
-    """One command-line flag of an option: its ``names`` and ``kind``, how ``bertwatch run`` reads it.
-
-    Kinds: ``"int"``, ``"int_or_none"`` (a number or ``none``), ``"float"``, ``"str"``, ``"choice"`` (one of ``choices``),
-    ``"true"`` / ``"false"`` (a switch that sets the option to True / False), ``"names"`` (comma-separated),
-    ``"float"``, ``"lines"`` (a file, one probe text per line, a tab before a second sentence), ``"json"`` (a JSON object).
-    ``help`` replaces the option's own help for this flag.
-    """
-
-    names: tuple[str, ...]
-    kind: str
-    metavar: str | None = None
-    choices: tuple[str, ...] = ()
-    help: str | None = None
-
-
-def _option(default: Any, help: str, *flags: Flag, factory: Callable[[], Any] | None = None) -> Any:
-    """A ``WatchSettings`` field: its default, help text and flags (none: set from Python only)."""
-    metadata = {"help": help, "flags": flags}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def _flag(name: str, kind: str, *aliases: str, **more: Any) -> Flag:
-    return Flag((name, *aliases), kind, **more)
-
-
-class _Same:
-    """An object that counts as the same option only when it is the same object."""
-
-    __slots__ = ("obj",)
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.obj is self.obj
-
-    def __hash__(self) -> int:
-        return object.__hash__(self.obj)
-
-
-def _frozen(value: Any) -> Any:
-    """A hashable stand-in for ``value``: plain data by value, any other object by identity."""
-    if value is None or isinstance(value, (str, bytes, numbers.Number)):
-        return value
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, (list, tuple)):
-        return ("seq", tuple(_frozen(v) for v in value))
-    if isinstance(value, dict):
-        try:
-            return ("map", frozenset((k, _frozen(v)) for k, v in value.items()))
-        except TypeError:
-            return _Same(value)
-    return _Same(value)
-
-
-class _ByValue:
-    """Equality and hash from the fields' values (``_frozen``), for frozen dataclasses declared with ``eq=False``."""
-
-    def _value(self) -> tuple:
-        return tuple(_frozen(getattr(self, f.name)) for f in dataclasses.fields(self))  # type: ignore[arg-type]
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._value() == other._value()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash(self._value())
-
-
-def check_options(options: Collection[str], valid: Sequence[str], owner: str = "WatchSettings") -> None:
-    """Refuse option names not in ``valid`` with a ``TypeError`` that suggests the closest and lists them all.
-
-    Example:
-        >>> check_options(["probe_max_lenght"], WatchSettings.names())
-        Traceback (most recent call last):
-        TypeError: WatchSettings: unknown option 'probe_max_lenght' (did you mean 'probe_max_length'?); valid: ...
-    """
-    unknown = [name for name in options if name not in valid]
-    if not unknown:
-        return
-    parts = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, valid, n=1)
-        parts.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-    raise TypeError(
-        f"{owner}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(parts)}; valid: {', '.join(valid)}"
-    )
+__all__ = [
+    "ALL_STATS",
+    "MAP_STATS",
+    "OLD_NAMES",
+    "ON_ALERT_CHOICES",
+    "AblationOptions",
+    "AlertSettings",
+    "ExpertOptions",
+    "Flag",
+    "OptionSpec",
+    "ProbeOptions",
+    "ProbeSettings",
+    "WatchSettings",
+    "callback_settings",
+    "check_options",
+    "new_spelling",
+    "option_specs",
+]
 
 
 @dataclass(frozen=True, eq=False)
-class ProbeSettings(_ByValue):
+class ProbeSettings(Checked):
     """Everything that decides what a probe pass computes; callbacks with equal settings on one model share a
-    monitor (``callbacks.monitor.monitor_for``). Built from a ``WatchSettings`` with :meth:`WatchSettings.probe`;
-    the fields are those of ``WatchSettings`` without their ``probe_`` prefix where they have one."""
+    monitor (``callbacks.monitor.monitor_for``). Built from a ``WatchSettings`` with :meth:`WatchSettings.probe`."""
 
     texts: Sequence[Any] | None = None
     dataset: Any = None
@@ -150,279 +82,323 @@ class ProbeSettings(_ByValue):
     offload: bool | None = None
 
 
-_ALERT_DEFAULTS = AlertSettings()
 #: The string values of ``on_alert`` (a callable is the other choice).
 ON_ALERT_CHOICES: tuple[str, ...] = ("warn", "stop", "none")
 
 
-#: The help of each ``alert_<rule>`` option (``AlertSettings`` holds its default and checks it).
-_ALERT_HELP: dict[str, str] = {
-    "logit_multiple": "logit growth: max_logit above this multiple of its reference",
-    "logit_bound": "logit growth: max_logit above this bound (the tau of QK clipping)",
-    "entropy_fraction": "entropy collapse: entropy below this fraction of its reference",
-    "entropy_min_drop": "entropy collapse: and at least this many nats below it",
-    "sink_fraction": "sink collapse / desertion: the share lost keeps at most this fraction",
-    "sink_min_change": "sink collapse / desertion: and cls+sep mass moved by at least this",
-    "patience": "measured steps in a row a rule must hold before an alert",
-}
-
-
-def _alert_option(rule: str, kind: str = "float") -> Any:
-    """The ``alert_<rule>`` field: the default of ``AlertSettings.<rule>`` and its flag ``--alert-<rule>``."""
-    metavar = "X" if kind == "float" else None
-    return _option(
-        getattr(_ALERT_DEFAULTS, rule),
-        _ALERT_HELP[rule],
-        _flag("--alert-" + rule.replace("_", "-"), kind, metavar=metavar),
-    )
-
-
-_INT_BOUNDS = {  # option: (lowest value, whether None is allowed)
-    "every_n_steps": (0, True),
-    "num_probe_examples": (1, False),
-    "probe_seed": (None, False),
-    "probe_batch_size": (1, False),
-    "probe_max_length": (2, True),
-    "num_maps": (0, False),
-    "maps_every_n_steps": (0, True),
-    "ig_steps": (1, False),
-    "compat_length": (1, True),
-    "cluster_examples": (1, False),
-}
-_BOUND_MEANING = {
-    "every_n_steps": " (0 = only at start, evaluation and end; None = as the overhead budget allows)",
-    "probe_max_length": " (or None: the model's maximum)",
-}
+def _on_alert(name: str, value: Any) -> Any:
+    if callable(value) or value in ON_ALERT_CHOICES:
+        return value
+    kind = ValueError if isinstance(value, str) else TypeError
+    raise kind(f"{name} must be one of {', '.join(map(repr, ON_ALERT_CHOICES))} or a callable(alerts), not {value!r}")
 
 
 @dataclass(frozen=True, eq=False)
-class WatchSettings(_ByValue):
+class WatchSettings(Checked):
     """Every monitoring option of bertwatch's callbacks, ``watch()`` and ``bertwatch run``, in one checked value.
 
-    The fields are the callbacks' keyword arguments, with the same names and defaults (the table of
-    ``docs/callbacks.md`` lists them with their flags). ``BertWatchCallback(settings=s)``, ``watch(trainer,
-    settings=s)`` and keyword arguments are the same thing: keywords given beside ``settings`` replace its fields.
-    The single-purpose callbacks take the options that concern them as keywords, and ignore the others in a
-    ``settings`` value. Object options (``probe_dataset``, ``tokenizer``, ``data_collator``, ``loss_fn``, and
-    ``reference_model``, ``word_classes``, ``ablation_kwargs`` when they hold objects) compare by identity.
+    The fields are the callbacks' keyword arguments, with the same names and defaults (``docs/callbacks.md`` lists
+    them with their flags): the options most runs set, then four nested values for the rest. ``BertWatchCallback(
+    settings=s)``, ``watch(trainer, settings=s)`` and keyword arguments are the same thing: keywords given beside
+    ``settings`` replace its fields. The single-purpose callbacks take the options that concern them as keywords,
+    and ignore the others in a ``settings`` value. Plain data (numbers, strings, paths, lists of them, such as two
+    equal lists of probe texts) compares by value; objects (a dataset, tokenizer, collator, model or loss function)
+    by identity.
 
     Args:
-        The fields below, by keyword, each with its default and help text (``WatchSettings.names()`` lists them;
-        ``bertwatch run --help`` prints the help of their flags).
+        probe_texts: probe with these texts: strings, ``(text, text_pair)`` tuples or dicts with ``'text'`` (and
+            ``'text_pair'``, ``'label'``). Default: a sample of the evaluation set.
+        probe_dataset: sample the probe set from this (tokenized) dataset instead of the evaluation set.
+        num_probe_examples: how many examples the probe set samples.
+        stats: the statistics to measure (default: the callback's own; ``bertwatch stats`` lists them all).
+        every_n_steps: measure every N optimiser steps (0: only at start, evaluations and end; None: as often as
+            ``overhead_budget`` allows).
+        overhead_budget: bertwatch's share of wall time when ``every_n_steps`` is None.
+        logging_dir: the TensorBoard run folder (default: the Trainer's).
+        loss_fn: ``loss_fn(outputs, batch) -> [batch]`` per-example loss for the gradient statistics.
+        num_maps: probe examples whose attention maps are written.
+        ablate_on_end: run the head and layer ablation sweep when training ends.
+        on_alert: what a stability alert does: ``"warn"``, ``"stop"``, ``"none"`` or a callable.
+        quiet: print no start and end lines (``BERTWATCH_QUIET=1`` does the same).
+        probing: how the probe pass runs and when (:class:`ProbeOptions`).
+        alerts: the thresholds of the stability alerts (:class:`~bertwatch.core.alerts.AlertSettings`).
+        ablation: the sweep of ``ablate_on_end`` (:class:`AblationOptions`).
+        expert: extra measurements and machinery (:class:`ExpertOptions`).
 
     Returns:
         A frozen value: :meth:`replace` makes a changed copy, :meth:`probe` the part that decides the probe pass.
 
     Raises:
-        ValueError: an option out of its range (``every_n_steps=-1``), an unknown statistic or ablation mode.
-        TypeError: a value of the wrong type; from :meth:`from_kwargs` / :meth:`replace`, an unknown option name.
+        TypeError: a value of the wrong type, or an unknown option name (the message suggests the closest).
+        ValueError: a value out of its range, or an unknown statistic (the message suggests the closest).
 
     Example:
-        >>> s = WatchSettings.from_kwargs(every_n_steps=20, probe_texts=["a good film", "a dull plot"])
-        >>> s == WatchSettings(every_n_steps=20, probe_texts=["a good film", "a dull plot"])
-        True
-        >>> s.replace(num_maps=2).num_maps
-        2
+        >>> s = WatchSettings(every_n_steps=20, probing=ProbeOptions(max_length=256))
+        >>> s.replace(num_maps=2).num_maps, s.probing.max_length
+        (2, 256)
+        >>> WatchSettings(probe_texts="a good film")
+        Traceback (most recent call last):
+        TypeError: probe_texts must be a list of texts, e.g. ["a good film"]; got the string 'a good film'
     """
 
-    stats: Sequence[str] | None = _option(
-        None, "statistics to measure (default: the callback's own; all but IG and the opt-in mixing statistics "
-        "for BertWatchCallback)",
-        _flag("--stats", "names", metavar="A,B"),
+    probe_texts: Sequence[Any] | None = option(
+        None, "probe with these texts: strings, (text, text_pair) tuples or dicts {'text', 'text_pair', 'label'} "
+        "(default: a sample of the evaluation set)", check_probe_texts,
+        Flag(("--probe-texts",), "lines", metavar="FILE",
+             help="a file of probe texts, one per line (a tab before a second sentence)"),
     )  # fmt: skip
-    every_n_steps: int | None = _option(
-        None, "measure every N optimiser steps, pinned (0: only at start, evaluation and end; None: as the "
-        "overhead budget allows)",
-        _flag("--every-n-steps", "int", "--probe-every"),
-    )  # fmt: skip
-    overhead_budget: float = _option(
-        DEFAULT_OVERHEAD_BUDGET, "bertwatch's share of wall time when every_n_steps is None: probe steps are spaced "
-        "to keep within it (core/budget.py)",
-        _flag("--overhead-budget", "float", metavar="SHARE"),
-    )  # fmt: skip
-    on_evaluate: bool = _option(True, "measure at every evaluation", _flag("--no-on-evaluate", "false"))
-    at_start: bool = _option(
-        True, "measure at step 0, before the first optimiser step", _flag("--no-at-start", "false")
+    probe_dataset: Any = option(
+        None, "sample the probe set from this (tokenized) dataset instead of the evaluation set", sized_dataset
     )
-    at_end: bool = _option(
-        True, "measure when training ends (skipped if that step was already measured)", _flag("--no-at-end", "false")
+    num_probe_examples: int = option(
+        32, "how many examples the probe set samples", whole(1), Flag(("--num-probe-examples",), "int")
     )
-    probe_texts: Sequence[Any] | None = _option(
-        None, "probe with these texts: strings, (text, text_pair) tuples or dicts {'text', 'text_pair', 'label'}",
-        _flag("--probe-texts", "lines", metavar="FILE",
-              help="a file with one probe text per line (a tab separates a sentence pair)"),
+    stats: Sequence[str] | None = option(
+        None, "statistics to measure (default: the callback's own; `bertwatch stats` lists them all)",
+        check_stats(ALL_STATS),
+        Flag(("--stats",), "names", metavar="A,B",
+             help="statistics to measure, comma-separated (default: all but the opt-in ones; `bertwatch stats` "
+             "lists them)"),
     )  # fmt: skip
-    probe_dataset: Any = _option(None, "sample the probe set from this (tokenized) dataset instead of the eval set")
-    num_probe_examples: int = _option(
-        32, "size of the seeded sample of the evaluation set", _flag("--num-probe-examples", "int")
+    every_n_steps: int | None = option(
+        None, "measure every N optimiser steps (0: only at start, evaluations and end; None: as often as the "
+        "overhead budget allows)", whole(0, optional=True, meaning=" (0 = only at start, evaluation and end)"),
+        Flag(("--every-n-steps",), "int",
+             help="measure every N steps (0: only at start, evaluations and end; default: as the budget allows)"),
+    )  # fmt: skip
+    overhead_budget: float = option(
+        DEFAULT_OVERHEAD_BUDGET, "bertwatch's share of wall time when every_n_steps is None",
+        lambda name, value: check_budget(value),
+        Flag(("--overhead-budget",), "float", metavar="SHARE",
+             help="bertwatch's share of wall time when --every-n-steps is not given (default 0.02)"),
+    )  # fmt: skip
+    logging_dir: str | os.PathLike | None = option(
+        None, "the TensorBoard run folder (default: the Trainer's)", path_or_none,
+        Flag(("--logdir",), "str", metavar="DIR"),
+    )  # fmt: skip
+    loss_fn: Callable | None = option(
+        None, "loss_fn(outputs, batch) -> per-example loss, for the gradient statistics",
+        callable_or_none("a function loss_fn(outputs, batch) -> per-example loss"),
+    )  # fmt: skip
+    num_maps: int = option(4, "probe examples whose attention maps are written", whole(0), Flag(("--num-maps",), "int"))
+    ablate_on_end: bool = option(
+        False, "when training ends, disable each head and layer in turn and measure what it costs", switch(),
+        Flag(("--ablate", "--ablate-on-end"), "true"),
+    )  # fmt: skip
+    on_alert: Any = option(
+        "warn", "what a stability alert does: 'warn', 'stop' (save a checkpoint and stop training), 'none', or a "
+        "callable(alerts) (return 'stop' to stop)", _on_alert,
+        Flag(("--on-alert",), "choice", choices=ON_ALERT_CHOICES,
+             help="what a stability alert does: warn, stop (save a checkpoint and stop training) or none"),
+    )  # fmt: skip
+    quiet: bool = option(
+        False, "print no start and end lines; BERTWATCH_QUIET=1 does the same", switch(), Flag(("--quiet",), "true")
     )
-    probe_seed: int = _option(0, "seed of that sample", _flag("--probe-seed", "int"))
-    probe_batch_size: int = _option(16, "examples per probe forward pass", _flag("--probe-batch-size", "int"))
-    probe_max_length: int | None = _option(
-        DEFAULT_MAX_LENGTH, "the longest probe text measured, in tokens with specials (None: the model's maximum)",
-        _flag("--probe-max-length", "int_or_none", metavar="N|none"),
+    probing: ProbeOptions = option(
+        None, "how the probe pass runs and when", instance_of(ProbeOptions, "ProbeOptions(max_length=256)"),
+        factory=ProbeOptions,
     )  # fmt: skip
-    tokenizer: Any = _option(None, "tokenize the probe texts with this instead of the Trainer's")
-    data_collator: Callable | None = _option(None, "collate the probe set with this instead of the Trainer's")
-    reference_model: Any = _option(
-        None, "a model (or path) whose attention is the drift reference, instead of the model before its first step",
-        _flag("--reference-model", "str", metavar="PATH"),
+    alerts: AlertSettings = option(
+        None, "the thresholds of the stability alerts", instance_of(AlertSettings, "AlertSettings(patience=3)"),
+        factory=AlertSettings,
     )  # fmt: skip
-    cache_reference: bool = _option(
-        True, "keep the reference in <output_dir>/bertwatch/reference.pt", _flag("--no-cache-reference", "false")
-    )
-    logging_dir: str | os.PathLike | None = _option(
-        None, "TensorBoard run directory (default: the Trainer's run)", _flag("--logdir", "str")
-    )
-    loss_fn: Callable | None = _option(None, "loss_fn(outputs, batch) -> [batch] per-example loss for gradients")
-    log_to_trackers: bool = _option(
-        True, "send the layer means to the Trainer's report_to trackers",
-        _flag("--no-trackers", "false", help="do not send the layer means to the Trainer's report_to trackers"),
+    ablation: AblationOptions = option(
+        None, "the sweep of ablate_on_end", instance_of(AblationOptions, "AblationOptions(mode='zero')"),
+        factory=AblationOptions,
     )  # fmt: skip
-    offload_stats: bool | None = _option(
-        None, "compute the statistics off the training thread while training goes on: True, False, or None "
-        "(automatic: a side CUDA stream on a GPU; on a CPU a worker thread only when the process has cores the "
-        "training's threads leave idle; callbacks/offload.py)",
-        _flag("--offload-stats", "true", help="always compute the statistics off the training thread (default: "
-              "automatic: on a GPU, or on a CPU with cores the training leaves idle)"),
-        _flag("--no-offload-stats", "false", help="always compute the statistics on the training thread"),
+    expert: ExpertOptions = option(
+        None, "extra measurements and machinery", instance_of(ExpertOptions, "ExpertOptions(word_classes=True)"),
+        factory=ExpertOptions,
     )  # fmt: skip
-    strict: bool = _option(False, "re-raise errors instead of warning (for tests)", _flag("--strict", "true"))
-    num_maps: int = _option(4, "probe examples whose attention maps are kept", _flag("--num-maps", "int"))
-    maps_every_n_steps: int | None = _option(
-        None, "write the maps every N steps (budgeted: at the first measured step N after the last maps; default 4 x "
-        "every_n_steps, or every fourth budgeted step; also at step 0 and the end)",
-        _flag("--maps-every-n-steps", "int"),
-    )  # fmt: skip
-    integrated_gradients: bool = _option(
-        False, "add captum's integrated-gradients head attribution", _flag("--integrated-gradients", "true")
-    )
-    ig_steps: int = _option(20, "integration steps of integrated gradients", _flag("--ig-steps", "int"))
-    normalize_importance: bool = _option(
-        False, "divide head_importance by each layer's L2 norm", _flag("--normalize-importance", "true")
-    )
-    compat_length: int | None = _option(
-        None, "pad maps to N tokens for drift_cosine, as Kovaleva's notebook did", _flag("--compat-length", "int")
-    )
-    ablate_on_end: bool = _option(
-        False, "run the head/layer ablation sweep on the eval set when training ends",
-        _flag("--ablate", "true", "--ablate-on-end"),
-    )  # fmt: skip
-    ablation_mode: str = _option("uniform", "how a head is disabled", _flag("--ablation-mode", "choice", choices=MODES))
-    ablation_kwargs: Mapping[str, Any] = _option(
-        None, "keywords of the AblationCallback run at the end (eval_dataset=, then ablate()'s)",
-        _flag("--ablation-kwargs", "json", metavar="JSON"), factory=dict,
-    )  # fmt: skip
-    word_classes: Any = _option(
-        False, "attention to word classes: True (closed word lists on the probe tokens), or UD annotations "
-        "(a CoNLL-U path, a list of Sentence or a WordClassProbe)",
-        _flag("--word-classes", "true", help="log attention to pronouns, subjects, objects and negation from closed "
-              "word lists on the probe tokens"),
-        _flag("--word-classes-from", "str", metavar="CONLLU", help="log attention to UD word classes (nouns, verbs, "
-              "subjects, objects...) of this treebank's sentences, e.g. UD English-EWT dev"),
-    )  # fmt: skip
-    head_clusters: bool = _option(
-        False, "log the heads' JS distance map (MDS) at every probe step", _flag("--head-clusters", "true")
-    )
-    cluster_examples: int = _option(8, "probe examples the head clusters use", _flag("--cluster-examples", "int"))
-    # -- stability alerts (bertwatch.core.alerts holds the rules; these fields only carry their thresholds)
-    on_alert: Any = _option(
-        "warn", "what a stability alert does: 'warn' (one warning per head and rule), 'stop' (save a checkpoint and "
-        "stop training), 'none', or a callable(alerts) (return 'stop' to save and stop)",
-        _flag("--on-alert", "choice", choices=ON_ALERT_CHOICES),
-    )  # fmt: skip
-    alert_logit_multiple: float = _alert_option("logit_multiple")
-    alert_logit_bound: float = _alert_option("logit_bound")
-    alert_entropy_fraction: float = _alert_option("entropy_fraction")
-    alert_entropy_min_drop: float = _alert_option("entropy_min_drop")
-    alert_sink_fraction: float = _alert_option("sink_fraction")
-    alert_sink_min_change: float = _alert_option("sink_min_change")
-    alert_patience: int = _alert_option("patience", kind="int")
 
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        for f in dataclasses.fields(self):
-            if f.type == "bool":
-                set_(self, f.name, _checked_bool(f.name, getattr(self, f.name)))
-        for name, (lowest, optional) in _INT_BOUNDS.items():
-            set_(self, name, _checked_int(name, getattr(self, name), lowest, optional))
-        if self.stats is not None:
-            if isinstance(self.stats, str):
-                raise TypeError(f"stats must be a list of statistic names, not the string {self.stats!r}")
-            set_(self, "stats", tuple(self.stats))
-            unknown = [s for s in self.stats if s not in ALL_STATS]
-            if unknown:
-                raise ValueError(f"unknown bertwatch statistic(s) {unknown}; choose from {', '.join(ALL_STATS)}")
-            if not self.stats:
-                raise ValueError("stats must name at least one statistic")
-        if self.offload_stats is not None:
-            set_(self, "offload_stats", _checked_bool("offload_stats", self.offload_stats))
-        set_(self, "overhead_budget", check_budget(self.overhead_budget))
-        check_mode(self.ablation_mode, "ablation_mode")
-        if not isinstance(self.ablation_kwargs, Mapping):
-            raise TypeError(f"ablation_kwargs must be a mapping, not {type(self.ablation_kwargs).__name__}")
-        set_(self, "ablation_kwargs", dict(self.ablation_kwargs))
-        if not callable(self.on_alert) and self.on_alert not in ON_ALERT_CHOICES:
-            raise ValueError(f"on_alert must be one of {ON_ALERT_CHOICES} or a callable, not {self.on_alert!r}")
-        try:
-            self.alert_settings()
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"alert_{err}") from None
+    @classmethod
+    def option_prefix(cls) -> str:
+        return ""
 
-    def alert_settings(self) -> AlertSettings:
-        """The alert thresholds (``alert_*`` fields) as the ``AlertSettings`` that checks and applies them."""
-        return AlertSettings(**{f.name: getattr(self, f"alert_{f.name}") for f in dataclasses.fields(AlertSettings)})
+    def __getattr__(self, name: str) -> Any:
+        """The value of an old flat name (``settings.probe_seed``), with the ``FutureWarning`` of its new spelling."""
+        if name not in OLD_NAMES or OLD_NAMES[name] is None:
+            raise AttributeError(f"'WatchSettings' object has no attribute {name!r}")
+        group, field = OLD_NAMES[name].split(".")
+        warnings.warn(f"settings.{name} is deprecated: use settings.{group}.{field}", FutureWarning, stacklevel=2)
+        return getattr(getattr(self, group), field)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        """Every option name, in declaration order."""
+        """Every top-level option name, in declaration order."""
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
     def from_kwargs(cls, **options: Any) -> WatchSettings:
-        """The defaults with ``options`` set; an unknown name is a ``TypeError`` that lists the valid ones."""
-        return cls().replace(**options)
+        """The defaults with ``options`` set; an unknown name is a ``TypeError`` that suggests the closest."""
+        return cls()._replaced(options, stacklevel=3)
 
     def replace(self, **options: Any) -> WatchSettings:
         """A copy with ``options`` changed (checked as the constructor checks them; unknown names refused)."""
-        check_options(options, self.names())
+        return self._replaced(options, stacklevel=3)
+
+    def _replaced(self, options: dict[str, Any], stacklevel: int) -> WatchSettings:
+        options = new_spelling(options, self, stacklevel=stacklevel)
+        check_options(options, self.names(), renamed=_RENAMED)
         return dataclasses.replace(self, **options) if options else self
 
     def probe(self) -> ProbeSettings:
         """The part of these settings that decides the probe pass (shared between callbacks when equal)."""
+        p, e = self.probing, self.expert
         return ProbeSettings(
             texts=self.probe_texts,
             dataset=self.probe_dataset,
-            tokenizer=self.tokenizer,
-            collator=self.data_collator,
+            tokenizer=p.tokenizer,
+            collator=p.data_collator,
             num_examples=self.num_probe_examples,
-            seed=self.probe_seed,
-            batch_size=self.probe_batch_size,
-            max_length=self.probe_max_length,
-            reference_model=self.reference_model,
-            cache_reference=self.cache_reference,
+            seed=p.seed,
+            batch_size=p.batch_size,
+            max_length=p.max_length,
+            reference_model=p.reference_model,
+            cache_reference=p.cache_reference,
             logging_dir=self.logging_dir,
             loss_fn=self.loss_fn,
-            ig_steps=self.ig_steps,
-            normalize_importance=self.normalize_importance,
-            compat_length=self.compat_length,
-            offload=self.offload_stats,
+            ig_steps=e.ig_steps,
+            normalize_importance=e.normalize_importance,
+            compat_length=p.compat_length,
+            offload=e.offload_stats,
         )
 
 
-def _checked_bool(name: str, value: Any) -> bool:
-    if isinstance(value, numbers.Integral) or type(value).__name__ == "bool_":
-        return bool(value)
-    raise TypeError(f"{name} must be True or False, not {value!r}")
+#: The nested values: (field of WatchSettings, its class, the title of its group in ``bertwatch run --help``).
+GROUPS: tuple[tuple[str, type, str], ...] = (
+    ("probing", ProbeOptions, "probe tuning"),
+    ("alerts", AlertSettings, "stability alerts"),
+    ("ablation", AblationOptions, "ablation at the end"),
+    ("expert", ExpertOptions, "expert"),
+)
+_GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
+
+#: The flat names of earlier versions: old name -> its new place ``"group.field"`` (None: no longer an option).
+OLD_NAMES: dict[str, str | None] = {
+    **{f"probe_{n}": f"probing.{n}" for n in ("seed", "batch_size", "max_length")},
+    **{n: f"probing.{n}" for n in ("tokenizer", "data_collator", "reference_model", "cache_reference")},
+    **{n: f"probing.{n}" for n in ("compat_length", "at_start", "on_evaluate", "at_end")},
+    **{f"alert_{n}": f"alerts.{n}" for n in ALERT_OPTIONS},
+    "ablation_mode": "ablation.mode",
+    "ablation_kwargs": "ablation.kwargs",
+    **{f.name: f"expert.{f.name}" for f in dataclasses.fields(ExpertOptions)},
+    "strict": None,
+}
 
 
-def _checked_int(name: str, value: Any, lowest: int | None, optional: bool) -> int | None:
-    if value is None and optional:
-        return None
-    whole = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
-    if isinstance(value, bool) or not whole:
-        allowed = " or None" if optional else ""
-        raise TypeError(f"{name} must be a whole number{allowed}, not {value!r}")
-    if lowest is not None and value < lowest:
-        raise ValueError(f"{name} must be >= {lowest}{_BOUND_MEANING.get(name, '')}, got {value}")
-    return int(value)
+def _spelling(group: str, field: str, value: Any = ...) -> str:
+    """``probing=ProbeOptions(seed=1)``: how a nested option is written (``...`` for an object's value)."""
+    plain = value is None or isinstance(value, (bool, int, float, str, os.PathLike))
+    shown = repr(os.fspath(value) if isinstance(value, os.PathLike) else value) if plain else "..."
+    return f"{group}={_GROUP_CLASS[group].__name__}({field}={shown})"
+
+
+_RENAMED = {old: _spelling(*new.split(".")) for old, new in OLD_NAMES.items() if new}
+
+
+def new_spelling(options: dict[str, Any], base: WatchSettings, stacklevel: int = 1) -> dict[str, Any]:
+    """``options`` with each old flat name folded into its nested value (taken from ``options``, else from
+    ``base``), after a ``FutureWarning`` that gives the new spelling (``stacklevel`` as for ``warnings.warn``
+    called where this is called). ``strict`` is dropped with its warning."""
+    options = dict(options)
+    for old in [name for name in options if name in OLD_NAMES]:
+        value = options.pop(old)
+        new = OLD_NAMES[old]
+        if new is None:
+            warnings.warn(
+                f"{old}= is deprecated and ignored: an error inside bertwatch costs one warning and training goes on",
+                FutureWarning,
+                stacklevel=stacklevel + 1,
+            )
+            continue
+        group, field = new.split(".")
+        spelled = _spelling(group, field, value)
+        warnings.warn(f"{old}= is deprecated: use {spelled}", FutureWarning, stacklevel=stacklevel + 1)
+        nested = options.get(group, getattr(base, group))
+        if not isinstance(nested, _GROUP_CLASS[group]):
+            continue  # the nested value's own check names the problem
+        try:
+            options[group] = dataclasses.replace(nested, **{field: value})
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{old}={value!r:.40} (now {spelled}): {err}") from None
+    return options
+
+
+def callback_settings(
+    owner: str, valid: Sequence[str], settings: Any, options: dict[str, Any], stacklevel: int = 1
+) -> WatchSettings:
+    """The settings of a callback: ``settings`` (None: the defaults) with ``options`` replacing its fields.
+
+    ``valid`` lists the options the callback takes: top-level names, and ``"group.field"`` for the fields of a
+    nested value it takes only some of. An option it does not take (a top-level name, an old flat name or a field
+    set in a nested value) is a ``TypeError`` from ``owner`` that suggests the closest."""
+    base = WatchSettings() if settings is None else settings
+    if not isinstance(base, WatchSettings):
+        raise TypeError(f"settings must be a WatchSettings, e.g. settings=WatchSettings(every_n_steps=20), not "
+                        f"{type(base).__name__}")  # fmt: skip
+    tops = list(dict.fromkeys(name.split(".")[0] for name in valid))
+
+    def taken(old: str) -> bool:  # an old flat name this callback takes (strict: taken, and dropped)
+        new = OLD_NAMES[old]
+        return new is None or new.split(".")[0] in valid or new in valid
+
+    check_options([name for name in options if name not in OLD_NAMES or not taken(name)], tops, owner, _RENAMED)
+    options = new_spelling(options, base, stacklevel=stacklevel + 1)
+    for group, cls, _ in GROUPS:
+        given = options.get(group)
+        if group in valid or not isinstance(given, cls):
+            continue
+        before = getattr(base, group)
+        changed = [f.name for f in dataclasses.fields(cls)
+                   if frozen_value(getattr(given, f.name)) != frozen_value(getattr(before, f.name))]  # fmt: skip
+        check_options([f"{group}.{name}" for name in changed], [n for n in valid if n.startswith(group + ".")], owner)
+    return base.replace(**options)
+
+
+def _accepting_old_names(init: Callable[..., None]) -> Callable[..., None]:
+    """``WatchSettings.__init__`` that also takes the old flat names (``probe_seed=1``), with their warnings."""
+
+    @functools.wraps(init)
+    def __init__(self: WatchSettings, *args: Any, **options: Any) -> None:
+        if any(name in OLD_NAMES for name in options):
+            defaults = WatchSettings()
+            options = new_spelling(options, defaults, stacklevel=2)
+        init(self, *args, **options)
+
+    return __init__
+
+
+WatchSettings.__init__ = _accepting_old_names(WatchSettings.__init__)  # type: ignore[method-assign]
+
+
+class OptionSpec(NamedTuple):
+    """One option as ``bertwatch run`` and the docs show it: its ``group`` (None: the front, else a nested
+    value's field), ``name``, ``default``, ``help`` and ``flags``."""
+
+    group: str | None
+    name: str
+    default: Any
+    help: str
+    flags: tuple[Flag, ...]
+
+    @property
+    def spelled(self) -> str:
+        """``every_n_steps`` or ``probing.seed``."""
+        return self.name if self.group is None else f"{self.group}.{self.name}"
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def option_specs() -> list[OptionSpec]:
+    """Every option, the front first, then each nested value's (``GROUPS`` order)."""
+    specs = [OptionSpec(None, f.name, _default(f), f.metadata["help"], f.metadata["flags"])
+             for f in dataclasses.fields(WatchSettings) if f.name not in _GROUP_CLASS]  # fmt: skip
+    for group, cls, _ in GROUPS:
+        for f in dataclasses.fields(cls):
+            help_text, flags = (f.metadata["help"], f.metadata["flags"]) if cls is not AlertSettings else (
+                ALERT_OPTIONS[f.name][0], (ALERT_OPTIONS[f.name][1],))  # fmt: skip
+            specs.append(OptionSpec(group, f.name, _default(f), help_text, flags))
+    return specs

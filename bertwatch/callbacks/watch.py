@@ -7,6 +7,7 @@ misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -16,13 +17,13 @@ import numpy as np
 from transformers import TrainerCallback
 
 from bertwatch.callbacks._context import TrainerContext, TrainerLink
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, warn_stopped
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.monitor import Monitor, monitor_for
 from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
-from bertwatch.callbacks.settings import WatchSettings, check_options
+from bertwatch.callbacks.settings import WatchSettings, callback_settings
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
@@ -44,7 +45,23 @@ __all__ = [
 
 SPECIAL_TOKEN_STATS = ("cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva")
 ENTROPY_STATS = ("entropy", "cls_entropy")
-COMMON_OPTIONS: tuple[str, ...] = WatchSettings.names()[: WatchSettings.names().index("strict") + 1]
+#: The options every callback takes: the front's probe, cadence and logging options, how the probe pass runs, and
+#: the offload and tracker switches (``"group.field"``: one field of a nested value).
+COMMON_OPTIONS: tuple[str, ...] = (
+    "probe_texts",
+    "probe_dataset",
+    "num_probe_examples",
+    "stats",
+    "every_n_steps",
+    "overhead_budget",
+    "logging_dir",
+    "loss_fn",
+    "quiet",
+    *(f"probing.{name}" for name in ("seed", "batch_size", "max_length", "tokenizer", "data_collator")),
+    *(f"probing.{name}" for name in ("reference_model", "cache_reference", "at_start", "on_evaluate", "at_end")),
+    "expert.offload_stats",
+    "expert.log_to_trackers",
+)
 
 
 class WatchCallback(NotATracker, TrainerCallback):
@@ -59,7 +76,8 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     default_stats: tuple[str, ...] = ()
 
-    options: tuple[str, ...] = COMMON_OPTIONS  # the keyword options this callback takes (WatchSettings fields)
+    #: The keyword options this callback takes (``WatchSettings`` fields; ``"group.field"``: one nested field).
+    options: tuple[str, ...] = COMMON_OPTIONS
 
     def __init__(
         self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any
@@ -69,31 +87,29 @@ class WatchCallback(NotATracker, TrainerCallback):
         lists this callback's options."""
         if stats is not None:
             options["stats"] = stats
-        check_options(options, self.options, type(self).__name__)
-        base = WatchSettings() if settings is None else settings
-        if not isinstance(base, WatchSettings):
-            raise TypeError(f"settings must be a WatchSettings, not {type(base).__name__}")
-        s = base.replace(**options)
+        overrides = sum("__init__" in vars(c) for c in type(self).__mro__[: type(self).__mro__.index(WatchCallback)])
+        s = callback_settings(type(self).__name__, self.options, settings, options, stacklevel=2 + overrides)
         self.settings = s
         requested = s.stats
-        if requested is None and s.integrated_gradients and "integrated_gradients" in self.options:
+        ig_taken = "expert" in self.options or "expert.integrated_gradients" in self.options
+        if requested is None and s.expert.integrated_gradients and ig_taken:
             requested = self.default_stats + (IG_NAME,)
         self.requested = None if requested is None else tuple(requested)
         self.stat_names = frozenset(self.requested or self.default_stats)
         self.every_n_steps = s.every_n_steps
         # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, lambda: self.clock())
-        self.measure_on_evaluate = s.on_evaluate
-        self.at_start = s.at_start
-        self.at_end = s.at_end
-        self.strict = s.strict
-        self.log_to_trackers = s.log_to_trackers
+        self.measure_on_evaluate = s.probing.on_evaluate
+        self.at_start = s.probing.at_start
+        self.at_end = s.probing.at_end
+        self.strict = strict_from_environment()  # re-raise errors instead of containing them (the tests' hook)
+        self.log_to_trackers = s.expert.log_to_trackers
         self.probe_settings = s.probe()
         self.disabled = False
         self.monitor: Monitor | None = None
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
         self._link = TrainerLink()
-        self.alerting = Alerting(s.on_alert, s.alert_settings(), s.strict)  # stability alerts (callbacks.alerting)
+        self.alerting = Alerting(s.on_alert, s.alerts, self.strict)  # stability alerts (callbacks.alerting)
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
@@ -317,7 +333,7 @@ class AttentionDriftCallback(WatchCallback):
     """
 
     default_stats = DRIFT_NAMES
-    options = COMMON_OPTIONS + ("compat_length",)
+    options = COMMON_OPTIONS + ("probing.compat_length",)
 
 
 class SpecialTokenMassCallback(WatchCallback):
@@ -339,7 +355,9 @@ class GradientImportanceCallback(WatchCallback):
     """
 
     default_stats = GRADIENT_NAMES
-    options = COMMON_OPTIONS + ("integrated_gradients", "ig_steps", "normalize_importance")
+    options = COMMON_OPTIONS + tuple(
+        f"expert.{n}" for n in ("integrated_gradients", "ig_steps", "normalize_importance")
+    )
 
     def __init__(
         self,
@@ -349,9 +367,10 @@ class GradientImportanceCallback(WatchCallback):
         settings: WatchSettings | None = None,
         **options: Any,
     ):
-        """``normalize_by_layer`` is this callback's name of the ``normalize_importance`` option."""
+        """``normalize_by_layer`` is this callback's name of ``ExpertOptions.normalize_importance``."""
         if normalize_by_layer is not None:
-            options["normalize_importance"] = normalize_by_layer
+            expert = options.get("expert", (settings or WatchSettings()).expert)
+            options["expert"] = dataclasses.replace(expert, normalize_importance=normalize_by_layer)
         super().__init__(stats, settings=settings, **options)
 
 
@@ -379,7 +398,7 @@ class BertWatchCallback(WatchCallback):
         settings: a :class:`~bertwatch.callbacks.settings.WatchSettings` holding every option (default: the
             defaults); ``options`` replace its fields.
         **options: any field of ``WatchSettings`` by name (``every_n_steps``, ``num_probe_examples``,
-            ``probe_texts``, ``ablate_on_end``, ``word_classes``, ...).
+            ``probe_texts``, ``ablate_on_end``, ``expert=ExpertOptions(word_classes=True)``, ...).
 
     Raises:
         TypeError: an unknown option (the message names the closest and lists them all) or a value of the wrong
@@ -392,9 +411,9 @@ class BertWatchCallback(WatchCallback):
         >>> callback = BertWatchCallback(every_n_steps=20, num_maps=2)
         >>> callback.every_n_steps, callback.maps_every_n_steps, callback.wants("step", 40)
         (20, 80, True)
-        >>> BertWatchCallback(probe_max_lenght=64)
+        >>> BertWatchCallback(num_mapz=2)
         Traceback (most recent call last):
-        TypeError: BertWatchCallback: unknown option 'probe_max_lenght' (did you mean 'probe_max_length'?); valid: ...
+        TypeError: BertWatchCallback: unknown option 'num_mapz' (did you mean 'num_maps'?); valid: ...
     """
 
     default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES
@@ -406,22 +425,22 @@ class BertWatchCallback(WatchCallback):
         super().__init__(stats, settings=settings, **options)
         s = self.settings
         self.num_maps = s.num_maps
-        self.maps_every_n_steps = s.maps_every_n_steps
+        self.maps_every_n_steps = s.expert.maps_every_n_steps
         if self.maps_every_n_steps is None and self.every_n_steps is not None:
             self.maps_every_n_steps = 4 * self.every_n_steps
         self.ablate_on_end = s.ablate_on_end
-        self.ablation_mode = s.ablation_mode
-        self.ablation_kwargs = dict(s.ablation_kwargs)
+        self.ablation_mode = s.ablation.mode
+        self.ablation_kwargs = dict(s.ablation.kwargs)
         self.ablation_result: Any = None
         self.ablation: Any = None
         if self.ablate_on_end:
             from bertwatch.callbacks.ablation import AblationCallback
 
-            self.ablation = AblationCallback(modes=s.ablation_mode, **self.ablation_kwargs)
-        self.word_classes = word_class_option(s.word_classes)
+            self.ablation = AblationCallback(modes=s.ablation.mode, **self.ablation_kwargs)
+        self.word_classes = word_class_option(s.expert.word_classes)
         self.word_class_batches: Any = None
-        self.cluster_track = ClusterTrack() if s.head_clusters else None
-        self.cluster_examples = s.cluster_examples
+        self.cluster_track = ClusterTrack() if s.expert.head_clusters else None
+        self.cluster_examples = s.expert.cluster_examples
         self.consumed_step: int | None = None
         self.maps_step = 0
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import builtins
-import dataclasses
 import importlib.util
 import io
 import json
@@ -36,24 +35,30 @@ def run_parser() -> argparse.ArgumentParser:
     parser.add_argument("script", nargs="?", help="the Python training script")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m MODULE does")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    _add_settings(parser.add_argument_group("bertwatch options (the fields of bertwatch.callbacks.WatchSettings)"))
+    _add_settings(parser)
     return parser
 
 
-def _flag_dest(name: str, index: int) -> str:
-    return f"setting__{name}__{index}"
+#: Flags of earlier versions: accepted, hidden from the help, and reported with what to write instead.
+_OLD_FLAGS = {
+    "--probe-every": ("--every-n-steps", "every_n_steps"),
+    "--strict": ("", None),
+}
 
 
-def _flag_arguments(flag: Any, help_text: str, default: Any) -> dict[str, Any]:
-    """argparse keywords for one ``WatchSettings`` flag (``callbacks.settings.Flag``); the help is the flag's own,
-    else the option's with its default (or "turn off: ..." for a switch that sets it to False)."""
-    if flag.help is None and flag.kind == "false":
-        help_text = f"turn off: {help_text}"
-    elif flag.help is None and flag.kind != "true" and "default" not in help_text:
-        help_text = f"{help_text} (default {'none' if default is None else default})"
+def _flag_dest(spelled: str, index: int) -> str:
+    return f"setting__{spelled}__{index}"
+
+
+def _flag_arguments(flag: Any, spec: Any) -> dict[str, Any]:
+    """argparse keywords for one flag of an option (``callbacks.option_checks.Flag``): the help is the flag's own,
+    else the option's with its default."""
+    help_text = flag.help or spec.help
     if flag.kind in ("true", "false"):
-        return {"action": "store_true", "help": flag.help or help_text}
-    kwargs: dict[str, Any] = {"help": flag.help or help_text, "metavar": flag.metavar or flag.names[0][2:].upper()}
+        return {"action": "store_true", "help": help_text}
+    if flag.help is None and "default" not in help_text:
+        help_text = f"{help_text} (default {'none' if spec.default is None else spec.default})"
+    kwargs: dict[str, Any] = {"help": help_text, "metavar": flag.metavar or flag.names[0][2:].upper()}
     if flag.kind in ("int", "int_or_none"):
         kwargs["type"] = int if flag.kind == "int" else _int_or_none
         kwargs["metavar"] = flag.metavar or "N"
@@ -65,19 +70,38 @@ def _flag_arguments(flag: Any, help_text: str, default: Any) -> dict[str, Any]:
     return kwargs
 
 
-def _add_settings(group: Any) -> None:
-    """One argument per flag of every ``WatchSettings`` field (the object-valued ones have none: Python only)."""
-    from bertwatch.callbacks.settings import WatchSettings
+class _OldFlag(argparse.Action):
+    """A flag of an earlier version: says what to write instead, then does what the new flag does (if anything)."""
 
-    for field in dataclasses.fields(WatchSettings):
-        default = field.default if field.default is not dataclasses.MISSING else None
-        for index, flag in enumerate(field.metadata["flags"]):
-            group.add_argument(
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        instead, _ = _OLD_FLAGS[option_string or ""]
+        what = f"use {instead}" if instead else "it is ignored (an error inside bertwatch never stops training)"
+        print(f"bertwatch run: {option_string} is deprecated: {what}", file=sys.stderr)
+        if self.dest != argparse.SUPPRESS:
+            setattr(namespace, self.dest, values)
+
+
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    """One argument per flag of every option (``callbacks.settings.option_specs``; objects have none: Python only),
+    in groups: the front options first, then one group per nested value."""
+    from bertwatch.callbacks.settings import GROUPS, option_specs
+
+    titles = {None: "bertwatch options (in Python: the keywords of bertwatch.watch)"}
+    titles.update({group: f"{title} (Python: {group}={cls.__name__}(...))" for group, cls, title in GROUPS})
+    groups = {group: parser.add_argument_group(title) for group, title in titles.items()}
+    for spec in option_specs():
+        for index, flag in enumerate(spec.flags):
+            groups[spec.group].add_argument(
                 *flag.names,
-                dest=_flag_dest(field.name, index),
+                dest=_flag_dest(spec.spelled, index),
                 default=argparse.SUPPRESS,
-                **_flag_arguments(flag, field.metadata["help"], default),
+                **_flag_arguments(flag, spec),
             )
+    for name, (_, spelled) in _OLD_FLAGS.items():
+        dest = _flag_dest(spelled, 0) if spelled else argparse.SUPPRESS
+        nargs = None if spelled else 0
+        parser.add_argument(name, dest=dest, action=_OldFlag, nargs=nargs, default=argparse.SUPPRESS,
+                            type=int if spelled else None, help=argparse.SUPPRESS)  # fmt: skip
 
 
 def _int_or_none(text: str) -> int | None:
@@ -109,19 +133,22 @@ def _flag_value(kind: str, raw: Any) -> Any:
 
 
 def settings_from_options(opts: argparse.Namespace) -> dict[str, Any]:
-    """The options given, as ``BertWatchCallback`` keyword arguments (the callback's defaults for the rest); of two
-    flags of one option (``--word-classes``, ``--word-classes-from``) the later in ``WatchSettings`` wins."""
-    from bertwatch.callbacks.settings import WatchSettings
+    """The options given, as ``BertWatchCallback`` keyword arguments (the callback's defaults for the rest): front
+    options by name, nested ones as their value (``probing=ProbeOptions(seed=1)``). Of two flags of one option
+    (``--word-classes``, ``--word-classes-from``) the later one declared wins."""
+    from bertwatch.callbacks.settings import GROUPS, option_specs
 
-    settings: dict[str, Any] = {}
-    for field in dataclasses.fields(WatchSettings):
-        for index, flag in enumerate(field.metadata["flags"]):
-            dest = _flag_dest(field.name, index)
+    front: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    for spec in option_specs():
+        for index, flag in enumerate(spec.flags):
+            dest = _flag_dest(spec.spelled, index)
             if hasattr(opts, dest):
-                settings[field.name] = _flag_value(flag.kind, getattr(opts, dest))
-    if settings.get("stats") == []:
-        del settings["stats"]
-    return settings
+                value = _flag_value(flag.kind, getattr(opts, dest))
+                (front if spec.group is None else nested.setdefault(spec.group, {}))[spec.name] = value
+    if front.get("stats") == []:
+        del front["stats"]
+    return {**front, **{group: cls(**nested[group]) for group, cls, _ in GROUPS if group in nested}}
 
 
 def _exit_status(code: Any) -> int:

@@ -8,10 +8,13 @@ This is the names' one home: the modules that compute the statistics (``bertwatc
 from __future__ import annotations
 
 __all__ = [
+    "ALL_STATS",
+    "DEFINITIONS",
     "DRIFT_NAMES",
     "GRADIENT_NAMES",
     "IG_NAME",
     "LOGIT_NAMES",
+    "MAP_STATS",
     "MASS_BY_MEASURE",
     "MIXING_HEAD_NAMES",
     "MIXING_LAYER_NAMES",
@@ -76,6 +79,11 @@ RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
 #: The keys of ``bertwatch.linguistics.wordclass.UD_CLASSES``: the ``class_share_<c>`` grids.
 UD_SHARE_CLASSES: tuple[str, ...] = ("noun", "verb", "pron", "det", "subj", "obj", "neg", "punct")
 
+#: The statistics computed from the attention maps (and the value vectors) of the probe pass, in logging order.
+MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + MIXING_NAMES + DRIFT_NAMES
+#: Every statistic a callback's ``stats=`` may name, in logging order.
+ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY_NAMES
+
 #: Statistics that are shares of a row's attention, so always in [0, 1] (the frontend's scale is then [0, 1]).
 PROPORTION_NAMES: tuple[str, ...] = STAT_NAMES[:8] + NORM_NAMES + MIXING_NAMES
 
@@ -96,6 +104,54 @@ STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("Word classes (UD share)", tuple(f"class_share_{c}" for c in UD_SHARE_CLASSES)),
 )
+
+
+_CLASS_WORDS = {"pron": "pronouns", "subj": "subjects", "obj": "objects", "neg": "negation words"}
+_UD_WORDS = {"noun": "nouns", "verb": "verbs", "pron": "pronouns", "det": "determiners", "subj": "subjects",
+             "obj": "objects", "neg": "negation", "punct": "punctuation"}  # fmt: skip
+
+#: What each statistic measures, in one line of plain words (``bertwatch stats`` prints them; docs/statistics.md
+#: gives the exact definitions and sources). Every statistic of ``STAT_GROUPS`` has one.
+DEFINITIONS: dict[str, str] = {
+    "cls_mass": "share of the head's attention that lands on [CLS]",
+    "sep_mass": "share of the head's attention that lands on [SEP] tokens (every [SEP] counted)",
+    "punct_mass": "share of the head's attention that lands on '.' and ','",
+    "sep_to_sep": "how much the [SEP] tokens attend to [SEP] tokens",
+    "sep_mass_kovaleva": "attention on the single most-attended [SEP] (Kovaleva's variant of sep_mass)",
+    "self": "share of attention a token pays to itself",
+    "prev": "share of attention a token pays to the token before it (above 0.5: a previous-token head)",
+    "next": "share of attention a token pays to the token after it (above 0.5: a next-token head)",
+    "entropy": "how spread out each token's attention is, in nats (high: broad, low: focused)",
+    "cls_entropy": "how spread out the [CLS] token's attention is, in nats",
+    "intra_segment_mass": "share of attention that stays inside the token's own sentence of a pair",
+    "cls_mass_norm": "cls_mass weighted by the size of what each token passes on (Kobayashi)",
+    "sep_mass_norm": "sep_mass weighted by the size of what each token passes on (Kobayashi)",
+    "punct_mass_norm": "punct_mass weighted by the size of what each token passes on (Kobayashi)",
+    "norm_ratio": "how much the vectors a head mixes point the same way (1) or cancel out (near 0)",
+    "cls_mass_alti": "share of each token's head output that really comes from [CLS] (ALTI, per head)",
+    "sep_mass_alti": "share of each token's head output that really comes from [SEP] (ALTI, per head)",
+    "mixing_ratio": "share of a token's new representation that comes from the other tokens (per layer)",
+    "cls_mass_alti_layer": "share of each token's layer output that really comes from [CLS] (ALTI, per layer)",
+    "sep_mass_alti_layer": "share of each token's layer output that really comes from [SEP] (ALTI, per layer)",
+    "cls_mass_rollout": "how much of the input [CLS] has flowed into this layer, by attention weights (rollout)",
+    "sep_mass_rollout": "how much of the input [SEP] has flowed into this layer, by attention weights (rollout)",
+    "drift_cosine": "similarity of the head's attention maps to the pretrained model's (1: unchanged)",
+    "drift_js": "distance of the head's attention maps from the pretrained model's (0: unchanged)",
+    "head_importance": "how much the loss would change if the head were removed (gradient estimate, Michel)",
+    "attn_grad_sep": "how strongly the loss reacts to the head's attention on [SEP] (gradient size)",
+    "attn_grad_punct": "how strongly the loss reacts to the head's attention on punctuation (gradient size)",
+    "attn_grad_other": "how strongly the loss reacts to the head's attention on the other tokens (gradient size)",
+    "head_attribution_ig": "the head's share of the loss by integrated gradients (opt-in, slower)",
+    "max_logit": "the head's largest attention score before the softmax (growth warns of instability)",
+    "logit_std": "the spread of the head's attention scores before the softmax",
+    "qk_spectral_norm": "the size of the head's query-key weights (growth can collapse attention entropy)",
+    **{
+        f"wordclass_{c}": f"attention on the most-attended of the {w} (closed word lists)"
+        for c, w in _CLASS_WORDS.items()
+    },
+    **{f"cls_target_{c}": f"attention from [CLS] to the most-attended of the {w}" for c, w in _CLASS_WORDS.items()},
+    **{f"class_share_{c}": f"share of attention on {w}, from UD-annotated sentences" for c, w in _UD_WORDS.items()},
+}
 
 
 #: The mass on [CLS] and on [SEP] by attention weight, by norm (Kobayashi et al. 2020) and by ALTI contribution

@@ -24,6 +24,7 @@ from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_st
 from tests.heads.test_capture_support import tiny_encoder  # noqa: E402
 from tests.support.alone_oracle import alone_grids  # noqa: E402
 from tests.support.property import ORDERS, PADDING_SIDES  # noqa: E402
+from tests.support.strict import strict
 from tests.support.tiny_trainer import WORDS, tiny_tokenizer  # noqa: E402
 
 FAMILIES = ("bert", "roberta", "distilbert", "albert", "electra", "modernbert", "deberta-v2", "mpnet")
@@ -194,7 +195,7 @@ def test_step_zero_cls_mass_of_a_trainer_run_with_left_padding_is_each_example_a
     model = tiny_bert(tok)
     initial = copy.deepcopy(model)
     evaluation = toy_dataset(tok, 12, 1, pairs=True)
-    cb = BertWatchCallback(every_n_steps=100, num_probe_examples=12, num_maps=0, strict=True)
+    cb = strict(BertWatchCallback, every_n_steps=100, num_probe_examples=12, num_maps=0)
     trainer = T.Trainer(
         model=model,
         args=training_args(str(tmp_path), max_steps=1, report_to="tensorboard"),

@@ -12,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from bertwatch.callbacks import BertWatchCallback, EntropyCallback, watch
 from bertwatch.callbacks.pacing import PROBE_SERIES, ProbePacing, ProbeReason
 from bertwatch.core.budget import MIN_SPACING, OverheadMeter, check_budget, probe_due
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 
@@ -166,7 +167,7 @@ def _train(out, callback, **overrides):
 
 
 def test_an_exhausted_budget_still_measures_every_pinned_step(tmp_path) -> None:
-    cb = EntropyCallback(num_probe_examples=4, strict=True)
+    cb = strict(EntropyCallback, num_probe_examples=4)
     cb.clock = _TickingClock()
     _train(tmp_path, cb, max_steps=12, eval_strategy="steps", eval_steps=5)
     assert [s for s, _ in cb.history] == [0, 5, 10, 12]

@@ -31,6 +31,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.stability import STABILITY_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_trainer, training_args
 
 
@@ -71,14 +72,14 @@ def _same_weights(a, b):
 )
 def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, overrides) -> None:
     _, plain, plain_losses = _train(tmp_path / "a", [], **overrides)
-    everything = BertWatchCallback(
+    everything = strict(
+        BertWatchCallback,
         every_n_steps=1,
         maps_every_n_steps=2,
         integrated_gradients=True,
         ig_steps=3,
         num_probe_examples=8,
         probe_batch_size=3,
-        strict=True,
     )
     _, watched, watched_losses = _train(tmp_path / "b", [everything], **overrides)
     assert [s for s, _ in everything.history] == [0, 1, 2, 3, 4, 5, 6]
@@ -95,7 +96,7 @@ def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, override
 
 
 def test_event_files_hold_every_statistic_maps_and_layer_scalars_in_the_trainers_run(tmp_path) -> None:
-    cb = BertWatchCallback(every_n_steps=2, num_probe_examples=8, num_maps=2, strict=True)
+    cb = strict(BertWatchCallback, every_n_steps=2, num_probe_examples=8, num_maps=2)
     _train(tmp_path, [cb], report_to="tensorboard")
     runs = glob.glob(str(tmp_path / "runs" / "*"))
     assert len(runs) == 1, "bertwatch must write into the Trainer's own TensorBoard run"
@@ -134,13 +135,13 @@ def test_event_files_hold_every_statistic_maps_and_layer_scalars_in_the_trainers
 
 def test_writes_without_tensorboard_reporting_to_the_default_run_dir(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
-    cb = EntropyCallback(every_n_steps=3, num_probe_examples=4, strict=True)
+    cb = strict(EntropyCallback, every_n_steps=3, num_probe_examples=4)
     _train(tmp_path, [cb], report_to="none")
     files = glob.glob(str(tmp_path / "runs" / "*" / "*"))
     assert len(files) == 1 and files[0].endswith(".bertwatch")
     assert sorted(_grids(_events(os.path.dirname(files[0])), "entropy")) == [0, 3, 6]
     monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "mine"))
-    _train(tmp_path / "again", [EntropyCallback(every_n_steps=3, num_probe_examples=4, strict=True)])
+    _train(tmp_path / "again", [strict(EntropyCallback, every_n_steps=3, num_probe_examples=4)])
     assert len(glob.glob(str(tmp_path / "mine" / "*.bertwatch"))) == 1
 
 
@@ -152,8 +153,8 @@ def test_several_callbacks_share_one_probe_pass(tmp_path) -> None:
     model = tiny_bert(tok)
     forwards = []
     model.register_forward_pre_hook(lambda module, args, kwargs: forwards.append(module.training), with_kwargs=True)
-    drift = AttentionDriftCallback(every_n_steps=2, num_probe_examples=8, strict=True)
-    entropy = EntropyCallback(every_n_steps=2, num_probe_examples=8, strict=True)
+    drift = strict(AttentionDriftCallback, every_n_steps=2, num_probe_examples=8)
+    entropy = strict(EntropyCallback, every_n_steps=2, num_probe_examples=8)
     _train(tmp_path, [drift, entropy], model=model, eval_strategy="no", max_steps=2)
     probe_forwards = [training for training in forwards if not training]
     assert len(probe_forwards) == 2  # one probe pass at step 0 (also the reference) and one at step 2
@@ -199,10 +200,10 @@ def test_an_error_inside_bertwatch_is_one_warning_and_training_goes_on(tmp_path,
     assert len(ours) == 1 and "on_train_begin: RuntimeError: collator broke" in str(ours[0].message)
     assert a.disabled and b.disabled and a.history == [] and losses == plain_losses
 
-    strict = EntropyCallback(every_n_steps=2, num_probe_examples=4, strict=True)
+    strict_cb = strict(EntropyCallback, every_n_steps=2, num_probe_examples=4)
     with pytest.raises(RuntimeError, match="statistics exploded"):
         calls.clear()
-        _train(tmp_path / "c", [strict], eval_strategy="no")
+        _train(tmp_path / "c", [strict_cb], eval_strategy="no")
 
 
 def test_unsupported_model_and_empty_probe_fail_at_train_begin(tmp_path) -> None:
@@ -229,7 +230,7 @@ def test_unsupported_model_and_empty_probe_fail_at_train_begin(tmp_path) -> None
 
 def test_nan_statistics_are_logged_as_nan(tmp_path) -> None:
     texts = [{"text": "good movie", "label": 1}, {"text": "bad plot was dull", "label": 0}]  # no "." or ","
-    cb = BertWatchCallback(probe_texts=texts, every_n_steps=3, num_maps=0, strict=True)
+    cb = strict(BertWatchCallback, probe_texts=texts, every_n_steps=3, num_maps=0)
     _train(tmp_path, [cb], eval_strategy="no")
     acc = _events(glob.glob(str(tmp_path / "runs" / "*"))[0])
     assert np.isnan(_grids(acc, "attn_grad_punct")[3]).all()
@@ -239,17 +240,17 @@ def test_nan_statistics_are_logged_as_nan(tmp_path) -> None:
 
 
 def test_probe_texts_without_labels_skip_gradient_statistics_by_default(tmp_path) -> None:
-    cb = BertWatchCallback(probe_texts=["good movie .", "bad , dull plot"], every_n_steps=3, strict=True)
+    cb = strict(BertWatchCallback, probe_texts=["good movie .", "bad , dull plot"], every_n_steps=3)
     with pytest.warns(BertWatchWarning, match="no labels"):
         _train(tmp_path, [cb], eval_strategy="no")
     assert "head_importance" not in cb.latest and "entropy" in cb.latest
 
 
 def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path) -> None:
-    first = AttentionDriftCallback(every_n_steps=2, num_probe_examples=8, strict=True)
+    first = strict(AttentionDriftCallback, every_n_steps=2, num_probe_examples=8)
     _train(tmp_path, [first], eval_strategy="no", save_strategy="steps", save_steps=2, learning_rate=3e-2)
     assert (tmp_path / "bertwatch" / "reference.pt").is_file()
-    resumed = AttentionDriftCallback(every_n_steps=2, num_probe_examples=8, strict=True)
+    resumed = strict(AttentionDriftCallback, every_n_steps=2, num_probe_examples=8)
     with warnings.catch_warnings():
         warnings.simplefilter("error", BertWatchWarning)
         _train(tmp_path, [resumed], eval_strategy="no", learning_rate=3e-2, resume=str(tmp_path / "checkpoint-2"))
@@ -262,7 +263,7 @@ def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path) -> N
         np.testing.assert_allclose(grids["drift_js"], original[step]["drift_js"], rtol=1e-3)
 
     (tmp_path / "bertwatch" / "reference.pt").unlink()
-    uncached = AttentionDriftCallback(every_n_steps=2, num_probe_examples=8, strict=True)
+    uncached = strict(AttentionDriftCallback, every_n_steps=2, num_probe_examples=8)
     with pytest.warns(BertWatchWarning, match="resuming without a reference cache"):
         _train(tmp_path, [uncached], eval_strategy="no", learning_rate=3e-2, resume=str(tmp_path / "checkpoint-2"))
     assert "resumed at step 2" in uncached.monitor.reference_source
@@ -276,19 +277,19 @@ def test_reference_model_can_be_named(tmp_path) -> None:
     with torch.no_grad():
         for layer in other.bert.encoder.layer:
             layer.attention.self.query.weight.mul_(30)  # peaked attention, unlike the near-uniform trained model
-    cb = AttentionDriftCallback(every_n_steps=3, num_probe_examples=8, reference_model=other, strict=True)
+    cb = strict(AttentionDriftCallback, every_n_steps=3, num_probe_examples=8, reference_model=other)
     _train(tmp_path, [cb], eval_strategy="no")
     assert cb.history[0][0] == 0 and cb.history[0][1]["drift_cosine"].mean() < 0.999
 
 
 def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path) -> None:
-    cb = BertWatchCallback(
+    cb = strict(
+        BertWatchCallback,
         every_n_steps=3,
         num_probe_examples=4,
         ablate_on_end=True,
         ablation_mode="zero",
         ablation_kwargs={"n_resamples": 50, "progress": False},
-        strict=True,
     )
     _train(tmp_path, [cb], eval_strategy="no")
     assert cb.ablation_result is not None

@@ -21,6 +21,7 @@ from bertwatch.callbacks.probe_pass import LIVE_MEASURES, written_measures
 from bertwatch.core.stat_names import MIXING_MEASURES
 from bertwatch.heads.mixing_model import mixing_maps
 from tests.support.models import tiny_model
+from tests.support.strict import strict
 from tests.support.tb_helpers import make_wsgi_app
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 from tests.support.tolerance import assert_float32_close
@@ -43,7 +44,7 @@ def _train(out, stats):
         eval_dataset=toy_dataset(tok, 8, 1, pairs=True),
         processing_class=tok,
         data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=[BertWatchCallback(stats, every_n_steps=1, num_probe_examples=6, num_maps=NUM_MAPS, strict=True)],
+        callbacks=[strict(BertWatchCallback, stats, every_n_steps=1, num_probe_examples=6, num_maps=NUM_MAPS)],
     )
     watch(trainer)
     trainer.train()

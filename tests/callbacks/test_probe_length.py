@@ -19,6 +19,7 @@ from bertwatch.callbacks.probe_set import build_probe_set
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
 from bertwatch.tb import metadata as md
+from tests.support.strict import strict
 from tests.support.tb_helpers import make_wsgi_app
 from tests.support.tiny_trainer import WORDS, tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
@@ -63,7 +64,7 @@ def _train(out, cb: EntropyCallback):
 @pytest.fixture(scope="module")
 def cut_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("cut")
-    cb = EntropyCallback(every_n_steps=1, probe_texts=TEXTS, probe_max_length=LENGTH, strict=True)
+    cb = strict(EntropyCallback, every_n_steps=1, probe_texts=TEXTS, probe_max_length=LENGTH)
     ours, at_first_step, run = _train(out, cb)
     return ours, at_first_step, run
 
@@ -107,7 +108,7 @@ def test_a_long_probe_text_warns_once_at_setup_with_count_and_length(cut_run) ->
 
 
 def test_measuring_up_to_the_models_maximum_cuts_nothing_and_does_not_warn(tmp_path) -> None:
-    cb = EntropyCallback(every_n_steps=0, probe_texts=TEXTS, probe_max_length=None, strict=True)
+    cb = strict(EntropyCallback, every_n_steps=0, probe_texts=TEXTS, probe_max_length=None)
     ours, _, run = _train(tmp_path, cb)
     assert not [w for w in ours if "longer than" in str(w.message)]
     assert cb.monitor is None or cb.monitor.probe is None or cb.monitor.probe.truncated == 0

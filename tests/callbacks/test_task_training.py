@@ -20,6 +20,7 @@ import bertwatch
 from bertwatch.callbacks import SetupError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from tests.support.models import unit_masks
+from tests.support.strict import strict
 from tests.support.task_cases import CASES, HEADS, LAYERS, Off, metric_scale, mlm_dataset, model_for, plain_metric
 from tests.support.tiny_trainer import tiny_tokenizer, training_args
 from tests.support.tolerance import assert_float32_close
@@ -44,7 +45,8 @@ def _watch(trainer: T.Trainer, case, mode: str) -> bertwatch.BertWatchCallback:
     kwargs = dict(n_resamples=30, keep_only=False, progress=False, max_length=64)
     if case.ablation_rows is not None:
         kwargs["eval_dataset"] = case.ablation_rows(trainer.processing_class)
-    return bertwatch.watch(  # every default statistic, integrated gradients too
+    return strict(
+        bertwatch.watch,  # every default statistic, integrated gradients too
         trainer,
         every_n_steps=EVERY,
         num_probe_examples=6,
@@ -54,7 +56,6 @@ def _watch(trainer: T.Trainer, case, mode: str) -> bertwatch.BertWatchCallback:
         ablate_on_end=True,
         ablation_mode=mode,
         ablation_kwargs=kwargs,
-        strict=True,
     )
 
 
@@ -164,7 +165,7 @@ def test_question_answering_features_without_squad_examples_are_refused_at_setup
     tokenizer = tiny_tokenizer()
     case = next(c for c in CASES if c.name == "question-answering")
     trainer = _trainer(tmp_path, case, tokenizer, model_for(case, tokenizer))
-    bertwatch.watch(trainer, stats=STATS, num_maps=0, ablate_on_end=True, strict=True)
+    strict(bertwatch.watch, trainer, stats=STATS, num_maps=0, ablate_on_end=True)
     steps = []
     trainer.add_callback(type("Spy", (T.TrainerCallback,), {"on_step_begin": lambda *a, **k: steps.append(1)}))
     with pytest.raises(SetupError, match="SQuAD layout.*eval_dataset"):
@@ -183,15 +184,13 @@ def test_gradient_statistics_of_a_head_without_a_loss_are_refused_at_setup(tmp_p
         lambda row, i: {"end_positions": 60 if i == 9 else row["end_positions"]}, with_indices=True
     )
     for callback, match in (
-        (bertwatch.GradientImportanceCallback(probe_dataset=no_positions, strict=True), "no labels"),
+        (strict(bertwatch.GradientImportanceCallback, probe_dataset=no_positions), "no labels"),
         (  # in the third probe batch: every batch is checked
-            bertwatch.GradientImportanceCallback(probe_dataset=cut_off, probe_batch_size=4, strict=True),
+            strict(bertwatch.GradientImportanceCallback, probe_dataset=cut_off, probe_batch_size=4),
             "outside the sequence",
         ),
         (
-            bertwatch.GradientImportanceCallback(
-                loss_fn=lambda outputs, batch: outputs.start_logits.sum(), strict=True
-            ),
+            strict(bertwatch.GradientImportanceCallback, loss_fn=lambda outputs, batch: outputs.start_logits.sum()),
             "one loss per example",
         ),
     ):
@@ -207,11 +206,11 @@ def test_loss_fn_gives_gradient_statistics_without_label_fields(tmp_path) -> Non
     tokenizer = tiny_tokenizer()
     case = next(c for c in CASES if c.name == "question-answering")
     no_positions = case.dataset(tokenizer, 12, 1).remove_columns(["start_positions", "end_positions"])
-    callback = bertwatch.GradientImportanceCallback(
+    callback = strict(
+        bertwatch.GradientImportanceCallback,
         probe_dataset=no_positions,
         every_n_steps=EVERY,
         loss_fn=lambda outputs, batch: outputs.start_logits.logsumexp(-1),
-        strict=True,
     )
     trainer = _trainer(tmp_path, case, tokenizer, model_for(case, tokenizer))
     trainer.add_callback(callback)
@@ -226,14 +225,14 @@ def test_multiple_choice_rows_meet_their_own_reference_in_every_probe_batch(tmp_
     tokenizer = tiny_tokenizer()
     case = next(c for c in CASES if c.name == "multiple-choice")
     trainer = _trainer(tmp_path, case, tokenizer, model_for(case, tokenizer), learning_rate=3e-2)
-    callback = bertwatch.watch(
+    callback = strict(
+        bertwatch.watch,
         trainer,
         stats=("drift_js", "entropy"),
         every_n_steps=EVERY,
         num_probe_examples=5,
         probe_batch_size=2,
         num_maps=1,
-        strict=True,
     )
     trainer.train()
     grids = dict(callback.history)

@@ -18,6 +18,7 @@ import transformers as T
 
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError, watch
 from tests.support.models import bert_with_head
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_tokenizer, toy_dataset, training_args
 
 EPS = 0.1
@@ -201,14 +202,14 @@ def _setup(out, trainer_cls=T.Trainer, callbacks=None, attach=True, **trainer_kw
 
 
 def _probe_callback(**overrides):
-    settings = dict(
+    settings = strict(
+        dict,
         stats=STATS,
         every_n_steps=0,
         on_evaluate=False,
         at_end=False,
         probe_batch_size=4,
         ig_steps=IG_STEPS,
-        strict=True,
     )
     return GradientImportanceCallback(**{**settings, **overrides})
 

@@ -22,6 +22,7 @@ from bertwatch.callbacks import (
     watching_trainers,
 )
 from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, tracker_key
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 
@@ -107,7 +108,7 @@ def test_watching_trainers_attaches_to_every_trainer_and_restores_init_on_error(
 
 
 def test_callback_only_in_callbacks_uses_the_event_arguments(tmp_path) -> None:
-    cb = EntropyCallback(every_n_steps=3, num_probe_examples=4, strict=True)
+    cb = strict(EntropyCallback, every_n_steps=3, num_probe_examples=4)
     with pytest.warns(BertWatchWarning, match="cannot see the Trainer's eval_dataset"):
         _trainer(tmp_path / "a", callbacks=[cb], with_eval=False).train()
     assert [s for s, _ in cb.history] == [0, 3, 6] and cb.trainer is None
@@ -128,7 +129,7 @@ def test_trackers_get_the_layer_means_at_the_measured_steps_and_training_is_unch
     tracker = Recorder()
     trainer = _trainer(tmp_path / "b", callbacks=[tracker])
     stats = ["entropy", "cls_mass", "drift_cosine"]
-    cb = watch(trainer, stats=stats, every_n_steps=2, num_probe_examples=6, strict=True)
+    cb = strict(watch, trainer, stats=stats, every_n_steps=2, num_probe_examples=6)
     trainer.train()
 
     alerts = [(step, logs) for step, logs in tracker.logged if any(k.startswith("bertwatch/alerts/") for k in logs)]
@@ -168,7 +169,7 @@ def test_trackers_get_the_layer_means_at_the_measured_steps_and_training_is_unch
 def test_trackers_can_be_turned_off_and_a_failing_tracker_is_one_warning(tmp_path) -> None:
     tracker = Recorder()
     trainer = _trainer(tmp_path / "a", callbacks=[tracker], with_eval=False)
-    watch(trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, log_to_trackers=False, strict=True)
+    strict(watch, trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, log_to_trackers=False)
     trainer.train()
     assert not any(k.startswith("bertwatch/") for _, logs in tracker.logged for k in logs)
 
@@ -178,7 +179,7 @@ def test_trackers_can_be_turned_off_and_a_failing_tracker_is_one_warning(tmp_pat
 
     good = Recorder()
     trainer = _trainer(tmp_path / "b", callbacks=[Picky(), good], with_eval=False, logging_steps=100)
-    cb = watch(trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, strict=True)
+    cb = strict(watch, trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4)
     with pytest.warns(BertWatchWarning, match="Picky failed on bertwatch's layer means") as record:
         trainer.train()
     assert len([w for w in record if "failed on" in str(w.message)]) == 1
@@ -192,7 +193,7 @@ def test_word_class_grids_reach_the_trackers_too(tmp_path) -> None:
 
     tracker = Recorder()
     trainer = _trainer(tmp_path, callbacks=[tracker], with_eval=False)
-    cb = watch(trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, word_classes=True, strict=True)
+    cb = strict(watch, trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, word_classes=True)
     trainer.train()
     acc = EventAccumulator(cb.monitor.run_dir, size_guidance={"tensors": 0})
     acc.Reload()
@@ -237,7 +238,7 @@ def test_mlflow_file_store_run_holds_the_layer_means(tmp_path, monkeypatch) -> N
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store behind this switch
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "bertwatch-test")
     trainer = _trainer(tmp_path / "out", with_eval=False, report_to=["mlflow"])
-    cb = watch(trainer, stats=["entropy", "sep_mass"], every_n_steps=3, num_probe_examples=4, strict=True)
+    cb = strict(watch, trainer, stats=["entropy", "sep_mass"], every_n_steps=3, num_probe_examples=4)
     trainer.train()
     metric_dirs = list((tmp_path / "mlruns").glob("*/*/metrics"))
     assert len(metric_dirs) == 1

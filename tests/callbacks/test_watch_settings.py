@@ -1,162 +1,265 @@
-"""``WatchSettings``: one checked value for every monitoring option, the ``bertwatch run`` flags generated from it,
-the docs' option table matching it, and monitors shared by equal settings (by value, not by list object)."""
+"""``WatchSettings``: a front of a dozen options and four nested values, every input checked at construction (a
+property test feeds every option wrong types and out-of-range values), the old flat names still accepted with a
+``FutureWarning`` giving the new spelling, the docs' option tables matching the fields, and monitors shared by
+equal settings (by value, not by list object)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
+import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bertwatch.callbacks import BertWatchCallback, EntropyCallback, GradientImportanceCallback
+from bertwatch.callbacks import BertWatchCallback, EntropyCallback, GradientImportanceCallback, watch
 from bertwatch.callbacks.monitor import monitor_for
-from bertwatch.callbacks.settings import ProbeSettings, WatchSettings, check_options
-from bertwatch.cli import main
-from bertwatch.cli.run import run_parser, settings_from_options
+from bertwatch.callbacks.settings import (
+    ALL_STATS,
+    GROUPS,
+    OLD_NAMES,
+    AblationOptions,
+    AlertSettings,
+    ExpertOptions,
+    ProbeOptions,
+    ProbeSettings,
+    WatchSettings,
+    check_options,
+    option_specs,
+)
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-FIELDS = dataclasses.fields(WatchSettings)
-PYTHON_ONLY = {"probe_dataset", "tokenizer", "data_collator", "loss_fn"}  # objects: no command-line form
-
-# Every flag `bertwatch run` had before WatchSettings, with the option it sets: these names must keep working.
-EARLIER_FLAGS = {
-    "--every-n-steps": "every_n_steps",
-    "--probe-every": "every_n_steps",
-    "--stats": "stats",
-    "--num-probe-examples": "num_probe_examples",
-    "--probe-texts": "probe_texts",
-    "--num-maps": "num_maps",
-    "--logdir": "logging_dir",
-    "--ablate": "ablate_on_end",
-    "--ablate-on-end": "ablate_on_end",
-    "--ablation-mode": "ablation_mode",
-    "--word-classes": "word_classes",
-    "--word-classes-from": "word_classes",
-    "--head-clusters": "head_clusters",
-    "--no-trackers": "log_to_trackers",
-}
-
-
-def _sample(flag, field, tmp_path) -> tuple[list[str], object]:
-    """Command-line words for ``flag`` and the option value they must give (never the default)."""
-    if flag.kind == "true":
-        return [], True
-    if flag.kind == "false":
-        return [], False
-    if flag.kind in ("int", "int_or_none"):
-        return ["7"], 7
-    if flag.kind == "float":  # in range for every threshold: 3/4 of its default
-        return [repr(0.75 * field.default)], 0.75 * field.default
-    if flag.kind == "choice":
-        value = next(c for c in flag.choices if c != field.default)
-        return [value], value
-    if flag.kind == "names":
-        return ["entropy, cls_mass"], ("entropy", "cls_mass")
-    if flag.kind == "lines":
-        path = tmp_path / "probe.txt"
-        path.write_text("a good film\n\nthe plot\tis dull\n", encoding="utf-8")
-        return [str(path)], ["a good film", ("the plot", "is dull")]
-    if flag.kind == "json":
-        return [json.dumps({"metric": "accuracy", "n_resamples": 10})], {"metric": "accuracy", "n_resamples": 10}
-    assert flag.kind == "str", flag.kind
-    return ["some/path"], "some/path"
+FRONT = [f.name for f in dataclasses.fields(WatchSettings)]
 
 
 @pytest.mark.fast
-def test_every_option_has_a_flag_and_every_flag_sets_its_option(tmp_path) -> None:
-    flagless = {f.name for f in FIELDS if not f.metadata["flags"]}
-    assert flagless == PYTHON_ONLY
-    parser = run_parser()
-    for field in FIELDS:
-        for flag in field.metadata["flags"]:
-            for name in flag.names:
-                words, expected = _sample(flag, field, tmp_path)
-                given = settings_from_options(parser.parse_args([name, *words, "train.py"]))
-                assert set(given) == {field.name}, (name, given)
-                value = getattr(WatchSettings.from_kwargs(**given), field.name)
-                assert value == expected and value != field.default, (name, value)
-                assert getattr(BertWatchCallback(**given).settings, field.name) == value
-    assert settings_from_options(parser.parse_args(["train.py"])) == {}
+def test_the_front_is_small_and_the_rest_is_nested() -> None:
+    assert len(FRONT) <= 16
+    assert {"probe_texts", "stats", "every_n_steps", "logging_dir", "ablate_on_end", "on_alert"} <= set(FRONT)
+    assert WatchSettings().quiet is False and WatchSettings(quiet=True).quiet is True
+    s = WatchSettings()
+    assert (s.probing, s.alerts, s.ablation, s.expert) == (ProbeOptions(), AlertSettings(), AblationOptions(),
+                                                           ExpertOptions())  # fmt: skip
+    assert "strict" not in FRONT and all("strict" not in [f.name for f in dataclasses.fields(c)] for _, c, _ in GROUPS)
+
+
+# ------------------------------------------------------------------------------------------------ old flat names
+
+
+def _new_place(settings: WatchSettings, old: str):
+    group, field = OLD_NAMES[old].split(".")
+    return getattr(getattr(settings, group), field)
+
+
+OLD_SAMPLES = {  # an old flat name -> a value other than its default
+    "probe_seed": 3, "probe_batch_size": 4, "probe_max_length": 64, "tokenizer": tiny_tokenizer,
+    "data_collator": print, "reference_model": "some/model", "cache_reference": False, "compat_length": 200,
+    "at_start": False, "on_evaluate": False, "at_end": False, "alert_logit_multiple": 4.0, "alert_logit_bound": 50.0,
+    "alert_entropy_fraction": 0.3, "alert_entropy_min_drop": 0.5, "alert_sink_fraction": 0.2,
+    "alert_sink_min_change": 0.3, "alert_patience": 3, "ablation_mode": "zero", "ablation_kwargs": {"n_resamples": 9},
+    "integrated_gradients": True, "ig_steps": 5, "normalize_importance": True, "word_classes": True,
+    "head_clusters": True, "cluster_examples": 3, "maps_every_n_steps": 7, "offload_stats": False,
+    "log_to_trackers": False,
+}  # fmt: skip
 
 
 @pytest.mark.fast
-def test_the_earlier_flags_still_set_the_same_options(tmp_path) -> None:
-    parser = run_parser()
-    for name, option in EARLIER_FLAGS.items():
-        field = next(f for f in FIELDS if f.name == option)
-        flag = next(f for f in field.metadata["flags"] if name in f.names)
-        words, expected = _sample(flag, field, tmp_path)
-        given = settings_from_options(parser.parse_args([name, *words, "x.py"]))
-        assert set(given) == {option} and getattr(WatchSettings(**given), option) == expected, name
-    both = parser.parse_args(["--word-classes-from", "dev.conllu", "--word-classes", "x.py"])
-    assert settings_from_options(both) == {"word_classes": "dev.conllu"}  # the treebank wins, as before
-    assert settings_from_options(parser.parse_args(["--probe-max-length", "none", "x.py"])) == {
-        "probe_max_length": None
-    }
+def test_every_old_flat_name_still_works_and_warns_with_the_new_spelling() -> None:
+    assert set(OLD_SAMPLES) == {old for old, new in OLD_NAMES.items() if new is not None}
+    for old, value in OLD_SAMPLES.items():
+        group, field = OLD_NAMES[old].split(".")
+        cls = next(c for g, c, _ in GROUPS if g == group)
+        for build in (WatchSettings, WatchSettings.from_kwargs, BertWatchCallback, lambda **o: watch(_Trainer(), **o)):
+            with pytest.warns(FutureWarning, match=rf"^{old}= is deprecated: use {group}={cls.__name__}\({field}="):
+                made = build(**{old: value})
+            settings = made if isinstance(made, WatchSettings) else made.settings
+            assert _new_place(settings, old) == value, (old, build)
+            with pytest.warns(FutureWarning, match=rf"settings.{old} is deprecated: use settings.{group}.{field}"):
+                assert getattr(settings, old) == value
+    with pytest.warns(FutureWarning, match=r"^probe_seed= is deprecated: use probing=ProbeOptions\(seed=1\)$"):
+        assert EntropyCallback(probe_seed=1).probe_settings.seed == 1
 
 
 @pytest.mark.fast
-def test_run_help_is_generated_from_the_settings(capsys) -> None:
-    with pytest.raises(SystemExit) as stop:
-        main(["run", "--help"])
-    assert stop.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())
-    for field in FIELDS:
-        for flag in field.metadata["flags"]:
-            assert all(name in text for name in flag.names), flag.names
-            help_text = " ".join((flag.help or field.metadata["help"]).split())
-            assert help_text in text, help_text
-    assert "--no-on-evaluate turn off: measure at every evaluation" in text
-    assert "--num-probe-examples N size of the seeded sample of the evaluation set (default 32)" in text
+def test_old_names_merge_into_the_nested_value_given_and_point_at_the_callers_line() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cb = BertWatchCallback(probing=ProbeOptions(batch_size=4), probe_seed=2, alert_patience=3)
+        s = WatchSettings(expert=ExpertOptions(head_clusters=True), ig_steps=4)
+        given = WatchSettings(alerts=AlertSettings(patience=5))
+        replaced = given.replace(alert_entropy_fraction=0.3)
+    assert [Path(w.filename).name for w in caught] == [Path(__file__).name] * 4, [w.filename for w in caught]
+    assert all(w.category is FutureWarning for w in caught)
+    assert cb.settings.probing == ProbeOptions(batch_size=4, seed=2) and cb.settings.alerts.patience == 3
+    assert s.expert == ExpertOptions(head_clusters=True, ig_steps=4)
+    assert replaced.alerts == AlertSettings(patience=5, entropy_fraction=0.3)
+    with pytest.warns(FutureWarning, match="probe_max_length"):
+        with pytest.raises(ValueError, match=r"probe_max_length=1 \(now probing=ProbeOptions\(max_length=1\)\)"):
+            WatchSettings(probe_max_length=1)
 
 
 @pytest.mark.fast
-def test_unknown_names_are_refused_with_the_valid_ones() -> None:
-    message = r"unknown option 'probe_max_lenght' \(did you mean 'probe_max_length'\?\); valid: stats, every_n_steps"
-    with pytest.raises(TypeError, match=message):
-        WatchSettings.from_kwargs(probe_max_lenght=64)
-    with pytest.raises(TypeError, match=message):
+def test_strict_is_no_option_any_more() -> None:
+    with pytest.warns(FutureWarning, match="strict= is deprecated and ignored"):
+        cb = BertWatchCallback(strict=True)
+    assert cb.strict is False and cb.alerting.strict is False
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BERTWATCH_STRICT", "1")
+        strict = EntropyCallback()
+    assert strict.strict and strict.alerting.strict and not EntropyCallback().strict
+
+
+# ------------------------------------------------------------------------------------------------ names
+
+
+@pytest.mark.fast
+def test_unknown_names_are_refused_with_the_closest_and_the_valid_ones() -> None:
+    with pytest.raises(TypeError, match=r"unknown option 'num_mapz' \(did you mean 'num_maps'\?\); valid: probe_texts"):
+        WatchSettings.from_kwargs(num_mapz=2)
+    with pytest.raises(TypeError, match=r"'probe_max_lenght' \(did you mean 'probe_max_length', now "
+                                        r"probing=ProbeOptions\(max_length=\.\.\.\)\?\)"):  # fmt: skip
         WatchSettings().replace(probe_max_lenght=64)
-    with pytest.raises(TypeError, match="BertWatchCallback: unknown option 'num_mapz'.*valid: .*cluster_examples"):
+    with pytest.raises(TypeError, match="BertWatchCallback: unknown option 'num_mapz'.*valid: .*expert"):
         BertWatchCallback(num_mapz=2)
     with pytest.raises(TypeError, match="EntropyCallback: unknown option 'num_maps'; valid: (?!.*num_maps)"):
         EntropyCallback(num_maps=2)  # a BertWatchCallback option, not one of this callback's
+    with pytest.raises(TypeError, match=r"EntropyCallback: unknown option 'word_classes' \(now expert=ExpertOptions"):
+        EntropyCallback(word_classes=True)
+    with pytest.raises(TypeError, match="EntropyCallback: unknown option 'expert.head_clusters'"):
+        EntropyCallback(expert=ExpertOptions(head_clusters=True))
+    assert EntropyCallback(expert=ExpertOptions(log_to_trackers=False)).log_to_trackers is False
+    assert GradientImportanceCallback(expert=ExpertOptions(ig_steps=3)).probe_settings.ig_steps == 3
     with pytest.raises(TypeError, match="unknown options 'a', 'b'"):
         check_options(["a", "b"], ("x",))
-    with pytest.raises(TypeError, match="settings must be a WatchSettings"):
+    with pytest.raises(TypeError, match=r"settings must be a WatchSettings, e.g. settings=WatchSettings\("):
         BertWatchCallback(settings={"num_maps": 2})
+
+
+# ------------------------------------------------------------------------------------------------ checks
 
 
 @pytest.mark.fast
 @pytest.mark.parametrize(
-    ("options", "error", "message"),
+    ("build", "error", "message"),
     [
-        ({"every_n_steps": -1}, ValueError, "every_n_steps must be >= 0 \\(0 = only at start"),
-        ({"probe_max_length": 1}, ValueError, "probe_max_length must be >= 2 \\(or None"),
-        ({"num_probe_examples": 0}, ValueError, "num_probe_examples must be >= 1"),
-        ({"probe_batch_size": 0}, ValueError, "probe_batch_size must be >= 1"),
-        ({"num_maps": -2}, ValueError, "num_maps must be >= 0"),
-        ({"ig_steps": 0}, ValueError, "ig_steps must be >= 1"),
-        ({"every_n_steps": 2.5}, TypeError, "every_n_steps must be a whole number or None, not 2.5"),
-        ({"overhead_budget": 0}, ValueError, r"overhead_budget must be in \(0, 1\]"),
-        ({"overhead_budget": 1.5}, ValueError, r"overhead_budget must be in \(0, 1\]"),
-        ({"overhead_budget": "2%"}, TypeError, r"overhead_budget must be a number in \(0, 1\]"),
-        ({"num_maps": "4"}, TypeError, "num_maps must be a whole number"),
-        ({"maps_every_n_steps": True}, TypeError, "maps_every_n_steps must be a whole number or None"),
-        ({"at_start": "no"}, TypeError, "at_start must be True or False"),
-        ({"stats": "entropy"}, TypeError, "stats must be a list of statistic names"),
-        ({"stats": ["entropie"]}, ValueError, "unknown bertwatch statistic"),
-        ({"stats": []}, ValueError, "stats must name at least one statistic"),
-        ({"ablation_mode": "mean"}, ValueError, "unknown ablation_mode 'mean'"),
-        ({"ablation_kwargs": ["metric"]}, TypeError, "ablation_kwargs must be a mapping"),
+        (lambda: WatchSettings(probe_texts="a good film, and a dull plot ."), TypeError,
+         r'^probe_texts must be a list of texts, e.g. \["a good film"\]; got the string'),
+        (lambda: WatchSettings(probe_texts=b"bytes"), TypeError, "probe_texts must be a list of texts"),
+        (lambda: WatchSettings(probe_texts=[]), ValueError, "probe_texts must hold at least one text"),
+        (lambda: WatchSettings(probe_texts=["fine", 3]), TypeError, r"^probe_texts\[1\] is int 3: a probe text is"),
+        (lambda: WatchSettings(probe_texts=[("a", 2)]), TypeError, r"probe_texts\[0\] is tuple.*\(text, text_pair\)"),
+        (lambda: WatchSettings(probe_texts=[{"label": 1}]), TypeError, r"probe_texts\[0\] is dict.*'text'"),
+        (lambda: WatchSettings(stats=["entropie"]), ValueError,
+         r"stats: unknown bertwatch statistic 'entropie' \(did you mean 'entropy'\?\); valid .*: cls_mass, sep_mass"),
+        (lambda: WatchSettings(stats="entropy"), TypeError, "stats must be a list of statistic names"),
+        (lambda: WatchSettings(stats=[]), ValueError, "stats must name at least one statistic"),
+        (lambda: WatchSettings(every_n_steps=-1), ValueError, r"every_n_steps must be >= 0 \(0 = only at start"),
+        (lambda: WatchSettings(every_n_steps=2.5), TypeError, "every_n_steps must be a whole number or None, not 2.5"),
+        (lambda: WatchSettings(overhead_budget=1.5), ValueError, r"overhead_budget must be in \(0, 1\]"),
+        (lambda: WatchSettings(probe_dataset={"train": [1]}), TypeError, r"pass one split, e.g. probe_dataset=data"),
+        (lambda: WatchSettings(on_alert="halt"), ValueError, "on_alert must be one of 'warn', 'stop', 'none'"),
+        (lambda: ProbeOptions(max_length=1), ValueError, r"ProbeOptions.max_length must be >= 2 \(or None"),
+        (lambda: ProbeOptions(at_start="no"), TypeError, "ProbeOptions.at_start must be True or False"),
+        (lambda: ProbeOptions(tokenizer="bert-base-uncased"), TypeError, "ProbeOptions.tokenizer must be a tokenizer"),
+        (lambda: AblationOptions(mode="mean"), ValueError, "unknown AblationOptions.mode 'mean'"),
+        (lambda: AblationOptions(kwargs={"n_resample": 3}), TypeError, r"did you mean 'n_resamples'"),
+        (lambda: AblationOptions(kwargs={"mode": "zero"}), ValueError, r"give it as AblationOptions\(mode=\.\.\.\)"),
+        (lambda: ExpertOptions(offload_stats="yes"), TypeError, "offload_stats must be True or False"),
+        (lambda: ExpertOptions(word_classes=3), TypeError, "word_classes must be True"),
+        (lambda: WatchSettings(probing={"seed": 1}), TypeError, r"probing must be a ProbeOptions, e.g. probing="),
     ],
-)
-def test_out_of_range_or_mistyped_options_are_refused(options, error, message) -> None:
+)  # fmt: skip
+def test_a_wrong_input_is_refused_with_what_to_pass(build, error, message) -> None:
     with pytest.raises(error, match=message):
-        WatchSettings(**options)
+        build()
+
+
+def _wrong_values(name: str, default: object) -> st.SearchStrategy:
+    """Values no option of this kind takes: of a wrong type, or out of its range (by the option's meaning)."""
+    never = st.sampled_from([object(), 1j, {1, 2}])
+    if name in WRONG:
+        return st.one_of(WRONG[name], never)
+    if isinstance(default, bool) or name in SWITCHES:
+        return st.one_of(never, st.text(), st.integers(2, 10**6), st.floats(0.1, 0.9), st.lists(st.booleans()))
+    raise AssertionError(f"no wrong values for option {name}: add it to WRONG")
+
+
+def _counts(lowest: int, optional: bool = False) -> st.SearchStrategy:
+    wrong = [st.integers(max_value=lowest - 1), st.floats(0.1, 1e6).filter(lambda x: not x.is_integer()),
+             st.text(max_size=4), st.booleans()]  # fmt: skip
+    return st.one_of(*wrong) if optional else st.one_of(*wrong, st.none())
+
+
+def _objects() -> st.SearchStrategy:
+    return st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.lists(st.integers(), max_size=2))
+
+
+SWITCHES = {"probing.at_start", "probing.on_evaluate", "probing.at_end", "expert.offload_stats"}
+WRONG = {  # option (as spelled in option_specs) -> values it refuses
+    "probe_texts": st.one_of(st.text(), st.binary(), st.just([]), st.lists(st.integers(), min_size=1),
+                             st.dictionaries(st.text(), st.text()), st.integers()),
+    "probe_dataset": st.one_of(st.text(), st.integers(), st.dictionaries(st.text(), st.integers(), min_size=1)),
+    "num_probe_examples": _counts(1),
+    "stats": st.one_of(st.text(), st.just([]), st.lists(st.text(min_size=1).filter(lambda s: s not in ALL_STATS),
+                                                        min_size=1), st.integers()),
+    "every_n_steps": _counts(0, optional=True),
+    "overhead_budget": st.one_of(st.floats(1.01, 1e6), st.floats(-1e6, 0.0), st.text(), st.booleans()),
+    "logging_dir": st.one_of(st.just(""), st.integers(), st.lists(st.text(), min_size=1), st.booleans()),
+    "loss_fn": st.one_of(st.text(), st.integers(), st.lists(st.integers())),
+    "num_maps": _counts(0),
+    "on_alert": st.one_of(st.text().filter(lambda s: s not in ("warn", "stop", "none")), st.integers()),
+    "probing": _objects(),
+    "alerts": _objects(),
+    "ablation": _objects(),
+    "expert": _objects(),
+    "probing.seed": _counts(0),
+    "probing.batch_size": _counts(1),
+    "probing.max_length": _counts(2, optional=True),
+    "probing.tokenizer": st.one_of(st.text(), st.integers(), st.booleans()),
+    "probing.data_collator": st.one_of(st.text(), st.integers(), st.booleans()),
+    "probing.reference_model": st.one_of(st.just(""), st.integers(), st.booleans(), st.lists(st.text())),
+    "probing.compat_length": _counts(1, optional=True),
+    "alerts.logit_multiple": st.one_of(st.floats(-1e6, 1.0), st.text(), st.booleans()),
+    "alerts.logit_bound": st.one_of(st.floats(-1e6, 0.0), st.text(), st.booleans()),
+    "alerts.entropy_fraction": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text()),
+    "alerts.entropy_min_drop": st.one_of(st.floats(-1e6, 0.0), st.text(), st.booleans()),
+    "alerts.sink_fraction": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text()),
+    "alerts.sink_min_change": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text()),
+    "alerts.patience": _counts(1),
+    "ablation.mode": st.one_of(st.text().filter(lambda s: s not in ("uniform", "zero")), st.integers()),
+    "ablation.kwargs": st.one_of(st.text(), st.lists(st.text()), st.just({"no_such_keyword": 1})),
+    "expert.ig_steps": _counts(1),
+    "expert.word_classes": st.one_of(st.integers(2, 99), st.floats(0.1, 0.9), st.just("")),
+    "expert.cluster_examples": _counts(1),
+    "expert.maps_every_n_steps": _counts(0, optional=True),
+}  # fmt: skip
+SPECS = [s for s in option_specs()] + [  # the nested values themselves are options too
+    type(option_specs()[0])(None, g, None, "", ()) for g, _, _ in GROUPS
+]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.spelled)
+@given(data=st.data())
+def test_every_option_refuses_wrong_types_and_out_of_range_values_by_name(spec, data) -> None:
+    value = data.draw(_wrong_values(spec.spelled, spec.default), label=spec.spelled)
+    cls = dict((g, c) for g, c, _ in GROUPS).get(spec.group, WatchSettings)
+    with pytest.raises((TypeError, ValueError)) as refused:
+        cls(**{spec.name: value})
+    assert spec.name in str(refused.value), (spec.spelled, value, str(refused.value))
+
+
+@pytest.mark.fast
+def test_every_option_has_wrong_values_in_the_property_test() -> None:
+    spelled = {s.spelled for s in SPECS}
+    assert set(WRONG) | SWITCHES | {s.spelled for s in option_specs() if isinstance(s.default, bool)} >= spelled
+    assert set(WRONG) <= spelled, set(WRONG) - spelled
+
+
+# ------------------------------------------------------------------------------------------------ values
 
 
 @pytest.mark.fast
@@ -166,9 +269,10 @@ def test_settings_compare_by_value_and_objects_by_identity() -> None:
     b = WatchSettings(probe_texts=[t for t in texts], every_n_steps=20)
     assert a == b and hash(a) == hash(b) and a.every_n_steps == 20 and type(a.every_n_steps) is int
     assert a != b.replace(probe_texts=texts[:2]) and a != b.replace(every_n_steps=21)
-    tok = object()
-    assert WatchSettings(tokenizer=tok) == WatchSettings(tokenizer=tok)
-    assert WatchSettings(tokenizer=tok) != WatchSettings(tokenizer=object())
+    tok = tiny_tokenizer()
+    assert WatchSettings(probing=ProbeOptions(tokenizer=tok)) == WatchSettings(probing=ProbeOptions(tokenizer=tok))
+    assert WatchSettings(probing=ProbeOptions(tokenizer=tok)) != WatchSettings(probing=ProbeOptions(tokenizer=print))
+    assert a.replace(probing=ProbeOptions(seed=1)) == b.replace(probing=ProbeOptions(seed=1)) != a
     assert a.replace() is a and a.replace(num_maps=1).num_maps == 1 and a.num_maps == 4
     with pytest.raises(dataclasses.FrozenInstanceError):
         a.num_maps = 2  # type: ignore[misc]
@@ -177,8 +281,8 @@ def test_settings_compare_by_value_and_objects_by_identity() -> None:
 
 @pytest.mark.fast
 def test_keywords_and_settings_are_the_same_thing() -> None:
-    s = WatchSettings(every_n_steps=10, num_maps=2, integrated_gradients=True)
-    by_keywords = BertWatchCallback(every_n_steps=10, num_maps=2, integrated_gradients=True)
+    s = WatchSettings(every_n_steps=10, num_maps=2, expert=ExpertOptions(integrated_gradients=True))
+    by_keywords = BertWatchCallback(every_n_steps=10, num_maps=2, expert=ExpertOptions(integrated_gradients=True))
     by_value = BertWatchCallback(settings=s)
     assert by_keywords.settings == by_value.settings == s
     for cb in (by_keywords, by_value):
@@ -194,26 +298,47 @@ def test_keywords_and_settings_are_the_same_thing() -> None:
 def test_equal_settings_in_different_list_objects_share_a_monitor() -> None:
     tok = tiny_tokenizer()
     model = tiny_bert(tok)
-    a = EntropyCallback(probe_texts=["good film", "dull plot"], tokenizer=tok)
-    b = BertWatchCallback(probe_texts=["good film", "dull plot"], tokenizer=tok, num_maps=1)
-    assert a.settings.probe_texts is not b.settings.probe_texts
+    probing = ProbeOptions(tokenizer=tok)
+    a = EntropyCallback(probe_texts=["good film", "dull plot"], probing=probing)
+    b = BertWatchCallback(probe_texts=["good film", "dull plot"], probing=ProbeOptions(tokenizer=tok), num_maps=1)
     assert a.probe_settings == b.probe_settings and isinstance(a.probe_settings, ProbeSettings)
     shared = monitor_for(model, a.probe_settings)
     assert monitor_for(model, b.probe_settings) is shared and monitor_for(model, b.settings) is shared
-    assert monitor_for(model, EntropyCallback(probe_texts=["good film"], tokenizer=tok).probe_settings) is not shared
+    other = EntropyCallback(probe_texts=["good film"], probing=probing)
+    assert monitor_for(model, other.probe_settings) is not shared
     assert monitor_for(model, EntropyCallback(probe_texts=["good film", "dull plot"]).probe_settings) is not shared
     assert monitor_for(tiny_bert(tok), a.probe_settings) is not shared  # the same model object, not an equal one
 
 
-def _table_row(field: dataclasses.Field) -> str:
-    default = {} if field.default is dataclasses.MISSING else field.default
-    flags = ", ".join(f"`{name}`" for flag in field.metadata["flags"] for name in flag.names) or "(Python only)"
-    return f"| `{field.name}` | {flags} | `{default!r}` | {field.metadata['help']} |"
+# ------------------------------------------------------------------------------------------------ docs
+
+
+def _table_row(spec) -> str:
+    flags = ", ".join(f"`{name}`" for flag in spec.flags for name in flag.names) or "(Python only)"
+    default = {} if spec.default == {} else spec.default
+    return f"| `{spec.name}` | {flags} | `{default!r}` | {spec.help} |"
 
 
 @pytest.mark.fast
-def test_the_docs_option_table_lists_every_field_as_the_settings_declare_it() -> None:
+def test_the_docs_option_tables_list_every_option_as_the_settings_declare_it() -> None:
     doc = (ROOT / "docs" / "callbacks.md").read_text(encoding="utf-8")
     rows = [line for line in doc.splitlines() if re.match(r"\| `\w+` \| (`--|\(Python only\))", line)]
-    expected = [_table_row(f) for f in FIELDS]
-    assert rows == expected, "docs/callbacks.md's option table should read:\n" + "\n".join(expected)
+    front = [s for s in option_specs() if s.group is None]
+    nested = [s for s in option_specs() if s.group is not None]
+    nested_rows = [f"| `{g}` | (Python only) | `{c.__name__}()` | {_help(g)} |" for g, c, _ in GROUPS]
+    expected = [_table_row(s) for s in front] + nested_rows + [_table_row(s) for s in nested]
+    assert rows == expected, "docs/callbacks.md's option tables should read:\n" + "\n".join(expected)
+
+
+def _help(group: str) -> str:
+    return next(f.metadata["help"] for f in dataclasses.fields(WatchSettings) if f.name == group)
+
+
+class _Trainer:
+    """The part of a Trainer that ``watch`` uses: its callback list."""
+
+    def __init__(self) -> None:
+        self.callback_handler = type("Handler", (), {"callbacks": []})()
+
+    def add_callback(self, callback) -> None:
+        self.callback_handler.callbacks.append(callback)

@@ -32,6 +32,7 @@ from bertwatch.heads.roles import TokenRoles
 from tests.heads.test_norms_contexts import adapter_model
 from tests.support.mixing_oracle import alti_scale, block, example_measures, layer_terms, value_module
 from tests.support.models import padded_batch, tiny_model
+from tests.support.strict import strict
 from tests.support.tiers import fast_subset
 from tests.support.tolerance import assert_float32_close
 
@@ -377,8 +378,8 @@ def test_watch_refuses_requested_mixing_statistics_on_a_pre_ln_family_and_keeps_
     config = tiny_config_sized("modernbert", len(tok))
     model = T.AutoModelForSequenceClassification.from_config(config).eval()
     names = ["sep_mass_alti", "sep_mass_rollout", "cls_mass"]
-    callback = BertWatchCallback(
-        names if requested else None, probe_texts=toy_texts(3), strict=True, logging_dir=str(tmp_path / "run")
+    callback = strict(
+        BertWatchCallback, names if requested else None, probe_texts=toy_texts(3), logging_dir=str(tmp_path / "run")
     )
     args = T.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     events = {"model": model, "processing_class": tok}

@@ -22,6 +22,7 @@ from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
 from bertwatch.heads.unwrap import UnsupportedInputError, input_names, select_inputs, unwrap
 from tests.support.models import Subscriber
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 from tests.support.tolerance import assert_float32_close
 
@@ -149,7 +150,7 @@ def test_trainer_on_a_compiled_model_measures_the_eager_oracle(tok, tmp_path) ->
     with torch.no_grad():
         model.bert.embeddings.token_type_embeddings.weight.normal_(0, 1.0)
     before = copy.deepcopy(model)
-    callback = BertWatchCallback(stats=["cls_mass", "sep_mass"], every_n_steps=1, num_probe_examples=4, strict=True)
+    callback = strict(BertWatchCallback, stats=["cls_mass", "sep_mass"], every_n_steps=1, num_probe_examples=4)
     trainer = T.Trainer(
         model=torch.compile(model, backend="eager"),
         args=training_args(str(tmp_path), max_steps=1, remove_unused_columns=False),  # the Trainer's own filter
@@ -250,7 +251,7 @@ def test_sentence_transformer_trainer_writes_bertwatch_grids(tok, tmp_path) -> N
             "score": [float(r["label"]) for r in rows],
         }
     )
-    callback = BertWatchCallback(every_n_steps=1, num_probe_examples=6, strict=True)
+    callback = strict(BertWatchCallback, every_n_steps=1, num_probe_examples=6)
     before = copy.deepcopy(encoder.auto_model)
     args = SentenceTransformerTrainingArguments(
         output_dir=str(tmp_path / "out"),

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import transformers as T  # noqa: E402
 
 from bertwatch.callbacks import BertWatchCallback, watch  # noqa: E402
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args  # noqa: E402
 
 
@@ -26,7 +27,7 @@ def main(out_dir: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
     tokenizer = tiny_tokenizer()
     model = tiny_bert(tokenizer)
-    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=8, strict=True)
+    callback = strict(BertWatchCallback, every_n_steps=2, num_probe_examples=8)
     args = training_args(
         os.path.join(out_dir, "train"),
         max_steps=4,

@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import transformers as T  # noqa: E402
 
 from bertwatch.callbacks import BertWatchCallback  # noqa: E402
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts  # noqa: E402
 
 STEPS = 4
@@ -99,12 +100,12 @@ def main(out_dir: str, sharded: bool) -> None:
     if sharded:
         shard(model, world)
     probe = [{"text": r["text"], "label": r["label"]} for r in toy_texts(8, 1)]
-    callback = BertWatchCallback(
+    callback = strict(
+        BertWatchCallback,
         every_n_steps=2,
         probe_texts=probe,
         tokenizer=tokenizer,
         logging_dir=os.path.join(out_dir, "runs"),
-        strict=True,
         ablate_on_end=True,
         ablation_kwargs=dict(n_resamples=50, batch_size=4, shard_size=8, progress=False),
     )

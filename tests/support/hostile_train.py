@@ -12,6 +12,7 @@ import torch
 import transformers as T
 
 from bertwatch.callbacks import BertWatchCallback
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 
@@ -33,13 +34,13 @@ def main() -> None:
     tok = tiny_tokenizer()
     if len(sys.argv) > 3:
         texts = [f"good movie number {i} , fun . the plot was not dull" for i in range(int(sys.argv[3]))]
-        callback = BertWatchCallback(
+        callback = strict(
+            BertWatchCallback,
             every_n_steps=0,
             logging_dir=logdir,
             probe_texts=texts,
             num_probe_examples=len(texts),
             num_maps=0,
-            strict=True,
             stats=("cls_mass", "entropy", "drift_cosine", "drift_js"),
         )
         T.Trainer(

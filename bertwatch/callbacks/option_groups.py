@@ -1,0 +1,255 @@
+"""The advanced monitoring options, in three frozen values beside ``AlertSettings``: ``ProbeOptions`` (how the probe
+pass runs and when), ``AblationOptions`` (the sweep at the end of training) and ``ExpertOptions`` (extra
+measurements and machinery). ``WatchSettings`` holds one of each (``probing=``, ``ablation=``, ``expert=``,
+and ``alerts=AlertSettings(...)``); their defaults suit most runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bertwatch.ablation.settings import AblationSettings
+from bertwatch.callbacks.option_checks import (
+    Checked,
+    Flag,
+    callable_or_none,
+    check_options,
+    option,
+    path_or_none,
+    switch,
+    whole,
+)
+from bertwatch.callbacks.word_classes import word_class_option
+from bertwatch.core.modes import MODES, check_mode
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
+
+__all__ = ["ALERT_OPTIONS", "AblationOptions", "ExpertOptions", "ProbeOptions"]
+
+
+def _reference(name: str, value: Any) -> Any:
+    """None, a saved model's folder (a path) or a model object."""
+    if isinstance(value, (str, os.PathLike)):
+        return path_or_none(name, value)
+    if value is None or callable(value):
+        return value
+    raise TypeError(f"{name} must be a model or a saved model's folder (a path), or None, not {type(value).__name__}")
+
+
+@dataclass(frozen=True, eq=False)
+class ProbeOptions(Checked):
+    """How the probe pass runs, and at which events it runs besides the cadence (``WatchSettings(probing=...)``).
+
+    Args:
+        seed: seed of the sample of the evaluation set that becomes the probe set.
+        batch_size: probe examples per forward pass.
+        max_length: the longest probe text measured, in tokens with specials (None: the model's maximum).
+        tokenizer: tokenize the probe texts with this instead of the Trainer's.
+        data_collator: collate the probe set with this instead of the Trainer's.
+        reference_model: a model (or its folder) whose attention is the drift reference, instead of the model
+            before its first step.
+        cache_reference: keep the reference's maps in ``<output_dir>/bertwatch/reference.pt`` for resumed runs.
+        compat_length: pad maps to this many tokens for ``drift_cosine``, as Kovaleva's notebook did.
+        at_start: measure at step 0, before the first optimiser step.
+        on_evaluate: measure at every evaluation.
+        at_end: measure when training ends.
+
+    Raises:
+        TypeError / ValueError: a value of the wrong type or out of its range, naming the option.
+
+    Example:
+        >>> ProbeOptions(max_length=256, seed=1).max_length
+        256
+    """
+
+    seed: int = option(0, "seed of the sample of the evaluation set that becomes the probe set", whole(0),
+                       Flag(("--probe-seed",), "int"))  # fmt: skip
+    batch_size: int = option(16, "probe examples per forward pass", whole(1), Flag(("--probe-batch-size",), "int"))
+    max_length: int | None = option(
+        DEFAULT_MAX_LENGTH, "the longest probe text measured, in tokens with specials",
+        whole(2, optional=True, meaning=" (or None: the model's maximum)"),
+        Flag(("--probe-max-length",), "int_or_none", metavar="N|none"),
+    )  # fmt: skip
+    tokenizer: Any = option(
+        None, "tokenize the probe texts with this instead of the Trainer's", callable_or_none("a tokenizer")
+    )
+    data_collator: Callable | None = option(
+        None, "collate the probe set with this instead of the Trainer's", callable_or_none("a collator function")
+    )
+    reference_model: Any = option(
+        None, "a model (or its folder) whose attention is the drift reference, instead of the model before its "
+        "first step", _reference, Flag(("--reference-model",), "str", metavar="PATH"),
+    )  # fmt: skip
+    cache_reference: bool = option(
+        True, "keep the drift reference in <output_dir>/bertwatch/reference.pt", switch(),
+        Flag(("--no-cache-reference",), "false", help="do not keep the drift reference between resumed runs"),
+    )  # fmt: skip
+    compat_length: int | None = option(
+        None, "pad maps to N tokens for drift_cosine, as Kovaleva's notebook did", whole(1, optional=True),
+        Flag(("--compat-length",), "int"),
+    )  # fmt: skip
+    at_start: bool = option(
+        True, "measure at step 0, before the first optimiser step", switch(),
+        Flag(("--no-at-start",), "false", help="do not measure at step 0"),
+    )  # fmt: skip
+    on_evaluate: bool = option(
+        True, "measure at every evaluation", switch(),
+        Flag(("--no-on-evaluate",), "false", help="do not measure at evaluations"),
+    )  # fmt: skip
+    at_end: bool = option(
+        True, "measure when training ends", switch(),
+        Flag(("--no-at-end",), "false", help="do not measure when training ends"),
+    )  # fmt: skip
+
+
+#: The keywords the sweep at the end takes (``AblationOptions.kwargs``): ``AblationCallback``'s own and ``ablate()``'s.
+_ABLATION_KEYWORDS: tuple[str, ...] = ("eval_dataset", "compute_metrics", "tokenizer", "loss_fn", "settings") + tuple(
+    n for n in AblationSettings.names() if n != "mode"
+)
+
+
+def _mode(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(repr(m) for m in MODES)}, not {value!r}")
+    return check_mode(value, name)
+
+
+def _keywords(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict of keywords, e.g. {{'n_resamples': 200}}, not {type(value).__name__}")
+    if "mode" in value:
+        raise ValueError(f"{name} holds 'mode': give it as AblationOptions(mode=...)")
+    check_options([str(k) for k in value], _ABLATION_KEYWORDS, owner=name)
+    return dict(value)
+
+
+@dataclass(frozen=True, eq=False)
+class AblationOptions(Checked):
+    """The ablation sweep that ``ablate_on_end=True`` runs when training ends (``WatchSettings(ablation=...)``).
+
+    Args:
+        mode: how a head is disabled: ``"uniform"`` (its attention made uniform, Kovaleva) or ``"zero"`` (its
+            output zeroed, Michel).
+        kwargs: keywords of the sweep: ``eval_dataset=`` (default: the Trainer's), then :func:`bertwatch.ablate`'s
+            (``metric``, ``n_resamples``, ``batch_size``, ...).
+
+    Raises:
+        TypeError / ValueError: an unknown mode or keyword, or a value of the wrong type, naming the option.
+
+    Example:
+        >>> AblationOptions(mode="zero", kwargs={"n_resamples": 200}).kwargs
+        {'n_resamples': 200}
+    """
+
+    mode: str = option("uniform", "how a head is disabled", _mode, Flag(("--ablation-mode",), "choice", choices=MODES))
+    kwargs: Mapping[str, Any] = option(
+        None, "keywords of the sweep: eval_dataset=, then bertwatch.ablate()'s (metric, n_resamples, ...)", _keywords,
+        Flag(("--ablation-kwargs",), "json", metavar="JSON"), factory=dict,
+    )  # fmt: skip
+
+
+def _word_classes(name: str, value: Any) -> Any:
+    if isinstance(value, (str, os.PathLike)):
+        path_or_none(name, value)
+    word_class_option(value)
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class ExpertOptions(Checked):
+    """Extra measurements and the machinery behind them (``WatchSettings(expert=...)``); the defaults suit most runs.
+
+    Args:
+        integrated_gradients: add captum's integrated-gradients head attribution (``head_attribution_ig``).
+        ig_steps: integration steps of integrated gradients.
+        normalize_importance: divide ``head_importance`` by each layer's L2 norm.
+        word_classes: attention to word classes: True (closed word lists on the probe tokens), or UD annotations
+            (a CoNLL-U path, a list of ``Sentence`` or a ``WordClassProbe``).
+        head_clusters: log the heads' JS distance map (MDS) at every probe step.
+        cluster_examples: probe examples the head clusters use.
+        maps_every_n_steps: write the attention maps every N steps (default 4 x ``every_n_steps``, or every
+            fourth budgeted step; always at step 0 and the end).
+        offload_stats: compute the statistics off the training thread: True, False, or None (automatic: on a GPU,
+            or on a CPU with cores the training leaves idle).
+        log_to_trackers: send each statistic's layer means to the Trainer's ``report_to`` trackers.
+
+    Raises:
+        TypeError / ValueError: a value of the wrong type or out of its range, naming the option.
+
+    Example:
+        >>> ExpertOptions(word_classes=True, head_clusters=True).head_clusters
+        True
+    """
+
+    integrated_gradients: bool = option(
+        False, "add captum's integrated-gradients head attribution", switch(), Flag(("--integrated-gradients",), "true")
+    )
+    ig_steps: int = option(20, "integration steps of integrated gradients", whole(1), Flag(("--ig-steps",), "int"))
+    normalize_importance: bool = option(
+        False, "divide head_importance by each layer's L2 norm", switch(), Flag(("--normalize-importance",), "true")
+    )
+    word_classes: Any = option(
+        False, "attention to word classes: True (closed word lists on the probe tokens), or UD annotations "
+        "(a CoNLL-U path, a list of Sentence or a WordClassProbe)", _word_classes,
+        Flag(("--word-classes",), "true", help="log attention to pronouns, subjects, objects and negation from closed "
+             "word lists on the probe tokens"),
+        Flag(("--word-classes-from",), "str", metavar="CONLLU", help="log attention to UD word classes (nouns, verbs, "
+             "subjects, objects...) of this treebank's sentences, e.g. UD English-EWT dev"),
+    )  # fmt: skip
+    head_clusters: bool = option(
+        False, "log the heads' JS distance map (MDS) at every probe step", switch(), Flag(("--head-clusters",), "true")
+    )
+    cluster_examples: int = option(
+        8, "probe examples the head clusters use", whole(1), Flag(("--cluster-examples",), "int")
+    )
+    maps_every_n_steps: int | None = option(
+        None, "write the attention maps every N steps (default: 4 x every_n_steps, or every fourth budgeted step; "
+        "always at step 0 and the end)", whole(0, optional=True), Flag(("--maps-every-n-steps",), "int"),
+    )  # fmt: skip
+    offload_stats: bool | None = option(
+        None, "compute the statistics off the training thread: True, False, or None (automatic: on a GPU, or on a "
+        "CPU with cores the training leaves idle)", switch(optional=True),
+        Flag(("--offload-stats",), "true", help="always compute the statistics off the training thread (default: "
+             "automatic: on a GPU, or on a CPU with cores the training leaves idle)"),
+        Flag(("--no-offload-stats",), "false", help="always compute the statistics on the training thread"),
+    )  # fmt: skip
+    log_to_trackers: bool = option(
+        True, "send each statistic's layer means to the Trainer's report_to trackers (W&B, MLflow...)", switch(),
+        Flag(("--no-trackers",), "false", help="do not send the layer means to the Trainer's report_to trackers"),
+    )  # fmt: skip
+
+
+#: ``AlertSettings`` (``bertwatch.core.alerts``) holds the thresholds and checks them; here are the help and the flag
+#: of each: ``{field: (help, flag)}``.
+ALERT_OPTIONS: dict[str, tuple[str, Flag]] = {
+    "logit_multiple": (
+        "logit growth: max_logit above this multiple of its reference",
+        Flag(("--alert-logit-multiple",), "float", metavar="X"),
+    ),
+    "logit_bound": (
+        "logit growth: max_logit above this bound (the tau of QK clipping)",
+        Flag(("--alert-logit-bound",), "float", metavar="X"),
+    ),
+    "entropy_fraction": (
+        "entropy collapse: entropy below this fraction of its reference",
+        Flag(("--alert-entropy-fraction",), "float", metavar="X"),
+    ),
+    "entropy_min_drop": (
+        "entropy collapse: and at least this many nats below it",
+        Flag(("--alert-entropy-min-drop",), "float", metavar="X"),
+    ),
+    "sink_fraction": (
+        "sink collapse / desertion: the share lost keeps at most this fraction",
+        Flag(("--alert-sink-fraction",), "float", metavar="X"),
+    ),
+    "sink_min_change": (
+        "sink collapse / desertion: and [CLS]+[SEP] mass moved by at least this",
+        Flag(("--alert-sink-min-change",), "float", metavar="X"),
+    ),
+    "patience": (
+        "measured steps in a row a rule must hold before an alert",
+        Flag(("--alert-patience",), "int"),
+    ),
+}
