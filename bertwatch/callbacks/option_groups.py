@@ -29,6 +29,11 @@ from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 __all__ = ["ALERT_OPTIONS", "AblationOptions", "ExpertOptions", "ProbeOptions"]
 
 
+def _on_by_default(help_text: str, flag: str, off_help: str) -> Any:
+    """A switch that is on unless its ``--no-...`` flag (``off_help``: what the flag does) turns it off."""
+    return option(True, help_text, switch(), Flag((flag,), "false", help=off_help))
+
+
 def _reference(name: str, value: Any) -> Any:
     """None, a saved model's folder (a path) or a model object."""
     if isinstance(value, (str, os.PathLike)):
@@ -82,26 +87,22 @@ class ProbeOptions(Checked):
         None, "a model (or its folder) whose attention is the drift reference, instead of the model before its "
         "first step", _reference, Flag(("--reference-model",), "str", metavar="PATH"),
     )  # fmt: skip
-    cache_reference: bool = option(
-        True, "keep the drift reference in <output_dir>/bertwatch/reference.pt", switch(),
-        Flag(("--no-cache-reference",), "false", help="do not keep the drift reference between resumed runs"),
-    )  # fmt: skip
+    cache_reference: bool = _on_by_default(
+        "keep the drift reference in <output_dir>/bertwatch/reference.pt",
+        "--no-cache-reference",
+        "do not keep the drift reference between resumed runs",
+    )
     compat_length: int | None = option(
         None, "pad maps to N tokens for drift_cosine, as Kovaleva's notebook did", whole(1, optional=True),
         Flag(("--compat-length",), "int"),
     )  # fmt: skip
-    at_start: bool = option(
-        True, "measure at step 0, before the first optimiser step", switch(),
-        Flag(("--no-at-start",), "false", help="do not measure at step 0"),
-    )  # fmt: skip
-    on_evaluate: bool = option(
-        True, "measure at every evaluation", switch(),
-        Flag(("--no-on-evaluate",), "false", help="do not measure at evaluations"),
-    )  # fmt: skip
-    at_end: bool = option(
-        True, "measure when training ends", switch(),
-        Flag(("--no-at-end",), "false", help="do not measure when training ends"),
-    )  # fmt: skip
+    at_start: bool = _on_by_default(
+        "measure at step 0, before the first optimiser step", "--no-at-start", "do not measure at step 0"
+    )
+    on_evaluate: bool = _on_by_default(
+        "measure at every evaluation", "--no-on-evaluate", "do not measure at evaluations"
+    )
+    at_end: bool = _on_by_default("measure when training ends", "--no-at-end", "do not measure when training ends")
 
 
 #: The keywords the sweep at the end takes (``AblationOptions.kwargs``): ``AblationCallback``'s own and ``ablate()``'s.
@@ -215,41 +216,28 @@ class ExpertOptions(Checked):
              "automatic: on a GPU, or on a CPU with cores the training leaves idle)"),
         Flag(("--no-offload-stats",), "false", help="always compute the statistics on the training thread"),
     )  # fmt: skip
-    log_to_trackers: bool = option(
-        True, "send each statistic's layer means to the Trainer's report_to trackers (W&B, MLflow...)", switch(),
-        Flag(("--no-trackers",), "false", help="do not send the layer means to the Trainer's report_to trackers"),
-    )  # fmt: skip
+    log_to_trackers: bool = _on_by_default(
+        "send each statistic's layer means to the Trainer's report_to trackers (W&B, MLflow...)",
+        "--no-trackers",
+        "do not send the layer means to the Trainer's report_to trackers",
+    )
 
 
+_ALERT_HELP = {
+    "logit_multiple": "logit growth: max_logit above this multiple of its reference",
+    "logit_bound": "logit growth: max_logit above this bound (the tau of QK clipping)",
+    "entropy_fraction": "entropy collapse: entropy below this fraction of its reference",
+    "entropy_min_drop": "entropy collapse: and at least this many nats below it",
+    "sink_fraction": "sink collapse / desertion: the share lost keeps at most this fraction",
+    "sink_min_change": "sink collapse / desertion: and [CLS]+[SEP] mass moved by at least this",
+    "patience": "measured steps in a row a rule must hold before an alert",
+}
 #: ``AlertSettings`` (``bertwatch.core.alerts``) holds the thresholds and checks them; here are the help and the flag
-#: of each: ``{field: (help, flag)}``.
+#: of each: ``{field: (help, flag)}``, the flag ``--alert-<field>``.
 ALERT_OPTIONS: dict[str, tuple[str, Flag]] = {
-    "logit_multiple": (
-        "logit growth: max_logit above this multiple of its reference",
-        Flag(("--alert-logit-multiple",), "float", metavar="X"),
-    ),
-    "logit_bound": (
-        "logit growth: max_logit above this bound (the tau of QK clipping)",
-        Flag(("--alert-logit-bound",), "float", metavar="X"),
-    ),
-    "entropy_fraction": (
-        "entropy collapse: entropy below this fraction of its reference",
-        Flag(("--alert-entropy-fraction",), "float", metavar="X"),
-    ),
-    "entropy_min_drop": (
-        "entropy collapse: and at least this many nats below it",
-        Flag(("--alert-entropy-min-drop",), "float", metavar="X"),
-    ),
-    "sink_fraction": (
-        "sink collapse / desertion: the share lost keeps at most this fraction",
-        Flag(("--alert-sink-fraction",), "float", metavar="X"),
-    ),
-    "sink_min_change": (
-        "sink collapse / desertion: and [CLS]+[SEP] mass moved by at least this",
-        Flag(("--alert-sink-min-change",), "float", metavar="X"),
-    ),
-    "patience": (
-        "measured steps in a row a rule must hold before an alert",
-        Flag(("--alert-patience",), "int"),
-    ),
+    name: (
+        help_text,
+        Flag((f"--alert-{name.replace('_', '-')}",), *(("int",) if name == "patience" else ("float", "X"))),
+    )
+    for name, help_text in _ALERT_HELP.items()
 }

@@ -41,6 +41,8 @@ from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 
 __all__ = [
     "ALL_STATS",
+    "COMMON_OPTIONS",
+    "GROUPS",
     "MAP_STATS",
     "OLD_NAMES",
     "ON_ALERT_CHOICES",
@@ -273,6 +275,24 @@ GROUPS: tuple[tuple[str, type, str], ...] = (
     ("expert", ExpertOptions, "expert"),
 )
 _GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
+
+#: The options every callback takes (``WatchCallback.options``): the front's probe, cadence and logging options, how the probe pass runs, and
+#: the offload and tracker switches (``"group.field"``: one field of a nested value).
+COMMON_OPTIONS: tuple[str, ...] = (
+    "probe_texts",
+    "probe_dataset",
+    "num_probe_examples",
+    "stats",
+    "every_n_steps",
+    "overhead_budget",
+    "logging_dir",
+    "loss_fn",
+    "quiet",
+    *(f"probing.{name}" for name in ("seed", "batch_size", "max_length", "tokenizer", "data_collator")),
+    *(f"probing.{name}" for name in ("reference_model", "cache_reference", "at_start", "on_evaluate", "at_end")),
+    "expert.offload_stats",
+    "expert.log_to_trackers",
+)
 
 #: The flat names of earlier versions: old name -> its new place ``"group.field"`` (None: no longer an option).
 OLD_NAMES: dict[str, str | None] = {

@@ -23,7 +23,7 @@ from bertwatch.callbacks.monitor import Monitor, monitor_for
 from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
-from bertwatch.callbacks.settings import WatchSettings, callback_settings
+from bertwatch.callbacks.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
@@ -45,23 +45,6 @@ __all__ = [
 
 SPECIAL_TOKEN_STATS = ("cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_mass_kovaleva")
 ENTROPY_STATS = ("entropy", "cls_entropy")
-#: The options every callback takes: the front's probe, cadence and logging options, how the probe pass runs, and
-#: the offload and tracker switches (``"group.field"``: one field of a nested value).
-COMMON_OPTIONS: tuple[str, ...] = (
-    "probe_texts",
-    "probe_dataset",
-    "num_probe_examples",
-    "stats",
-    "every_n_steps",
-    "overhead_budget",
-    "logging_dir",
-    "loss_fn",
-    "quiet",
-    *(f"probing.{name}" for name in ("seed", "batch_size", "max_length", "tokenizer", "data_collator")),
-    *(f"probing.{name}" for name in ("reference_model", "cache_reference", "at_start", "on_evaluate", "at_end")),
-    "expert.offload_stats",
-    "expert.log_to_trackers",
-)
 
 
 class WatchCallback(NotATracker, TrainerCallback):
@@ -382,16 +365,17 @@ class BertWatchCallback(WatchCallback):
     ``callbacks=[...]`` alone it sees only what the Trainer's events carry (see ``_context``). Defaults: 32
     probe examples from the eval set, statistics at step 0, every evaluation, the end and between them as often as
     the overhead budget allows (``overhead_budget=0.02``; ``every_n_steps=N`` pins a fixed cadence instead); the
-    maps of 4 probe examples at step 0, every ``maps_every_n_steps`` (default 4 × ``every_n_steps``, or every
-    fourth budgeted step) and the end. ``stats=`` selects statistics; ``integrated_gradients=True`` adds captum IG. ``ablate_on_end=True``
-    runs an ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement.
-    ``word_classes=True`` adds attention to pronouns, subjects, objects and negation and the [CLS] row's targets
-    (``wordclass_*``, ``cls_target_*`` grids); ``word_classes="dev.conllu"`` (or a list of ``Sentence``, or a
-    ``WordClassProbe``) instead measures, on those UD-annotated sentences, each head's share of attention on
-    nouns, verbs, pronouns, determiners, subjects, objects, negation and punctuation (``class_share_*`` grids,
-    the ``word_classes`` series; ``callbacks.word_classes``). ``head_clusters=True`` logs the heads' JS/MDS map
-    at every probe step, aligned between steps (``bertwatch/clustering/js_mds_training``, from the first
-    ``cluster_examples`` probe examples).
+    maps of 4 probe examples at step 0, every ``ExpertOptions.maps_every_n_steps`` (default 4 × ``every_n_steps``,
+    or every fourth budgeted step) and the end. ``stats=`` selects statistics. ``ablate_on_end=True`` runs an
+    ``AblationCallback`` (the head/layer disabling sweep) on the eval set after the last measurement. In
+    ``expert=ExpertOptions(...)``: ``integrated_gradients=True`` adds captum IG; ``word_classes=True`` adds
+    attention to pronouns, subjects, objects and negation and the [CLS] row's targets (``wordclass_*``,
+    ``cls_target_*`` grids); ``word_classes="dev.conllu"`` (or a list of ``Sentence``, or a ``WordClassProbe``)
+    instead measures, on those UD-annotated sentences, each head's share of attention on nouns, verbs, pronouns,
+    determiners, subjects, objects, negation and punctuation (``class_share_*`` grids, the ``word_classes``
+    series; ``callbacks.word_classes``); ``head_clusters=True`` logs the heads' JS/MDS map at every probe step,
+    aligned between steps (``bertwatch/clustering/js_mds_training``, from the first ``cluster_examples`` probe
+    examples).
 
     Args:
         stats: the statistics to measure (default: every one but integrated gradients; ``docs/statistics.md``).

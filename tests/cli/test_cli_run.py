@@ -1,4 +1,5 @@
-"""``bertwatch run``: an unchanged training script (it never imports bertwatch) run through ``python -m bertwatch
+"""``bertwatch run``: its options are generated from ``WatchSettings`` (the front group first, in the user's words),
+and ``bertwatch stats`` lists the statistics they name. An unchanged training script (it never imports bertwatch) run through ``python -m bertwatch
 run`` in a subprocess trains the same weights, gets bertwatch's event file, and keeps its argv, output and exit
 status; the script's own exception is reported as Python would."""
 
@@ -16,6 +17,11 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from bertwatch.callbacks import BertWatchCallback
+from bertwatch.callbacks.settings import GROUPS, ExpertOptions, ProbeOptions, WatchSettings, option_specs
+from bertwatch.cli import main
+from bertwatch.cli.run import run_parser, settings_from_options
+from bertwatch.core.stat_names import ALL_STATS, DEFINITIONS, STAT_GROUPS
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,3 +168,127 @@ def test_torchrun_two_processes_through_bertwatch_run(tmp_path) -> None:
     acc = EventAccumulator(os.path.dirname(files[0]), size_guidance={"tensors": 0})
     acc.Reload()
     assert [e.step for e in acc.Tensors("bertwatch/heads/entropy")] == [0, 2, 4]
+
+
+# ------------------------------------------------------------------------------------------------ the options
+
+
+def _sample(flag, spec, tmp_path) -> tuple[list[str], object]:
+    """Command-line words for ``flag`` and the option value they must give (never the default)."""
+    if flag.kind in ("true", "false"):
+        return [], flag.kind == "true"
+    if flag.kind in ("int", "int_or_none"):
+        return ["7"], 7
+    if flag.kind == "float":  # in range for every threshold and the budget: 3/4 of its default
+        return [repr(0.75 * spec.default)], 0.75 * spec.default
+    if flag.kind == "choice":
+        value = next(c for c in flag.choices if c != spec.default)
+        return [value], value
+    if flag.kind == "names":
+        return ["entropy, cls_mass"], ("entropy", "cls_mass")
+    if flag.kind == "lines":
+        path = tmp_path / "probe.txt"
+        path.write_text("a good film\n\nthe plot\tis dull\n", encoding="utf-8")
+        return [str(path)], ("a good film", ("the plot", "is dull"))
+    if flag.kind == "json":
+        return [json.dumps({"metric": "accuracy", "n_resamples": 10})], {"metric": "accuracy", "n_resamples": 10}
+    assert flag.kind == "str", flag.kind
+    return ["some/path"], "some/path"
+
+
+def _value(settings: WatchSettings, spec) -> object:
+    return getattr(settings if spec.group is None else getattr(settings, spec.group), spec.name)
+
+
+@pytest.mark.fast
+def test_every_option_has_a_flag_and_every_flag_sets_its_option(tmp_path) -> None:
+    flagless = {s.spelled for s in option_specs() if not s.flags}
+    assert flagless == {"probe_dataset", "loss_fn", "probing.tokenizer", "probing.data_collator"}  # objects
+    parser = run_parser()
+    for spec in option_specs():
+        for flag in spec.flags:
+            for name in flag.names:
+                words, expected = _sample(flag, spec, tmp_path)
+                given = settings_from_options(parser.parse_args([name, *words, "train.py"]))
+                assert set(given) == {spec.group or spec.name}, (name, given)
+                value = _value(WatchSettings(**given), spec)
+                assert value == expected and value != spec.default, (name, value)
+                assert _value(BertWatchCallback(**given).settings, spec) == value
+    assert settings_from_options(parser.parse_args(["train.py"])) == {}
+    both = parser.parse_args(["--word-classes-from", "dev.conllu", "--word-classes", "x.py"])
+    assert settings_from_options(both) == {"expert": ExpertOptions(word_classes="dev.conllu")}  # the treebank wins
+    no_limit = settings_from_options(parser.parse_args(["--probe-max-length", "none", "x.py"]))
+    assert no_limit == {"probing": ProbeOptions(max_length=None)}
+
+
+@pytest.mark.fast
+def test_the_flags_of_earlier_versions_still_work(tmp_path, capsys) -> None:
+    parser = run_parser()
+    kept = ["--every-n-steps", "--stats", "--num-probe-examples", "--probe-texts", "--num-maps", "--logdir",
+            "--ablate", "--ablate-on-end", "--ablation-mode", "--word-classes", "--word-classes-from",
+            "--head-clusters", "--no-trackers", "--probe-seed", "--probe-max-length", "--alert-patience"]  # fmt: skip
+    for name in kept:
+        spec, flag = next((s, f) for s in option_specs() for f in s.flags if name in f.names)
+        words, expected = _sample(flag, spec, tmp_path)
+        assert (
+            _value(WatchSettings(**settings_from_options(parser.parse_args([name, *words, "x.py"]))), spec) == expected
+        )
+    assert capsys.readouterr().err == ""
+    assert settings_from_options(parser.parse_args(["--probe-every", "5", "x.py"])) == {"every_n_steps": 5}
+    assert capsys.readouterr().err == "bertwatch run: --probe-every is deprecated: use --every-n-steps\n"
+    assert settings_from_options(parser.parse_args(["--strict", "x.py"])) == {}
+    assert "--strict is deprecated: it is ignored" in capsys.readouterr().err
+
+
+def _help(capsys, monkeypatch) -> str:
+    monkeypatch.setenv("COLUMNS", "80")  # a small terminal
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--help"])
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.fast
+def test_run_help_shows_the_front_first_then_the_advanced_groups(capsys, monkeypatch) -> None:
+    text = _help(capsys, monkeypatch)
+    blocks = text.split("\n\n")
+    titles = [b.splitlines()[0] for b in blocks if b.strip() and not b.startswith(" ")]
+    groups = titles[titles.index("options:") + 1 :]
+    assert [g.split(" (")[0] for g in groups] == ["bertwatch options", *(title for _, _, title in GROUPS)]
+    front = next(b for b in blocks if b.startswith("bertwatch options"))
+    assert len(front.splitlines()) <= 30, front
+    assert [line.split()[0].rstrip(",") for line in front.splitlines()[1:] if line.startswith("  --")] == [
+        f.names[0] for s in option_specs() if s.group is None for f in s.flags
+    ]
+    assert "bertwatch stats" in front  # where the valid statistic names are
+    for word in (".py)", "for tests", "--strict", "--probe-every", "turn off"):
+        assert word not in text, word
+    flat = " ".join(text.split())
+    assert "--no-on-evaluate do not measure at evaluations" in flat
+    assert "--num-probe-examples N how many examples the probe set samples (default 32)" in flat
+
+
+@pytest.mark.fast
+def test_run_help_is_generated_from_the_settings(capsys, monkeypatch) -> None:
+    flat = " ".join(_help(capsys, monkeypatch).split())
+    for spec in option_specs():
+        for flag in spec.flags:
+            assert all(name in flat for name in flag.names), flag.names
+            help_text = " ".join((flag.help or spec.help).split())
+            assert help_text in flat, help_text
+        if any(f.kind == "false" for f in spec.flags):
+            assert all(f.help for f in spec.flags if f.kind == "false"), spec.spelled  # said the right way round
+
+
+@pytest.mark.fast
+def test_bertwatch_stats_lists_every_statistic_by_family_with_its_definition(capsys) -> None:
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    assert set(ALL_STATS) <= set(DEFINITIONS) and all(DEFINITIONS[n].strip() for n in DEFINITIONS)
+    blocks = out.strip().split("\n\n")
+    assert [b.splitlines()[0].split(" (measured")[0] for b in blocks] == [title for title, _ in STAT_GROUPS]
+    for block, (_, names) in zip(blocks, STAT_GROUPS, strict=True):
+        rows = [line.split(None, 1) for line in block.splitlines()[1:]]
+        assert rows == [[n, DEFINITIONS[n]] for n in names]
+    assert "Word classes (UD share) (measured with --word-classes, not --stats)" in out
+    assert "Special tokens\n" in out and "--stats" not in blocks[0]
