@@ -259,6 +259,8 @@ def _text_problem(item: Any) -> str | None:
         if len(item) in (1, 2) and all(isinstance(t, str) for t in item):
             return None
         return "a tuple must be (text, text_pair), two strings"
+    if isinstance(item, list):
+        return 'a sentence pair is a tuple (text, text_pair), e.g. ("a premise", "a hypothesis"), not a list'
     if isinstance(item, Mapping):
         if isinstance(item.get("text"), str) and isinstance(item.get("text_pair", ""), str):
             return None

@@ -265,13 +265,26 @@ def _split_module(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[lis
     return None
 
 
+def _checked_settings(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> dict[str, Any]:
+    """The options' settings, checked as ``BertWatchCallback`` checks them, before the script runs: a value it
+    refuses is a usage error (exit status 2) that says what to pass."""
+    from bertwatch.callbacks import BertWatchCallback
+
+    try:
+        settings = settings_from_options(opts)
+        BertWatchCallback(**settings)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    return settings
+
+
 def cli_run(argv: Sequence[str]) -> int:
     parser = run_parser()
     split = _split_module(parser, list(argv))
     if split is not None:
         options, module, module_args = split
-        return run_module(module, module_args, settings_from_options(parser.parse_args(options)))
+        return run_module(module, module_args, _checked_settings(parser, parser.parse_args(options)))
     opts = parser.parse_args(list(argv))  # argparse ends bertwatch's options at the script or at "--"
     if not opts.script:
         parser.error("name the training script (or -m MODULE)")
-    return run_script(opts.script, opts.script_args, settings_from_options(opts))
+    return run_script(opts.script, opts.script_args, _checked_settings(parser, opts))

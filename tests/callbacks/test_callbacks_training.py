@@ -221,8 +221,8 @@ def test_unsupported_model_and_empty_probe_fail_at_train_begin(tmp_path) -> None
 
     with pytest.raises(UnsupportedModelError, match="gpt2"):
         _train(tmp_path / "a", [BertWatchCallback(), Spy()], model=gpt2)
-    with pytest.raises(SetupError, match="empty"):
-        _train(tmp_path / "b", [BertWatchCallback(probe_texts=[]), Spy()])
+    with pytest.raises(ValueError, match="probe_texts must hold at least one text"):  # refused when made
+        BertWatchCallback(probe_texts=[])
     with pytest.raises(SetupError, match="need labels"):
         _train(tmp_path / "c", [GradientImportanceCallback(probe_texts=["good movie ."]), Spy()])
     assert steps == []

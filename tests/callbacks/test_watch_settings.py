@@ -152,6 +152,7 @@ def test_unknown_names_are_refused_with_the_closest_and_the_valid_ones() -> None
         (lambda: WatchSettings(probe_texts=["fine", 3]), TypeError, r"^probe_texts\[1\] is int 3: a probe text is"),
         (lambda: WatchSettings(probe_texts=[("a", 2)]), TypeError, r"probe_texts\[0\] is tuple.*\(text, text_pair\)"),
         (lambda: WatchSettings(probe_texts=[{"label": 1}]), TypeError, r"probe_texts\[0\] is dict.*'text'"),
+        (lambda: WatchSettings(probe_texts=[["a", "b"]]), TypeError, r"probe_texts\[0\] is list.*a tuple \(text, "),
         (lambda: WatchSettings(stats=["entropie"]), ValueError,
          r"stats: unknown bertwatch statistic 'entropie' \(did you mean 'entropy'\?\); valid .*: cls_mass, sep_mass"),
         (lambda: WatchSettings(stats="entropy"), TypeError, "stats must be a list of statistic names"),

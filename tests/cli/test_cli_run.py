@@ -292,3 +292,18 @@ def test_bertwatch_stats_lists_every_statistic_by_family_with_its_definition(cap
         assert rows == [[n, DEFINITIONS[n]] for n in names]
     assert "Word classes (UD share) (measured with --word-classes, not --stats)" in out
     assert "Special tokens\n" in out and "--stats" not in blocks[0]
+
+
+@pytest.mark.fast
+def test_a_value_the_settings_refuse_is_a_usage_error_before_the_script_runs(tmp_path, capsys) -> None:
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('the script ran')\n")
+    for words, message in (
+        (["--stats", "entropie"], "unknown bertwatch statistic 'entropie' (did you mean 'entropy'?)"),
+        (["--ablation-kwargs", '{"n_resample": 3}'], "did you mean 'n_resamples'?"),
+        (["--num-probe-examples", "0"], "num_probe_examples must be >= 1"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(["run", *words, str(script)])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and message in err and "the script ran" not in err, err
