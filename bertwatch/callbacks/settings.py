@@ -276,8 +276,8 @@ GROUPS: tuple[tuple[str, type, str], ...] = (
 )
 _GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
 
-#: The options every callback takes (``WatchCallback.options``): the front's probe, cadence and logging options, how the probe pass runs, and
-#: the offload and tracker switches (``"group.field"``: one field of a nested value).
+#: The options every callback takes (``WatchCallback.options``): the front's probe, cadence and logging options,
+#: how the probe pass runs, and the offload and tracker switches (``"group.field"``: one field of a nested value).
 COMMON_OPTIONS: tuple[str, ...] = (
     "probe_texts",
     "probe_dataset",
