@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 TEST_ENV = BERTWATCH_DATA=$(abspath $(DATA)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
 
-.PHONY: demo lint test test-fast setup browser clean
+.PHONY: demo lint test test-fast setup browser clean wheel-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,12 @@ test: lint browser
 
 test-fast: lint
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider -m fast --hypothesis-profile=fast
+
+# The package as users get it (CI runs it before the tests): the wheel built and installed, not editable, with its
+# [demo] extra in a fresh virtual environment outside the checkout; a short watched training through `bertwatch run`;
+# the plugin's page, static files and data routes loaded from that environment's TensorBoard.
+wheel-check:
+	PY=$(PY) bash .ci/wheel_check.sh
 
 clean:
 	rm -rf $(VENV) node_modules demo_out *.egg-info

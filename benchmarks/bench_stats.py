@@ -13,8 +13,8 @@ under the noise of two whole forwards); ``qk_spectral_norm`` is timed on its own
 step; charged here to one batch, the worst case of a probe set of one batch). Their share is printed apart, then added to the ratio of all statistics. The gradient statistics
 take a pass of their own and are not part of this ratio.
 
-The verdict is on the medians of the rounds. Beside it, the same ratio from each function's fastest round: this
-shared machine has spells, lasting seconds to minutes, in which the elementwise statistics run up to 1.7 times
+The verdict is on the medians of the rounds. Beside it, the same ratio from each function's fastest round: a shared
+machine can have slow periods, lasting seconds to minutes, in which the elementwise statistics run up to 1.7 times
 slower while the forward does not (the same process, no page faults), so a median far above the fastest rounds says
 rounds fell in one (a median below it, rounds in which the forward slowed).
 
@@ -58,7 +58,7 @@ def _interleaved(fns: dict, repeats: int, device: torch.device) -> dict[str, tup
     repeat (after one warm-up round), so a
     change in the machine's load hits all of them alike. Each round starts one function further along the list:
     a function's time depends on what ran just before it (the memory the previous one left to the allocator: the
-    forward, always first, measured a median 1.0 s where rotated it measured 0.79 s on the same machine that hour),
+    forward, always first, measured a median 1.0 s where rotated it measured 0.79 s on the same machine),
     and the rotation spreads that over all of them."""
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
     names = list(fns)
@@ -282,7 +282,7 @@ def main() -> None:
         print(
             f"  fastest rounds: all statistics / forward = {best_stats / best_forward:.3f} (weight-based "
             f"{best_weight * 1000:.1f} ms, forward {best_forward * 1000:.1f} ms; the medians move away from it when "
-            "rounds fall in a spell)"
+            "rounds fall in a slow period)"
         )
         verdict = "met" if ratio <= TARGET else "NOT met"
         print(f"  ratio all statistics / forward = {ratio:.3f}   (target <= {TARGET}: {verdict})")

@@ -17,8 +17,8 @@ steps left at the mean step time so far) included:
 
     own + cost + end <= budget * (wall + cost + remaining + end)
 
-so no budgeted probe is taken so near the end that the end's own probe would push the run over (a 100-step run
-measured step 96, then the end, at 2.9% of its wall time under a 2% budget). Earlier in a run the training still to
+so no budgeted probe is taken so near the end that the end's own probe would push the run over (without this rule a
+100-step run would measure step 96, then the end, at 2.9% of its wall time under a 2% budget). Earlier in a run the training still to
 come pays for the end, and the first rule alone sets the spacing.
 
 Example:
