@@ -279,6 +279,10 @@ class WatchSettings(_ByValue):
         True, "send the layer means to the Trainer's report_to trackers",
         _flag("--no-trackers", "false", help="do not send the layer means to the Trainer's report_to trackers"),
     )  # fmt: skip
+    quiet: bool = _option(
+        False, "print no start and end lines (the environment variable BERTWATCH_QUIET=1 does the same)",
+        _flag("--quiet", "true"),
+    )  # fmt: skip
     offload_stats: bool | None = _option(
         None, "compute the statistics off the training thread while training goes on: True, False, or None "
         "(automatic: a side CUDA stream on a GPU; on a CPU a worker thread only when the process has cores the "
