@@ -22,7 +22,7 @@ import torch
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
-from bertwatch.callbacks.reference import DriftReference
+from bertwatch.callbacks.reference import DriftReference, check_reference_model
 from bertwatch.callbacks.settings import ProbeSettings
 from bertwatch.callbacks.tracking import is_tracker
 from bertwatch.callbacks.trainer_loss import GradientLoss, gradient_loss
@@ -192,11 +192,13 @@ def build_probe_context(
         process zero the event writer opened in the Trainer's TensorBoard run.
 
     Raises:
-        SetupError: a model whose weights are sharded in a way the pass cannot follow, or a probe set that cannot
-            be built (no tokenizer, no examples), with what to do. A loss the gradient statistics cannot take is
+        SetupError: a model whose weights are sharded in a way the pass cannot follow, a probe set that cannot
+            be built (no tokenizer, no examples), a ``reference_model`` that cannot be loaded or an event folder
+            that cannot be written, with what to do. A loss the gradient statistics cannot take is
             not refused here but described in ``loss.problem``, for the callbacks that want gradients.
     """
     shape = model_shape(model)
+    check_reference_model(settings.reference_model)
     try:
         check_sharding(model)
     except ShardingError as err:

@@ -77,9 +77,18 @@ def test_a_tokenizer_without_a_pad_token_is_measured_as_each_example_alone(tmp_p
         assert_float32_close(value, want[name], scale=float(np.nanmax(np.abs(want[name]), initial=1.0)), msg=name)
 
 
-def test_an_event_file_that_cannot_be_written_is_refused_before_any_step(tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("option", "refusal"),
+    [
+        ("logging_dir", r"cannot write its event file in .*a file/runs.*pass logging_dir="),
+        ("reference_model", r"reference_model .*a file/model.* cannot be loaded .*pass the folder of a saved model"),
+    ],
+)
+def test_a_setup_bertwatch_cannot_use_is_refused_before_any_step(tmp_path, option, refusal) -> None:
+    """An event folder under a file (unwritable, even for root) and a reference model path that holds no model."""
     blocker = tmp_path / "a file"
     blocker.write_text("not a folder")
+    value = {"logging_dir": str(blocker / "runs"), "reference_model": str(blocker / "model")}[option]
     tok = tiny_tokenizer()
     trainer = T.Trainer(
         model=tiny_bert(tok),
@@ -92,13 +101,13 @@ def test_an_event_file_that_cannot_be_written_is_refused_before_any_step(tmp_pat
     steps: list[int] = []
 
     class Steps(T.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
+        def on_step_begin(self, args, state, control, **kwargs):
             steps.append(state.global_step)
 
-    callback = BertWatchCallback(logging_dir=str(blocker / "runs"), num_probe_examples=4)
+    callback = BertWatchCallback(num_probe_examples=4, **{option: value})
     callback.set_trainer(trainer)
     trainer.add_callback(callback)
     trainer.add_callback(Steps())
-    with pytest.raises(SetupError, match=r"cannot write its event file in .*a file/runs.*pass logging_dir="):
+    with pytest.raises(SetupError, match=refusal):
         trainer.train()
     assert steps == []
