@@ -219,10 +219,6 @@ class WatchCallback(NotATracker, TrainerCallback):
             self.monitor.run(event, state)
         with self.pacing.own_time():
             self._take_results(state, control)
-        meter = self.pacing.meter
-        if self._pinned_passes and meter.last_cost is not None:  # the first pass is measured: say what they cost
-            announce.say([announce.cost_line(meter.last_cost, self._pinned_passes, self.pacing.budgeted, meter.budget)])
-            self._pinned_passes = 0
 
     def _measured(self, step: int) -> bool:
         """Whether this callback's grids of ``step`` are in, or on their way (``Monitor.awaits``)."""
@@ -301,6 +297,10 @@ class WatchCallback(NotATracker, TrainerCallback):
         with self.pacing.own_time():
             self.monitor.settle()
             self._take_results(state, control)
+        meter = self.pacing.meter
+        if self._pinned_passes and meter.last_cost is not None:  # step 0 is measured: say what the pinned cost
+            announce.say([announce.cost_line(meter.last_cost, self._pinned_passes, self.pacing.budgeted, meter.budget)])
+            self._pinned_passes = 0
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
