@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from bertwatch.core.warnings import BertWatchWarning, cut_message
-from bertwatch.heads.layout import real_tokens
+from bertwatch.heads.layout import pad_features, real_tokens
 from bertwatch.heads.loading import max_input_length
 from bertwatch.heads.unwrap import select_inputs
 
@@ -178,47 +178,6 @@ def prepare_examples(
     if any(len(f["input_ids"]) == 0 for f in features):
         raise ValueError("an example has no tokens; drop empty examples from the evaluation set")
     return features, array, cut
-
-
-def pad_features(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids``/``attention_mask`` (+ ``token_type_ids``) ``[B, T]``; multiple-choice features
-    (a list of token lists per example) give ``[B, choices, T]``."""
-    if features and features[0]["input_ids"] and isinstance(features[0]["input_ids"][0], list):
-        choices = [
-            pad_features([{k: v[c] for k, v in f.items()} for f in features], pad_id)
-            for c in range(len(features[0]["input_ids"]))
-        ]
-        length = max(part["input_ids"].shape[1] for part in choices)
-        return {
-            name: torch.stack(
-                [
-                    nn.functional.pad(
-                        part[name], (0, length - part[name].shape[1]), value=pad_id if name == "input_ids" else 0
-                    )
-                    for part in choices
-                ],
-                dim=1,
-            )
-            for name in choices[0]
-        }
-    length = max(len(f["input_ids"]) for f in features)
-    out = {
-        "input_ids": torch.full((len(features), length), pad_id, dtype=torch.long),
-        "attention_mask": torch.zeros(len(features), length, dtype=torch.long),
-    }
-    if "token_type_ids" in features[0]:
-        out["token_type_ids"] = torch.zeros(len(features), length, dtype=torch.long)
-    if "labels" in features[0]:  # masked LM: the fixed masks' targets go into the forward
-        out["labels"] = torch.full((len(features), length), -100, dtype=torch.long)
-    for i, f in enumerate(features):
-        n = len(f["input_ids"])
-        out["input_ids"][i, :n] = torch.tensor(f["input_ids"])
-        out["attention_mask"][i, :n] = 1
-        if "token_type_ids" in out:
-            out["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
-        if "labels" in out:
-            out["labels"][i, :n] = torch.tensor(f["labels"])
-    return out
 
 
 def make_batches(data: EvalData, batch_size: int, shard_size: int, pad_id: int) -> None:

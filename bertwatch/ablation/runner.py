@@ -56,13 +56,11 @@ class _FirstTokenBertLayer(nn.Module):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: Any = None,
         encoder_attention_mask: Any = None,
-        past_key_values: Any = None,
         **kwargs: Any,
     ) -> torch.Tensor:
+        # the encoder's own keywords (its key-value cache under this transformers version's name) go on as given
         attention = self.inner.attention
-        context, _ = attention.self(
-            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
-        )
+        context, _ = attention.self(hidden_states, attention_mask=attention_mask, **kwargs)
         first = attention.output(context[:, :1], hidden_states[:, :1])
         return self.inner.feed_forward_chunk(first)
 

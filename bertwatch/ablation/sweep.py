@@ -50,6 +50,7 @@ from bertwatch.ablation.store import Processes, Store
 from bertwatch.ablation.task_types import Task, sweep_examples, task_parts
 from bertwatch.core.families import model_family
 from bertwatch.heads.capture import model_shape
+from bertwatch.heads.layout import pad_token_id
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import FIELDS, AblationResult
 
@@ -110,9 +111,7 @@ def prepare_sweep(
     any configuration is evaluated."""
     task, regression, features, labels, references, cut = sweep_examples(model, examples, tokenizer, s)
     num_layers, num_heads = model_shape(model)
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    if pad_id is None:
-        pad_id = getattr(model.config, "pad_token_id", None) or 0
+    pad_id = pad_token_id(tokenizer, model.config)
     data = EvalData(features, labels, task_type=task.type, cut=cut)
     make_batches(data, s.batch_size, s.shard_size, int(pad_id))
     runner = Runner(model, s.mode, reuse=s.reuse)

@@ -53,7 +53,7 @@ def mixing_analysis(
 
     from bertwatch.heads.aggregate import StatsAccumulator
     from bertwatch.heads.capture import capture
-    from bertwatch.heads.layout import right_align
+    from bertwatch.heads.layout import pad_examples, right_align
     from bertwatch.heads.mixing import key_mass
     from bertwatch.heads.mixing_model import block_weights, mixing_maps, mixing_stats, record_blocks, value_zeroing
     from bertwatch.heads.roles import token_roles
@@ -66,7 +66,7 @@ def mixing_analysis(
     bar = tqdm(total=len(encodings), desc="bertwatch analyze --mixing", unit="ex", disable=not progress)
     for start in range(0, len(encodings), batch_size):
         chunk = encodings[start : start + batch_size]
-        batch = right_align(dict(tokenizer.pad(chunk, return_tensors="pt")))
+        batch = right_align(pad_examples(chunk, tokenizer))
         batch = {k: v.to(device) for k, v in batch.items()}
         roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))
         real = roles.real.bool()

@@ -177,7 +177,7 @@ def _grids(
     from tqdm.auto import tqdm
 
     from bertwatch.heads.capture import capture
-    from bertwatch.heads.layout import right_align
+    from bertwatch.heads.layout import pad_examples, right_align
     from bertwatch.heads.roles import token_roles
     from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, StatsAccumulator, compute_stats
 
@@ -187,7 +187,7 @@ def _grids(
     with torch.no_grad():
         for start in range(0, len(encodings), batch_size):
             chunk = encodings[start : start + batch_size]
-            batch = right_align(dict(tokenizer.pad(chunk, return_tensors="pt")))
+            batch = right_align(pad_examples(chunk, tokenizer))
             batch = {k: v.to(device_obj) for k, v in batch.items()}
             roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))
             with capture(model) as cap:

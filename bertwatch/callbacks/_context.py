@@ -10,13 +10,14 @@ overrides it.
 
 from __future__ import annotations
 
+import math
 import os
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TrainerContext", "TrainerLink", "tensorboard_run_dir"]
+__all__ = ["TrainerContext", "TrainerLink", "evaluation_steps", "tensorboard_run_dir"]
 
 
 def _first(dataset: Any) -> Any:
@@ -92,6 +93,25 @@ class TrainerLink:
 
     def context(self, event: Mapping[str, Any] | None = None) -> TrainerContext:
         return TrainerContext(trainer=self.trainer, event=dict(event or {}))
+
+
+def evaluation_steps(args: Any, state: Any) -> tuple[int, ...]:
+    """The steps the Trainer will evaluate at in this training, from its ``eval_strategy`` ("steps": every
+    ``eval_steps``, a fraction of ``max_steps`` when below 1; "epoch": at each epoch's end; "no": none); empty when
+    the run's length is unknown."""
+    strategy = getattr(args, "eval_strategy", "no")
+    strategy = str(getattr(strategy, "value", strategy))
+    steps = int(getattr(state, "max_steps", 0) or 0)
+    if steps <= 0:
+        return ()
+    if strategy == "epoch":
+        epochs = max(1, math.ceil(float(getattr(state, "num_train_epochs", 1) or 1)))
+        return tuple(sorted({min(steps, round(k * steps / epochs)) for k in range(1, epochs + 1)}))
+    every = getattr(args, "eval_steps", None) or getattr(args, "logging_steps", 0) or 0
+    if strategy != "steps" or every <= 0:
+        return ()
+    every = math.ceil(every * steps) if every < 1 else int(every)
+    return tuple(range(every, steps + 1, every))
 
 
 def tensorboard_run_dir(args: Any, context: TrainerContext, explicit: str | os.PathLike | None = None) -> str:

@@ -192,6 +192,12 @@ class AblationCallback(NotATracker, TrainerCallback):
         run_dir = tensorboard_run_dir(args, context, self.logdir) if state.is_world_process_zero else None
         self.run(args, state, context, writer=run_dir)
 
+    def folder(self, args: Any, mode: str) -> Path:
+        """The folder of ``mode``'s files (``report.html``, ``ablation.json``, ``ablation.csv``): ``out_dir``, or
+        ``<output_dir>/bertwatch_ablation``, with a subfolder per mode when several run."""
+        root = Path(self.out_dir) if self.out_dir is not None else Path(args.output_dir) / "bertwatch_ablation"
+        return root if len(self.modes) == 1 else root / mode
+
     def run(
         self, args: Any, state: Any, context: TrainerContext, writer: Any = None, **overrides: Any
     ) -> dict[str, AblationResult]:
@@ -206,10 +212,8 @@ class AblationCallback(NotATracker, TrainerCallback):
         model = context.event.get("model")
         if model is None:
             model = getattr(context.trainer, "model", None)
-        out_root = Path(self.out_dir) if self.out_dir is not None else Path(args.output_dir) / "bertwatch_ablation"
         for mode in self.modes:
-            out = out_root if len(self.modes) == 1 else out_root / mode
             self.results[mode] = ablate(
-                model, dataset, task=self.task, mode=mode, out_dir=out, writer=writer, **settings
+                model, dataset, task=self.task, mode=mode, out_dir=self.folder(args, mode), writer=writer, **settings
             )
         return self.results

@@ -22,7 +22,7 @@ import torch
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
-from bertwatch.callbacks.reference import DriftReference
+from bertwatch.callbacks.reference import DriftReference, check_reference_model
 from bertwatch.callbacks.settings import ProbeSettings
 from bertwatch.callbacks.tracking import is_tracker
 from bertwatch.callbacks.trainer_loss import GradientLoss, gradient_loss
@@ -57,12 +57,14 @@ class ProbeContext:
     """One training run as the probe pass sees it (module doc). Built by :func:`build_probe_context`.
 
     ``event`` holds the keyword arguments of the Trainer's ``on_train_begin`` other than ``args``, ``state`` and
-    ``control`` (handed on to the trackers); ``resumed``: the run started from a checkpoint (global step > 0).
+    ``control`` (handed on to the trackers); ``resumed``: the run started from a checkpoint (global step > 0);
+    ``probe_source``: where the probe examples come from, in words ("the eval set", "probe_texts", ...).
     ``writer`` and ``run_dir`` are None and ``trackers`` empty on every process but world process zero.
     """
 
     encoder_ref: Callable[[], torch.nn.Module | None]
     probe: ProbeSet
+    probe_source: str
     tokenizer: Any
     device: torch.device
     autocast_dtype: torch.dtype | None
@@ -108,12 +110,13 @@ def _tokenizer(settings: ProbeSettings, event: Mapping[str, Any], unwrapped: Unw
     return found if found is not None else unwrapped.tokenizer
 
 
-def _probe_dataset(settings: ProbeSettings, context: TrainerContext) -> Any:
-    """``probe_dataset=``, else the Trainer's eval set, else (with a warning) its training set."""
+def _probe_dataset(settings: ProbeSettings, context: TrainerContext) -> tuple[Any, str]:
+    """``probe_dataset=``, else the Trainer's eval set, else (with a warning) its training set; with where it is
+    from, in words."""
     if settings.dataset is not None:
-        return settings.dataset
+        return settings.dataset, "probe_dataset"
     if context.eval_dataset is not None:
-        return context.eval_dataset
+        return context.eval_dataset, "the eval set"
     train = context.train_dataset
     if train is not None:
         why = (
@@ -128,7 +131,7 @@ def _probe_dataset(settings: ProbeSettings, context: TrainerContext) -> Any:
             BertWatchWarning,
             stacklevel=2,
         )
-    return train
+    return train, "the training set"
 
 
 def _probe(
@@ -138,12 +141,13 @@ def _probe(
     event: Mapping[str, Any],
     context: TrainerContext,
     unwrapped: Unwrapped,
-) -> tuple[ProbeSet, Any]:
-    """The probe set and its tokenizer; every batch is checked to hold only inputs the encoder takes."""
+) -> tuple[ProbeSet, Any, str]:
+    """The probe set, its tokenizer and where it is from; every batch is checked to hold only inputs the encoder
+    takes."""
     tokenizer = _tokenizer(settings, event, unwrapped)
-    texts, dataset = settings.texts, None
+    texts, dataset, source = settings.texts, None, "probe_texts"
     if texts is None:
-        dataset = _probe_dataset(settings, context)
+        dataset, source = _probe_dataset(settings, context)
         if unwrapped.tokenizer is not None and settings.dataset is None:  # sentence-transformers: raw text columns
             texts, dataset = text_examples(dataset, settings.num_examples, settings.seed), None
     label_names = getattr(args, "label_names", None)
@@ -162,7 +166,7 @@ def _probe(
     )
     for batch in probe.batches:
         select_inputs(unwrapped.model, batch, label_names or ())
-    return probe, tokenizer
+    return probe, tokenizer, source
 
 
 def build_probe_context(
@@ -188,18 +192,20 @@ def build_probe_context(
         process zero the event writer opened in the Trainer's TensorBoard run.
 
     Raises:
-        SetupError: a model whose weights are sharded in a way the pass cannot follow, or a probe set that cannot
-            be built (no tokenizer, no examples), with what to do. A loss the gradient statistics cannot take is
+        SetupError: a model whose weights are sharded in a way the pass cannot follow, a probe set that cannot
+            be built (no tokenizer, no examples), a ``reference_model`` that cannot be loaded or an event folder
+            that cannot be written, with what to do. A loss the gradient statistics cannot take is
             not refused here but described in ``loss.problem``, for the callbacks that want gradients.
     """
     shape = model_shape(model)
+    check_reference_model(settings.reference_model)
     try:
         check_sharding(model)
     except ShardingError as err:
         raise SetupError(str(err)) from err
     unwrapped = unwrap(model)
     device = next(unwrapped.model.parameters()).device
-    probe, tokenizer = _probe(model, settings, args, event, context, unwrapped)
+    probe, tokenizer, source = _probe(model, settings, args, event, context, unwrapped)
     loss = gradient_loss(settings.loss_fn, context.trainer, args, unwrapped.model)
     world_zero = bool(getattr(state, "is_world_process_zero", True))
     cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
@@ -212,10 +218,17 @@ def build_probe_context(
         from bertwatch.tb.summary import SummaryWriter
 
         run_dir = tensorboard_run_dir(args, context, settings.logging_dir)
-        writer = SummaryWriter(run_dir)
+        try:
+            writer = SummaryWriter(run_dir)
+        except OSError as err:
+            raise SetupError(
+                f"bertwatch cannot write its event file in {run_dir!r} ({type(err).__name__}: {err.strerror or err}); "
+                "pass logging_dir= a folder you can write to, or make that one writable"
+            ) from err
     return ProbeContext(
         encoder_ref=weakref.ref(unwrapped.model),
         probe=probe,
+        probe_source=source,
         tokenizer=tokenizer,
         device=device,
         autocast_dtype=autocast_dtype(args),

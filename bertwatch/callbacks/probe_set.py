@@ -20,7 +20,7 @@ from torch import Tensor
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.core.warnings import cut_message
-from bertwatch.heads.layout import LayoutError, right_align
+from bertwatch.heads.layout import LayoutError, pad_examples, right_align
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, max_input_length
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
@@ -126,14 +126,17 @@ def _text_features(texts: Sequence[Any], tokenizer: Any, max_length: int) -> tup
 
 
 def _pad_collate(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
-    """Pad with the tokenizer; token labels (one per token) are padded with -100 on the tokenizer's side."""
+    """Pad with the tokenizer, or on the right when it has no pad token (``heads.layout.pad_examples``: the padding
+    is masked, so any id measures the same); token labels (one per token) are padded with -100 on the padding's
+    side."""
 
     def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
         labels = [f.pop("labels") for f in features if "labels" in f]
-        batch = dict(tokenizer.pad(features, padding=True, return_tensors="pt"))
+        batch = pad_examples(features, tokenizer)
+        left = getattr(tokenizer, "pad_token_id", None) is not None and getattr(tokenizer, "padding_side", "") == "left"
         if labels and len(labels) == len(features):
             if isinstance(labels[0], (list, tuple)):
-                width, left = batch["input_ids"].shape[-1], getattr(tokenizer, "padding_side", "right") == "left"
+                width = batch["input_ids"].shape[-1]
                 pads = [[IGNORE_INDEX] * (width - len(x)) for x in labels]
                 labels = [p + list(x) if left else list(x) + p for p, x in zip(pads, labels)]
             batch["labels"] = torch.tensor(labels)

@@ -21,7 +21,24 @@ from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, crop_maps
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.unwrap import select_inputs, unwrap
 
-__all__ = ["DriftReference"]
+__all__ = ["DriftReference", "check_reference_model"]
+
+
+def check_reference_model(reference_model: Any) -> None:
+    """Refuse, before any step, a ``reference_model`` path or name whose configuration cannot be loaded (the
+    weights themselves are loaded by the first probe pass)."""
+    if not isinstance(reference_model, (str, os.PathLike)):
+        return
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(reference_model)
+    except (OSError, ValueError) as err:
+        raise SetupError(
+            f"reference_model {os.fspath(reference_model)!r} cannot be loaded ({type(err).__name__}: {err}); pass "
+            "the folder of a saved model (or a model object), or leave it out to measure drift from the model "
+            "before its first step"
+        ) from err
 
 
 class DriftReference:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from transformers import TrainerCallback
 
-from bertwatch.callbacks._context import TrainerContext, TrainerLink
+from bertwatch.callbacks import announce
+from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.monitor import Monitor, monitor_for
@@ -92,6 +93,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.monitor: Monitor | None = None
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
         self._link = TrainerLink()
+        self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
+        self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
         self.alerting = Alerting(s.on_alert, s.alerts, self.strict)  # stability alerts (callbacks.alerting)
 
     def set_trainer(self, trainer: Any) -> None:
@@ -238,6 +241,20 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.pacing.start(int(state.global_step), last if self.at_end and last > 0 else None)
         with self.pacing.own_time():
             self._begin(model, args, state, kwargs)
+        context = None if self.disabled or self.monitor is None else self.monitor.context
+        self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
+        if self._speaks:
+            evaluations = evaluation_steps(args, state) if self.measure_on_evaluate else ()
+            pinned = announce.Pinned(self.at_start, evaluations, self.at_end, self.every_n_steps, last)
+            plan = announce.run_plan(
+                context, len(self.stat_names), self.every_n_steps, self.pacing.meter.budget, pinned
+            )
+            announce.say(announce.start_lines(plan))
+            self._pinned_passes = pinned.passes() if self.at_start else 0
+
+    def _report_hint(self, args: Any) -> str:
+        """Where the run's report is, or how to make it."""
+        return announce.report_command(str(args.output_dir))
 
     def _begin(self, model: Any, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         self.history = []
@@ -279,6 +296,10 @@ class WatchCallback(NotATracker, TrainerCallback):
         with self.pacing.own_time():
             self.monitor.settle()
             self._take_results(state, control)
+        meter = self.pacing.meter
+        if self._pinned_passes and meter.last_cost is not None:  # step 0 is measured: say what the pinned cost
+            announce.say([announce.cost_line(meter.last_cost, self._pinned_passes, self.pacing.budgeted, meter.budget)])
+            self._pinned_passes = 0
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -301,6 +322,9 @@ class WatchCallback(NotATracker, TrainerCallback):
             self._drive("end", state)
             if not self.disabled:
                 self._after_end(args, state, kwargs)
+            if self._speaks and not self.disabled:
+                alerts, hint = len(self.alerting.raised), self._report_hint(args)
+                announce.say(announce.end_lines(announce.RunSummary.of(self.history, alerts, self.pacing.meter, hint)))
         finally:
             if self.monitor is not None:
                 self.monitor.release(self)
@@ -462,6 +486,11 @@ class BertWatchCallback(WatchCallback):
             self.ablation.check(args, state, context)
         except SetupError as err:
             raise SetupError(f"ablate_on_end=True: {err}") from err
+
+    def _report_hint(self, args: Any) -> str:
+        if self.ablation_result is None:
+            return super()._report_hint(args)
+        return announce.report_file(str(self.ablation.folder(args, self.ablation_mode) / "report.html"))
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards

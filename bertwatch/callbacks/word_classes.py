@@ -29,6 +29,7 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.publisher import NamedValues, Summary
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.capture import capture
+from bertwatch.heads.layout import pad_token_id
 from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.heads.unwrap import select_inputs
 from bertwatch.linguistics.syntax import Encoded, Sentence, encode, pad_encoded, read_conllu, skip_message
@@ -173,7 +174,7 @@ def build_word_class_batches(
     warns once (``BertWatchWarning``, ``linguistics.syntax.skip_message``) when a sentence before the last one used
     was skipped (too long or unaligned): the shares are then those of the sentences that fit."""
     source, kept, skipped = _encode(probe, tokenizer, max_length)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad = pad_token_id(tokenizer)
     order = sorted(kept, key=len)
     batches, masks, uniform = [], [], []
     for start in range(0, len(order), probe.batch_size):

@@ -26,10 +26,84 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["LayoutError", "POSITION_KEYS", "is_right_aligned", "real_tokens", "right_align"]
+__all__ = [
+    "LayoutError",
+    "POSITION_KEYS",
+    "is_right_aligned",
+    "pad_examples",
+    "pad_features",
+    "pad_token_id",
+    "real_tokens",
+    "right_align",
+]
 
 #: Fields that hold a token index per example (``[batch]``) and move with the tokens they point at.
 POSITION_KEYS: tuple[str, ...] = ("start_positions", "end_positions")
+
+
+def pad_token_id(tokenizer: Any, config: Any = None) -> int:
+    """The id bertwatch pads with: the tokenizer's pad token, else the model config's, else 0. Any id will do, since
+    padding is masked and laid out after the real tokens; a tokenizer without a pad token is measured all the same.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> pad_token_id(SimpleNamespace(pad_token_id=None), SimpleNamespace(pad_token_id=None))
+        0
+    """
+    for source in (tokenizer, config):
+        pad = getattr(source, "pad_token_id", None)
+        if pad is not None:
+            return int(pad)
+    return 0
+
+
+def pad_features(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``/``attention_mask`` (+ ``token_type_ids``) ``[B, T]``; multiple-choice features
+    (a list of token lists per example) give ``[B, choices, T]``."""
+    if features and features[0]["input_ids"] and isinstance(features[0]["input_ids"][0], list):
+        choices = [
+            pad_features([{k: v[c] for k, v in f.items()} for f in features], pad_id)
+            for c in range(len(features[0]["input_ids"]))
+        ]
+        length = max(part["input_ids"].shape[1] for part in choices)
+        return {
+            name: torch.stack(
+                [
+                    torch.nn.functional.pad(
+                        part[name], (0, length - part[name].shape[1]), value=pad_id if name == "input_ids" else 0
+                    )
+                    for part in choices
+                ],
+                dim=1,
+            )
+            for name in choices[0]
+        }
+    length = max(len(f["input_ids"]) for f in features)
+    out = {
+        "input_ids": torch.full((len(features), length), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros(len(features), length, dtype=torch.long),
+    }
+    if "token_type_ids" in features[0]:
+        out["token_type_ids"] = torch.zeros(len(features), length, dtype=torch.long)
+    if "labels" in features[0]:  # masked LM: the fixed masks' targets go into the forward
+        out["labels"] = torch.full((len(features), length), -100, dtype=torch.long)
+    for i, f in enumerate(features):
+        n = len(f["input_ids"])
+        out["input_ids"][i, :n] = torch.tensor(f["input_ids"])
+        out["attention_mask"][i, :n] = 1
+        if "token_type_ids" in out:
+            out["token_type_ids"][i, :n] = torch.tensor(f["token_type_ids"])
+        if "labels" in out:
+            out["labels"][i, :n] = torch.tensor(f["labels"])
+    return out
+
+
+def pad_examples(features: Sequence[Mapping[str, Any]], tokenizer: Any) -> dict[str, Tensor]:
+    """Tokenized examples as one padded batch: padded by the tokenizer when it has a pad token, else on the right
+    with :func:`pad_token_id` (:func:`pad_features`); either way the padding is masked."""
+    if getattr(tokenizer, "pad_token_id", None) is None:
+        return pad_features([dict(f) for f in features], pad_token_id(tokenizer))
+    return dict(tokenizer.pad(list(features), padding=True, return_tensors="pt"))
 
 
 class LayoutError(ValueError):

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.heads.layout import pad_token_id
 from bertwatch.heads.roles import to_word_level, word_groups
 
 __all__ = [
@@ -236,7 +237,7 @@ def attention_batches(
     from bertwatch.heads.capture import capture
 
     device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad = pad_token_id(tokenizer)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc=desc, disable=progress is False or not len(order), unit="batch"):

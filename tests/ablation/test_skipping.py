@@ -5,6 +5,7 @@ that loses every head, the first-token last layer and token-level heads."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -118,6 +119,23 @@ def _check(model: T.PreTrainedModel, mode: str, side: str) -> None:
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_one_configuration_skipping_heads_equals_the_plain_masked_model(family: str, mode: str, side: str) -> None:
     _check(lively(tiny_model(family)), mode, side)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_the_first_token_last_layer_raises_no_warning_of_transformers(family: str) -> None:
+    """The last layer on the first token hands the encoder's keywords on as given: transformers warns nothing
+    (a warning there would be bertwatch's own call, one the user cannot act on)."""
+    model = lively(tiny_model(family))
+    runner = R.Runner(model, "uniform")
+    assert runner.last is not None
+    batch = _batch("right")
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode():
+        warnings.simplefilter("always")
+        _, states = runner.baseline(batch, cache=True)
+        for mask in _masks(model.config.num_hidden_layers, model.config.num_attention_heads):
+            runner.run(batch, states, mask[None], int(np.flatnonzero(mask.any(axis=1))[0]))
+    assert [str(w.message) for w in caught] == []
 
 
 @pytest.mark.fast
