@@ -246,10 +246,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         if self._speaks:
             evaluations = evaluation_steps(args, state) if self.measure_on_evaluate else ()
             pinned = announce.Pinned(self.at_start, evaluations, self.at_end, self.every_n_steps, last)
-            plan = announce.run_plan(
-                context, len(self.stat_names), self.every_n_steps, self.pacing.meter.budget, pinned
-            )
-            announce.say(announce.start_lines(plan))
+            budget = self.pacing.meter.budget
+            announce.say(announce.start_lines(announce.run_plan(context, len(self.stat_names), budget, pinned)))
             self._pinned_passes = pinned.passes() if self.at_start else 0
 
     def _report_hint(self, args: Any) -> str:
