@@ -122,8 +122,8 @@ class RunPlan:
     run_dir: str | None
 
 
-def run_plan(context: ProbeContext, stats: int, every_n_steps: int | None, budget: float, pinned: Pinned) -> RunPlan:
-    """The start line's facts from the run's ``ProbeContext`` and the callback's cadence."""
+def run_plan(context: ProbeContext, stats: int, budget: float, pinned: Pinned) -> RunPlan:
+    """The start line's facts from the run's ``ProbeContext``, the callback's statistics and cadence."""
     info = context.probe.length_info()
     return RunPlan(
         model=type(context.encoder).__name__,
@@ -135,7 +135,7 @@ def run_plan(context: ProbeContext, stats: int, every_n_steps: int | None, budge
         cut=int(info["truncated"] or 0),
         cut_to=info["max_length"],
         stats=stats,
-        every_n_steps=every_n_steps,
+        every_n_steps=pinned.every_n_steps,
         budget=budget,
         pinned=pinned.events(),
         run_dir=context.run_dir,
