@@ -24,7 +24,7 @@ from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
 import bertwatch.tb.summary as summary_module
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, watch
+from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, SetupError, watch
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.tb.summary import SummaryWriter
 from tests.support.strict import strict
@@ -90,12 +90,15 @@ def test_sigkill_mid_run_leaves_readable_event_files(tmp_path: Path) -> None:
         assert tags
 
 
-def test_unwritable_log_dir_warns_and_training_finishes(tmp_path: Path) -> None:
+def test_unwritable_log_dir_is_refused_before_the_first_step(tmp_path: Path) -> None:
+    """A run bertwatch could not write is refused at on_train_begin, with what to do: never a run left unmonitored
+    after one warning for a reason the user could have fixed at the start."""
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with pytest.warns(BertWatchWarning):
-        trainer = _train(tmp_path / "out", [BertWatchCallback(every_n_steps=1, logging_dir=blocker / "runs")])
-    assert trainer.state.global_step == 4
+    callback = BertWatchCallback(every_n_steps=1, logging_dir=blocker / "runs")
+    with pytest.raises(SetupError, match="pass logging_dir= a folder you can write to"):
+        _train(tmp_path / "out", [callback])
+    assert callback.history == []
 
 
 def test_full_disk_warns_and_training_is_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
