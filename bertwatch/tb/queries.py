@@ -7,6 +7,7 @@ Imports only tensorboard and numpy (TensorBoard imports the plugin, and so this 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import threading
 
@@ -59,9 +60,19 @@ class Queries:
         )
         return found.get(run, {}).get(tag)
 
-    def tensor_meta(self, ctx, eid, run, tag):
-        """The listing entry and parsed metadata of one tensor tag (NotFoundError when absent or unreadable)."""
-        ts = self._one_tag(self.require_provider().list_tensors, ctx, eid, run, tag)
+    def run_tensors(self, ctx, eid, run, tags=None) -> dict:
+        """``{tag: TensorTimeSeries}`` of a run's tensor tags (only ``tags`` when given), from one provider call."""
+        listing = self.require_provider().list_tensors(
+            ctx, experiment_id=eid, plugin_name=self.plugin_name, run_tag_filter=provider.RunTagFilter([run], tags)
+        )
+        return listing.get(run, {})
+
+    def tensor_meta(self, ctx, eid, run, tag, listing=None):
+        """The listing entry and parsed metadata of one tensor tag (NotFoundError when absent or unreadable); the
+        entry comes from ``listing`` (a :meth:`run_tensors` answer) when given, else from a provider call."""
+        if listing is None:
+            listing = {tag: self._one_tag(self.require_provider().list_tensors, ctx, eid, run, tag)}
+        ts = listing.get(tag)
         if ts is None:
             raise errors.NotFoundError("no bertwatch tensor for run=%r tag=%r" % (run, tag))
         content = md.parse_plugin_content(ts.plugin_content)
@@ -76,9 +87,9 @@ class Queries:
                 lock = self._locks[key] = threading.Lock()
             return lock
 
-    def series(self, ctx, eid, run, tag, kind=None) -> Series:
+    def series(self, ctx, eid, run, tag, kind=None, listing=None) -> Series:
         """The stacked series of a tensor tag, re-read only when its max step / wall time changed."""
-        ts, content = self.tensor_meta(ctx, eid, run, tag)
+        ts, content = self.tensor_meta(ctx, eid, run, tag, listing)
         if kind is not None and content["kind"] not in ((kind,) if isinstance(kind, str) else kind):
             raise errors.NotFoundError("tag %r is a %s, not a %s" % (tag, content["kind"], kind))
         signature = (ts.max_step, ts.max_wall_time, ts.plugin_content)
@@ -109,14 +120,14 @@ class Queries:
         """Those of ``tags`` never read into the cache (a stale entry is refreshed by :meth:`series`)."""
         return [tag for tag in tags if self.series_cache.get((eid, run, tag)) is None]
 
-    def grid_series(self, ctx, eid, run, tag) -> Series:
-        series = self.series(ctx, eid, run, tag, kind=md.KIND_HEAD_GRID)
+    def grid_series(self, ctx, eid, run, tag, listing=None) -> Series:
+        series = self.series(ctx, eid, run, tag, kind=md.KIND_HEAD_GRID, listing=listing)
         if series.values.ndim != 3:
             raise errors.NotFoundError("tag %r is not a [layers, heads] grid" % tag)
         return series
 
-    def latest(self, ctx, eid, run, tag, kind):
-        series = self.series(ctx, eid, run, tag, kind=kind)
+    def latest(self, ctx, eid, run, tag, kind, listing=None):
+        series = self.series(ctx, eid, run, tag, kind=kind, listing=listing)
         return series, series.values[-1], int(series.steps[-1])
 
     # -- route bodies
@@ -250,21 +261,22 @@ class Queries:
             "episodes": episodes(series.steps.tolist(), series.values, rule_names),
         }
 
-    def load_grids(self, ctx, eid, run, stats) -> dict:
-        """``{stat: Series or None}`` for several heads grids of a run; cold series are read concurrently (a
-        first read of a long series mostly waits on the data server)."""
+    def load_grids(self, ctx, eid, run, stats, listing=None) -> dict:
+        """``{stat: Series or None}`` for several heads grids of a run, each listed once (``listing``: as in
+        :meth:`tensor_meta`); cold series are read concurrently (a first read mostly waits on the data server)."""
 
         def load(stat):
             try:
-                return self.grid_series(ctx, eid, run, md.heads_tag(stat))
+                return self.grid_series(ctx, eid, run, md.heads_tag(stat), listing)
             except errors.NotFoundError:
                 return None
 
-        cold = self.uncached_tags(eid, run, [md.heads_tag(stat) for stat in stats])
+        cold = [tag[len(md.HEADS_PREFIX) :] for tag in self.uncached_tags(eid, run, map(md.heads_tag, stats))]
+        loaded = {}
         if len(cold) > 1:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(cold)) as pool:
-                list(pool.map(load, [tag[len(md.HEADS_PREFIX) :] for tag in cold]))
-        return {stat: load(stat) for stat in stats}
+                loaded = dict(zip(cold, pool.map(load, cold)))
+        return {stat: loaded[stat] if stat in loaded else load(stat) for stat in stats}
 
     def stat_names(self, ctx, eid) -> dict:
         """Every statistic's name and menu group (``bertwatch.core.stat_names``); the same for every experiment."""
@@ -362,13 +374,11 @@ class Queries:
         }
 
     def ablation(self, ctx, eid, run, mode) -> dict:
-        listing = self.require_provider().list_tensors(
-            ctx, experiment_id=eid, plugin_name=self.plugin_name, run_tag_filter=provider.RunTagFilter(runs=[run])
-        )
+        listing = self.run_tensors(ctx, eid, run)  # one provider call; each table's entry comes from it
         modes = sorted(
             {
                 tag[len(md.ABLATION_PREFIX) :].rsplit("/", 1)[0]
-                for tag in listing.get(run, {})
+                for tag in listing
                 if tag.startswith(md.ABLATION_PREFIX) and tag.endswith("/heads")
             }
         )
@@ -378,15 +388,15 @@ class Queries:
             mode = modes[0]
         if mode not in modes:
             raise errors.NotFoundError("no ablation mode %r in run %r" % (mode, run))
-        hs, heads, step = self.latest(ctx, eid, run, md.ablation_tag(mode, "heads"), md.KIND_ABLATION_HEADS)
-        _, layers_table, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "layers"), md.KIND_ABLATION_LAYERS)
+        tag = functools.partial(md.ablation_tag, mode)
+        hs, heads, step = self.latest(ctx, eid, run, tag("heads"), md.KIND_ABLATION_HEADS, listing)
+        _, layers_table, _ = self.latest(ctx, eid, run, tag("layers"), md.KIND_ABLATION_LAYERS, listing)
         pruning = None
-        if md.ablation_tag(mode, "pruning") in listing.get(run, {}):
-            _, curve, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning"), md.KIND_PRUNING)
-            pruning = f32_list(curve)
+        if tag("pruning") in listing:
+            pruning = f32_list(self.latest(ctx, eid, run, tag("pruning"), md.KIND_PRUNING, listing)[1])
         curves = None
-        if md.ablation_tag(mode, "pruning_curves") in listing.get(run, {}):
-            cs, table, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning_curves"), md.KIND_PRUNING_CURVES)
+        if tag("pruning_curves") in listing:
+            cs, table, _ = self.latest(ctx, eid, run, tag("pruning_curves"), md.KIND_PRUNING_CURVES, listing)
             curves = pruning_curves(cs.content, table)
         content = hs.content
         fields = content.get("fields", list(md.ABLATION_FIELDS))
