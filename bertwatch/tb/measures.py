@@ -81,15 +81,9 @@ def mass_gap(queries, ctx, eid, run: str, step: int | None) -> dict[str, Any]:
     candidates = [md.heads_tag(stat) for _, pairs in MASS_BY_MEASURE for _, stat in pairs]
     logged = queries.run_tensors(ctx, eid, run, candidates)
     stats = [stat for _, pairs in MASS_BY_MEASURE for _, stat in pairs if md.heads_tag(stat) in logged]
-    grids, used = {}, {}
-    for stat, series in queries.load_grids(ctx, eid, run, stats, listing=logged).items():
-        if series is None:
-            continue
-        i = len(series.steps) - 1 if step is None else series.index_at_or_before(step)
-        if i is None:
-            continue
-        grids[stat] = series.values[i]
-        used[stat] = int(series.steps[i])
+    found = queries.grids_at(ctx, eid, run, stats, step, listing=logged)
+    grids = {stat: grid for stat, (_, grid) in found.items()}
+    used = {stat: at for stat, (at, _) in found.items()}
     targets = mass_by_measure(grids)
     for target in targets:
         for m in target["measures"]:
