@@ -257,7 +257,8 @@ class Queries:
         """``{stat: (step, [layers, heads] grid)}``: heads grids of a run, each at its last step at or before ``step``
         (the latest when None); a grid the run lacks, or without such a step, is left out. Each tag is listed once
         (``listing``: as in :meth:`tensor_meta`); a grid wanted at its latest step is read alone, not its whole
-        series; what must be read is read concurrently (a first read mostly waits on the data server)."""
+        series. Latest steps are read side by side (each mostly waits on the data server), whole series one after
+        another (each mostly converts data points, holding the GIL: side by side they hold up other requests)."""
         entries = {}
         for stat in stats:
             try:
@@ -275,7 +276,7 @@ class Queries:
             i = len(series.steps) - 1 if step is None else series.index_at_or_before(step)
             return None if i is None else (int(series.steps[i]), series.values[i])
 
-        to_read = [s for s, ts in entries.items() if self.cached(eid, run, md.heads_tag(s), ts, latest[s]) is None]
+        to_read = [s for s, ts in entries.items() if latest[s] and not self.cached(eid, run, md.heads_tag(s), ts, True)]
         picked = {}
         if len(to_read) > 1:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(to_read)) as pool:
