@@ -4,7 +4,7 @@
 // with a low contribution is Clark et al.'s "no-op" reading of [SEP] attention. Which statistics pair up comes
 // from the backend (/mass_gap, whose home is bertwatch/core/stat_names.py); this file names none.
 
-import {getJSON, nums, rawText} from './api.js';
+import {getJSON, nums, oneInFlight, rawText} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {card, clear, fmt, fmtSigned, fmtStep, h} from './dom.js';
 
@@ -20,6 +20,10 @@ export class MassGapPanel {
     this.drawn = null; // what the card shows (or found nothing to show for): 'run\0step'
     this.known = null; // the run whose answer decided whether the card is shown
     this.onScreen = false;
+    // Fetch the wanted step unless the card shows it; at most one request in flight, the latest step wins.
+    this.refresh = oneInFlight(async () => {
+      if (this.want && keyOf(this.want) !== this.drawn) await this.load(this.want);
+    });
     // A card out of view (scrolled away, another tab, or hidden for a run without the masses) fetches nothing when
     // the step moves; it catches up when it comes into view.
     new IntersectionObserver((entries) => {
@@ -39,24 +43,6 @@ export class MassGapPanel {
   invalidate() {
     this.drawn = null;
     if (this.el.hidden) this.known = null;
-  }
-
-  /** Fetch the wanted step unless the card shows it; at most one request in flight, the latest step wins. */
-  async refresh() {
-    if (!this.want || keyOf(this.want) === this.drawn) return;
-    if (this.busy) {
-      this.pending = true;
-      return;
-    }
-    this.busy = true;
-    try {
-      do {
-        this.pending = false;
-        await this.load(this.want);
-      } while (this.pending && keyOf(this.want) !== this.drawn);
-    } finally {
-      this.busy = false;
-    }
   }
 
   /** Show the gap of `run` at the step at or before `step`; hides the card when no target has two measures. */

@@ -3,7 +3,7 @@
 // pattern-class shares and the UD word-class attention shares over steps.
 
 import {AlertStrip} from './alert_strip.js';
-import {getJSON, gridTags, isPerLayer, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
+import {getJSON, gridTags, isPerLayer, num, nums, oneInFlight, rawText, statGroup, tagsOfKind} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
 import {heatmap} from './heatmap.js';
@@ -86,6 +86,10 @@ export class HeadsView {
     this.grid = null;
     this.traj = null;
     this.means = null;
+    // While dragging the slider, at most one /grid request is in flight; the latest position wins. The heatmap
+    // comes first: its labels are asked for once it is drawn, the panels that follow the step once the step has
+    // rested SETTLE_MS (requests to TensorBoard's data server answer slower side by side).
+    this.loadGrid = oneInFlight(() => this.fetchGrid());
   }
 
   hasData(tags, run) {
@@ -174,25 +178,6 @@ export class HeadsView {
       if (chart) chart.setMarker(step);
   }
 
-  async loadGrid() {
-    // While dragging the slider, at most one /grid request is in flight; the latest position wins. The heatmap
-    // comes first: its labels are asked for once it is drawn, the panels that follow the step once the step has
-    // rested SETTLE_MS (requests to TensorBoard's data server answer slower side by side).
-    if (this.gridBusy) {
-      this.gridPending = true;
-      return;
-    }
-    this.gridBusy = true;
-    try {
-      do {
-        this.gridPending = false;
-        await this.fetchGrid();
-      } while (this.gridPending);
-    } finally {
-      this.gridBusy = false;
-    }
-  }
-
   async fetchGrid() {
     const {run, tag, steps} = this.state;
     if (!steps.length) return;
@@ -216,7 +201,7 @@ export class HeadsView {
       performance.mark('bw-heatmap-rendered');
     }
     if (firstSelection) this.loadTrajectory();
-    if (this.gridPending) return; // the slider moved on: the next grid's labels and panels follow it
+    if (this.loadGrid.pending()) return; // the slider moved on: the next grid's labels and panels follow it
     // Labels need six other series: they arrive separately and never hold up the next heatmap.
     const labels = this.state.showLabels ? getJSON('labels', {run, step}).catch(() => null) : Promise.resolve(null);
     labels.then((lab) => {
