@@ -76,21 +76,14 @@ def mass_gap(queries, ctx, eid, run: str, step: int | None) -> dict[str, Any]:
     Returns ``{"run", "step", "targets": [{"target", "measures": [{"label", "stat", "description", "step",
     "layerMeans"}], "gaps": {stat: [layers]}}], "steps": {stat: step used}}``; a grid with no step at or
     before ``step`` is left out. ``targets`` is empty when the run has none of the masses."""
-    listing = queries.require_provider().list_tensors(
-        ctx, experiment_id=eid, plugin_name=queries.plugin_name, run_tag_filter=provider.RunTagFilter(runs=[run])
-    )
-    logged = listing.get(run, {})
-    # one listing instead of a failing read per statistic the run does not have (most runs have no ALTI)
+    # one listing of the candidate tags: which of them the run has (most runs have no ALTI), and each one's entry
+    # for the series cache, instead of a provider call per statistic
+    candidates = [md.heads_tag(stat) for _, pairs in MASS_BY_MEASURE for _, stat in pairs]
+    logged = queries.run_tensors(ctx, eid, run, candidates)
     stats = [stat for _, pairs in MASS_BY_MEASURE for _, stat in pairs if md.heads_tag(stat) in logged]
-    grids, used = {}, {}
-    for stat, series in queries.load_grids(ctx, eid, run, stats).items():
-        if series is None:
-            continue
-        i = len(series.steps) - 1 if step is None else series.index_at_or_before(step)
-        if i is None:
-            continue
-        grids[stat] = series.values[i]
-        used[stat] = int(series.steps[i])
+    found = queries.grids_at(ctx, eid, run, stats, step, listing=logged)
+    grids = {stat: grid for stat, (_, grid) in found.items()}
+    used = {stat: at for stat, (at, _) in found.items()}
     targets = mass_by_measure(grids)
     for target in targets:
         for m in target["measures"]:

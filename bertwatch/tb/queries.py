@@ -7,6 +7,7 @@ Imports only tensorboard and numpy (TensorBoard imports the plugin, and so this 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import threading
 
@@ -50,18 +51,23 @@ class Queries:
     def _one_tag(self, call, ctx, eid, run, tag, **options):
         """What the data provider's ``call`` (``list_tensors``, ``read_blob_sequences``, ...) answers for one run and
         tag of this plugin, or None."""
-        found = call(
-            ctx,
-            experiment_id=eid,
-            plugin_name=self.plugin_name,
-            run_tag_filter=provider.RunTagFilter(runs=[run], tags=[tag]),
-            **options,
-        )
+        one = provider.RunTagFilter(runs=[run], tags=[tag])
+        found = call(ctx, experiment_id=eid, plugin_name=self.plugin_name, run_tag_filter=one, **options)
         return found.get(run, {}).get(tag)
 
-    def tensor_meta(self, ctx, eid, run, tag):
-        """The listing entry and parsed metadata of one tensor tag (NotFoundError when absent or unreadable)."""
-        ts = self._one_tag(self.require_provider().list_tensors, ctx, eid, run, tag)
+    def run_tensors(self, ctx, eid, run, tags=None) -> dict:
+        """``{tag: TensorTimeSeries}`` of a run's tensor tags (only ``tags`` when given), from one provider call."""
+        listing = self.require_provider().list_tensors(
+            ctx, experiment_id=eid, plugin_name=self.plugin_name, run_tag_filter=provider.RunTagFilter([run], tags)
+        )
+        return listing.get(run, {})
+
+    def tensor_meta(self, ctx, eid, run, tag, listing=None):
+        """The listing entry and parsed metadata of one tensor tag (NotFoundError when absent or unreadable); the
+        entry comes from ``listing`` (a :meth:`run_tensors` answer) when given, else from a provider call."""
+        if listing is None:
+            listing = {tag: self._one_tag(self.require_provider().list_tensors, ctx, eid, run, tag)}
+        ts = listing.get(tag)
         if ts is None:
             raise errors.NotFoundError("no bertwatch tensor for run=%r tag=%r" % (run, tag))
         content = md.parse_plugin_content(ts.plugin_content)
@@ -76,47 +82,44 @@ class Queries:
                 lock = self._locks[key] = threading.Lock()
             return lock
 
-    def series(self, ctx, eid, run, tag, kind=None) -> Series:
-        """The stacked series of a tensor tag, re-read only when its max step / wall time changed."""
-        ts, content = self.tensor_meta(ctx, eid, run, tag)
+    def cached(self, eid, run, tag, ts, latest_only=False) -> Series | None:
+        """The cached series of a tag if current as ``ts``, its listing entry, says (``latest_only``: or its latest step)."""
+        for key in [(eid, run, tag)] + ([(eid, run, tag, "latest")] if latest_only else []):
+            found = self.series_cache.get(key)
+            if found is not None and found[0].signature == (ts.max_step, ts.max_wall_time, ts.plugin_content):
+                return found[0]
+        return None
+
+    def series(self, ctx, eid, run, tag, kind=None, listing=None, latest_only=False) -> Series:
+        """The stacked series of a tensor tag, re-read only when its max step / wall time changed. With
+        ``latest_only`` its latest step is enough: unless the whole series is cached, only that step is read (a
+        provider's downsampling keeps the latest datum), and cached apart."""
+        ts, content = self.tensor_meta(ctx, eid, run, tag, listing)
         if kind is not None and content["kind"] not in ((kind,) if isinstance(kind, str) else kind):
             raise errors.NotFoundError("tag %r is a %s, not a %s" % (tag, content["kind"], kind))
-        signature = (ts.max_step, ts.max_wall_time, ts.plugin_content)
-        key = (eid, run, tag)
-        with self._key_lock(key):
-            cached = self.series_cache.get(key)
-            if cached is not None and cached[0].signature == signature:
-                return cached[0]
-            read = self.require_provider().read_tensors
-            points = self._one_tag(read, ctx, eid, run, tag, downsample=DOWNSAMPLE) or []
+        with self._key_lock((eid, run, tag)):
+            series = self.cached(eid, run, tag, ts, latest_only)
+            if series is not None:
+                return series
+            read = functools.partial(self._one_tag, self.require_provider().read_tensors, ctx, eid, run, tag)
+            points = read(downsample=1) if latest_only else None
+            key = (eid, run, tag, "latest")
+            if not points or points[-1].step != ts.max_step:  # the whole series
+                points, key = read(downsample=DOWNSAMPLE), (eid, run, tag)
             if not points:
                 raise errors.NotFoundError("no data for run=%r tag=%r" % (run, tag))
-            points = sorted(points, key=lambda d: d.step)
-            shape = np.shape(points[-1].numpy)
-            points = [d for d in points if np.shape(d.numpy) == shape]  # a shape change keeps the newest shape
-            steps = np.fromiter((d.step for d in points), dtype=np.int64, count=len(points))
-            if len(np.unique(steps)) != len(steps):  # a step logged twice (e.g. a resumed run): keep the last
-                _, first_from_end = np.unique(steps[::-1], return_index=True)
-                points = [points[len(points) - 1 - i] for i in first_from_end]
-                steps = np.fromiter((d.step for d in points), dtype=np.int64, count=len(points))
-            wall = np.fromiter((d.wall_time for d in points), dtype=np.float64, count=len(points))
-            values = np.stack([np.asarray(d.numpy, dtype=np.float32) for d in points])
-            series = Series(signature, steps, wall, values, content)
+            series = Series.from_points((ts.max_step, ts.max_wall_time, ts.plugin_content), points, content)
             self.series_cache.put(key, series, series.nbytes)
             return series
 
-    def uncached_tags(self, eid, run, tags) -> list:
-        """Those of ``tags`` never read into the cache (a stale entry is refreshed by :meth:`series`)."""
-        return [tag for tag in tags if self.series_cache.get((eid, run, tag)) is None]
-
-    def grid_series(self, ctx, eid, run, tag) -> Series:
-        series = self.series(ctx, eid, run, tag, kind=md.KIND_HEAD_GRID)
+    def grid_series(self, ctx, eid, run, tag, listing=None, latest_only=False) -> Series:
+        series = self.series(ctx, eid, run, tag, kind=md.KIND_HEAD_GRID, listing=listing, latest_only=latest_only)
         if series.values.ndim != 3:
             raise errors.NotFoundError("tag %r is not a [layers, heads] grid" % tag)
         return series
 
-    def latest(self, ctx, eid, run, tag, kind):
-        series = self.series(ctx, eid, run, tag, kind=kind)
+    def latest(self, ctx, eid, run, tag, kind, listing=None):
+        series = self.series(ctx, eid, run, tag, kind=kind, listing=listing)
         return series, series.values[-1], int(series.steps[-1])
 
     # -- route bodies
@@ -250,21 +253,36 @@ class Queries:
             "episodes": episodes(series.steps.tolist(), series.values, rule_names),
         }
 
-    def load_grids(self, ctx, eid, run, stats) -> dict:
-        """``{stat: Series or None}`` for several heads grids of a run; cold series are read concurrently (a
-        first read of a long series mostly waits on the data server)."""
-
-        def load(stat):
+    def grids_at(self, ctx, eid, run, stats, step, listing=None) -> dict:
+        """``{stat: (step, [layers, heads] grid)}``: heads grids of a run, each at its last step at or before ``step``
+        (the latest when None); a grid the run lacks, or without such a step, is left out. Each tag is listed once
+        (``listing``: as in :meth:`tensor_meta`); a grid wanted at its latest step is read alone, not its whole
+        series. Latest steps are read side by side (each mostly waits on the data server), whole series one after
+        another (each mostly converts data points, holding the GIL: side by side they hold up other requests)."""
+        entries = {}
+        for stat in stats:
             try:
-                return self.grid_series(ctx, eid, run, md.heads_tag(stat))
+                entries[stat] = self.tensor_meta(ctx, eid, run, md.heads_tag(stat), listing)[0]
+            except errors.NotFoundError:
+                continue
+        latest = {stat: step is None or step >= ts.max_step for stat, ts in entries.items()}
+
+        def pick(stat):
+            tag = md.heads_tag(stat)
+            try:
+                series = self.grid_series(ctx, eid, run, tag, {tag: entries[stat]}, latest[stat])
             except errors.NotFoundError:
                 return None
+            i = len(series.steps) - 1 if step is None else series.index_at_or_before(step)
+            return None if i is None else (int(series.steps[i]), series.values[i])
 
-        cold = self.uncached_tags(eid, run, [md.heads_tag(stat) for stat in stats])
-        if len(cold) > 1:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=len(cold)) as pool:
-                list(pool.map(load, [tag[len(md.HEADS_PREFIX) :] for tag in cold]))
-        return {stat: load(stat) for stat in stats}
+        to_read = [s for s, ts in entries.items() if latest[s] and not self.cached(eid, run, md.heads_tag(s), ts, True)]
+        picked = {}
+        if len(to_read) > 1:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(to_read)) as pool:
+                picked = dict(zip(to_read, pool.map(pick, to_read)))
+        found = {stat: picked[stat] if stat in picked else pick(stat) for stat in entries}
+        return {stat: at for stat, at in found.items() if at is not None}
 
     def stat_names(self, ctx, eid) -> dict:
         """Every statistic's name and menu group (``bertwatch.core.stat_names``); the same for every experiment."""
@@ -276,19 +294,11 @@ class Queries:
         body = {"run": run, "step": step, "labels": None, "stepsUsed": {}, **label_rules()}
         if run is None:
             return body
-        grids, used = {}, {}
         stats = list(dict.fromkeys(rule.stat for rule in rules.BEHAVIOUR_RULES))
-        for stat, series in self.load_grids(ctx, eid, run, stats).items():
-            i = None
-            if series is not None:
-                i = len(series.steps) - 1 if step is None else series.index_at_or_before(step)
-            if i is None:
-                used[stat] = None
-                continue
-            grids[stat] = series.values[i]
-            used[stat] = int(series.steps[i])
+        found = self.grids_at(ctx, eid, run, stats, step)
+        grids = {stat: grid for stat, (_, grid) in found.items()}
         body["labels"] = rules.behaviour_labels(grids).tolist() if grids else None
-        body["stepsUsed"] = used
+        body["stepsUsed"] = {stat: found[stat][0] if stat in found else None for stat in stats}
         return body
 
     def blob_points(self, ctx, eid, run, tag):
@@ -362,13 +372,11 @@ class Queries:
         }
 
     def ablation(self, ctx, eid, run, mode) -> dict:
-        listing = self.require_provider().list_tensors(
-            ctx, experiment_id=eid, plugin_name=self.plugin_name, run_tag_filter=provider.RunTagFilter(runs=[run])
-        )
+        listing = self.run_tensors(ctx, eid, run)  # one provider call; each table's entry comes from it
         modes = sorted(
             {
                 tag[len(md.ABLATION_PREFIX) :].rsplit("/", 1)[0]
-                for tag in listing.get(run, {})
+                for tag in listing
                 if tag.startswith(md.ABLATION_PREFIX) and tag.endswith("/heads")
             }
         )
@@ -378,15 +386,15 @@ class Queries:
             mode = modes[0]
         if mode not in modes:
             raise errors.NotFoundError("no ablation mode %r in run %r" % (mode, run))
-        hs, heads, step = self.latest(ctx, eid, run, md.ablation_tag(mode, "heads"), md.KIND_ABLATION_HEADS)
-        _, layers_table, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "layers"), md.KIND_ABLATION_LAYERS)
+        tag = functools.partial(md.ablation_tag, mode)
+        hs, heads, step = self.latest(ctx, eid, run, tag("heads"), md.KIND_ABLATION_HEADS, listing)
+        _, layers_table, _ = self.latest(ctx, eid, run, tag("layers"), md.KIND_ABLATION_LAYERS, listing)
         pruning = None
-        if md.ablation_tag(mode, "pruning") in listing.get(run, {}):
-            _, curve, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning"), md.KIND_PRUNING)
-            pruning = f32_list(curve)
+        if tag("pruning") in listing:
+            pruning = f32_list(self.latest(ctx, eid, run, tag("pruning"), md.KIND_PRUNING, listing)[1])
         curves = None
-        if md.ablation_tag(mode, "pruning_curves") in listing.get(run, {}):
-            cs, table, _ = self.latest(ctx, eid, run, md.ablation_tag(mode, "pruning_curves"), md.KIND_PRUNING_CURVES)
+        if tag("pruning_curves") in listing:
+            cs, table, _ = self.latest(ctx, eid, run, tag("pruning_curves"), md.KIND_PRUNING_CURVES, listing)
             curves = pruning_curves(cs.content, table)
         content = hs.content
         fields = content.get("fields", list(md.ABLATION_FIELDS))

@@ -59,6 +59,22 @@ class Series:
         self._layer_means = None
         self._range = None
 
+    @classmethod
+    def from_points(cls, signature, points, content) -> Series:
+        """Stacked from a data provider's ``TensorDatum`` list (not empty), by step: a step logged twice (e.g. a
+        resumed run) keeps its last datum, a shape change keeps the newest shape."""
+        points = sorted(points, key=lambda d: d.step)
+        shape = np.shape(points[-1].numpy)
+        points = [d for d in points if np.shape(d.numpy) == shape]
+        steps = np.fromiter((d.step for d in points), dtype=np.int64, count=len(points))
+        if len(np.unique(steps)) != len(steps):
+            _, first_from_end = np.unique(steps[::-1], return_index=True)
+            points = [points[len(points) - 1 - i] for i in first_from_end]
+            steps = np.fromiter((d.step for d in points), dtype=np.int64, count=len(points))
+        wall = np.fromiter((d.wall_time for d in points), dtype=np.float64, count=len(points))
+        values = np.stack([np.asarray(d.numpy, dtype=np.float32) for d in points])
+        return cls(signature, steps, wall, values, content)
+
     def value_range(self) -> tuple:
         """(min, max) over the finite values of every step, or (None, None)."""
         if self._range is None:

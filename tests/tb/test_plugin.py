@@ -18,7 +18,7 @@ from werkzeug.test import Client
 import bertwatch.tb.plugin as plugin_mod
 from bertwatch.core import rules
 from bertwatch.tb import metadata as md
-from bertwatch.tb import series
+from bertwatch.tb import queries, series
 from bertwatch.tb.summary import SummaryWriter
 from tests.support.tb_helpers import (  # noqa: E402
     ABLATION_F1,
@@ -406,6 +406,39 @@ def test_cache_sees_new_steps(tmp_path):
     mux.Reload()
     assert get_json(c, "steps", run="run", tag="bertwatch/heads/prev")["steps"] == [0, 10]
     assert get_json(c, "grid", run="run", tag="bertwatch/heads/prev", step=10)["values"] == [[2.0, 2.0], [2.0, 2.0]]
+
+
+def test_labels_of_the_latest_step_read_that_step_alone(logdir, tmp_path):
+    """The page opens on the latest step: its labels read one datum per grid, not six whole series; an earlier step
+    reads the series. Both answer the written grids' labels, and a step logged later is seen."""
+    app, _, plugin = make_wsgi_app(logdir)
+    provider, reads = plugin.queries.data_provider, []
+    read_tensors = provider.read_tensors
+
+    def counted(*args, **kwargs):
+        reads.append(kwargs["downsample"])
+        return read_tensors(*args, **kwargs)
+
+    provider.read_tensors = counted
+    c = Client(app)
+    for step, read in ((STEPS[-1], [1] * 6), (STEPS[3], [queries.DOWNSAMPLE] * 6), (STEPS[-1], [])):
+        reads.clear()
+        out = get_json(c, "labels", run="finetune-b", step=step)
+        g = synthetic_grids(step, seed=1)
+        assert out["labels"] == rules.behaviour_labels({k: g[k].astype(np.float32) for k in out["stepsUsed"]}).tolist()
+        assert reads == read
+
+    with SummaryWriter(str(tmp_path / "run")) as w:
+        w.add_head_grids({"prev": np.zeros((1, 2))}, 0)
+    app, mux, _ = make_wsgi_app(tmp_path)
+    c = Client(app)
+    assert get_json(c, "labels", run="run")["labels"] == [[None, None]]
+    _next_second()
+    with SummaryWriter(str(tmp_path / "run")) as w:
+        w.add_head_grids({"prev": np.ones((1, 2))}, 10)
+    mux.Reload()
+    out = get_json(c, "labels", run="run")
+    assert (out["labels"], out["stepsUsed"]["prev"]) == ([["prev", "prev"]], 10)
 
 
 # ---------------------------------------------------------------------------------------------------- real server

@@ -17,6 +17,7 @@ from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import (  # noqa: E402
     MAX_PNG_BYTES,
     TOKENS_A,
+    VIEWPORT,
     chromium_context,
     http_json,
     screenshot_dir,
@@ -235,3 +236,44 @@ def test_gap_panel_follows_the_step_slider(frame, server):
     cell = table.query_selector('tr[data-layer="3"] td.gap[data-stat="sep_mass_norm"]')
     assert float(cell.get_attribute("data-value")) == sep["gaps"]["sep_mass_norm"][3]
     assert float(cell.get_attribute("data-value")) == pytest.approx(want, rel=2 * float(np.finfo(np.float32).eps))
+
+
+def move_slider(frame, index):
+    """Move the Heads view's step slider; returns once the heatmap and its behaviour labels show that step."""
+    frame.eval_on_selector(
+        "#step-slider",
+        "(e, i) => { e.value = String(i); e.dispatchEvent(new Event('input', {bubbles: true})); }",
+        index,
+    )
+    frame.wait_for_function(
+        "s => document.querySelector('#grid-step').dataset.step === s"
+        " && document.querySelector('#labels-legend')?.dataset.pending === 'false'",
+        arg=str(STEPS[index]),
+    )
+
+
+def test_gap_panel_out_of_view_fetches_nothing_until_it_comes_into_view(frame, server):
+    page = frame.page_
+    asked: list[str] = []
+
+    def on_request(request):
+        if "/mass_gap" in request.url:
+            asked.append(urllib.parse.parse_qs(urllib.parse.urlsplit(request.url).query).get("step", [""])[0])
+
+    page.set_viewport_size({"width": 1440, "height": 480})
+    page.on("request", on_request)
+    try:
+        frame.evaluate("() => window.scrollTo(0, 0)")
+        assert frame.eval_on_selector("#mass-gap-card", "e => e.getBoundingClientRect().top > innerHeight")
+        for index in (2, 1):
+            move_slider(frame, index)
+        page.wait_for_timeout(1000)  # the panels that follow the step ask once it has rested (150 ms)
+        assert asked == []
+        assert frame.eval_on_selector("#mass-gap-step", "e => e.dataset.step") != str(STEPS[1])
+        frame.eval_on_selector("#mass-gap-card", "e => e.scrollIntoView()")
+        frame.wait_for_function("s => document.querySelector('#mass-gap-step').dataset.step === s", arg=str(STEPS[1]))
+        assert asked == [str(STEPS[1])]
+    finally:
+        page.remove_listener("request", on_request)
+        page.set_viewport_size(VIEWPORT)
+        frame.evaluate("() => window.scrollTo(0, 0)")

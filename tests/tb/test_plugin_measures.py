@@ -231,6 +231,25 @@ def test_mass_gap_is_each_layers_mean_over_heads_and_their_difference(client, st
     assert body["steps"]["cls_mass"] == used
 
 
+def test_mass_gap_lists_the_run_once(logdir):
+    """Which masses the run has and whether each cached series is current both come from one listing: every provider
+    call is a round trip to TensorBoard's data server."""
+    app, _, plugin = make_wsgi_app(logdir)
+    provider, calls = plugin.queries.data_provider, []
+    list_tensors = provider.list_tensors
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("run_tag_filter"))
+        return list_tensors(*args, **kwargs)
+
+    provider.list_tensors = counted
+    client = Client(app)
+    first = get_json(client, "mass_gap", run="run")  # reads the series
+    calls.clear()
+    assert get_json(client, "mass_gap", run="run", step=10) != first
+    assert len(calls) == 1
+
+
 def test_mass_gap_of_a_run_without_masses_is_empty(client):
     assert get_json(client, "mass_gap", run="old")["targets"] == []
 

@@ -22,6 +22,32 @@ export async function getJSON(route, params = {}) {
   return response.json();
 }
 
+/**
+ * `run` (async) with at most one call in flight: a call made meanwhile runs it once more when it ends (the latest
+ * state wins), and any further ones fold into that. The returned function's `pending()` says whether one is waiting.
+ */
+export function oneInFlight(run) {
+  let busy = false;
+  let again = false;
+  const call = async () => {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      do {
+        again = false;
+        await run();
+      } while (again);
+    } finally {
+      busy = false;
+    }
+  };
+  call.pending = () => again;
+  return call;
+}
+
 /** A number from TensorBoard's JSON: "NaN", "Infinity", "-Infinity" become the real values. */
 export function num(v) {
   if (typeof v === 'number') return v;

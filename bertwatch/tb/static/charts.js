@@ -195,13 +195,9 @@ export function lineChart({
   const setMarker = (x) => {
     const ok = x !== undefined && x !== null && Number.isFinite(x);
     markerLine.setAttribute('visibility', ok ? 'visible' : 'hidden');
-    if (ok) {
-      markerLine.setAttribute('x1', X(x));
-      markerLine.setAttribute('x2', X(x));
-    }
+    if (ok) markerLine.style.transform = `translateX(${X(x)}px)`;
   };
   setMarker(marker);
-  svg.append(markerLine);
   for (const sr of series) {
     svg.append(
       s('path', {
@@ -222,7 +218,8 @@ export function lineChart({
   }
   const guide = s('line', {class: 'guide', x1: 0, x2: 0, y1: M.t, y2: H - M.b, visibility: 'hidden'});
   const overlay = s('rect', {class: 'overlay', x: M.l, y: M.t, width: W - M.l - M.r, height: H - M.t - M.b});
-  svg.append(guide, overlay);
+  // the marker is drawn last: it is a layer of its own (style.css), and anything drawn over it would need one too
+  svg.append(guide, overlay, markerLine);
   const base = series[0];
   const locate = (e) => {
     const r = svg.getBoundingClientRect();

@@ -3,7 +3,7 @@
 // pattern-class shares and the UD word-class attention shares over steps.
 
 import {AlertStrip} from './alert_strip.js';
-import {getJSON, gridTags, isPerLayer, num, nums, rawText, statGroup, tagsOfKind} from './api.js';
+import {getJSON, gridTags, isPerLayer, num, nums, oneInFlight, rawText, statGroup, tagsOfKind} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
 import {heatmap} from './heatmap.js';
@@ -11,6 +11,9 @@ import {MassGapPanel} from './panel_mass_gap.js';
 import {layerColor, legend, scaleForStat} from './scales.js';
 
 // The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
+
+// How long the step must rest before the panels that follow it fetch: while the slider moves, only the heatmap does.
+const SETTLE_MS = 150;
 
 export class HeadsView {
   constructor(app) {
@@ -83,6 +86,10 @@ export class HeadsView {
     this.grid = null;
     this.traj = null;
     this.means = null;
+    // While dragging the slider, at most one /grid request is in flight; the latest position wins. The heatmap
+    // comes first: its labels are asked for once it is drawn, the panels that follow the step once the step has
+    // rested SETTLE_MS (requests to TensorBoard's data server answer slower side by side).
+    this.loadGrid = oneInFlight(() => this.fetchGrid());
   }
 
   hasData(tags, run) {
@@ -116,6 +123,7 @@ export class HeadsView {
       preferred,
     );
     const info = tags.find((t) => t.stat === this.statSelect.value);
+    if (reason === 'data') this.massGap.invalidate();
     const changedSeries = info.tag !== this.state.tag || reason === 'run';
     if (changedSeries) this.grid = null;
     if (reason === 'run' || app.run !== this.state.run) this.state.selected = null;
@@ -148,7 +156,6 @@ export class HeadsView {
       this.loadMeans(),
       this.loadPatterns(),
       this.loadWordClasses(),
-      this.massGap.load(run, this.stepper.step),
     ]);
   }
 
@@ -166,27 +173,9 @@ export class HeadsView {
 
   onStep() {
     this.loadGrid();
-    this.massGap.load(this.state.run, this.stepper.step);
     const step = this.stepper.step;
     for (const chart of [this.trajChart, this.meansChart, this.patternChart, this.wordClassChart])
       if (chart) chart.setMarker(step);
-  }
-
-  async loadGrid() {
-    // While dragging the slider, at most one /grid request is in flight; the latest position wins.
-    if (this.gridBusy) {
-      this.gridPending = true;
-      return;
-    }
-    this.gridBusy = true;
-    try {
-      do {
-        this.gridPending = false;
-        await this.fetchGrid();
-      } while (this.gridPending);
-    } finally {
-      this.gridBusy = false;
-    }
   }
 
   async fetchGrid() {
@@ -197,8 +186,6 @@ export class HeadsView {
     const seq = this.gridSeq;
     const current = () => seq === this.gridSeq && run === this.state.run && tag === this.state.tag;
     const t0 = performance.now();
-    // Labels need six other series: they arrive separately and never hold up the heatmap.
-    const labels = this.state.showLabels ? getJSON('labels', {run, step}).catch(() => null) : Promise.resolve(null);
     const grid = await getJSON('grid', {run, tag, step});
     if (!current()) return;
     this.gridData = grid;
@@ -214,10 +201,18 @@ export class HeadsView {
       performance.mark('bw-heatmap-rendered');
     }
     if (firstSelection) this.loadTrajectory();
+    if (this.loadGrid.pending()) return; // the slider moved on: the next grid's labels and panels follow it
+    // Labels need six other series: they arrive separately and never hold up the next heatmap.
+    const labels = this.state.showLabels ? getJSON('labels', {run, step}).catch(() => null) : Promise.resolve(null);
     labels.then((lab) => {
-      if (!current() || !lab) return;
-      this.labels = lab;
-      this.renderGrid();
+      if (!current()) return;
+      if (lab) {
+        this.labels = lab;
+        this.labelRules = lab.rules;
+        this.renderGrid();
+      }
+      clearTimeout(this.settleTimer);
+      this.settleTimer = setTimeout(() => current() && this.massGap.follow(run, step), SETTLE_MS);
     });
   }
 
@@ -269,7 +264,8 @@ export class HeadsView {
         'div',
         {class: 'legend-row'},
         legend(scale, {title: stat, nan: hasNaN}),
-        labelGrid ? labelsLegend(labelGrid, this.labels.rules) : null,
+        // while a step's labels load, the legend stays (counts pending): the column keeps its width
+        showLabels && this.labelRules ? labelsLegend(labelGrid, this.labelRules) : null,
       ),
     ];
     if (info?.description) parts.push(h('p', {class: 'description'}, info.description));
@@ -477,20 +473,21 @@ function argmax(values) {
   return best || [0, 0];
 }
 
+/** The legend of the behaviour labels with each one's count; counts pending (…) without `labelGrid`. */
 function labelsLegend(labelGrid, rules) {
   const counts = {};
-  for (const row of labelGrid) for (const l of row) if (l) counts[l] = (counts[l] || 0) + 1;
+  for (const row of labelGrid || []) for (const l of row) if (l) counts[l] = (counts[l] || 0) + 1;
   const items = rules.map(({label, glyph, text}) =>
     h(
       'span',
       {class: `label-item${counts[label] ? '' : ' zero'}`, title: text},
       h('b', {class: 'glyph'}, glyph),
-      `${label} ${counts[label] || 0}`,
+      `${label} ${labelGrid ? counts[label] || 0 : '…'}`,
     ),
   );
   return h(
     'div',
-    {class: 'labels-legend', id: 'labels-legend'},
+    {class: 'labels-legend', id: 'labels-legend', dataset: {pending: String(!labelGrid)}},
     h('div', {class: 'legend-title'}, 'Behaviour (Clark et al. 2019)'),
     h('div', {class: 'label-items'}, ...items),
   );
