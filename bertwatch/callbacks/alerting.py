@@ -110,7 +110,7 @@ class Alerting:
         if reference_step != 0 or resumed:
             warnings.warn(
                 f"bertwatch: the stability alerts compare each head with its value at step {reference_step}, the "
-                "first step measured in this run, not with the model before fine-tuning (measure at_start, and "
+                "first step measured in this run, not with the model before fine-tuning (measure at step 0, the default, and "
                 "start the run from step 0, for that reference)",
                 BertWatchWarning,
                 stacklevel=5,

@@ -327,7 +327,7 @@ def build_probe_set(
                 "the probe set is empty: the evaluation dataset (or probe_texts / probe_dataset) has no examples"
             )
         if batch_size <= 0:
-            raise SetupError(f"probe_batch_size must be positive, got {batch_size}")
+            raise SetupError(f"ProbeOptions(batch_size=...) must be positive, got {batch_size}")
         if model is not None and head_kind(unwrap(model).model) == "masked-lm":
             features, collate = masked_lm_features(features, indices, tokenizer, seed), _pad_collate(tokenizer)
         batches = [
@@ -350,11 +350,15 @@ def build_probe_set(
 
 def probe_cut_message(probe: ProbeSet, requested: int | None) -> str:
     """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
-    asked = "the model's maximum" if requested is None or requested > (probe.max_length or 0) else "probe_max_length"
+    asked = (
+        "the model's maximum"
+        if requested is None or requested > (probe.max_length or 0)
+        else "ProbeOptions(max_length=...)"
+    )
     more = (
         "pass shorter probe texts"
         if asked == "the model's maximum"
-        else "pass probe_max_length=None to measure up to the model's maximum (memory grows with the square of "
+        else "pass probing=ProbeOptions(max_length=None) to measure up to the model's maximum (memory grows with the square of "
         "the length; docs/callbacks.md)"
     )
     return cut_message(

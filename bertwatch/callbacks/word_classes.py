@@ -160,7 +160,7 @@ def _encode(probe: WordClassProbe, tokenizer: Any, max_length: int) -> tuple[str
     if not kept:
         raise SetupError(
             f"word_classes: none of the sentences of {source} fits: {skipped['too_long']} longer than {max_length} "
-            f"word pieces, {skipped['unaligned']} not aligned to words; raise probe_max_length (or "
+            f"word pieces, {skipped['unaligned']} not aligned to words; raise probing=ProbeOptions(max_length=...) (or "
             "WordClassProbe(max_length=...)) or pass shorter sentences"
         )
     return source, kept, skipped
@@ -192,7 +192,9 @@ def build_word_class_batches(
         means[name] = float(finite.mean()) if finite.numel() else math.nan
     data = WordClassBatches(batches, masks, means, len(kept), skipped, source, max_length)
     if any(skipped.values()):
-        remedy = "raise probe_max_length (or WordClassProbe(max_length=...)) up to the model's maximum"
+        remedy = (
+            "raise probing=ProbeOptions(max_length=...) (or WordClassProbe(max_length=...)) up to the model's maximum"
+        )
         message = skip_message(skipped, len(kept), max_length, f"word_classes on {source}", remedy)
         warnings.warn(message, BertWatchWarning, stacklevel=2)
     return data

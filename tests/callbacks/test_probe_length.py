@@ -103,7 +103,7 @@ def test_a_long_probe_text_warns_once_at_setup_with_count_and_length(cut_run) ->
     cuts = [str(w.message) for w in ours if "probe examples are longer" in str(w.message)]
     assert len(cuts) == 1, [str(w.message) for w in ours]
     assert f"2 of 5 probe examples are longer than {LENGTH} tokens" in cuts[0]
-    assert "probe_max_length=None" in cuts[0]
+    assert "probing=ProbeOptions(max_length=None)" in cuts[0]
     assert at_first_step >= 1, "the warning must come at setup, before the first training step"
 
 

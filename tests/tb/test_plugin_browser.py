@@ -143,7 +143,7 @@ def test_heads_view_shows_the_recorded_probe_length(s):
     pill = s.frame.query_selector("#probe-length")
     assert pill.text_content() == f"{PROBE['truncated']} of {PROBE['examples']} cut to {PROBE['max_length']} tokens"
     assert pill.get_attribute("data-max-length") == str(PROBE["max_length"])
-    assert "were cut (probe_max_length)" in pill.get_attribute("title")
+    assert "were cut (ProbeOptions(max_length=...))" in pill.get_attribute("title")
     s.frame.select_option("#run-select", "finetune-b")  # a run that records no probe length shows none
     s.frame.wait_for_function("() => !document.querySelector('#probe-length')", timeout=20000)
     assert s.route("grid", run="finetune-b", tag="bertwatch/heads/cls_mass")["probe"] is None

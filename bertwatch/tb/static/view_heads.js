@@ -445,7 +445,7 @@ function probePill(probe) {
   const whole = length === null ? 'as tokenized' : `limit ${length} tokens`;
   const text = truncated ? `${truncated} of ${examples} cut to ${length} tokens` : `${examples} examples whole`;
   const title = truncated
-    ? `The probe pass measured each example up to ${length} tokens; ${truncated} of the ${examples} probe examples were longer and were cut (probe_max_length).`
+    ? `The probe pass measured each example up to ${length} tokens; ${truncated} of the ${examples} probe examples were longer and were cut (ProbeOptions(max_length=...)).`
     : `The probe pass measured all ${examples} probe examples whole (longest ${longest} tokens; ${whole}).`;
   return h(
     'span',
