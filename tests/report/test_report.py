@@ -150,9 +150,11 @@ def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, ca
     write_outputs(_result(), tmp_path / "bertwatch_ablation")
     assert cli_report([str(tmp_path), "--out", str(tmp_path / "full.html")]) == 0
     page = (tmp_path / "full.html").read_text()
-    assert "During training" in page and "entropy" in page and "cls_mass" in page
+    assert "<h1>bertwatch report: training run and ablation</h1>" in page
+    assert 'id="stat-entropy"' in page and 'id="stat-cls_mass"' in page
     assert "Mode <code>uniform</code>" in page
-    assert page.count("data:image/png;base64,") == 3 + 2 * 3  # ablation + (first, last, change) per grid
+    # ablation (3) + one figure per grid (2) + the trajectories of the two families' cards (Spread, Special tokens)
+    assert page.count("data:image/png;base64,") == 3 + 2 + 2
     assert "2 training grids" in capsys.readouterr().out
 
 
@@ -177,7 +179,7 @@ def test_cli_report_adds_the_linguistic_analyses(tmp_path: Path, capsys) -> None
     (folder / "syntax.json").write_text(json.dumps({"relations": {"det<b>": relation}}), encoding="utf-8")
     assert cli_report([str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "Linguistic analyses" in page and "det&lt;b&gt;" in page and "2-5" in page
+    assert "Linguistic analyses" in page and "det&lt;b&gt;" in page and "L2 H5" in page
     assert cli_report([str(tmp_path), "--linguistics", str(tmp_path / "missing")]) == 2
     assert "no syntax.json" in capsys.readouterr().out
 
