@@ -86,10 +86,14 @@ def grid_heatmap(
 
 
 def _grid_axes(ax: Any, layers: int, heads: int, fontsize: float | None = None) -> None:
-    """Head and layer ticks of a ``[layers, heads]`` image, numbered from 0 (``L2 H7`` is row 2, column 7)."""
-    ax.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=fontsize)
+    """Head and layer ticks of a ``[layers, heads]`` image, numbered from 0 (``L2 H7`` is row 2, column 7); a
+    per-layer grid (one column) has no head axis."""
+    if heads > 1:
+        ax.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=fontsize)
+        ax.set_xlabel("head", fontsize=fontsize)
+    else:
+        ax.set_xticks([])
     ax.set_yticks(range(layers), [str(l) for l in range(layers)], fontsize=fontsize)
-    ax.set_xlabel("head", fontsize=fontsize)
     ax.set_ylabel("layer", fontsize=fontsize)
 
 
@@ -172,8 +176,8 @@ def change_panels(stat: str, first: tuple[int, Any], last: tuple[int, Any], path
     grids = [(f"step {first[0]}", a)] if same_step else [(f"step {first[0]}", a), (f"step {last[0]}", b)]
     layers, heads = a.shape
     count = len(grids) + (0 if same_step else 1)
-    size = (0.2 * heads + 1.3, 0.2 * layers + 0.9)
-    fig, axes = plt.subplots(1, count, figsize=(size[0] * count, size[1]), squeeze=False)
+    size = (0.2 * heads + 1.5, 0.2 * layers + 0.9)
+    fig, axes = plt.subplots(1, count, figsize=(size[0] * count, size[1]), squeeze=False, layout="constrained")
     both = np.concatenate([g.ravel() for _, g in grids])
     both = both[np.isfinite(both)]
     if reference is not None:
@@ -182,9 +186,13 @@ def change_panels(stat: str, first: tuple[int, Any], last: tuple[int, Any], path
         scale = {"cmap": "viridis"}
         if both.size:
             scale.update(vmin=float(both.min()), vmax=float(both.max()))
+    low, high = scale.pop("vmin", 0.0), scale.pop("vmax", 1.0)
+    if high <= low:  # one value everywhere: a band around it, the same in both panels
+        low, high = low - 0.5 * max(abs(low), 1e-12), high + 0.5 * max(abs(high), 1e-12)
+    norm = matplotlib.colors.Normalize(low, high)
+    colors = matplotlib.colormaps[scale["cmap"]].with_extremes(bad="#bbbbbb")
     for ax, (title, grid) in zip(axes[0], grids):
-        colors = matplotlib.colormaps[scale["cmap"]].with_extremes(bad="#bbbbbb")
-        image = ax.imshow(grid, aspect="auto", **{**scale, "cmap": colors})
+        image = ax.imshow(grid, aspect="auto", cmap=colors, norm=norm)
         _small_grid(ax, title, layers, heads)
     fig.colorbar(image, ax=list(axes[0][: len(grids)]), fraction=0.05, pad=0.02).ax.tick_params(labelsize=6)
     if not same_step:

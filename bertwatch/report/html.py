@@ -100,7 +100,8 @@ h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #
 table{border-collapse:collapse;margin:8px 0;font-size:0.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f4f4f4}td.l,th.l{text-align:left}img{max-width:100%;height:auto}.note{color:#555;font-size:0.9em}
 figure{margin:0}figcaption{font-size:0.85em;color:#555}code{background:#f4f4f4;padding:1px 4px}
-table.glance{font-size:0.88em}table.glance th{width:9em}
+dl.glance{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 10px;font-size:0.88em;
+margin:8px 0;padding:6px 10px;background:#f6f6f6;border-radius:6px}dl.glance dt{font-weight:600}dl.glance dd{margin:0}
 .cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:10px;margin-top:10px}
 .card{border:1px solid #ddd;border-radius:6px;padding:6px 10px;background:#fcfcfc}.card h3{font-size:0.95em;margin:2px 0}
 .card p{margin:3px 0;font-size:0.84em}.card .meaning{color:#555}.verdict{border-color:#2c7bb6;background:#f3f8fc}

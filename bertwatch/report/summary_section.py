@@ -147,7 +147,8 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
         steps = _steps(grids)
         if steps:
             rows.append(("steps measured", f"{len(steps)}, from step {steps[0]} to step {steps[-1]}"))
-        rows.append(("probe set", escape(probe_note(training.get("probe")).removeprefix("Probe set: "))))
+        note = probe_note(training.get("probe")).removeprefix("Probe set: ")
+        rows.append(("probe set", f'<span id="probe-length">{escape(note)}</span>'))
         rows.append(("alerts", _alerts_text(training.get("alerts"))))
         empty = empty_stats(grids)
         count = len(grids) - len(empty)
@@ -159,8 +160,8 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
                 f"{r.num_examples} examples, baseline {escape(r.metric)} {number(r.baseline)}",
             )
         )
-    cells = "".join(f'<tr><th class="l">{k}</th><td class="l">{v}</td></tr>' for k, v in rows)
-    return f'<table class="glance">{cells}</table>' if rows else ""
+    cells = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    return f'<dl class="glance">{cells}</dl>' if rows else ""
 
 
 def summary_section(results: Sequence[AblationResult], training: Mapping[str, Any] | None) -> str:
