@@ -147,8 +147,7 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
         steps = _steps(grids)
         if steps:
             rows.append(("steps measured", f"{len(steps)}, from step {steps[0]} to step {steps[-1]}"))
-        note = probe_note(training.get("probe")).removeprefix("Probe set: ")
-        rows.append(("probe set", f'<span id="probe-length">{escape(note)}</span>'))
+        rows.append(("probe set", f'<span id="probe-length">{escape(probe_note(training.get("probe")))}</span>'))
         rows.append(("alerts", _alerts_text(training.get("alerts"))))
         empty = empty_stats(grids)
         count = len(grids) - len(empty)

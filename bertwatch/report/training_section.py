@@ -16,26 +16,26 @@ from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.markup import b64, escape, head_name, image, number, table
 from bertwatch.tb.measures import layer_gap_rows, mass_by_measure
 
-__all__ = ["by_family", "changes_text", "details_section", "probe_note", "unit_name"]
+__all__ = ["changes_text", "details_section", "probe_note"]
 
 
 def probe_note(probe: dict[str, Any] | None) -> str:
-    """The sentence saying what the training-time statistics measured: how long each probe example was allowed
-    to be and how many were cut (``bertwatch.tb.metadata.probe_info``)."""
+    """What the training-time statistics measured, for the "probe set" line: how many examples, how long each was
+    allowed to be and how many were cut (``bertwatch.tb.metadata.probe_info``)."""
     if not probe:
         return "This run does not record the probe length (written before bertwatch recorded it)."
     examples, longest, length, cut = probe["examples"], probe["longest"], probe["max_length"], probe["truncated"]
     if length is None:
-        return f"Probe set: {examples} examples measured whole, as tokenized (longest {longest} tokens)."
+        return f"{examples} examples measured whole, as tokenized (longest {longest} tokens)."
     if not cut:
-        return f"Probe set: {examples} examples measured whole (longest {longest} tokens; limit {length} tokens)."
+        return f"{examples} examples measured whole (longest {longest} tokens; limit {length} tokens)."
     return (
-        f"Probe set: {examples} examples, measured up to {length} tokens; {cut} of them were longer and were cut "
+        f"{examples} examples, measured up to {length} tokens; {cut} of them were longer and were cut "
         f"to their first {length} tokens."
     )
 
 
-def unit_name(stat: str, layer: int, head: int) -> str:
+def _unit_name(stat: str, layer: int, head: int) -> str:
     """``L2 H7`` for a head; ``L2`` for a per-layer statistic (one column, no heads)."""
     return f"L{int(layer)}" if stat in MIXING_LAYER_NAMES else head_name(layer, head)
 
@@ -45,7 +45,7 @@ def changes_text(stat: str, changes: list[HeadChange], digits: int = 3) -> str:
     if not changes:
         return "no head changed beyond float32 rounding"
     return ", ".join(
-        f"<b>{unit_name(stat, c.layer, c.head)}</b> {_value(c.first, digits)} → {_value(c.last, digits)} "
+        f"<b>{_unit_name(stat, c.layer, c.head)}</b> {_value(c.first, digits)} → {_value(c.last, digits)} "
         f"({_signed(c.delta, digits)})"
         for c in changes
     )
@@ -60,7 +60,7 @@ def _signed(x: float, digits: int) -> str:
     return ("+" if x > 0 else "−") + text
 
 
-def by_family(names: Any) -> list[tuple[str, list[str]]]:
+def _by_family(names: Any) -> list[tuple[str, list[str]]]:
     """``names`` grouped as the plugin's menu groups them, in menu order, the rest under "Other" (sorted)."""
     names = set(names)
     out = [(title, [n for n in group if n in names]) for title, group in STAT_GROUPS]
@@ -109,7 +109,7 @@ def details_section(training: Mapping[str, Any]) -> str:
             + " (statistics of sentence pairs are empty on single sentences).</p>"
         )
     parts.append(_mass_gap_section(shown))
-    for title, names in by_family(shown):
+    for title, names in _by_family(shown):
         parts.append(f"<h3>{escape(title)}</h3>")
         parts.extend(_stat_block(stat, shown[stat]) for stat in names)
     parts.append(_series_section(series))
