@@ -171,6 +171,8 @@ def summary_section(results: Sequence[AblationResult], training: Mapping[str, An
     cards.append(_drift_card(grids))
     cards.append(_importance_card(grids))
     for family, stat, changes in family_leaders(grids):
+        if stat == "head_importance" and cards[-1]:
+            continue  # the card of the heads the loss depends on shows it already
         title = f"{family}: largest change"
         cards.append(_change_card(title, FAMILY_MEANINGS.get(family, ""), stat, grids[stat], changes))
     cards = [c for c in cards if c]
