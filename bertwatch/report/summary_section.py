@@ -6,6 +6,7 @@ logged steps."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats, family_leaders
 from bertwatch.report.figures import trajectory_figure
 from bertwatch.report.markup import b64, escape, head_name, image, number
-from bertwatch.report.pruning_section import answer_lines
+from bertwatch.report.pruning_section import answer_lines, curves_figure
 from bertwatch.report.result import AblationResult
 from bertwatch.report.training_section import changes_text, probe_note
 
@@ -97,22 +98,30 @@ def _importance_card(grids: Mapping[str, Any]) -> str:
 
 def _verdict_card(result: AblationResult) -> str:
     """The ablation's verdict: how many heads can go and at what cost, and the single head that costs most."""
-    delta = result.heads[..., 1]
-    cells = [(l, h) for l, h in np.ndindex(delta.shape) if np.isfinite(delta[l, h])]
+    greater = bool(result.config.get("greater_is_better", True))
     lines = [escape(line) for line in answer_lines(result)]
-    if cells:
-        l, h = min(cells, key=lambda c: (delta[c], c))
-        low, high = result.heads[l, h, 2], result.heads[l, h, 3]
-        lines.append(
-            f"disabling <b>{head_name(l, h)}</b> alone costs most: Δ {escape(result.metric)} {number(delta[l, h])} "
-            f"[{number(low)}, {number(high)}]"
-        )
+    heads = [(f"<b>{head_name(l, h)}</b> alone", result.heads[l, h]) for l, h in np.ndindex(result.shape)]
+    layers = [(f"all of layer <b>L{l}</b>", row) for l, row in enumerate(result.layers)]
+    for units in (heads, layers):
+        rows = [(name, row) for name, row in units if np.isfinite(row[1])]
+        if rows:
+            name, row = min(rows, key=lambda r: r[1][1] if greater else -r[1][1])
+            lines.append(
+                f"disabling {name} costs most: Δ {escape(result.metric)} {number(row[1])} "
+                f"[{number(row[2])}, {number(row[3])}]{_within_noise(row)}"
+            )
     sentence = (
         f"Each head and layer disabled ({escape(result.mode)}) on {result.num_examples} examples, baseline "
-        f"{escape(result.metric)} {number(result.baseline)}: how many heads can go, and what the costliest one costs."
+        f"{escape(result.metric)} {number(result.baseline)}: how many heads can go, and what the costliest cost."
     )
     body = "<br>".join(lines) or "no single head could be measured"
-    return _card(f"Ablation verdict ({escape(result.mode)})", sentence, body, css="card verdict")
+    figure = image(b64(curves_figure(result)), "pruning orders", "traj") if result.pruning else ""
+    return _card(f"Ablation verdict ({escape(result.mode)})", sentence, body, figure, css="card verdict")
+
+
+def _within_noise(row: np.ndarray) -> str:
+    """ " (within resampling noise)" when the 95% interval of Δ holds 0."""
+    return " (within resampling noise)" if row[2] <= 0 <= row[3] else ""
 
 
 def _steps(grids: Mapping[str, Any]) -> list[int]:
@@ -132,6 +141,12 @@ def _alerts_text(alerts: Mapping[str, Any] | None) -> str:
     return f'<a href="#alerts">{len(episodes)} episode{"s" if len(episodes) != 1 else ""}, {active} still in force</a>'
 
 
+def _short(model: str) -> str:
+    """A model's folder by its last two parts (``…/all-MiniLM-L6-v2/model``); a Hub name as it is."""
+    parts = PurePath(model).parts
+    return model if len(parts) <= 2 else "…/" + "/".join(parts[-2:])
+
+
 def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | None) -> str:
     grids = (training or {}).get("grids") or {}
     rows: list[tuple[str, str]] = []
@@ -139,7 +154,8 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
     models = sorted({str(r.config["model"]) for r in results if r.config.get("model")})
     if shapes:
         layers, heads = max(shapes)
-        rows.append(("model", escape(", ".join(models) + " · " if models else "") + f"{layers} layers × {heads} heads"))
+        names = "".join(f'<span title="{escape(m)}">{escape(_short(m))}</span> · ' for m in models)
+        rows.append(("model", f"{names}{layers} layers × {heads} heads"))
     if training and (grids or training.get("series")):
         runs = training.get("runs") or []
         named = f" ({', '.join(runs)})" if runs and runs != ["."] else ""

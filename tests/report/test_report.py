@@ -103,7 +103,7 @@ def test_html_is_self_contained_and_escapes_user_strings() -> None:
     assert HOSTILE not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
     assert "acc<b>" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
-    assert page.count("data:image/png;base64,") == 3  # heatmap, layer bars, pruning curve
+    assert page.count("data:image/png;base64,") == 4  # heatmap, layer bars, pruning curve (also in the verdict)
     assert "hurts most" in page and "helps most" in page and "Keep only the best head" in page
 
 
@@ -153,8 +153,9 @@ def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, ca
     assert "<h1>bertwatch report: training run and ablation</h1>" in page
     assert 'id="stat-entropy"' in page and 'id="stat-cls_mass"' in page
     assert "Mode <code>uniform</code>" in page
-    # ablation (3) + one figure per grid (2) + the trajectories of the two families' cards (Spread, Special tokens)
-    assert page.count("data:image/png;base64,") == 3 + 2 + 2
+    # ablation (3, the pruning curve again in the verdict) + one figure per grid (2) + the trajectories of the two
+    # families' cards (Spread, Special tokens)
+    assert page.count("data:image/png;base64,") == 3 + 1 + 2 + 2
     assert "2 training grids" in capsys.readouterr().out
 
 
