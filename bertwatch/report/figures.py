@@ -237,12 +237,14 @@ def trajectory_figure(
     steps: Sequence[int], values: Any, heads: Sequence[tuple[int, int]], ylabel: str, path: str | Path | None = None
 ) -> bytes:
     """A small line figure of a statistic over the logged steps, one line per head (``values``: ``[steps, layers,
-    heads]``; ``heads``: ``(layer, head)`` pairs, labelled ``L2 H7``). PNG bytes."""
+    heads]``; ``heads``: ``(layer, head)`` pairs, labelled ``L2 H7``, or ``L2`` for a per-layer grid of one column).
+    PNG bytes."""
     plt = pyplot()
     values = np.asarray(values, dtype=np.float64)
     fig, ax = plt.subplots(figsize=(3.4, 1.7))
     for layer, head in heads:
-        ax.plot(steps, values[:, layer, head], marker="o", ms=2.5, lw=1.4, label=f"L{layer} H{head}")
+        label = f"L{layer}" if values.shape[2] == 1 else f"L{layer} H{head}"
+        ax.plot(steps, values[:, layer, head], marker="o", ms=2.5, lw=1.4, label=label)
     ax.set_xlabel("training step", fontsize=7)
     ax.set_ylabel(ylabel, fontsize=7)
     ax.tick_params(labelsize=6)

@@ -55,7 +55,7 @@ def _trajectory(stat: str, entry: Mapping[str, Any], heads: Sequence[tuple[int, 
     if not heads or steps is None or len(steps) < 2:
         return ""
     png = trajectory_figure(steps, entry["values"], heads, stat)
-    return image(b64(png), f"{stat} of {', '.join(head_name(*h) for h in heads)} over the logged steps", "traj")
+    return image(b64(png), f"{stat} over the logged steps", "traj")
 
 
 def _change_card(title: str, sentence: str, stat: str, entry: Mapping[str, Any], changes: list[HeadChange]) -> str:

@@ -170,3 +170,14 @@ def test_every_figure_numbers_layers_and_heads_from_0(monkeypatch: pytest.Monkey
     assert bars == [layers]
     masses = [x for label, x, _ in seen if label == "layer"]
     assert masses and all(x == layers for x in masses)
+
+
+def test_a_per_layer_statistic_names_layers_not_heads() -> None:
+    first = np.array([[0.2], [0.5], [0.3]])
+    last = np.array([[0.25], [0.1], [0.3]])
+    grids = {"mixing_ratio": {"first": (0, first), "last": (10, last), "steps": [0, 10], "values": [first, last]}}
+    page = build_html([], {"grids": grids, "source": "a run"})
+    assert re.findall(r"<b>(L\d+(?: H\d+)?)</b>", re.search(r'data-stat="mixing_ratio">(.*?)</p>', page).group(1)) == [
+        "L1",
+        "L0",
+    ]
