@@ -205,7 +205,8 @@ def _grids(
 
 
 def _write(result: dict[str, Any], grids: dict[str, np.ndarray], out: Path, figures: bool) -> None:
-    from bertwatch.report.figures import grid_heatmap, reference_value, special_token_figure
+    from bertwatch.report.changes import reference_value
+    from bertwatch.report.figures import grid_heatmap, special_token_figure
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "stats.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

@@ -187,7 +187,7 @@ def summary_lines(result, out: str) -> str:
     return (
         f"bertwatch ablate: {result.task} [{result.task_type}]: {result.description}\n"
         f"  mode {result.mode}, {result.num_examples} examples, baseline {label} ({result.metric}) "
-        f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (layer {l}, head {h}, "
+        f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (L{l} H{h}, "
         f"p={result.heads[l, h, 4]:.3f})\n"
         + "".join(f"  pruning, {line}\n" for line in answer_lines(result))
         + f"  -> {out}/ablation.json, ablation.csv, report.html"

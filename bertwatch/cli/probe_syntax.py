@@ -381,13 +381,14 @@ def _print_summary(
     skipped: Mapping[str, int],
     min_count: int,
 ) -> None:
-    print(f"{sentences} sentences (skipped: {dict(skipped)}); layer-head counted from 0")
-    print(f"{'relation':<12}{'count':>7}  {'best':>6} {'direction':<10}{'acc%':>6}  {'offset':>6}{'base%':>7}")
+    print(f"{sentences} sentences (skipped: {dict(skipped)}); layers and heads numbered from 0")
+    print(f"{'relation':<12}{'count':>7}  {'best':>7} {'direction':<10}{'acc%':>6}  {'offset':>6}{'base%':>7}")
     shown = [r for r in relations if r in _MAIN_RELATIONS or relations[r]["count"] >= min_count]
     for name in shown:
         r = relations[name]
+        best = f"L{r['best_layer']} H{r['best_head']}"
         print(
-            f"{name:<12}{r['count']:>7}  {r['best_layer']:>2}-{r['best_head']:<3} {r['direction']:<10}"
+            f"{name:<12}{r['count']:>7}  {best:>7} {r['direction']:<10}"
             f"{100 * r['best_accuracy']:>6.1f}  {r['baseline_offset']:>+6d}{100 * r['baseline_accuracy']:>7.1f}"
         )
     if probes:

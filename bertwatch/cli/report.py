@@ -16,8 +16,10 @@ from bertwatch.report.syntax_section import html_section
 def _report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertwatch report",
-        description="Build one self-contained HTML report from a run: the ablation results (ablation.json or the "
-        "TensorBoard ablation summaries) and the first and last step of every head statistic logged in training.",
+        description="Build one self-contained HTML report from a run: first what happened to the heads (drift, the "
+        "largest change of each family of statistics, the heads the loss depends on, the ablation's verdict), then "
+        "the ablation results (ablation.json or the TensorBoard ablation summaries) and every head statistic logged "
+        "in training, by family.",
     )
     parser.add_argument("path", help="a training output folder, a TensorBoard run folder or an ablation folder")
     parser.add_argument("--out", default=None, help="HTML file to write (default: PATH/report.html)")

@@ -11,6 +11,7 @@ __all__ = [
     "ALL_STATS",
     "DEFINITIONS",
     "DRIFT_NAMES",
+    "FAMILIES",
     "GRADIENT_NAMES",
     "IG_NAME",
     "LOGIT_NAMES",
@@ -106,54 +107,6 @@ STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-_CLASS_WORDS = {"pron": "pronouns", "subj": "subjects", "obj": "objects", "neg": "negation words"}
-_UD_WORDS = {"noun": "nouns", "verb": "verbs", "pron": "pronouns", "det": "determiners", "subj": "subjects",
-             "obj": "objects", "neg": "negation", "punct": "punctuation"}  # fmt: skip
-
-#: What each statistic measures, in one line of plain words (``bertwatch stats`` prints them; docs/statistics.md
-#: gives the exact definitions and sources). Every statistic of ``STAT_GROUPS`` has one.
-DEFINITIONS: dict[str, str] = {
-    "cls_mass": "share of the head's attention that lands on [CLS]",
-    "sep_mass": "share of the head's attention that lands on [SEP] tokens (every [SEP] counted)",
-    "punct_mass": "share of the head's attention that lands on '.' and ','",
-    "sep_to_sep": "how much the [SEP] tokens attend to [SEP] tokens",
-    "sep_mass_kovaleva": "attention on the single most-attended [SEP] (Kovaleva's variant of sep_mass)",
-    "self": "share of attention a token pays to itself",
-    "prev": "share of attention a token pays to the token before it (above 0.5: a previous-token head)",
-    "next": "share of attention a token pays to the token after it (above 0.5: a next-token head)",
-    "entropy": "how spread out each token's attention is, in nats (high: broad, low: focused)",
-    "cls_entropy": "how spread out the [CLS] token's attention is, in nats",
-    "intra_segment_mass": "share of attention that stays inside the token's own sentence of a pair",
-    "cls_mass_norm": "cls_mass weighted by the size of what each token passes on (Kobayashi)",
-    "sep_mass_norm": "sep_mass weighted by the size of what each token passes on (Kobayashi)",
-    "punct_mass_norm": "punct_mass weighted by the size of what each token passes on (Kobayashi)",
-    "norm_ratio": "how much the vectors a head mixes point the same way (1) or cancel out (near 0)",
-    "cls_mass_alti": "share of each token's head output that really comes from [CLS] (ALTI, per head)",
-    "sep_mass_alti": "share of each token's head output that really comes from [SEP] (ALTI, per head)",
-    "mixing_ratio": "share of a token's new representation that comes from the other tokens (per layer)",
-    "cls_mass_alti_layer": "share of each token's layer output that really comes from [CLS] (ALTI, per layer)",
-    "sep_mass_alti_layer": "share of each token's layer output that really comes from [SEP] (ALTI, per layer)",
-    "cls_mass_rollout": "how much of the input [CLS] has flowed into this layer, by attention weights (rollout)",
-    "sep_mass_rollout": "how much of the input [SEP] has flowed into this layer, by attention weights (rollout)",
-    "drift_cosine": "similarity of the head's attention maps to the pretrained model's (1: unchanged)",
-    "drift_js": "distance of the head's attention maps from the pretrained model's (0: unchanged)",
-    "head_importance": "how much the loss would change if the head were removed (gradient estimate, Michel)",
-    "attn_grad_sep": "how strongly the loss reacts to the head's attention on [SEP] (gradient size)",
-    "attn_grad_punct": "how strongly the loss reacts to the head's attention on punctuation (gradient size)",
-    "attn_grad_other": "how strongly the loss reacts to the head's attention on the other tokens (gradient size)",
-    "head_attribution_ig": "the head's share of the loss by integrated gradients (opt-in, slower)",
-    "max_logit": "the head's largest attention score before the softmax (growth warns of instability)",
-    "logit_std": "the spread of the head's attention scores before the softmax",
-    "qk_spectral_norm": "the size of the head's query-key weights (growth can collapse attention entropy)",
-    **{
-        f"wordclass_{c}": f"attention on the most-attended of the {w} (closed word lists)"
-        for c, w in _CLASS_WORDS.items()
-    },
-    **{f"cls_target_{c}": f"attention from [CLS] to the most-attended of the {w}" for c, w in _CLASS_WORDS.items()},
-    **{f"class_share_{c}": f"share of attention on {w}, from UD-annotated sentences" for c, w in _UD_WORDS.items()},
-}
-
-
 #: The mass on [CLS] and on [SEP] by attention weight, by norm (Kobayashi et al. 2020) and by ALTI contribution
 #: (Ferrando et al. 2022; per head, and of the whole layer with residual and LayerNorm), and on punctuation by weight
 #: and by norm: ``(target, ((label, statistic), ...))``, the weight-based statistic first. The plugin's Heads view and
@@ -182,6 +135,86 @@ MASS_BY_MEASURE: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ),
     ('"." and ","', (("weights", "punct_mass"), ("norms", "punct_mass_norm"))),
 )
+
+
+#: One line per statistic, name -> definition (docs/statistics.md has the long form): the plugin's descriptions,
+#: the report's and ``bertwatch stats``'s read them here.
+DEFINITIONS: dict[str, str] = {
+    "cls_mass": "Attention mass on [CLS], mean over queries (Clark et al. 2019, Fig. 2).",
+    "sep_mass": "Attention mass on all [SEP] tokens, mean over queries (Clark et al. 2019, Fig. 2).",
+    "punct_mass": 'Attention mass on "." and ",", mean over queries (Clark et al. 2019, Fig. 2).',
+    "sep_to_sep": "Attention from [SEP] queries to [SEP] keys (Clark et al. 2019, Fig. 2).",
+    "sep_mass_kovaleva": "Largest mean attention to a single [SEP] position (Kovaleva et al. 2019, Fig. 6).",
+    "self": "Attention of each token to itself.",
+    "prev": "Attention of each token to the previous token (Clark et al. 2019, Sec. 3.1).",
+    "next": "Attention of each token to the following token (Clark et al. 2019, Sec. 3.1).",
+    "entropy": "Mean entropy of the attention rows in nats (Clark et al. 2019, Fig. 4).",
+    "cls_entropy": "Entropy of the [CLS] row in nats (Clark et al. 2019, Fig. 4).",
+    "intra_segment_mass": "Attention mass on the query's own segment, mean over queries; NaN on single sentences.",
+    "cls_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [CLS], mean over queries (Kobayashi et al. 2020).",
+    "sep_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [SEP] tokens, mean over queries (Kobayashi et al. 2020).",
+    "punct_mass_norm": 'Share of the norm-weighted attention ‖A·f(x)‖ on "." and ",", mean over queries (Kobayashi et al. 2020).',
+    "norm_ratio": "‖Σ A·f(x)‖ / Σ A·‖f(x)‖, mean over queries; low = the weighted vectors cancel (Kobayashi et al. 2020).",
+    "drift_cosine": "Cosine similarity to the pretrained model's maps; 1 = unchanged (Kovaleva et al. 2019, Fig. 5).",
+    "drift_js": "Jensen-Shannon divergence from the pretrained model's maps, in nats; 0 = unchanged.",
+    "head_importance": "Gradient head importance E|dL/d gate| (Michel et al. 2019).",
+    "attn_grad_sep": "Mean |dL/dA| on keys that are [SEP] (Clark et al. 2019, Fig. 3).",
+    "attn_grad_punct": "Mean |dL/dA| on punctuation keys (Clark et al. 2019, Fig. 3).",
+    "attn_grad_other": "Mean |dL/dA| on other keys (Clark et al. 2019, Fig. 3).",
+    "head_attribution_ig": "Integrated-gradients attribution of the loss to each head's gate.",
+    "max_logit": "Largest pre-softmax score q·k/√d (+ relative terms) over real query/key pairs (Dehghani et al. 2023).",
+    "logit_std": "Standard deviation of the pre-softmax scores over real query/key pairs (Wortsman et al. 2023).",
+    "qk_spectral_norm": "Spectral norm of the head's W_Q W_Kᵀ times the score scale, from the weights (Zhai et al. 2023).",
+}
+
+
+_CLASS_WORDS = {"pron": "pronouns", "subj": "subject pronouns", "obj": "object pronouns", "neg": "negation words"}
+# -- mixing (bertwatch.heads.mixing; docs/statistics.md "Context mixing")
+DEFINITIONS.update(
+    {
+        "cls_mass_alti": "Share of the head's output from [CLS] by ALTI inside the head (Ferrando et al. 2022), "
+        "mean over queries.",
+        "sep_mass_alti": "Share of the head's output from [SEP] by ALTI inside the head (Ferrando et al. 2022), "
+        "mean over queries.",
+        "mixing_ratio": "Per layer: share of a token's attention-block output (residual and LayerNorm included) "
+        "that comes from the other tokens (Kobayashi et al. 2021), mean over queries.",
+        "cls_mass_alti_layer": "Per layer: share of the block's output from [CLS] by ALTI (Ferrando et al. 2022).",
+        "sep_mass_alti_layer": "Per layer: share of the block's output from [SEP] by ALTI (Ferrando et al. 2022).",
+        "cls_mass_rollout": "Per layer: attention rollout's share on [CLS] up to this layer (Abnar & Zuidema 2020).",
+        "sep_mass_rollout": "Per layer: attention rollout's share on [SEP] up to this layer (Abnar & Zuidema 2020).",
+    }
+)
+DEFINITIONS.update(
+    {
+        f"wordclass_{key}": f"Largest mean attention received by one of the {words} (Kovaleva et al. 2019, Sec. 4.4)."
+        for key, words in _CLASS_WORDS.items()
+    }
+    | {
+        f"cls_target_{key}": f"Largest attention of the [CLS] row to one of the {words} (Kovaleva et al. 2019, Sec. 4.5)."
+        for key, words in _CLASS_WORDS.items()
+    }
+)
+
+
+_UD_CLASS_WORDS = {
+    "noun": "nouns and proper nouns (UPOS NOUN, PROPN)",
+    "verb": "verbs (UPOS VERB)",
+    "pron": "pronouns (UPOS PRON)",
+    "det": "determiners (UPOS DET)",
+    "subj": "subjects (nsubj, csubj and their subtypes)",
+    "obj": "objects (obj, iobj)",
+    "neg": "negation (Polarity=Neg or PronType=Neg)",
+    "punct": "punctuation (UPOS PUNCT)",
+}
+DEFINITIONS.update(
+    {
+        f"class_share_{key}": f"Share of attention on {words}, mean over queries, on UD-annotated sentences."
+        for key, words in _UD_CLASS_WORDS.items()
+    }
+)
+
+#: The family (menu group title) of each statistic in :data:`STAT_GROUPS`; a statistic in none is in "Other".
+FAMILIES: dict[str, str] = {name: title for title, names in STAT_GROUPS for name in names}
 
 
 def stat_names_json() -> dict:

@@ -125,8 +125,8 @@ def clustering_figure(
     fig = Figure(figsize=(12, 5.4))
     FigureCanvasAgg(fig)
     ax_layer, ax_label = fig.subplots(1, 2)
-    sc = ax_layer.scatter(coords[:, 0], coords[:, 1], c=layer_of + 1, cmap="viridis", s=22)
-    fig.colorbar(sc, ax=ax_layer, label="layer (from 1)")
+    sc = ax_layer.scatter(coords[:, 0], coords[:, 1], c=layer_of, cmap="viridis", s=22)
+    fig.colorbar(sc, ax=ax_layer, label="layer (from 0)")
     ax_layer.set_title("coloured by layer", fontsize=10)
     flat = [lab or "other" for row in (labels or [[""] * heads] * layers) for lab in row]
     names = sorted(set(flat), key=lambda s: (s == "other", s))
@@ -140,7 +140,7 @@ def clustering_figure(
     for (layer, head), text in (marks or {}).items():
         x, y = coords[layer * heads + head]
         for ax in (ax_layer, ax_label):
-            ax.annotate(f"{layer + 1}-{head + 1} {text}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(f"L{layer} H{head} {text}", (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     for ax in (ax_layer, ax_label):
         ax.set_xticks([])
         ax.set_yticks([])

@@ -341,7 +341,7 @@ def syntax_figure(
     best = [relations[r]["best_accuracy"] for r in names]
     base = [relations[r]["baseline_accuracy"] for r in names]
     labels = [
-        f"{r} ({relations[r]['best_layer'] + 1}-{relations[r]['best_head'] + 1}"
+        f"{r} (L{relations[r]['best_layer']} H{relations[r]['best_head']}"
         f"{'ᵀ' if relations[r]['direction'] == DIRECTIONS[1] else ''}, n={relations[r]['count']})"
         for r in names
     ]
@@ -354,7 +354,7 @@ def syntax_figure(
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
-    ax.set_xlabel("accuracy (head layer-head from 1; ᵀ = head→dependent)")
+    ax.set_xlabel("accuracy (heads numbered from 0; ᵀ = head→dependent)")
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title or "Best single head per dependency relation vs. fixed-offset baseline", fontsize=10)
     fig.tight_layout()

@@ -241,13 +241,13 @@ def _figure(rows: int, cols: int, width: float, height: float) -> tuple[Any, Any
 def _ticks(ax: Any, rows: int, cols: int, xlabel: str, ylabel: str) -> None:
     ax.set_xlabel(xlabel, fontsize=7)
     ax.set_ylabel(ylabel, fontsize=7)
-    ax.set_xticks(range(cols), [str(i + 1) for i in range(cols)], fontsize=5)
-    ax.set_yticks(range(rows), [str(i + 1) for i in range(rows)], fontsize=5)
+    ax.set_xticks(range(cols), [str(i) for i in range(cols)], fontsize=5)
+    ax.set_yticks(range(rows), [str(i) for i in range(rows)], fontsize=5)
 
 
 def wordclass_figure(panels: Mapping[str, Mapping[str, Any]], path: Any, title: str = "") -> Any:
     """Grids ``[layers, heads]``: one column per class, one row per ``panels`` key (e.g. "model", "reference",
-    "difference"; a row named "difference" gets a diverging scale). Layers and heads labelled from 1."""
+    "difference"; a row named "difference" gets a diverging scale). Layers and heads labelled from 0."""
     import numpy as np
 
     rows = list(panels)
@@ -293,7 +293,7 @@ def cls_targets_figure(panels: Mapping[str, Mapping[str, Any]], path: Any, title
             grid, cmap="Purples", vmin=0, vmax=float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0, aspect="auto"
         )
         ax.set_title(f"[CLS] row, last layer ({row})", fontsize=8)
-        ax.set_xticks(range(grid.shape[1]), [str(i + 1) for i in range(grid.shape[1])], fontsize=6)
+        ax.set_xticks(range(grid.shape[1]), [str(i) for i in range(grid.shape[1])], fontsize=6)
         ax.set_yticks(range(len(types)), types, fontsize=7)
         ax.set_xlabel("head", fontsize=7)
         fig.colorbar(im, ax=ax, fraction=0.05)

@@ -22,11 +22,11 @@ def _event_files(path: Path) -> list[Path]:
 
 def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     """Ablation results and training-time grids of a run: ``ablation.json`` files under ``path`` first, then the
-    bertwatch summaries in its TensorBoard event files (ablation tables, the first/last step of each grid and every
-    step of each named-values series, e.g. the pattern-class shares), what the probe set measured (``probe``:
+    bertwatch summaries in its TensorBoard event files (ablation tables, the first/last step of each grid with
+    every logged step of it, every step of each named-values series, e.g. the pattern-class shares), what the probe set measured (``probe``:
     ``bertwatch.tb.metadata.probe_info``, None in logs that do not record it) and the stability alerts
     (``alerts``: ``{"rules", "steps", "reference_step", "episodes"}`` of ``bertwatch.core.alerts.episodes``, None
-    when the run wrote none)."""
+    when the run wrote none) and the folders of its event files below ``path`` (``runs``)."""
     root = Path(path)
     if not root.exists():
         raise FileNotFoundError(
@@ -43,10 +43,12 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     for file in json_files:
         result = AblationResult.from_json(json.loads(file.read_text(encoding="utf-8")))
         results.setdefault(result.mode, result)
-    tb_results, grids, named, probe, alerts = _read_events(_event_files(root))
+    files = _event_files(root)
+    tb_results, grids, named, probe, alerts = _read_events(files)
     for mode, result in tb_results.items():
         results.setdefault(mode, result)
-    training = {"grids": grids, "series": named, "source": str(root), "probe": probe, "alerts": alerts}
+    runs = sorted({str(f.parent.relative_to(root)) if root.is_dir() else f.parent.name for f in files})
+    training = {"grids": grids, "series": named, "source": str(root), "probe": probe, "alerts": alerts, "runs": runs}
     return [results[m] for m in sorted(results)], training
 
 
@@ -113,7 +115,7 @@ def _read_events(
         kind = meta.get("kind")
         if kind == md.KIND_HEAD_GRID:
             stat = meta.get("stat") or tag[len(md.HEADS_PREFIX) :]
-            grids[stat] = {"first": (points[0][0], points[0][2]), "last": (points[-1][0], points[-1][2])}
+            grids[stat] = _grid_entry(points)
             probe = probe or md.probe_info(meta.get("probe"))
         elif kind == md.KIND_ALERTS:
             alerts = _alerts(meta, points)
@@ -139,6 +141,20 @@ def _read_events(
         if md.KIND_ABLATION_HEADS in entry and md.KIND_ABLATION_LAYERS in entry
     }
     return results, grids, named, probe, alerts
+
+
+def _grid_entry(points: list[tuple[int, float, np.ndarray]]) -> dict[str, Any]:
+    """A head grid's first and last ``(step, grid)`` and, as ``steps`` and ``values`` (``[steps, layers, heads]``),
+    every logged step of the last step's shape (a rewritten step keeps its newest grid)."""
+    by_step = {step: array for step, _, array in points}
+    shape = by_step[points[-1][0]].shape
+    steps = [s for s in sorted(by_step) if by_step[s].shape == shape]
+    return {
+        "first": (points[0][0], points[0][2]),
+        "last": (points[-1][0], points[-1][2]),
+        "steps": steps,
+        "values": np.stack([by_step[s] for s in steps]),
+    }
 
 
 def _alerts(meta: dict[str, Any], points: list[tuple[int, float, np.ndarray]]) -> dict[str, Any]:

@@ -9,7 +9,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["grid_heatmap", "mass_gap_figure", "special_token_figure", "png_bytes", "pyplot"]
+from bertwatch.report.changes import ROUNDING, grid_change, reference_value, settled
+
+__all__ = [
+    "change_panels",
+    "grid_heatmap",
+    "mass_gap_figure",
+    "special_token_figure",
+    "png_bytes",
+    "pyplot",
+    "trajectory_figure",
+]
 
 
 def pyplot():
@@ -40,9 +50,11 @@ def grid_heatmap(
     colorbar_label: str = "",
     cmap: str | None = None,
 ) -> bytes:
-    """A labelled ``[layers, heads]`` heatmap (layers and heads numbered from 1, as in the papers); PNG bytes.
+    """A labelled ``[layers, heads]`` heatmap (layers and heads numbered from 0, as everywhere in bertwatch); PNG
+    bytes.
 
-    ``center`` draws a diverging scale (``RdBu_r`` unless ``cmap`` says otherwise) symmetric around that value;
+    ``center`` draws a diverging scale (``RdBu_r`` unless ``cmap`` says otherwise) symmetric around that value, never
+    narrower than float32 rounding of it (rounding noise stays pale);
     ``labels`` writes short marks into the cells, white on dark cells. NaN cells are left grey.
     """
     import matplotlib
@@ -54,16 +66,13 @@ def grid_heatmap(
     finite = grid[np.isfinite(grid)]
     span = None
     if center is not None and finite.size:
-        span = max(float(np.max(np.abs(finite - center))), 1e-12)
+        span = max(float(np.max(np.abs(finite - center))), ROUNDING * max(abs(center), 1.0))
         colors = matplotlib.colormaps[cmap or "RdBu_r"].with_extremes(bad="#bbbbbb")
         image = ax.imshow(grid, cmap=colors, vmin=center - span, vmax=center + span, aspect="auto")
     else:
         colors = matplotlib.colormaps[cmap or "viridis"].with_extremes(bad="#bbbbbb")
         image = ax.imshow(grid, cmap=colors, aspect="auto")
-    ax.set_xticks(range(heads), [str(h + 1) for h in range(heads)])
-    ax.set_yticks(range(layers), [str(l + 1) for l in range(layers)])
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
+    _grid_axes(ax, layers, heads)
     ax.set_title(title, fontsize=10)
     if labels is not None:
         for l in range(layers):
@@ -76,6 +85,18 @@ def grid_heatmap(
     return _saved(fig, path)
 
 
+def _grid_axes(ax: Any, layers: int, heads: int, fontsize: float | None = None) -> None:
+    """Head and layer ticks of a ``[layers, heads]`` image, numbered from 0 (``L2 H7`` is row 2, column 7); a
+    per-layer grid (one column) has no head axis."""
+    if heads > 1:
+        ax.set_xticks(range(heads), [str(h) for h in range(heads)], fontsize=fontsize)
+        ax.set_xlabel("head", fontsize=fontsize)
+    else:
+        ax.set_xticks([])
+    ax.set_yticks(range(layers), [str(l) for l in range(layers)], fontsize=fontsize)
+    ax.set_ylabel("layer", fontsize=fontsize)
+
+
 def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | None = None) -> bytes:
     """Clark et al. 2019 Fig 2: per layer, each head's mass on [CLS], [SEP] and "."/"," as dots, layer mean as a line."""
     plt = pyplot()
@@ -85,7 +106,7 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
     for ax, (name, label) in zip(axes[0], names):
         grid = np.asarray(grids[name], dtype=float)
         layers, heads = grid.shape
-        xs = np.arange(1, layers + 1)
+        xs = np.arange(layers)
         rng = np.random.default_rng(0)
         for l in range(layers):
             ax.scatter(
@@ -99,13 +120,13 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
 def mass_gap_figure(targets: Sequence[Mapping], path: str | Path | None = None) -> bytes:
     """Per target ([CLS], [SEP]), the mass per layer by each measure (weights, norms, ALTI), the gap between the
     weights and the contributions shaded; ``targets`` as :func:`bertwatch.tb.measures.mass_by_measure` gives them.
-    Layers numbered from 1. PNG bytes."""
+    Layers numbered from 0. PNG bytes."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(targets), figsize=(4.4 * len(targets), 3.2), sharey=True, squeeze=False)
     colors = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a")
     for ax, target in zip(axes[0], targets):
         lines = [(m["label"], np.asarray(m["layerMeans"], dtype=float)) for m in target["measures"]]
-        xs = np.arange(1, len(lines[0][1]) + 1)
+        xs = np.arange(len(lines[0][1]))
         for k, (label, ys) in enumerate(lines):
             ax.plot(xs, ys, marker="o", ms=3, lw=1.6, color=colors[k % len(colors)], label=label)
         if target["gaps"] and len(lines) > 1:
@@ -115,7 +136,7 @@ def mass_gap_figure(targets: Sequence[Mapping], path: str | Path | None = None) 
 
 
 def _share_by_layer(ax: Any, title: str, xs: np.ndarray) -> None:
-    """One panel of shares in [0, 1] against layers ``xs`` (numbered from 1)."""
+    """One panel of shares in [0, 1] against layers ``xs`` (numbered from 0)."""
     ax.set_title(title)
     ax.set_xlabel("layer")
     ax.set_xticks(xs)
@@ -138,10 +159,95 @@ def _saved(fig: Any, path: str | Path | None) -> bytes:
     return data
 
 
-def reference_value(stat: str) -> float | None:
-    """The neutral value of a diverging statistic: 1 for cosine similarity, 0 for divergences."""
-    if stat == "drift_cosine":
-        return 1.0
-    if stat == "drift_js":
-        return 0.0
-    return None
+def change_panels(stat: str, first: tuple[int, Any], last: tuple[int, Any], path: str | Path | None = None) -> bytes:
+    """One small figure of a statistic: its ``[layers, heads]`` grid at the first and at the last logged step on one
+    shared scale, and the change between them on a diverging scale centred at 0 (``first``, ``last``: ``(step,
+    grid)``). A drift statistic is drawn around its unchanged value, and values (or changes) within float32
+    rounding read as unchanged (:mod:`bertwatch.report.changes`); a change that is zero everywhere says so.
+    PNG bytes."""
+    import matplotlib
+
+    plt = pyplot()
+    reference = reference_value(stat)
+    a, b = (np.asarray(g, dtype=np.float64) for _, g in (first, last))
+    if reference is not None:
+        a, b = settled(stat, a, reference), settled(stat, b, reference)
+    same_step = first[0] == last[0]
+    grids = [(f"step {first[0]}", a)] if same_step else [(f"step {first[0]}", a), (f"step {last[0]}", b)]
+    layers, heads = a.shape
+    count = len(grids) + (0 if same_step else 1)
+    size = (0.2 * heads + 1.5, 0.2 * layers + 0.9)
+    fig, axes = plt.subplots(1, count, figsize=(size[0] * count, size[1]), squeeze=False, layout="constrained")
+    both = np.concatenate([g.ravel() for _, g in grids])
+    both = both[np.isfinite(both)]
+    if reference is not None:
+        scale = _drift_scale(both - reference, reference)
+    else:
+        scale = {"cmap": "viridis"}
+        if both.size:
+            scale.update(vmin=float(both.min()), vmax=float(both.max()))
+    low, high = scale.pop("vmin", 0.0), scale.pop("vmax", 1.0)
+    if high <= low:  # one value everywhere: a band around it, the same in both panels
+        low, high = low - 0.5 * max(abs(low), 1e-12), high + 0.5 * max(abs(high), 1e-12)
+    norm = matplotlib.colors.Normalize(low, high)
+    colors = matplotlib.colormaps[scale["cmap"]].with_extremes(bad="#bbbbbb")
+    for ax, (title, grid) in zip(axes[0], grids):
+        image = ax.imshow(grid, aspect="auto", cmap=colors, norm=norm)
+        _small_grid(ax, title, layers, heads)
+    fig.colorbar(image, ax=list(axes[0][: len(grids)]), fraction=0.05, pad=0.02).ax.tick_params(labelsize=6)
+    if not same_step:
+        _change_panel(axes[0][-1], grid_change(stat, a, b), last[0] - first[0])
+    return _saved(fig, path)
+
+
+def _drift_scale(offsets: np.ndarray, reference: float) -> dict[str, Any]:
+    """Colours of drift values around their unchanged ``reference`` (white): one-sided when every value lies on
+    one side of it (JS divergences above 0, cosines below 1), else symmetric; never narrower than rounding."""
+    low = float(offsets.min()) if offsets.size else 0.0
+    high = float(offsets.max()) if offsets.size else 0.0
+    span = max(abs(low), abs(high), ROUNDING)
+    if low >= 0:
+        return {"cmap": "Reds", "vmin": reference, "vmax": reference + span}
+    if high <= 0:
+        return {"cmap": "Blues_r", "vmin": reference - span, "vmax": reference}
+    return {"cmap": "RdBu_r", "vmin": reference - span, "vmax": reference + span}
+
+
+def _small_grid(ax: Any, title: str, layers: int, heads: int) -> None:
+    ax.set_title(title, fontsize=8)
+    _grid_axes(ax, layers, heads, fontsize=6)
+
+
+def _change_panel(ax: Any, change: np.ndarray, steps: int) -> None:
+    """The last − first panel of :func:`change_panels`, symmetric around 0 ("no change" written when all 0)."""
+    import matplotlib
+
+    finite = change[np.isfinite(change)]
+    span = float(np.max(np.abs(finite))) if finite.size else 0.0
+    colors = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
+    image = ax.imshow(change, cmap=colors, vmin=-(span or 1.0), vmax=span or 1.0, aspect="auto")
+    _small_grid(ax, f"change over {steps} steps", *change.shape)
+    if span == 0.0:
+        ax.text(0.5, 0.5, "no change", transform=ax.transAxes, ha="center", va="center", fontsize=9)
+    else:
+        ax.figure.colorbar(image, ax=ax, fraction=0.08, pad=0.02).ax.tick_params(labelsize=6)
+
+
+def trajectory_figure(
+    steps: Sequence[int], values: Any, heads: Sequence[tuple[int, int]], ylabel: str, path: str | Path | None = None
+) -> bytes:
+    """A small line figure of a statistic over the logged steps, one line per head (``values``: ``[steps, layers,
+    heads]``; ``heads``: ``(layer, head)`` pairs, labelled ``L2 H7``, or ``L2`` for a per-layer grid of one column).
+    PNG bytes."""
+    plt = pyplot()
+    values = np.asarray(values, dtype=np.float64)
+    fig, ax = plt.subplots(figsize=(3.4, 1.7))
+    for layer, head in heads:
+        label = f"L{layer}" if values.shape[2] == 1 else f"L{layer} H{head}"
+        ax.plot(steps, values[:, layer, head], marker="o", ms=2.5, lw=1.4, label=label)
+    ax.set_xlabel("training step", fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=7)
+    ax.tick_params(labelsize=6)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="best", frameon=False)
+    return _saved(fig, path)

@@ -6,12 +6,9 @@ string is escaped.
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,11 +17,13 @@ import numpy as np
 
 from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.report.alerts_section import alerts_section
-from bertwatch.report.figures import grid_heatmap, mass_gap_figure, png_bytes
+from bertwatch.report.figures import grid_heatmap, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
+from bertwatch.report.markup import b64, escape, head_name, image, number, table
 from bertwatch.report.pruning_section import answer_lines, curves_figure
 from bertwatch.report.result import FIELDS, AblationResult, atomic_write
-from bertwatch.tb.measures import layer_gap_rows, mass_by_measure
+from bertwatch.report.summary_section import summary_section
+from bertwatch.report.training_section import details_section
 
 
 def write_outputs(
@@ -45,12 +44,8 @@ def write_outputs(
     return paths
 
 
-def _b64(png: bytes) -> str:
-    return base64.b64encode(png).decode("ascii")
-
-
 def _png(figure) -> str:
-    return _b64(png_bytes(figure))
+    return b64(png_bytes(figure))
 
 
 def _marks(p: np.ndarray, q: np.ndarray, alpha: float) -> np.ndarray:
@@ -73,14 +68,14 @@ def _delta_heatmap(result: AblationResult, alpha: float) -> str:
         colorbar_label=f"Δ {result.metric} (blue = better)",
         cmap="RdBu",
     )
-    return _b64(png)
+    return b64(png)
 
 
 def _layer_bars(result: AblationResult) -> str:
     plt = _pyplot()
     rows = result.layers
     num_layers = rows.shape[0]
-    xs = np.arange(1, num_layers + 1)
+    xs = np.arange(num_layers)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * num_layers + 2), 3.0))
     delta = rows[:, 1]
     lower = np.clip(delta - rows[:, 2], 0, None)
@@ -96,10 +91,6 @@ def _layer_bars(result: AblationResult) -> str:
     return _png(fig)
 
 
-def _grid_figure(grid: np.ndarray, title: str, diverging: bool = False) -> str:
-    return _b64(grid_heatmap(grid, title, center=0.0 if diverging else None))
-
-
 # --------------------------------------------------------------------------------------------------------
 # HTML
 
@@ -108,37 +99,15 @@ body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:24px auto;ma
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd;padding-bottom:4px}
 table{border-collapse:collapse;margin:8px 0;font-size:0.9em}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f4f4f4}td.l,th.l{text-align:left}img{max-width:100%;height:auto}.note{color:#555;font-size:0.9em}
-.grids{display:flex;flex-wrap:wrap;gap:8px}.grids figure{margin:0}figcaption{font-size:0.85em;color:#555}
-code{background:#f4f4f4;padding:1px 4px}
+figure{margin:0}figcaption{font-size:0.85em;color:#555}code{background:#f4f4f4;padding:1px 4px}
+dl.glance{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:2px 10px;font-size:0.88em;
+margin:8px 0;padding:6px 10px;background:#f6f6f6;border-radius:6px}dl.glance dt{font-weight:600}dl.glance dd{margin:0}
+.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(330px,1fr));gap:10px;margin-top:10px}
+.card{border:1px solid #ddd;border-radius:6px;padding:6px 10px;background:#fcfcfc}.card h3{font-size:0.95em;margin:2px 0}
+.card p{margin:3px 0;font-size:0.84em}.card .meaning{color:#555}.verdict{border-color:#2c7bb6;background:#f3f8fc}
+img.traj{display:block;margin-top:4px;width:100%}.stat h4{margin:12px 0 2px}.stat p{margin:2px 0;font-size:0.88em}
+.def{color:#555}img.panels{max-width:880px}
 """
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    value = float(value)
-    if not math.isfinite(value):
-        return "–"
-    return f"{value:.{digits}f}"
-
-
-def _img(b64: str, alt: str) -> str:
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{b64}">'
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 0) -> str:
-    head = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(header))
-    body = "".join(
-        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_e(c)}</td>' for i, c in enumerate(row)) + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _top_heads(result: AblationResult, alpha: float, count: int = 10) -> str:
@@ -151,48 +120,47 @@ def _top_heads(result: AblationResult, alpha: float, count: int = 10) -> str:
     def rows(units_sorted):
         return [
             [
-                f"{l + 1}-{h + 1}",
-                f"{l}:{h}",
-                _fmt(result.heads[l, h, 0]),
-                _fmt(delta[l, h]),
-                f"[{_fmt(result.heads[l, h, 2])}, {_fmt(result.heads[l, h, 3])}]",
-                _fmt(p[l, h], 3),
-                _fmt(q[l, h], 3),
+                head_name(l, h),
+                number(result.heads[l, h, 0]),
+                number(delta[l, h]),
+                f"[{number(result.heads[l, h, 2])}, {number(result.heads[l, h, 3])}]",
+                number(p[l, h], 3),
+                number(q[l, h], 3),
             ]
             for l, h in units_sorted
         ]
 
-    header = ["layer-head (from 1)", "index (from 0)", result.metric, "Δ", "95% interval", "p", "q (BH)"]
+    header = ["head", result.metric, "Δ", "95% interval", "p", "q (BH)"]
     hurt = sorted(units, key=lambda u: (delta[u], u))[:count]
     helped = sorted(units, key=lambda u: (-delta[u], u))[:count]
     return (
         f"<h3>The {len(hurt)} heads whose removal hurts most</h3>"
-        + _table(header, rows(hurt), left=2)
+        + table(header, rows(hurt), left=1)
         + f"<h3>The {len(helped)} heads whose removal helps most</h3>"
-        + _table(header, rows(helped), left=2)
+        + table(header, rows(helped), left=1)
     )
 
 
 def _section(result: AblationResult, alpha: float) -> str:
     parts = [
-        f"<h2>Mode <code>{_e(result.mode)}</code>: {_e(_label(result))} on {result.num_examples} examples"
-        f"{' of ' + _e(result.task) if result.task else ''}</h2>"
+        f"<h2>Mode <code>{escape(result.mode)}</code>: {escape(_label(result))} on {result.num_examples} examples"
+        f"{' of ' + escape(result.task) if result.task else ''}</h2>"
     ]
     parts.append(_task_paragraph(result))
     n_resamples = result.config.get("n_resamples", "?")
     parts.append(
         f'<p class="note">Δ = metric with the unit disabled − baseline. Intervals: paired bootstrap over evaluation '
-        f"examples ({_e(n_resamples)} resamples, percentile 95%). <b>*</b> p &lt; {alpha}; <b>**</b> also "
+        f"examples ({escape(n_resamples)} resamples, percentile 95%). <b>*</b> p &lt; {alpha}; <b>**</b> also "
         f"significant after Benjamini–Hochberg correction over all {result.heads[..., 0].size} heads (FDR {alpha}). "
-        "Layers and heads are numbered from 1 in figures, from 0 in files.</p>"
+        "Layers and heads are numbered from 0: <code>L2 H7</code> is head 7 of layer 2.</p>"
     )
-    parts.append(_img(_delta_heatmap(result, alpha), "delta heatmap"))
-    parts.append(_img(_layer_bars(result), "layer bars"))
+    parts.append(image(_delta_heatmap(result, alpha), "delta heatmap"))
+    parts.append(image(_layer_bars(result), "layer bars"))
     parts.append(
-        _table(
+        table(
             ["layer", result.metric, "Δ", "95% interval", "p"],
             [
-                [l + 1, _fmt(r[0]), _fmt(r[1]), f"[{_fmt(r[2])}, {_fmt(r[3])}]", _fmt(r[4], 3)]
+                [f"L{l}", number(r[0]), number(r[1]), f"[{number(r[2])}, {number(r[3])}]", number(r[4], 3)]
                 for l, r in enumerate(result.layers)
             ],
         )
@@ -203,7 +171,7 @@ def _section(result: AblationResult, alpha: float) -> str:
     if result.config:
         parts.append("<h3>Configuration</h3>")
         parts.append(
-            _table(
+            table(
                 ["setting", "value"],
                 [[k, json.dumps(v) if not isinstance(v, str) else v] for k, v in sorted(result.config.items())],
                 left=2,
@@ -218,16 +186,16 @@ def _label(result: AblationResult) -> str:
 
 def _task_paragraph(result: AblationResult) -> str:
     """The task type and every metric measured (the compared one first): label, key, baseline value, definition."""
-    task = f"Task: <b>{_e(result.description)}</b>. " if result.description else ""
+    task = f"Task: <b>{escape(result.description)}</b>. " if result.description else ""
     head = (
-        f'<p class="task">{task}Baseline {_e(_label(result))} = '
-        f"<b>{_fmt(result.baseline)}</b>; Δ below is in this metric.</p>"
+        f'<p class="task">{task}Baseline {escape(_label(result))} = '
+        f"<b>{number(result.baseline)}</b>; Δ below is in this metric.</p>"
     )
     rows = []
     for m in result.metrics:
         value = result.baseline if m["name"] == result.metric else result.baseline_metrics.get(m["name"])
-        rows.append([m["label"], m["name"], m.get("description", ""), _fmt(value)])
-    return head + _table(["metric", "key", "definition", "baseline"], rows, left=3) if rows else head
+        rows.append([m["label"], m["name"], m.get("description", ""), number(value)])
+    return head + table(["metric", "key", "definition", "baseline"], rows, left=3) if rows else head
 
 
 def _keep_best_section(result: AblationResult) -> str:
@@ -241,16 +209,16 @@ def _keep_best_section(result: AblationResult) -> str:
             "shown. Picking the best of many makes its Δ optimistic.</p>"
         )
         parts.append(
-            _table(
+            table(
                 ["layer", "best head", result.metric, "Δ", "95% interval", "p"],
                 [
                     [
-                        b["layer"] + 1,
-                        b["head"] + 1,
-                        _fmt(b["value"]),
-                        _fmt(b["delta"]),
-                        f"[{_fmt(b['ci_low'])}, {_fmt(b['ci_high'])}]",
-                        _fmt(b["p"], 3),
+                        f"L{b['layer']}",
+                        head_name(b["layer"], b["head"]),
+                        number(b["value"]),
+                        number(b["delta"]),
+                        f"[{number(b['ci_low'])}, {number(b['ci_high'])}]",
+                        number(b["p"], 3),
                     ]
                     for b in best
                 ],
@@ -262,7 +230,7 @@ def _keep_best_section(result: AblationResult) -> str:
 def _interval(entry: dict[str, Any] | None) -> str:
     if entry is None:
         return "—"
-    return f"{_fmt(entry.get('delta'))} [{_fmt(entry.get('ci_low'))}, {_fmt(entry.get('ci_high'))}]"
+    return f"{number(entry.get('delta'))} [{number(entry.get('ci_low'))}, {number(entry.get('ci_high'))}]"
 
 
 def _pruning_section(result: AblationResult) -> str:
@@ -272,28 +240,28 @@ def _pruning_section(result: AblationResult) -> str:
     found = result.removable()
     parts = [
         "<h3>Pruning: how many heads can go?</h3>",
-        "<ul>" + "".join(f"<li>{_e(line)}</li>" for line in answer_lines(result)) + "</ul>",
+        "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in answer_lines(result)) + "</ul>",
         f'<p class="note">A step holds when the {found["confidence"]:.0%} paired-bootstrap interval of Δ against '
         f"the unpruned model stays within δ = {found['delta']:g} on the harmful side; the answer is the largest "
         "share of heads pruned at a step that holds with every earlier step (docs/ablation.md). Heads go in order "
         "of importance computed once, in the iterative order (importance recomputed after each step), and in "
         "random orders, at the same steps.</p>",
-        _img(_b64(curves_figure(result)), "pruning curves"),
+        image(b64(curves_figure(result)), "pruning curves"),
     ]
     iterative = result.pruning_iterative
-    table = result.curves_table()
+    curves = result.curves_table()
     rows = []
     for j, p in enumerate(result.pruning):
         random = "—"
-        if result.pruning_random and np.isfinite(table[j + 1, 7]):
-            random = f"{_fmt(table[j + 1, 7])} ({_fmt(table[j + 1, 8])} … {_fmt(table[j + 1, 9])})"
+        if result.pruning_random and np.isfinite(curves[j + 1, 7]):
+            random = f"{number(curves[j + 1, 7])} ({number(curves[j + 1, 8])} … {number(curves[j + 1, 9])})"
         rows.append(
             [
                 p["pruned"],
-                _fmt(p["fraction"], 3),
-                _fmt(p["value"]),
+                number(p["fraction"], 3),
+                number(p["value"]),
                 _interval(p),
-                _fmt(p["p"], 3),
+                number(p["p"], 3),
                 _interval(iterative[j] if j < len(iterative) else None),
                 random,
             ]
@@ -307,137 +275,60 @@ def _pruning_section(result: AblationResult) -> str:
         "iterative Δ",
         "random mean Δ (range)",
     ]
-    parts.append(_table(header, rows))
+    parts.append(table(header, rows))
     return "\n".join(parts)
 
 
-def probe_note(probe: dict[str, Any] | None) -> str:
-    """The sentence saying what the training-time statistics measured: how long each probe example was allowed
-    to be and how many were cut (``bertwatch.tb.metadata.probe_info``)."""
-    if not probe:
-        return "This run does not record the probe length (written before bertwatch recorded it)."
-    examples, longest, length, cut = probe["examples"], probe["longest"], probe["max_length"], probe["truncated"]
-    if length is None:
-        return f"Probe set: {examples} examples measured whole, as tokenized (longest {longest} tokens)."
-    if not cut:
-        return f"Probe set: {examples} examples measured whole (longest {longest} tokens; limit {length} tokens)."
-    return (
-        f"Probe set: {examples} examples, measured up to {length} tokens; {cut} of them were longer and were cut "
-        f"to their first {length} tokens."
-    )
+def report_title(results: Sequence[AblationResult], training: dict[str, Any] | None = None) -> str:
+    """What the page holds: "bertwatch report: training run", "… training run and ablation", "… ablation".
 
-
-def _training_section(training: dict[str, Any]) -> str:
-    parts = [
-        "<h2>During training: first and last step of each head statistic</h2>",
-        f'<p class="note">Read from {_e(training.get("source", "the run"))}.</p>',
-        f'<p class="note" id="probe-length">{_e(probe_note(training.get("probe")))}</p>',
-    ]
-    for stat, entry in sorted(training.get("grids", {}).items()):
-        first, last = entry["first"], entry["last"]
-        figures = [
-            (_grid_figure(first[1], f"{stat}, step {first[0]}"), f"{stat} at step {first[0]}"),
-            (_grid_figure(last[1], f"{stat}, step {last[0]}"), f"{stat} at step {last[0]}"),
-        ]
-        if first[0] != last[0]:
-            figures.append(
-                (
-                    _grid_figure(np.asarray(last[1]) - np.asarray(first[1]), f"{stat}: last − first", diverging=True),
-                    f"{stat} change",
-                )
-            )
-        cells = "".join(f"<figure>{_img(b64, alt)}<figcaption>{_e(alt)}</figcaption></figure>" for b64, alt in figures)
-        parts.append(f'<h3>{_e(stat)}</h3><div class="grids">{cells}</div>')
-    parts.append(_mass_gap_section(training.get("grids", {})))
-    parts.append(_series_section(training.get("series", {})))
-    return "\n".join(parts)
-
-
-def _series_figure(name: str, entry: dict[str, Any]) -> str:
-    """One line per named value over the probe steps; ``{key}_uniform`` dashed in its key's colour."""
-    plt = _pyplot()
-    names, steps, values = entry["names"], entry["steps"], np.asarray(entry["values"])
-    fig, ax = plt.subplots(figsize=(6.5, 3.2))
-    colors: dict[str, Any] = {}
-    for k, key in enumerate(names):
-        if key.endswith("_uniform"):
-            continue
-        (line,) = ax.plot(steps, values[:, k], marker="o", ms=3, label=key)
-        colors[key] = line.get_color()
-    for k, key in enumerate(names):
-        base = key[: -len("_uniform")]
-        if key.endswith("_uniform"):
-            ax.plot(steps, values[:, k], ls="--", lw=1, color=colors.get(base, "grey"))
-    ax.set_xlabel("training step")
-    ax.set_title(name + (" (dashed: a uniform head)" if len(colors) < len(names) else ""))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _png(fig)
-
-
-def _series_section(series: dict[str, dict[str, Any]]) -> str:
-    """Each named-values series over the probe steps (pattern-class shares, word-class attention), with its
-    first and last values."""
-    parts = []
-    for name, entry in sorted(series.items()):
-        if not entry["steps"] or not entry["names"]:
-            continue
-        first, last = entry["values"][0], entry["values"][-1]
-        rows = [[key, _fmt(a, 3), _fmt(b, 3)] for key, a, b in zip(entry["names"], first, last)]
-        steps = entry["steps"]
-        parts.append(
-            f"<h3>{_e(name)} over training</h3>"
-            + (f'<p class="note">{_e(entry["description"])}</p>' if entry.get("description") else "")
-            + f"<figure>{_img(_series_figure(name, entry), name)}</figure>"
-            + _table(["value", f"step {steps[0]}", f"step {steps[-1]}"], rows)
-        )
-    return "\n".join(parts)
-
-
-def _mass_gap_section(grids: dict[str, Any]) -> str:
-    """The [CLS]/[SEP] mass per layer by attention weight, by norm and by ALTI contribution at each grid's last step,
-    with the gaps weights − contribution: a figure and a table (``bertwatch.tb.measures.mass_by_measure``)."""
-    last = {stat: entry["last"] for stat, entry in grids.items()}
-    targets = [t for t in mass_by_measure({s: v[1] for s, v in last.items()}) if len(t["measures"]) > 1]
-    if not targets:
-        return ""
-    steps = sorted({last[m["stat"]][0] for t in targets for m in t["measures"]})
-    header, rows = layer_gap_rows(targets)
-    step_text = f"step {steps[0]}" if len(steps) == 1 else "steps " + ", ".join(map(str, steps)) + " (each its last)"
-    return (
-        f'<h3 id="mass-gap">Weight vs contribution: mass on [CLS] and [SEP] per layer, {_e(step_text)}</h3>'
-        '<p class="note">Each layer\'s mean over heads. Weights: attention probabilities. Norms: the share of '
-        "Σ A·‖f(x)‖ on those keys, f(x) the value vector through the head's slice of the output projection "
-        "(Kobayashi et al. 2020). ALTI: the share of each token's contribution to the layer output, residual and "
-        "LayerNorm included (Ferrando et al. 2022). A large weight with a small contribution moves little: Clark "
-        'et al.\'s "no-op" reading of [SEP] attention. Layers numbered from 1.</p>'
-        f"<figure>{_img(_b64(mass_gap_figure(targets)), 'mass on [CLS] and [SEP] per layer by measure')}</figure>"
-        + _table(header, [[r[0] + 1] + [_fmt(v, 3) for v in r[1:]] for r in rows])
-    )
+    Example:
+        >>> report_title([], {"grids": {"entropy": {}}})
+        'bertwatch report: training run'
+    """
+    trained = bool(training and (training.get("grids") or training.get("series")))
+    parts = [name for name, present in (("training run", trained), ("ablation", bool(results))) if present]
+    return "bertwatch report: " + " and ".join(parts) if parts else "bertwatch report"
 
 
 def build_html(
     results: Sequence[AblationResult],
     training: dict[str, Any] | None = None,
     alpha: float = 0.05,
-    title: str = "bertwatch ablation report",
+    title: str | None = None,
     extra_sections: Sequence[str] = (),
 ) -> str:
-    """One self-contained HTML page: per mode the Δ heatmap with significance marks, layer bars, top heads,
-    keep-best table, pruning curve and the configuration; then the stability alerts and the training-time grids
-    when ``training`` is given,
-    then ``extra_sections`` (trusted HTML fragments, e.g. the linguistic analyses)."""
-    body = [f"<h1>{_e(title)}</h1>"]
-    if not results and not training:
+    """One self-contained HTML page (base64 PNGs, no scripts, every user string escaped).
+
+    First what happened to the heads (the run at a glance, the heads that changed most, the heads the loss depends
+    on, the ablation's verdict); then per ablation mode the Δ heatmap with significance marks, layer bars, top
+    heads, keep-best table, pruning curves and the configuration; the stability alerts; every training statistic by
+    family; then ``extra_sections`` (trusted HTML fragments, e.g. the linguistic analyses).
+
+    Args:
+        results: ablation results, one per mode (may be empty).
+        training: ``read_run``'s training part (grids, series, probe, alerts, source), or None.
+        alpha: significance level of the marks.
+        title: the page title; by default :func:`report_title`.
+        extra_sections: HTML fragments appended as they are.
+
+    Returns:
+        The page as text.
+    """
+    title = title or report_title(results, training)
+    body = [f"<h1>{escape(title)}</h1>"]
+    if not results and not training and not extra_sections:
         body.append("<p>No ablation results and no training statistics were found.</p>")
+    body.append(summary_section(results, training))
     for result in results:
         body.append(_section(result, alpha))
     if training:
         body.append(alerts_section(training.get("alerts")))  # stability alerts: bertwatch.report.alerts
-    if training and (training.get("grids") or training.get("series")):
-        body.append(_training_section(training))
+        body.append(details_section(training))
     body.extend(extra_sections)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>\n"
+        + "\n".join(b for b in body if b)
+        + "\n</body></html>\n"
     )

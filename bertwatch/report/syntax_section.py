@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertwatch.report.markup import head_name
+
 
 def _img(path: Path) -> str:
     if not path.is_file():
@@ -43,7 +45,7 @@ def html_section(out_dir: str | Path) -> str:
             [
                 name,
                 r["count"],
-                f"{r['best_layer']}-{r['best_head']}",
+                head_name(r["best_layer"], r["best_head"]),
                 r["direction"],
                 _pct(r["best_accuracy"]),
                 f"{r['baseline_offset']:+d}",
@@ -55,7 +57,7 @@ def html_section(out_dir: str | Path) -> str:
             f"<h3>Syntactic heads (Clark et al. Sec 4.2) — {html.escape(str(syntax.get('model')))}, "
             f"{syntax.get('num_sentences')} sentences</h3>"
         )
-        parts.append("<p>Best head per UD relation (layer-head counted from 0) against the best fixed offset.</p>")
+        parts.append("<p>Best head per UD relation against the best fixed offset.</p>")
         parts.append(
             _table(["relation", "count", "best head", "direction", "accuracy %", "offset", "baseline %"], rows)
         )
@@ -71,10 +73,10 @@ def html_section(out_dir: str | Path) -> str:
     wordclass = load("wordclass.json")
     if wordclass:
         has_ref = wordclass.get("reference") is not None
-        header = ["class", "mean", "top heads (layer-head: value)"] + (["reference mean"] if has_ref else [])
+        header = ["class", "mean", "top heads (head: value)"] + (["reference mean"] if has_ref else [])
         rows = []
         for name, c in wordclass["classes"].items():
-            top = ", ".join(f"{t['layer']}-{t['head']}: {t['value']:.3f}" for t in c["top_heads"])
+            top = ", ".join(f"{head_name(t['layer'], t['head'])}: {t['value']:.3f}" for t in c["top_heads"])
             rows.append([name, f"{c['mean']:.4f}", top] + ([f"{c['reference_mean']:.4f}"] if has_ref else []))
         parts.append("<h3>Attention to word classes and roles (Kovaleva et al. Sec 4.4)</h3>")
         parts.append(_table(header, rows))

@@ -37,6 +37,7 @@ from typing import Any
 from tensorboard.compat.proto import summary_pb2
 
 from bertwatch.core.significance import ABLATION_FIELDS  # noqa: F401 (re-exported: the tables' field order)
+from bertwatch.core.stat_names import DEFINITIONS
 
 PLUGIN_NAME = "bertwatch"
 #: Version of the JSON in ``plugin_data.content`` that summaries are written with; the plugin skips tags written by a
@@ -132,80 +133,9 @@ ATTENTION_MEASURES: dict[str, dict[str, str]] = {
 }
 
 
-#: Human-readable descriptions (docs/statistics.md); unknown statistics get a generic one.
-STAT_DESCRIPTIONS = {
-    "cls_mass": "Attention mass on [CLS], mean over queries (Clark et al. 2019, Fig. 2).",
-    "sep_mass": "Attention mass on all [SEP] tokens, mean over queries (Clark et al. 2019, Fig. 2).",
-    "punct_mass": 'Attention mass on "." and ",", mean over queries (Clark et al. 2019, Fig. 2).',
-    "sep_to_sep": "Attention from [SEP] queries to [SEP] keys (Clark et al. 2019, Fig. 2).",
-    "sep_mass_kovaleva": "Largest mean attention to a single [SEP] position (Kovaleva et al. 2019, Fig. 6).",
-    "self": "Attention of each token to itself.",
-    "prev": "Attention of each token to the previous token (Clark et al. 2019, Sec. 3.1).",
-    "next": "Attention of each token to the following token (Clark et al. 2019, Sec. 3.1).",
-    "entropy": "Mean entropy of the attention rows in nats (Clark et al. 2019, Fig. 4).",
-    "cls_entropy": "Entropy of the [CLS] row in nats (Clark et al. 2019, Fig. 4).",
-    "intra_segment_mass": "Attention mass on the query's own segment, mean over queries; NaN on single sentences.",
-    "cls_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [CLS], mean over queries (Kobayashi et al. 2020).",
-    "sep_mass_norm": "Share of the norm-weighted attention ‖A·f(x)‖ on [SEP] tokens, mean over queries (Kobayashi et al. 2020).",
-    "punct_mass_norm": 'Share of the norm-weighted attention ‖A·f(x)‖ on "." and ",", mean over queries (Kobayashi et al. 2020).',
-    "norm_ratio": "‖Σ A·f(x)‖ / Σ A·‖f(x)‖, mean over queries; low = the weighted vectors cancel (Kobayashi et al. 2020).",
-    "drift_cosine": "Cosine similarity to the pretrained model's maps; 1 = unchanged (Kovaleva et al. 2019, Fig. 5).",
-    "drift_js": "Jensen-Shannon divergence from the pretrained model's maps, in nats; 0 = unchanged.",
-    "head_importance": "Gradient head importance E|dL/d gate| (Michel et al. 2019).",
-    "attn_grad_sep": "Mean |dL/dA| on keys that are [SEP] (Clark et al. 2019, Fig. 3).",
-    "attn_grad_punct": "Mean |dL/dA| on punctuation keys (Clark et al. 2019, Fig. 3).",
-    "attn_grad_other": "Mean |dL/dA| on other keys (Clark et al. 2019, Fig. 3).",
-    "head_attribution_ig": "Integrated-gradients attribution of the loss to each head's gate.",
-    "max_logit": "Largest pre-softmax score q·k/√d (+ relative terms) over real query/key pairs (Dehghani et al. 2023).",
-    "logit_std": "Standard deviation of the pre-softmax scores over real query/key pairs (Wortsman et al. 2023).",
-    "qk_spectral_norm": "Spectral norm of the head's W_Q W_Kᵀ times the score scale, from the weights (Zhai et al. 2023).",
-}
-
-
-_CLASS_WORDS = {"pron": "pronouns", "subj": "subject pronouns", "obj": "object pronouns", "neg": "negation words"}
-# -- mixing (bertwatch.heads.mixing; docs/statistics.md "Context mixing")
-STAT_DESCRIPTIONS.update(
-    {
-        "cls_mass_alti": "Share of the head's output from [CLS] by ALTI inside the head (Ferrando et al. 2022), "
-        "mean over queries.",
-        "sep_mass_alti": "Share of the head's output from [SEP] by ALTI inside the head (Ferrando et al. 2022), "
-        "mean over queries.",
-        "mixing_ratio": "Per layer: share of a token's attention-block output (residual and LayerNorm included) "
-        "that comes from the other tokens (Kobayashi et al. 2021), mean over queries.",
-        "cls_mass_alti_layer": "Per layer: share of the block's output from [CLS] by ALTI (Ferrando et al. 2022).",
-        "sep_mass_alti_layer": "Per layer: share of the block's output from [SEP] by ALTI (Ferrando et al. 2022).",
-        "cls_mass_rollout": "Per layer: attention rollout's share on [CLS] up to this layer (Abnar & Zuidema 2020).",
-        "sep_mass_rollout": "Per layer: attention rollout's share on [SEP] up to this layer (Abnar & Zuidema 2020).",
-    }
-)
-STAT_DESCRIPTIONS.update(
-    {
-        f"wordclass_{key}": f"Largest mean attention received by one of the {words} (Kovaleva et al. 2019, Sec. 4.4)."
-        for key, words in _CLASS_WORDS.items()
-    }
-    | {
-        f"cls_target_{key}": f"Largest attention of the [CLS] row to one of the {words} (Kovaleva et al. 2019, Sec. 4.5)."
-        for key, words in _CLASS_WORDS.items()
-    }
-)
-
-
-_UD_CLASS_WORDS = {
-    "noun": "nouns and proper nouns (UPOS NOUN, PROPN)",
-    "verb": "verbs (UPOS VERB)",
-    "pron": "pronouns (UPOS PRON)",
-    "det": "determiners (UPOS DET)",
-    "subj": "subjects (nsubj, csubj and their subtypes)",
-    "obj": "objects (obj, iobj)",
-    "neg": "negation (Polarity=Neg or PronType=Neg)",
-    "punct": "punctuation (UPOS PUNCT)",
-}
-STAT_DESCRIPTIONS.update(
-    {
-        f"class_share_{key}": f"Share of attention on {words}, mean over queries, on UD-annotated sentences."
-        for key, words in _UD_CLASS_WORDS.items()
-    }
-)
+#: One line per statistic (``bertwatch.core.stat_names.DEFINITIONS``, their one home); unknown statistics get a
+#: generic one.
+STAT_DESCRIPTIONS = DEFINITIONS
 
 
 def heads_tag(stat: str) -> str:

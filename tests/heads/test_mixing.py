@@ -362,7 +362,7 @@ def test_report_compares_weight_norm_alti_and_rollout_masses_per_layer():
     for layer_index in range(2):  # the mean over heads (NaN skipped) of each measure, then weights minus each
         means = [float(np.nanmean(g[layer_index])) for g in named.values()]
         cells = [f"{v:.3f}" for v in means + [means[0] - m for m in means[1:]]]
-        assert f"<td>{layer_index + 1}</td>" + "".join(f"<td>{c}</td>" for c in cells) in page
+        assert f"<td>{layer_index}</td>" + "".join(f"<td>{c}</td>" for c in cells) in page
 
 
 @pytest.mark.parametrize("requested", [True, False])

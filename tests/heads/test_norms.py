@@ -93,5 +93,5 @@ def test_report_shows_weight_and_norm_masses_side_by_side():
     page = build_html([], training={"grids": grids, "source": "a run"}).replace(' class=""', "")
     assert "mass on [CLS] and [SEP] per layer, step 7" in page
     assert "<th>[CLS] weights</th><th>[CLS] norms</th><th>[CLS] weights − norms</th>" in page
-    # layer 1 (numbered from 1): the mean over heads of each, then their gap
-    assert "<td>1</td><td>0.700</td><td>0.150</td><td>0.550</td>" in page
+    # layer 0: the mean over heads of each, then their gap
+    assert "<td>0</td><td>0.700</td><td>0.150</td><td>0.550</td>" in page

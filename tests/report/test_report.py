@@ -103,7 +103,7 @@ def test_html_is_self_contained_and_escapes_user_strings() -> None:
     assert HOSTILE not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
     assert "acc<b>" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
-    assert page.count("data:image/png;base64,") == 3  # heatmap, layer bars, pruning curve
+    assert page.count("data:image/png;base64,") == 4  # heatmap, layer bars, pruning curve (also in the verdict)
     assert "hurts most" in page and "helps most" in page and "Keep only the best head" in page
 
 
@@ -150,9 +150,12 @@ def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, ca
     write_outputs(_result(), tmp_path / "bertwatch_ablation")
     assert cli_report([str(tmp_path), "--out", str(tmp_path / "full.html")]) == 0
     page = (tmp_path / "full.html").read_text()
-    assert "During training" in page and "entropy" in page and "cls_mass" in page
+    assert "<h1>bertwatch report: training run and ablation</h1>" in page
+    assert 'id="stat-entropy"' in page and 'id="stat-cls_mass"' in page
     assert "Mode <code>uniform</code>" in page
-    assert page.count("data:image/png;base64,") == 3 + 2 * 3  # ablation + (first, last, change) per grid
+    # ablation (3, the pruning curve again in the verdict) + one figure per grid (2) + the trajectories of the two
+    # families' cards (Spread, Special tokens)
+    assert page.count("data:image/png;base64,") == 3 + 1 + 2 + 2
     assert "2 training grids" in capsys.readouterr().out
 
 
@@ -177,7 +180,7 @@ def test_cli_report_adds_the_linguistic_analyses(tmp_path: Path, capsys) -> None
     (folder / "syntax.json").write_text(json.dumps({"relations": {"det<b>": relation}}), encoding="utf-8")
     assert cli_report([str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "Linguistic analyses" in page and "det&lt;b&gt;" in page and "2-5" in page
+    assert "Linguistic analyses" in page and "det&lt;b&gt;" in page and "L2 H5" in page
     assert cli_report([str(tmp_path), "--linguistics", str(tmp_path / "missing")]) == 2
     assert "no syntax.json" in capsys.readouterr().out
 
