@@ -152,6 +152,9 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
     rows: list[tuple[str, str]] = []
     shapes = [np.shape(e["last"][1]) for e in grids.values()] + [r.shape for r in results]
     models = sorted({str(r.config["model"]) for r in results if r.config.get("model")})
+    watched = ((training or {}).get("probe") or {}).get("model")
+    if not models and watched:
+        models = [str(watched)]
     if shapes:
         layers, heads = max(shapes)
         names = "".join(f'<span title="{escape(m)}">{escape(_short(m))}</span> · ' for m in models)

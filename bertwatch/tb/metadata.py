@@ -52,6 +52,8 @@ READ_VERSION = MEASURE_FORMAT_VERSION
 #: The keys of a ``head_grid``'s ``probe`` content: the length the probe texts were cut to (null: not cut by
 #: bertwatch), how many were cut, how many examples were measured and the longest measured, in tokens.
 PROBE_KEYS = ("max_length", "truncated", "examples", "longest")
+#: The optional key of the same content naming the model watched (its folder or Hub name, else its class).
+PROBE_MODEL_KEY = "model"
 
 HEADS_PREFIX = "bertwatch/heads/"
 ATTENTION_PREFIX = "bertwatch/attention/"
@@ -195,17 +197,20 @@ def create_summary_metadata(
     )
 
 
-def probe_info(value: Any) -> dict[str, int | None] | None:
-    """The ``probe`` content of a head grid as ``{key: int or None}`` over :data:`PROBE_KEYS`, or None when it is
-    absent (logs written before it was recorded) or malformed."""
+def probe_info(value: Any) -> dict[str, Any] | None:
+    """The ``probe`` content of a head grid as ``{key: int or None}`` over :data:`PROBE_KEYS`, with ``"model"`` (the
+    model watched, :data:`PROBE_MODEL_KEY`) when the run recorded it; None when it is absent (logs written before it
+    was recorded) or malformed."""
     if not isinstance(value, dict):
         return None
-    out: dict[str, int | None] = {}
+    out: dict[str, Any] = {}
     for key in PROBE_KEYS:
         item = value.get(key)
         if item is not None and (isinstance(item, bool) or not isinstance(item, int) or item < 0):
             return None
         out[key] = None if item is None else int(item)
+    if isinstance(value.get(PROBE_MODEL_KEY), str):
+        out[PROBE_MODEL_KEY] = value[PROBE_MODEL_KEY]
     return out
 
 
