@@ -88,17 +88,18 @@ def test_the_start_pass_makes_the_check_and_measures_what_the_checks_own_forward
     _assert_same_grids(folded.history[0][1], own.history[0][1])
 
 
+@pytest.mark.parametrize("offload", [False, True])  # the stopped pass's jobs on the statistics worker dropped
 def test_a_refusal_in_a_later_batch_drops_the_defaults_gradients_and_measures_the_rest_as_without_them(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, offload
 ) -> None:
-    defaults = BertWatchCallback(**PROBE)
+    defaults = BertWatchCallback(**PROBE, offload_stats=offload)
     run = _Run(tmp_path / "a", defaults, monkeypatch, unlabelled_second_batch=True)
     with pytest.warns(BertWatchWarning, match=rf"BertWatchCallback skips \[.*head_importance.*\]: {REFUSAL}"):
         run.trainer.train()
     assert run.checks == []
     assert run.trainer.state.global_step == 1
     others = tuple(n for n in BertWatchCallback.default_stats if n not in GRADIENT_NAMES)
-    without = BertWatchCallback(stats=others, **PROBE)
+    without = BertWatchCallback(stats=others, **PROBE, offload_stats=offload)
     _Run(tmp_path / "b", without, monkeypatch, unlabelled_second_batch=True).trainer.train()
     assert defaults.history[0][0] == 0
     assert not set(GRADIENT_NAMES) & set(defaults.history[0][1])
