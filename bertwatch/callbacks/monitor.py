@@ -8,7 +8,9 @@ Data flows one way: at ``on_train_begin`` the monitor gathers the run into a ``P
 (``callbacks.probe_context``); at each event it plans the pass from the due subscribers (``probe_pass.plan_pass``),
 starts it (``probe_pass.start_pass``: measurements and riders return values), and once its results are in hands
 the grids to the ``Publisher`` (event files, trackers) and to each subscriber's ``record``; then each subscriber
-takes its own turn (``settled``: alerts, the probe-steps record) at its next event.
+takes its own turn (``settled``: alerts, the probe-steps record) at its next event. The run's first pass, at the
+first step's begin, also makes the setup check of the gradient statistics' loss (``check_loss_later``): its own
+gradient pass where it can be that check, before the first optimiser step either way.
 
 With a statistics worker (``callbacks.offload``, the ``offload_stats`` setting) the training thread runs only the
 pass's forward passes and hands the statistics to the worker; the results are published at the first event that
