@@ -10,11 +10,23 @@ spread machine noise; the ratios are medians over the repeats.
 ``--offload`` runs the callback once per ``offload_stats`` choice given (``auto``, ``on``, ``off``: the statistics on
 a worker thread or side stream, or inline), each against the same run without bertwatch.
 
+A short run, where bertwatch's fixed cost shows (the setup, the pinned probes at step 0 and at the end, which the
+overhead budget does not space):
+
+    python benchmarks/bench_overhead.py --short [--repeats 5] [--baseline-checkout ../main]
+
+``--short`` is ``--max-steps 30 --cadences budget`` (the defaults). ``--baseline-checkout DIR`` adds runs whose
+bertwatch is imported from another checkout (``PYTHONPATH=DIR``), alternating with the others in the same period,
+and prints their ratios and the ratio of the two.
+
 Prints, per cadence and length, the wall-time ratio of ``trainer.train()`` (target <= 1.03 for the budgeted
 defaults), the CPU-time ratio, the in-run ratio (the run's wall time over its wall time outside bertwatch's events:
 robust to other load on a shared machine, since both parts see the same load; target <= 1.03 with
 every_n_steps=50), the peak-memory ratio (peak RSS of the process on CPU, ``torch.cuda.max_memory_allocated`` on
-CUDA) and the steps bertwatch measured with the reason for each (start, budget, every_n_steps, evaluation, end).
+CUDA), the steps bertwatch measured with the reason for each (start, budget, every_n_steps, evaluation, end), and
+where bertwatch's time went: ``setup`` (``on_train_begin``), ``step 0`` (the start probe, at step 0's
+``on_step_begin``), ``evaluation``, ``end`` (the end probe and what follows it) and ``steps`` (the rest), with the
+pinned probes' share of the run's wall time (setup + step 0 + evaluation + end over ``train()``'s wall).
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import default_glue_dir, sst2_dataset  # noqa: E402
@@ -42,13 +55,28 @@ def _default_model() -> str:
         return "sentence-transformers/all-MiniLM-L6-v2"
 
 
+#: The parts of a run that bertwatch's time is counted in (``_Timed``); all but "steps" are pinned probes and setup.
+PARTS = ("setup", "step 0", "evaluation", "end", "steps")
+
+
+def _part(event: str, args: tuple, kwargs: dict) -> str:
+    """The part of the run a Trainer event falls in (``PARTS``)."""
+    state = args[1] if len(args) > 1 else kwargs.get("state")
+    if event == "on_train_begin":
+        return "setup"
+    if event == "on_step_begin" and int(getattr(state, "global_step", -1)) == 0:
+        return "step 0"
+    return {"on_evaluate": "evaluation", "on_train_end": "end"}.get(event, "steps")
+
+
 class _Timed:
-    """Forwards every Trainer event to a callback and adds up the wall time spent inside it, in all and per event
-    (``on_train_begin``: the setup and the step-0 pass; a pass at step N falls in the event that ran it)."""
+    """Forwards every Trainer event to a callback and adds up the wall time spent inside it, in all, per event
+    (``on_train_begin``: the setup; a pass at step N falls in the event that ran it) and per part (``PARTS``)."""
 
     def __init__(self, callback):
         self.callback, self.seconds = callback, 0.0
         self.spent: dict[str, float] = {}
+        self.parts: dict[str, float] = dict.fromkeys(PARTS, 0.0)
 
     def __getattr__(self, name):
         method = getattr(self.callback, name)
@@ -56,6 +84,7 @@ class _Timed:
             return method
 
         def timed(*args, **kwargs):
+            part = _part(name, args, kwargs)
             start = time.perf_counter()
             try:
                 return method(*args, **kwargs)
@@ -63,6 +92,7 @@ class _Timed:
                 took = time.perf_counter() - start
                 self.seconds += took
                 self.spent[name] = self.spent.get(name, 0.0) + took
+                self.parts[part] += took
 
         return timed
 
@@ -135,6 +165,7 @@ def worker(opts: argparse.Namespace) -> dict:
         "peak_mib": peak,
         "in_callback_s": timer.seconds if timer is not None else 0.0,
         "per_event_s": {k: round(v, 3) for k, v in timer.spent.items() if v >= 0.01} if timer is not None else {},
+        "parts_s": {k: round(v, 3) for k, v in timer.parts.items()} if timer is not None else {},
         "measured": [f"{r.step}:{r.reason}" for r in timer.callback.pacing.log] if timer is not None else [],
     }
 
@@ -156,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cadence", default="budget", help=argparse.SUPPRESS)
     parser.add_argument("--offload", default="auto", help="comma-separated offload_stats choices: auto, on, off")
     parser.add_argument("--offload-choice", default="auto", choices=("auto", "on", "off"), help=argparse.SUPPRESS)
+    parser.add_argument("--short", action="store_true", help="a short run: --max-steps 30 --cadences budget")
+    parser.add_argument("--baseline-checkout", default=None, help="also run the bertwatch of this checkout")
     opts = parser.parse_args(argv)
+    if opts.short:
+        opts.max_steps, opts.cadences = [30], "budget"
     opts.model = opts.model or _default_model()
     opts.glue_dir = opts.glue_dir or default_glue_dir()
     if opts.device is None:
@@ -200,23 +235,39 @@ def _compare(opts: argparse.Namespace, steps: int, cadence: str) -> None:
     if opts.glue_dir:
         base += ["--glue-dir", opts.glue_dir]
     choices = [c.strip() for c in opts.offload.split(",") if c.strip()]
-    results: dict[bool, list[dict]] = {False: [], True: []}
-    moved: dict[str, list[dict]] = {c: [] for c in choices}
+    checkouts = [None] if opts.baseline_checkout is None else [None, os.path.abspath(opts.baseline_checkout)]
+    runs = [None, *((c, d) for d in checkouts for c in choices)]
+    collected: dict[Any, list[dict]] = {r: [] for r in runs}
     from tqdm import tqdm
 
-    runs = [None, *choices]
-    order = [(r, c) for r in range(opts.repeats) for c in (runs if r % 2 == 0 else runs[::-1])]
-    for _, choice in tqdm(order, desc=f"{steps} steps, cadence {cadence}", unit="run"):
-        extra = [] if choice is None else ["--callback", "--offload-choice", choice]
-        proc = subprocess.run(base + extra, capture_output=True, text=True)
+    order = [(r, v) for r in range(opts.repeats) for v in (runs if r % 2 == 0 else runs[::-1])]
+    for _, variant in tqdm(order, desc=f"{steps} steps, cadence {cadence}", unit="run"):
+        extra, env = [], None
+        if variant is not None:
+            choice, checkout = variant
+            extra = ["--callback", "--offload-choice", choice]
+            if checkout is not None:  # that checkout's bertwatch (this file's worker code)
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join([checkout, os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run(base + extra, capture_output=True, text=True, env=env)
         lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
         if proc.returncode != 0 or not lines:
             sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-            raise SystemExit(f"benchmark run failed (offload={choice})")
-        (results[False] if choice is None else moved[choice]).append(json.loads(lines[-1][len("RESULT ") :]))
-    for choice in choices:
-        results[True] = moved[choice]
-        _report(opts, steps, cadence, results, f"offload_stats={choice}")
+            raise SystemExit(f"benchmark run failed ({variant})")
+        collected[variant].append(json.loads(lines[-1][len("RESULT ") :]))
+    for variant in runs[1:]:
+        choice, checkout = variant
+        what = f"offload_stats={choice}" + ("" if checkout is None else f", bertwatch of {checkout}")
+        _report(opts, steps, cadence, {False: collected[None], True: collected[variant]}, what)
+    if opts.baseline_checkout is not None:
+        for choice in choices:
+            new, old = collected[(choice, None)], collected[(choice, checkouts[1])]
+            ratios = sorted(b["wall_s"] / a["wall_s"] for a, b in zip(old, new))
+            print(
+                f"\noffload_stats={choice}: this checkout's train() wall over {checkouts[1]}'s, per repeat: "
+                f"{', '.join(f'{r:.3f}' for r in ratios)} (median {statistics.median(ratios):.3f}); bertwatch's "
+                f"own seconds, median: {statistics.median(r['in_callback_s'] for r in new):.2f} against "
+                f"{statistics.median(r['in_callback_s'] for r in old):.2f}"
+            )
 
 
 def _report(opts: argparse.Namespace, steps: int, cadence: str, results: dict[bool, list[dict]], what: str) -> None:
@@ -252,6 +303,12 @@ def _report(opts: argparse.Namespace, steps: int, cadence: str, results: dict[bo
     )
     inside = statistics.median(r["in_callback_s"] / (r["wall_s"] - r["in_callback_s"]) for r in results[True])
     print(f"in-run ratio (train() wall / wall outside bertwatch, same run): {1 + inside:.3f}  (target <= 1.03)")
+    parts = ", ".join(f"{p} {statistics.median(r['parts_s'][p] for r in results[True]):.2f}" for p in PARTS)
+    pinned = [sum(r["parts_s"][p] for p in PARTS[:-1]) / r["wall_s"] for r in results[True]]
+    print(
+        f"bertwatch's seconds by part (medians): {parts}; pinned probes' share of train() wall (setup, step 0, "
+        f"evaluation, end): {statistics.median(pinned):.3f} [{min(pinned):.3f}-{max(pinned):.3f}]"
+    )
     print(f"peak-memory ratio: {med(True, 'peak_mib') / med(False, 'peak_mib'):.3f}")
 
 

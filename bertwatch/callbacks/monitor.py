@@ -8,7 +8,9 @@ Data flows one way: at ``on_train_begin`` the monitor gathers the run into a ``P
 (``callbacks.probe_context``); at each event it plans the pass from the due subscribers (``probe_pass.plan_pass``),
 starts it (``probe_pass.start_pass``: measurements and riders return values), and once its results are in hands
 the grids to the ``Publisher`` (event files, trackers) and to each subscriber's ``record``; then each subscriber
-takes its own turn (``settled``: alerts, the probe-steps record) at its next event.
+takes its own turn (``settled``: alerts, the probe-steps record) at its next event. The run's first pass, at the
+first step's begin, also makes the setup check of the gradient statistics' loss (``check_loss_later``): its own
+gradient pass where it can be that check, before the first optimiser step either way.
 
 With a statistics worker (``callbacks.offload``, the ``offload_stats`` setting) the training thread runs only the
 pass's forward passes and hands the statistics to the worker; the results are published at the first event that
@@ -22,7 +24,8 @@ for maps, ``torch.autograd.grad`` on gates for gradients, and its own copy of th
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -31,14 +34,16 @@ import torch
 from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.offload import StatsWorker, offload_threads
 from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
-from bertwatch.callbacks.probe_pass import PendingPass, Subscriber, plan_pass, start_pass
+from bertwatch.callbacks.probe_pass import LossRefused, PendingPass, ProbePlan, Subscriber, plan_pass, start_pass
 from bertwatch.callbacks.probe_set import ProbeSet
 from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher
 from bertwatch.callbacks.settings import ALL_STATS, MAP_STATS, ProbeSettings, WatchSettings
 from bertwatch.core.alerts import Alert
+from bertwatch.heads.importance import GRADIENT_NAMES, check_gradients
 from bertwatch.heads.sharding import is_sharded
+from bertwatch.heads.task_heads import LossSetupError
 
-__all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "Subscriber", "monitor_for"]
+__all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "Subscriber", "loss_problem", "monitor_for"]
 
 
 _MONITORS: weakref.WeakKeyDictionary[torch.nn.Module, dict[ProbeSettings, Monitor]] = weakref.WeakKeyDictionary()
@@ -56,6 +61,24 @@ def monitor_for(model: torch.nn.Module, settings: ProbeSettings | WatchSettings)
     return monitor
 
 
+def loss_problem(context: ProbeContext) -> str | None:
+    """Why the gradient statistics cannot take the run's loss on its probe set (``heads.importance.check_gradients``:
+    one forward of each probe batch as the gradient pass runs it), or None."""
+    try:
+        check_gradients(context.encoder, context.probe.batches, **context.loss.arguments())
+    except LossSetupError as err:
+        return _refusal(context, err)
+    return None
+
+
+def _refusal(context: ProbeContext, err: LossSetupError) -> str:
+    """What a refusal of the run's loss says, naming the Trainer's loss when the statistics take that."""
+    example_loss = context.loss.example_loss
+    if example_loss is not None:
+        return f"{err} (the Trainer's loss: {example_loss.reason}); pass loss_fn= to use another loss"
+    return str(err)
+
+
 class _Run:
     """What one training run's passes have done so far: the events handled, the grids of the current step, the
     steps whose maps were kept, and the publisher of the run."""
@@ -69,6 +92,7 @@ class _Run:
         self.maps_written: set[int] = set()
         self.pending: _Pending | None = None
         self.settled: dict[int, list[tuple[int, str]]] = {}  # id(subscriber) -> its (step, event) not yet taken
+        self.loss_verdicts: list[Callable[[str], None]] = []  # waiting for the loss check (``check_loss_later``)
 
 
 class _Pending:
@@ -231,26 +255,72 @@ class Monitor:
 
     def _handle(self, run: _Run, context: ProbeContext, event: str, step: int) -> None:
         """Plan the pass of ``event`` at ``step`` and start it (``probe_pass.start_pass``, on the run's worker if it
-        has one); ``settle`` publishes it."""
+        has one); ``settle`` publishes it. The first one also makes the loss check (``check_loss_later``)."""
         active = self.active()
         due = [s for s in active if s.wants(event, step)]
         if step != run.step:
             run.step, run.grids = step, {}
-        plan = plan_pass(
-            event,
-            step,
-            due,
-            active,
-            measured=run.grids.keys(),
-            maps_done=step in run.maps_written,
-            reference_ready=context.reference.ready,
-            reference_model=self.settings.reference_model is not None,
-            riders=[a for s in due for a in s.riders(context, step)],
-        )
-        if plan.build_reference and context.resumed:
+        riders = tuple(a for s in due for a in s.riders(context, step))
+
+        def plan() -> ProbePlan:
+            return plan_pass(
+                event,
+                step,
+                due,
+                self.active(),
+                measured=run.grids.keys(),
+                maps_done=step in run.maps_written,
+                reference_ready=context.reference.ready,
+                reference_model=self.settings.reference_model is not None,
+                riders=riders,
+            )
+
+        first = plan()
+        if first.build_reference and context.resumed:
             context.reference.warn_resumed(int(context.state.global_step))
-        started = None if plan.empty else start_pass(plan, context, self._worker)
+        if run.loss_verdicts:
+            started = self._checked_start(run, context, first, plan)
+        else:
+            started = None if first.empty else start_pass(first, context, self._worker)
         run.pending = _Pending(step, event, due, started)
+
+    def check_loss_later(self, refuse: Callable[[str], None]) -> bool:
+        """Have the run's loss checked for the gradient statistics at the start pass (the first step's begin,
+        before the first optimiser step) and hand a refusal, the problem in words, to ``refuse`` (which raises
+        ``SetupError`` or drops those statistics). False, keeping nothing, where the run has no start pass ahead
+        (resumed from a checkpoint): the caller checks now (:func:`loss_problem`)."""
+        if self._run is None or not self._run.begin_pending:
+            return False
+        self._run.loss_verdicts.append(refuse)
+        return True
+
+    def _checked_start(
+        self, run: _Run, context: ProbeContext, plan: ProbePlan, replan: Callable[[], ProbePlan]
+    ) -> PendingPass | None:
+        """Start ``plan``'s pass after the loss check, or as it: where the pass takes the gradient statistics with
+        the model's own or the Trainer's loss, its gradient pass is the check (the same forwards of the same
+        length groups or examples alone, ``ProbePlan.check_loss``); a ``loss_fn`` (whose check also compares
+        each example's loss across batches) or a pass without them gets :func:`loss_problem`'s forward first, and
+        so does a pass with riders over several batches (a refusal after its first batch would find them fed).
+        On a refusal every waiting verdict is given it, and the pass runs anew as ``replan()`` plans it."""
+        verdicts, run.loss_verdicts = run.loss_verdicts, []
+        gradients = bool(set(plan.names) & set(GRADIENT_NAMES))
+        single = not plan.riders or len(context.probe.batches) == 1
+        if gradients and single and context.loss.loss_fn is None:
+            try:
+                return start_pass(replace(plan, check_loss=True), context, self._worker)
+            except LossRefused as refused:
+                if self._worker is not None:
+                    self._worker.collect()  # the stopped pass's jobs; their results are dropped
+                problem: str | None = _refusal(context, refused.error)
+        else:
+            problem = loss_problem(context)
+        if problem is None:
+            return None if plan.empty else start_pass(plan, context, self._worker)
+        for refuse in verdicts:
+            refuse(problem)
+        plan = replan()
+        return None if plan.empty else start_pass(plan, context, self._worker)
 
     def _publish(self, run: _Run, pending: _Pending) -> None:
         """Write a pass's results, give each due subscriber its grids, and queue its turn (``settled``)."""

@@ -46,6 +46,7 @@ from bertwatch.heads.length_groups import crop_rows
 from bertwatch.heads.mixing import rollout
 from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
 from bertwatch.heads.stats import DRIFT_NAMES
+from bertwatch.heads.task_heads import LossSetupError
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.callbacks.offload import StatsWorker
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "LIVE_MEASURES",
+    "LossRefused",
     "PassResult",
     "PendingPass",
     "ProbePlan",
@@ -67,6 +69,15 @@ __all__ = [
 #: mixing measure but value zeroing, which costs L·n forward passes of an n-token example
 #: (``bertwatch analyze --mixing --value-zeroing`` writes it after training).
 LIVE_MEASURES: tuple[str, ...] = tuple(m for m in MIXING_MEASURES if m not in ("weights", "value_zeroing"))
+
+
+class LossRefused(Exception):
+    """A loss-checking pass (``ProbePlan.check_loss``) stopped at probe batch ``batch``: a ``"before"``
+    measurement's pass refused the run's loss (``error``, the ``LossSetupError`` saying why)."""
+
+    def __init__(self, error: LossSetupError, batch: int) -> None:
+        super().__init__(str(error))
+        self.error, self.batch = error, batch
 
 
 @runtime_checkable
@@ -106,7 +117,9 @@ class ProbePlan:
     ``ALL_STATS`` order (the order they are logged in); ``num_maps``: probe examples whose maps are kept;
     ``reference_from_model``: the drift reference is first taken from ``reference_model``; ``build_reference``:
     this pass's own maps become the reference; ``riders``: what rides on the pass; ``mixing_maps``: the kept
-    examples also get their maps of ``LIVE_MEASURES`` (``written_measures`` says which a model gives).
+    examples also get their maps of ``LIVE_MEASURES`` (``written_measures`` says which a model gives);
+    ``check_loss``: the pass is the setup check of the gradient statistics' loss, so a ``"before"`` measurement
+    that refuses it stops the pass with ``LossRefused`` (its forward is the check's forward).
     """
 
     step: int
@@ -117,6 +130,7 @@ class ProbePlan:
     build_reference: bool = False
     riders: tuple[Rider, ...] = ()
     mixing_maps: bool = False
+    check_loss: bool = False
 
     @property
     def empty(self) -> bool:
@@ -340,7 +354,12 @@ def _run_batch(
     attn = states = None
     for stage, measurement_pass in passes:
         if stage == "before":
-            out = measurement_pass.measure(batch)
+            try:
+                out = measurement_pass.measure(batch)
+            except LossSetupError as err:
+                if plan.check_loss:
+                    raise LossRefused(err, k) from err
+                raise
             if isinstance(out, Measured):
                 attn = out.attentions if out.attentions is not None else attn
                 states = out.states if out.states is not None else states

@@ -20,20 +20,19 @@ from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
-from bertwatch.callbacks.monitor import Monitor, monitor_for
+from bertwatch.callbacks.monitor import Monitor, loss_problem, monitor_for
 from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
 from bertwatch.callbacks.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, supports_norms
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import QK_NAME, STABILITY_NAMES, supports_qk_spectral_norm
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
-from bertwatch.heads.task_heads import LossSetupError
 
 __all__ = [
     "WatchCallback",
@@ -179,17 +178,26 @@ class WatchCallback(NotATracker, TrainerCallback):
             if gradient:
                 context.loss.announce()
             return
+        self._refuse_gradients(problem)
+
+    def _refuse_gradients(self, problem: str) -> None:
+        """Gradient statistics that cannot be measured (``problem`` says why): ``SetupError`` when they were asked
+        for by name or are all this callback measures, else one warning and the rest measured without them."""
+        gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
+        if self.disabled or not gradient:
+            return
         if self.requested is not None or not self.stat_names - gradient:
             raise SetupError(f"{type(self).__name__}: {sorted(gradient)} cannot be measured: {problem}")
         warnings.warn(
-            f"bertwatch: {type(self).__name__} skips {sorted(gradient)}: {problem}", BertWatchWarning, stacklevel=3
+            f"bertwatch: {type(self).__name__} skips {sorted(gradient)}: {problem}", BertWatchWarning, stacklevel=4
         )
         self.stat_names = self.stat_names - gradient
 
-    @staticmethod
-    def _gradient_problem(context: ProbeContext) -> str | None:
+    def _gradient_problem(self, context: ProbeContext) -> str | None:
         """Why the probe set cannot give gradient statistics (the loss ``callbacks.trainer_loss`` chose is refused,
-        or ``heads.importance.check_gradients``: one forward of each probe batch through that loss), or None."""
+        or the probe examples lack labels), or None. The loss on the probe batches themselves is checked by the
+        start pass before the first optimiser step, its verdict to ``_refuse_gradients``
+        (``Monitor.check_loss_later``), or now where the run has no start pass (``monitor.loss_problem``)."""
         loss = context.loss
         if loss.problem is not None:
             return loss.problem
@@ -199,13 +207,9 @@ class WatchCallback(NotATracker, TrainerCallback):
                 "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
                 "loss_fn=(outputs, batch) -> per-example loss"
             )
-        try:
-            check_gradients(context.encoder, context.probe.batches, **loss.arguments())
-        except LossSetupError as err:
-            if loss.example_loss is not None:
-                return f"{err} (the Trainer's loss: {loss.example_loss.reason}); pass loss_fn= to use another loss"
-            return str(err)
-        return None
+        if self.monitor.check_loss_later(self._refuse_gradients):
+            return None
+        return loss_problem(context)
 
     def _drive(self, event: str, state: Any, control: Any = None) -> None:
         if self.monitor is None:

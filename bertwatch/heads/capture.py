@@ -414,8 +414,10 @@ _VERIFIED: dict[tuple[type, str], str | None] = {}
 
 
 def _config_key(config: Any) -> str:
-    """The configuration's public settings: a class whose attention path depends on them is verified per variant."""
-    settings = {k: v for k, v in config.to_dict().items() if not k.startswith("_")}
+    """The configuration's public settings: a class whose attention path depends on them is verified per variant.
+    ``problem_type`` is left out: a sequence classifier writes it at its first labelled forward, and it is the
+    task head's, never the attention's."""
+    settings = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k != "problem_type"}
     return json.dumps(settings, sort_keys=True, default=str)
 
 
