@@ -19,11 +19,18 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from bertwatch.callbacks._safe import SetupError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
-from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
+from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.stability import LOGIT_NAMES, QK_NAME, STABILITY_NAMES, head_qk_spectral_norms
+from bertwatch.heads.stability import (
+    LOGIT_NAMES,
+    QK_NAME,
+    STABILITY_NAMES,
+    head_qk_spectral_norms,
+    supports_qk_spectral_norm,
+)
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -369,3 +376,28 @@ def measurement_of(name: str, measurements: Sequence[Measurement] = MEASUREMENTS
         if name in measurement.names:
             return measurement
     raise KeyError(f"no bertwatch measurement gives {name!r}")
+
+
+def supported_stats(names: frozenset[str], requested: bool, encoder: Any, owner: str) -> frozenset[str]:
+    """``names`` less the statistics this model family cannot give (norm-based masses without a known attention
+    block, ``qk_spectral_norm`` without head-sized query/key weights, the block-based mixing measures without
+    x + Attn(x) -> LayerNorm; rollout works on every family). Dropped quietly from a callback's defaults; when
+    the user ``requested`` them by name, ``SetupError`` from ``owner`` saying why."""
+    norms = names & set(NORM_NAMES)
+    if norms and not supports_norms(encoder):
+        if requested:
+            raise SetupError(f"{owner}: {sorted(norms)} are not available for this model family")
+        names = names - norms
+    if QK_NAME in names and not supports_qk_spectral_norm(encoder):
+        if requested:
+            raise SetupError(f"{owner}: {QK_NAME!r} is not available for this model family")
+        names = names - {QK_NAME}
+    mixing = {n for n in names & set(MIXING_NAMES) if "rollout" not in n}
+    if mixing and not supports_mixing(encoder):
+        if requested:
+            try:
+                block_weights(encoder)
+            except ValueError as err:
+                raise SetupError(f"{owner}: {sorted(mixing)}: {err}") from err
+        names = names - mixing
+    return names

@@ -42,6 +42,7 @@ from bertwatch.core.alerts import Alert
 from bertwatch.heads.importance import GRADIENT_NAMES, check_gradients
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.task_heads import LossSetupError
+from bertwatch.tb.metadata import PROBE_MODEL_KEY
 
 __all__ = ["ALL_STATS", "MAP_STATS", "Monitor", "ProbeSettings", "Subscriber", "loss_problem", "monitor_for"]
 
@@ -179,9 +180,8 @@ class Monitor:
         self._context = run
         threads = 0 if is_sharded(self.model) else offload_threads(self.settings.offload, run.device)
         self._worker = StatsWorker(run.device, threads) if threads else None
-        publisher = Publisher(
-            run.writer, run.trackers, args, state, run.event, run.probe.roles, run.probe.length_info()
-        )
+        probe = {**run.probe.length_info(), PROBE_MODEL_KEY: run.model_name}  # recorded with the run's grids
+        publisher = Publisher(run.writer, run.trackers, args, state, run.event, run.probe.roles, probe)
         self._run = _Run(publisher, begin_pending=not run.resumed)
 
     def publish_alerts(self, alerts: Sequence[Alert], step: int, reference_step: int, to_trackers: bool) -> None:

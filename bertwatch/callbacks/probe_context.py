@@ -83,6 +83,13 @@ class ProbeContext:
     trackers: tuple[Any, ...] = ()
 
     @property
+    def model_name(self) -> str:
+        """The encoder's folder or Hub name (``config._name_or_path``), else its class name."""
+        encoder = self.encoder
+        name = getattr(getattr(encoder, "config", None), "_name_or_path", "") or ""
+        return str(name) or type(encoder).__name__
+
+    @property
     def encoder(self) -> torch.nn.Module | None:
         """The transformers model inside the Trainer's model (``bertwatch.heads.unwrap``), as trained."""
         return self.encoder_ref()

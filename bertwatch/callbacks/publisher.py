@@ -74,7 +74,7 @@ class Publisher:
         state: Any,
         event: Mapping[str, Any],
         roles: Sequence[Any],
-        length_info: Mapping[str, int | None],
+        length_info: Mapping[str, Any],
     ) -> None:
         self.writer = writer
         self.trackers = list(trackers)

@@ -20,6 +20,7 @@ from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
+from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.monitor import Monitor, loss_problem, monitor_for
 from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
@@ -28,10 +29,9 @@ from bertwatch.callbacks.settings import COMMON_OPTIONS, WatchSettings, callback
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads.mixing_model import MIXING_NAMES, block_weights, supports_mixing
-from bertwatch.heads.norms import NORM_NAMES, supports_norms
+from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.stability import QK_NAME, STABILITY_NAMES, supports_qk_spectral_norm
+from bertwatch.heads.stability import STABILITY_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
 
 __all__ = [
@@ -153,25 +153,8 @@ class WatchCallback(NotATracker, TrainerCallback):
     # ------------------------------------------------------------------------------------------ events
 
     def _resolve_stats(self, context: ProbeContext) -> None:
-        norms = self.stat_names & set(NORM_NAMES)
-        if norms and not supports_norms(context.encoder):
-            if self.requested is not None:
-                raise SetupError(f"{type(self).__name__}: {sorted(norms)} are not available for this model family")
-            self.stat_names = self.stat_names - norms
-        if QK_NAME in self.stat_names and not supports_qk_spectral_norm(self.monitor.model):
-            if self.requested is not None:
-                raise SetupError(f"{type(self).__name__}: {QK_NAME!r} is not available for this model family")
-            self.stat_names = self.stat_names - {QK_NAME}
-        # the block-based mixing measures need x + Attn(x) -> LayerNorm; rollout works on every family
-        mixing = {n for n in self.stat_names & set(MIXING_NAMES) if "rollout" not in n}
-        encoder = context.encoder
-        if mixing and not supports_mixing(encoder):
-            if self.requested is not None:
-                try:
-                    block_weights(encoder)
-                except ValueError as err:
-                    raise SetupError(f"{type(self).__name__}: {sorted(mixing)}: {err}") from err
-            self.stat_names = self.stat_names - mixing
+        owner = type(self).__name__
+        self.stat_names = supported_stats(self.stat_names, self.requested is not None, context.encoder, owner)
         gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
         problem = self._gradient_problem(context) if gradient else None
         if problem is None:

@@ -47,11 +47,12 @@ __all__ = [
 # Pure builders
 
 
-def head_grid_summary(stat: str, grid: Any, *, probe: Mapping[str, int | None] | None = None) -> summary_pb2.Summary:
+def head_grid_summary(stat: str, grid: Any, *, probe: Mapping[str, Any] | None = None) -> summary_pb2.Summary:
     """``bertwatch/heads/{stat}``: a float32 ``[layers, heads]`` TENSOR.
 
     ``probe`` records what the grid was measured on (``{"max_length", "truncated", "examples", "longest"}``,
-    ``ProbeSet.length_info``): an optional ``probe`` key of the metadata content (``metadata.probe_info``)."""
+    ``ProbeSet.length_info``, and optionally the ``"model"`` watched): an optional ``probe`` key of the metadata
+    content (``metadata.probe_info``)."""
     check_name(stat, "stat")
     array = to_numpy(grid)
     if array.ndim != 2 or 0 in array.shape:
@@ -319,7 +320,7 @@ class SummaryWriter:
         step: int,
         walltime: float | None = None,
         *,
-        probe: Mapping[str, int | None] | None = None,
+        probe: Mapping[str, Any] | None = None,
     ) -> None:
         """Every ``[layers, heads]`` grid as ``bertwatch/heads/{stat}`` plus its layer means as scalars; ``probe``
         (what was measured, see :func:`head_grid_summary`) goes into each grid's metadata."""
