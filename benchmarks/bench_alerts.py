@@ -43,7 +43,7 @@ def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
     import torch
     import transformers as T
 
-    from bertwatch.callbacks import BertWatchCallback, watch
+    from bertwatch.callbacks import BertWatchCallback, ProbeOptions, watch
     from bertwatch.callbacks.settings import ALL_STATS
 
     torch.set_num_threads(opts.threads)
@@ -56,7 +56,12 @@ def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
     stats = [n for n in ("max_logit", "entropy", "cls_mass", "sep_mass") if n in ALL_STATS]
     cb = BertWatchCallback(
-        stats=stats, every_n_steps=opts.every, num_probe_examples=16, num_maps=0, on_alert="none", on_evaluate=False
+        stats=stats,
+        every_n_steps=opts.every,
+        num_probe_examples=16,
+        num_maps=0,
+        on_alert="none",
+        probing=ProbeOptions(on_evaluate=False),
     )
     args = T.TrainingArguments(
         output_dir=out,

