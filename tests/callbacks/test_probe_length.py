@@ -113,7 +113,8 @@ def test_measuring_up_to_the_models_maximum_cuts_nothing_and_does_not_warn(tmp_p
     assert not [w for w in ours if "longer than" in str(w.message)]
     assert cb.monitor is None or cb.monitor.probe is None or cb.monitor.probe.truncated == 0
     (_, content) = _grid_content(run)
-    assert content["probe"] == {"max_length": 64, "truncated": 0, "examples": 5, "longest": 32}
+    model = "BertForSequenceClassification"  # a model made in memory has no folder: its class names it
+    assert content["probe"] == {"max_length": 64, "truncated": 0, "examples": 5, "longest": 32, "model": model}
 
 
 def _grid_content(run):
@@ -127,7 +128,8 @@ def _grid_content(run):
 
 def test_the_length_is_in_the_event_file_the_plugin_route_and_the_report(cut_run) -> None:
     _, _, run = cut_run
-    expected = {"max_length": LENGTH, "truncated": 2, "examples": 5, "longest": LENGTH}
+    model = "BertForSequenceClassification"
+    expected = {"max_length": LENGTH, "truncated": 2, "examples": 5, "longest": LENGTH, "model": model}
     _, content = _grid_content(run)
     assert content["probe"] == expected and content["version"] == md.FORMAT_VERSION
 
@@ -145,6 +147,7 @@ def test_the_length_is_in_the_event_file_the_plugin_route_and_the_report(cut_run
     page = build_html([], training)
     assert f"2 of them were longer and were cut to their first {LENGTH} tokens" in page
     assert 'id="probe-length"' in page
+    assert f"{model}</span> · 2 layers × 4 heads" in page  # the glance names the model the run watched
 
 
 @pytest.mark.fast

@@ -46,7 +46,7 @@ def test_word_classes_warn_once_with_the_counts_and_the_length(tmp_path: Path) -
     assert len(said) == 1
     assert "skipped 2 of the first 3 sentences" in said[0] and "2 longer than 12 word pieces" in said[0]
     assert "the 1 sentences of at most 12 word pieces" in said[0] and "never cut" in said[0]
-    assert "probe_max_length" in said[0]
+    assert "probing=ProbeOptions(max_length=...)" in said[0]
 
 
 @pytest.mark.fast
