@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -85,6 +86,9 @@ def _run_command(name: str, rest: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"bertwatch {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `bertwatch stats | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -295,6 +295,22 @@ def test_bertwatch_stats_lists_every_statistic_by_family_with_its_definition(cap
 
 
 @pytest.mark.fast
+def test_bertwatch_stats_into_a_reader_that_stops_early_ends_quietly() -> None:
+    """``bertwatch stats | head -1``: the reader closes the pipe (here before a word is written); no traceback,
+    exit 0."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    read, write = os.pipe()
+    os.close(read)
+    with subprocess.Popen(
+        [sys.executable, "-m", "bertwatch", "stats"], stdout=write, stderr=subprocess.PIPE, env=env, cwd=ROOT
+    ) as proc:
+        os.close(write)
+        stderr = proc.stderr.read().decode()
+        code = proc.wait(timeout=60)
+    assert code == 0 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.fast
 def test_a_value_the_settings_refuse_is_a_usage_error_before_the_script_runs(tmp_path, capsys) -> None:
     script = tmp_path / "never.py"
     script.write_text("raise SystemExit('the script ran')\n")
