@@ -147,7 +147,7 @@ class Alert:
     def describe(self) -> str:
         """One line for a warning: which head, which rule, since when, the value against its reference."""
         return (
-            f"layer {self.layer} head {self.head}: {self.rule.replace('_', ' ')} since step {self.since} "
+            f"L{self.layer} H{self.head}: {self.rule.replace('_', ' ')} since step {self.since} "
             f"({self.stat} {self.value:.4g} at step {self.step}, reference {self.reference:.4g}, "
             f"threshold {self.threshold:.4g})"
         )

@@ -16,6 +16,7 @@ from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.settings import WatchSettings
 from bertwatch.core.alerts import (
     ALERT_RULES,
+    Alert,
     AlertSettings,
     active_alerts,
     alert_counts,
@@ -248,3 +249,9 @@ def test_the_report_says_when_no_alert_fired(tmp_path) -> None:
             writer.add_alerts(judged(hist[:end]), L, H, hist[end - 1][0])
     _, training = read_run(tmp_path)
     assert "This run raised no stability alert." in build_html([], training)
+
+
+def test_an_alert_names_its_head_as_every_output_does() -> None:
+    """Layers and heads from 0, written ``L2 H7``, as the plugin, the report and the start and end lines write them."""
+    alert = Alert(2, 7, "entropy_collapse", "entropy", 1, 3, 0.5, 2.3, 1.15)
+    assert alert.describe().startswith("L2 H7: entropy collapse since step 1 (entropy 0.5 at step 3, reference 2.3")
