@@ -179,9 +179,9 @@ def offload_threads(
 ) -> int:
     """How many torch threads the statistics worker of a run takes; 0: no worker, the statistics run inline.
 
-    ``offload`` True forces a worker, False forbids it, None (automatic) decides by the device: on CUDA a worker
-    (its jobs go to a side stream; one thread launches them); on CPU a worker only when the process has spare
-    cores, ``cores`` (default :func:`available_cores`) more than the training's ``threads`` (default
+    ``offload`` True forces a worker, False forbids it, None (automatic) decides by the device: on CUDA inline
+    (a worker there, its jobs on a side stream and one thread launching them, is opt-in until a GPU benchmark has
+    measured it); on CPU a worker only when the process has spare cores, ``cores`` (default :func:`available_cores`) more than the training's ``threads`` (default
     ``torch.get_num_threads()``), and it takes the spare ones. On saturated cores a worker costs the same CPU
     time as inline and can only slow training down, so the automatic choice there is inline. A forced CPU worker
     takes the spare cores, at least one thread.
@@ -189,13 +189,13 @@ def offload_threads(
     Example:
         >>> offload_threads(None, "cpu", cores=2, threads=2), offload_threads(None, "cpu", cores=8, threads=4)
         (0, 4)
-        >>> offload_threads(True, "cpu", cores=2, threads=2), offload_threads(None, "cuda"), offload_threads(False, "cuda")
-        (1, 1, 0)
+        >>> offload_threads(True, "cpu", cores=2, threads=2), offload_threads(None, "cuda"), offload_threads(True, "cuda")
+        (1, 0, 1)
     """
     if offload is False:
         return 0
     if torch.device(device).type == "cuda":
-        return 1
+        return 1 if offload else 0
     spare = (available_cores() if cores is None else cores) - (torch.get_num_threads() if threads is None else threads)
     if offload is None:
         return max(0, spare)
