@@ -27,6 +27,7 @@ from torch import Tensor
 
 from bertwatch.callbacks.publisher import HeadEmbedding, Summary
 from bertwatch.callbacks.word_classes import UDWordClassPass, WordClassBatches
+from bertwatch.core.stat_names import RULE_CLASSES
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.linguistics.clustering import HeadDistances, mds_embedding, procrustes_align
@@ -52,8 +53,6 @@ OTHER_PRONOUNS = frozenset(
     | {"myself", "yourself", "himself", "herself", "itself", "ourselves", "themselves", "this", "that", "these"}
     | {"those", "someone", "something", "anyone", "anything", "everyone", "everything"}
 )
-#: The classes the token rules give (Kovaleva's noun and verb need a tagger).
-RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
 EMBEDDING_NAME = "js_mds_training"
 
 

@@ -75,7 +75,8 @@ LOGIT_NAMES: tuple[str, ...] = ("max_logit", "logit_std")
 #: Zhai et al. 2023: the spectral norm of each head's W_Q W_Kᵀ, from the weights alone (``bertwatch.heads.stability``).
 QK_NAME = "qk_spectral_norm"
 STABILITY_NAMES: tuple[str, ...] = (*LOGIT_NAMES, QK_NAME)
-#: ``bertwatch.callbacks.riders.RULE_CLASSES``: the ``wordclass_<c>`` and ``cls_target_<c>`` grids.
+#: The classes the token rules give (Kovaleva's noun and verb need a tagger): the ``wordclass_<c>`` and
+#: ``cls_target_<c>`` grids.
 RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
 #: The keys of ``bertwatch.linguistics.wordclass.UD_CLASSES``: the ``class_share_<c>`` grids.
 UD_SHARE_CLASSES: tuple[str, ...] = ("noun", "verb", "pron", "det", "subj", "obj", "neg", "punct")
