@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from bertwatch.cli import main
-from tests.heads.test_stats import reference_stats, roles_from_strings
+from tests.support.stats_oracle import reference_stats, roles_from_strings
 from tests.support.tolerance import assert_float32_close
 
 TEXTS = [

@@ -12,7 +12,7 @@ from tests.support.tolerance import assert_float32_close
 
 pytestmark = pytest.mark.fast
 
-from tests.heads.test_stats import assert_matches, other_maps, random_case, reference_stats  # noqa: E402
+from tests.support.stats_oracle import assert_matches, other_maps, random_case, reference_stats  # noqa: E402
 
 
 def cropped(maps: torch.Tensor, real: torch.Tensor) -> list[torch.Tensor]:

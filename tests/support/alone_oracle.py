@@ -1,4 +1,4 @@
-"""Each example ALONE, unpadded, through the model, then the float64 loops of tests/heads/test_stats.py and
+"""Each example ALONE, unpadded, through the model, then the float64 loops of tests/support/stats_oracle.py and
 tests/support/norm_oracle.py: the statistics an example has whatever batch bertwatch puts it in."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from bertwatch.heads.roles import token_roles  # noqa: E402
-from tests.heads.test_stats import reference_stats  # noqa: E402
 from tests.support.norm_oracle import reference as norm_reference  # noqa: E402
+from tests.support.stats_oracle import reference_stats  # noqa: E402
 
 ADAPTERS = ("deberta-v2", "mpnet")
 
