@@ -216,7 +216,8 @@ def test_a_stop_alert_with_the_worker_stops_one_optimiser_step_later(tmp_path) -
         (True, "cpu", 2, 2, 1),  # forced: at least one thread
         (True, "cpu", 16, 4, 12),
         (False, "cpu", 16, 4, 0),
-        (None, "cuda", 2, 2, 1),  # a side stream, whatever the cores
+        (None, "cuda", 2, 2, 0),  # inline: the side stream is opt-in until a GPU benchmark has measured it
+        (True, "cuda", 2, 2, 1),  # asked for: a side stream, whatever the cores
         (False, "cuda", 2, 2, 0),
     ],
 )
