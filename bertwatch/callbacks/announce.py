@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.callbacks.probe_context import ProbeContext
+from bertwatch.report.changes import reference_value, settled
 
 __all__ = [
     "QUIET_ENV",
@@ -200,16 +201,18 @@ class RunSummary:
         return cls(tuple(step for step, _ in history), alerts, grids, meter.own, meter.share(), report)
 
 
-def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str]:
-    """The heads furthest from the reference by ``drift_js`` (else ``1 - drift_cosine``), as ``L2 H7 (JS 0.12)``."""
-    if "drift_js" in grids:
-        values, label = np.asarray(grids["drift_js"], dtype=np.float64), "JS"
-    elif "drift_cosine" in grids:
-        values, label = 1.0 - np.asarray(grids["drift_cosine"], dtype=np.float64), "1-cos"
-    else:
-        return []
+def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str] | None:
+    """The heads furthest from the reference by ``drift_js`` (else ``1 - drift_cosine``), as ``L2 H7 (JS 0.12)``;
+    a drift within float32 rounding of "unchanged" is none (``report.changes.settled``, the report's rule), so the
+    list may be empty. None when no drift statistic was measured."""
+    stat = next((name for name in ("drift_js", "drift_cosine") if name in grids), None)
+    if stat is None:
+        return None
+    reference = reference_value(stat)
+    values = np.abs(settled(stat, grids[stat], reference) - reference)
+    label = "JS" if stat == "drift_js" else "1-cos"
     flat = np.where(np.isfinite(values), values, -np.inf).ravel()
-    order = [int(i) for i in np.argsort(-flat, kind="stable")[:count] if np.isfinite(flat[i])]
+    order = [int(i) for i in np.argsort(-flat, kind="stable")[:count] if flat[i] > 0]
     heads = values.shape[1]
     return [f"L{i // heads} H{i % heads} ({label} {flat[i]:.3g})" for i in order]
 
@@ -225,5 +228,7 @@ def end_lines(summary: RunSummary) -> list[str]:
     ]
     if moved:
         parts.append(f"moved most: {', '.join(moved)}")
+    elif moved is not None:
+        parts.append("no head moved beyond float32 rounding")
     parts.append(f"bertwatch took {summary.own_seconds:.1f} s, {summary.share:.1%} of the run")
     return ["; ".join(parts), f"report: {summary.report}"]

@@ -13,7 +13,16 @@ import numpy as np
 import pytest
 
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.announce import QUIET_ENV, Pinned, RunPlan, cost_line, end_lines, moved_most, start_lines
+from bertwatch.callbacks.announce import (
+    QUIET_ENV,
+    Pinned,
+    RunPlan,
+    RunSummary,
+    cost_line,
+    end_lines,
+    moved_most,
+    start_lines,
+)
 from tests.support.tb_helpers import make_wsgi_app
 from tests.support.tiny_trainer import toy_trainer
 
@@ -83,7 +92,13 @@ def test_the_heads_that_moved_most_are_the_largest_drifts() -> None:
     assert got == [f"L{l} H{h} (JS {v:.3g})" for v, l, h in want[:3]]
     cosine = moved_most({"drift_cosine": np.array([[1.0, 0.5], [0.9, 0.99]])}, count=1)
     assert cosine == ["L0 H1 (1-cos 0.5)"]
-    assert moved_most({"cls_mass": js}) == []
+    assert moved_most({"cls_mass": js}) is None
+    # float32 rounding of "unchanged" is no drift (the report's rule): a JS of 1e-8 or a cosine of 0.99999994
+    noise = {"drift_js": np.array([[1e-8, 2e-8], [0.0, 3e-8]], dtype=np.float32)}
+    assert moved_most(noise) == []
+    assert moved_most({"drift_cosine": np.array([[0.99999994, 1.0]], dtype=np.float32)}) == []
+    summary = RunSummary((0, 12), 0, noise, 0.1, 0.01, "r")
+    assert "no head moved beyond float32 rounding" in end_lines(summary)[0]
 
 
 def test_the_end_line_counts_steps_and_alerts() -> None:
@@ -93,7 +108,7 @@ def test_the_end_line_counts_steps_and_alerts() -> None:
     summary = RunSummary((0, 10, 20), 2, grids, 1.5, 0.031, "bertwatch report out")
     line, report = end_lines(summary)
     assert line == (
-        "measured 3 steps (0 to 20); 2 stability alerts; moved most: L0 H1 (JS 0.25), L0 H0 (JS 0); "
+        "measured 3 steps (0 to 20); 2 stability alerts; moved most: L0 H1 (JS 0.25); "
         "bertwatch took 1.5 s, 3.1% of the run"
     )
     assert report == "report: bertwatch report out"

@@ -5,6 +5,7 @@ goes through the plugin's own loader)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -26,7 +27,8 @@ model = T.AutoModelForSequenceClassification.from_pretrained(sys.argv[1])
 words = ["a good film .", "a dull , long plot .", "the actors were great", "boring and sad ."]
 data = Dataset.from_dict({**tok([words[i % 4] for i in range(24)]), "label": [i % 2 for i in range(24)]})
 args = T.TrainingArguments(
-    output_dir="out", max_steps=4, per_device_train_batch_size=4, save_strategy="no", report_to="none",
+    output_dir="out", max_steps=4, per_device_train_batch_size=4, learning_rate=1e-2, save_strategy="no",
+    report_to="none",
     eval_strategy="steps", eval_steps=2, use_cpu=True, disable_tqdm=True,
 )
 T.Trainer(
@@ -58,7 +60,7 @@ def test_bertwatch_run_prints_the_start_and_end_lines_and_a_command_that_shows_t
     assert lines[1].startswith("events go to out/runs/")
     assert lines[2].startswith("see them live: tensorboard --logdir out/runs ")
     assert lines[3].startswith("step 0 measured in ")
-    assert lines[-2].startswith("measured 3 steps (0 to 4); 0 stability alerts; moved most: L")
+    assert re.match(r"measured 3 steps \(0 to 4\); \d+ stability alerts?; moved most: L\d H\d \(JS ", lines[-2])
     assert lines[-1].startswith("report: bertwatch report out ")
     command = shlex.split(lines[2].removeprefix("see them live: ").split("   ")[0])
     logdir = tmp_path / command[command.index("--logdir") + 1]
