@@ -34,7 +34,6 @@ __all__ = [
     "crop_maps",
     "probe_cut_message",
     "masked_lm_features",
-    "pad_maps",
     "sample_indices",
     "text_examples",
 ]
@@ -372,17 +371,6 @@ def crop_maps(attn: Tensor, real: Tensor) -> list[Tensor]:
     for row in range(attn.shape[0]):
         idx = real[row].nonzero().squeeze(-1).to(attn.device)
         out.append(attn[row].index_select(-2, idx).index_select(-1, idx))
-    return out
-
-
-def pad_maps(maps: Sequence[Tensor], real: Tensor) -> Tensor:
-    """Per example ``[L, H, n, n]`` -> ``[batch, L, H, T, T]``, zeros at pad positions (inverse of ``crop_maps``)."""
-    batch, length = real.shape
-    layers, heads = maps[0].shape[:2]
-    out = maps[0].new_zeros(batch, layers, heads, length, length)
-    for row, m in enumerate(maps):
-        idx = real[row].nonzero().squeeze(-1).to(m.device)
-        out[row, :, :, idx[:, None], idx[None, :]] = m
     return out
 
 

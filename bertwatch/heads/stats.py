@@ -28,19 +28,6 @@ __all__ = [
     "compute_stats",
     "aggregate",
     "StatsAccumulator",
-    "cls_mass",
-    "sep_mass",
-    "punct_mass",
-    "sep_to_sep",
-    "sep_mass_kovaleva",
-    "self_mass",
-    "prev_mass",
-    "next_mass",
-    "entropy",
-    "cls_entropy",
-    "intra_segment_mass",
-    "drift_cosine",
-    "drift_js",
     "behaviour_label_lists",
     "pattern_classes",
     "PATTERN_CLASSES",
@@ -202,7 +189,9 @@ def compute_stats(
         reference: the reference model's maps on the same batch, padded like `attn`, or one map per example
             cropped to its real tokens `[layers, heads, n_b, n_b]` (what the monitor caches; never padded back
             whole).
-        compat_length: goes to `drift_cosine`.
+        compat_length: `drift_cosine` as Kovaleva's notebook computed it: maps padded to N tokens with the pad
+            query rows kept. A pad query row of an eager BERT is uniform over the real keys (pad keys are masked,
+            pad queries are not), so each of the N − n pad rows is taken as 1/n on every real key for both models.
 
     Returns:
         `{name: [batch, layers, heads]}` tensors; NaN where a statistic is undefined for an example (e.g.
@@ -230,77 +219,3 @@ def compute_stats(
     if names is None:
         names = STAT_NAMES + (DRIFT_NAMES if reference is not None else ())
     return _Stats(attn, roles, reference, compat_length).compute(list(names))
-
-
-def cls_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """(1/n) Σ_i A[i, CLS], Clark Fig 2: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["cls_mass"])["cls_mass"]
-
-
-def sep_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """(1/n) Σ_i Σ_{j∈SEP} A[i, j], summed over all [SEP]s, Clark Fig 2: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["sep_mass"])["sep_mass"]
-
-
-def punct_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """(1/n) Σ_i Σ_{j∈{".", ","}} A[i, j], Clark Fig 2: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["punct_mass"])["punct_mass"]
-
-
-def sep_to_sep(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """(1/#SEP) Σ_{i∈SEP} Σ_{j∈SEP} A[i, j], NaN without [SEP]: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["sep_to_sep"])["sep_to_sep"]
-
-
-def sep_mass_kovaleva(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """max over [SEP] positions j of (1/n) Σ_i A[i, j], Kovaleva Fig 6, NaN without [SEP]: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["sep_mass_kovaleva"])["sep_mass_kovaleva"]
-
-
-def self_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """Statistic "self": (1/n) Σ_i A[i, i]: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["self"])["self"]
-
-
-def prev_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """Statistic "prev": (1/n) Σ_i A[i, i−1], attention to the previous token: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["prev"])["prev"]
-
-
-def next_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """Statistic "next": (1/n) Σ_i A[i, i+1], attention to the following token: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["next"])["next"]
-
-
-def entropy(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """(1/n) Σ_i −Σ_j A' ln A', A' = 0.9999·A + 0.0001/n (nats), Clark Fig 4: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["entropy"])["entropy"]
-
-
-def cls_entropy(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """Smoothed entropy of the (first) [CLS] query row, NaN without [CLS]: `[batch, layers, heads]`."""
-    return compute_stats(attn, roles, ["cls_entropy"])["cls_entropy"]
-
-
-def intra_segment_mass(attn: Tensor, roles: TokenRoles) -> Tensor:
-    """Mean over non-special real queries of their mass on non-special keys of their own segment.
-
-    The "block" evidence of Kovaleva's classes; NaN unless the example has two or more segments among its
-    non-special tokens (or when `roles.segment` is None): `[batch, layers, heads]`.
-    """
-    return compute_stats(attn, roles, ["intra_segment_mass"])["intra_segment_mass"]
-
-
-def drift_cosine(attn: Tensor, ref: Tensor, roles: TokenRoles, compat_length: int | None = None) -> Tensor:
-    """Cosine similarity of each head's flattened cropped map with the reference's (1 = unchanged): `[B, L, H]`.
-
-    `compat_length=N` reproduces Kovaleva's notebook: maps padded to N with the pad query rows kept. A pad
-    query row of an eager BERT is uniform over the real keys (pad keys are masked, pad queries are not), so
-    each of the N − n pad rows is taken as 1/n on every real key for both models, whatever `attn` holds there.
-    """
-    return compute_stats(attn, roles, ["drift_cosine"], ref, compat_length=compat_length)["drift_cosine"]
-
-
-def drift_js(attn: Tensor, ref: Tensor, roles: TokenRoles) -> Tensor:
-    """(1/n) Σ_i JS(A'[i], R'[i]) with A' = 0.999·A + 0.001/n (nats), per head against the reference: `[B, L, H]`."""
-    return compute_stats(attn, roles, ["drift_js"], ref)["drift_js"]

@@ -25,7 +25,7 @@ from bertwatch.callbacks import (
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import contained
 from bertwatch.callbacks.monitor import Monitor, ProbeSettings, monitor_for
-from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, pad_maps, sample_indices
+from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, sample_indices
 from bertwatch.heads.capture import UnsupportedModelError
 from tests.support.models import Subscriber
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
@@ -98,6 +98,17 @@ def test_empty_or_tokenizerless_probe_set_fails_clearly(tok) -> None:
         build_probe_set(None, texts=["a"])
     with pytest.raises(SetupError, match="no probe examples"):
         build_probe_set(tok)
+
+
+def pad_maps(maps: list[torch.Tensor], real: torch.Tensor) -> torch.Tensor:
+    """Per example ``[L, H, n, n]`` -> ``[batch, L, H, T, T]``, zeros at pad positions (inverse of ``crop_maps``)."""
+    batch, length = real.shape
+    layers, heads = maps[0].shape[:2]
+    out = maps[0].new_zeros(batch, layers, heads, length, length)
+    for row, m in enumerate(maps):
+        idx = real[row].nonzero().squeeze(-1).to(m.device)
+        out[row, :, :, idx[:, None], idx[None, :]] = m
+    return out
 
 
 def test_crop_and_pad_maps_are_inverse() -> None:
