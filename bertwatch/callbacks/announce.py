@@ -18,6 +18,7 @@ import numpy as np
 
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.report.changes import reference_value, settled
+from bertwatch.tb.metadata import VIEW_FLAGS
 
 __all__ = [
     "QUIET_ENV",
@@ -65,7 +66,7 @@ def _shown_path(path: str) -> str:
 def tensorboard_command(run_dir: str) -> str:
     """The ``tensorboard`` command that shows the run in ``run_dir`` beside its sibling runs, every step kept."""
     logdir = os.path.dirname(os.path.abspath(run_dir)) or run_dir
-    return f"tensorboard --logdir {_shown_path(logdir)} --samples_per_plugin=bertwatch=0 --reload_interval 1"
+    return f"tensorboard --logdir {_shown_path(logdir)} {' '.join(VIEW_FLAGS)}"
 
 
 def report_command(output_dir: str) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bertwatch.core.modes import MODES
+from bertwatch.tb.metadata import VIEW_FLAGS
 
 __all__ = ["run_demo", "cli_demo", "start_tensorboard", "ud_dev_file"]
 
@@ -59,10 +60,7 @@ def tensorboard_command(logdir: Path, port: int) -> list[str]:
         "127.0.0.1",
         "--port",
         str(port),
-        "--samples_per_plugin",
-        "bertwatch=0",
-        "--reload_interval",
-        "1",
+        *VIEW_FLAGS,
     ]
 
 
@@ -270,8 +268,8 @@ def _show(tensorboard: Any, url: str | None, runs: Path) -> None:
         return
     binary = Path(sys.executable).with_name("tensorboard")
     _say(
-        f"to browse the run: {binary if binary.exists() else 'tensorboard'} --logdir {runs} "
-        "--samples_per_plugin bertwatch=0 --reload_interval 1   (then open http://127.0.0.1:6006/#bertwatch)"
+        f"to browse the run: {binary if binary.exists() else 'tensorboard'} --logdir {runs} {' '.join(VIEW_FLAGS)}"
+        "   (then open http://127.0.0.1:6006/#bertwatch)"
     )
 
 

@@ -40,6 +40,9 @@ from bertwatch.core.significance import ABLATION_FIELDS  # noqa: F401 (re-export
 from bertwatch.core.stat_names import DEFINITIONS
 
 PLUGIN_NAME = "bertwatch"
+#: The flags ``tensorboard`` wants to show bertwatch's runs live: every logged step kept (TensorBoard otherwise
+#: samples 100 steps a statistic and 10 of the maps), new events read every second.
+VIEW_FLAGS: tuple[str, ...] = (f"--samples_per_plugin={PLUGIN_NAME}=0", "--reload_interval", "1")
 #: Version of the JSON in ``plugin_data.content`` that summaries are written with; the plugin skips tags written by a
 #: newer format than :data:`READ_VERSION`. Optional keys added since (a ``head_grid``'s ``probe``, see
 #: :func:`probe_info`) keep the version: older readers ignore them and logs without them still load.
