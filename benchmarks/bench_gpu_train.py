@@ -57,13 +57,12 @@ def train_once(name: str, length: int, steps: int, batch_size: int, watch: str |
     """One run: ``watch`` None (no bertwatch), "budget" (the defaults), "50" (every_n_steps=50) or "worker" (the
     defaults with the statistics worker asked for: ``ExpertOptions(offload_stats=True)``, a side stream on CUDA)."""
     import transformers as T
-    from datasets import Dataset
 
     shape = SHAPES[name]
     tokenizer = tokenizer_for(shape)
     model = random_classifier(shape, length)
-    train = Dataset.from_list(random_rows(shape, steps * batch_size, length, seed=1))
-    dev = Dataset.from_list(random_rows(shape, 64, length, seed=2))
+    train = random_rows(shape, steps * batch_size, length, seed=1)  # plain lists: no datasets needed
+    dev = random_rows(shape, 64, length, seed=2)
     callbacks = []
     timer = None
     if watch:
