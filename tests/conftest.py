@@ -35,20 +35,6 @@ def _torch_threads() -> None:
     torch.set_num_threads(TEST_THREADS)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_spare_cores():
-    """The automatic ``offload_stats`` choice sees no spare cores, so the statistics run inline on the training
-    thread as on a busy machine, wherever the suite runs; tests of the worker force ``offload_stats=True`` (and
-    ``tests/callbacks/test_offload_training.py`` checks the automatic rule on given core counts)."""
-    import torch
-
-    from bertwatch.callbacks import offload
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(offload, "available_cores", torch.get_num_threads)
-        yield
-
-
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return data_root()

@@ -172,8 +172,6 @@ class ExpertOptions(Checked):
         cluster_examples: probe examples the head clusters use.
         maps_every_n_steps: write the attention maps every N steps (default 4 x ``every_n_steps``, or every
             fourth budgeted step; always at step 0 and the end).
-        offload_stats: compute the statistics off the training thread: True, False, or None (automatic: on a CPU
-            with cores the training leaves idle; on a GPU only when asked).
         log_to_trackers: send each statistic's layer means to the Trainer's ``report_to`` trackers.
 
     Raises:
@@ -208,13 +206,6 @@ class ExpertOptions(Checked):
     maps_every_n_steps: int | None = option(
         None, "write the attention maps every N steps (default: 4 x every_n_steps, or every fourth budgeted step; "
         "always at step 0 and the end)", whole(0, optional=True), Flag(("--maps-every-n-steps",), "int"),
-    )  # fmt: skip
-    offload_stats: bool | None = option(
-        None, "compute the statistics off the training thread: True, False, or None (automatic: on a CPU with "
-        "cores the training leaves idle; on a GPU only when asked)", switch(optional=True),
-        Flag(("--offload-stats",), "true", help="always compute the statistics off the training thread (default: "
-             "automatic: on a CPU with cores the training leaves idle; on a GPU only when asked)"),
-        Flag(("--no-offload-stats",), "false", help="always compute the statistics on the training thread"),
     )  # fmt: skip
     log_to_trackers: bool = _on_by_default(
         "send each statistic's layer means to the Trainer's report_to trackers (W&B, MLflow...)",

@@ -1,9 +1,10 @@
-"""When a callback measures: its pinned events and, with ``every_n_steps=None``, the overhead budget.
+"""When a callback measures: its pinned events, the overhead budget, and when the attention maps are kept.
 
-``ProbePacing`` is the callback side of ``bertwatch.core.budget`` (the rule's home): it times bertwatch's own work
-on the training thread with one clock, answers whether a step event is due, and keeps why each measured step was
-measured (``ProbeReason``), written to the event file as the ``probe_steps`` series (``overhead_share`` and
-``budgeted`` per measured step; their scalars appear under ``bertwatch_series/probe_steps/``).
+``ProbePacing`` is the callback side of ``bertwatch.core.budget`` (the rule's home): it answers whether an event is
+due (:meth:`ProbePacing.due`), times bertwatch's own work on the training thread with one clock
+(:meth:`ProbePacing.charge`), and keeps why each measured step was measured (``ProbeReason``), written to the event
+file as the ``probe_steps`` series (``overhead_share`` and ``budgeted`` per measured step; their scalars appear
+under ``bertwatch_series/probe_steps/``).
 
 Pinned, never skipped: step 0 (``at_start``), each evaluation (``on_evaluate``), the end (``at_end``) and, when
 ``every_n_steps`` is a number, every multiple of it. With ``every_n_steps=None`` (the default) the other steps are
@@ -14,24 +15,34 @@ all-reduce takes the minimum of the processes' answers (:func:`agreed_across_pro
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from bertwatch.callbacks.publisher import NamedValues
 from bertwatch.core.budget import OverheadMeter, ProbeReason
 
-__all__ = ["PROBE_SERIES", "ProbePacing", "ProbeReason", "agreed_across_processes"]
+__all__ = ["MapsCadence", "ProbePacing", "ProbeReason"]
 
 #: The ``named_values`` series of the measured steps.
 PROBE_SERIES = "probe_steps"
 _EVENT_REASONS = {"begin": "start", "evaluate": "evaluation", "end": "end"}
 
 
+@dataclass(frozen=True)
+class Pinned:
+    """The events measured whatever the budget: ``at_start`` (step 0), ``on_evaluate``, ``at_end``."""
+
+    at_start: bool = True
+    on_evaluate: bool = True
+    at_end: bool = True
+
+
 class ProbePacing:
-    """One callback's cadence: ``every_n_steps`` (None: budgeted) and the ``OverheadMeter`` on ``clock``.
+    """One callback's cadence: its ``pinned`` events, ``every_n_steps`` (None: budgeted) and the
+    ``OverheadMeter`` on ``clock``.
 
     ``log``: every measured step with its reason, in order.
     """
@@ -40,12 +51,12 @@ class ProbePacing:
         self,
         every_n_steps: int | None,
         budget: float,
+        pinned: Pinned = Pinned(),
         clock: Callable[[], float] = time.perf_counter,
-        agree: Callable[[bool], bool] | None = None,
     ) -> None:
         self.every_n_steps = every_n_steps
+        self.pinned = pinned
         self.meter = OverheadMeter(budget, clock)
-        self.agree = agreed_across_processes if agree is None else agree
         self.log: list[ProbeReason] = []
         self._noted: dict[int, str] = {}
         self._unwritten: set[int] = set()
@@ -57,39 +68,46 @@ class ProbePacing:
     def start(self, first_step: int = 0, end_step: int | None = None) -> None:
         """Training begins at ``first_step``: the wall clock starts and the log empties. ``end_step``: the run's
         last step when the end is measured (the budget then keeps room for that probe, ``OverheadMeter.due``)."""
-        self.meter.start(first_step, end_step)
+        self.meter.start(first_step, end_step if self.pinned.at_end else None)
         self.log, self._noted, self._unwritten = [], {}, set()
 
-    def step_due(self, step: int) -> bool:
-        """Whether the step event at ``step`` is due: a multiple of ``every_n_steps``, or the budget's answer."""
-        if self.every_n_steps is None:
-            return self.meter.eligible(step) and self.agree(self.meter.due(step))
-        return self.every_n_steps > 0 and step % self.every_n_steps == 0
+    def due(self, event: str, step: int) -> bool:
+        """Whether the callback measures at ``event`` ("begin", "step", "evaluate", "end") and ``step``; a due
+        event is noted with its reason (a pinned reason wins over "budget")."""
+        if event == "begin":
+            due = self.pinned.at_start
+        elif event == "step":
+            due = self._step_due(step)
+        elif event == "evaluate":
+            due = self.pinned.on_evaluate
+        else:
+            due = event == "end" and self.pinned.at_end
+        if due:
+            reason = _EVENT_REASONS.get(event) or ("budget" if self.budgeted else "every_n_steps")
+            if self._noted.get(step) in (None, "budget"):
+                self._noted[step] = reason
+        return due
 
-    def note(self, event: str, step: int) -> None:
-        """The callback answered that it measures at ``event`` and ``step`` (a pinned reason wins over "budget")."""
-        reason = _EVENT_REASONS.get(event) or ("budget" if self.budgeted else "every_n_steps")
-        if self._noted.get(step) in (None, "budget"):
-            self._noted[step] = reason
+    def _step_due(self, step: int) -> bool:
+        if self.every_n_steps is None:
+            return self.meter.eligible(step) and agreed_across_processes(self.meter.due(step))
+        return self.every_n_steps > 0 and step % self.every_n_steps == 0
 
     def budgeted_count(self) -> int:
         """How many steps the budget chose so far."""
         return sum(r.reason == "budget" for r in self.log)
 
-    @contextlib.contextmanager
-    def own_time(self, step: int | None = None, measured: Callable[[], bool] = lambda: False) -> Iterator[None]:
-        """Count the block's seconds as bertwatch's own; when ``step`` is given and ``measured()`` says the block
-        measured it (for the first time), its seconds are the next probe's cost and the step goes into the log."""
-        start = self.meter.clock()
-        try:
-            yield
-        finally:
-            seconds = self.meter.clock() - start
-            new = step is not None and step in self._noted and measured() and all(r.step != step for r in self.log)
-            self.meter.add_own(seconds, probe_step=step if new else None)
-            if new:
-                self.log.append(ProbeReason(step, self._noted[step], self.meter.share()))
-                self._unwritten.add(step)
+    def clock(self) -> float:
+        return self.meter.clock()
+
+    def charge(self, seconds: float, measured: int | None = None) -> None:
+        """Count ``seconds`` as bertwatch's own time; ``measured``: the step those seconds measured for this
+        callback (the first time), so they are the next probe's cost and the step goes into the log."""
+        new = measured is not None and measured in self._noted and all(r.step != measured for r in self.log)
+        self.meter.add_own(seconds, probe_step=measured if new else None)
+        if new:
+            self.log.append(ProbeReason(measured, self._noted[measured], self.meter.share()))
+            self._unwritten.add(measured)
 
     def records(self, step: int) -> list[NamedValues]:
         """The measured ``step`` with its reason, as a point of the ``probe_steps`` series (once; empty when
@@ -100,6 +118,34 @@ class ProbePacing:
         last = next(r for r in reversed(self.log) if r.step == step)
         values = {"overhead_share": last.share, "budgeted": float(not last.pinned)}
         return [NamedValues(PROBE_SERIES, values, f"bertwatch measured step {last.step}: {last.reason}")]
+
+
+@dataclass
+class MapsCadence:
+    """When the attention maps of ``num_maps`` probe examples are kept: at step 0, at the end and, at measured
+    steps, every ``every`` steps with a fixed cadence (``fixed``); when budgeted, every fourth budgeted step
+    (``every`` None), or the first measured step ``every`` or more after the last maps."""
+
+    num_maps: int
+    every: int | None
+    fixed: bool
+    last: int = 0
+
+    def count(self, event: str, step: int, budgeted_so_far: int) -> int:
+        """How many examples' maps to keep at ``event`` and ``step`` (``budgeted_so_far``: the steps the budget
+        chose before this one)."""
+        if event in ("begin", "end") or (event == "step" and self._due(step, budgeted_so_far)):
+            self.last = step
+            return self.num_maps
+        return 0
+
+    def _due(self, step: int, budgeted_so_far: int) -> bool:
+        every = self.every
+        if self.fixed:
+            return every is not None and every > 0 and step % every == 0
+        if every is None:
+            return (budgeted_so_far + 1) % 4 == 0
+        return every > 0 and step - self.last >= every
 
 
 def agreed_across_processes(due: bool) -> bool:

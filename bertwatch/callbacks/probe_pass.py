@@ -1,14 +1,12 @@
 """One probe pass, planned then executed: ``plan_pass`` decides, ``execute`` runs.
 
-``plan_pass`` reads the due subscribers (``Subscriber``: the callbacks) and what the step already measured, and
-returns a ``ProbePlan``: which statistics each measurement gives (``callbacks.measurements``), how many probe
+``plan_pass`` reads what the due callbacks want (their statistics, the maps to keep) and what the step already
+measured, and returns a ``ProbePlan``: which statistics each measurement gives (``callbacks.measurements``), how many probe
 examples' maps to keep, whether the drift reference is taken in this pass or from the reference model, and the
 riders on it (``callbacks.riders``). ``execute`` runs the plan over the probe batches, once each: per batch the ``"before"``
 measurements (own passes), one shared no-grad forward recording what the plan needs (``CaptureNeeds``), the
 ``"forward"`` measurements and the riders on it, then the ``"after"`` measurements; it returns values
-(``PassResult``) and writes nothing (``callbacks.publisher`` does). ``start_pass`` is the same pass with a
-statistics worker (``callbacks.offload``): the training thread runs the forwards and hands each batch's
-``"forward"`` measurements, then the aggregation, to the worker; its ``PendingPass`` gives the ``PassResult``.
+(``PassResult``) and writes nothing (``callbacks.publisher`` does).
 
 When a subscriber watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
 their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing_model.mixing_maps`` on those rows alone),
@@ -21,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import reduce
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -49,21 +47,9 @@ from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.heads.task_heads import LossSetupError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.callbacks.offload import StatsWorker
     from bertwatch.callbacks.probe_context import ProbeContext
 
-__all__ = [
-    "LIVE_MEASURES",
-    "LossRefused",
-    "PassResult",
-    "PendingPass",
-    "ProbePlan",
-    "Subscriber",
-    "execute",
-    "plan_pass",
-    "start_pass",
-    "written_measures",
-]
+__all__ = ["LIVE_MEASURES", "LossRefused", "PassResult", "ProbePlan", "execute", "plan_pass", "written_measures"]
 
 #: The measures whose maps the kept examples get beside their weights while a mixing statistic is watched: every
 #: mixing measure but value zeroing, which costs L·n forward passes of an n-token example
@@ -78,35 +64,6 @@ class LossRefused(Exception):
     def __init__(self, error: LossSetupError, batch: int) -> None:
         super().__init__(str(error))
         self.error, self.batch = error, batch
-
-
-@runtime_checkable
-class Subscriber(Protocol):
-    """What the monitor asks of a callback, every member of it (``callbacks.watch.WatchCallback`` is one).
-
-    ``disabled``: stopped for the rest of the run; ``stat_names``: the statistics it measures;
-    ``log_to_trackers``: its statistics' layer means also go to the Trainer's trackers.
-    """
-
-    disabled: bool
-    stat_names: frozenset[str]
-    log_to_trackers: bool
-
-    def wants(self, event: str, step: int) -> bool:
-        """Whether it measures at ``event`` ("begin", "step", "evaluate", "end") and ``step``."""
-        ...
-
-    def wants_maps(self, event: str, step: int) -> int:
-        """How many probe examples' attention maps to keep at this event."""
-        ...
-
-    def riders(self, context: ProbeContext, step: int) -> list[Rider]:
-        """The riders on the pass at ``step`` (``callbacks.riders``), asked once per due event."""
-        ...
-
-    def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
-        """Take the ``{name: [layers, heads]}`` grids of its statistics measured at ``step``."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -157,9 +114,10 @@ class ProbePlan:
 def plan_pass(
     event: str,
     step: int,
-    due: Sequence[Subscriber],
-    active: Sequence[Subscriber],
+    wanted: Collection[str],
+    watched: Collection[str],
     *,
+    num_maps: int = 0,
     measured: Collection[str] = (),
     maps_done: bool = False,
     reference_ready: bool = False,
@@ -172,13 +130,15 @@ def plan_pass(
     Args:
         event: "begin", "step", "evaluate" or "end".
         step: the global step.
-        due: the subscribers that measure at this event.
-        active: every subscriber still running (the reference is taken at "begin" if any of them wants drift).
+        wanted: the statistics the callbacks due at this event measure.
+        watched: the statistics of every callback still running (the reference is taken at "begin" if one of them
+            is a drift statistic; a mixing statistic has the kept examples' other maps written).
+        num_maps: probe examples whose attention maps the due callbacks keep at this event.
         measured: statistics already measured at this step (by an earlier event), not measured again.
         maps_done: the examples' maps were already kept at this step.
         reference_ready: the drift reference maps are there (cached, or taken earlier).
         reference_model: a reference model was given (its maps are the reference).
-        riders: the riders the due subscribers asked for.
+        riders: the riders the due callbacks asked for.
         measurements: the measurements, in the order their work runs; a statistic two of them give is measured
             by the first.
 
@@ -188,7 +148,6 @@ def plan_pass(
     Raises:
         ValueError: a due statistic that no measurement gives.
     """
-    wanted = set().union(*(s.stat_names for s in due))
     names = tuple(n for n in ALL_STATS if n in wanted and n not in measured)
     owner: dict[str, Measurement] = {}
     for measurement in measurements:
@@ -199,18 +158,18 @@ def plan_pass(
         raise ValueError(f"no measurement gives {unmeasured}; add one to callbacks.measurements.MEASUREMENTS")
     work = tuple((m, tuple(n for n in names if owner[n] is m)) for m in measurements)
     drift_missing = any(n in DRIFT_NAMES for n in names)
-    begin_reference = event == "begin" and any(set(DRIFT_NAMES) & s.stat_names for s in active)
+    begin_reference = event == "begin" and bool(set(DRIFT_NAMES) & set(watched))
     need_reference = not reference_ready and (begin_reference or (drift_missing and reference_model))
     from_model = need_reference and reference_model
     return ProbePlan(
         step=step,
         work=tuple((m, n) for m, n in work if n),
         names=names,
-        num_maps=0 if maps_done else max((s.wants_maps(event, step) for s in due), default=0),
+        num_maps=0 if maps_done else num_maps,
         reference_from_model=from_model,
         build_reference=not reference_ready and not from_model and (need_reference or drift_missing),
         riders=tuple(riders),
-        mixing_maps=any(set(MIXING_NAMES) & s.stat_names for s in active),
+        mixing_maps=bool(set(MIXING_NAMES) & set(watched)),
     )
 
 
@@ -244,8 +203,7 @@ class PassResult:
 class _Collected:
     """What the batches of one pass add up to: per-example values, kept examples, the reference being taken.
 
-    ``forward``: the ``"forward"`` measurements' values, kept apart: with a statistics worker its jobs add them on
-    the worker's thread while the training thread adds the others."""
+    ``forward``: the ``"forward"`` measurements' values, kept apart (they are aggregated after the others)."""
 
     def __init__(self) -> None:
         self.per_example: dict[str, list[Tensor]] = defaultdict(list)
@@ -259,59 +217,23 @@ class _Collected:
             self.per_example[name].append(value)
 
 
-class PendingPass:
-    """A pass whose training-thread part has run (``start_pass``); :meth:`result` gives its ``PassResult``, waiting
-    for the statistics worker's part (the ``"forward"`` measurements and the aggregation) when there is one.
-
-    ``ready``: the result is there without waiting. A job's error is raised by :meth:`result`, on the thread that
-    asks (the training thread, where the callbacks' containment turns it into one warning)."""
-
-    def __init__(self, worker: StatsWorker | None, parts: PassResult, grids: dict[str, np.ndarray] | None) -> None:
-        self._worker, self._parts, self._grids = worker, parts, grids
-        self._result: PassResult | None = None
-
-    @property
-    def ready(self) -> bool:
-        return self._result is not None or self._worker is None or not self._worker.busy
-
-    def result(self) -> PassResult:
-        if self._result is None:
-            grids = self._grids
-            if grids is None:
-                grids = next(value for key, value in self._worker.collect() if key == "grids")
-            self._result, self._parts = replace(self._parts, grids=grids), None
-        return self._result
-
-
 def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
-    """Run ``plan`` over the probe set of ``context`` (module doc) on this thread; the reference maps it takes are
-    kept in ``context.reference``. The model is left as it was (``heads.capture``)."""
-    return start_pass(plan, context).result()
-
-
-def start_pass(plan: ProbePlan, context: ProbeContext, worker: StatsWorker | None = None) -> PendingPass:
-    """Run the training-thread part of ``plan`` (the forward passes, riders, reference, kept examples) and, with
-    a ``worker`` (``callbacks.offload.StatsWorker``), hand each batch's ``"forward"`` measurements and then the
-    aggregation to it: the values are those of :func:`execute`, computed by the same functions on the same
-    tensors. Without a worker the whole pass runs here."""
+    """Run ``plan`` over the probe set of ``context`` (module doc); the reference maps it takes are kept in
+    ``context.reference``. The model is left as it was (``heads.capture``)."""
     if plan.reference_from_model:
         context.reference.from_model(context.settings.reference_model)
     building = plan.build_reference and not context.reference.ready
     passes = [(m.stage, m.start(names, context, plan.needs)) for m, names in plan.work]
     collected = _Collected()
     for k in range(len(context.probe.batches)):
-        _run_batch(plan, context, passes, k, building, collected, worker)
+        _run_batch(plan, context, passes, k, building, collected)
     if building:
         context.reference.keep(collected.reference)
     summaries = tuple(rider.finish() for rider in plan.riders)
     measure_examples = {
         m: tuple(collected.measure_examples[m]) for m in LIVE_MEASURES if m in collected.measure_examples
     }
-    parts = PassResult({}, summaries, tuple(collected.examples), measure_examples)
-    if worker is None:
-        return PendingPass(None, parts, _grids(plan, passes, collected))
-    worker.submit("grids", _grids, plan, passes, collected)
-    return PendingPass(worker, parts, None)
+    return PassResult(_grids(plan, passes, collected), summaries, tuple(collected.examples), measure_examples)
 
 
 def _grids(
@@ -341,7 +263,6 @@ def _run_batch(
     k: int,
     building: bool,
     collected: _Collected,
-    worker: StatsWorker | None,
 ) -> None:
     """Probe batch ``k`` through every stage of the plan."""
     probe = context.probe
@@ -369,7 +290,7 @@ def _run_batch(
         shared = replace(batch, attentions=attn, capture=states)
         if attn is None and not plan.shared_forward:
             shared = _leading_rows(shared, plan.num_maps - len(collected.examples))
-        _on_forward(plan, context, passes, shared, building, collected, worker)
+        _on_forward(plan, context, passes, shared, building, collected)
     del attn, states
     for stage, measurement_pass in passes:
         if stage == "after":
@@ -393,11 +314,10 @@ def _on_forward(
     batch: ProbeBatch,
     building: bool,
     collected: _Collected,
-    worker: StatsWorker | None,
 ) -> None:
     """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps and recorded everything else
-    needed: ``RecordedStates.unmet``), then the ``"forward"`` measurements (handed to ``worker`` when there is
-    one), the riders, the reference and the kept examples."""
+    needed: ``RecordedStates.unmet``), then the ``"forward"`` measurements, the riders, the reference and the kept
+    examples."""
     needs, cap, outputs = plan.needs, None, None
     unmet = needs if batch.capture is None else batch.capture.unmet(needs)
     if batch.attentions is None or unmet.beyond_maps:
@@ -412,11 +332,7 @@ def _on_forward(
         batch = replace(
             batch, reference=context.reference.batch(batch.index, collected.reference if building else None)
         )
-    if any(stage == "forward" for stage, _ in passes):
-        if worker is None:
-            _measure_forward(passes, batch, collected)
-        else:
-            worker.submit(("forward", batch.index), _measure_forward, passes, batch, collected)
+    _measure_forward(passes, batch, collected)
     for rider in plan.riders:
         rider.consume(batch.start, attn, roles)
     probe, examples = context.probe, collected.examples

@@ -81,7 +81,6 @@ class ProbeSettings(Checked):
     ig_steps: int = 20
     normalize_importance: bool = False
     compat_length: int | None = None
-    offload: bool | None = None
 
 
 #: The string values of ``on_alert`` (a callable is the other choice).
@@ -263,7 +262,6 @@ class WatchSettings(Checked):
             ig_steps=e.ig_steps,
             normalize_importance=e.normalize_importance,
             compat_length=p.compat_length,
-            offload=e.offload_stats,
         )
 
 
@@ -277,7 +275,7 @@ GROUPS: tuple[tuple[str, type, str], ...] = (
 _GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
 
 #: The options every callback takes (``WatchCallback.options``): the front's probe, cadence and logging options,
-#: how the probe pass runs, and the offload and tracker switches (``"group.field"``: one field of a nested value).
+#: how the probe pass runs, and the tracker switch (``"group.field"``: one field of a nested value).
 COMMON_OPTIONS: tuple[str, ...] = (
     "probe_texts",
     "probe_dataset",
@@ -290,7 +288,6 @@ COMMON_OPTIONS: tuple[str, ...] = (
     "quiet",
     *(f"probing.{name}" for name in ("seed", "batch_size", "max_length", "tokenizer", "data_collator")),
     *(f"probing.{name}" for name in ("reference_model", "cache_reference", "at_start", "on_evaluate", "at_end")),
-    "expert.offload_stats",
     "expert.log_to_trackers",
 )
 
@@ -304,6 +301,13 @@ OLD_NAMES: dict[str, str | None] = {
     "ablation_kwargs": "ablation.kwargs",
     **{f.name: f"expert.{f.name}" for f in dataclasses.fields(ExpertOptions)},
     "strict": None,
+    "offload_stats": None,
+}
+#: Why each retired option (``OLD_NAMES`` None) is ignored.
+_RETIRED = {
+    "strict": "an error inside bertwatch costs one warning and training goes on",
+    "offload_stats": "the statistics run on the training thread, as fast as a worker thread on a CPU and faster "
+    "than a side CUDA stream on a GPU (docs/performance.md)",
 }
 
 
@@ -320,16 +324,14 @@ _RENAMED = {old: _spelling(*new.split(".")) for old, new in OLD_NAMES.items() if
 def new_spelling(options: dict[str, Any], base: WatchSettings, stacklevel: int = 1) -> dict[str, Any]:
     """``options`` with each old flat name folded into its nested value (taken from ``options``, else from
     ``base``), after a ``FutureWarning`` that gives the new spelling (``stacklevel`` as for ``warnings.warn``
-    called where this is called). ``strict`` is dropped with its warning."""
+    called where this is called). A retired option (``strict``, ``offload_stats``) is dropped with its warning."""
     options = dict(options)
     for old in [name for name in options if name in OLD_NAMES]:
         value = options.pop(old)
         new = OLD_NAMES[old]
         if new is None:
             warnings.warn(
-                f"{old}= is deprecated and ignored: an error inside bertwatch costs one warning and training goes on",
-                FutureWarning,
-                stacklevel=stacklevel + 1,
+                f"{old}= is deprecated and ignored: {_RETIRED[old]}", FutureWarning, stacklevel=stacklevel + 1
             )
             continue
         group, field = new.split(".")

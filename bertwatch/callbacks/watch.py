@@ -8,7 +8,6 @@ misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train
 from __future__ import annotations
 
 import dataclasses
-import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,10 +20,10 @@ from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.measurements import supported_stats
-from bertwatch.callbacks.monitor import Monitor, loss_problem, monitor_for
-from bertwatch.callbacks.pacing import ProbePacing
+from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
-from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
+from bertwatch.callbacks.riders import ClusterTrack
+from bertwatch.callbacks.session import Member, Riding, Session, join, loss_problem, without_gradients
 from bertwatch.callbacks.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
@@ -48,14 +47,12 @@ ENTROPY_STATS = ("entropy", "cls_entropy")
 
 
 class WatchCallback(NotATracker, TrainerCallback):
-    """Shared machinery: cadence, statistics, subscription to the shared probe pass, error containment.
+    """Shared machinery: cadence, statistics, membership of the run's probe pass, error containment.
 
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
     process (only world process zero writes event files). ``log_to_trackers`` (default on) also sends each
     statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
-
-    clock: Any = staticmethod(time.perf_counter)  # the overhead budget's clock (seconds); tests set a simulated one
 
     default_stats: tuple[str, ...] = ()
 
@@ -78,18 +75,17 @@ class WatchCallback(NotATracker, TrainerCallback):
         if requested is None and s.expert.integrated_gradients and ig_taken:
             requested = self.default_stats + (IG_NAME,)
         self.requested = None if requested is None else tuple(requested)
-        self.stat_names = frozenset(self.requested or self.default_stats)
+        self._stat_names = frozenset(self.requested or self.default_stats)
         self.every_n_steps = s.every_n_steps
         # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
-        self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, lambda: self.clock())
-        self.measure_on_evaluate = s.probing.on_evaluate
-        self.at_start = s.probing.at_start
-        self.at_end = s.probing.at_end
-        self.strict = strict_from_environment()  # re-raise errors instead of containing them (the tests' hook)
+        pinned = Pinned(s.probing.at_start, s.probing.on_evaluate, s.probing.at_end)
+        self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
+        self.strict = strict_from_environment()  # re-raise errors instead of containing them
         self.log_to_trackers = s.expert.log_to_trackers
         self.probe_settings = s.probe()
         self.disabled = False
-        self.monitor: Monitor | None = None
+        self.session: Session | None = None
+        self._index = -1  # this callback's place in the session (``Session.add``)
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
@@ -106,36 +102,16 @@ class WatchCallback(NotATracker, TrainerCallback):
         """The Trainer given with :meth:`set_trainer` (None when the callback was only put in ``callbacks=``)."""
         return self._link.trainer
 
-    # ------------------------------------------------------------------------------------------ subscriber
+    @property
+    def stat_names(self) -> frozenset[str]:
+        """The statistics this callback measures (in a run: those its model and probe set give)."""
+        if self.session is not None and self._index >= 0:
+            return self.session.members[self._index].stat_names
+        return self._stat_names
 
-    def wants(self, event: str, step: int) -> bool:
-        """Whether this callback measures at ``event`` ("begin", "step", "evaluate", "end") and ``step``."""
-        if event == "begin":
-            due = self.at_start
-        elif event == "step":
-            due = self.pacing.step_due(step)
-        elif event == "evaluate":
-            due = self.measure_on_evaluate
-        else:
-            due = event == "end" and self.at_end
-        if due:
-            self.pacing.note(event, step)
-        return due
-
-    def wants_maps(self, event: str, step: int) -> int:
-        """How many probe examples' attention maps to write at this event (none, except for BertWatchCallback)."""
-        return 0
-
-    def riders(self, context: ProbeContext, step: int) -> list[Rider]:
-        """The riders on the probe pass at ``step`` (none, except for BertWatchCallback)."""
-        return []
-
-    def record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
-        """Keep the grids measured at ``step``."""
-        if self.history and self.history[-1][0] == step:
-            self.history[-1][1].update(grids)
-        else:
-            self.history.append((step, dict(grids)))
+    @stat_names.setter
+    def stat_names(self, names: frozenset[str]) -> None:
+        self._stat_names = frozenset(names)
 
     @property
     def latest(self) -> dict[str, np.ndarray]:
@@ -147,40 +123,34 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.disabled = True
         if message:
             warn_stopped(message)
-        if self.monitor is not None:
-            self.monitor.release(self)
+        if self.session is not None:
+            self.session.leave(self._index)
 
-    # ------------------------------------------------------------------------------------------ events
+    # ------------------------------------------------------------------------------------------ setup
 
-    def _resolve_stats(self, context: ProbeContext) -> None:
+    def _member(self, stat_names: frozenset[str], context: ProbeContext) -> Member:
+        """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
+        required = self.requested is not None
+        return Member(type(self).__name__, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
+
+    def _resolve_stats(self, context: ProbeContext, session: Session) -> frozenset[str]:
+        """The statistics this callback can measure in this run: those the model gives (``supported_stats``),
+        without the gradient statistics where the probe set or the loss cannot give them (``without_gradients``)."""
         owner = type(self).__name__
-        self.stat_names = supported_stats(self.stat_names, self.requested is not None, context.encoder, owner)
-        gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
-        problem = self._gradient_problem(context) if gradient else None
+        names = supported_stats(self._stat_names, self.requested is not None, context.encoder, owner)
+        if not names & (set(GRADIENT_NAMES) | {IG_NAME}):
+            return names
+        problem = self._gradient_problem(context, session)
         if problem is None:
-            if gradient:
-                context.loss.announce()
-            return
-        self._refuse_gradients(problem)
+            context.loss.announce()
+            return names
+        probe = Member(owner, names, self.pacing, self.requested is not None)
+        return without_gradients(probe, problem).stat_names
 
-    def _refuse_gradients(self, problem: str) -> None:
-        """Gradient statistics that cannot be measured (``problem`` says why): ``SetupError`` when they were asked
-        for by name or are all this callback measures, else one warning and the rest measured without them."""
-        gradient = self.stat_names & (set(GRADIENT_NAMES) | {IG_NAME})
-        if self.disabled or not gradient:
-            return
-        if self.requested is not None or not self.stat_names - gradient:
-            raise SetupError(f"{type(self).__name__}: {sorted(gradient)} cannot be measured: {problem}")
-        warnings.warn(
-            f"bertwatch: {type(self).__name__} skips {sorted(gradient)}: {problem}", BertWatchWarning, stacklevel=4
-        )
-        self.stat_names = self.stat_names - gradient
-
-    def _gradient_problem(self, context: ProbeContext) -> str | None:
+    def _gradient_problem(self, context: ProbeContext, session: Session) -> str | None:
         """Why the probe set cannot give gradient statistics (the loss ``callbacks.trainer_loss`` chose is refused,
         or the probe examples lack labels), or None. The loss on the probe batches themselves is checked by the
-        start pass before the first optimiser step, its verdict to ``_refuse_gradients``
-        (``Monitor.check_loss_later``), or now where the run has no start pass (``monitor.loss_problem``)."""
+        session's start pass before the first optimiser step, or now where the run has none (resumed)."""
         loss = context.loss
         if loss.problem is not None:
             return loss.problem
@@ -190,69 +160,44 @@ class WatchCallback(NotATracker, TrainerCallback):
                 "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
                 "loss_fn=(outputs, batch) -> per-example loss"
             )
-        if self.monitor.check_loss_later(self._refuse_gradients):
-            return None
-        return loss_problem(context)
-
-    def _drive(self, event: str, state: Any, control: Any = None) -> None:
-        if self.monitor is None:
-            return
-        if self.monitor.failed:
-            self.disable()
-            return
-        step = int(state.global_step)
-        with self.pacing.own_time(step, lambda: self._measured(step)):
-            self.monitor.run(event, state)
-        with self.pacing.own_time():
-            self._take_results(state, control)
-
-    def _measured(self, step: int) -> bool:
-        """Whether this callback's grids of ``step`` are in, or on their way (``Monitor.awaits``)."""
-        in_history = bool(self.history) and self.history[-1][0] == step
-        return in_history or (self.monitor is not None and self.monitor.awaits(self, step))
-
-    def _take_results(self, state: Any, control: Any) -> None:
-        """This callback's turn on each pass published for it since its last event (``Monitor.settled``): judge
-        the stability alerts (``callbacks.alerting``; ``control`` is this event's) and write the step's
-        ``probe_steps`` point (``callbacks.pacing``)."""
-        for step, event in self.monitor.settled(self):
-            self.alerting.update(self, state, control, event)
-            self.monitor.publish_records(self.pacing.records(step), step)
+        return None if session.begin_pending else loss_problem(context)
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         model = kwargs.get("model")
         if model is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
-        last = int(getattr(state, "max_steps", 0) or 0)
-        self.pacing.start(int(state.global_step), last if self.at_end and last > 0 else None)
-        with self.pacing.own_time():
-            self._begin(model, args, state, kwargs)
-        context = None if self.disabled or self.monitor is None else self.monitor.context
+        last = int(state.max_steps or 0)
+        self.pacing.start(int(state.global_step), last if last > 0 else None)
+        start = self.pacing.clock()
+        self._begin(model, args, state, kwargs)
+        self.pacing.charge(self.pacing.clock() - start)
+        context = None if self.disabled or self.session is None else self.session.context
         self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
         if self._speaks:
-            evaluations = evaluation_steps(args, state) if self.measure_on_evaluate else ()
-            pinned = announce.Pinned(self.at_start, evaluations, self.at_end, self.every_n_steps, last)
+            at_start = self.pacing.pinned.at_start
+            evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
+            pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
             budget = self.pacing.meter.budget
             announce.say(announce.start_lines(announce.run_plan(context, len(self.stat_names), budget, pinned)))
-            self._pinned_passes = pinned.passes() if self.at_start else 0
+            self._pinned_passes = pinned.passes() if at_start else 0
 
     def _report_hint(self, args: Any) -> str:
         """Where the run's report is, or how to make it."""
         return announce.report_command(str(args.output_dir))
 
     def _begin(self, model: Any, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
-        self.history = []
+        self.history, self._index = [], -1
         self.alerting.reset()
-        self.stat_names = frozenset(self.requested or self.default_stats)
-        self.monitor = monitor_for(model, self.probe_settings)
         context = self._link.context(kwargs)
-        self.monitor.attach(self, args, state, kwargs, context)
-        if self.monitor.failed:
+        self.session = join(model, self.probe_settings, args, state, kwargs, context)
+        if self.session.failed:
             self.disable()
             return
-        self._resolve_stats(self.monitor.context)
-        self._check_setup(args, state, self.monitor.context, context)
+        probe = self.session.context
+        names = self._resolve_stats(probe, self.session)
+        self._check_setup(args, state, probe, context)
+        self._index = self.session.add(self._member(names, probe))
         if self.log_to_trackers and not context.bound and reported_trackers(args):
             warnings.warn(
                 f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
@@ -265,22 +210,49 @@ class WatchCallback(NotATracker, TrainerCallback):
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         """Fail at on_train_begin on a configuration that could only fail later."""
 
+    # ------------------------------------------------------------------------------------------ events
+
+    def _drive(self, event: str, state: Any, control: Any = None) -> None:
+        """Have the run's session handle ``event`` (the pass runs once, for every callback due), then take this
+        callback's results: its history, its alerts (``callbacks.alerting``) and the ``probe_steps`` points."""
+        session = self.session
+        if session is None or self._index < 0:
+            return
+        if session.failed:
+            self.disable()
+            return
+        start = self.pacing.clock()
+        results = session.run(event, int(state.global_step), self._index)
+        mine = [(r, grids) for r in results if (grids := r.of(session.members[self._index], self._index)) is not None]
+        for result, grids in mine:
+            self._record(result.step, grids)
+        self.pacing.charge(self.pacing.clock() - start, mine[-1][0].step if mine else None)
+        start = self.pacing.clock()
+        for result, _ in mine:
+            self._judge(session, result.event, control)
+            session.publish_records(self.pacing.records(result.step), result.step)
+        self.pacing.charge(self.pacing.clock() - start)
+
+    def _record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
+        if self.history and self.history[-1][0] == step:
+            self.history[-1][1].update(grids)
+        else:
+            self.history.append((step, dict(grids)))
+
+    def _judge(self, session: Session, event: str, control: Any) -> None:
+        """The stability alerts of the newest step: written by the session's alert writer, acted on here."""
+        with self.alerting.contained():
+            judgement = self.alerting.judge(self.history, session.context.resumed)
+            if judgement is None:
+                return
+            if session.alert_writer() == self._index:
+                to_trackers = self.log_to_trackers and event != "end"
+                session.publish_alerts(judgement.alerts, judgement.step, judgement.reference_step, to_trackers)
+            self.alerting.act(judgement, control)
+
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._drive("begin", state, control)
-
-    @contained("on_pre_optimizer_step")
-    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """The statistics worker's results of the last pass are waited for before the weights change (its jobs
-        may read them); a stop the alerts ask for takes effect at this step's end."""
-        if self.monitor is None:
-            return
-        if self.monitor.failed:
-            self.disable()
-            return
-        with self.pacing.own_time():
-            self.monitor.settle()
-            self._take_results(state, control)
         meter = self.pacing.meter
         if self._pinned_passes and meter.last_cost is not None:  # step 0 is measured: say what the pinned cost
             announce.say([announce.cost_line(meter.last_cost, self._pinned_passes, self.pacing.budgeted, meter.budget)])
@@ -296,12 +268,12 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_log")
     def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.monitor is not None:
-            self.monitor.flush()
+        if self.session is not None:
+            self.session.flush()
 
     @contained("on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.monitor is None:
+        if self.session is None:
             return
         try:
             self._drive("end", state)
@@ -311,8 +283,8 @@ class WatchCallback(NotATracker, TrainerCallback):
                 alerts, hint = len(self.alerting.raised), self._report_hint(args)
                 announce.say(announce.end_lines(announce.RunSummary.of(self.history, alerts, self.pacing.meter, hint)))
         finally:
-            if self.monitor is not None:
-                self.monitor.release(self)
+            if self.session is not None:
+                self.session.leave(self._index)
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         """Work after the last measurement (the ablation sweep of BertWatchCallback)."""
@@ -402,7 +374,7 @@ class BertWatchCallback(WatchCallback):
     Example:
         >>> from bertwatch.callbacks import BertWatchCallback
         >>> callback = BertWatchCallback(every_n_steps=20, num_maps=2)
-        >>> callback.every_n_steps, callback.maps_every_n_steps, callback.wants("step", 40)
+        >>> callback.every_n_steps, callback.maps_every_n_steps, callback.pacing.due("step", 40)
         (20, 80, True)
         >>> BertWatchCallback(num_mapz=2)
         Traceback (most recent call last):
@@ -434,34 +406,11 @@ class BertWatchCallback(WatchCallback):
         self.word_class_batches: Any = None
         self.cluster_track = ClusterTrack() if s.expert.head_clusters else None
         self.cluster_examples = s.expert.cluster_examples
-        self.consumed_step: int | None = None
-        self.maps_step = 0
 
-    def riders(self, context: ProbeContext, step: int) -> list[Rider]:
-        """The riders asked for (``word_classes``, ``head_clusters``), once per step; see
-        ``callbacks.riders``."""
-        if step == self.consumed_step:
-            return []
-        self.consumed_step = step
-        return riders_for(
-            context, self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches
-        )
-
-    def wants_maps(self, event: str, step: int) -> int:
-        if event in ("begin", "end") or (event == "step" and self._maps_due(step)):
-            self.maps_step = step
-            return self.num_maps
-        return 0
-
-    def _maps_due(self, step: int) -> bool:
-        """Maps at a measured step: every ``maps_every_n_steps``-th step with a fixed cadence; when budgeted, every
-        fourth budgeted step, or the first measured step ``maps_every_n_steps`` or more after the last maps."""
-        every = self.maps_every_n_steps
-        if self.every_n_steps is not None:
-            return every is not None and every > 0 and step % every == 0
-        if every is None:
-            return (self.pacing.budgeted_count() + 1) % 4 == 0
-        return every > 0 and step - self.maps_step >= every
+    def _member(self, stat_names: frozenset[str], context: ProbeContext) -> Member:
+        maps = MapsCadence(self.num_maps, self.maps_every_n_steps, fixed=self.every_n_steps is not None)
+        riding = Riding(self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches)
+        return dataclasses.replace(super()._member(stat_names, context), maps=maps, riding=riding)
 
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         self.word_class_batches = prepare_word_classes(self.word_classes, probe)
@@ -481,6 +430,6 @@ class BertWatchCallback(WatchCallback):
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
         if self.ablation is None or not (sharded or getattr(state, "is_world_process_zero", True)):
             return
-        writer = self.monitor.context.writer if self.monitor is not None else None
+        writer = self.session.context.writer if self.session is not None else None
         results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=sharded)
         self.ablation_result = results[self.ablation_mode]

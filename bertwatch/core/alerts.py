@@ -27,6 +27,7 @@ import numpy as np
 
 __all__ = [
     "ALERT_RULES",
+    "ALERT_STATS",
     "Alert",
     "AlertSettings",
     "QUANTITY_STATS",
@@ -66,6 +67,8 @@ RULE_QUANTITY: dict[str, str] = {
 }
 #: The statistics each rule reads (``non_finite`` reads those of every other rule).
 RULE_STATS: dict[str, tuple[str, ...]] = {rule: QUANTITY_STATS[quantity] for rule, quantity in RULE_QUANTITY.items()}
+#: Every statistic an alert rule reads.
+ALERT_STATS: frozenset[str] = frozenset(s for stats in RULE_STATS.values() for s in stats)
 
 
 def _positive(name: str, value: object, upper: float | None = None) -> float:

@@ -9,7 +9,8 @@ import pytest
 import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from bertwatch.callbacks import BertWatchCallback, EntropyCallback, watch
+import bertwatch.callbacks.pacing as pacing_module
+from bertwatch.callbacks import BertWatchCallback, EntropyCallback, ExpertOptions, watch
 from bertwatch.callbacks.pacing import PROBE_SERIES, ProbePacing, ProbeReason
 from bertwatch.core.budget import MIN_SPACING, OverheadMeter, check_budget, probe_due
 from tests.support.strict import strict
@@ -32,22 +33,22 @@ def _simulate(steps, step_s, probe_s, budget, every_n_steps=None, setup_s=0.0, e
     step when it is not measured yet, the pacing told of it at the start); returns the pacing and the share after
     each probe."""
     clock = _Clock()
-    pacing = ProbePacing(every_n_steps, budget, clock)
+    pacing = ProbePacing(every_n_steps, budget, clock=clock)
     pacing.start(0, steps if end else None)
-    with pacing.own_time():
-        clock.now += setup_s
+    clock.now += setup_s
+    pacing.charge(setup_s)
     shares = []
 
     def probe(step, event):
-        pacing.note(event, step)
-        with pacing.own_time(step, lambda: True):
-            clock.now += probe_s
+        assert event == "step" or pacing.due(event, step)
+        clock.now += probe_s
+        pacing.charge(probe_s, step)
         shares.append((step, pacing.meter.own / pacing.meter.wall()))
 
     probe(0, "begin")
     for step in range(1, steps + 1):
         clock.now += step_s
-        if pacing.step_due(step):
+        if pacing.due("step", step):
             probe(step, "step")
     if end and shares[-1][0] != steps:
         probe(steps, "end")
@@ -168,7 +169,7 @@ def _train(out, callback, **overrides):
 
 def test_an_exhausted_budget_still_measures_every_pinned_step(tmp_path) -> None:
     cb = strict(EntropyCallback, num_probe_examples=4)
-    cb.clock = _TickingClock()
+    cb.pacing.meter.clock = _TickingClock()
     _train(tmp_path, cb, max_steps=12, eval_strategy="steps", eval_steps=5)
     assert [s for s, _ in cb.history] == [0, 5, 10, 12]
     assert [(r.step, r.reason) for r in cb.pacing.log] == [(0, "start"), (5, "evaluation"), (10, "evaluation"),
@@ -177,7 +178,7 @@ def test_an_exhausted_budget_still_measures_every_pinned_step(tmp_path) -> None:
 
 def test_budgeted_steps_and_their_reasons_reach_the_event_file(tmp_path) -> None:
     cb = BertWatchCallback(stats=["entropy", "cls_mass"], num_probe_examples=4, num_maps=1, overhead_budget=1.0)
-    cb.clock = _TickingClock()  # a share of 1/3 is within a budget of 1: every step the spacing allows
+    cb.pacing.meter.clock = _TickingClock()  # a share of 1/3 is within a budget of 1: every step the spacing allows
     _train(tmp_path, cb, max_steps=2 * MIN_SPACING + 5)
     expected = [0, MIN_SPACING, 2 * MIN_SPACING, 2 * MIN_SPACING + 5]
     assert [s for s, _ in cb.history] == expected
@@ -219,32 +220,37 @@ def test_processes_agree_on_a_budgeted_step(tmp_path) -> None:
 
 
 @pytest.mark.fast
-def test_a_budgeted_step_is_asked_of_the_other_processes_only_where_the_spacing_allows() -> None:
+def test_a_budgeted_step_is_asked_of_the_other_processes_only_where_the_spacing_allows(monkeypatch) -> None:
     asked = []
     clock = _Clock()
-    pacing = ProbePacing(None, 1.0, clock, agree=lambda due: asked.append(due) or False)
+    monkeypatch.setattr(pacing_module, "agreed_across_processes", lambda due: asked.append(due) or False)
+    pacing = ProbePacing(None, 1.0, clock=clock)
     pacing.start()
-    assert not any(pacing.step_due(step) for step in range(1, 30))
+    assert not any(pacing.due("step", step) for step in range(1, 30))
     assert asked == [True] * 29, "before a measured step every step may be budgeted"
-    pacing.note("begin", 0)
-    with pacing.own_time(0, lambda: True):
-        clock.now += 1.0
+    assert pacing.due("begin", 0)
+    clock.now += 1.0
+    pacing.charge(1.0, 0)
     asked.clear()
-    assert not any(pacing.step_due(step) for step in range(1, 30))
+    assert not any(pacing.due("step", step) for step in range(1, 30))
     assert len(asked) == 30 - MIN_SPACING
 
 
 @pytest.mark.fast
 def test_maps_follow_the_measured_steps_when_budgeted() -> None:
-    fixed = BertWatchCallback(every_n_steps=5, num_maps=2)
-    assert [s for s in range(1, 41) if fixed.wants_maps("step", s)] == [20, 40]
-    spaced = BertWatchCallback(maps_every_n_steps=100, num_maps=2)
-    assert spaced.wants_maps("begin", 0) == 2
-    assert [s for s in (60, 130, 200, 231, 300) if spaced.wants_maps("step", s)] == [130, 231]
+    def maps(callback):
+        return callback._member(callback.stat_names, None).maps
+
+    fixed = maps(BertWatchCallback(every_n_steps=5, num_maps=2))
+    assert [s for s in range(1, 41) if fixed.count("step", s, 0)] == [20, 40]
+    spaced = maps(BertWatchCallback(expert=ExpertOptions(maps_every_n_steps=100), num_maps=2))
+    assert spaced.count("begin", 0, 0) == 2
+    assert [s for s in (60, 130, 200, 231, 300) if spaced.count("step", s, 0)] == [130, 231]
     default = BertWatchCallback(num_maps=2)
+    cadence = maps(default)
     chosen = []
     for step in range(10, 90, 10):  # eight budgeted steps: maps at the fourth and the eighth
-        if default.wants_maps("step", step):
+        if cadence.count("step", step, default.pacing.budgeted_count()):
             chosen.append(step)
         default.pacing.log.append(ProbeReason(step, "budget", 0.01))
     assert chosen == [40, 80]

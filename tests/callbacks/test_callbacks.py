@@ -24,10 +24,10 @@ from bertwatch.callbacks import (
 )
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import contained
-from bertwatch.callbacks.monitor import Monitor, ProbeSettings, monitor_for
 from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, sample_indices
+from bertwatch.callbacks.settings import ProbeSettings
 from bertwatch.heads.capture import UnsupportedModelError
-from tests.support.models import Subscriber
+from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
 
 
@@ -190,18 +190,20 @@ def test_statistics_are_selectable_and_validated() -> None:
 
 def test_cadence() -> None:
     cb = BertWatchCallback(every_n_steps=50, on_evaluate=False)
-    assert cb.wants("begin", 0) and cb.wants("step", 100) and not cb.wants("step", 75)
-    assert not cb.wants("evaluate", 10) and cb.wants("end", 73)
-    assert cb.wants_maps("begin", 0) == 4 and cb.wants_maps("step", 200) == 4 and cb.wants_maps("step", 100) == 0
-    assert EntropyCallback().wants_maps("begin", 0) == 0
+    due = cb.pacing.due
+    assert due("begin", 0) and due("step", 100) and not due("step", 75)
+    assert not due("evaluate", 10) and due("end", 73)
+    maps = cb._member(cb.stat_names, None).maps
+    assert maps.count("begin", 0, 0) == 4 and maps.count("step", 200, 0) == 4 and maps.count("step", 100, 0) == 0
+    assert EntropyCallback()._member(frozenset(), None).maps is None
 
 
-def test_shared_monitor_only_for_equal_settings(tok) -> None:
-    model = tiny_bert(tok)
+def test_one_session_only_for_equal_probe_settings() -> None:
+    """Callbacks of one run share a session when their probe settings are equal (the training test checks the
+    sharing itself)."""
     a, b = BertWatchCallback(), EntropyCallback()
-    assert monitor_for(model, a.settings) is monitor_for(model, b.settings)
-    assert monitor_for(model, EntropyCallback(num_probe_examples=8).settings) is not monitor_for(model, a.settings)
-    assert monitor_for(tiny_bert(tok), a.settings) is not monitor_for(model, a.settings)
+    assert a.probe_settings == b.probe_settings and hash(a.probe_settings) == hash(b.probe_settings)
+    assert EntropyCallback(num_probe_examples=8).probe_settings != a.probe_settings
 
 
 def test_tensorboard_run_dir_resolution(tmp_path, monkeypatch) -> None:
@@ -280,11 +282,10 @@ def test_probe_pass_grids_match_plain_loops_and_drift_uses_the_step0_reference(t
     model = tiny_bert(tok)
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(6, seed=2)]
     settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))
-    monitor = Monitor(model, settings)
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
     state = T.TrainerState()
-    sub = Subscriber(["cls_mass", "sep_mass", "punct_mass", "entropy", "drift_cosine", "head_importance"], maps=2)
-    monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
+    names = ["cls_mass", "sep_mass", "punct_mass", "entropy", "drift_cosine", "head_importance"]
+    monitor = sub = OneMember(model, settings, names, args, state, {"processing_class": tok}, maps=2)
     reference = _eager_maps(model, monitor.probe)
     monitor.run("begin", state)
     step0 = sub.history[-1][1]

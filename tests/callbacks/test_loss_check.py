@@ -1,4 +1,4 @@
-"""The setup check of the gradient statistics' loss, made by the start pass (``Monitor.check_loss_later``): no
+"""The setup check of the gradient statistics' loss, made by the start pass (``Session._checked``): no
 forward of its own where that pass takes the gradient statistics, and the same measurements and the same verdict
 before the first optimiser step wherever the refusal is found; its own forward, still before that step, where the
 start pass cannot make it."""
@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 import transformers as T
 
-import bertwatch.callbacks.monitor as monitor_module
+import bertwatch.callbacks.session as session_module
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError
+from bertwatch.callbacks.watch import WatchCallback
 from bertwatch.heads.importance import GRADIENT_NAMES
 from tests.support.models import bert_with_head
 from tests.support.tiny_trainer import tiny_tokenizer, toy_dataset, training_args
@@ -36,20 +37,20 @@ def _probe(tok, unlabelled_second_batch: bool = False):
 
 class _Run:
     """A one-step training run of a tiny BERT classifier with ``callback``; counts the check's own forwards
-    (``monitor.check_gradients``), each with whether the weights were still the initial ones then."""
+    (``session.check_gradients``), each with whether the weights were still the initial ones then."""
 
     def __init__(self, out, callback, monkeypatch, unlabelled_second_batch: bool = False, steps: int = 1) -> None:
         tok = tiny_tokenizer()
         self.model = bert_with_head(T.BertForSequenceClassification, tok, 2, 4, seed=3, scale=0.25, num_labels=2)
         self.initial = copy.deepcopy(self.model)
         self.checks: list[bool] = []
-        real = monitor_module.check_gradients
+        real = session_module.check_gradients
 
         def counted(*args, **kwargs):
             self.checks.append(self.untrained())
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(monitor_module, "check_gradients", counted)
+        monkeypatch.setattr(session_module, "check_gradients", counted)
         self.trainer = T.Trainer(
             model=self.model,
             args=training_args(str(out), max_steps=steps),
@@ -79,7 +80,9 @@ def test_the_start_pass_makes_the_check_and_measures_what_the_checks_own_forward
     run.trainer.train()
     assert run.checks == []
     assert set(GRADIENT_NAMES) <= set(folded.history[0][1])
-    monkeypatch.setattr(monitor_module.Monitor, "check_loss_later", lambda self, refuse: False)  # check at setup
+    # the check at setup, by its own forward, and a start pass that only measures
+    monkeypatch.setattr(WatchCallback, "_gradient_problem", lambda self, c, s: session_module.loss_problem(c))
+    monkeypatch.setattr(session_module.Session, "_checked", lambda self, plan, *_: self._execute(plan))
     own = BertWatchCallback(**PROBE)
     run = _Run(tmp_path / "b", own, monkeypatch)
     run.trainer.train()
@@ -88,18 +91,17 @@ def test_the_start_pass_makes_the_check_and_measures_what_the_checks_own_forward
     _assert_same_grids(folded.history[0][1], own.history[0][1])
 
 
-@pytest.mark.parametrize("offload", [False, True])  # the stopped pass's jobs on the statistics worker dropped
 def test_a_refusal_in_a_later_batch_drops_the_defaults_gradients_and_measures_the_rest_as_without_them(
-    tmp_path, monkeypatch, offload
+    tmp_path, monkeypatch
 ) -> None:
-    defaults = BertWatchCallback(**PROBE, offload_stats=offload)
+    defaults = BertWatchCallback(**PROBE)
     run = _Run(tmp_path / "a", defaults, monkeypatch, unlabelled_second_batch=True)
     with pytest.warns(BertWatchWarning, match=rf"BertWatchCallback skips \[.*head_importance.*\]: {REFUSAL}"):
         run.trainer.train()
     assert run.checks == []
     assert run.trainer.state.global_step == 1
     others = tuple(n for n in BertWatchCallback.default_stats if n not in GRADIENT_NAMES)
-    without = BertWatchCallback(stats=others, **PROBE, offload_stats=offload)
+    without = BertWatchCallback(stats=others, **PROBE)
     _Run(tmp_path / "b", without, monkeypatch, unlabelled_second_batch=True).trainer.train()
     assert defaults.history[0][0] == 0
     assert not set(GRADIENT_NAMES) & set(defaults.history[0][1])

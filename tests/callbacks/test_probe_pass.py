@@ -1,6 +1,6 @@
-"""The monitor's contracts: subscribers and measurements checked against their protocols, the plan of a pass
-computed from the due subscribers, the run's context built once, and a new statistic family plugged in as one
-measurement (its grid checked against a float64 loop over each example alone)."""
+"""The probe pass's contracts: measurements and riders checked against their protocols, the plan of a pass
+computed from what the due callbacks want, the run's context built once per session, and a new statistic family
+plugged in as one measurement (its grid checked against a float64 loop over each example alone)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,8 @@ import pytest
 import torch
 import transformers as T
 
-import bertwatch.callbacks.monitor as monitor_module
-from bertwatch.callbacks import (
-    AttentionDriftCallback,
-    BertWatchCallback,
-    EntropyCallback,
-    GradientImportanceCallback,
-    SpecialTokenMassCallback,
-)
-from bertwatch.callbacks._context import TrainerContext
+import bertwatch.callbacks.session as session_module
+from bertwatch.callbacks import BertWatchCallback
 from bertwatch.callbacks.measurements import (
     MEASUREMENTS,
     CaptureNeeds,
@@ -30,39 +23,20 @@ from bertwatch.callbacks.measurements import (
     ProbeBatch,
     measurement_of,
 )
-from bertwatch.callbacks.monitor import Monitor, ProbeSettings
 from bertwatch.callbacks.probe_context import ProbeContext
-from bertwatch.callbacks.probe_pass import Subscriber, execute, plan_pass
+from bertwatch.callbacks.probe_pass import execute, plan_pass
 from bertwatch.callbacks.riders import Rider, WordClassPass
-from bertwatch.callbacks.settings import ALL_STATS
+from bertwatch.callbacks.settings import ALL_STATS, ProbeSettings
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.stats import DRIFT_NAMES
-from tests.support.models import Subscriber as PlainSubscriber
+from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 from tests.support.tolerance import assert_float32_close
 
 # ------------------------------------------------------------------------------------------------ protocols
 
 
-def test_every_callback_and_test_subscriber_is_a_subscriber_and_a_partial_one_is_not():
-    for cls in (BertWatchCallback, AttentionDriftCallback, EntropyCallback, SpecialTokenMassCallback):
-        assert isinstance(cls(), Subscriber), cls.__name__
-    assert isinstance(GradientImportanceCallback(), Subscriber)
-    assert isinstance(PlainSubscriber(["entropy"]), Subscriber)
-
-    class NoRiders:  # what a subscriber looked like when the monitor found map_consumers by getattr
-        disabled, stat_names = False, frozenset()
-
-        def wants(self, event, step):
-            return True
-
-        def wants_maps(self, event, step):
-            return 0
-
-        def record(self, step, grids):
-            pass
-
-    assert not isinstance(NoRiders(), Subscriber)
+def test_every_rider_is_a_rider():
     assert isinstance(WordClassPass([["[CLS]"]]), Rider)
 
 
@@ -95,11 +69,10 @@ def _groups(plan) -> dict[str, tuple[str, ...]]:
     return {type(m).__name__: names for m, names in plan.work}
 
 
-def test_the_plan_is_the_union_of_the_due_subscribers_in_logging_order():
-    a = PlainSubscriber(["entropy", "head_importance", "cls_mass_norm"], maps=2)
-    b = PlainSubscriber(["cls_mass", "drift_js", IG_NAME], maps=4)
-    plan = plan_pass("step", 10, [a, b], [a, b], reference_ready=True)
-    assert plan.names == tuple(n for n in ALL_STATS if n in a.stat_names | b.stat_names)
+def test_the_plan_is_the_union_of_the_due_callbacks_wants_in_logging_order():
+    a, b = {"entropy", "head_importance", "cls_mass_norm"}, {"cls_mass", "drift_js", IG_NAME}
+    plan = plan_pass("step", 10, a | b, a | b, num_maps=4, reference_ready=True)
+    assert plan.names == tuple(n for n in ALL_STATS if n in a | b)
     assert _groups(plan) == {
         "GradientStatistics": ("head_importance",),
         "NormStatistics": ("cls_mass_norm",),
@@ -109,22 +82,22 @@ def test_the_plan_is_the_union_of_the_due_subscribers_in_logging_order():
     assert plan.num_maps == 4 and plan.uses_reference and not plan.build_reference and not plan.empty
     assert plan.needs == CaptureNeeds(maps=True, values=True) and plan.shared_forward
 
-    again = plan_pass("evaluate", 10, [a, b], [a, b], measured=set(plan.names), maps_done=True, reference_ready=True)
+    again = plan_pass("evaluate", 10, a | b, a | b, num_maps=4, measured=set(plan.names), maps_done=True,
+                      reference_ready=True)  # fmt: skip
     assert again.names == () and again.num_maps == 0 and again.empty
 
 
 def test_the_plan_skips_the_shared_forward_when_only_gradients_are_due():
-    grads = PlainSubscriber(GRADIENT_NAMES)
-    plan = plan_pass("step", 2, [grads], [grads], reference_ready=False)
+    plan = plan_pass("step", 2, GRADIENT_NAMES, GRADIENT_NAMES, reference_ready=False)
     assert not plan.shared_forward and not plan.build_reference and plan.needs == CaptureNeeds(maps=True)
-    maps_only = plan_pass("step", 2, [PlainSubscriber([], maps=3)], [], reference_ready=False)
+    maps_only = plan_pass("step", 2, (), (), num_maps=3, reference_ready=False)
     assert maps_only.num_maps == 3 and not maps_only.shared_forward and not maps_only.empty
 
 
 @pytest.mark.parametrize(
     ("event", "due_drift", "ready", "model", "from_model", "build"),
     [
-        ("begin", False, False, False, False, True),  # an active drift subscriber: the reference is step 0's maps
+        ("begin", False, False, False, False, True),  # a drift statistic watched: the reference is step 0's maps
         ("begin", False, False, True, True, False),  # ... or the reference model's
         ("begin", False, True, False, False, False),  # cached: nothing to take
         ("step", True, False, False, False, True),  # resumed without cache: drift from the model now
@@ -133,10 +106,9 @@ def test_the_plan_skips_the_shared_forward_when_only_gradients_are_due():
     ],
 )
 def test_the_plan_takes_the_reference_once_and_from_the_right_model(event, due_drift, ready, model, from_model, build):
-    drift = PlainSubscriber(DRIFT_NAMES)
-    entropy = PlainSubscriber(["entropy"])
-    due = [drift] if due_drift else [entropy]
-    plan = plan_pass(event, 0, due, [drift, entropy], reference_ready=ready, reference_model=model)
+    watched = {*DRIFT_NAMES, "entropy"}
+    due = DRIFT_NAMES if due_drift else ("entropy",)
+    plan = plan_pass(event, 0, due, watched, reference_ready=ready, reference_model=model)
     assert (plan.reference_from_model, plan.build_reference) == (from_model, build)
 
 
@@ -148,39 +120,46 @@ def tok() -> T.PreTrainedTokenizerBase:
     return tiny_tokenizer()
 
 
-def _attached(tok, tmp_path, subscribers, texts=None):
-    model = tiny_bert(tok)
+def _settings(tmp_path, texts=None) -> ProbeSettings:
     texts = texts or [{"text": t["text"], "label": t["label"]} for t in toy_texts(5, seed=4)]
-    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=2, logging_dir=str(tmp_path / "run")))
+    return ProbeSettings(texts=texts, batch_size=2, logging_dir=str(tmp_path / "run"))
+
+
+def _attached(tok, tmp_path, names=(), texts=None, maps=0):
+    """A tiny model and a one-member session over it (``tests.support.models.OneMember``)."""
+    model = tiny_bert(tok)
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
-    state = T.TrainerState()
-    for sub in subscribers:
-        monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
-    return model, monitor, args, state
+    member = OneMember(model, _settings(tmp_path, texts), names, args, T.TrainerState(), {"processing_class": tok},
+                       maps=maps)  # fmt: skip
+    return model, member
 
 
-def test_the_context_is_built_once_per_run_and_no_attribute_is_born_later(tok, tmp_path, monkeypatch):
+def test_the_context_is_built_once_per_session_and_no_attribute_is_born_later(tok, tmp_path, monkeypatch):
     built = []
-    original = monitor_module.build_probe_context
-    monkeypatch.setattr(monitor_module, "build_probe_context", lambda *a: built.append(1) or original(*a))
-    a, b = PlainSubscriber(["entropy"], maps=1), PlainSubscriber(DRIFT_NAMES)
-    model, monitor, args, state = _attached(tok, tmp_path, [])
-    fresh = set(vars(monitor))
-    monitor.attach(a, args, state, {"processing_class": tok}, TrainerContext())
-    context = monitor.context
-    monitor.attach(b, args, state, {"processing_class": tok}, TrainerContext())
-    assert monitor.context is context and len(built) == 1 and isinstance(context, ProbeContext)
+    original = session_module.build_probe_context
+    monkeypatch.setattr(session_module, "build_probe_context", lambda *a: built.append(1) or original(*a))
+    model = tiny_bert(tok)
+    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    state, settings, event = T.TrainerState(), _settings(tmp_path), {"processing_class": tok}
+    a = OneMember(model, settings, ["entropy"], args, state, event, maps=1)
+    session, context = a.session, a.context
+    fresh = set(vars(session))
+    b = OneMember(model, _settings(tmp_path), DRIFT_NAMES, args, state, event)  # equal settings, the same run
+    assert b.session is session and len(built) == 1 and isinstance(context, ProbeContext)
     assert context.encoder is model
-    monitor.run("begin", state)
+    a.run("begin", state)
+    b.run("begin", state)
     state.global_step = 1
-    monitor.run("step", state)
-    assert set(vars(monitor)) == fresh
-    assert [s for s, _ in a.history] == [0, 1] and context.reference.ready
-    monitor.close()
+    a.run("step", state)
+    b.run("step", state)
+    assert set(vars(session)) == fresh
+    assert [s for s, _ in a.history] == [0, 1] == [s for s, _ in b.history] and context.reference.ready
+    a.close()
+    b.close()
 
-    monitor.attach(a, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())  # a new run
-    assert len(built) == 2 and monitor.context is not context
-    monitor.close()
+    again = OneMember(model, settings, ["entropy"], args, T.TrainerState(), event)  # a new run
+    assert len(built) == 2 and again.session is not session
+    again.close()
 
 
 def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_probe_batch(tok, tmp_path):
@@ -190,23 +169,22 @@ def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_p
     the same maps and states, the mixing ratio to float32 rounding (its attention outputs formed through W_O)."""
     mixing = ("mixing_ratio", "cls_mass_rollout", "sep_mass_rollout")
     names = [*BertWatchCallback.default_stats, *mixing]
-    sub = PlainSubscriber(names)
-    model, monitor, _, _ = _attached(tok, tmp_path, [sub])
+    model, monitor = _attached(tok, tmp_path, names)
     calls = []
     handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
-    plan = plan_pass("step", 3, [sub], [sub], reference_ready=False)
+    plan = plan_pass("step", 3, names, names, reference_ready=False)
     assert plan.needs.blocks
     one = execute(plan, monitor.context)
     batches = len(monitor.context.probe.batches)
     assert len(calls) == batches and set(one.grids) == set(names)
     calls.clear()
-    alone = PlainSubscriber([n for n in names if n not in GRADIENT_NAMES])
-    shared = plan_pass("step", 3, [alone], [alone], reference_ready=True)
+    alone = [n for n in names if n not in GRADIENT_NAMES]
+    shared = plan_pass("step", 3, alone, alone, reference_ready=True)
     two = execute(shared, monitor.context)
     handle.remove()
     monitor.close()
     assert len(calls) == batches
-    same = [n for n in alone.stat_names if n != "mixing_ratio"]
+    same = [n for n in alone if n != "mixing_ratio"]
     assert all(np.array_equal(one.grids[n], two.grids[n], equal_nan=True) for n in same)
     assert_float32_close(one.grids["mixing_ratio"], two.grids["mixing_ratio"], msg="mixing_ratio")
 
@@ -214,16 +192,14 @@ def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_p
 def test_the_gradient_pass_records_the_blocks_and_the_logit_summary_only_for_a_statistic_that_reads_them(tok, tmp_path):
     """Each block's input and output cost 2·rows·layers·T·d numbers per batch, the logit summary a reduction of every
     layer's scores: taken only when a watched statistic reads them."""
-    plain = PlainSubscriber(BertWatchCallback.default_stats)
-    model, monitor, _, _ = _attached(tok, tmp_path, [plain])  # the context holds the model weakly
+    model, monitor = _attached(tok, tmp_path, BertWatchCallback.default_stats)  # the context holds the model weakly
     cases = (
         (BertWatchCallback.default_stats, False, True),
         ((*GRADIENT_NAMES, "mixing_ratio"), True, False),
         ((*GRADIENT_NAMES, "entropy"), False, False),
     )
     for names, recorded, logits in cases:
-        sub = PlainSubscriber(names)
-        plan = plan_pass("step", 3, [sub], [sub], reference_ready=True)
+        plan = plan_pass("step", 3, names, names, reference_ready=True)
         gradients = next(m for m, _ in plan.work if m.stage == "before")
         batch = ProbeBatch(
             index=0,
@@ -241,12 +217,11 @@ def test_a_pass_that_only_keeps_maps_runs_the_kept_examples_alone_and_their_maps
     """With no statistic due (the end of a run whose last step was measured), the forward serves the kept maps
     only: it runs those rows and no other; each kept map is the example's own, as the eager model gives it alone."""
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(5, seed=4)]
-    sub = PlainSubscriber([], maps=3)
-    model, monitor, _, _ = _attached(tok, tmp_path, [sub], texts)
+    model, monitor = _attached(tok, tmp_path, (), texts, maps=3)
     rows: list[int] = []
     handle = model.register_forward_pre_hook(lambda _, args, kwargs: rows.append(kwargs["input_ids"].shape[0]),
                                              with_kwargs=True)  # fmt: skip
-    result = execute(plan_pass("end", 7, [sub], [sub], reference_ready=True), monitor.context)
+    result = execute(plan_pass("end", 7, (), (), num_maps=3, reference_ready=True), monitor.context)
     handle.remove()
     monitor.close()
     assert [len(b["input_ids"]) for b in monitor.context.probe.batches] == [2, 2, 1]
@@ -314,14 +289,14 @@ def _alone_diagonal(model, tok, texts) -> np.ndarray:
 
 def test_a_new_family_is_one_measurement_and_its_grid_is_the_loop_on_each_example_alone(tok, tmp_path):
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(5, seed=4)]
-    sub = PlainSubscriber(["self", "cls_entropy", "entropy"])
-    model, monitor, _, _ = _attached(tok, tmp_path, [sub], texts)
+    names = ["self", "cls_entropy", "entropy"]
+    model, monitor = _attached(tok, tmp_path, ["entropy"], texts)
     family = _DiagonalMass()
     measurements = (family, measurement_of("entropy"))
-    plan = plan_pass("step", 3, [sub], [sub], reference_ready=True, measurements=measurements)
+    plan = plan_pass("step", 3, names, names, reference_ready=True, measurements=measurements)
     assert _groups(plan) == {"_DiagonalMass": ("self", "cls_entropy"), "MapStatistics": ("entropy",)}
     with pytest.raises(ValueError, match=r"no measurement gives \['cls_mass'\]"):
-        plan_pass("step", 3, [PlainSubscriber(["cls_mass"])], [], measurements=(family,))
+        plan_pass("step", 3, ["cls_mass"], [], measurements=(family,))
     result = execute(plan, monitor.context)
     monitor.close()
     assert family.started == 1 and list(result.grids) == ["self", "entropy", "cls_entropy"]

@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bertwatch.callbacks import BertWatchCallback, EntropyCallback, GradientImportanceCallback, watch
-from bertwatch.callbacks.monitor import monitor_for
 from bertwatch.callbacks.settings import (
     ALL_STATS,
     GROUPS,
@@ -29,7 +28,7 @@ from bertwatch.callbacks.settings import (
     check_options,
     option_specs,
 )
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer
+from tests.support.tiny_trainer import tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONT = [f.name for f in dataclasses.fields(WatchSettings)]
@@ -61,7 +60,7 @@ OLD_SAMPLES = {  # an old flat name -> a value other than its default
     "alert_entropy_fraction": 0.3, "alert_entropy_min_drop": 0.5, "alert_sink_fraction": 0.2,
     "alert_sink_min_change": 0.3, "alert_patience": 3, "ablation_mode": "zero", "ablation_kwargs": {"n_resamples": 9},
     "integrated_gradients": True, "ig_steps": 5, "normalize_importance": True, "word_classes": True,
-    "head_clusters": True, "cluster_examples": 3, "maps_every_n_steps": 7, "offload_stats": False,
+    "head_clusters": True, "cluster_examples": 3, "maps_every_n_steps": 7,
     "log_to_trackers": False,
 }  # fmt: skip
 
@@ -106,6 +105,8 @@ def test_strict_is_no_option_any_more() -> None:
     with pytest.warns(FutureWarning, match="strict= is deprecated and ignored"):
         cb = BertWatchCallback(strict=True)
     assert cb.strict is False and cb.alerting.strict is False
+    with pytest.warns(FutureWarning, match="offload_stats= is deprecated and ignored: the statistics run on the"):
+        BertWatchCallback(offload_stats=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BERTWATCH_STRICT", "1")
         strict = EntropyCallback()
@@ -168,7 +169,6 @@ def test_unknown_names_are_refused_with_the_closest_and_the_valid_ones() -> None
         (lambda: AblationOptions(mode="mean"), ValueError, "unknown AblationOptions.mode 'mean'"),
         (lambda: AblationOptions(kwargs={"n_resample": 3}), TypeError, r"did you mean 'n_resamples'"),
         (lambda: AblationOptions(kwargs={"mode": "zero"}), ValueError, r"give it as AblationOptions\(mode=\.\.\.\)"),
-        (lambda: ExpertOptions(offload_stats="yes"), TypeError, "offload_stats must be True or False"),
         (lambda: ExpertOptions(word_classes=3), TypeError, "word_classes must be True"),
         (lambda: WatchSettings(probing={"seed": 1}), TypeError, r"probing must be a ProbeOptions, e.g. probing="),
     ],
@@ -198,7 +198,7 @@ def _objects() -> st.SearchStrategy:
     return st.one_of(st.integers(), st.floats(allow_nan=False), st.booleans(), st.lists(st.integers(), max_size=2))
 
 
-SWITCHES = {"probing.at_start", "probing.on_evaluate", "probing.at_end", "expert.offload_stats"}
+SWITCHES = {"probing.at_start", "probing.on_evaluate", "probing.at_end"}
 WRONG = {  # option (as spelled in option_specs) -> values it refuses
     "probe_texts": st.one_of(st.text(), st.binary(), st.just([]), st.lists(st.integers(), min_size=1),
                              st.dictionaries(st.text(), st.text()), st.integers()),
@@ -296,19 +296,16 @@ def test_keywords_and_settings_are_the_same_thing() -> None:
 
 
 @pytest.mark.fast
-def test_equal_settings_in_different_list_objects_share_a_monitor() -> None:
+def test_equal_settings_in_different_list_objects_are_equal_probe_settings() -> None:
+    """Callbacks of one run share a session (one probe pass) exactly when their probe settings are equal."""
     tok = tiny_tokenizer()
-    model = tiny_bert(tok)
     probing = ProbeOptions(tokenizer=tok)
     a = EntropyCallback(probe_texts=["good film", "dull plot"], probing=probing)
     b = BertWatchCallback(probe_texts=["good film", "dull plot"], probing=ProbeOptions(tokenizer=tok), num_maps=1)
     assert a.probe_settings == b.probe_settings and isinstance(a.probe_settings, ProbeSettings)
-    shared = monitor_for(model, a.probe_settings)
-    assert monitor_for(model, b.probe_settings) is shared and monitor_for(model, b.settings) is shared
-    other = EntropyCallback(probe_texts=["good film"], probing=probing)
-    assert monitor_for(model, other.probe_settings) is not shared
-    assert monitor_for(model, EntropyCallback(probe_texts=["good film", "dull plot"]).probe_settings) is not shared
-    assert monitor_for(tiny_bert(tok), a.probe_settings) is not shared  # the same model object, not an equal one
+    assert hash(a.probe_settings) == hash(b.probe_settings) and b.settings.probe() == a.probe_settings
+    assert EntropyCallback(probe_texts=["good film"], probing=probing).probe_settings != a.probe_settings
+    assert EntropyCallback(probe_texts=["good film", "dull plot"]).probe_settings != a.probe_settings  # tokenizer
 
 
 # ------------------------------------------------------------------------------------------------ docs

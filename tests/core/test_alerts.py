@@ -159,16 +159,14 @@ def _run_alerting(on_alert, hist):
     class Control:
         should_save = should_training_stop = False
 
-    class Callback:
-        monitor = None
-        stat_names = frozenset(hist[0][1])
-
-    alerting, control, callback = Alerting(on_alert, AlertSettings(), strict=False), Control(), Callback()
+    alerting, control = Alerting(on_alert, AlertSettings(), strict=False), Control()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for end in range(1, len(hist) + 1):
-            callback.history = hist[:end]
-            alerting.update(callback, None, control)
+            with alerting.contained():
+                judgement = alerting.judge(hist[:end], resumed=False)
+                if judgement is not None:
+                    alerting.act(judgement, control)
     return alerting, control, [w for w in caught if issubclass(w.category, BertWatchWarning)]
 
 

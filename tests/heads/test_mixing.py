@@ -304,11 +304,10 @@ def test_monitor_logs_mixing_statistics_as_the_loop_on_each_example_alone(model_
 
     import transformers as T
 
-    from bertwatch.callbacks._context import TrainerContext
-    from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+    from bertwatch.callbacks.settings import ProbeSettings
     from bertwatch.heads.roles import token_roles
     from bertwatch.tb.summary import layer_means
-    from tests.support.models import Subscriber, tiny_config
+    from tests.support.models import OneMember, tiny_config
     from tests.support.tiny_trainer import SPECIAL, WORDS, toy_texts
 
     vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
@@ -318,10 +317,15 @@ def test_monitor_logs_mixing_statistics_as_the_loop_on_each_example_alone(model_
     torch.manual_seed(0)
     model = T.AutoModelForSequenceClassification.from_config(config).eval()
     texts = toy_texts(5, seed=3, pairs=True)
-    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
-    sub = Subscriber(MIXING_NAMES + ("cls_mass",))
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
-    monitor.attach(sub, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())
+    monitor = sub = OneMember(
+        model,
+        ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")),
+        MIXING_NAMES + ("cls_mass",),
+        args,
+        T.TrainerState(),
+        {"processing_class": tok},
+    )
     monitor.run("begin", T.TrainerState())
     monitor.close()
     grids = sub.history[-1][1]
@@ -392,7 +396,7 @@ def test_watch_refuses_requested_mixing_statistics_on_a_pre_ln_family_and_keeps_
         callback.default_stats = tuple(names)
         callback.on_train_begin(args, T.TrainerState(), T.TrainerControl(), **events)
         assert callback.stat_names == {"sep_mass_rollout", "cls_mass"}
-    callback.monitor.release(callback) if callback.monitor is not None else None
+    callback.disable()
 
 
 def tiny_config_sized(model_type: str, vocab_size: int):

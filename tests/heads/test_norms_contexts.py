@@ -20,7 +20,7 @@ from bertwatch.heads.norms import (
     transformed_norms,
 )
 from tests.heads.test_norms import batch_and_roles  # noqa: E402
-from tests.support.models import COMMON, Subscriber, tiny_model  # noqa: E402
+from tests.support.models import COMMON, OneMember, tiny_model  # noqa: E402
 from tests.support.norm_oracle import reference  # noqa: E402
 
 
@@ -139,8 +139,7 @@ def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune
 def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_example_alone(model_type, tmp_path):
     from types import SimpleNamespace
 
-    from bertwatch.callbacks._context import TrainerContext
-    from bertwatch.callbacks.monitor import Monitor, ProbeSettings
+    from bertwatch.callbacks.settings import ProbeSettings
     from bertwatch.heads.roles import token_roles
     from tests.support.tiny_trainer import SPECIAL, WORDS, toy_texts
 
@@ -149,10 +148,15 @@ def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_ex
     tok = T.BertTokenizer(vocab=vocab, model_input_names=inputs)
     model = adapter_model(model_type, vocab_size=len(tok))
     texts = toy_texts(5, seed=3, pairs=True)
-    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
-    sub = Subscriber(NORM_NAMES + ("cls_mass",))
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
-    monitor.attach(sub, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())
+    monitor = sub = OneMember(
+        model,
+        ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")),
+        NORM_NAMES + ("cls_mass",),
+        args,
+        T.TrainerState(),
+        {"processing_class": tok},
+    )
     monitor.run("begin", T.TrainerState())
     monitor.close()
     grids = sub.history[-1][1]

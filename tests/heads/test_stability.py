@@ -221,9 +221,8 @@ def test_the_monitor_logs_the_stability_grids_as_the_loop_on_each_example_alone(
 
     import transformers as T
 
-    from bertwatch.callbacks._context import TrainerContext
-    from bertwatch.callbacks.monitor import Monitor, ProbeSettings
-    from tests.support.models import Subscriber
+    from bertwatch.callbacks.settings import ProbeSettings
+    from tests.support.models import OneMember
     from tests.support.tiny_trainer import toy_texts
 
     tok = tiny_tokenizer()
@@ -231,10 +230,15 @@ def test_the_monitor_logs_the_stability_grids_as_the_loop_on_each_example_alone(
         tok.model_input_names = ["input_ids", "attention_mask"]
     model = model_of(family)
     texts = toy_texts(5, seed=3, pairs=True)
-    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
-    sub = Subscriber(STABILITY_NAMES + ("cls_mass",))
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
-    monitor.attach(sub, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())
+    monitor = sub = OneMember(
+        model,
+        ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")),
+        STABILITY_NAMES + ("cls_mass",),
+        args,
+        T.TrainerState(),
+        {"processing_class": tok},
+    )
     monitor.run("begin", T.TrainerState())
     monitor.close()
     grids = sub.history[-1][1]

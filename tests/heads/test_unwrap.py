@@ -15,13 +15,12 @@ import transformers as T
 
 from bertwatch.ablation.inputs import prepare_examples
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks._context import TrainerContext
-from bertwatch.callbacks.monitor import Monitor, ProbeSettings
 from bertwatch.callbacks.probe_set import text_examples
+from bertwatch.callbacks.settings import ProbeSettings
 from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
 from bertwatch.heads.unwrap import UnsupportedInputError, input_names, select_inputs, unwrap
-from tests.support.models import Subscriber
+from tests.support.models import OneMember
 from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 from tests.support.tolerance import assert_float32_close
@@ -33,11 +32,16 @@ def tok() -> T.PreTrainedTokenizerBase:
 
 
 def _step0(model, tok, texts, tmp_path) -> dict[str, np.ndarray]:
-    monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
-    sub = Subscriber(["cls_mass", "sep_mass"])
     state = T.TrainerState()
-    monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
+    monitor = sub = OneMember(
+        model,
+        ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")),
+        ["cls_mass", "sep_mass"],
+        args,
+        state,
+        {"processing_class": tok},
+    )
     monitor.run("begin", state)
     monitor.close()
     return sub.history[-1][1]

@@ -119,26 +119,38 @@ def unit_masks(layers: int, heads: int):
         yield "layer", l, mask
 
 
-class Subscriber:
-    """The least a monitor needs from a callback: the statistics it wants and ``maps`` kept attention maps, at
-    every event; ``history`` holds (step, a copy of the grids it was given) per recorded pass."""
+class OneMember:
+    """A probe-pass session (``callbacks.session``) with one member that measures ``names`` at every event and
+    keeps ``maps`` examples' maps: what a callback does, without the Trainer. ``history`` holds
+    ``(step, grids)`` per event that measured."""
 
-    log_to_trackers = False
+    def __init__(self, model, settings, names: Collection[str], args, state, event, maps: int = 0) -> None:
+        from bertwatch.callbacks._context import TrainerContext
+        from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
+        from bertwatch.callbacks.session import Member, join
 
-    def __init__(self, names: Collection[str], maps: int = 0) -> None:
-        self.disabled, self.stat_names, self.maps, self.history = False, frozenset(names), maps, []
+        self.session = join(model, settings, args, state, event, TrainerContext())
+        cadence = MapsCadence(maps, 1, fixed=True) if maps else None
+        member = Member("test", frozenset(names), ProbePacing(1, 0.02), maps=cadence, log_to_trackers=False)
+        self.index, self.history = self.session.add(member), []
 
-    def wants(self, event, step):
-        return True
+    def run(self, event: str, state) -> None:
+        """Handle ``event`` at ``state.global_step``, keeping what it measured."""
+        for result in self.session.run(event, int(state.global_step), self.index):
+            grids = result.of(self.session.members[self.index], self.index)
+            if grids is not None:
+                self.history.append((result.step, grids))
 
-    def wants_maps(self, event, step):
-        return self.maps
+    @property
+    def context(self):
+        return self.session.context
 
-    def riders(self, context, step):
-        return []
+    @property
+    def probe(self):
+        return self.session.context.probe
 
-    def record(self, step, grids):
-        self.history.append((step, dict(grids)))
+    def close(self) -> None:
+        self.session.leave(self.index)
 
 
 def hooked_output(model: torch.nn.Module, batch: dict[str, torch.Tensor], handles: list) -> torch.Tensor:
