@@ -174,6 +174,18 @@ def start_lines(plan: RunPlan) -> list[str]:
     return lines
 
 
+def maps_line(wanted: int, kept: int, longest: int, budget: int) -> str | None:
+    """The line saying that fewer examples' maps are written than asked for (None when all are): ``kept`` of
+    ``wanted`` fit in ``budget`` bytes a step, the probe examples being up to ``longest`` tokens long."""
+    if kept >= wanted:
+        return None
+    what = "none" if kept == 0 else f"those of the first {_plural(kept, 'example')}"
+    return (
+        f"attention maps: {what} of the {wanted} asked for, since bertwatch writes at most {budget / 2**20:.3g} MiB "
+        f"of maps a step (probe examples of up to {longest} tokens); the statistics cover every probe example"
+    )
+
+
 def cost_line(first_pass: float, pinned_passes: int, budgeted: bool, budget: float) -> str:
     """The line after step 0's pass: what it took, and what the pinned passes will cost in all."""
     rest = f"; between them bertwatch keeps under {budget:.0%} of the wall time" if budgeted else ""

@@ -79,6 +79,16 @@ class ProbeSet:
             "longest": max((len(t) for t in self.tokens), default=0),
         }
 
+    def maps_that_fit(self, layers: int, heads: int, budget_bytes: int) -> int:
+        """How many of the first probe rows' attention maps (float16 ``[layers, heads, n, n]`` each, ``n`` its real
+        tokens) fit together in ``budget_bytes``."""
+        total = 0
+        for count, tokens in enumerate(self.tokens):
+            total += 2 * layers * heads * len(tokens) ** 2
+            if total > budget_bytes:
+                return count
+        return self.size
+
     @property
     def has_labels(self) -> bool:
         """Every batch holds a head's label fields: ``labels``, or QA's ``start_positions`` and ``end_positions``."""

@@ -43,7 +43,12 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.tb.metadata import PROBE_MODEL_KEY
 
-__all__ = ["Member", "Session", "StepResult", "join", "loss_problem", "without_gradients"]
+__all__ = ["MAPS_BYTES", "Member", "Session", "StepResult", "join", "loss_problem", "without_gradients"]
+
+#: The most attention-map bytes a step writes (float16, the kept examples' weights): the maps of 4 probe examples
+#: of 128 tokens at bert-base's 144 heads take 19 MB; of one 512-token example 75 MB, whose writing took seconds
+#: on the GPU benchmark. Only the first examples whose maps fit together are kept.
+MAPS_BYTES = 32 * 2**20
 
 _GRADIENT_STATS = frozenset(GRADIENT_NAMES) | {IG_NAME}
 
@@ -158,6 +163,7 @@ class Session:
         self.context: ProbeContext | None = None
         self.publisher: Publisher | None = None
         self.begin_pending = False
+        self.maps_fit, self.maps_budget = 0, MAPS_BYTES
         self._results: dict[tuple[str, int], StepResult] = {}
         self._step, self._grids, self._maps_written = -1, {}, set()
         self._riders_taken: set[tuple[int, int]] = set()
@@ -177,6 +183,8 @@ class Session:
         probe = {**run.probe.length_info(), PROBE_MODEL_KEY: run.model_name}  # recorded with the run's grids
         self.publisher = Publisher(run.writer, run.trackers, args, self.state, run.event, run.probe.roles, probe)
         self.begin_pending = not run.resumed
+        self.maps_budget = MAPS_BYTES
+        self.maps_fit = run.probe.maps_that_fit(run.layers, run.heads, self.maps_budget)
 
     def add(self, member: Member) -> int:
         """Take ``member`` into the run's passes; returns its index (``StepResult.of``)."""
@@ -259,7 +267,7 @@ class Session:
             step,
             set().union(*(members[i].stat_names for i in due)),
             set().union(*(m.stat_names for m in members if m.active)),
-            num_maps=max(maps, default=0),
+            num_maps=min(max(maps, default=0), self.maps_fit),
             measured=self._grids.keys(),
             maps_done=step in self._maps_written,
             reference_ready=context.reference.ready,

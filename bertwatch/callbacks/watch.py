@@ -179,8 +179,13 @@ class WatchCallback(NotATracker, TrainerCallback):
             evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
             pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
             budget = self.pacing.meter.budget
-            announce.say(announce.start_lines(announce.run_plan(context, len(self.stat_names), budget, pinned)))
+            lines = announce.start_lines(announce.run_plan(context, len(self.stat_names), budget, pinned))
+            announce.say(lines + self._more_lines(context))
             self._pinned_passes = pinned.passes() if at_start else 0
+
+    def _more_lines(self, context: ProbeContext) -> list[str]:
+        """Start lines of this callback's own (BertWatchCallback: the maps it cannot keep)."""
+        return []
 
     def _report_hint(self, args: Any) -> str:
         """Where the run's report is, or how to make it."""
@@ -420,6 +425,12 @@ class BertWatchCallback(WatchCallback):
             self.ablation.check(args, state, context)
         except SetupError as err:
             raise SetupError(f"ablate_on_end=True: {err}") from err
+
+    def _more_lines(self, context: ProbeContext) -> list[str]:
+        longest = int(context.probe.length_info()["longest"] or 0)
+        session = self.session
+        line = announce.maps_line(self.num_maps, min(self.num_maps, session.maps_fit), longest, session.maps_budget)
+        return [line] if line else []
 
     def _report_hint(self, args: Any) -> str:
         if self.ablation_result is None:
