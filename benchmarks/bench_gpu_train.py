@@ -10,9 +10,7 @@ and between them as ``overhead_budget=0.02`` allows, gradient statistics include
 ``every_n_steps=50``, alternating the order over ``--repeats`` after one warm-up run. Printed (JSON): the median
 wall time of ``trainer.train()`` each way, ``overhead`` = with at the defaults / without (target <= 1.02 on a
 GPU), ``overhead_every_50`` the same with every_n_steps=50, the seconds spent inside the callback's events, the
-steps the budget measured and the peak GPU memory ratio. ``--worker`` adds ``overhead_worker``: the defaults with
-the statistics worker on a side CUDA stream (``ExpertOptions(offload_stats=True)``), which is opt-in until this
-figure shows it pays.
+steps the budget measured and the peak GPU memory ratio.
 """
 
 from __future__ import annotations
@@ -54,8 +52,7 @@ class TimedCallback:
 
 
 def train_once(name: str, length: int, steps: int, batch_size: int, watch: str | None, device, dtype) -> dict:
-    """One run: ``watch`` None (no bertwatch), "budget" (the defaults), "50" (every_n_steps=50) or "worker" (the
-    defaults with the statistics worker asked for: ``ExpertOptions(offload_stats=True)``, a side stream on CUDA)."""
+    """One run: ``watch`` None (no bertwatch), "budget" (the defaults) or "50" (every_n_steps=50)."""
     import transformers as T
 
     shape = SHAPES[name]
@@ -66,11 +63,10 @@ def train_once(name: str, length: int, steps: int, batch_size: int, watch: str |
     callbacks = []
     timer = None
     if watch:
-        from bertwatch.callbacks import BertWatchCallback, ExpertOptions
+        from bertwatch.callbacks import BertWatchCallback
 
-        every = None if watch in ("budget", "worker") else int(watch)
-        expert = ExpertOptions(offload_stats=True if watch == "worker" else None)
-        timer = TimedCallback(BertWatchCallback(every_n_steps=every, expert=expert), device)
+        every = None if watch == "budget" else int(watch)
+        timer = TimedCallback(BertWatchCallback(every_n_steps=every), device)
         callbacks.append(timer)
     with tempfile.TemporaryDirectory() as out:
         args = T.TrainingArguments(
@@ -111,7 +107,7 @@ def train_once(name: str, length: int, steps: int, batch_size: int, watch: str |
 def bench_one(name: str, length: int, opts, device, dtype) -> dict:
     batch_size = opts.batch_size or (32 if length <= 128 else 8)
     train_once(name, length, min(10, opts.steps), batch_size, "budget", device, dtype)  # warm-up: kernels, caches
-    kinds: list[str | None] = [None, "budget", "50"] + (["worker"] if opts.worker else [])
+    kinds: list[str | None] = [None, "budget", "50"]
     runs: dict[str | None, list[dict]] = {kind: [] for kind in kinds}
     for r in range(opts.repeats):
         for watch in kinds if r % 2 == 0 else kinds[::-1]:
@@ -134,7 +130,6 @@ def bench_one(name: str, length: int, opts, device, dtype) -> dict:
         "in_callback_s": round(median("budget", "in_callback_s"), 3),
         "overhead": round(median("budget", "wall_s") / median(None, "wall_s"), 4),
         "overhead_every_50": round(median("50", "wall_s") / median(None, "wall_s"), 4),
-        "overhead_worker": round(median("worker", "wall_s") / median(None, "wall_s"), 4) if opts.worker else None,
         "measured": runs["budget"][-1]["measured"],
         "peak_memory_ratio": round(median("budget", "peak_mib") / median(None, "peak_mib"), 3)
         if device.type == "cuda"
@@ -152,12 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    parser.add_argument(
-        "--worker",
-        action="store_true",
-        help="also time the defaults with the statistics worker asked for (offload_stats=True: a side CUDA stream), "
-        "which is opt-in until this figure shows it pays",
-    )
     opts = parser.parse_args(argv)
     return run_grid(opts, bench_one)
 

@@ -5,10 +5,7 @@ Two cadences (``--cadences``): ``budget``, the defaults (``every_n_steps=None``:
 run is its own fresh process (so peak memory is measured per run), the order alternating over the repeats to
 spread machine noise; the ratios are medians over the repeats.
 
-    python benchmarks/bench_overhead.py --max-steps 100 500 --repeats 2 [--cadences budget,50] [--offload off,on]
-
-``--offload`` runs the callback once per ``offload_stats`` choice given (``auto``, ``on``, ``off``: the statistics on
-a worker thread or side stream, or inline), each against the same run without bertwatch.
+    python benchmarks/bench_overhead.py --max-steps 100 500 --repeats 2 [--cadences budget,50]
 
 A short run, where bertwatch's fixed cost shows (the setup, the pinned probes at step 0 and at the end, which the
 overhead budget does not space):
@@ -129,11 +126,10 @@ def worker(opts: argparse.Namespace) -> dict:
         callbacks = []
         timer = None
         if opts.callback:
-            from bertwatch.callbacks import BertWatchCallback, ExpertOptions
+            from bertwatch.callbacks import BertWatchCallback
 
             every = None if opts.cadence == "budget" else int(opts.cadence)
-            offload = {"auto": None, "on": True, "off": False}[opts.offload_choice]
-            timer = _Timed(BertWatchCallback(every_n_steps=every, expert=ExpertOptions(offload_stats=offload)))
+            timer = _Timed(BertWatchCallback(every_n_steps=every))
             callbacks.append(timer)
         trainer = T.Trainer(
             model=model,
@@ -185,8 +181,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--callback", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cadence", default="budget", help=argparse.SUPPRESS)
-    parser.add_argument("--offload", default="auto", help="comma-separated offload_stats choices: auto, on, off")
-    parser.add_argument("--offload-choice", default="auto", choices=("auto", "on", "off"), help=argparse.SUPPRESS)
     parser.add_argument("--short", action="store_true", help="a short run: --max-steps 30 --cadences budget")
     parser.add_argument("--baseline-checkout", default=None, help="also run the bertwatch of this checkout")
     opts = parser.parse_args(argv)
@@ -206,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
         for cadence in [c.strip() for c in opts.cadences.split(",") if c.strip()]:
             _compare(opts, steps, cadence)
     return 0
+
+
+def checkouts_runs(checkouts: list[str | None]) -> list[tuple[str, str | None]]:
+    """The runs with the callback: one per checkout (None: this one)."""
+    return [("callback", checkout) for checkout in checkouts]
 
 
 def _compare(opts: argparse.Namespace, steps: int, cadence: str) -> None:
@@ -234,9 +233,8 @@ def _compare(opts: argparse.Namespace, steps: int, cadence: str) -> None:
     ]
     if opts.glue_dir:
         base += ["--glue-dir", opts.glue_dir]
-    choices = [c.strip() for c in opts.offload.split(",") if c.strip()]
     checkouts = [None] if opts.baseline_checkout is None else [None, os.path.abspath(opts.baseline_checkout)]
-    runs = [None, *((c, d) for d in checkouts for c in choices)]
+    runs = [None, *checkouts_runs(checkouts)]
     collected: dict[Any, list[dict]] = {r: [] for r in runs}
     from tqdm import tqdm
 
@@ -244,8 +242,8 @@ def _compare(opts: argparse.Namespace, steps: int, cadence: str) -> None:
     for _, variant in tqdm(order, desc=f"{steps} steps, cadence {cadence}", unit="run"):
         extra, env = [], None
         if variant is not None:
-            choice, checkout = variant
-            extra = ["--callback", "--offload-choice", choice]
+            checkout = variant[1]
+            extra = ["--callback"]
             if checkout is not None:  # that checkout's bertwatch (this file's worker code)
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join([checkout, os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.run(base + extra, capture_output=True, text=True, env=env)
@@ -255,15 +253,15 @@ def _compare(opts: argparse.Namespace, steps: int, cadence: str) -> None:
             raise SystemExit(f"benchmark run failed ({variant})")
         collected[variant].append(json.loads(lines[-1][len("RESULT ") :]))
     for variant in runs[1:]:
-        choice, checkout = variant
-        what = f"offload_stats={choice}" + ("" if checkout is None else f", bertwatch of {checkout}")
+        checkout = variant[1]
+        what = "this checkout's bertwatch" if checkout is None else f"bertwatch of {checkout}"
         _report(opts, steps, cadence, {False: collected[None], True: collected[variant]}, what)
     if opts.baseline_checkout is not None:
-        for choice in choices:
-            new, old = collected[(choice, None)], collected[(choice, checkouts[1])]
-            ratios = sorted(b["wall_s"] / a["wall_s"] for a, b in zip(old, new))
+        new, old = collected[("callback", None)], collected[("callback", checkouts[1])]
+        ratios = sorted(b["wall_s"] / a["wall_s"] for a, b in zip(old, new))
+        if ratios:
             print(
-                f"\noffload_stats={choice}: this checkout's train() wall over {checkouts[1]}'s, per repeat: "
+                f"\nthis checkout's train() wall over {checkouts[1]}'s, per repeat: "
                 f"{', '.join(f'{r:.3f}' for r in ratios)} (median {statistics.median(ratios):.3f}); bertwatch's "
                 f"own seconds, median: {statistics.median(r['in_callback_s'] for r in new):.2f} against "
                 f"{statistics.median(r['in_callback_s'] for r in old):.2f}"

@@ -26,7 +26,6 @@ RUN = (
     "bertwatch.report.html",
     "bertwatch.report.markup",
     "bertwatch.callbacks.measurements",
-    "bertwatch.callbacks.offload",
     "bertwatch.callbacks.option_checks",
     "bertwatch.callbacks.option_groups",
     "bertwatch.callbacks.settings",

@@ -23,9 +23,9 @@ from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
-from bertwatch.callbacks.session import Member, Riding, Session, join, loss_problem, without_gradients
 from bertwatch.callbacks.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
+from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
 from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
@@ -84,8 +84,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.log_to_trackers = s.expert.log_to_trackers
         self.probe_settings = s.probe()
         self.disabled = False
-        self.session: Session | None = None
-        self._index = -1  # this callback's place in the session (``Session.add``)
+        self.watched: WatchedRun | None = None
+        self._index = -1  # this callback's place in the watched run (``WatchedRun.add``)
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
@@ -105,8 +105,8 @@ class WatchCallback(NotATracker, TrainerCallback):
     @property
     def stat_names(self) -> frozenset[str]:
         """The statistics this callback measures (in a run: those its model and probe set give)."""
-        if self.session is not None and self._index >= 0:
-            return self.session.members[self._index].stat_names
+        if self.watched is not None and self._index >= 0:
+            return self.watched.members[self._index].stat_names
         return self._stat_names
 
     @stat_names.setter
@@ -123,8 +123,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.disabled = True
         if message:
             warn_stopped(message)
-        if self.session is not None:
-            self.session.leave(self._index)
+        if self.watched is not None:
+            self.watched.leave(self._index)
 
     # ------------------------------------------------------------------------------------------ setup
 
@@ -133,24 +133,24 @@ class WatchCallback(NotATracker, TrainerCallback):
         required = self.requested is not None
         return Member(type(self).__name__, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
 
-    def _resolve_stats(self, context: ProbeContext, session: Session) -> frozenset[str]:
+    def _resolve_stats(self, context: ProbeContext, watched: WatchedRun) -> frozenset[str]:
         """The statistics this callback can measure in this run: those the model gives (``supported_stats``),
         without the gradient statistics where the probe set or the loss cannot give them (``without_gradients``)."""
         owner = type(self).__name__
         names = supported_stats(self._stat_names, self.requested is not None, context.encoder, owner)
         if not names & (set(GRADIENT_NAMES) | {IG_NAME}):
             return names
-        problem = self._gradient_problem(context, session)
+        problem = self._gradient_problem(context, watched)
         if problem is None:
             context.loss.announce()
             return names
         probe = Member(owner, names, self.pacing, self.requested is not None)
         return without_gradients(probe, problem).stat_names
 
-    def _gradient_problem(self, context: ProbeContext, session: Session) -> str | None:
+    def _gradient_problem(self, context: ProbeContext, watched: WatchedRun) -> str | None:
         """Why the probe set cannot give gradient statistics (the loss ``callbacks.trainer_loss`` chose is refused,
         or the probe examples lack labels), or None. The loss on the probe batches themselves is checked by the
-        session's start pass before the first optimiser step, or now where the run has none (resumed)."""
+        watched's start pass before the first optimiser step, or now where the run has none (resumed)."""
         loss = context.loss
         if loss.problem is not None:
             return loss.problem
@@ -160,7 +160,7 @@ class WatchCallback(NotATracker, TrainerCallback):
                 "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
                 "loss_fn=(outputs, batch) -> per-example loss"
             )
-        return None if session.begin_pending else loss_problem(context)
+        return None if watched.begin_pending else loss_problem(context)
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -172,7 +172,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         start = self.pacing.clock()
         self._begin(model, args, state, kwargs)
         self.pacing.charge(self.pacing.clock() - start)
-        context = None if self.disabled or self.session is None else self.session.context
+        context = None if self.disabled or self.watched is None else self.watched.context
         self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
         if self._speaks:
             at_start = self.pacing.pinned.at_start
@@ -195,14 +195,14 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.history, self._index = [], -1
         self.alerting.reset()
         context = self._link.context(kwargs)
-        self.session = join(model, self.probe_settings, args, state, kwargs, context)
-        if self.session.failed:
+        self.watched = join(model, self.probe_settings, args, state, kwargs, context)
+        if self.watched.failed:
             self.disable()
             return
-        probe = self.session.context
-        names = self._resolve_stats(probe, self.session)
+        probe = self.watched.context
+        names = self._resolve_stats(probe, self.watched)
         self._check_setup(args, state, probe, context)
-        self._index = self.session.add(self._member(names, probe))
+        self._index = self.watched.add(self._member(names, probe))
         if self.log_to_trackers and not context.bound and reported_trackers(args):
             warnings.warn(
                 f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
@@ -218,24 +218,24 @@ class WatchCallback(NotATracker, TrainerCallback):
     # ------------------------------------------------------------------------------------------ events
 
     def _drive(self, event: str, state: Any, control: Any = None) -> None:
-        """Have the run's session handle ``event`` (the pass runs once, for every callback due), then take this
+        """Have the run's watched handle ``event`` (the pass runs once, for every callback due), then take this
         callback's results: its history, its alerts (``callbacks.alerting``) and the ``probe_steps`` points."""
-        session = self.session
-        if session is None or self._index < 0:
+        watched = self.watched
+        if watched is None or self._index < 0:
             return
-        if session.failed:
+        if watched.failed:
             self.disable()
             return
         start = self.pacing.clock()
-        results = session.run(event, int(state.global_step), self._index)
-        mine = [(r, grids) for r in results if (grids := r.of(session.members[self._index], self._index)) is not None]
+        results = watched.handle(event, int(state.global_step), self._index)
+        mine = [(r, grids) for r in results if (grids := r.of(watched.members[self._index], self._index)) is not None]
         for result, grids in mine:
             self._record(result.step, grids)
         self.pacing.charge(self.pacing.clock() - start, mine[-1][0].step if mine else None)
         start = self.pacing.clock()
         for result, _ in mine:
-            self._judge(session, result.event, control)
-            session.publish_records(self.pacing.records(result.step), result.step)
+            self._judge(watched, result.event, control)
+            watched.publish_records(self.pacing.records(result.step), result.step)
         self.pacing.charge(self.pacing.clock() - start)
 
     def _record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
@@ -244,15 +244,15 @@ class WatchCallback(NotATracker, TrainerCallback):
         else:
             self.history.append((step, dict(grids)))
 
-    def _judge(self, session: Session, event: str, control: Any) -> None:
-        """The stability alerts of the newest step: written by the session's alert writer, acted on here."""
+    def _judge(self, watched: WatchedRun, event: str, control: Any) -> None:
+        """The stability alerts of the newest step: written by the watched run's alert writer, acted on here."""
         with self.alerting.contained():
-            judgement = self.alerting.judge(self.history, session.context.resumed)
+            judgement = self.alerting.judge(self.history, watched.context.resumed)
             if judgement is None:
                 return
-            if session.alert_writer() == self._index:
+            if watched.alert_writer() == self._index:
                 to_trackers = self.log_to_trackers and event != "end"
-                session.publish_alerts(judgement.alerts, judgement.step, judgement.reference_step, to_trackers)
+                watched.publish_alerts(judgement.alerts, judgement.step, judgement.reference_step, to_trackers)
             self.alerting.act(judgement, control)
 
     @contained("on_step_begin")
@@ -273,12 +273,12 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_log")
     def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            self.session.flush()
+        if self.watched is not None:
+            self.watched.flush()
 
     @contained("on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.session is None:
+        if self.watched is None:
             return
         try:
             self._drive("end", state)
@@ -288,8 +288,8 @@ class WatchCallback(NotATracker, TrainerCallback):
                 alerts, hint = len(self.alerting.raised), self._report_hint(args)
                 announce.say(announce.end_lines(announce.RunSummary.of(self.history, alerts, self.pacing.meter, hint)))
         finally:
-            if self.session is not None:
-                self.session.leave(self._index)
+            if self.watched is not None:
+                self.watched.leave(self._index)
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         """Work after the last measurement (the ablation sweep of BertWatchCallback)."""
@@ -428,8 +428,8 @@ class BertWatchCallback(WatchCallback):
 
     def _more_lines(self, context: ProbeContext) -> list[str]:
         longest = int(context.probe.length_info()["longest"] or 0)
-        session = self.session
-        line = announce.maps_line(self.num_maps, min(self.num_maps, session.maps_fit), longest, session.maps_budget)
+        watched = self.watched
+        line = announce.maps_line(self.num_maps, min(self.num_maps, watched.maps_fit), longest, watched.maps_budget)
         return [line] if line else []
 
     def _report_hint(self, args: Any) -> str:
@@ -441,6 +441,6 @@ class BertWatchCallback(WatchCallback):
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
         if self.ablation is None or not (sharded or getattr(state, "is_world_process_zero", True)):
             return
-        writer = self.session.context.writer if self.session is not None else None
+        writer = self.watched.context.writer if self.watched is not None else None
         results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=sharded)
         self.ablation_result = results[self.ablation_mode]

@@ -198,8 +198,8 @@ def test_cadence() -> None:
     assert EntropyCallback()._member(frozenset(), None).maps is None
 
 
-def test_one_session_only_for_equal_probe_settings() -> None:
-    """Callbacks of one run share a session when their probe settings are equal (the training test checks the
+def test_one_watched_run_only_for_equal_probe_settings() -> None:
+    """Callbacks of one run share a watched when their probe settings are equal (the training test checks the
     sharing itself)."""
     a, b = BertWatchCallback(), EntropyCallback()
     assert a.probe_settings == b.probe_settings and hash(a.probe_settings) == hash(b.probe_settings)

@@ -158,7 +158,7 @@ def test_several_callbacks_share_one_probe_pass(tmp_path) -> None:
     _train(tmp_path, [drift, entropy], model=model, eval_strategy="no", max_steps=2)
     probe_forwards = [training for training in forwards if not training]
     assert len(probe_forwards) == 2  # one probe pass at step 0 (also the reference) and one at step 2
-    assert drift.session is entropy.session
+    assert drift.watched is entropy.watched
     assert set(drift.latest) == {"drift_cosine", "drift_js"} and set(entropy.latest) == {"entropy", "cls_entropy"}
     assert len(glob.glob(str(tmp_path / "runs" / "*" / "*.bertwatch"))) == 1
 
@@ -254,7 +254,7 @@ def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path) -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error", BertWatchWarning)
         _train(tmp_path, [resumed], eval_strategy="no", learning_rate=3e-2, resume=str(tmp_path / "checkpoint-2"))
-    assert "cache" in resumed.session.context.reference.source
+    assert "cache" in resumed.watched.context.reference.source
     assert [s for s, _ in resumed.history] == [4, 6]
     original = dict(first.history)
     assert 1 - original[2]["drift_cosine"].mean() > 1e-3  # the checkpoint differs clearly from the reference
@@ -266,7 +266,7 @@ def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path) -> N
     uncached = strict(AttentionDriftCallback, every_n_steps=2, num_probe_examples=8)
     with pytest.warns(BertWatchWarning, match="resuming without a reference cache"):
         _train(tmp_path, [uncached], eval_strategy="no", learning_rate=3e-2, resume=str(tmp_path / "checkpoint-2"))
-    assert "resumed at step 2" in uncached.session.context.reference.source
+    assert "resumed at step 2" in uncached.watched.context.reference.source
     step4 = dict(uncached.history)[4]["drift_cosine"]
     assert not np.allclose(1 - step4, 1 - original[4]["drift_cosine"], rtol=1e-2)  # drift from step 2, not 0
 

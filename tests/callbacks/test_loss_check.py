@@ -1,4 +1,4 @@
-"""The setup check of the gradient statistics' loss, made by the start pass (``Session._checked``): no
+"""The setup check of the gradient statistics' loss, made by the start pass (``WatchedRun._checked``): no
 forward of its own where that pass takes the gradient statistics, and the same measurements and the same verdict
 before the first optimiser step wherever the refusal is found; its own forward, still before that step, where the
 start pass cannot make it."""
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 import transformers as T
 
-import bertwatch.callbacks.session as session_module
+import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError
 from bertwatch.callbacks.watch import WatchCallback
 from bertwatch.heads.importance import GRADIENT_NAMES
@@ -37,20 +37,20 @@ def _probe(tok, unlabelled_second_batch: bool = False):
 
 class _Run:
     """A one-step training run of a tiny BERT classifier with ``callback``; counts the check's own forwards
-    (``session.check_gradients``), each with whether the weights were still the initial ones then."""
+    (``watched.check_gradients``), each with whether the weights were still the initial ones then."""
 
     def __init__(self, out, callback, monkeypatch, unlabelled_second_batch: bool = False, steps: int = 1) -> None:
         tok = tiny_tokenizer()
         self.model = bert_with_head(T.BertForSequenceClassification, tok, 2, 4, seed=3, scale=0.25, num_labels=2)
         self.initial = copy.deepcopy(self.model)
         self.checks: list[bool] = []
-        real = session_module.check_gradients
+        real = watched_module.check_gradients
 
         def counted(*args, **kwargs):
             self.checks.append(self.untrained())
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(session_module, "check_gradients", counted)
+        monkeypatch.setattr(watched_module, "check_gradients", counted)
         self.trainer = T.Trainer(
             model=self.model,
             args=training_args(str(out), max_steps=steps),
@@ -81,8 +81,8 @@ def test_the_start_pass_makes_the_check_and_measures_what_the_checks_own_forward
     assert run.checks == []
     assert set(GRADIENT_NAMES) <= set(folded.history[0][1])
     # the check at setup, by its own forward, and a start pass that only measures
-    monkeypatch.setattr(WatchCallback, "_gradient_problem", lambda self, c, s: session_module.loss_problem(c))
-    monkeypatch.setattr(session_module.Session, "_checked", lambda self, plan, *_: self._execute(plan))
+    monkeypatch.setattr(WatchCallback, "_gradient_problem", lambda self, c, s: watched_module.loss_problem(c))
+    monkeypatch.setattr(watched_module.WatchedRun, "_checked", lambda self, plan, *_: self._execute(plan))
     own = BertWatchCallback(**PROBE)
     run = _Run(tmp_path / "b", own, monkeypatch)
     run.trainer.train()

@@ -111,7 +111,7 @@ def test_measuring_up_to_the_models_maximum_cuts_nothing_and_does_not_warn(tmp_p
     cb = strict(EntropyCallback, every_n_steps=0, probe_texts=TEXTS, probe_max_length=None)
     ours, _, run = _train(tmp_path, cb)
     assert not [w for w in ours if "longer than" in str(w.message)]
-    assert cb.session is None or cb.session.context is None or cb.session.context.probe.truncated == 0
+    assert cb.watched is None or cb.watched.context is None or cb.watched.context.probe.truncated == 0
     (_, content) = _grid_content(run)
     model = "BertForSequenceClassification"  # a model made in memory has no folder: its class names it
     assert content["probe"] == {"max_length": 64, "truncated": 0, "examples": 5, "longest": 32, "model": model}

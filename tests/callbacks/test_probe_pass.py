@@ -1,5 +1,5 @@
 """The probe pass's contracts: measurements and riders checked against their protocols, the plan of a pass
-computed from what the due callbacks want, the run's context built once per session, and a new statistic family
+computed from what the due callbacks want, the run's context built once per watched, and a new statistic family
 plugged in as one measurement (its grid checked against a float64 loop over each example alone)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers as T
 
-import bertwatch.callbacks.session as session_module
+import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback
 from bertwatch.callbacks.measurements import (
     MEASUREMENTS,
@@ -126,7 +126,7 @@ def _settings(tmp_path, texts=None) -> ProbeSettings:
 
 
 def _attached(tok, tmp_path, names=(), texts=None, maps=0):
-    """A tiny model and a one-member session over it (``tests.support.models.OneMember``)."""
+    """A tiny model and a one-member watched over it (``tests.support.models.OneMember``)."""
     model = tiny_bert(tok)
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
     member = OneMember(model, _settings(tmp_path, texts), names, args, T.TrainerState(), {"processing_class": tok},
@@ -134,31 +134,31 @@ def _attached(tok, tmp_path, names=(), texts=None, maps=0):
     return model, member
 
 
-def test_the_context_is_built_once_per_session_and_no_attribute_is_born_later(tok, tmp_path, monkeypatch):
+def test_the_context_is_built_once_per_watched_run_and_no_attribute_is_born_later(tok, tmp_path, monkeypatch):
     built = []
-    original = session_module.build_probe_context
-    monkeypatch.setattr(session_module, "build_probe_context", lambda *a: built.append(1) or original(*a))
+    original = watched_module.build_probe_context
+    monkeypatch.setattr(watched_module, "build_probe_context", lambda *a: built.append(1) or original(*a))
     model = tiny_bert(tok)
     args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
     state, settings, event = T.TrainerState(), _settings(tmp_path), {"processing_class": tok}
     a = OneMember(model, settings, ["entropy"], args, state, event, maps=1)
-    session, context = a.session, a.context
-    fresh = set(vars(session))
+    watched, context = a.watched, a.context
+    fresh = set(vars(watched))
     b = OneMember(model, _settings(tmp_path), DRIFT_NAMES, args, state, event)  # equal settings, the same run
-    assert b.session is session and len(built) == 1 and isinstance(context, ProbeContext)
+    assert b.watched is watched and len(built) == 1 and isinstance(context, ProbeContext)
     assert context.encoder is model
     a.run("begin", state)
     b.run("begin", state)
     state.global_step = 1
     a.run("step", state)
     b.run("step", state)
-    assert set(vars(session)) == fresh
+    assert set(vars(watched)) == fresh
     assert [s for s, _ in a.history] == [0, 1] == [s for s, _ in b.history] and context.reference.ready
     a.close()
     b.close()
 
     again = OneMember(model, settings, ["entropy"], args, T.TrainerState(), event)  # a new run
-    assert len(built) == 2 and again.session is not session
+    assert len(built) == 2 and again.watched is not watched
     again.close()
 
 

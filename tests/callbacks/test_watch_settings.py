@@ -297,7 +297,7 @@ def test_keywords_and_settings_are_the_same_thing() -> None:
 
 @pytest.mark.fast
 def test_equal_settings_in_different_list_objects_are_equal_probe_settings() -> None:
-    """Callbacks of one run share a session (one probe pass) exactly when their probe settings are equal."""
+    """Callbacks of one run share a watched (one probe pass) exactly when their probe settings are equal."""
     tok = tiny_tokenizer()
     probing = ProbeOptions(tokenizer=tok)
     a = EntropyCallback(probe_texts=["good film", "dull plot"], probing=probing)

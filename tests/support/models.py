@@ -120,37 +120,37 @@ def unit_masks(layers: int, heads: int):
 
 
 class OneMember:
-    """A probe-pass session (``callbacks.session``) with one member that measures ``names`` at every event and
+    """A probe-pass watched (``callbacks.watched_run``) with one member that measures ``names`` at every event and
     keeps ``maps`` examples' maps: what a callback does, without the Trainer. ``history`` holds
     ``(step, grids)`` per event that measured."""
 
     def __init__(self, model, settings, names: Collection[str], args, state, event, maps: int = 0) -> None:
         from bertwatch.callbacks._context import TrainerContext
         from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
-        from bertwatch.callbacks.session import Member, join
+        from bertwatch.callbacks.watched_run import Member, join
 
-        self.session = join(model, settings, args, state, event, TrainerContext())
+        self.watched = join(model, settings, args, state, event, TrainerContext())
         cadence = MapsCadence(maps, 1, fixed=True) if maps else None
         member = Member("test", frozenset(names), ProbePacing(1, 0.02), maps=cadence, log_to_trackers=False)
-        self.index, self.history = self.session.add(member), []
+        self.index, self.history = self.watched.add(member), []
 
     def run(self, event: str, state) -> None:
         """Handle ``event`` at ``state.global_step``, keeping what it measured."""
-        for result in self.session.run(event, int(state.global_step), self.index):
-            grids = result.of(self.session.members[self.index], self.index)
+        for result in self.watched.handle(event, int(state.global_step), self.index):
+            grids = result.of(self.watched.members[self.index], self.index)
             if grids is not None:
                 self.history.append((result.step, grids))
 
     @property
     def context(self):
-        return self.session.context
+        return self.watched.context
 
     @property
     def probe(self):
-        return self.session.context.probe
+        return self.watched.context.probe
 
     def close(self) -> None:
-        self.session.leave(self.index)
+        self.watched.leave(self.index)
 
 
 def hooked_output(model: torch.nn.Module, batch: dict[str, torch.Tensor], handles: list) -> torch.Tensor:

@@ -1,11 +1,11 @@
 """The probe pass of one training run: one pass over the probe set per due event, whatever callbacks asked for it.
 
-Every bertwatch callback of a run joins its run's ``Session`` at ``on_train_begin`` (:func:`join`): callbacks with
+Every bertwatch callback of a run joins its run's ``WatchedRun`` at ``on_train_begin`` (:func:`join`): callbacks with
 equal probe settings (``callbacks.settings.ProbeSettings``, compared by value) on the same run share one, so they
 share one probe set, one reference, one pass per event and one event file. Each brings a ``Member``: what it
 measures and when, fixed at setup. Data flows one way, down:
 
-- at each event the first callback to arrive calls :meth:`Session.run`; the session asks each member's pacing
+- at each event the first callback to arrive calls :meth:`WatchedRun.handle`; it asks each member's pacing
   whether it is due (``callbacks.pacing``), plans the pass (``probe_pass.plan_pass``), runs it
   (``probe_pass.execute``), writes it (``callbacks.publisher``) and keeps the ``StepResult``, which every callback
   of that event reads;
@@ -43,7 +43,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.tb.metadata import PROBE_MODEL_KEY
 
-__all__ = ["MAPS_BYTES", "Member", "Session", "StepResult", "join", "loss_problem", "without_gradients"]
+__all__ = ["MAPS_BYTES", "Member", "WatchedRun", "StepResult", "join", "loss_problem", "without_gradients"]
 
 #: The most attention-map bytes a step writes (float16, the kept examples' weights): the maps of 4 probe examples
 #: of 128 tokens at bert-base's 144 heads take 19 MB; of one 512-token example 75 MB, whose writing took seconds
@@ -86,7 +86,7 @@ class Member:
 
 @dataclass(frozen=True)
 class StepResult:
-    """What one event's pass gave: ``step``, ``event``, the ``due`` members (by position in the session) and
+    """What one event's pass gave: ``step``, ``event``, the ``due`` members (by position in the watched run) and
     ``grids``, every statistic measured at this step so far ``{name: [layers, heads]}``."""
 
     step: int
@@ -131,26 +131,26 @@ def without_gradients(member: Member, problem: str) -> Member:
     return replace(member, stat_names=member.stat_names - gradient)
 
 
-_SESSIONS: dict[tuple[int, ProbeSettings], Session] = {}
+_RUNS: dict[tuple[int, ProbeSettings], WatchedRun] = {}
 
 
 def join(
     model: torch.nn.Module, settings: ProbeSettings, args: Any, state: Any, event: Mapping[str, Any], trainer: Any
-) -> Session:
-    """The session of the run ``state`` belongs to with these probe ``settings``, built by the first callback that
+) -> WatchedRun:
+    """The watched run that ``state`` belongs to with these probe ``settings``, built by the first callback that
     asks (the others of the run get the same one; ``trainer`` is the ``TrainerContext``, ``event`` the
     ``on_train_begin`` keyword arguments). Raises the first callback's ``SetupError`` of a failed build; the others
-    find the session ``failed``."""
+    find the watched run ``failed``."""
     key = (id(state), settings)
-    session = _SESSIONS.get(key)
-    if session is None or session.state is not state:
-        session = Session(state, settings)
-        _SESSIONS[key] = session
-        session.open(model, args, event, trainer)
-    return session
+    watched = _RUNS.get(key)
+    if watched is None or watched.state is not state:
+        watched = WatchedRun(state, settings)
+        _RUNS[key] = watched
+        watched.open(model, args, event, trainer)
+    return watched
 
 
-class Session:
+class WatchedRun:
     """One run's probe set, reference, passes and event writer (world process zero only), shared by its
     ``members``. Built by :func:`join`; :meth:`add` takes a member, :meth:`run` handles an event, :meth:`leave`
     lets a member go (the last one closes the writer)."""
@@ -201,11 +201,11 @@ class Session:
 
     # ---------------------------------------------------------------------------------------------- events
 
-    def run(self, event: str, step: int, index: int) -> list[StepResult]:
+    def handle(self, event: str, step: int, index: int) -> list[StepResult]:
         """Handle ``event`` at ``step`` once for all members (a pending begin pass first; a "begin" that is not
         pending does nothing); returns the results member ``index`` has not had yet, oldest first."""
         if self.failed or self.context is None:
-            raise RuntimeError("this bertwatch session already failed")
+            raise RuntimeError("bertwatch already failed in this run")
         events = ["begin", event] if self.begin_pending and event != "begin" else [event]
         for ev in events:
             key = (ev, step)
@@ -329,6 +329,6 @@ class Session:
             self.publisher.close()
         if self.context is not None:
             self.context.reference.forget()
-        if not self.failed:  # a failed session stays, so callbacks still to join see it failed
-            for key in [k for k, s in _SESSIONS.items() if s is self]:
-                del _SESSIONS[key]
+        if not self.failed:  # a failed watched run stays, so callbacks still to join see it failed
+            for key in [k for k, s in _RUNS.items() if s is self]:
+                del _RUNS[key]

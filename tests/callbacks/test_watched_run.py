@@ -1,4 +1,4 @@
-"""The run's session (``callbacks.session``): one pass per event for its members, each result handed to each member
+"""The run's watched (``callbacks.watched_run``): one pass per event for its members, each result handed to each member
 once, and the attention maps kept within the bytes a step may write."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import bertwatch.callbacks.session as session_module
+import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback, watch
 from bertwatch.callbacks.settings import ProbeSettings
 from tests.support.models import OneMember
@@ -53,14 +53,14 @@ def test_each_member_gets_each_result_once_and_a_new_step_starts_afresh(tmp_path
     settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))
     a = OneMember(model, settings, ["entropy"], args, state, event)
     b = OneMember(model, settings, ["cls_mass"], args, state, event)
-    session = a.session
-    assert b.session is session
-    first = session.run("step", 0, a.index)  # the pending begin pass first, then the step
+    watched = a.watched
+    assert b.watched is watched
+    first = watched.handle("step", 0, a.index)  # the pending begin pass first, then the step
     assert [(r.event, r.step) for r in first] == [("begin", 0), ("step", 0)]
-    assert session.run("step", 0, a.index) == []  # already had
-    assert [(r.event, r.step) for r in session.run("step", 0, b.index)] == [("begin", 0), ("step", 0)]
+    assert watched.handle("step", 0, a.index) == []  # already had
+    assert [(r.event, r.step) for r in watched.handle("step", 0, b.index)] == [("begin", 0), ("step", 0)]
     np.testing.assert_array_equal(first[0].grids["entropy"], first[1].grids["entropy"])  # measured once a step
-    later = session.run("evaluate", 1, b.index)
+    later = watched.handle("evaluate", 1, b.index)
     assert [(r.event, r.step, sorted(r.grids)) for r in later] == [("evaluate", 1, ["cls_mass", "entropy"])]
     a.close()
     b.close()
@@ -70,7 +70,7 @@ def test_a_callback_writes_only_the_maps_that_fit_and_says_so(tmp_path, monkeypa
     tok = tiny_tokenizer()
     model = tiny_bert(tok)
     one = 2 * model.config.num_hidden_layers * model.config.num_attention_heads * 12**2  # about one example's maps
-    monkeypatch.setattr(session_module, "MAPS_BYTES", 2 * one)
+    monkeypatch.setattr(watched_module, "MAPS_BYTES", 2 * one)
     cb = BertWatchCallback(stats=["entropy"], num_probe_examples=8, every_n_steps=0)
     trainer = T.Trainer(
         model=model,
@@ -83,9 +83,9 @@ def test_a_callback_writes_only_the_maps_that_fit_and_says_so(tmp_path, monkeypa
     )
     watch(trainer)
     trainer.train()
-    fit = cb.session.maps_fit
+    fit = cb.watched.maps_fit
     assert 0 < fit < cb.num_maps
-    acc = EventAccumulator(cb.session.context.run_dir, size_guidance={"tensors": 0})
+    acc = EventAccumulator(cb.watched.context.run_dir, size_guidance={"tensors": 0})
     acc.Reload()
     assert sorted(t for t in acc.Tags()["tensors"] if t.startswith("bertwatch/attention/")) == [
         f"bertwatch/attention/{i:02d}" for i in range(fit)
