@@ -19,7 +19,7 @@ __all__ = ["bertwatch_callbacks", "watch", "watching_trainers"]
 
 def bertwatch_callbacks(trainer: Any) -> list[Any]:
     """The bertwatch callbacks (monitors and ``AblationCallback``) among ``trainer``'s callbacks, in order."""
-    from bertwatch.callbacks.ablation import AblationCallback
+    from bertwatch.callbacks.ablate_on_end import AblationCallback
 
     handler = getattr(trainer, "callback_handler", None)
     if handler is None:

@@ -427,7 +427,7 @@ class BertWatchCallback(WatchCallback):
         self.ablation_result: Any = None
         self.ablation: Any = None
         if self.ablate_on_end:
-            from bertwatch.callbacks.ablation import AblationCallback
+            from bertwatch.callbacks.ablate_on_end import AblationCallback
 
             self.ablation = AblationCallback(modes=s.ablation.mode, **self.ablation_kwargs)
         self.word_classes = word_class_option(s.expert.word_classes)
