@@ -13,16 +13,16 @@ from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.sweep import ablate
 from bertwatch.ablation.task_types import check_task_head, sweep_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
-from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
+from bertwatch.callbacks._safe import SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
 
-__all__ = ["AblationCallback", "run_ablation_on_trainer", "trainer_ablation_kwargs"]
+__all__ = ["AblationCallback", "run_ablation_on_trainer"]
 
 
-def trainer_ablation_kwargs(
+def _trainer_ablation_kwargs(
     args: Any,
     *,
     compute_metrics: Callable | None = None,
@@ -55,7 +55,7 @@ def run_ablation_on_trainer(
     writer: Any = None,
     **kwargs: Any,
 ) -> AblationResult:
-    """Run :func:`ablate` with what a ``Trainer`` knows (:func:`trainer_ablation_kwargs`); ``kwargs`` override.
+    """Run :func:`ablate` with what a ``Trainer`` knows (:func:`_trainer_ablation_kwargs`); ``kwargs`` override.
 
     Meant for one process (``BertWatchCallback`` calls it on world process zero), so it does not split the work
     across processes unless ``distributed=True`` is passed and every process calls it; a sharded (FSDP) model
@@ -65,7 +65,7 @@ def run_ablation_on_trainer(
     model = trainer.model if trainer is not None else trainer_or_model
     settings: dict[str, Any] = {}
     if trainer is not None:
-        settings = trainer_ablation_kwargs(
+        settings = _trainer_ablation_kwargs(
             trainer.args,
             compute_metrics=getattr(trainer, "compute_metrics", None),
             processing_class=getattr(trainer, "processing_class", None),
@@ -107,7 +107,6 @@ class AblationCallback(NotATracker, TrainerCallback):
         task: str | None = None,
         out_dir: str | os.PathLike | None = None,
         logdir: str | os.PathLike | None = None,
-        strict: bool = False,
         **ablate_kwargs: Any,
     ):
         self.modes = (modes,) if isinstance(modes, str) else tuple(modes)
@@ -120,7 +119,7 @@ class AblationCallback(NotATracker, TrainerCallback):
         self.logdir = logdir
         self.ablate_kwargs = ablate_kwargs
         self.results: dict[str, AblationResult] = {}
-        self.strict = bool(strict)
+        self.strict = strict_from_environment()  # re-raise errors instead of containing them (the tests' hook)
         self.disabled = False
         self._link = TrainerLink()
 
@@ -143,10 +142,10 @@ class AblationCallback(NotATracker, TrainerCallback):
         self.check(args, state, self._link.context(kwargs))
 
     def settings(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> dict[str, Any]:
-        """The :func:`ablate` keyword arguments of this run: the Trainer's (:func:`trainer_ablation_kwargs`), then
+        """The :func:`ablate` keyword arguments of this run: the Trainer's (:func:`_trainer_ablation_kwargs`), then
         ``overrides``, then the callback's own."""
         compute = self.compute_metrics if self.compute_metrics is not None else context.compute_metrics
-        settings = trainer_ablation_kwargs(
+        settings = _trainer_ablation_kwargs(
             args, compute_metrics=compute, processing_class=context.processing_class, step=state.global_step
         )
         settings.update({**overrides, **self.ablate_kwargs})

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import transformers as T
 
-from bertwatch.callbacks.ablate_on_end import AblationCallback, trainer_ablation_kwargs
+from bertwatch.callbacks.ablate_on_end import AblationCallback, _trainer_ablation_kwargs
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 
@@ -56,10 +56,10 @@ def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
 
 def test_trainer_ablation_kwargs_is_the_one_reading_of_the_trainers_settings() -> None:
     args = SimpleNamespace(per_device_eval_batch_size=8, metric_for_best_model="f1", greater_is_better=False)
-    assert trainer_ablation_kwargs(args) == {"batch_size": 8}  # no compute_metrics: the metric is not its key
+    assert _trainer_ablation_kwargs(args) == {"batch_size": 8}  # no compute_metrics: the metric is not its key
     tokenizer, metrics = object(), (lambda prediction: {"f1": 1.0})
     processor = SimpleNamespace(tokenizer=tokenizer)
-    got = trainer_ablation_kwargs(args, compute_metrics=metrics, processing_class=processor, step=12)
+    got = _trainer_ablation_kwargs(args, compute_metrics=metrics, processing_class=processor, step=12)
     assert got == {
         "batch_size": 8,
         "compute_metrics": metrics,
@@ -69,4 +69,4 @@ def test_trainer_ablation_kwargs_is_the_one_reading_of_the_trainers_settings() -
         "step": 12,
     }
     bare = SimpleNamespace(per_device_eval_batch_size=None, metric_for_best_model=None, greater_is_better=None)
-    assert trainer_ablation_kwargs(bare, compute_metrics=metrics) == {"batch_size": 32, "compute_metrics": metrics}
+    assert _trainer_ablation_kwargs(bare, compute_metrics=metrics) == {"batch_size": 32, "compute_metrics": metrics}
