@@ -6,6 +6,10 @@ the keyword arguments every Trainer event carries (``model``, ``processing_class
 ``eval_dataloader``, ...). A callback only placed in ``callbacks=[...]`` sees the second source alone: the eval set
 once the Trainer has evaluated, and not the ``TensorBoardCallback``. Every lookup has an explicit argument that
 overrides it.
+
+The one module that adapts to what differs between Trainer, tokenizer and model versions: an attribute that may be
+missing is read here, with its default, by a named function (:func:`tokenizer_of`, :func:`tokenizer_value`,
+:func:`config_value`); everywhere else the Trainer's arguments, state and attributes are read directly.
 """
 
 from __future__ import annotations
@@ -17,7 +21,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TrainerContext", "TrainerLink", "evaluation_steps", "tensorboard_run_dir"]
+__all__ = [
+    "TrainerContext",
+    "TrainerLink",
+    "config_value",
+    "evaluation_steps",
+    "tensorboard_run_dir",
+    "tokenizer_of",
+    "tokenizer_value",
+]
+
+
+def tokenizer_of(processing_class: Any) -> Any:
+    """The tokenizer of a Trainer's ``processing_class``: a processor's ``tokenizer`` (a multimodal processor holds
+    one), else the processing class itself (a tokenizer, or None)."""
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
+def tokenizer_value(tokenizer: Any, name: str, default: Any = None) -> Any:
+    """A tokenizer attribute that not every tokenizer class has (``pad_token_id``, ``padding_side``,
+    ``mask_token_id``, ``all_special_ids``, ``model_max_length``, ``is_fast``: the tokenizer backends differ), else
+    ``default``."""
+    return getattr(tokenizer, name, default)
+
+
+def config_value(model: Any, name: str, default: Any = None) -> Any:
+    """A model's config attribute that differs between architectures (``max_position_embeddings``,
+    ``problem_type``, ``_name_or_path``), else ``default`` (also for a model without a config)."""
+    return getattr(getattr(model, "config", None), name, default)
 
 
 def _first(dataset: Any) -> Any:
@@ -67,6 +98,12 @@ class TrainerContext:
     @property
     def compute_metrics(self) -> Any:
         return getattr(self.trainer, "compute_metrics", None)
+
+    @property
+    def model(self) -> Any:
+        """The event's model, else the Trainer's (None when neither is known)."""
+        value = self.event.get("model")
+        return value if value is not None or self.trainer is None else self.trainer.model
 
     @property
     def processing_class(self) -> Any:

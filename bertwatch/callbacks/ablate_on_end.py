@@ -7,12 +7,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.sweep import ablate
 from bertwatch.ablation.task_types import check_task_head, sweep_examples
-from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
+from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir, tokenizer_of
 from bertwatch.callbacks._safe import SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
@@ -33,15 +33,15 @@ def _trainer_ablation_kwargs(
     ``metric_for_best_model`` / ``greater_is_better`` (only with ``compute_metrics``: the metric is its key),
     its tokenizer and the step. The one place these are read from a Trainer; explicit settings override them.
     """
-    kwargs: dict[str, Any] = {"batch_size": int(getattr(args, "per_device_eval_batch_size", 32) or 32)}
+    kwargs: dict[str, Any] = {"batch_size": int(args.per_device_eval_batch_size)}
     if compute_metrics is not None:
         kwargs["compute_metrics"] = compute_metrics
-        if getattr(args, "metric_for_best_model", None):
+        if args.metric_for_best_model:
             kwargs["metric"] = args.metric_for_best_model
-            if getattr(args, "greater_is_better", None) is not None:
+            if args.greater_is_better is not None:
                 kwargs["greater_is_better"] = bool(args.greater_is_better)
     if processing_class is not None:
-        kwargs["tokenizer"] = getattr(processing_class, "tokenizer", processing_class)
+        kwargs["tokenizer"] = tokenizer_of(processing_class)
     if step is not None:
         kwargs["step"] = int(step)
     return kwargs
@@ -61,15 +61,15 @@ def run_ablation_on_trainer(
     across processes unless ``distributed=True`` is passed and every process calls it; a sharded (FSDP) model
     is always swept by every process together.
     """
-    trainer = trainer_or_model if hasattr(trainer_or_model, "model") and hasattr(trainer_or_model, "args") else None
+    trainer = trainer_or_model if isinstance(trainer_or_model, Trainer) else None
     model = trainer.model if trainer is not None else trainer_or_model
     settings: dict[str, Any] = {}
     if trainer is not None:
         settings = _trainer_ablation_kwargs(
             trainer.args,
-            compute_metrics=getattr(trainer, "compute_metrics", None),
-            processing_class=getattr(trainer, "processing_class", None),
-            step=getattr(trainer.state, "global_step", 0),
+            compute_metrics=trainer.compute_metrics,
+            processing_class=trainer.processing_class,
+            step=trainer.state.global_step,
         )
     settings = {**settings, "distributed": is_sharded(model), **kwargs}  # sharded: every process sweeps
     if isinstance(eval_dataset, dict):
@@ -156,15 +156,13 @@ class AblationCallback(NotATracker, TrainerCallback):
         evaluation set, unknown settings, a head or task it cannot score, labels that do not fit the head, or
         examples it cannot read (the first few are prepared as the sweep will prepare them all)."""
         dataset = self.eval_set(context)
-        if dataset is None and (context.bound or getattr(args, "eval_strategy", "no") == "no"):
+        if dataset is None and (context.bound or args.eval_strategy == "no"):
             raise SetupError(
                 "the ablation needs an evaluation set to disable heads on: give the Trainer an eval_dataset and "
                 "attach bertwatch with bertwatch.watch(trainer), or pass the examples as eval_dataset= "
                 "(ablation_kwargs={'eval_dataset': ...} for BertWatchCallback)"
             )
-        model = context.event.get("model")
-        if model is None:
-            model = getattr(context.trainer, "model", None)
+        model = context.model
         settings = self.settings(args, state, context, **overrides)
         tokenizer, base = settings.pop("tokenizer", None), settings.pop("settings", None)
         for name in ("compute_metrics", "loss_fn"):
@@ -208,9 +206,7 @@ class AblationCallback(NotATracker, TrainerCallback):
                 "bertwatch.watch(trainer), or pass AblationCallback(eval_dataset=...)"
             )
         settings = self.settings(args, state, context, **overrides)
-        model = context.event.get("model")
-        if model is None:
-            model = getattr(context.trainer, "model", None)
+        model = context.model
         for mode in self.modes:
             self.results[mode] = ablate(
                 model, dataset, task=self.task, mode=mode, out_dir=self.folder(args, mode), writer=writer, **settings

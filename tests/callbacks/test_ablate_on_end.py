@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import transformers as T
 
-from bertwatch.callbacks.ablate_on_end import AblationCallback, _trainer_ablation_kwargs
+from bertwatch.callbacks._context import TrainerContext
+from bertwatch.callbacks.ablate_on_end import AblationCallback
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
 
@@ -54,19 +55,31 @@ def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
     np.testing.assert_allclose(np.array(view["heads"], dtype=float), result.heads, rtol=1e-6, atol=1e-6)
 
 
-def test_trainer_ablation_kwargs_is_the_one_reading_of_the_trainers_settings() -> None:
-    args = SimpleNamespace(per_device_eval_batch_size=8, metric_for_best_model="f1", greater_is_better=False)
-    assert _trainer_ablation_kwargs(args) == {"batch_size": 8}  # no compute_metrics: the metric is not its key
+def test_the_callbacks_settings_are_the_one_reading_of_the_trainers(tmp_path: Path) -> None:
+    """Eval batch size, ``compute_metrics`` with ``metric_for_best_model`` / ``greater_is_better`` (only then: the
+    metric is its key), the tokenizer (a processor's) and the step: read from the Trainer's arguments and state."""
+    args = T.TrainingArguments(
+        str(tmp_path),
+        report_to="none",
+        per_device_eval_batch_size=3,
+        metric_for_best_model="f1",
+        greater_is_better=False,
+    )
+    state = T.TrainerState(global_step=12)
+    assert AblationCallback().settings(args, state, TrainerContext()) == {"batch_size": 3, "step": 12}
     tokenizer, metrics = object(), (lambda prediction: {"f1": 1.0})
-    processor = SimpleNamespace(tokenizer=tokenizer)
-    got = _trainer_ablation_kwargs(args, compute_metrics=metrics, processing_class=processor, step=12)
+    processor = SimpleNamespace(tokenizer=tokenizer)  # a multimodal processor: its tokenizer is the one used
+    got = AblationCallback(compute_metrics=metrics).settings(
+        args, state, TrainerContext(event={"processing_class": processor})
+    )
     assert got == {
-        "batch_size": 8,
+        "batch_size": 3,
         "compute_metrics": metrics,
         "metric": "f1",
         "greater_is_better": False,
         "tokenizer": tokenizer,
         "step": 12,
     }
-    bare = SimpleNamespace(per_device_eval_batch_size=None, metric_for_best_model=None, greater_is_better=None)
-    assert _trainer_ablation_kwargs(bare, compute_metrics=metrics) == {"batch_size": 32, "compute_metrics": metrics}
+    bare = T.TrainingArguments(str(tmp_path), report_to="none")
+    want = {"batch_size": bare.per_device_eval_batch_size, "compute_metrics": metrics, "step": 12}
+    assert AblationCallback(compute_metrics=metrics).settings(bare, state, TrainerContext()) == want
