@@ -19,12 +19,13 @@ __all__ = ["bertwatch_callbacks", "watch", "watching_trainers"]
 
 def bertwatch_callbacks(trainer: Any) -> list[Any]:
     """The bertwatch callbacks (monitors and ``AblationCallback``) among ``trainer``'s callbacks, in order."""
+    from transformers import Trainer
+
     from bertwatch.callbacks.ablate_on_end import AblationCallback
 
-    handler = getattr(trainer, "callback_handler", None)
-    if handler is None:
+    if not isinstance(trainer, Trainer):
         raise TypeError(f"bertwatch.watch expects a transformers Trainer, got {type(trainer).__name__}")
-    return [cb for cb in handler.callbacks if isinstance(cb, (WatchCallback, AblationCallback))]
+    return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, (WatchCallback, AblationCallback))]
 
 
 def watch(trainer: Any, **settings: Any) -> WatchCallback:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.callbacks._context import tokenizer_value
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.core.warnings import cut_message
 from bertwatch.heads.layout import LayoutError, pad_examples, right_align
@@ -132,7 +133,10 @@ def _pad_collate(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, A
     def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
         labels = [f.pop("labels") for f in features if "labels" in f]
         batch = pad_examples(features, tokenizer)
-        left = getattr(tokenizer, "pad_token_id", None) is not None and getattr(tokenizer, "padding_side", "") == "left"
+        left = (
+            tokenizer_value(tokenizer, "pad_token_id") is not None
+            and tokenizer_value(tokenizer, "padding_side") == "left"
+        )
         if labels and len(labels) == len(features):
             if isinstance(labels[0], (list, tuple)):
                 width = batch["input_ids"].shape[-1]
@@ -155,12 +159,12 @@ def masked_lm_features(
     by ``seed`` and each example's index ``numbers[i]`` in its dataset), so every probe pass sees the same masked
     tokens and labels whatever the training collator draws. Labels already in an example give back its unmasked
     tokens (``original_ids``) before it is masked again."""
-    mask_id = getattr(tokenizer, "mask_token_id", None)
+    mask_id = tokenizer_value(tokenizer, "mask_token_id")
     if mask_id is None:
         raise SetupError(
             "a masked-LM model's probe set is masked with the tokenizer's mask token: the tokenizer has none"
         )
-    specials = list(getattr(tokenizer, "all_special_ids", []))
+    specials = list(tokenizer_value(tokenizer, "all_special_ids", []))
     out = []
     for number, feature in zip(numbers, features):
         if not isinstance(feature, Mapping) or "input_ids" not in feature:
@@ -169,7 +173,7 @@ def masked_lm_features(
                 "probe_texts= (strings) or a tokenized probe_dataset="
             )
         labels = feature.get("labels")
-        per_token = isinstance(labels, (list, tuple)) or getattr(labels, "ndim", 0) == 1
+        per_token = isinstance(labels, (list, tuple)) or np.ndim(labels) == 1
         ids = original_ids(_ints(feature["input_ids"]), _ints(labels) if per_token else None)
         masked, labels = example_mask(ids, number, mask_id, specials, seed=seed)
         if all(label == IGNORE_INDEX for label in labels):

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from bertwatch.callbacks._context import config_value
 from bertwatch.heads.importance import ExampleLoss
 
 __all__ = ["GradientLoss", "TrainerExampleLoss", "gradient_loss", "trainer_loss_difference"]
@@ -35,12 +36,11 @@ def trainer_loss_difference(trainer: Any) -> str | None:
     from transformers import Trainer
 
     reasons = []
-    own = getattr(type(trainer), "compute_loss", None)
-    if "compute_loss" in vars(trainer) or own is not Trainer.compute_loss:
+    if "compute_loss" in vars(trainer) or type(trainer).compute_loss is not Trainer.compute_loss:
         reasons.append(f"{type(trainer).__name__} overrides compute_loss")
-    if getattr(trainer, "compute_loss_func", None) is not None:
+    if trainer.compute_loss_func is not None:
         reasons.append("compute_loss_func is set")
-    if getattr(trainer, "label_smoother", None) is not None:
+    if trainer.label_smoother is not None:
         reasons.append(f"label_smoothing_factor={trainer.args.label_smoothing_factor}")
     return "; ".join(reasons) or None
 
@@ -48,7 +48,7 @@ def trainer_loss_difference(trainer: Any) -> str | None:
 def _smoothing_from_args(args: Any, model: Any) -> float:
     """The label smoothing the Trainer built from ``args`` (the Trainer turns it off for multi-label models)."""
     factor = float(getattr(args, "label_smoothing_factor", 0) or 0)
-    problem = getattr(getattr(model, "config", None), "problem_type", None)
+    problem = config_value(model, "problem_type")
     return 0.0 if problem == "multi_label_classification" else factor
 
 
@@ -68,7 +68,7 @@ class TrainerExampleLoss:
             raise RuntimeError("the Trainer whose loss the gradient statistics take is gone")
         sandbox = copy.copy(trainer)
         sandbox.state = copy.deepcopy(trainer.state)
-        sandbox.control = copy.deepcopy(getattr(trainer, "control", None))
+        sandbox.control = copy.deepcopy(trainer.control)
         sandbox.log = lambda *args, **kwargs: None
         loss = sandbox.compute_loss(sandbox.model, dict(inputs))
         return loss[0] if isinstance(loss, tuple) else loss

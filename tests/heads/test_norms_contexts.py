@@ -137,7 +137,6 @@ def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune
 
 @pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])
 def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_example_alone(model_type, tmp_path):
-    from types import SimpleNamespace
 
     from bertwatch.callbacks._context import TrainerContext
     from bertwatch.callbacks.monitor import Monitor, ProbeSettings
@@ -151,7 +150,7 @@ def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_ex
     texts = toy_texts(5, seed=3, pairs=True)
     monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
     sub = Subscriber(NORM_NAMES + ("cls_mass",))
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     monitor.attach(sub, args, T.TrainerState(), {"processing_class": tok}, TrainerContext())
     monitor.run("begin", T.TrainerState())
     monitor.close()

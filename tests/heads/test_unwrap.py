@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import glob
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -34,7 +33,7 @@ def tok() -> T.PreTrainedTokenizerBase:
 
 def _step0(model, tok, texts, tmp_path) -> dict[str, np.ndarray]:
     monitor = Monitor(model, ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")))
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     sub = Subscriber(["cls_mass", "sep_mass"])
     state = T.TrainerState()
     monitor.attach(sub, args, state, {"processing_class": tok}, TrainerContext())
