@@ -33,8 +33,6 @@ __all__ = [
     "ReferenceCache",
     "build_probe_set",
     "crop_maps",
-    "probe_cut_message",
-    "masked_lm_features",
     "sample_indices",
     "text_examples",
 ]
@@ -152,7 +150,7 @@ def _ints(value: Any) -> list[int]:
     return [int(v) for v in (value.tolist() if hasattr(value, "tolist") else value)]
 
 
-def masked_lm_features(
+def _masked_lm_features(
     features: Sequence[Any], numbers: Sequence[int], tokenizer: Any, seed: int
 ) -> list[dict[str, Any]]:
     """A masked-LM model's probe examples with fixed, seeded masks (``bertwatch.heads.task_heads.example_mask``, seeded
@@ -291,8 +289,8 @@ def build_probe_set(
 
     Texts longer than ``max_length`` tokens (``None``: the model's and tokenizer's maximum, see
     ``bertwatch.heads.loading.max_input_length``; never more than that maximum) are cut to it, counted in
-    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`probe_cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
-    refused. A masked-LM ``model``'s examples get fixed, seeded masks (:func:`masked_lm_features`) and are padded, not
+    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`_probe_cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
+    refused. A masked-LM ``model``'s examples get fixed, seeded masks (:func:`_masked_lm_features`) and are padded, not
     collated with ``collator`` (a masked-LM collator draws new masks at every call).
     Raises ``SetupError`` with what to do when there is nothing to probe.
     """
@@ -332,7 +330,7 @@ def build_probe_set(
         if batch_size <= 0:
             raise SetupError(f"ProbeOptions(batch_size=...) must be positive, got {batch_size}")
         if model is not None and head_kind(unwrap(model).model) == "masked-lm":
-            features, collate = masked_lm_features(features, indices, tokenizer, seed), _pad_collate(tokenizer)
+            features, collate = _masked_lm_features(features, indices, tokenizer, seed), _pad_collate(tokenizer)
         batches = [
             _tensor_batch(collate([dict(f) if isinstance(f, Mapping) else f for f in features[i : i + batch_size]]))
             for i in range(0, len(features), batch_size)
@@ -347,11 +345,11 @@ def build_probe_set(
         )
     probe = ProbeSet(batches, roles, tokens, segments, _fingerprint(batches), cut_to, truncated)
     if truncated:
-        warnings.warn(probe_cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
+        warnings.warn(_probe_cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
     return probe
 
 
-def probe_cut_message(probe: ProbeSet, requested: int | None) -> str:
+def _probe_cut_message(probe: ProbeSet, requested: int | None) -> str:
     """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
     asked = (
         "the model's maximum"
