@@ -141,15 +141,15 @@ class AblationCallback(NotATracker, TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.check(args, state, self._link.context(kwargs))
 
-    def settings(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> dict[str, Any]:
+    def sweep_kwargs(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> dict[str, Any]:
         """The :func:`ablate` keyword arguments of this run: the Trainer's (:func:`_trainer_ablation_kwargs`), then
         ``overrides``, then the callback's own."""
         compute = self.compute_metrics if self.compute_metrics is not None else context.compute_metrics
-        settings = _trainer_ablation_kwargs(
+        kwargs = _trainer_ablation_kwargs(
             args, compute_metrics=compute, processing_class=context.processing_class, step=state.global_step
         )
-        settings.update({**overrides, **self.ablate_kwargs})
-        return settings
+        kwargs.update({**overrides, **self.ablate_kwargs})
+        return kwargs
 
     def check(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> None:
         """Refuse now (``SetupError``, with what to do) what the sweep would refuse at the end of training: no
@@ -163,15 +163,15 @@ class AblationCallback(NotATracker, TrainerCallback):
                 "(ablation_kwargs={'eval_dataset': ...} for BertWatchCallback)"
             )
         model = context.model
-        settings = self.settings(args, state, context, **overrides)
-        tokenizer, base = settings.pop("tokenizer", None), settings.pop("settings", None)
+        kwargs = self.sweep_kwargs(args, state, context, **overrides)
+        tokenizer, base = kwargs.pop("tokenizer", None), kwargs.pop("settings", None)
         for name in ("compute_metrics", "loss_fn"):
-            settings.pop(name, None)
+            kwargs.pop(name, None)
         if self.task is not None:
-            settings["task"] = self.task
+            kwargs["task"] = self.task
         rows = None if dataset is None else _first_examples(dataset, 4)  # None: seen once the Trainer evaluates
         try:
-            resolved = AblationSettings.resolve(base, **settings)
+            resolved = AblationSettings.resolve(base, **kwargs)
             if rows is None:
                 check_task_head(model, resolved.task)
             else:
@@ -205,10 +205,10 @@ class AblationCallback(NotATracker, TrainerCallback):
                 "AblationCallback needs an evaluation set: give the Trainer an eval_dataset and attach bertwatch with "
                 "bertwatch.watch(trainer), or pass AblationCallback(eval_dataset=...)"
             )
-        settings = self.settings(args, state, context, **overrides)
+        kwargs = self.sweep_kwargs(args, state, context, **overrides)
         model = context.model
         for mode in self.modes:
             self.results[mode] = ablate(
-                model, dataset, task=self.task, mode=mode, out_dir=self.folder(args, mode), writer=writer, **settings
+                model, dataset, task=self.task, mode=mode, out_dir=self.folder(args, mode), writer=writer, **kwargs
             )
         return self.results

@@ -55,7 +55,7 @@ def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
     np.testing.assert_allclose(np.array(view["heads"], dtype=float), result.heads, rtol=1e-6, atol=1e-6)
 
 
-def test_the_callbacks_settings_are_the_one_reading_of_the_trainers(tmp_path: Path) -> None:
+def test_the_sweep_kwargs_are_the_one_reading_of_the_trainers_settings(tmp_path: Path) -> None:
     """Eval batch size, ``compute_metrics`` with ``metric_for_best_model`` / ``greater_is_better`` (only then: the
     metric is its key), the tokenizer (a processor's) and the step: read from the Trainer's arguments and state."""
     args = T.TrainingArguments(
@@ -66,10 +66,10 @@ def test_the_callbacks_settings_are_the_one_reading_of_the_trainers(tmp_path: Pa
         greater_is_better=False,
     )
     state = T.TrainerState(global_step=12)
-    assert AblationCallback().settings(args, state, TrainerContext()) == {"batch_size": 3, "step": 12}
+    assert AblationCallback().sweep_kwargs(args, state, TrainerContext()) == {"batch_size": 3, "step": 12}
     tokenizer, metrics = object(), (lambda prediction: {"f1": 1.0})
     processor = SimpleNamespace(tokenizer=tokenizer)  # a multimodal processor: its tokenizer is the one used
-    got = AblationCallback(compute_metrics=metrics).settings(
+    got = AblationCallback(compute_metrics=metrics).sweep_kwargs(
         args, state, TrainerContext(event={"processing_class": processor})
     )
     assert got == {
@@ -82,4 +82,4 @@ def test_the_callbacks_settings_are_the_one_reading_of_the_trainers(tmp_path: Pa
     }
     bare = T.TrainingArguments(str(tmp_path), report_to="none")
     want = {"batch_size": bare.per_device_eval_batch_size, "compute_metrics": metrics, "step": 12}
-    assert AblationCallback(compute_metrics=metrics).settings(bare, state, TrainerContext()) == want
+    assert AblationCallback(compute_metrics=metrics).sweep_kwargs(bare, state, TrainerContext()) == want
