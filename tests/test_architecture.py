@@ -479,6 +479,16 @@ def test_no_two_modules_share_a_name():
     )
 
 
+def test_no_module_is_named_as_a_subpackage():
+    """A module is not named as a subpackage (``callbacks/ablate_on_end.py``, not ``callbacks/ablation.py`` beside
+    ``ablation/``): ``bertwatch.callbacks.ablation`` and ``bertwatch.ablation`` would name two things. The modules of
+    ``cli/`` are named by the command they run (``cli/report.py``: ``bertwatch report``)."""
+    subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    commands = PACKAGE / "cli"
+    clashes = [relative(p) for p in package_files() if p.stem in subpackages and p.parent != commands]
+    assert not clashes, "modules named as a subpackage (name each for its job):\n" + "\n".join(clashes)
+
+
 def test_architecture_names_every_module():
     named = tree_names()
     files = {p.relative_to(PACKAGE).as_posix() for p in package_files()}

@@ -10,7 +10,7 @@ import torch
 
 from bertwatch.ablation.runner import Runner
 from bertwatch.ablation.settings import AblationSettings
-from bertwatch.callbacks.ablation import AblationCallback
+from bertwatch.callbacks.ablate_on_end import AblationCallback
 from bertwatch.callbacks.settings import AblationOptions, WatchSettings
 from bertwatch.core.families import model_family
 from bertwatch.core.modes import MODES, check_mode

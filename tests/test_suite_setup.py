@@ -1,6 +1,10 @@
-"""The suite's own rules: the thread count set once for every test, and the one tolerance rule (tests/_tolerance)."""
+"""The suite's own rules: the thread count set once for every test, the one tolerance rule
+(tests/support/tolerance.py), and shared helpers that import no test module (tests/support/)."""
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +14,23 @@ from tests.conftest import TEST_THREADS
 from tests.support.tolerance import EPS32, ROUNDINGS, assert_float32_close, float32_bound, pearson_scale
 
 pytestmark = pytest.mark.fast
+
+
+def test_the_shared_helpers_import_no_test_module() -> None:
+    """tests/support/ holds what several test files share; it imports from tests.support only, never a test module
+    (what a test module and a helper both need moves into tests/support/)."""
+    bad = []
+    for path in sorted((Path(__file__).resolve().parent / "support").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):  # `from tests.x import y`, and `from tests import test_y`
+                names += [f"tests.{a.name}" for a in node.names] if node.module == "tests" else [node.module or ""]
+            bad += [
+                f"{path.name}:{node.lineno} {n}"
+                for n in names
+                if n.startswith("tests.") and not n.startswith("tests.support")
+            ]
+    assert not bad, "tests/support/ imports a test module:\n" + "\n".join(bad)
 
 
 def test_every_test_runs_with_the_thread_count_of_conftest() -> None:

@@ -4,7 +4,7 @@
 (``AttentionDriftCallback``, ``SpecialTokenMassCallback``, ``EntropyCallback``, ``GradientImportanceCallback``)
 can be used alone or together, and share one probe pass; ``WatchSettings`` holds every option in one checked value
 (the advanced ones in ``ProbeOptions``, ``AlertSettings``, ``AblationOptions`` and ``ExpertOptions``).
-``AblationCallback`` lives in ``bertwatch.callbacks.ablation`` and is loaded on first use. See ``docs/callbacks.md``.
+``AblationCallback`` lives in ``bertwatch.callbacks.ablate_on_end`` and is loaded on first use. See ``docs/callbacks.md``.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.callbacks.ablation import AblationCallback
+    from bertwatch.callbacks.ablate_on_end import AblationCallback
 
 
 def __getattr__(name: str) -> Any:
     if name == "AblationCallback":
-        value = importlib.import_module("bertwatch.callbacks.ablation").AblationCallback
+        value = importlib.import_module("bertwatch.callbacks.ablate_on_end").AblationCallback
         globals()[name] = value
         return value
     raise AttributeError(f"module 'bertwatch.callbacks' has no attribute {name!r}")

@@ -6,6 +6,10 @@ the keyword arguments every Trainer event carries (``model``, ``processing_class
 ``eval_dataloader``, ...). A callback only placed in ``callbacks=[...]`` sees the second source alone: the eval set
 once the Trainer has evaluated, and not the ``TensorBoardCallback``. Every lookup has an explicit argument that
 overrides it.
+
+The one module that adapts to what differs between Trainer, tokenizer and model versions: an attribute that may be
+missing is read here, with its default, by a named function (:func:`tokenizer_of`, :func:`tokenizer_value`,
+:func:`config_value`); everywhere else the Trainer's arguments, state and attributes are read directly.
 """
 
 from __future__ import annotations
@@ -17,7 +21,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TrainerContext", "TrainerLink", "evaluation_steps", "tensorboard_run_dir"]
+__all__ = [
+    "TrainerContext",
+    "TrainerLink",
+    "config_value",
+    "evaluation_steps",
+    "tensorboard_run_dir",
+    "tokenizer_of",
+    "tokenizer_value",
+]
+
+
+def tokenizer_of(processing_class: Any) -> Any:
+    """The tokenizer of a Trainer's ``processing_class``: a processor's ``tokenizer`` (a multimodal processor holds
+    one), else the processing class itself (a tokenizer, or None)."""
+    return getattr(processing_class, "tokenizer", processing_class)
+
+
+def tokenizer_value(tokenizer: Any, name: str, default: Any = None) -> Any:
+    """A tokenizer attribute that not every tokenizer class has (``pad_token_id``, ``padding_side``,
+    ``mask_token_id``, ``all_special_ids``, ``model_max_length``, ``is_fast``: the tokenizer backends differ), else
+    ``default``."""
+    return getattr(tokenizer, name, default)
+
+
+def config_value(model: Any, name: str, default: Any = None) -> Any:
+    """A model's config attribute that differs between architectures (``max_position_embeddings``,
+    ``problem_type``, ``_name_or_path``), else ``default`` (also for a model without a config)."""
+    return getattr(getattr(model, "config", None), name, default)
 
 
 def _first(dataset: Any) -> Any:
@@ -43,39 +74,47 @@ class TrainerContext:
         return self.event.get(name)
 
     def _dataset(self, from_trainer: Any, loader: str) -> Any:
-        """``from_trainer`` when the Trainer has it, else the dataset of the event's ``loader``."""
+        """``from_trainer`` when the Trainer has it, else the dataset of the event's ``loader`` (None without one)."""
         if from_trainer is not None:
             return from_trainer
-        return getattr(self._loader(loader), "dataset", None)
+        found = self._loader(loader)
+        return None if found is None else found.dataset
 
     @property
     def eval_dataset(self) -> Any:
-        return self._dataset(_first(getattr(self.trainer, "eval_dataset", None)), "eval_dataloader")
+        return self._dataset(None if self.trainer is None else _first(self.trainer.eval_dataset), "eval_dataloader")
 
     @property
     def train_dataset(self) -> Any:
-        return self._dataset(getattr(self.trainer, "train_dataset", None), "train_dataloader")
+        return self._dataset(None if self.trainer is None else self.trainer.train_dataset, "train_dataloader")
 
     @property
     def data_collator(self) -> Any:
-        collator = getattr(self.trainer, "data_collator", None)
-        if collator is None:
-            loader = self._loader("train_dataloader") or self._loader("eval_dataloader")
-            collator = getattr(loader, "collate_fn", None)
-        return collator
+        if self.trainer is not None and self.trainer.data_collator is not None:
+            return self.trainer.data_collator
+        loader = self._loader("train_dataloader") or self._loader("eval_dataloader")
+        return None if loader is None else loader.collate_fn
 
     @property
     def compute_metrics(self) -> Any:
-        return getattr(self.trainer, "compute_metrics", None)
+        return None if self.trainer is None else self.trainer.compute_metrics
+
+    @property
+    def model(self) -> Any:
+        """The event's model, else the Trainer's (None when neither is known)."""
+        value = self.event.get("model")
+        return value if value is not None or self.trainer is None else self.trainer.model
 
     @property
     def processing_class(self) -> Any:
         value = self.event.get("processing_class")
-        return value if value is not None else getattr(self.trainer, "processing_class", None)
+        return value if value is not None or self.trainer is None else self.trainer.processing_class
 
     def callbacks(self) -> list[Any]:
-        handler = self.handler if self.handler is not None else getattr(self.trainer, "callback_handler", None)
-        return list(getattr(handler, "callbacks", []) or [])
+        handler = self.handler
+        if handler is None and self.trainer is not None:
+            handler = self.trainer.callback_handler
+        return [] if handler is None else list(handler.callbacks)
 
 
 class TrainerLink:
@@ -99,19 +138,23 @@ def evaluation_steps(args: Any, state: Any) -> tuple[int, ...]:
     """The steps the Trainer will evaluate at in this training, from its ``eval_strategy`` ("steps": every
     ``eval_steps``, a fraction of ``max_steps`` when below 1; "epoch": at each epoch's end; "no": none); empty when
     the run's length is unknown."""
-    strategy = getattr(args, "eval_strategy", "no")
-    strategy = str(getattr(strategy, "value", strategy))
-    steps = int(getattr(state, "max_steps", 0) or 0)
+    strategy = args.eval_strategy  # an IntervalStrategy, which equals its string
+    steps = int(state.max_steps or 0)
     if steps <= 0:
         return ()
     if strategy == "epoch":
-        epochs = max(1, math.ceil(float(getattr(state, "num_train_epochs", 1) or 1)))
+        epochs = max(1, math.ceil(float(state.num_train_epochs or 1)))
         return tuple(sorted({min(steps, round(k * steps / epochs)) for k in range(1, epochs + 1)}))
-    every = getattr(args, "eval_steps", None) or getattr(args, "logging_steps", 0) or 0
+    every = args.eval_steps or args.logging_steps or 0
     if strategy != "steps" or every <= 0:
         return ()
     every = math.ceil(every * steps) if every < 1 else int(every)
     return tuple(range(every, steps + 1, every))
+
+
+def _writer_dir(writer: Any) -> Any:
+    """Where a TensorBoard writer writes: ``log_dir`` (torch's ``SummaryWriter``) or ``logdir`` (tensorboardX's)."""
+    return getattr(writer, "log_dir", None) or getattr(writer, "logdir", None)
 
 
 def tensorboard_run_dir(args: Any, context: TrainerContext, explicit: str | os.PathLike | None = None) -> str:
@@ -128,11 +171,10 @@ def tensorboard_run_dir(args: Any, context: TrainerContext, explicit: str | os.P
 
     tb_callbacks = [cb for cb in context.callbacks() if isinstance(cb, TensorBoardCallback)]
     for cb in tb_callbacks:
-        writer = getattr(cb, "tb_writer", None)
-        logdir = getattr(writer, "log_dir", None) if writer is not None else None
+        logdir = _writer_dir(cb.tb_writer) if cb.tb_writer is not None else None
         if logdir:
             return os.fspath(logdir)
-        if getattr(cb, "logging_dir", None):
+        if cb.logging_dir:
             return os.fspath(cb.logging_dir)
     env = os.getenv("TENSORBOARD_LOGGING_DIR")
     run_dir = os.path.expanduser(env) if env else os.path.join(args.output_dir, default_logdir())

@@ -21,7 +21,6 @@ from bertwatch.report.changes import reference_value, settled
 from bertwatch.tb.metadata import VIEW_FLAGS
 
 __all__ = [
-    "QUIET_ENV",
     "Pinned",
     "RunPlan",
     "RunSummary",
@@ -36,12 +35,12 @@ __all__ = [
 ]
 
 #: The environment variable that silences the start and end lines (``1``, ``true``, ``yes``).
-QUIET_ENV = "BERTWATCH_QUIET"
+_QUIET_ENV = "BERTWATCH_QUIET"
 
 
 def quiet(setting: bool) -> bool:
     """Whether bertwatch keeps quiet: the ``quiet`` setting or ``BERTWATCH_QUIET`` set to a true value."""
-    return bool(setting) or os.environ.get(QUIET_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return bool(setting) or os.environ.get(_QUIET_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def say(lines: Sequence[str]) -> None:

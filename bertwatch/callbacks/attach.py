@@ -14,17 +14,18 @@ from typing import Any
 from bertwatch.callbacks.settings import WatchSettings, new_spelling
 from bertwatch.callbacks.watch import BertWatchCallback, WatchCallback
 
-__all__ = ["bertwatch_callbacks", "watch", "watching_trainers"]
+__all__ = ["watch", "watching_trainers"]
 
 
-def bertwatch_callbacks(trainer: Any) -> list[Any]:
+def _bertwatch_callbacks(trainer: Any) -> list[Any]:
     """The bertwatch callbacks (monitors and ``AblationCallback``) among ``trainer``'s callbacks, in order."""
-    from bertwatch.callbacks.ablation import AblationCallback
+    from transformers import Trainer
 
-    handler = getattr(trainer, "callback_handler", None)
-    if handler is None:
+    from bertwatch.callbacks.ablate_on_end import AblationCallback
+
+    if not isinstance(trainer, Trainer):
         raise TypeError(f"bertwatch.watch expects a transformers Trainer, got {type(trainer).__name__}")
-    return [cb for cb in handler.callbacks if isinstance(cb, (WatchCallback, AblationCallback))]
+    return [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, (WatchCallback, AblationCallback))]
 
 
 def watch(trainer: Any, **settings: Any) -> WatchCallback:
@@ -64,7 +65,7 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
         True
     """
     settings = _new_spelling(settings, stacklevel=2)
-    monitors = [cb for cb in bertwatch_callbacks(trainer) if isinstance(cb, WatchCallback)]
+    monitors = [cb for cb in _bertwatch_callbacks(trainer) if isinstance(cb, WatchCallback)]
     if monitors and settings:
         raise ValueError(
             f"this Trainer already has a {type(monitors[0]).__name__}; watch(trainer, ...) cannot change its settings"
@@ -74,7 +75,7 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
     else:
         callback = BertWatchCallback(**settings)
         trainer.add_callback(callback)
-    for cb in bertwatch_callbacks(trainer):
+    for cb in _bertwatch_callbacks(trainer):
         cb.set_trainer(trainer)
     return callback
 
@@ -95,7 +96,7 @@ def watching_trainers(**settings: Any) -> Iterator[list[WatchCallback]]:
     @functools.wraps(original)
     def init_and_watch(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
-        has_one = any(isinstance(cb, WatchCallback) for cb in bertwatch_callbacks(self))
+        has_one = any(isinstance(cb, WatchCallback) for cb in _bertwatch_callbacks(self))
         attached.append(watch(self) if has_one else watch(self, **settings))
 
     Trainer.__init__ = init_and_watch

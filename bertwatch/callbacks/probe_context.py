@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
+from bertwatch.callbacks._context import TrainerContext, config_value, tensorboard_run_dir, tokenizer_of
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
 from bertwatch.callbacks.reference import DriftReference, check_reference_model
@@ -35,9 +35,9 @@ __all__ = ["ProbeContext", "autocast_dtype", "build_probe_context", "mixed_preci
 
 def autocast_dtype(args: Any) -> torch.dtype | None:
     """The training's mixed-precision dtype from its ``TrainingArguments`` (``bf16``, ``fp16``), or None."""
-    if getattr(args, "bf16", False):
+    if args.bf16:
         return torch.bfloat16
-    if getattr(args, "fp16", False):
+    if args.fp16:
         return torch.float16
     return None
 
@@ -86,7 +86,7 @@ class ProbeContext:
     def model_name(self) -> str:
         """The encoder's folder or Hub name (``config._name_or_path``), else its class name."""
         encoder = self.encoder
-        name = getattr(getattr(encoder, "config", None), "_name_or_path", "") or ""
+        name = config_value(encoder, "_name_or_path", "") or ""
         return str(name) or type(encoder).__name__
 
     @property
@@ -101,7 +101,7 @@ class ProbeContext:
 
     @property
     def label_names(self) -> tuple[str, ...]:
-        return tuple(getattr(self.args, "label_names", None) or ())
+        return tuple(self.args.label_names or ())
 
     def model_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The entries of a probe batch the encoder is called with (labels left out)."""
@@ -113,7 +113,7 @@ def _tokenizer(settings: ProbeSettings, event: Mapping[str, Any], unwrapped: Unw
     if settings.tokenizer is not None:
         return settings.tokenizer
     processing = event.get("processing_class")
-    found = getattr(processing, "tokenizer", processing)
+    found = tokenizer_of(processing)
     return found if found is not None else unwrapped.tokenizer
 
 
@@ -157,7 +157,7 @@ def _probe(
         dataset, source = _probe_dataset(settings, context)
         if unwrapped.tokenizer is not None and settings.dataset is None:  # sentence-transformers: raw text columns
             texts, dataset = text_examples(dataset, settings.num_examples, settings.seed), None
-    label_names = getattr(args, "label_names", None)
+    label_names = args.label_names
     probe = build_probe_set(
         tokenizer,
         texts=texts,
@@ -168,7 +168,7 @@ def _probe(
         seed=settings.seed,
         batch_size=settings.batch_size,
         max_length=settings.max_length,
-        remove_unused_columns=bool(getattr(args, "remove_unused_columns", True)),
+        remove_unused_columns=bool(args.remove_unused_columns),
         label_names=label_names,
     )
     for batch in probe.batches:
@@ -214,7 +214,7 @@ def build_probe_context(
     device = next(unwrapped.model.parameters()).device
     probe, tokenizer, source = _probe(model, settings, args, event, context, unwrapped)
     loss = gradient_loss(settings.loss_fn, context.trainer, args, unwrapped.model)
-    world_zero = bool(getattr(state, "is_world_process_zero", True))
+    world_zero = bool(state.is_world_process_zero)
     cache = ReferenceCache(os.path.join(args.output_dir, "bertwatch", "reference.pt"))
     reference = DriftReference(cache, probe, shape, device, save=settings.cache_reference and world_zero)
     resumed = int(state.global_step) > 0

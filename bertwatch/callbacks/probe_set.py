@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.callbacks._context import tokenizer_value
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.core.warnings import cut_message
 from bertwatch.heads.layout import LayoutError, pad_examples, right_align
@@ -32,8 +33,6 @@ __all__ = [
     "ReferenceCache",
     "build_probe_set",
     "crop_maps",
-    "probe_cut_message",
-    "masked_lm_features",
     "sample_indices",
     "text_examples",
 ]
@@ -142,7 +141,10 @@ def _pad_collate(tokenizer: Any) -> Callable[[list[dict[str, Any]]], dict[str, A
     def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
         labels = [f.pop("labels") for f in features if "labels" in f]
         batch = pad_examples(features, tokenizer)
-        left = getattr(tokenizer, "pad_token_id", None) is not None and getattr(tokenizer, "padding_side", "") == "left"
+        left = (
+            tokenizer_value(tokenizer, "pad_token_id") is not None
+            and tokenizer_value(tokenizer, "padding_side") == "left"
+        )
         if labels and len(labels) == len(features):
             if isinstance(labels[0], (list, tuple)):
                 width = batch["input_ids"].shape[-1]
@@ -158,19 +160,19 @@ def _ints(value: Any) -> list[int]:
     return [int(v) for v in (value.tolist() if hasattr(value, "tolist") else value)]
 
 
-def masked_lm_features(
+def _masked_lm_features(
     features: Sequence[Any], numbers: Sequence[int], tokenizer: Any, seed: int
 ) -> list[dict[str, Any]]:
     """A masked-LM model's probe examples with fixed, seeded masks (``bertwatch.heads.task_heads.example_mask``, seeded
     by ``seed`` and each example's index ``numbers[i]`` in its dataset), so every probe pass sees the same masked
     tokens and labels whatever the training collator draws. Labels already in an example give back its unmasked
     tokens (``original_ids``) before it is masked again."""
-    mask_id = getattr(tokenizer, "mask_token_id", None)
+    mask_id = tokenizer_value(tokenizer, "mask_token_id")
     if mask_id is None:
         raise SetupError(
             "a masked-LM model's probe set is masked with the tokenizer's mask token: the tokenizer has none"
         )
-    specials = list(getattr(tokenizer, "all_special_ids", []))
+    specials = list(tokenizer_value(tokenizer, "all_special_ids", []))
     out = []
     for number, feature in zip(numbers, features):
         if not isinstance(feature, Mapping) or "input_ids" not in feature:
@@ -179,7 +181,7 @@ def masked_lm_features(
                 "probe_texts= (strings) or a tokenized probe_dataset="
             )
         labels = feature.get("labels")
-        per_token = isinstance(labels, (list, tuple)) or getattr(labels, "ndim", 0) == 1
+        per_token = isinstance(labels, (list, tuple)) or np.ndim(labels) == 1
         ids = original_ids(_ints(feature["input_ids"]), _ints(labels) if per_token else None)
         masked, labels = example_mask(ids, number, mask_id, specials, seed=seed)
         if all(label == IGNORE_INDEX for label in labels):
@@ -297,8 +299,8 @@ def build_probe_set(
 
     Texts longer than ``max_length`` tokens (``None``: the model's and tokenizer's maximum, see
     ``bertwatch.heads.loading.max_input_length``; never more than that maximum) are cut to it, counted in
-    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`probe_cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
-    refused. A masked-LM ``model``'s examples get fixed, seeded masks (:func:`masked_lm_features`) and are padded, not
+    ``ProbeSet.truncated`` and said in one ``BertWatchWarning`` (:func:`_probe_cut_message`). Tokenized ``dataset`` examples are never cut; one longer than the ``model`` takes is
+    refused. A masked-LM ``model``'s examples get fixed, seeded masks (:func:`_masked_lm_features`) and are padded, not
     collated with ``collator`` (a masked-LM collator draws new masks at every call).
     Raises ``SetupError`` with what to do when there is nothing to probe.
     """
@@ -338,7 +340,7 @@ def build_probe_set(
         if batch_size <= 0:
             raise SetupError(f"ProbeOptions(batch_size=...) must be positive, got {batch_size}")
         if model is not None and head_kind(unwrap(model).model) == "masked-lm":
-            features, collate = masked_lm_features(features, indices, tokenizer, seed), _pad_collate(tokenizer)
+            features, collate = _masked_lm_features(features, indices, tokenizer, seed), _pad_collate(tokenizer)
         batches = [
             _tensor_batch(collate([dict(f) if isinstance(f, Mapping) else f for f in features[i : i + batch_size]]))
             for i in range(0, len(features), batch_size)
@@ -353,11 +355,11 @@ def build_probe_set(
         )
     probe = ProbeSet(batches, roles, tokens, segments, _fingerprint(batches), cut_to, truncated)
     if truncated:
-        warnings.warn(probe_cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
+        warnings.warn(_probe_cut_message(probe, max_length), BertWatchWarning, stacklevel=3)
     return probe
 
 
-def probe_cut_message(probe: ProbeSet, requested: int | None) -> str:
+def _probe_cut_message(probe: ProbeSet, requested: int | None) -> str:
     """The setup warning of a probe set whose texts were cut: how many, to what length, and what to do."""
     asked = (
         "the model's maximum"

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bertwatch.callbacks._context import config_value
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, crop_maps
 from bertwatch.heads.capture import capture, model_shape
@@ -118,5 +119,5 @@ class DriftReference:
             with torch.no_grad(), capture(reference_model) as cap:
                 reference_model(**batch)
             maps.extend(m.to(self.device, torch.float16) for m in crop_maps(cap.attentions, self.probe.roles[k].real))
-        self.source = f"the reference model {getattr(reference_model.config, '_name_or_path', '')}"
+        self.source = f"the reference model {config_value(reference_model, '_name_or_path', '')}"
         self.keep(maps)

@@ -40,7 +40,6 @@ __all__ = [
     "Rider",
     "ClusterTrack",
     "HeadClusterPass",
-    "RULE_CLASSES",
     "WordClassPass",
     "riders_for",
     "rule_word_classes",

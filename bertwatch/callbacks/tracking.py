@@ -79,7 +79,7 @@ def layer_mean_logs(grids: Mapping[str, np.ndarray]) -> dict[str, float]:
 
 def reported_trackers(args: Any) -> list[str]:
     """The trackers of ``args.report_to`` other than TensorBoard (which bertwatch writes itself)."""
-    report_to = getattr(args, "report_to", None) or []
+    report_to = args.report_to or []
     if isinstance(report_to, str):
         report_to = [report_to]
     return [name for name in report_to if name not in ("none", "tensorboard")]

@@ -22,37 +22,37 @@ from typing import Any
 
 import torch
 
+from bertwatch.callbacks._context import config_value
 from bertwatch.heads.importance import ExampleLoss
 
-__all__ = ["GradientLoss", "TrainerExampleLoss", "gradient_loss", "trainer_loss_difference"]
+__all__ = ["GradientLoss", "gradient_loss"]
 
 logger = logging.getLogger(__name__)
 
 
-def trainer_loss_difference(trainer: Any) -> str | None:
+def _trainer_loss_difference(trainer: Any) -> str | None:
     """Why ``trainer`` trains on a loss that is not its model's own (``compute_loss`` overridden,
     ``compute_loss_func`` set, a ``label_smoother``), or None when its loss is the model's."""
     from transformers import Trainer
 
     reasons = []
-    own = getattr(type(trainer), "compute_loss", None)
-    if "compute_loss" in vars(trainer) or own is not Trainer.compute_loss:
+    if "compute_loss" in vars(trainer) or type(trainer).compute_loss is not Trainer.compute_loss:
         reasons.append(f"{type(trainer).__name__} overrides compute_loss")
-    if getattr(trainer, "compute_loss_func", None) is not None:
+    if trainer.compute_loss_func is not None:
         reasons.append("compute_loss_func is set")
-    if getattr(trainer, "label_smoother", None) is not None:
+    if trainer.label_smoother is not None:
         reasons.append(f"label_smoothing_factor={trainer.args.label_smoothing_factor}")
     return "; ".join(reasons) or None
 
 
 def _smoothing_from_args(args: Any, model: Any) -> float:
     """The label smoothing the Trainer built from ``args`` (the Trainer turns it off for multi-label models)."""
-    factor = float(getattr(args, "label_smoothing_factor", 0) or 0)
-    problem = getattr(getattr(model, "config", None), "problem_type", None)
+    factor = float(args.label_smoothing_factor or 0)
+    problem = config_value(model, "problem_type")
     return 0.0 if problem == "multi_label_classification" else factor
 
 
-class TrainerExampleLoss:
+class _TrainerExampleLoss:
     """The Trainer's loss of one example alone: ``trainer.compute_loss(trainer.model, inputs)`` on a shallow copy
     of the Trainer whose ``state`` and ``control`` are copies and whose ``log`` does nothing, without
     ``num_items_in_batch``; the Trainer is held weakly by its callback, strongly here only during a call."""
@@ -68,7 +68,7 @@ class TrainerExampleLoss:
             raise RuntimeError("the Trainer whose loss the gradient statistics take is gone")
         sandbox = copy.copy(trainer)
         sandbox.state = copy.deepcopy(trainer.state)
-        sandbox.control = copy.deepcopy(getattr(trainer, "control", None))
+        sandbox.control = copy.deepcopy(trainer.control)
         sandbox.log = lambda *args, **kwargs: None
         loss = sandbox.compute_loss(sandbox.model, dict(inputs))
         return loss[0] if isinstance(loss, tuple) else loss
@@ -101,11 +101,11 @@ def gradient_loss(loss_fn: Callable | None, trainer: Any, args: Any, model: Any)
         return GradientLoss(loss_fn=loss_fn, description="loss_fn= (each example's value)")
     name = type(model).__name__
     if trainer is not None:
-        reason = trainer_loss_difference(trainer)
+        reason = _trainer_loss_difference(trainer)
         if reason is None:
             return GradientLoss(description=f"{name}'s own loss, which is the Trainer's (each example alone)")
         return GradientLoss(
-            example_loss=TrainerExampleLoss(weakref.ref(trainer), reason),
+            example_loss=_TrainerExampleLoss(weakref.ref(trainer), reason),
             description=f"the Trainer's loss ({reason}): compute_loss on each probe example alone",
         )
     smoothing = _smoothing_from_args(args, model)

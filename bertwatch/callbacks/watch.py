@@ -404,7 +404,7 @@ class BertWatchCallback(WatchCallback):
         self.ablation_result: Any = None
         self.ablation: Any = None
         if self.ablate_on_end:
-            from bertwatch.callbacks.ablation import AblationCallback
+            from bertwatch.callbacks.ablate_on_end import AblationCallback
 
             self.ablation = AblationCallback(modes=s.ablation.mode, **self.ablation_kwargs)
         self.word_classes = word_class_option(s.expert.word_classes)
@@ -439,7 +439,7 @@ class BertWatchCallback(WatchCallback):
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
-        if self.ablation is None or not (sharded or getattr(state, "is_world_process_zero", True)):
+        if self.ablation is None or not (sharded or state.is_world_process_zero):
             return
         writer = self.watched.context.writer if self.watched is not None else None
         results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=sharded)

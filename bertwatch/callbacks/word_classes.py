@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.callbacks._context import config_value, tokenizer_value
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.publisher import NamedValues, Summary
 from bertwatch.core.warnings import BertWatchWarning
@@ -151,7 +152,7 @@ def _encode(probe: WordClassProbe, tokenizer: Any, max_length: int) -> tuple[str
     source, sentences, complete = _read(probe)
     if not sentences:
         raise SetupError(f"word_classes: {source} holds no sentence; pass a CoNLL-U file with annotated sentences")
-    if not getattr(tokenizer, "is_fast", False):
+    if not tokenizer_value(tokenizer, "is_fast", False):
         raise SetupError("word_classes with UD annotations needs a fast tokenizer (word_ids() aligns words to pieces)")
     kept, skipped = _encode_words(tokenizer, sentences, max_length, probe.num_sentences)
     if len(kept) < probe.num_sentences and not complete:
@@ -209,8 +210,8 @@ def prepare_word_classes(option: bool | WordClassProbe, context: ProbeContext) -
     if context.tokenizer is None:
         raise SetupError("word_classes with UD annotations needs the tokenizer: pass tokenizer= to the callback")
     limits = [option.max_length or context.settings.max_length]
-    limits.append(getattr(getattr(context.encoder, "config", None), "max_position_embeddings", None))
-    limits.append(getattr(context.tokenizer, "model_max_length", None))
+    limits.append(config_value(context.encoder, "max_position_embeddings"))
+    limits.append(tokenizer_value(context.tokenizer, "model_max_length"))
     limit = min(int(x) for x in limits if isinstance(x, int) and 0 < x < 1_000_000)
     return build_word_class_batches(option, context.tokenizer, limit)
 

@@ -1,4 +1,4 @@
-"""The ablation sweep: exact against one-configuration-at-a-time evaluation, resumable, distributed, callback, CLI.
+"""The ablation sweep: exact against one-configuration-at-a-time evaluation, resumable, distributed, CLI.
 
 Run as a script (``torchrun --nproc_per_node 2 tests/ablation/test_ablation.py OUT``) it is one rank of the distributed test.
 """
@@ -27,12 +27,11 @@ from bertwatch.ablation import pruning as PR  # noqa: E402
 from bertwatch.ablation import runner as R  # noqa: E402
 from bertwatch.ablation import store as S  # noqa: E402
 from bertwatch.ablation import sweep as SW  # noqa: E402
-from bertwatch.callbacks import ablation as CB  # noqa: E402
 from bertwatch.cli import ablate as CLI  # noqa: E402
 from bertwatch.heads.capture import Intervention, capture  # noqa: E402
 from tests.support.models import lively, tiny_model  # noqa: E402
 from tests.support.tiers import fast_subset
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args  # noqa: E402
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts  # noqa: E402
 from tests.support.tolerance import assert_float32_close, pearson_scale
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -450,46 +449,6 @@ def test_cli_ablate_writes_json_csv_report_and_refuses_a_headless_checkpoint(tmp
         ]
     )
     assert code == 2 and "stsb" in capsys.readouterr().err
-
-
-def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
-    tokenizer = tiny_tokenizer()
-    model = tiny_bert(tokenizer)
-    callback = CB.AblationCallback(n_resamples=50, prune=False, progress=False)
-    args = training_args(str(tmp_path), max_steps=3, report_to=["tensorboard"])
-    trainer = T.Trainer(
-        model=model,
-        args=args,
-        train_dataset=toy_dataset(tokenizer, 16, 0),
-        eval_dataset=toy_dataset(tokenizer, 12, 1),
-        processing_class=tokenizer,
-        data_collator=T.DataCollatorWithPadding(tokenizer),
-        callbacks=[callback],
-    )
-    callback.set_trainer(trainer)
-    trainer.train()
-    result = callback.results["uniform"]
-    assert result.num_examples == 12 and result.heads.shape == (2, 4, 5)
-    assert (tmp_path / "bertwatch_ablation" / "ablation.json").is_file()
-    assert (tmp_path / "bertwatch_ablation" / "report.html").is_file()
-    from bertwatch.report.events import read_run
-
-    runs = list((tmp_path / "runs").iterdir())
-    assert len(runs) == 1
-    tb_results, _ = read_run(runs[0])
-    assert [r.mode for r in tb_results] == ["uniform"]
-    np.testing.assert_allclose(tb_results[0].layers, result.layers, rtol=1e-6, atol=1e-6)
-
-    from werkzeug.test import Client
-
-    from tests.support.tb_helpers import make_wsgi_app
-
-    app, _, _ = make_wsgi_app(tmp_path / "runs")
-    response = Client(app).get(f"/data/plugin/bertwatch/ablation?run={runs[0].name}")
-    assert response.status_code == 200, response.get_data(as_text=True)
-    view = json.loads(response.get_data())
-    assert view["mode"] == "uniform" and view["step"] == 3 and view["numExamples"] == 12
-    np.testing.assert_allclose(np.array(view["heads"], dtype=float), result.heads, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ import pytest
 
 from bertwatch.callbacks import BertWatchCallback
 from bertwatch.callbacks.announce import (
-    QUIET_ENV,
     Pinned,
     RunPlan,
     RunSummary,
@@ -153,7 +152,7 @@ def test_a_training_run_speaks_at_its_start_after_step_0_and_at_its_end(tmp_path
 def test_quiet_and_the_environment_variable_silence_it(tmp_path, capsys, monkeypatch) -> None:
     _run(tmp_path / "a", quiet=True)
     assert _lines(capsys.readouterr().err) == []
-    monkeypatch.setenv(QUIET_ENV, "1")
+    monkeypatch.setenv("BERTWATCH_QUIET", "1")  # the documented variable
     _run(tmp_path / "b")
     assert _lines(capsys.readouterr().err) == []
 

@@ -231,7 +231,7 @@ def test_lazy_exports_from_package_root() -> None:
 
     assert bertwatch.BertWatchCallback is cbs.BertWatchCallback
     assert bertwatch.GradientImportanceCallback is cbs.GradientImportanceCallback
-    from bertwatch.callbacks.ablation import AblationCallback
+    from bertwatch.callbacks.ablate_on_end import AblationCallback
 
     assert cbs.AblationCallback is AblationCallback and bertwatch.AblationCallback is AblationCallback
 
@@ -282,7 +282,7 @@ def test_probe_pass_grids_match_plain_loops_and_drift_uses_the_step0_reference(t
     model = tiny_bert(tok)
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(6, seed=2)]
     settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     state = T.TrainerState()
     names = ["cls_mass", "sep_mass", "punct_mass", "entropy", "drift_cosine", "head_importance"]
     monitor = sub = OneMember(model, settings, names, args, state, {"processing_class": tok}, maps=2)

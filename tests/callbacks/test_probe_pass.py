@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -128,7 +127,7 @@ def _settings(tmp_path, texts=None) -> ProbeSettings:
 def _attached(tok, tmp_path, names=(), texts=None, maps=0):
     """A tiny model and a one-member watched over it (``tests.support.models.OneMember``)."""
     model = tiny_bert(tok)
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     member = OneMember(model, _settings(tmp_path, texts), names, args, T.TrainerState(), {"processing_class": tok},
                        maps=maps)  # fmt: skip
     return model, member
@@ -139,7 +138,7 @@ def test_the_context_is_built_once_per_watched_run_and_no_attribute_is_born_late
     original = watched_module.build_probe_context
     monkeypatch.setattr(watched_module, "build_probe_context", lambda *a: built.append(1) or original(*a))
     model = tiny_bert(tok)
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     state, settings, event = T.TrainerState(), _settings(tmp_path), {"processing_class": tok}
     a = OneMember(model, settings, ["entropy"], args, state, event, maps=1)
     watched, context = a.watched, a.context

@@ -244,7 +244,7 @@ def test_ablation_callback_refuses_at_setup_and_contains_a_failure_at_the_end(tm
     """What the sweep would refuse (an unknown setting, labels outside the head's classes) stops the run before
     its first step; a failure of the sweep itself at the end costs one warning, and training completes."""
     from bertwatch.callbacks import BertWatchWarning
-    from bertwatch.callbacks.ablation import AblationCallback
+    from bertwatch.callbacks.ablate_on_end import AblationCallback
 
     tokenizer = tiny_tokenizer()
     case = CASES[0]

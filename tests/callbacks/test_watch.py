@@ -251,25 +251,3 @@ def test_mlflow_file_store_run_holds_the_layer_means(tmp_path, monkeypatch) -> N
             assert [int(r[2]) for r in rows] == [0, 3, 6]
             expected = [_plain_layer_means(history[step][stat])[layer] for step in (0, 3, 6)]
             np.testing.assert_allclose([float(r[1]) for r in rows], expected, rtol=1e-6)
-
-
-def test_trainer_ablation_kwargs_is_the_one_reading_of_the_trainers_settings() -> None:
-    from types import SimpleNamespace
-
-    from bertwatch.callbacks.ablation import trainer_ablation_kwargs
-
-    args = SimpleNamespace(per_device_eval_batch_size=8, metric_for_best_model="f1", greater_is_better=False)
-    assert trainer_ablation_kwargs(args) == {"batch_size": 8}  # no compute_metrics: the metric is not its key
-    tokenizer, metrics = object(), (lambda prediction: {"f1": 1.0})
-    processor = SimpleNamespace(tokenizer=tokenizer)
-    got = trainer_ablation_kwargs(args, compute_metrics=metrics, processing_class=processor, step=12)
-    assert got == {
-        "batch_size": 8,
-        "compute_metrics": metrics,
-        "metric": "f1",
-        "greater_is_better": False,
-        "tokenizer": tokenizer,
-        "step": 12,
-    }
-    bare = SimpleNamespace(per_device_eval_batch_size=None, metric_for_best_model=None, greater_is_better=None)
-    assert trainer_ablation_kwargs(bare, compute_metrics=metrics) == {"batch_size": 32, "compute_metrics": metrics}

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import transformers as T
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -66,12 +67,13 @@ OLD_SAMPLES = {  # an old flat name -> a value other than its default
 
 
 @pytest.mark.fast
-def test_every_old_flat_name_still_works_and_warns_with_the_new_spelling() -> None:
+def test_every_old_flat_name_still_works_and_warns_with_the_new_spelling(tmp_path: Path) -> None:
     assert set(OLD_SAMPLES) == {old for old, new in OLD_NAMES.items() if new is not None}
+    watched = _watching(tmp_path)
     for old, value in OLD_SAMPLES.items():
         group, field = OLD_NAMES[old].split(".")
         cls = next(c for g, c, _ in GROUPS if g == group)
-        for build in (WatchSettings, WatchSettings.from_kwargs, BertWatchCallback, lambda **o: watch(_Trainer(), **o)):
+        for build in (WatchSettings, WatchSettings.from_kwargs, BertWatchCallback, watched):
             with pytest.warns(FutureWarning, match=rf"^{old}= is deprecated: use {group}={cls.__name__}\({field}="):
                 made = build(**{old: value})
             settings = made if isinstance(made, WatchSettings) else made.settings
@@ -332,11 +334,13 @@ def _help(group: str) -> str:
     return next(f.metadata["help"] for f in dataclasses.fields(WatchSettings) if f.name == group)
 
 
-class _Trainer:
-    """The part of a Trainer that ``watch`` uses: its callback list."""
+def _watching(tmp_path: Path):
+    """``watch(trainer, **options)`` on one real Trainer, whose bertwatch callback is removed again after each call."""
+    trainer = T.Trainer(model=tiny_bert(tiny_tokenizer()), args=T.TrainingArguments(str(tmp_path), report_to="none"))
 
-    def __init__(self) -> None:
-        self.callback_handler = type("Handler", (), {"callbacks": []})()
+    def watched(**options):
+        callback = watch(trainer, **options)
+        trainer.remove_callback(callback)
+        return callback
 
-    def add_callback(self, callback) -> None:
-        self.callback_handler.callbacks.append(callback)
+    return watched

@@ -3,8 +3,6 @@ once, and the attention maps kept within the bytes a step may write."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import transformers as T
@@ -32,7 +30,7 @@ def _plain_fit(lengths: list[int], layers: int, heads: int, budget: int) -> int:
 def test_the_maps_kept_are_the_first_examples_whose_float16_maps_fit_the_budget(tmp_path) -> None:
     tok = tiny_tokenizer()
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(6, seed=5)]
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))
     member = OneMember(tiny_bert(tok), settings, ["entropy"], args, T.TrainerState(), {"processing_class": tok})
     probe, context = member.probe, member.context
@@ -47,7 +45,7 @@ def test_the_maps_kept_are_the_first_examples_whose_float16_maps_fit_the_budget(
 def test_each_member_gets_each_result_once_and_a_new_step_starts_afresh(tmp_path) -> None:
     tok = tiny_tokenizer()
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(4, seed=5)]
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     state, event = T.TrainerState(), {"processing_class": tok}
     model = tiny_bert(tok)
     settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))

@@ -14,7 +14,6 @@ from pathlib import Path
 from werkzeug.test import Client
 
 import bertwatch.tb.plugin as plugin_mod
-from bertwatch.callbacks.riders import RULE_CLASSES
 from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core import rules, stat_names
@@ -38,13 +37,12 @@ def test_torch_free_names_are_the_heads_tuples():
     assert stat_names.NORM_NAMES is norms.NORM_NAMES
     assert stat_names.GRADIENT_NAMES is importance.GRADIENT_NAMES
     assert stat_names.IG_NAME == importance.IG_NAME
-    assert stat_names.RULE_CLASSES == RULE_CLASSES
     assert stat_names.UD_SHARE_CLASSES == tuple(UD_CLASSES)
 
 
 def test_every_logged_statistic_is_in_exactly_one_group_with_a_description():
     logged = set(ALL_STATS)
-    logged |= {f"{prefix}{c}" for prefix in ("wordclass_", "cls_target_") for c in RULE_CLASSES}
+    logged |= {f"{prefix}{c}" for prefix in ("wordclass_", "cls_target_") for c in stat_names.RULE_CLASSES}
     logged |= {SHARE_PREFIX + c for c in UD_CLASSES}
     assert len(GROUPED) == len(set(GROUPED)), [n for n in GROUPED if GROUPED.count(n) > 1]
     assert set(GROUPED) == logged

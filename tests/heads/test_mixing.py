@@ -300,7 +300,6 @@ def test_families_the_decomposition_does_not_fit_are_refused_at_setup(model_type
 
 @pytest.mark.parametrize("model_type", fast_subset(["bert", "albert"], ("bert",)))
 def test_monitor_logs_mixing_statistics_as_the_loop_on_each_example_alone(model_type, tmp_path):
-    from types import SimpleNamespace
 
     import transformers as T
 
@@ -317,7 +316,7 @@ def test_monitor_logs_mixing_statistics_as_the_loop_on_each_example_alone(model_
     torch.manual_seed(0)
     model = T.AutoModelForSequenceClassification.from_config(config).eval()
     texts = toy_texts(5, seed=3, pairs=True)
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     monitor = sub = OneMember(
         model,
         ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")),

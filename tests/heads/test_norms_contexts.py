@@ -137,7 +137,6 @@ def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune
 
 @pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])
 def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_example_alone(model_type, tmp_path):
-    from types import SimpleNamespace
 
     from bertwatch.callbacks.settings import ProbeSettings
     from bertwatch.heads.roles import token_roles
@@ -148,7 +147,7 @@ def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_ex
     tok = T.BertTokenizer(vocab=vocab, model_input_names=inputs)
     model = adapter_model(model_type, vocab_size=len(tok))
     texts = toy_texts(5, seed=3, pairs=True)
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     monitor = sub = OneMember(
         model,
         ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")),

@@ -217,7 +217,6 @@ def test_probe_batches_give_each_example_its_own_logit_statistics(family, items,
 def test_the_monitor_logs_the_stability_grids_as_the_loop_on_each_example_alone(family, tmp_path):
     """Through the current monitor's probe pass: max_logit and logit_std are the mean over examples of the loop on
     each example alone, qk_spectral_norm the SVD of the weights, next to an ordinary map statistic."""
-    from types import SimpleNamespace
 
     import transformers as T
 
@@ -230,7 +229,7 @@ def test_the_monitor_logs_the_stability_grids_as_the_loop_on_each_example_alone(
         tok.model_input_names = ["input_ids", "attention_mask"]
     model = model_of(family)
     texts = toy_texts(5, seed=3, pairs=True)
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     monitor = sub = OneMember(
         model,
         ProbeSettings(texts=texts, batch_size=3, logging_dir=str(tmp_path / "run")),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import glob
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -32,7 +31,7 @@ def tok() -> T.PreTrainedTokenizerBase:
 
 
 def _step0(model, tok, texts, tmp_path) -> dict[str, np.ndarray]:
-    args = SimpleNamespace(output_dir=str(tmp_path), remove_unused_columns=True, label_names=None)
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
     state = T.TrainerState()
     monitor = sub = OneMember(
         model,

@@ -9,9 +9,9 @@ import copy
 import numpy as np
 import torch
 
-from bertwatch.heads.roles import token_roles  # noqa: E402
-from tests.support.norm_oracle import reference as norm_reference  # noqa: E402
-from tests.support.stats_oracle import reference_stats  # noqa: E402
+from bertwatch.heads.roles import token_roles
+from tests.support.norm_oracle import reference as norm_reference
+from tests.support.stats_oracle import reference_stats
 
 ADAPTERS = ("deberta-v2", "mpnet")
 
@@ -65,7 +65,7 @@ def alone_grids(
 
 
 def _with_base(model, family: str):
-    """What _norm_oracle expects: a head model with the encoder under its family attribute."""
+    """What tests/support/norm_oracle.py expects: a head model with the encoder under its family attribute."""
     attribute = {"deberta-v2": "deberta"}.get(family, family)
     if hasattr(model, attribute):
         return model

@@ -1,7 +1,7 @@
 """Float64 loops over the context-mixing definitions (Kobayashi et al. 2021's mixing ratio, ALTI per layer and per
 head, ALTI's composition, attention rollout), one example alone over its real tokens, from the weights found by each
 family's attribute names (not by bertwatch), the hidden states (``output_hidden_states``) and the model's own eager
-attention probabilities (``output_attentions``), for tests/test_mixing.py."""
+attention probabilities (``output_attentions``), for tests/heads/test_mixing.py."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def alti(t, y):
 
     Also records in ``SCALES`` the factor by which C amplifies a rounding of its inputs: c_ij is a difference of
     two L1 norms of size ‖y_i‖₁, then divided by Σ_k c_ik, so a float32 C is off by a few roundings of
-    ‖y_i‖₁ / Σ_k c_ik (the ``scale`` of tests/_tolerance.py)."""
+    ‖y_i‖₁ / Σ_k c_ik (the ``scale`` of tests/support/tolerance.py)."""
     n = t.shape[0]
     c = np.zeros((n, n))
     for i in range(n):

@@ -7,22 +7,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.sweep import ablate
 from bertwatch.ablation.task_types import check_task_head, sweep_examples
-from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir
-from bertwatch.callbacks._safe import SetupError, contained, warn_stopped
+from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir, tokenizer_of
+from bertwatch.callbacks._safe import SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
 
-__all__ = ["AblationCallback", "run_ablation_on_trainer", "trainer_ablation_kwargs"]
+__all__ = ["AblationCallback", "run_ablation_on_trainer"]
 
 
-def trainer_ablation_kwargs(
+def _trainer_ablation_kwargs(
     args: Any,
     *,
     compute_metrics: Callable | None = None,
@@ -33,15 +33,15 @@ def trainer_ablation_kwargs(
     ``metric_for_best_model`` / ``greater_is_better`` (only with ``compute_metrics``: the metric is its key),
     its tokenizer and the step. The one place these are read from a Trainer; explicit settings override them.
     """
-    kwargs: dict[str, Any] = {"batch_size": int(getattr(args, "per_device_eval_batch_size", 32) or 32)}
+    kwargs: dict[str, Any] = {"batch_size": int(args.per_device_eval_batch_size)}
     if compute_metrics is not None:
         kwargs["compute_metrics"] = compute_metrics
-        if getattr(args, "metric_for_best_model", None):
+        if args.metric_for_best_model:
             kwargs["metric"] = args.metric_for_best_model
-            if getattr(args, "greater_is_better", None) is not None:
+            if args.greater_is_better is not None:
                 kwargs["greater_is_better"] = bool(args.greater_is_better)
     if processing_class is not None:
-        kwargs["tokenizer"] = getattr(processing_class, "tokenizer", processing_class)
+        kwargs["tokenizer"] = tokenizer_of(processing_class)
     if step is not None:
         kwargs["step"] = int(step)
     return kwargs
@@ -55,21 +55,21 @@ def run_ablation_on_trainer(
     writer: Any = None,
     **kwargs: Any,
 ) -> AblationResult:
-    """Run :func:`ablate` with what a ``Trainer`` knows (:func:`trainer_ablation_kwargs`); ``kwargs`` override.
+    """Run :func:`ablate` with what a ``Trainer`` knows (:func:`_trainer_ablation_kwargs`); ``kwargs`` override.
 
     Meant for one process (``BertWatchCallback`` calls it on world process zero), so it does not split the work
     across processes unless ``distributed=True`` is passed and every process calls it; a sharded (FSDP) model
     is always swept by every process together.
     """
-    trainer = trainer_or_model if hasattr(trainer_or_model, "model") and hasattr(trainer_or_model, "args") else None
+    trainer = trainer_or_model if isinstance(trainer_or_model, Trainer) else None
     model = trainer.model if trainer is not None else trainer_or_model
     settings: dict[str, Any] = {}
     if trainer is not None:
-        settings = trainer_ablation_kwargs(
+        settings = _trainer_ablation_kwargs(
             trainer.args,
-            compute_metrics=getattr(trainer, "compute_metrics", None),
-            processing_class=getattr(trainer, "processing_class", None),
-            step=getattr(trainer.state, "global_step", 0),
+            compute_metrics=trainer.compute_metrics,
+            processing_class=trainer.processing_class,
+            step=trainer.state.global_step,
         )
     settings = {**settings, "distributed": is_sharded(model), **kwargs}  # sharded: every process sweeps
     if isinstance(eval_dataset, dict):
@@ -107,7 +107,6 @@ class AblationCallback(NotATracker, TrainerCallback):
         task: str | None = None,
         out_dir: str | os.PathLike | None = None,
         logdir: str | os.PathLike | None = None,
-        strict: bool = False,
         **ablate_kwargs: Any,
     ):
         self.modes = (modes,) if isinstance(modes, str) else tuple(modes)
@@ -120,7 +119,7 @@ class AblationCallback(NotATracker, TrainerCallback):
         self.logdir = logdir
         self.ablate_kwargs = ablate_kwargs
         self.results: dict[str, AblationResult] = {}
-        self.strict = bool(strict)
+        self.strict = strict_from_environment()  # re-raise errors instead of containing them (the tests' hook)
         self.disabled = False
         self._link = TrainerLink()
 
@@ -142,39 +141,37 @@ class AblationCallback(NotATracker, TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.check(args, state, self._link.context(kwargs))
 
-    def settings(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> dict[str, Any]:
-        """The :func:`ablate` keyword arguments of this run: the Trainer's (:func:`trainer_ablation_kwargs`), then
+    def sweep_kwargs(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> dict[str, Any]:
+        """The :func:`ablate` keyword arguments of this run: the Trainer's (:func:`_trainer_ablation_kwargs`), then
         ``overrides``, then the callback's own."""
         compute = self.compute_metrics if self.compute_metrics is not None else context.compute_metrics
-        settings = trainer_ablation_kwargs(
+        kwargs = _trainer_ablation_kwargs(
             args, compute_metrics=compute, processing_class=context.processing_class, step=state.global_step
         )
-        settings.update({**overrides, **self.ablate_kwargs})
-        return settings
+        kwargs.update({**overrides, **self.ablate_kwargs})
+        return kwargs
 
     def check(self, args: Any, state: Any, context: TrainerContext, **overrides: Any) -> None:
         """Refuse now (``SetupError``, with what to do) what the sweep would refuse at the end of training: no
         evaluation set, unknown settings, a head or task it cannot score, labels that do not fit the head, or
         examples it cannot read (the first few are prepared as the sweep will prepare them all)."""
         dataset = self.eval_set(context)
-        if dataset is None and (context.bound or getattr(args, "eval_strategy", "no") == "no"):
+        if dataset is None and (context.bound or args.eval_strategy == "no"):
             raise SetupError(
                 "the ablation needs an evaluation set to disable heads on: give the Trainer an eval_dataset and "
                 "attach bertwatch with bertwatch.watch(trainer), or pass the examples as eval_dataset= "
                 "(ablation_kwargs={'eval_dataset': ...} for BertWatchCallback)"
             )
-        model = context.event.get("model")
-        if model is None:
-            model = getattr(context.trainer, "model", None)
-        settings = self.settings(args, state, context, **overrides)
-        tokenizer, base = settings.pop("tokenizer", None), settings.pop("settings", None)
+        model = context.model
+        kwargs = self.sweep_kwargs(args, state, context, **overrides)
+        tokenizer, base = kwargs.pop("tokenizer", None), kwargs.pop("settings", None)
         for name in ("compute_metrics", "loss_fn"):
-            settings.pop(name, None)
+            kwargs.pop(name, None)
         if self.task is not None:
-            settings["task"] = self.task
+            kwargs["task"] = self.task
         rows = None if dataset is None else _first_examples(dataset, 4)  # None: seen once the Trainer evaluates
         try:
-            resolved = AblationSettings.resolve(base, **settings)
+            resolved = AblationSettings.resolve(base, **kwargs)
             if rows is None:
                 check_task_head(model, resolved.task)
             else:
@@ -208,12 +205,10 @@ class AblationCallback(NotATracker, TrainerCallback):
                 "AblationCallback needs an evaluation set: give the Trainer an eval_dataset and attach bertwatch with "
                 "bertwatch.watch(trainer), or pass AblationCallback(eval_dataset=...)"
             )
-        settings = self.settings(args, state, context, **overrides)
-        model = context.event.get("model")
-        if model is None:
-            model = getattr(context.trainer, "model", None)
+        kwargs = self.sweep_kwargs(args, state, context, **overrides)
+        model = context.model
         for mode in self.modes:
             self.results[mode] = ablate(
-                model, dataset, task=self.task, mode=mode, out_dir=self.folder(args, mode), writer=writer, **settings
+                model, dataset, task=self.task, mode=mode, out_dir=self.folder(args, mode), writer=writer, **kwargs
             )
         return self.results
