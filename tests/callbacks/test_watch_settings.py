@@ -29,7 +29,7 @@ from bertwatch.callbacks.settings import (
     check_options,
     option_specs,
 )
-from tests.support.tiny_trainer import tiny_tokenizer
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONT = [f.name for f in dataclasses.fields(WatchSettings)]
