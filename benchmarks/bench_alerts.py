@@ -44,7 +44,7 @@ def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
     import transformers as T
 
     from bertwatch.callbacks import BertWatchCallback, ProbeOptions, watch
-    from bertwatch.callbacks.settings import ALL_STATS
+    from bertwatch.options.settings import ALL_STATS
 
     torch.set_num_threads(opts.threads)
     path = _model_path()

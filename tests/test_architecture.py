@@ -30,8 +30,9 @@ LAYERS = {
     "ablation": 6,
     "linguistics": 6,
     "analysis": 6,
-    "callbacks": 7,
-    "cli": 8,
+    "options": 7,
+    "callbacks": 8,
+    "cli": 9,
 }
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80

@@ -11,10 +11,10 @@ import torch
 from bertwatch.ablation.runner import Runner
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.callbacks.ablate_on_end import AblationCallback
-from bertwatch.callbacks.settings import AblationOptions, WatchSettings
 from bertwatch.core.families import model_family
 from bertwatch.core.modes import MODES, check_mode
 from bertwatch.heads.capture import Intervention
+from bertwatch.options.settings import AblationOptions, WatchSettings
 from tests.support.models import tiny_model
 
 MESSAGE = "unknown mode 'ones': use 'uniform' (Kovaleva) or 'zero' (Michel)"

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.attach import watch, watching_trainers
-from bertwatch.callbacks.settings import AblationOptions, AlertSettings, ExpertOptions, ProbeOptions, WatchSettings
 from bertwatch.callbacks.watch import (
     AttentionDriftCallback,
     BertWatchCallback,
@@ -22,7 +21,8 @@ from bertwatch.callbacks.watch import (
     GradientImportanceCallback,
     SpecialTokenMassCallback,
 )
-from bertwatch.callbacks.word_classes import WordClassProbe
+from bertwatch.options.groups import WordClassProbe
+from bertwatch.options.settings import AblationOptions, AlertSettings, ExpertOptions, ProbeOptions, WatchSettings
 
 __all__ = [
     "AblationCallback",

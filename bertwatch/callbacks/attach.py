@@ -11,8 +11,8 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-from bertwatch.callbacks.settings import WatchSettings, new_spelling
 from bertwatch.callbacks.watch import BertWatchCallback, WatchCallback
+from bertwatch.options.settings import WatchSettings, new_spelling
 
 __all__ = ["watch", "watching_trainers"]
 
@@ -39,7 +39,7 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
     Args:
         trainer: a ``transformers.Trainer`` or a subclass (TRL's, sentence-transformers', your own).
         **settings: ``BertWatchCallback``'s keyword arguments: the fields of
-            :class:`~bertwatch.callbacks.settings.WatchSettings` (``every_n_steps=20``, ``ablate_on_end=True``,
+            :class:`~bertwatch.options.settings.WatchSettings` (``every_n_steps=20``, ``ablate_on_end=True``,
             ``probing=ProbeOptions(max_length=256)``, ...), or ``settings=WatchSettings(...)`` itself.
 
     Returns:

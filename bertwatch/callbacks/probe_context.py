@@ -23,12 +23,12 @@ from bertwatch.callbacks._context import TrainerContext, config_value, tensorboa
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
 from bertwatch.callbacks.reference import DriftReference, check_reference_model
-from bertwatch.callbacks.settings import ProbeSettings
 from bertwatch.callbacks.tracking import is_tracker
 from bertwatch.callbacks.trainer_loss import GradientLoss, gradient_loss
 from bertwatch.heads.capture import model_shape
 from bertwatch.heads.sharding import ShardingError, check_sharding
 from bertwatch.heads.unwrap import Unwrapped, select_inputs, unwrap
+from bertwatch.options.settings import ProbeSettings
 
 __all__ = ["ProbeContext", "autocast_dtype", "build_probe_context", "mixed_precision"]
 

@@ -34,9 +34,8 @@ from bertwatch.callbacks.measurements import (
     ProbeBatch,
 )
 from bertwatch.callbacks.probe_set import crop_maps
-from bertwatch.callbacks.publisher import Summary
+from bertwatch.callbacks.publisher import RiderOutput
 from bertwatch.callbacks.riders import Rider
-from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
 from bertwatch.heads.capture import capture
@@ -45,6 +44,7 @@ from bertwatch.heads.mixing import rollout
 from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
 from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.heads.task_heads import LossSetupError
+from bertwatch.options.settings import ALL_STATS
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.callbacks.probe_context import ProbeContext
@@ -188,7 +188,7 @@ class PassResult:
     order; maps ``[L, H, n, n]`` for ``norms``, ``[L, n, n]`` for the per-layer measures)."""
 
     grids: dict[str, np.ndarray] = field(default_factory=dict)
-    summaries: tuple[Summary, ...] = ()
+    summaries: tuple[RiderOutput, ...] = ()
     examples: tuple[tuple, ...] = ()
     measure_examples: dict[str, tuple[tuple, ...]] = field(default_factory=dict)
 

@@ -1,6 +1,6 @@
 """The one place the probe pass's results are written: event files (world process zero) and the trackers.
 
-Measurements and riders return values: grids, attention maps and ``Summary`` records (a named-values series,
+Measurements and riders return values: grids, attention maps and ``RiderOutput`` records (a named-values series,
 a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and sends the layer
 means (and the stability alerts' counts) to the Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once
 their statistics are in.
@@ -23,7 +23,7 @@ from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.core.stat_names import ALL_STATS
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 
-__all__ = ["HeadEmbedding", "NamedValues", "Publisher", "Summary"]
+__all__ = ["HeadEmbedding", "NamedValues", "Publisher", "RiderOutput"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class HeadEmbedding:
 
 
 @dataclass(frozen=True)
-class Summary:
+class RiderOutput:
     """What a rider of one probe pass returns: ``{name: [layers, heads]}`` grids and other records.
 
     ``on_probe_set``: the grids were measured on the probe set (they are written with its length info), not on
@@ -92,7 +92,7 @@ class Publisher:
         step: int,
         grids: Mapping[str, np.ndarray],
         step_grids: Mapping[str, np.ndarray],
-        summaries: Sequence[Summary],
+        summaries: Sequence[RiderOutput],
         examples: Sequence[tuple],
         measure_examples: Mapping[str, Sequence[tuple]] | None = None,
     ) -> None:

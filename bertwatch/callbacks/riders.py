@@ -2,7 +2,7 @@
 
 Each is a ``Rider`` of one pass (measured on the probe set during training; the statistics of a saved
 model on texts are ``bertwatch.analysis``): the monitor hands it every probe batch's maps (``consume``), then asks for
-its ``Summary`` (``finish``: grids and other records, values that ``callbacks.publisher`` writes). They never
+its ``RiderOutput`` (``finish``: grids and other records, values that ``callbacks.publisher`` writes). They never
 touch the model, except ``UDWordClassPass``, which runs its own annotated sentences through it in ``finish``.
 
 - ``WordClassPass`` (``word_classes=True``): Kovaleva et al. 2019's attention to word classes (Sec 4.4) and the
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks.publisher import HeadEmbedding, Summary
+from bertwatch.callbacks.publisher import HeadEmbedding, RiderOutput
 from bertwatch.callbacks.word_classes import UDWordClassPass, WordClassBatches
 from bertwatch.core.stat_names import RULE_CLASSES
 from bertwatch.heads.roles import TokenRoles
@@ -57,13 +57,13 @@ EMBEDDING_NAME = "js_mds_training"
 
 @runtime_checkable
 class Rider(Protocol):
-    """What rides on one probe pass: sees its batches' maps, returns a ``Summary``."""
+    """What rides on one probe pass: sees its batches' maps, returns a ``RiderOutput``."""
 
     def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
         """See a batch's maps ``[rows, layers, heads, T, T]`` whose first row is probe row ``start``."""
         ...
 
-    def finish(self) -> Summary:
+    def finish(self) -> RiderOutput:
         """What the rider found in the pass, as values (nothing is written here)."""
         ...
 
@@ -114,9 +114,9 @@ class WordClassPass:
             per_example[f"cls_target_{name}"] = value
         self.accumulator.add(per_example)
 
-    def finish(self) -> Summary:
+    def finish(self) -> RiderOutput:
         """``{name: [layers, heads]}`` grids: NaN where no probe example has the class."""
-        return Summary({name: grid.numpy() for name, grid in self.accumulator.result().items()})
+        return RiderOutput({name: grid.numpy() for name, grid in self.accumulator.result().items()})
 
 
 @dataclass
@@ -141,13 +141,15 @@ class HeadClusterPass:
             lengths = roles.real[:take].sum(-1).tolist()
             self.distances.add_batch(attn[:take].detach().float().cpu(), lengths)
 
-    def finish(self) -> Summary:
+    def finish(self) -> RiderOutput:
         """The heads' map as the embedding ``js_mds_training`` (no grids)."""
         coords = mds_embedding(self.distances.distances, seed=0, n_init=1)
         if self.track.previous is not None:
             coords = procrustes_align(coords, self.track.previous)
         self.track.previous = coords
-        return Summary(records=(HeadEmbedding(EMBEDDING_NAME, coords, self.distances.layers, self.distances.heads),))
+        return RiderOutput(
+            records=(HeadEmbedding(EMBEDDING_NAME, coords, self.distances.layers, self.distances.heads),)
+        )
 
 
 def riders_for(

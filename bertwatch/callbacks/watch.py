@@ -23,15 +23,16 @@ from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
-from bertwatch.callbacks.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
-from bertwatch.callbacks.word_classes import prepare_word_classes, word_class_option
+from bertwatch.callbacks.word_classes import prepare_word_classes
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import STABILITY_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.options.groups import word_class_option
+from bertwatch.options.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 
 __all__ = [
     "WatchCallback",
@@ -62,7 +63,7 @@ class WatchCallback(NotATracker, TrainerCallback):
     def __init__(
         self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any
     ) -> None:
-        """``stats``, then ``settings`` (a :class:`~bertwatch.callbacks.settings.WatchSettings`; the defaults when
+        """``stats``, then ``settings`` (a :class:`~bertwatch.options.settings.WatchSettings`; the defaults when
         None) with ``options`` (its fields by name) replacing its values. An unknown option is a ``TypeError`` that
         lists this callback's options."""
         if stats is not None:
@@ -365,7 +366,7 @@ class BertWatchCallback(WatchCallback):
 
     Args:
         stats: the statistics to measure (default: every one but integrated gradients; ``docs/statistics.md``).
-        settings: a :class:`~bertwatch.callbacks.settings.WatchSettings` holding every option (default: the
+        settings: a :class:`~bertwatch.options.settings.WatchSettings` holding every option (default: the
             defaults); ``options`` replace its fields.
         **options: any field of ``WatchSettings`` by name (``every_n_steps``, ``num_probe_examples``,
             ``probe_texts``, ``ablate_on_end``, ``expert=ExpertOptions(word_classes=True)``, ...).

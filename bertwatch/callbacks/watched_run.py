@@ -1,7 +1,7 @@
 """The probe pass of one training run: one pass over the probe set per due event, whatever callbacks asked for it.
 
 Every bertwatch callback of a run joins its run's ``WatchedRun`` at ``on_train_begin`` (:func:`join`): callbacks with
-equal probe settings (``callbacks.settings.ProbeSettings``, compared by value) on the same run share one, so they
+equal probe settings (``options.settings.ProbeSettings``, compared by value) on the same run share one, so they
 share one probe set, one reference, one pass per event and one event file. Each brings a ``Member``: what it
 measures and when, fixed at setup. Data flows one way, down:
 
@@ -36,11 +36,11 @@ from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
 from bertwatch.callbacks.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
 from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher
 from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
-from bertwatch.callbacks.settings import ALL_STATS, ProbeSettings
 from bertwatch.core.alerts import ALERT_STATS, Alert
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
+from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from bertwatch.tb.metadata import PROBE_MODEL_KEY
 
 __all__ = ["MAPS_BYTES", "Member", "WatchedRun", "StepResult", "join", "loss_problem", "without_gradients"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,7 @@ from torch import Tensor
 
 from bertwatch.callbacks._context import config_value, tokenizer_value
 from bertwatch.callbacks._safe import SetupError
-from bertwatch.callbacks.publisher import NamedValues, Summary
+from bertwatch.callbacks.publisher import NamedValues, RiderOutput
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.capture import capture
 from bertwatch.heads.layout import pad_token_id
@@ -42,6 +42,7 @@ from bertwatch.linguistics.wordclass import (
     ud_classes,
     uniform_class_share,
 )
+from bertwatch.options.groups import WordClassProbe
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.callbacks.probe_context import ProbeContext
@@ -50,55 +51,14 @@ __all__ = [
     "SHARE_PREFIX",
     "UDWordClassPass",
     "WordClassBatches",
-    "WordClassProbe",
     "build_word_class_batches",
     "prepare_word_classes",
     "series_values",
-    "word_class_option",
 ]
 
 SHARE_PREFIX = "class_share_"
 #: The reading rounds of a CoNLL-U file: first this many times ``num_sentences``, then the whole file.
 _FIRST_READ = 4
-
-
-@dataclass(frozen=True)
-class WordClassProbe:
-    """UD-annotated sentences for ``BertWatchCallback(word_classes=...)``.
-
-    ``source`` is a CoNLL-U path or ``bertwatch.linguistics.syntax.Sentence`` objects (``read_conllu``,
-    ``parse_conllu``). The first ``num_sentences`` that fit in ``max_length`` word pieces (default: the callback's
-    ``probe_max_length``, capped by the model's positions) are used, ``batch_size`` per forward pass.
-    """
-
-    source: str | os.PathLike | Sequence[Sentence]
-    num_sentences: int = 32
-    batch_size: int = 16
-    max_length: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("num_sentences", "batch_size"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"WordClassProbe.{name} must be positive, got {getattr(self, name)}")
-        if self.max_length is not None and int(self.max_length) < 3:
-            raise ValueError(f"WordClassProbe.max_length must be at least 3, got {self.max_length}")
-
-
-def word_class_option(value: Any) -> bool | WordClassProbe:
-    """``word_classes=``: False/None (off), True (the token rules on the probe set), a CoNLL-U path, a sequence of
-    ``Sentence`` or a ``WordClassProbe`` (UD annotations)."""
-    if value is None or value is False:
-        return False
-    if value is True or isinstance(value, WordClassProbe):
-        return value
-    if isinstance(value, (str, os.PathLike)):
-        return WordClassProbe(value)
-    if isinstance(value, Sequence) and all(isinstance(s, Sentence) for s in value):
-        return WordClassProbe(tuple(value))
-    raise TypeError(
-        "word_classes must be True (token rules), a CoNLL-U path, a list of bertwatch.linguistics.syntax.Sentence "
-        f"or a WordClassProbe, not {type(value).__name__}"
-    )
 
 
 @dataclass
@@ -243,13 +203,13 @@ class UDWordClassPass:
             accumulator.add({SHARE_PREFIX + name: value for name, value in values.items()})
         return {name: grid.numpy() for name, grid in accumulator.result().items()}
 
-    def finish(self) -> Summary:
+    def finish(self) -> RiderOutput:
         """The class shares of the model now, and the ``word_classes`` series point made from them."""
         from bertwatch.tb import metadata as md
 
         grids = self.shares()
         series = NamedValues(md.WORD_CLASS_SERIES, series_values(grids, self.data.uniform), md.WORD_CLASS_TEXT)
-        return Summary(grids, (series,), on_probe_set=False)
+        return RiderOutput(grids, (series,), on_probe_set=False)
 
 
 def series_values(grids: Mapping[str, np.ndarray], uniform: Mapping[str, float]) -> dict[str, float]:

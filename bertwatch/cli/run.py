@@ -51,7 +51,7 @@ def _flag_dest(spelled: str, index: int) -> str:
 
 
 def _flag_arguments(flag: Any, spec: Any) -> dict[str, Any]:
-    """argparse keywords for one flag of an option (``callbacks.option_checks.Flag``): the help is the flag's own,
+    """argparse keywords for one flag of an option (``options.checks.Flag``): the help is the flag's own,
     else the option's with its default."""
     help_text = flag.help or spec.help
     if flag.kind in ("true", "false"):
@@ -82,9 +82,9 @@ class _OldFlag(argparse.Action):
 
 
 def _add_settings(parser: argparse.ArgumentParser) -> None:
-    """One argument per flag of every option (``callbacks.settings.option_specs``; objects have none: Python only),
+    """One argument per flag of every option (``options.settings.option_specs``; objects have none: Python only),
     in groups: the front options first, then one group per nested value."""
-    from bertwatch.callbacks.settings import GROUPS, option_specs
+    from bertwatch.options.settings import GROUPS, option_specs
 
     titles = {None: "bertwatch options (in Python: the keywords of bertwatch.watch)"}
     titles.update({group: f"{title} (Python: {group}={cls.__name__}(...))" for group, cls, title in GROUPS})
@@ -136,7 +136,7 @@ def settings_from_options(opts: argparse.Namespace) -> dict[str, Any]:
     """The options given, as ``BertWatchCallback`` keyword arguments (the callback's defaults for the rest): front
     options by name, nested ones as their value (``probing=ProbeOptions(seed=1)``). Of two flags of one option
     (``--word-classes``, ``--word-classes-from``) the later one declared wins."""
-    from bertwatch.callbacks.settings import GROUPS, option_specs
+    from bertwatch.options.settings import GROUPS, option_specs
 
     front: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}

@@ -25,8 +25,8 @@ from bertwatch.callbacks import (
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
 from bertwatch.callbacks._safe import contained
 from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, sample_indices
-from bertwatch.callbacks.settings import ProbeSettings
 from bertwatch.heads.capture import UnsupportedModelError
+from bertwatch.options.settings import ProbeSettings
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
 

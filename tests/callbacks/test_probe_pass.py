@@ -25,9 +25,9 @@ from bertwatch.callbacks.measurements import (
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.probe_pass import execute, plan_pass
 from bertwatch.callbacks.riders import Rider, WordClassPass
-from bertwatch.callbacks.settings import ALL_STATS, ProbeSettings
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.stats import DRIFT_NAMES
+from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 from tests.support.tolerance import assert_float32_close

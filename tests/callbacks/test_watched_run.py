@@ -10,7 +10,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback, watch
-from bertwatch.callbacks.settings import ProbeSettings
+from bertwatch.options.settings import ProbeSettings
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 

@@ -18,10 +18,10 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.settings import GROUPS, ExpertOptions, ProbeOptions, WatchSettings, option_specs
 from bertwatch.cli import main
 from bertwatch.cli.run import run_parser, settings_from_options
 from bertwatch.core.stat_names import ALL_STATS, DEFINITIONS, STAT_GROUPS
+from bertwatch.options.settings import GROUPS, ExpertOptions, ProbeOptions, WatchSettings, option_specs
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,6 @@ import pytest
 from werkzeug.test import Client
 
 from bertwatch.callbacks.alerting import Alerting
-from bertwatch.callbacks.settings import WatchSettings
 from bertwatch.core.alerts import (
     ALERT_RULES,
     Alert,
@@ -24,6 +23,7 @@ from bertwatch.core.alerts import (
     episodes,
 )
 from bertwatch.core.warnings import BertWatchWarning
+from bertwatch.options.settings import WatchSettings
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
 from bertwatch.tb.summary import SummaryWriter

@@ -14,11 +14,11 @@ from pathlib import Path
 from werkzeug.test import Client
 
 import bertwatch.tb.plugin as plugin_mod
-from bertwatch.callbacks.settings import ALL_STATS
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core import rules, stat_names
 from bertwatch.heads import importance, norms, stats
 from bertwatch.linguistics.wordclass import UD_CLASSES
+from bertwatch.options.settings import ALL_STATS
 from bertwatch.tb import metadata as md
 from tests.support.tb_helpers import make_wsgi_app  # noqa: E402
 

@@ -138,8 +138,8 @@ def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune
 @pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])
 def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_example_alone(model_type, tmp_path):
 
-    from bertwatch.callbacks.settings import ProbeSettings
     from bertwatch.heads.roles import token_roles
+    from bertwatch.options.settings import ProbeSettings
     from tests.support.tiny_trainer import SPECIAL, WORDS, toy_texts
 
     vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}

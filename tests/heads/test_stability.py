@@ -220,7 +220,7 @@ def test_the_monitor_logs_the_stability_grids_as_the_loop_on_each_example_alone(
 
     import transformers as T
 
-    from bertwatch.callbacks.settings import ProbeSettings
+    from bertwatch.options.settings import ProbeSettings
     from tests.support.models import OneMember
     from tests.support.tiny_trainer import toy_texts
 

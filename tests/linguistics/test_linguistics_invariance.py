@@ -26,7 +26,7 @@ from bertwatch.callbacks.word_classes import (  # noqa: E402
     build_word_class_batches,  # noqa: E402
 )
 from bertwatch.linguistics.syntax import Sentence, attention_batches, encode  # noqa: E402
-from tests.callbacks.test_ud_word_classes import PLAIN  # noqa: E402
+from tests.callbacks.test_word_classes import PLAIN  # noqa: E402
 from tests.heads.test_capture_support import tiny_encoder  # noqa: E402
 from tests.support.alone_oracle import eager_copy  # noqa: E402
 from tests.support.property import ORDERS, PADDING_SIDES  # noqa: E402

@@ -27,7 +27,7 @@ from tests.support.models import tiny_model
 from tests.support.treebank import CONLLU, tiny_tokenizer
 
 
-def test_ud_word_classes_follow_kovaleva_sets() -> None:
+def test_word_classes_follow_kovaleva_sets() -> None:
     s1, s2, s3 = parse_conllu(CONLLU)
     c1 = ud_word_classes(s1)
     assert set(c1) == set(WORD_CLASSES)
@@ -44,7 +44,7 @@ def test_ud_word_classes_follow_kovaleva_sets() -> None:
     assert c3["neg"][7] and sum(c3["neg"]) == 1
 
 
-def test_ud_word_classes_fall_back_to_upos_without_ptb_tags() -> None:
+def test_word_classes_fall_back_to_upos_without_ptb_tags() -> None:
     s1 = parse_conllu(CONLLU.replace("\tNNS\t", "\t_\t").replace("\tVBD\t", "\t_\t"))[0]
     assert ud_word_classes(s1)["noun"][1] and ud_word_classes(s1)["verb"][2]
 

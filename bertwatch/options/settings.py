@@ -18,7 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from bertwatch.callbacks.option_checks import (
+from bertwatch.core.alerts import AlertSettings
+from bertwatch.core.budget import DEFAULT_OVERHEAD_BUDGET, check_budget
+from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
+from bertwatch.options.checks import (
     Checked,
     Flag,
     callable_or_none,
@@ -33,11 +37,7 @@ from bertwatch.callbacks.option_checks import (
     switch,
     whole,
 )
-from bertwatch.callbacks.option_groups import ALERT_OPTIONS, AblationOptions, ExpertOptions, ProbeOptions
-from bertwatch.core.alerts import AlertSettings
-from bertwatch.core.budget import DEFAULT_OVERHEAD_BUDGET, check_budget
-from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
+from bertwatch.options.groups import ALERT_OPTIONS, AblationOptions, ExpertOptions, ProbeOptions
 
 __all__ = [
     "ALL_STATS",

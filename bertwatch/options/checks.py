@@ -1,6 +1,6 @@
 """How a monitoring option is declared and checked: its field (default, help, flags, check) and the checks.
 
-Every option of :mod:`bertwatch.callbacks.settings` is a dataclass field made by :func:`option`; its metadata holds
+Every option of :mod:`bertwatch.options.settings` is a dataclass field made by :func:`option`; its metadata holds
 the help text, the command-line flags ``bertwatch run`` builds from it and the check that ``Checked.__post_init__``
 runs on it. Each check takes the option's name as a user spells it (``"every_n_steps"``,
 ``"ProbeOptions.batch_size"``) and the value, and returns the value to keep or raises a ``TypeError`` /

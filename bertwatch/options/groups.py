@@ -7,12 +7,15 @@ and ``alerts=AlertSettings(...)``); their defaults suit most runs.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from bertwatch.ablation.settings import AblationSettings
-from bertwatch.callbacks.option_checks import (
+from bertwatch.core.modes import MODES, check_mode
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
+from bertwatch.linguistics.syntax import Sentence
+from bertwatch.options.checks import (
     Checked,
     Flag,
     callable_or_none,
@@ -22,11 +25,8 @@ from bertwatch.callbacks.option_checks import (
     switch,
     whole,
 )
-from bertwatch.callbacks.word_classes import word_class_option
-from bertwatch.core.modes import MODES, check_mode
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 
-__all__ = ["ALERT_OPTIONS", "AblationOptions", "ExpertOptions", "ProbeOptions"]
+__all__ = ["ALERT_OPTIONS", "AblationOptions", "ExpertOptions", "ProbeOptions", "WordClassProbe", "word_class_option"]
 
 
 def _on_by_default(help_text: str, flag: str, off_help: str) -> Any:
@@ -149,6 +149,45 @@ class AblationOptions(Checked):
         None, "keywords of the sweep: eval_dataset=, then bertwatch.ablate()'s (metric, n_resamples, ...)", _keywords,
         Flag(("--ablation-kwargs",), "json", metavar="JSON"), factory=dict,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WordClassProbe:
+    """UD-annotated sentences for ``BertWatchCallback(word_classes=...)``.
+
+    ``source`` is a CoNLL-U path or ``bertwatch.linguistics.syntax.Sentence`` objects (``read_conllu``,
+    ``parse_conllu``). The first ``num_sentences`` that fit in ``max_length`` word pieces (default: the callback's
+    ``probe_max_length``, capped by the model's positions) are used, ``batch_size`` per forward pass.
+    """
+
+    source: str | os.PathLike | Sequence[Sentence]
+    num_sentences: int = 32
+    batch_size: int = 16
+    max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_sentences", "batch_size"):
+            if int(getattr(self, name)) <= 0:
+                raise ValueError(f"WordClassProbe.{name} must be positive, got {getattr(self, name)}")
+        if self.max_length is not None and int(self.max_length) < 3:
+            raise ValueError(f"WordClassProbe.max_length must be at least 3, got {self.max_length}")
+
+
+def word_class_option(value: Any) -> bool | WordClassProbe:
+    """``word_classes=``: False/None (off), True (the token rules on the probe set), a CoNLL-U path, a sequence of
+    ``Sentence`` or a ``WordClassProbe`` (UD annotations)."""
+    if value is None or value is False:
+        return False
+    if value is True or isinstance(value, WordClassProbe):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return WordClassProbe(value)
+    if isinstance(value, Sequence) and all(isinstance(s, Sentence) for s in value):
+        return WordClassProbe(tuple(value))
+    raise TypeError(
+        "word_classes must be True (token rules), a CoNLL-U path, a list of bertwatch.linguistics.syntax.Sentence "
+        f"or a WordClassProbe, not {type(value).__name__}"
+    )
 
 
 def _word_classes(name: str, value: Any) -> Any:

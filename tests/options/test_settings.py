@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bertwatch.callbacks import BertWatchCallback, EntropyCallback, GradientImportanceCallback, watch
-from bertwatch.callbacks.settings import (
+from bertwatch.options.settings import (
     ALL_STATS,
     GROUPS,
     OLD_NAMES,

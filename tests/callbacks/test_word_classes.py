@@ -23,11 +23,11 @@ from bertwatch.callbacks.word_classes import (
     UDWordClassPass,
     build_word_class_batches,
     series_values,
-    word_class_option,
 )
 from bertwatch.cli.demo import UD_DEV, UD_SENTENCES, ud_dev_file
 from bertwatch.linguistics.syntax import parse_conllu, read_conllu
 from bertwatch.linguistics.wordclass import UD_CLASSES, ud_classes
+from bertwatch.options.groups import word_class_option
 from bertwatch.tb import metadata as md
 from tests.support.tiny_trainer import SPECIAL, WORDS, tiny_bert, toy_trainer
 from tests.support.tolerance import assert_float32_close
