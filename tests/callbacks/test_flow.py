@@ -9,12 +9,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import transformers as T
 
 import bertwatch
 from bertwatch.callbacks import BertWatchCallback, watch
 from bertwatch.tb import event_file
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
+from tests.support.tiny_trainer import toy_trainer
 
 pytestmark = pytest.mark.fast
 
@@ -55,16 +54,8 @@ def _recorded_run(tmp_path, monkeypatch):
         if callee and caller and callee != caller:
             edges.add((caller, callee))
 
-    tok = tiny_tokenizer()
-    trainer = T.Trainer(
-        model=tiny_bert(tok),
-        args=training_args(str(tmp_path), max_steps=3, eval_strategy="steps", eval_steps=2),
-        train_dataset=toy_dataset(tok, 24, 0),
-        eval_dataset=toy_dataset(tok, 8, 1),
-        processing_class=tok,
-        data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=[BertWatchCallback(num_probe_examples=4)],
-    )
+    callback = BertWatchCallback(num_probe_examples=4)
+    trainer = toy_trainer(tmp_path, [callback], eval_size=8, max_steps=3, eval_strategy="steps", eval_steps=2)
     watch(trainer)
     sys.setprofile(profile)
     try:

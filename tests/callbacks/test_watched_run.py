@@ -12,7 +12,7 @@ import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback, watch
 from bertwatch.options.settings import ProbeSettings
 from tests.support.models import OneMember
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
+from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts, toy_trainer
 
 pytestmark = pytest.mark.fast
 
@@ -70,15 +70,7 @@ def test_a_callback_writes_only_the_maps_that_fit_and_says_so(tmp_path, monkeypa
     one = 2 * model.config.num_hidden_layers * model.config.num_attention_heads * 12**2  # about one example's maps
     monkeypatch.setattr(watched_module, "MAPS_BYTES", 2 * one)
     cb = BertWatchCallback(stats=["entropy"], num_probe_examples=8, every_n_steps=0)
-    trainer = T.Trainer(
-        model=model,
-        args=training_args(str(tmp_path), max_steps=2),
-        train_dataset=toy_dataset(tok, 16, 0),
-        eval_dataset=toy_dataset(tok, 16, 1),
-        processing_class=tok,
-        data_collator=T.DataCollatorWithPadding(tok),
-        callbacks=[cb],
-    )
+    trainer = toy_trainer(tmp_path, [cb], tokenizer=tok, model=model, train_size=16, max_steps=2)
     watch(trainer)
     trainer.train()
     fit = cb.watched.maps_fit
