@@ -181,6 +181,7 @@ class WatchCallback(NotATracker, TrainerCallback):
             pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
             budget = self.pacing.meter.budget
             lines = announce.start_lines(announce.run_plan(context, len(self.stat_names), budget, pinned))
+            lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
             announce.say(lines + self._more_lines(context))
             self._pinned_passes = pinned.passes() if at_start else 0
 
