@@ -31,6 +31,7 @@ LAYERS = {
     "linguistics": 6,
     "analysis": 6,
     "callbacks": 7,
+    "ship": 7,
     "cli": 8,
 }
 MAX_MODULE_LINES = 500
