@@ -35,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--heads", help="also a pruned model without these heads: '0:1,5;3:all' or JSON")
     which.add_argument("--prune-from", metavar="DIR", help="also a pruned model: a 'bertwatch ablate' output's order")
     parser.add_argument("--fraction", type=float, default=None, help="with --prune-from: share of heads to remove")
-    parser.add_argument("--max-length", type=int, default=128, help="longest input in tokens (default 128)")
+    parser.add_argument(
+        "--max-length", type=int, default=None, help="longest input in tokens (default 128, or the model's maximum)"
+    )
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per variant and batch size (default 20)")
     parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads (default 0: it chooses)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
@@ -92,6 +94,7 @@ def _load(args: argparse.Namespace):
 
 def cli_ship(argv: Sequence[str]) -> int:
     """``bertwatch ship CHECKPOINT (--task GLUE | --data FILE) [--heads SPEC | --prune-from DIR --fraction F]``."""
+    from bertwatch.heads.loading import max_input_length
     from bertwatch.heads.pruned_modeling import head_counts
     from bertwatch.ship.shipping import FILES, ShipOptions, ship_model
     from bertwatch.ship.table import SHIP_FILE, format_table
@@ -101,7 +104,7 @@ def cli_ship(argv: Sequence[str]) -> int:
         model, tokenizer, examples, metric = _load(args)
         heads = _heads(args, head_counts(model.config)[1])
         options = ShipOptions(
-            max_length=args.max_length,
+            max_length=max_input_length(model, tokenizer, args.max_length),
             repeats=args.repeats,
             threads=args.threads,
             n_resamples=args.resamples,
