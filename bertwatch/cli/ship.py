@@ -135,5 +135,5 @@ def cli_ship(argv: Sequence[str]) -> int:
         return 2
     print(format_table(result))
     files = ", ".join([*(FILES[name] for name in names), SHIP_FILE])
-    print(f"-> {args.out}/ ({files})")
+    print(f"-> {Path(args.out)}/ ({files})")
     return 0

@@ -72,7 +72,9 @@ def _reading(row: Mapping[str, Any], reference: Mapping[str, Any], metric: str, 
 
 
 def _threads(threads: Any) -> str:
-    return "its default threads" if threads == "auto" else f"{threads} threads"
+    if threads == "auto":
+        return "its default threads"
+    return "1 thread" if threads == 1 else f"{threads} threads"
 
 
 def format_table(result: Mapping[str, Any]) -> str:
