@@ -3,6 +3,7 @@ fresh process with onnxruntime alone, and its INT8 copy is smaller; what it refu
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from tests.support.tiny_trainer import tiny_tokenizer, toy_texts
 from tests.support.tolerance import assert_float32_close
 
 pytestmark = pytest.mark.fast
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _torch_logits(model, feed) -> np.ndarray:
@@ -97,3 +100,13 @@ def test_refusals_say_what_to_do(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(RuntimeError, match="onnxruntime is missing") as error:
         require_onnx()
     assert INSTALL_HINT in str(error.value)
+
+
+def test_importing_the_subpackage_loads_neither_torch_nor_onnx() -> None:
+    code = (
+        "import sys, bertwatch, bertwatch.ship, bertwatch.ship.export, bertwatch.ship.measure, bertwatch.ship.table\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'onnx', 'onnxruntime') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
