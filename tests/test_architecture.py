@@ -31,6 +31,7 @@ LAYERS = {
     "linguistics": 6,
     "analysis": 6,
     "options": 7,
+    "ship": 7,
     "callbacks": 8,
     "cli": 9,
 }

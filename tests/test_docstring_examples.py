@@ -43,6 +43,7 @@ RUN = (
     "bertwatch.heads.logits",
     "bertwatch.heads.stability",
     "bertwatch.heads.stats",
+    "bertwatch.ship.measure",
     "bertwatch.tb.measures",
     "bertwatch.tb.summary",
 )
@@ -55,6 +56,9 @@ SKETCHES = {
     "bertwatch.analysis.text_mixing": "shows the calls on a model and tokenized texts the example does not build",
     "bertwatch.heads.mixing": "shows the calls on a captured batch the example does not build",
     "bertwatch.heads.mixing_model": "shows the calls on a model and batch the example does not build",
+    "bertwatch.ship.export": "needs a fine-tuned classifier and writes ONNX files",
+    "bertwatch.ship.shipping": "needs a fine-tuned classifier and its evaluation set",
+    "bertwatch.ship.table": "reads the ship.json a run wrote",
 }
 
 #: The entry points a user meets first, and the sections their docstrings must have.
@@ -65,6 +69,8 @@ ENTRY_POINTS = {
     "bertwatch.heads.stats:compute_stats": ("Args:", "Returns:", "Raises:", "Example:"),
     "bertwatch.tb.summary:SummaryWriter": ("Args:", "Raises:", "Example:"),
     "bertwatch.ablation.settings:AblationSettings": ("Args:", "Raises:", "Example:"),
+    "bertwatch.ship.shipping:ship_model": ("Args:", "Returns:", "Raises:", "Example:"),
+    "bertwatch.ship.export:export_onnx": ("Args:", "Returns:", "Raises:", "Example:"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The ``bertwatch`` command: analyze, ablate, prune, report, probe-syntax, demo, run, stats.
+"""The ``bertwatch`` command: analyze, ablate, prune, ship, report, probe-syntax, demo, run, stats.
 
 Each subcommand's module is imported only when it runs, so ``bertwatch --help`` is instant.
 """
@@ -25,6 +25,11 @@ _DELEGATED = {
     ),
     "demo": ("bertwatch.cli.demo", "cli_demo", "fine-tune MiniLM on SST-2 with bertwatch, ablate, report, TensorBoard"),
     "prune": ("bertwatch.cli.prune", "cli_prune", "remove heads for real: a smaller, faster model folder"),
+    "ship": (
+        "bertwatch.cli.ship",
+        "cli_ship",
+        "export to ONNX, quantize to INT8, measure each variant in ONNX Runtime",
+    ),
     "run": ("bertwatch.cli.run", "cli_run", "run an unchanged training script with bertwatch on every Trainer"),
     "stats": ("bertwatch.cli.list_stats", "cli_stats", "list every statistic with its family and what it measures"),
 }

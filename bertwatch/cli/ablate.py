@@ -12,20 +12,11 @@ import torch
 
 from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
+from bertwatch.cli import eval_data
+from bertwatch.cli.eval_data import DATA_FILES, add_eval_arguments
 from bertwatch.core.modes import MODES
 from bertwatch.core.removable import DEFAULT_DELTA
 from bertwatch.heads.loading import load_model
-
-#: What ``--data`` holds for each task type (docs/ablation.md "Task types" shows each format).
-DATA_FILES = {
-    "sequence-classification": "JSON lines {text, text_pair?, label} or a TSV text[<TAB>pair]<TAB>label",
-    "regression": "the same, with numeric labels",
-    "multi-label": "JSON lines {text, labels: [names or indices]} or a TSV text<TAB>name,name",
-    "token-classification (ner)": "a CoNLL file, token and tag per line",
-    "question-answering (qa)": "a SQuAD JSON file",
-    "multiple-choice": "JSON lines {question, choices: [...], label} or a SWAG CSV",
-    "masked-lm (mlm)": "plain text, one example a line",
-}
 
 
 def _ablate_parser() -> argparse.ArgumentParser:
@@ -35,21 +26,14 @@ def _ablate_parser() -> argparse.ArgumentParser:
         "write ablation.json, ablation.csv, report.html and TensorBoard summaries with bootstrap intervals.",
     )
     parser.add_argument("--model", required=True, help="checkpoint folder of a fine-tuned task model")
-    parser.add_argument(
-        "--task",
-        required=True,
-        help="a GLUE task name (sst2, mrpc, cola, stsb, ...; read from --glue-dir), or a task type read from --data: "
+    add_eval_arguments(
+        parser,
+        "a GLUE task name (sst2, mrpc, cola, stsb, ...; read from --glue-dir), or a task type read from --data: "
         + "; ".join(f"{t}: {what}" for t, what in DATA_FILES.items()),
     )
-    parser.add_argument("--data", default=None, help="the evaluation file of a task type (see --task)")
     parser.add_argument(
         "--max-answer-length", type=int, default=30, help="QA: longest answer span in tokens (default 30)"
     )
-    parser.add_argument(
-        "--glue-dir", default=None, help="local GLUE folder (default: $GLUE_DIR or $BERTWATCH_DATA/glue)"
-    )
-    parser.add_argument("--split", default="dev", help="split to evaluate on (default: dev)")
-    parser.add_argument("--limit", type=int, default=None, help="use the first N examples (file order)")
     parser.add_argument("--mode", choices=MODES, default="uniform", help="uniform (Kovaleva) or zero (Michel)")
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--logdir", default=None, help="TensorBoard run folder for the summaries (default: OUT)")
@@ -82,55 +66,6 @@ def _ablate_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _task_type(args: argparse.Namespace) -> str:
-    """The task type ``--task`` names (a GLUE name: sequence classification); a task type needs ``--data``,
-    checked here before the model loads."""
-    from bertwatch.ablation.task_types import ALIASES, TASK_TYPES
-
-    wanted = ALIASES.get(args.task.lower(), args.task.lower())
-    if wanted in TASK_TYPES:
-        if args.data is None:
-            what = next(v for k, v in DATA_FILES.items() if k.split()[0] == wanted)
-            raise ValueError(f"--task {args.task} reads its examples from --data: pass {what}")
-        return wanted
-    from bertwatch.data.glue import glue_task
-
-    try:
-        glue_task(args.task)
-    except ValueError as error:
-        raise ValueError(f"{error}; or a task type read from --data: {', '.join(TASK_TYPES)}") from error
-    if args.data is not None:
-        raise ValueError(
-            f"--task {args.task} is a GLUE task, read from --glue-dir; to evaluate on --data {args.data}, name its "
-            "task type instead (--task sequence-classification or regression)"
-        )
-    return "sequence-classification"
-
-
-def _label_names(model) -> list[str]:
-    id2label = getattr(model.config, "id2label", None) or {}
-    count = int(getattr(model.config, "num_labels", 0) or 0)
-    return [str(id2label.get(i, id2label.get(str(i), i))) for i in range(count)]
-
-
-def _examples(args: argparse.Namespace, task_type: str, model) -> list:
-    from bertwatch.data import files
-    from bertwatch.data.glue import load_glue
-
-    if args.data is None:
-        return load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
-    readers = {
-        "token-classification": lambda: files.read_conll(args.data, limit=args.limit),
-        "question-answering": lambda: files.read_squad(args.data, limit=args.limit),
-        "multiple-choice": lambda: files.read_multiple_choice(args.data, limit=args.limit),
-        "masked-lm": lambda: files.read_lines(args.data, limit=args.limit),
-        "multi-label": lambda: files.read_multilabel(args.data, _label_names(model), limit=args.limit),
-        "regression": lambda: files.read_labelled_texts(args.data, regression=True, limit=args.limit),
-        "sequence-classification": lambda: files.read_labelled_texts(args.data, _label_names(model), limit=args.limit),
-    }
-    return readers[task_type]()
-
-
 def cli_ablate(argv: Sequence[str]) -> int:
     """``bertwatch ablate --model CKPT --task NAME [--glue-dir DIR] [--split dev] [--limit N] [--mode M] --out DIR``."""
     args = _ablate_parser().parse_args(list(argv))
@@ -141,10 +76,10 @@ def cli_ablate(argv: Sequence[str]) -> int:
     if device is None and processes.state is not None:
         device = str(processes.state.device)
     try:
-        task_type = _task_type(args)
+        task_type = eval_data.task_type(args)
         head = "sequence-classification" if task_type in ("regression", "multi-label") else task_type
         model, tokenizer = load_model(args.model, device, head=head)
-        examples = _examples(args, task_type, model)
+        examples = eval_data.read_examples(args, task_type, model)
         result = ablate(
             model,
             examples,

@@ -12,12 +12,12 @@ from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_mo
 from bertwatch.heads.loading import checkpoint_head, load_model
 from bertwatch.heads.pruned_modeling import head_counts
 
-__all__ = ["cli_prune", "parse_heads"]
+__all__ = ["cli_prune", "expand_heads", "parse_heads"]
 
 
 def parse_heads(spec: str) -> dict[int, list[int]]:
     """``"0:1,5;3:all"`` or JSON ``{"0": [1, 5]}`` -> ``{0: [1, 5], 3: [-1]}`` (``all`` becomes ``[-1]``, expanded
-    against the model by :func:`_expand`). Raises ValueError on anything else."""
+    against the model by :func:`expand_heads`). Raises ValueError on anything else."""
     spec = spec.strip()
     try:
         if spec.startswith("{"):
@@ -35,7 +35,8 @@ def parse_heads(spec: str) -> dict[int, list[int]]:
         ) from error
 
 
-def _expand(heads: dict[int, list[int]], num_heads: int) -> dict[int, list[int]]:
+def expand_heads(heads: dict[int, list[int]], num_heads: int) -> dict[int, list[int]]:
+    """``all`` (``[-1]`` from :func:`parse_heads`) as every head of a layer with ``num_heads`` heads."""
     return {layer: list(range(num_heads)) if -1 in listed else listed for layer, listed in heads.items()}
 
 
@@ -76,7 +77,7 @@ def cli_prune(argv: Sequence[str]) -> int:
         else:
             heads = parse_heads(args.heads)
         model, tokenizer = load_model(args.model, head=checkpoint_head(args.model))
-        heads = _expand(heads, head_counts(model.config)[1])
+        heads = expand_heads(heads, head_counts(model.config)[1])
         pruned = prune_model(model, heads)
         save_pruned(pruned, args.out, tokenizer)
         removed = sum(len(h) for h in heads.values())

@@ -1,0 +1,139 @@
+"""``bertwatch ship``: will this model ship? A fine-tuned classifier exported to ONNX, quantized to INT8 (and
+optionally pruned), each variant measured in ONNX Runtime on the CPU against the float32 export."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bertwatch.cli import eval_data
+from bertwatch.cli.prune import expand_heads, parse_heads
+
+__all__ = ["cli_ship"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertwatch ship",
+        description="Export a fine-tuned sequence classifier to ONNX, quantize it to INT8 (and prune heads with "
+        "--heads or --prune-from), and measure every variant in ONNX Runtime on the CPU against the float32 export: "
+        "the task metric with its paired-bootstrap interval, predictions unchanged, latency at batch 1, throughput "
+        "at batch 32, file size. Writes OUT/model.onnx, OUT/model.int8.onnx, ... and OUT/ship.json.",
+    )
+    parser.add_argument("checkpoint", help="folder of a fine-tuned ...ForSequenceClassification checkpoint")
+    eval_data.add_eval_arguments(
+        parser,
+        "a GLUE classification task (sst2, mrpc, cola, ...; read from --glue-dir), or sequence-classification "
+        f"read from --data ({eval_data.DATA_FILES['sequence-classification']}); default with --data: "
+        "sequence-classification",
+        task_required=False,
+    )
+    parser.add_argument("--out", default="ship_out", help="output folder (default ship_out)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--heads", help="also a pruned model without these heads: '0:1,5;3:all' or JSON")
+    which.add_argument("--prune-from", metavar="DIR", help="also a pruned model: a 'bertwatch ablate' output's order")
+    parser.add_argument("--fraction", type=float, default=None, help="with --prune-from: share of heads to remove")
+    parser.add_argument(
+        "--max-length", type=int, default=None, help="longest input in tokens (default 128, or the model's maximum)"
+    )
+    parser.add_argument("--repeats", type=int, default=20, help="timed runs per variant and batch size (default 20)")
+    parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads (default 0: it chooses)")
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def _heads(args: argparse.Namespace, num_heads: int) -> dict[int, list[int]] | None:
+    from bertwatch.ablation.physical import heads_from_ablation
+
+    if args.prune_from is not None:
+        if args.fraction is None:
+            raise ValueError("--prune-from needs --fraction (share of all heads to remove, e.g. 0.5)")
+        return heads_from_ablation(args.prune_from, args.fraction)
+    if args.fraction is not None:
+        raise ValueError("--fraction goes with --prune-from DIR (a 'bertwatch ablate' output)")
+    return None if args.heads is None else expand_heads(parse_heads(args.heads), num_heads)
+
+
+def _metric(task: str) -> str:
+    from bertwatch.data.glue import glue_task
+    from bertwatch.data.metrics import primary_metric
+
+    if task == "sequence-classification":
+        return "accuracy"
+    if glue_task(task).is_regression:
+        raise ValueError(f"{task} is a regression task; bertwatch ship compares class predictions")
+    return primary_metric(task)
+
+
+def _load(args: argparse.Namespace):
+    """The checkpoint, its tokenizer, the examples and the metric; errors say what to pass."""
+    from bertwatch.heads.loading import load_model
+    from bertwatch.ship.export import check_classifier, require_onnx
+
+    require_onnx()  # before the model loads: the one missing piece a user installs
+    if args.task is None:
+        if args.data is None:
+            raise ValueError("pass --task GLUE_NAME (read from --glue-dir) or --data FILE (labelled texts)")
+        args.task = "sequence-classification"
+    if eval_data.task_type(args) != "sequence-classification":
+        raise ValueError(f"bertwatch ship measures sequence classifiers; --task {args.task} is not one")
+    if not Path(args.checkpoint).is_dir():
+        raise FileNotFoundError(
+            f"checkpoint folder {args.checkpoint!r} does not exist: pass the folder a Trainer saved "
+            "(save_model / save_pretrained) with config.json and the weights"
+        )
+    model, tokenizer = load_model(args.checkpoint, head="sequence-classification")
+    check_classifier(model)
+    return model, tokenizer, eval_data.read_examples(args, "sequence-classification", model), _metric(args.task)
+
+
+def cli_ship(argv: Sequence[str]) -> int:
+    """``bertwatch ship CHECKPOINT (--task GLUE | --data FILE) [--heads SPEC | --prune-from DIR --fraction F]``."""
+    from bertwatch.heads.loading import max_input_length
+    from bertwatch.heads.pruned_modeling import head_counts
+    from bertwatch.ship.shipping import FILES, ShipOptions, ship_model
+    from bertwatch.ship.table import SHIP_FILE, format_table
+
+    args = _parser().parse_args(list(argv))
+    try:
+        model, tokenizer, examples, metric = _load(args)
+        heads = _heads(args, head_counts(model.config)[1])
+        options = ShipOptions(
+            max_length=max_input_length(model, tokenizer, args.max_length),
+            repeats=args.repeats,
+            threads=args.threads,
+            n_resamples=args.resamples,
+            seed=args.seed,
+            opset=args.opset,
+        )
+        names = list(FILES)[: 4 if heads else 2]
+        removed = f" ({sum(map(len, heads.values()))} heads removed)" if heads else ""
+        print(
+            f"bertwatch ship: exporting {args.checkpoint} to ONNX as {', '.join(names)}{removed} and measuring "
+            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric}) -> {args.out}",
+            flush=True,
+        )
+        source = {"checkpoint": str(args.checkpoint), "task": args.task, "split": args.split, "data": args.data}
+        result = ship_model(
+            model,
+            tokenizer,
+            examples,
+            args.out,
+            metric=metric,
+            heads=heads,
+            options=options,
+            source=source,
+            progress=not args.quiet,
+        )
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"bertwatch ship: {error}", file=sys.stderr)
+        return 2
+    print(format_table(result))
+    files = ", ".join([*(FILES[name] for name in names), SHIP_FILE])
+    print(f"-> {Path(args.out)}/ ({files})")
+    return 0

@@ -1,0 +1,111 @@
+"""What each shipped variant costs against the float32 export, as pure functions of predictions: the task metric
+with its paired-bootstrap interval (``bertwatch.ablation.bootstrap.paired_bootstrap``, every variant on the same
+resamples of the same examples) and the share of examples whose prediction is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from bertwatch.ablation.bootstrap import kernel_name, paired_bootstrap
+
+__all__ = ["agreement", "compare_variants", "size_mb"]
+
+#: The metrics of class predictions with a vectorised paired bootstrap.
+_CLASS_METRICS = ("accuracy", "f1", "matthews_correlation")
+
+
+def agreement(reference: np.ndarray, predictions: np.ndarray) -> float:
+    """Share of examples whose predicted class equals the reference's.
+
+    Args:
+        reference: ``[n]`` class ids.
+        predictions: ``[n]`` class ids.
+
+    Returns:
+        A share in [0, 1].
+
+    Raises:
+        ValueError: no examples, or the two disagree on n.
+
+    Example:
+        >>> agreement(np.array([0, 1, 1, 0]), np.array([0, 1, 0, 0]))
+        0.75
+    """
+    reference, predictions = np.asarray(reference), np.asarray(predictions)
+    if reference.shape != predictions.shape or reference.size == 0:
+        raise ValueError(f"cannot compare {predictions.shape} predictions with {reference.shape} reference ones")
+    return float(np.mean(reference == predictions))
+
+
+def compare_variants(
+    reference: np.ndarray,
+    variants: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    metric: str = "accuracy",
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    reference_name: str = "reference",
+) -> dict[str, dict[str, float]]:
+    """The metric of the reference and of every variant, each variant's change with its paired-bootstrap interval
+    and p-value, and its agreement with the reference.
+
+    Args:
+        reference: ``[n]`` class predictions of the reference (the float32 export).
+        variants: name -> ``[n]`` class predictions on the same examples, in the same order.
+        labels: ``[n]`` gold class ids.
+        metric: a metric with a vectorised bootstrap (``accuracy``, ``f1``, ``matthews_correlation``).
+        n_resamples: bootstrap resamples (``numpy.random.default_rng(seed)``).
+        seed: the resamples' seed.
+        confidence: the interval's level.
+        reference_name: the reference's key in the result.
+
+    Returns:
+        ``{name: {"value", "delta", "ci_low", "ci_high", "p", "agreement"}}`` with ``reference_name`` first (its delta 0,
+        interval [0, 0], p 1, agreement 1).
+
+    Raises:
+        ValueError: no examples, shapes that disagree, or a metric that is not one of class predictions.
+
+    Example:
+        >>> table = compare_variants(np.array([1, 0, 1, 1]), {"int8": np.array([1, 0, 0, 1])},
+        ...                          np.array([1, 0, 1, 0]), n_resamples=200)
+        >>> table["reference"]["value"], table["int8"]["value"], table["int8"]["agreement"]
+        (0.75, 0.5, 0.75)
+    """
+    if kernel_name(metric) not in _CLASS_METRICS:
+        raise ValueError(f"no paired bootstrap for metric {metric!r}: use accuracy, f1 or matthews_correlation")
+    reference, labels = np.asarray(reference), np.asarray(labels)
+    names = list(variants)
+    table = {reference_name: {"value": 0.0, "delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "p": 1.0, "agreement": 1.0}}
+    if not names:
+        table[reference_name]["value"] = float(
+            paired_bootstrap(reference, reference[None], labels, metric, 1, seed, confidence).baseline
+        )
+        return table
+    stacked = np.stack([np.asarray(variants[name]) for name in names])
+    result = paired_bootstrap(reference, stacked, labels, metric, n_resamples, seed, confidence)
+    table[reference_name]["value"] = result.baseline
+    for k, name in enumerate(names):
+        table[name] = {
+            "value": float(result.value[k]),
+            "delta": float(result.delta[k]),
+            "ci_low": float(result.ci_low[k]),
+            "ci_high": float(result.ci_high[k]),
+            "p": float(result.p[k]),
+            "agreement": agreement(reference, stacked[k]),
+        }
+    return table
+
+
+def size_mb(size_bytes: int) -> float:
+    """A file size in megabytes of 10^6 bytes.
+
+    Example:
+        >>> size_mb(90_988_134)
+        90.988134
+    """
+    return size_bytes / 1e6

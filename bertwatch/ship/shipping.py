@@ -1,0 +1,221 @@
+"""``ship_model``: a fine-tuned classifier exported, quantized (and optionally pruned), every variant measured in
+ONNX Runtime on the evaluation set against the float32 export, the files and ``ship.json`` written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertwatch.ship import runtime
+from bertwatch.ship.export import (
+    DEFAULT_OPSET,
+    check_classifier,
+    export_difference,
+    export_onnx,
+    quantize_int8,
+    require_onnx,
+)
+from bertwatch.ship.measure import compare_variants, size_mb
+from bertwatch.ship.table import write_ship_json
+
+__all__ = ["FILES", "REFERENCE", "ShipOptions", "ship_model"]
+
+#: The variants' files, in the table's order; the pruned ones only when heads are removed.
+FILES = {
+    "fp32": "model.onnx",
+    "int8": "model.int8.onnx",
+    "pruned": "model.pruned.onnx",
+    "pruned+int8": "model.pruned.int8.onnx",
+}
+#: The variant every other is compared with.
+REFERENCE = "fp32"
+#: The batch of the throughput figure (and of the export check).
+THROUGHPUT_BATCH = 32
+
+
+@dataclass(frozen=True)
+class ShipOptions:
+    """How ``ship_model`` measures (defaults as on the command line).
+
+    Args:
+        max_length: longest input in tokens; longer examples are cut.
+        repeats: timed runs per variant and batch size (their median is reported).
+        warmup: untimed runs before them.
+        threads: ONNX Runtime's intra-op threads; 0 lets it choose.
+        n_resamples: bootstrap resamples.
+        seed: the resamples' seed.
+        confidence: the intervals' level.
+        opset: the ONNX opset of the export.
+
+    Raises:
+        ValueError: a value out of range.
+    """
+
+    max_length: int = 128
+    repeats: int = 20
+    warmup: int = 2
+    threads: int = 0
+    n_resamples: int = 1000
+    seed: int = 0
+    confidence: float = 0.95
+    opset: int = DEFAULT_OPSET
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1 or self.warmup < 0 or self.threads < 0 or self.max_length < 2 or self.n_resamples < 1:
+            raise ValueError("repeats and n_resamples must be >= 1, warmup and threads >= 0, max_length >= 2")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+
+
+def _labels(examples: Sequence[Mapping[str, Any]], num_labels: int) -> np.ndarray:
+    if not examples:
+        raise ValueError("the evaluation set is empty: pass a --data file or --task with examples")
+    try:
+        labels = np.array([int(row["label"]) for row in examples])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError("every evaluation example needs a class label (the test splits of GLUE have none)") from error
+    if labels.min() < 0 or labels.max() >= num_labels:
+        raise ValueError(f"labels must be class ids 0..{num_labels - 1}; the evaluation set has {sorted(set(labels))}")
+    return labels
+
+
+def _write_variants(model: Any, tokenizer: Any, out: Path, heads: Mapping[int, Sequence[int]] | None, opset: int):
+    """Export and quantize every variant; returns name -> (torch model or None, file)."""
+    written = {REFERENCE: (model, export_onnx(model, tokenizer, out / FILES["fp32"], opset=opset))}
+    written["int8"] = (None, quantize_int8(written[REFERENCE][1], out / FILES["int8"]))
+    if heads:
+        from bertwatch.ablation.physical import prune_model
+
+        pruned = prune_model(model, heads)
+        written["pruned"] = (pruned, export_onnx(pruned, tokenizer, out / FILES["pruned"], opset=opset))
+        written["pruned+int8"] = (None, quantize_int8(written["pruned"][1], out / FILES["pruned+int8"]))
+    return written
+
+
+def ship_model(
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Mapping[str, Any]],
+    out: str | Path,
+    *,
+    metric: str = "accuracy",
+    heads: Mapping[int, Sequence[int]] | None = None,
+    options: ShipOptions | None = None,
+    source: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Will this model ship? Export it to ONNX, quantize it to INT8 (and prune ``heads``), and measure every
+    variant in ONNX Runtime (CPU) against the float32 export.
+
+    Args:
+        model: a fine-tuned single-label ``...ForSequenceClassification`` (torch, CPU).
+        tokenizer: its tokenizer.
+        examples: the evaluation set, ``{"text", "text_pair"?, "label"}`` rows (``bertwatch.data.glue.load_glue``,
+            ``bertwatch.data.files.read_labelled_texts``).
+        out: the output folder (created): ``model.onnx``, ``model.int8.onnx`` (and ``model.pruned.onnx``,
+            ``model.pruned.int8.onnx``), ``ship.json``.
+        metric: the task metric (``accuracy``, ``f1``, ``matthews_correlation``).
+        heads: ``{layer: [heads to remove]}`` for the pruned variants (``bertwatch.ablation.physical``).
+        options: bootstrap, timing and runtime settings (:class:`ShipOptions`).
+        source: what to record about the input (checkpoint, task, split) in ``ship.json``.
+        progress: a progress bar over the evaluation and timing runs.
+
+    Returns:
+        What ``ship.json`` holds: ``variants`` (one row each: ``name``, ``file``, ``size_mb``, ``value``, ``delta``,
+        ``ci_low``, ``ci_high``, ``p``, ``agreement``, ``max_abs_logit_diff``, ``latency_ms``, ``throughput``),
+        ``export_check`` (ONNX against torch per exported model), the settings and the runtime.
+
+    Raises:
+        ValueError: not a single-label classifier, an empty or unlabelled evaluation set, a bad head.
+        RuntimeError: onnx or onnxruntime is missing (``pip install 'bertwatch[ship]'``).
+
+    Example:
+        >>> result = ship_model(model, tokenizer, load_glue("sst2", glue_dir="glue"), "ship_out/")
+        >>> [(v["name"], v["value"], v["latency_ms"]) for v in result["variants"]]
+    """
+    ort = require_onnx()
+    check_classifier(model)
+    options = options or ShipOptions()
+    labels = _labels(examples, int(model.config.num_labels))
+    out = Path(out)
+    written = _write_variants(model, tokenizer, out, heads, options.opset)
+    models = {name: runtime.load_onnx(path, options.threads) for name, (_, path) in written.items()}
+    batches = runtime.eval_batches(tokenizer, examples, options.max_length, THROUGHPUT_BATCH)
+    singles, batch = runtime.timing_feeds(tokenizer, examples, options.max_length, options.repeats, THROUGHPUT_BATCH)
+    checks = {
+        name: export_difference(torch_model, runtime.predict_logits(models[name], _one(batch)), batch)
+        for name, (torch_model, _) in written.items()
+        if torch_model is not None
+    }
+    logits, timings = _evaluate_and_time(models, batches, singles, batch, options, progress)
+    predictions = {name: values.argmax(-1) for name, values in logits.items()}
+    others = {name: p for name, p in predictions.items() if name != REFERENCE}
+    compared = compare_variants(
+        predictions[REFERENCE], others, labels, metric, options.n_resamples, options.seed, options.confidence, REFERENCE
+    )
+    rows = [{**_row(name, path, logits, timings), **compared[name]} for name, (_, path) in written.items()]
+    result = {
+        "version": 1,
+        **dict(source or {}),
+        "metric": metric,
+        "num_examples": len(labels),
+        "confidence": options.confidence,
+        "n_resamples": options.n_resamples,
+        "seed": options.seed,
+        "max_length": options.max_length,
+        "timing": {
+            "repeats": options.repeats,
+            "warmup": options.warmup,
+            "batch_size": THROUGHPUT_BATCH,
+            "batch_tokens": int(batch["input_ids"].shape[1]),
+        },
+        "runtime": {
+            "onnxruntime": ort.__version__,
+            "provider": runtime.PROVIDER,
+            "threads": options.threads or "auto",
+            "cpu_count": os.cpu_count(),
+            "opset": options.opset,
+        },
+        "removed_heads": {str(layer): sorted(h) for layer, h in sorted(heads.items())} if heads else None,
+        "export_check": checks,
+        "variants": rows,
+    }
+    write_ship_json(out, result)
+    return result
+
+
+def _evaluate_and_time(models, batches, singles, batch, options: ShipOptions, progress: bool):
+    """Every variant's logits on the evaluation set, then the timings; one progress bar over all the runs."""
+    from tqdm.auto import tqdm
+
+    total = len(models) * (len(batches.feeds) + 2 * (options.repeats + options.warmup))
+    with tqdm(total=total, desc="bertwatch ship", unit="run", disable=not progress, leave=False) as bar:
+        logits = {}
+        for name, model in models.items():
+            bar.set_postfix_str(f"evaluating {name}")
+            logits[name] = runtime.predict_logits(model, batches, lambda: bar.update(1))
+        bar.set_postfix_str("timing")
+        timings = runtime.time_variants(models, singles, batch, options.warmup, lambda: bar.update(1))
+    return logits, timings
+
+
+def _row(name: str, path: Path, logits: Mapping[str, np.ndarray], timings: Mapping[str, Mapping[str, float]]):
+    """A variant's file, size, largest logit change against fp32 and timings (the comparison is added)."""
+    return {
+        "name": name,
+        "file": path.name,
+        "size_mb": size_mb(path.stat().st_size),
+        "max_abs_logit_diff": float(np.abs(logits[name] - logits[REFERENCE]).max()),
+        "latency_ms": timings[name]["latency_ms"],
+        "throughput": timings[name]["throughput"],
+    }
+
+
+def _one(feed: runtime.Feed) -> runtime.EvalBatches:
+    """One feed as a set of batches, its rows in order."""
+    return runtime.EvalBatches([np.arange(len(next(iter(feed.values()))))], [feed])

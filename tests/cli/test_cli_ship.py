@@ -1,0 +1,83 @@
+"""``bertwatch ship`` end to end on a tiny checkpoint and a labelled file: what it prints first and last, the
+table, ship.json and the ONNX files; pruning from an ablation output; errors that say what to do."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import transformers as T
+
+from bertwatch.cli import main
+from tests.support.models import bert_with_head
+from tests.support.ship_models import save_checkpoint, write_examples
+from tests.support.tiny_trainer import tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("ship")
+    return save_checkpoint(root / "ckpt"), write_examples(root / "dev.jsonl", 40)
+
+
+FAST = ["--repeats", "2", "--resamples", "100", "--threads", "1", "--quiet"]
+
+
+def test_ship_prints_a_table_and_writes_the_files(inputs, tmp_path: Path, capsys) -> None:
+    ckpt, data = inputs
+    out = tmp_path / "out"
+    assert main(["ship", str(ckpt), "--data", str(data), "--out", str(out), *FAST]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        f"bertwatch ship: exporting {ckpt} to ONNX as fp32, int8 and measuring each in ONNX Runtime on 40 examples "
+        f"of sequence-classification (accuracy) -> {out}"
+    )
+    assert lines[-1] == f"-> {out}/ (model.onnx, model.int8.onnx, ship.json)"
+    assert any(line.startswith("variant  ") and "accuracy" in line for line in lines)
+    assert any(line.startswith("int8: ") and "of predictions unchanged" in line for line in lines)
+    result = json.loads((out / "ship.json").read_text())
+    assert [v["name"] for v in result["variants"]] == ["fp32", "int8"]
+    assert result["checkpoint"] == str(ckpt) and result["data"] == str(data) and result["num_examples"] == 40
+    assert sorted(p.name for p in out.iterdir()) == ["model.int8.onnx", "model.onnx", "ship.json"]
+
+
+def test_ship_prunes_from_an_ablation_output(inputs, tmp_path: Path, capsys) -> None:
+    ckpt, data = inputs
+    ablation = tmp_path / "abl"
+    ablation.mkdir()
+    importance = np.arange(8, dtype=float).reshape(2, 4)[::-1].tolist()  # layer 1 least important
+    (ablation / "ablation.json").write_text(json.dumps({"importance": importance}))
+    out = tmp_path / "out"
+    argv = ["ship", str(ckpt), "--data", str(data), "--out", str(out), "--limit", "20"]
+    assert main([*argv, "--prune-from", str(ablation), "--fraction", "0.5", *FAST]) == 0
+    printed = capsys.readouterr().out
+    assert "as fp32, int8, pruned, pruned+int8 (4 heads removed)" in printed and "export check, pruned" in printed
+    result = json.loads((out / "ship.json").read_text())
+    assert result["removed_heads"] == {"1": [0, 1, 2, 3]} and result["num_examples"] == 20
+    assert (out / "model.pruned.int8.onnx").is_file()
+
+
+def test_errors_say_what_to_do(inputs, tmp_path: Path, capsys, monkeypatch) -> None:
+    ckpt, data = inputs
+    out = str(tmp_path / "out")
+    assert main(["ship", str(tmp_path / "none"), "--data", str(data), "--out", out]) == 2
+    assert "does not exist: pass the folder a Trainer saved" in capsys.readouterr().err
+    assert main(["ship", str(ckpt), "--out", out]) == 2
+    assert "pass --task GLUE_NAME (read from --glue-dir) or --data FILE" in capsys.readouterr().err
+    assert main(["ship", str(ckpt), "--task", "ner", "--data", str(data), "--out", out]) == 2
+    assert "measures sequence classifiers; --task ner is not one" in capsys.readouterr().err
+    assert main(["ship", str(ckpt), "--data", str(data), "--fraction", "0.5", "--out", out]) == 2
+    assert "--fraction goes with --prune-from" in capsys.readouterr().err
+    encoder = tmp_path / "encoder"
+    tokenizer = tiny_tokenizer()
+    bert_with_head(T.BertForMaskedLM, tokenizer).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    assert main(["ship", str(encoder), "--data", str(data), "--out", out]) == 2
+    assert "without a sequence-classification head" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    assert main(["ship", str(ckpt), "--data", str(data), "--out", out]) == 2
+    assert "pip install 'bertwatch[ship]'" in capsys.readouterr().err
+    assert not Path(out).exists()

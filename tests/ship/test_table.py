@@ -1,0 +1,60 @@
+"""``bertwatch.ship.table``: the printed table has one aligned row per variant and a reading per non-reference
+variant; ``ship.json`` is strict JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertwatch.ship.table import SHIP_FILE, format_table, write_ship_json
+
+pytestmark = pytest.mark.fast
+
+
+def _result() -> dict:
+    row = dict(p=1.0, agreement=1.0, max_abs_logit_diff=0.0)
+    return {
+        "metric": "accuracy",
+        "num_examples": 872,
+        "confidence": 0.95,
+        "n_resamples": 1000,
+        "timing": {"repeats": 20, "warmup": 2, "batch_size": 32, "batch_tokens": 55},
+        "runtime": {"onnxruntime": "1.2.3", "threads": "auto"},
+        "export_check": {"fp32": {"max_abs_diff": 2e-7, "max_abs_logit": 4.0, "rows": 32}},
+        "variants": [
+            {**row, "name": "fp32", "file": "model.onnx", "size_mb": 90.0, "value": 0.9, "delta": 0.0,
+             "ci_low": 0.0, "ci_high": 0.0, "latency_ms": 10.0, "throughput": 100.0},
+            {**row, "name": "int8", "file": "model.int8.onnx", "size_mb": 22.5, "value": 0.89, "delta": -0.01,
+             "ci_low": -0.02, "ci_high": 0.004, "agreement": 0.975, "latency_ms": 4.0, "throughput": 80.0},
+            {**row, "name": "pruned", "file": "model.pruned.onnx", "size_mb": 0.5, "value": 0.9, "delta": 0.0,
+             "ci_low": float("nan"), "ci_high": float("nan"), "latency_ms": 5.0, "throughput": 200.0},
+        ],
+    }  # fmt: skip
+
+
+def test_the_table_reads_at_a_glance() -> None:
+    lines = format_table(_result()).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("variant"))
+    assert lines[0].startswith("872 examples, accuracy with its paired-bootstrap 95% interval against fp32")
+    assert "ONNX logits within 2.0e-07 of torch's on 32 examples" in lines[2]
+    rows = lines[header + 1 : header + 4]
+    assert [r.split()[0] for r in rows] == ["fp32", "int8", "pruned"]
+    assert "(reference)" in rows[0] and "-0.0100 [-0.0200, +0.0040]" in rows[1] and "97.5%" in rows[1]
+    assert "0.500" in rows[2] and "[" not in rows[2].split("0.9000")[1]  # no interval where it is undefined
+    end = lines[header].index("size MB") + len("size MB")  # right-aligned under its header
+    assert all(r[end - 1].isdigit() and r[end] == " " for r in rows)
+    assert lines[-2] == (
+        "int8: 4.00x smaller; 2.50x faster at batch 1, 1.25x slower at batch 32; accuracy -0.0100 "
+        "(95% CI -0.0200 to +0.0040); 97.5% of predictions unchanged"
+    )
+    assert lines[-1].startswith("pruned: 180.00x smaller; 2.00x faster at batch 1, 2.00x faster at batch 32")
+
+
+def test_ship_json_is_strict(tmp_path: Path) -> None:
+    path = write_ship_json(tmp_path / "out", _result())
+    assert path == tmp_path / "out" / SHIP_FILE
+    loaded = json.loads(path.read_text())
+    assert loaded["variants"][2]["ci_low"] is None
+    assert format_table(loaded).splitlines()[-1].endswith("100.0% of predictions unchanged")
