@@ -173,6 +173,22 @@ def start_lines(plan: RunPlan) -> list[str]:
     return lines
 
 
+#: A drift reference larger than this gets a line of its own at the start.
+LARGE_REFERENCE = 512 * 2**20
+
+
+def reference_line(total_bytes: int, examples: int, longest: int) -> str | None:
+    """The line saying how large the drift reference is when it is large (None otherwise)."""
+    if total_bytes <= LARGE_REFERENCE:
+        return None
+    return (
+        f"the drift reference of the {examples} probe examples (up to {longest} tokens) takes "
+        f"{total_bytes / 2**30:.1f} GiB (their float16 maps, on the model's device and in <output_dir>/bertwatch/"
+        "reference.pt); fewer or shorter probe examples shrink it (num_probe_examples=, "
+        "probing=ProbeOptions(max_length=...) for texts)"
+    )
+
+
 def maps_line(wanted: int, kept: int, longest: int, budget: int) -> str | None:
     """The line saying that fewer examples' maps are written than asked for (None when all are): ``kept`` of
     ``wanted`` fit in ``budget`` bytes a step, the probe examples being up to ``longest`` tokens long."""

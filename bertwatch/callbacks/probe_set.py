@@ -78,12 +78,16 @@ class ProbeSet:
             "longest": max((len(t) for t in self.tokens), default=0),
         }
 
+    def maps_bytes(self, layers: int, heads: int) -> list[int]:
+        """The bytes of each probe row's attention maps in float16, ``[layers, heads, n, n]``, ``n`` its real
+        tokens (what the drift reference keeps of it)."""
+        return [2 * layers * heads * len(tokens) ** 2 for tokens in self.tokens]
+
     def maps_that_fit(self, layers: int, heads: int, budget_bytes: int) -> int:
-        """How many of the first probe rows' attention maps (float16 ``[layers, heads, n, n]`` each, ``n`` its real
-        tokens) fit together in ``budget_bytes``."""
+        """How many of the first probe rows' attention maps (:meth:`maps_bytes`) fit together in ``budget_bytes``."""
         total = 0
-        for count, tokens in enumerate(self.tokens):
-            total += 2 * layers * heads * len(tokens) ** 2
+        for count, size in enumerate(self.maps_bytes(layers, heads)):
+            total += size
             if total > budget_bytes:
                 return count
         return self.size

@@ -186,8 +186,14 @@ class WatchCallback(NotATracker, TrainerCallback):
             self._pinned_passes = pinned.passes() if at_start else 0
 
     def _more_lines(self, context: ProbeContext) -> list[str]:
-        """Start lines of this callback's own (BertWatchCallback: the maps it cannot keep)."""
-        return []
+        """Start lines of this callback's own: the size of a large drift reference (BertWatchCallback: also the maps
+        it cannot keep)."""
+        if self._index != 0 or not self.stat_names & set(DRIFT_NAMES):
+            return []
+        info = context.probe.length_info()
+        total = sum(context.probe.maps_bytes(context.layers, context.heads))
+        line = announce.reference_line(total, int(info["examples"] or 0), int(info["longest"] or 0))
+        return [line] if line else []
 
     def _report_hint(self, args: Any) -> str:
         """Where the run's report is, or how to make it."""
@@ -432,7 +438,7 @@ class BertWatchCallback(WatchCallback):
         longest = int(context.probe.length_info()["longest"] or 0)
         watched = self.watched
         line = announce.maps_line(self.num_maps, min(self.num_maps, watched.maps_fit), longest, watched.maps_budget)
-        return [line] if line else []
+        return super()._more_lines(context) + ([line] if line else [])
 
     def _report_hint(self, args: Any) -> str:
         if self.ablation_result is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertwatch.callbacks import BertWatchCallback
+from bertwatch.callbacks import BertWatchCallback, announce
 from bertwatch.callbacks.announce import (
     Pinned,
     RunPlan,
@@ -164,3 +164,12 @@ def test_a_process_other_than_world_zero_keeps_quiet(tmp_path, capsys, monkeypat
     callback = _run(tmp_path)
     assert callback.history  # it measured
     assert _lines(capsys.readouterr().err) == []
+
+
+def test_a_large_drift_reference_gets_a_line_with_its_size_and_what_shrinks_it() -> None:
+    small = 32 * 2 * 12 * 12 * 128**2  # 32 examples of 128 tokens at bert-base: 151 MB
+    large = 32 * 2 * 12 * 12 * 512**2  # of 512 tokens: 2.4 GB
+    assert announce.reference_line(small, 32, 128) is None
+    line = announce.reference_line(large, 32, 512)
+    assert line is not None and "2.2 GiB" in line and "32 probe examples (up to 512 tokens)" in line
+    assert "num_probe_examples=" in line
