@@ -4,7 +4,7 @@ A measurement names the statistics it gives, says what the shared no-grad forwar
 (``CaptureNeeds``) and when its own work runs in a batch (``stage``), and measures one probe batch at a time:
 per example ``{name: [batch, layers, heads]}`` (``heads.aggregate`` then averages examples into ``[layers, heads]``
 grids, and the measurement may finish them). Adding a family of statistics is one class and one entry in
-``MEASUREMENTS``; the monitor plans and runs every pass from that tuple (``callbacks.probe_pass``).
+``MEASUREMENTS``; the watched run plans and runs every pass from that tuple (``callbacks.probe_pass``).
 
 "Measurement" and not "group": a group is a menu heading of the plugin (``core.stat_names.STAT_GROUPS``).
 """

@@ -2,7 +2,7 @@
 
 The encoder (held weakly), the probe set, the tokenizer, the device and the training's mixed precision, the loss
 of the gradient statistics, the drift reference, the event writer and the trackers (world process zero only),
-and the Trainer's arguments and state. The monitor builds it with :func:`build_probe_context` and hands it to
+and the Trainer's arguments and state. The watched run builds it with :func:`build_probe_context` and hands it to
 the measurements (``callbacks.measurements``), the riders and the callbacks' setup checks; nothing in it
 changes during the run except the reference maps, which the first pass takes.
 """

@@ -8,7 +8,7 @@ measurements (own passes), one shared no-grad forward recording what the plan ne
 ``"forward"`` measurements and the riders on it, then the ``"after"`` measurements; it returns values
 (``PassResult``) and writes nothing (``callbacks.publisher`` does).
 
-When a subscriber watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
+When a callback watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
 their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing_model.mixing_maps`` on those rows alone),
 so that the plugin's measure selector has them beside the weights at the same steps.
 """
@@ -174,7 +174,7 @@ def plan_pass(
 
 
 def written_measures(model: torch.nn.Module) -> tuple[str, ...]:
-    """The ``LIVE_MEASURES`` whose maps the monitor writes for ``model``: all of them where the context-mixing
+    """The ``LIVE_MEASURES`` whose maps the probe pass writes for ``model``: all of them where the context-mixing
     decomposition fits its attention blocks (``heads.mixing_model.supports_mixing``: x + Attn(x) -> LayerNorm),
     attention rollout alone elsewhere (it needs the weights only)."""
     return LIVE_MEASURES if supports_mixing(model) else ("rollout",)

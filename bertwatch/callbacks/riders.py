@@ -1,7 +1,7 @@
 """Riders: what rides on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
 
 Each is a ``Rider`` of one pass (measured on the probe set during training; the statistics of a saved
-model on texts are ``bertwatch.analysis``): the monitor hands it every probe batch's maps (``consume``), then asks for
+model on texts are ``bertwatch.analysis``): the probe pass hands it every probe batch's maps (``consume``), then asks for
 its ``RiderOutput`` (``finish``: grids and other records, values that ``callbacks.publisher`` writes). They never
 touch the model, except ``UDWordClassPass``, which runs its own annotated sentences through it in ``finish``.
 

@@ -1,6 +1,6 @@
 """The Trainer callbacks: ``BertWatchCallback`` and the single-purpose callbacks of the design card.
 
-Each callback names the statistics it wants and when; the probe pass itself is shared (``monitor.Monitor``).
+Each callback names the statistics it wants and when; the probe pass itself is shared (``watched_run.WatchedRun``).
 Every event is contained (``_safe.contained``): an error becomes one warning and stops that callback, while a
 misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train_begin``.
 """

@@ -187,7 +187,7 @@ def compute_stats(
         names: statistics to compute (STAT_NAMES, DRIFT_NAMES entries); default STAT_NAMES, plus DRIFT_NAMES when
             `reference` is given.
         reference: the reference model's maps on the same batch, padded like `attn`, or one map per example
-            cropped to its real tokens `[layers, heads, n_b, n_b]` (what the monitor caches; never padded back
+            cropped to its real tokens `[layers, heads, n_b, n_b]` (what the drift reference caches; never padded back
             whole).
         compat_length: `drift_cosine` as Kovaleva's notebook computed it: maps padded to N tokens with the pad
             query rows kept. A pad query row of an eager BERT is uniform over the real keys (pad keys are masked,

@@ -64,7 +64,7 @@ __all__ = [
 @dataclass(frozen=True, eq=False)
 class ProbeSettings(Checked):
     """Everything that decides what a probe pass computes; callbacks with equal settings on one model share a
-    monitor (``callbacks.monitor.monitor_for``). Built from a ``WatchSettings`` with :meth:`WatchSettings.probe`."""
+    watched run (``callbacks.watched_run.join``). Built from a ``WatchSettings`` with :meth:`WatchSettings.probe`."""
 
     texts: Sequence[Any] | None = None
     dataset: Any = None
