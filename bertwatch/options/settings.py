@@ -63,8 +63,8 @@ __all__ = [
 
 @dataclass(frozen=True, eq=False)
 class ProbeSettings(Checked):
-    """Everything that decides what a probe pass computes; callbacks with equal settings on one model share a
-    watched run (``callbacks.watched_run.join``). Built from a ``WatchSettings`` with :meth:`WatchSettings.probe`."""
+    """Everything that decides what a probe pass computes; callbacks with equal settings in one run share
+    its watched run (``callbacks.watched_run.join``). Built from a ``WatchSettings`` with :meth:`WatchSettings.probe`."""
 
     texts: Sequence[Any] | None = None
     dataset: Any = None
