@@ -131,7 +131,9 @@ def without_gradients(member: Member, problem: str) -> Member:
     return replace(member, stat_names=member.stat_names - gradient)
 
 
-_RUNS: dict[tuple[int, ProbeSettings], WatchedRun] = {}
+#: The watched runs, held as long as a callback holds its own (a run that never ended goes with its callbacks).
+_RUNS: weakref.WeakValueDictionary[tuple[int, ProbeSettings], WatchedRun] = weakref.WeakValueDictionary()
+_FAILED: dict[tuple[int, ProbeSettings], WatchedRun] = {}
 
 
 def join(
@@ -142,11 +144,15 @@ def join(
     ``on_train_begin`` keyword arguments). Raises the first callback's ``SetupError`` of a failed build; the others
     find the watched run ``failed``."""
     key = (id(state), settings)
-    watched = _RUNS.get(key)
+    watched = _RUNS.get(key) or _FAILED.get(key)
     if watched is None or watched.state is not state:
         watched = WatchedRun(state, settings)
         _RUNS[key] = watched
-        watched.open(model, args, event, trainer)
+        try:
+            watched.open(model, args, event, trainer)
+        except BaseException:
+            _FAILED[key] = watched  # held (it holds no model), so the run's other callbacks find it failed
+            raise
     return watched
 
 
@@ -329,6 +335,6 @@ class WatchedRun:
             self.publisher.close()
         if self.context is not None:
             self.context.reference.forget()
-        if not self.failed:  # a failed watched run stays, so callbacks still to join see it failed
+        if not self.failed:  # a failed watched run stays while held, so callbacks still to join see it failed
             for key in [k for k, s in _RUNS.items() if s is self]:
                 del _RUNS[key]

@@ -82,3 +82,18 @@ def test_a_callback_writes_only_the_maps_that_fit_and_says_so(tmp_path, monkeypa
     ]
     err = capsys.readouterr().err
     assert f"attention maps: those of the first {fit} example" in err and f"of the {cb.num_maps} asked for" in err
+
+
+def test_a_run_that_never_ended_is_forgotten_with_its_callbacks(tmp_path) -> None:
+    import gc
+
+    tok = tiny_tokenizer()
+    texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(4, seed=5)]
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))
+    state = T.TrainerState()
+    member = OneMember(tiny_bert(tok), settings, ["entropy"], args, state, {"processing_class": tok})  # never closed
+    assert any(key[1] == settings for key in watched_module._RUNS)
+    del member
+    gc.collect()
+    assert not any(key[1] == settings for key in watched_module._RUNS)
