@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from transformers import Trainer, TrainerCallback
+from transformers import TrainerCallback
 
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.sweep import ablate
@@ -16,10 +16,9 @@ from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboar
 from bertwatch.callbacks._safe import SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
-from bertwatch.heads.sharding import is_sharded
 from bertwatch.report.result import AblationResult
 
-__all__ = ["AblationCallback", "run_ablation_on_trainer"]
+__all__ = ["AblationCallback"]
 
 
 def _trainer_ablation_kwargs(
@@ -45,36 +44,6 @@ def _trainer_ablation_kwargs(
     if step is not None:
         kwargs["step"] = int(step)
     return kwargs
-
-
-def run_ablation_on_trainer(
-    trainer_or_model: Any,
-    eval_dataset: Any,
-    mode: str = "uniform",
-    out_dir: str | os.PathLike | None = None,
-    writer: Any = None,
-    **kwargs: Any,
-) -> AblationResult:
-    """Run :func:`ablate` with what a ``Trainer`` knows (:func:`_trainer_ablation_kwargs`); ``kwargs`` override.
-
-    Meant for one process (``BertWatchCallback`` calls it on world process zero), so it does not split the work
-    across processes unless ``distributed=True`` is passed and every process calls it; a sharded (FSDP) model
-    is always swept by every process together.
-    """
-    trainer = trainer_or_model if isinstance(trainer_or_model, Trainer) else None
-    model = trainer.model if trainer is not None else trainer_or_model
-    settings: dict[str, Any] = {}
-    if trainer is not None:
-        settings = _trainer_ablation_kwargs(
-            trainer.args,
-            compute_metrics=trainer.compute_metrics,
-            processing_class=trainer.processing_class,
-            step=trainer.state.global_step,
-        )
-    settings = {**settings, "distributed": is_sharded(model), **kwargs}  # sharded: every process sweeps
-    if isinstance(eval_dataset, dict):
-        eval_dataset = next(iter(eval_dataset.values()))
-    return ablate(model, eval_dataset, mode=mode, out_dir=out_dir, writer=writer, **settings)
 
 
 def _first_examples(dataset: Any, count: int) -> list[Any] | None:
