@@ -10,6 +10,7 @@ from bertwatch.report.events import read_run
 from bertwatch.report.gain_section import gain_files, gain_section
 from bertwatch.report.html import build_html
 from bertwatch.report.result import atomic_write
+from bertwatch.report.ship_section import ship_files, ship_section
 from bertwatch.report.syntax_section import html_section
 
 
@@ -55,10 +56,12 @@ def cli_report(argv: Sequence[str]) -> int:
     if linguistics is not None:
         extra.append(html_section(linguistics))
     extra.extend(gain_section(path) for path in gain_files(root))
+    ships = ship_files(root)
+    extra.extend(ship_section(path) for path in ships)
     if not results and not training["grids"] and not training["series"] and not extra:
         print(
-            f"bertwatch report: found no ablation.json and no bertwatch summaries under {root}; run "
-            "`bertwatch ablate` or train with BertWatchCallback first"
+            f"bertwatch report: found no ablation.json, no ship.json and no bertwatch summaries under {root}; run "
+            "`bertwatch ablate` or `bertwatch ship`, or train with BertWatchCallback first"
         )
         return 2
     out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report.html"
@@ -67,6 +70,6 @@ def cli_report(argv: Sequence[str]) -> int:
     modes = ", ".join(r.mode for r in results) or "none"
     print(
         f"bertwatch report: ablation modes: {modes}; {len(training['grids'])} training grids, "
-        f"{len(training['series'])} series -> {out}"
+        f"{len(training['series'])} series" + (f"; {len(ships)} ship table(s)" if ships else "") + f" -> {out}"
     )
     return 0
