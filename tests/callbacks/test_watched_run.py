@@ -86,6 +86,7 @@ def test_a_callback_writes_only_the_maps_that_fit_and_says_so(tmp_path, monkeypa
 
 def test_a_run_that_never_ended_is_forgotten_with_its_callbacks(tmp_path) -> None:
     import gc
+    import weakref
 
     tok = tiny_tokenizer()
     texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(4, seed=5)]
@@ -93,7 +94,9 @@ def test_a_run_that_never_ended_is_forgotten_with_its_callbacks(tmp_path) -> Non
     settings = ProbeSettings(texts=texts, batch_size=4, logging_dir=str(tmp_path / "run"))
     state = T.TrainerState()
     member = OneMember(tiny_bert(tok), settings, ["entropy"], args, state, {"processing_class": tok})  # never closed
-    assert any(key[1] == settings for key in watched_module._RUNS)
-    del member
+    run = weakref.ref(member.watched)
+    again = OneMember(tiny_bert(tok), settings, ["cls_mass"], args, state, {"processing_class": tok})
+    assert again.watched is run()  # the run's other callbacks find it while one holds it
+    del member, again
     gc.collect()
-    assert not any(key[1] == settings for key in watched_module._RUNS)
+    assert run() is None
