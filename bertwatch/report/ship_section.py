@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SHIP_FILE", "ship_columns", "ship_files", "ship_readings", "ship_section"]
+__all__ = ["SHIP_FILE", "outlier_lines", "ship_columns", "ship_files", "ship_readings", "ship_section"]
 
 #: The result file ``bertwatch ship`` writes in its output folder.
 SHIP_FILE = "ship.json"
@@ -77,6 +77,32 @@ def ship_readings(result: Mapping[str, Any]) -> list[str]:
     return [_reading(row, reference, result["metric"], level) for row in result["variants"][1:]]
 
 
+def outlier_lines(result: Mapping[str, Any], count: int = 3) -> list[str]:
+    """The ``count`` layers with the largest feed-forward outputs (else residual stream) of the float32 model, with
+    their kurtosis, outlier dimensions and the share of the outlier mass on delimiter tokens (empty without)."""
+    outliers = result.get("outliers") or {}
+    where = "ffn" if outliers.get("ffn") else "residual"
+    layers = outliers.get(where) or []
+    if not layers:
+        return []
+    what = "feed-forward outputs" if where == "ffn" else "residual stream"
+    ranked = sorted(range(len(layers)), key=lambda layer: -(layers[layer]["inf_norm"] or 0))[:count]
+    lines = [f"activation outliers of the fp32 model ({outliers['examples']} examples), the largest {what}:"]
+    for layer in ranked:
+        r = layers[layer]
+        share = r["delimiter_share"]
+        on = (
+            "no component reaches 6"
+            if share is None or share != share
+            else f"{share:.0%} of the outlier mass on [CLS]/[SEP]/punctuation"
+        )
+        lines.append(
+            f"  layer {layer}: max |x| {r['inf_norm']:.1f}, kurtosis {r['kurtosis']:.0f}, "
+            f"{r['outlier_share']:.2%} of components >= 6, top dimensions {r['top_dims']}; {on}"
+        )
+    return lines
+
+
 def ship_section(path: Path) -> str:
     """An HTML fragment (every value escaped): what was measured, the table, and the readings."""
     result = json.loads(path.read_text(encoding="utf-8"))
@@ -91,11 +117,12 @@ def ship_section(path: Path) -> str:
     removed = result.get("removed_heads")
     pruned = f"; {sum(len(h) for h in removed.values())} heads removed in the pruned variants" if removed else ""
     readings = "".join(f"<li>{html.escape(line)}</li>" for line in ship_readings(result))
+    outliers = "".join(f"<div>{html.escape(line)}</div>" for line in outlier_lines(result))
     return (
         f"<h2>Will it ship? {html.escape(str(result.get('checkpoint', path.parent.name)))} in ONNX Runtime</h2>"
         f"<p>{int(result['num_examples'])} examples of {html.escape(str(source))}, {html.escape(result['metric'])} "
         f"with its paired-bootstrap {result['confidence']:.0%} interval against fp32; ONNX Runtime "
         f"{html.escape(str(runtime['onnxruntime']))} on the CPU{html.escape(pruned)} "
         f"(<code>{html.escape(str(path))}</code>).</p>"
-        f"<table><tr>{head}</tr>{rows}</table><ul>{readings}</ul>"
+        f"<table><tr>{head}</tr>{rows}</table><ul>{readings}</ul>" + (f"<p>{outliers}</p>" if outliers else "")
     )

@@ -36,6 +36,8 @@ FILES = {
 REFERENCE = "fp32"
 #: The batch of the throughput figure (and of the export check).
 THROUGHPUT_BATCH = 32
+#: The evaluation examples whose activation outliers are measured (float32 torch, before export).
+OUTLIER_EXAMPLES = 256
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,8 @@ def ship_model(
     Returns:
         What ``ship.json`` holds: ``variants`` (one row each: ``name``, ``file``, ``size_mb``, ``value``, ``delta``,
         ``ci_low``, ``ci_high``, ``p``, ``agreement``, ``max_abs_logit_diff``, ``latency_ms``, ``throughput``),
-        ``export_check`` (ONNX against torch per exported model), the settings and the runtime.
+        ``export_check`` (ONNX against torch per exported model), ``outliers`` (the float32 model's activation
+        outliers per layer on the first 256 examples: ``heads.outliers``), the settings and the runtime.
 
     Raises:
         ValueError: not a single-label classifier, an empty or unlabelled evaluation set, a bad head.
@@ -152,6 +155,7 @@ def ship_model(
         for name, (torch_model, _) in written.items()
         if torch_model is not None
     }
+    outliers = _outliers(model, tokenizer, examples, options.max_length)
     logits, timings = _evaluate_and_time(models, batches, singles, batch, options, progress)
     predictions = {name: values.argmax(-1) for name, values in logits.items()}
     others = {name: p for name, p in predictions.items() if name != REFERENCE}
@@ -184,6 +188,7 @@ def ship_model(
         "removed_heads": {str(layer): sorted(h) for layer, h in sorted(heads.items())} if heads else None,
         "export_check": checks,
         "variants": rows,
+        "outliers": outliers,
     }
     write_ship_json(out, result)
     return result
@@ -214,6 +219,23 @@ def _row(name: str, path: Path, logits: Mapping[str, np.ndarray], timings: Mappi
         "latency_ms": timings[name]["latency_ms"],
         "throughput": timings[name]["throughput"],
     }
+
+
+def _outliers(model: Any, tokenizer: Any, examples: Sequence[Mapping[str, Any]], max_length: int) -> dict[str, Any]:
+    """The float32 model's activation outliers per layer (``heads.outliers``) on the first ``OUTLIER_EXAMPLES``
+    evaluation examples, in batches of ``THROUGHPUT_BATCH``."""
+    import torch
+
+    from bertwatch.heads.outliers import activation_outliers
+    from bertwatch.heads.roles import token_roles
+
+    chosen = list(examples[:OUTLIER_EXAMPLES])
+    batches = []
+    for start in range(0, len(chosen), THROUGHPUT_BATCH):
+        feed = runtime.encode(tokenizer, chosen[start : start + THROUGHPUT_BATCH], max_length)
+        inputs = {name: torch.from_numpy(value) for name, value in feed.items()}
+        batches.append((inputs, token_roles(inputs["input_ids"], inputs.get("attention_mask"), tokenizer)))
+    return {"examples": len(chosen), **activation_outliers(model.eval(), batches)}
 
 
 def _one(feed: runtime.Feed) -> runtime.EvalBatches:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bertwatch.core.jsonable import jsonable
-from bertwatch.report.ship_section import SHIP_FILE, ship_columns, ship_readings
+from bertwatch.report.ship_section import SHIP_FILE, outlier_lines, ship_columns, ship_readings
 
 __all__ = ["SHIP_FILE", "format_table", "write_ship_json"]
 
@@ -62,4 +62,6 @@ def format_table(result: Mapping[str, Any]) -> str:
     lines += ["", line([header for header, _, _ in columns])]
     lines += [line([cells[i] for _, cells, _ in columns]) for i in range(len(result["variants"]))]
     lines += [""] + ship_readings(result)
+    outliers = outlier_lines(result)
+    lines += [""] + outliers if outliers else []
     return "\n".join(lines)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bertwatch.cli import main
-from bertwatch.report.ship_section import ship_columns, ship_files, ship_readings, ship_section
+from bertwatch.report.ship_section import outlier_lines, ship_columns, ship_files, ship_readings, ship_section
 from bertwatch.ship.table import format_table
 
 pytestmark = pytest.mark.fast
@@ -69,3 +69,15 @@ def test_bertwatch_report_adds_the_ship_table_of_a_folder(tmp_path, capsys) -> N
     assert "1 ship table(s)" in capsys.readouterr().out
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "Will it ship?" in page and "model.int8.onnx" in page
+
+
+def test_the_outlier_lines_rank_the_layers_by_their_largest_feed_forward_output() -> None:
+    layer = {"kurtosis": 3.0, "outlier_share": 0.0, "top_dims": [1, 2, 3], "delimiter_share": None}
+    result = {**_result(), "outliers": {"examples": 64, "ffn": [{**layer, "inf_norm": 2.0},
+              {**layer, "inf_norm": 90.0, "delimiter_share": 0.875, "outlier_share": 0.001}, {**layer, "inf_norm": 5.0}],
+              "residual": []}}  # fmt: skip
+    lines = outlier_lines(result, count=2)
+    assert lines[0] == "activation outliers of the fp32 model (64 examples), the largest feed-forward outputs:"
+    assert lines[1].startswith("  layer 1: max |x| 90.0") and "88% of the outlier mass on [CLS]/[SEP]" in lines[1]
+    assert lines[2].startswith("  layer 2: max |x| 5.0") and lines[2].endswith("no component reaches 6")
+    assert outlier_lines(_result()) == [] and lines[1] in format_table(result)
