@@ -277,6 +277,43 @@ def report(records: list[dict], boot: int) -> list[str]:
     return lines
 
 
+def health_cost(opts: argparse.Namespace, rounds: int = 7) -> list[str]:
+    """The gradient pass over 32 dev examples of the first task (MiniLM, ``--max-length`` tokens, 16 a batch)
+    without the run-health signals, with the outputs' (predictions, losses), and with the layers' gradient norms
+    too, interleaved ``rounds`` times; the fastest round of each and their ratios."""
+    import torch
+    import transformers as T
+
+    from bertwatch.data.glue import load_glue
+    from bertwatch.heads.health import HealthAccumulator
+    from bertwatch.heads.importance import gradient_stats
+    from bertwatch.heads.roles import token_roles
+
+    torch.set_num_threads(opts.threads)
+    path = _model_path()
+    tok = T.AutoTokenizer.from_pretrained(path)
+    model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).eval()
+    rows = load_glue(opts.tasks.split(",")[0], "dev", opts.glue_dir, limit=PROBE)
+    batches = []
+    for start in range(0, PROBE, BATCH):
+        part = rows[start : start + BATCH]
+        pairs = [r.get("text_pair") for r in part]
+        enc = tok([r["text"] for r in part], pairs if pairs[0] is not None else None, truncation=True,
+                  max_length=opts.max_length, padding=True, return_tensors="pt")  # fmt: skip
+        batch = {**enc, "labels": torch.tensor([int(r["label"]) for r in part])}
+        batches.append((batch, token_roles(batch["input_ids"], batch["attention_mask"], tok)))
+    times: dict[str, list[float]] = {"without": [], "outputs": [], "gradients": []}
+    for _ in range(rounds):
+        for mode in times:
+            start = time.perf_counter()
+            health = None if mode == "without" else HealthAccumulator.for_model(model, 6, mode == "gradients")
+            for batch, roles in batches:
+                gradient_stats(model, batch, roles, health=health)
+            times[mode].append(time.perf_counter() - start)
+    best = {mode: min(t) for mode, t in times.items()}
+    return [f"{mode}: fastest {t:.2f} s, {t / best['without']:.2f} x without" for mode, t in best.items()]
+
+
 def _interval(figure: tuple[float, float, float]) -> str:
     value, low, high = figure
     return f"{value:.2f} [{low:.2f}, {high:.2f}]" if math.isfinite(value) else "n/a"
@@ -302,7 +339,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="failures.jsonl", help="one JSON line per finished run (resumable)")
     parser.add_argument("--report", action="store_true", help="only print the figures of the finished runs")
+    parser.add_argument("--cost", action="store_true", help="only time the gradient pass with and without health")
     opts = parser.parse_args()
+    if opts.cost:
+        print("\n".join(health_cost(opts)))
+        return
     out = Path(opts.out)
     done = {json.loads(line)["key"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     if not opts.report:

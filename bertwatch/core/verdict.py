@@ -50,8 +50,8 @@ class VerdictSettings:
     """The verdict's thresholds (module doc; ``docs/callbacks.md`` justifies each default).
 
     ``layer_gradients``: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
-    call with the head gates, but the weight gradients of every layer to compute: about a third more backward
-    work); without them the vanishing rule is silent.
+    call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the gradient
+    pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rule is silent.
     """
 
     collapse_share: float = 0.95
