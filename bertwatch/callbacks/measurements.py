@@ -26,6 +26,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, 
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
 from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import (
     LOGIT_NAMES,
     QK_NAME,
@@ -271,7 +272,9 @@ class GradientStatistics:
         _require_labels(context)
         model, loss = context.encoder, context.loss.arguments()
         blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per batch
-        health = HealthAccumulator.for_model(model, context.layers, self.verdict.layer_gradients)
+        # a sharded model's parameters are flat shards of other layers' weights: no per-layer norms there
+        layer_gradients = self.verdict.layer_gradients and not is_sharded(model)
+        health = HealthAccumulator.for_model(model, context.layers, layer_gradients)
 
         def measure(batch: ProbeBatch) -> Measured:
             with context.autocast():
