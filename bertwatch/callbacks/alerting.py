@@ -67,6 +67,7 @@ class Alerting:
         self._reference_noted = False
         self.verdict: Verdict | None = None
         self._failing_noted = False
+        self._verdict_step: int | None = None
 
     @contextlib.contextmanager
     def contained(self) -> Iterator[None]:
@@ -122,9 +123,11 @@ class Alerting:
 
     def judge_verdict(self, health: Sequence[tuple[int, dict[str, float]]]) -> Verdict | None:
         """The verdict at the newest step of ``health`` (``(step, run-health values)``, oldest first) with the
-        alerts in force (``core.verdict.judge_run``); kept in ``verdict``."""
-        if self.disabled or not health:
+        alerts in force (``core.verdict.judge_run``), once per step; kept in ``verdict``. None when there is
+        nothing new to judge."""
+        if self.disabled or not health or health[-1][0] == self._verdict_step:
             return None
+        self._verdict_step = health[-1][0]
         self.verdict = judge_run(health, len(self.alerts), self.verdict_settings)
         return self.verdict
 
