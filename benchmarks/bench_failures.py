@@ -257,8 +257,8 @@ def report(records: list[dict], boot: int) -> list[str]:
     failed = np.array([failed_by_score(r["task"], r["final"], r["dev_labels"], boot) for r in records])
     lines = [f"{len(records)} runs, {int(failed.sum())} failed (final dev score not above the majority class)"]
     for r, f in zip(records, failed):
-        lines.append(f"  {r['key']}: final {_metric(r['task'])(np.asarray(r['final']), np.asarray(r['dev_labels'])):.3f}"
-                     f" {'failed' if f else 'healthy'} ({r['seconds']:.0f} s)")  # fmt: skip
+        final = _metric(r["task"])(np.asarray(r["final"]), np.asarray(r["dev_labels"]))
+        lines.append(f"  {r['key']}: final {final:.3f} {'failed' if f else 'healthy'} ({r['seconds']:.0f} s)")
     for fraction in FRACTIONS:
         per_run = [signals_at(r, fraction, boot) for r in records]
         lines.append(f"\nat {fraction:.0%} of training  {'AUC [95% CI]':>22} {'precision [95% CI]':>22} "

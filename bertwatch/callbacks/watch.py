@@ -52,8 +52,8 @@ class WatchCallback(NotATracker, TrainerCallback):
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
     process (only world process zero writes event files); ``health`` holds ``(step, {signal: value})``, the
     run-health signals of the steps its gradient statistics were measured (``core.health_names``), and
-    ``alerting.verdict`` the last verdict on the run (``core.verdict``). ``log_to_trackers`` (default on) also sends each
-    statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
+    ``alerting.verdict`` the last verdict on the run (``core.verdict``). ``log_to_trackers`` (default on) also
+    sends each statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
 
     default_stats: tuple[str, ...] = ()
