@@ -217,13 +217,29 @@ def _prior_entropy(labels: list[int]) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+def _with_prior(record: dict) -> None:
+    """Give a record's health points the probe set's prior loss where they lack it (records written before the
+    signal existed): the entropy of the labels of its probe examples, the 32 training examples after those trained
+    on."""
+    from bertwatch.core.health_names import PRIOR_LOSS
+    from bertwatch.data.glue import load_glue
+
+    if all(PRIOR_LOSS in values for _, values in record["health"]):
+        return
+    rows = load_glue(record["task"], "train", default_glue_dir())[record["steps"] * BATCH :][:PROBE]
+    prior = _prior_entropy([int(r["label"]) for r in rows])
+    for _, values in record["health"]:
+        values.setdefault(PRIOR_LOSS, prior)
+
+
 def signals_at(record: dict, fraction: float, boot: int) -> dict[str, tuple[float, bool | None]]:
     """Each signal of one run at ``fraction`` of its training: ``{name: (failure score, flagged at its
     threshold)}`` (higher score = more likely failed; flagged None where a signal has no threshold)."""
-    from bertwatch.core.health_names import LOSS_MEAN, LOSS_STD, PREDICTION_SHARE
+    from bertwatch.core.health_names import LOSS_MEAN, LOSS_STD, PREDICTION_SHARE, PRIOR_LOSS
     from bertwatch.core.verdict import VerdictSettings, judge_run, lower_gradient_ratio
 
     s = VerdictSettings()
+    _with_prior(record)
     steps, every = record["steps"], max(1, round(record["steps"] * 0.1))
     step = max(1, round(steps * fraction))
     history = [(int(k), v) for k, v in record["health"] if int(k) <= step]
@@ -231,6 +247,7 @@ def signals_at(record: dict, fraction: float, boot: int) -> dict[str, tuple[floa
     verdict = judge_run(history, 0, s)
     ratio, _ = lower_gradient_ratio(now, reference, s.lower_share)
     loss_ratio = now[LOSS_MEAN] / reference[LOSS_MEAN]
+    prior_ratio = now[LOSS_MEAN] / now[PRIOR_LOSS]
     losses = {int(k): v for k, v in record["train_loss"].items()}
     window = [losses[k] for k in losses if step - every < k <= step]
     train_loss = float(np.mean(window)) if window else math.nan
@@ -246,6 +263,7 @@ def signals_at(record: dict, fraction: float, boot: int) -> dict[str, tuple[floa
         "prediction share": (now[PREDICTION_SHARE], now[PREDICTION_SHARE] >= s.collapse_share),
         "lower-layer gradient / step 0": (-ratio, ratio < s.risk_fraction),
         "probe loss / step 0": (loss_ratio, loss_ratio >= s.stuck_fraction),
+        "probe loss / prior loss": (prior_ratio, prior_ratio >= s.stuck_fraction),
         "probe loss std": (-now[LOSS_STD], None),
         "baseline: training loss": (train_loss, train_loss >= s.stuck_fraction * entropy),
         "baseline: dev score": (-dev_gap, failed_by_score(record["task"], early, labels, boot) if early else None),

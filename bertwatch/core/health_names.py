@@ -10,7 +10,10 @@ Each signal is one number per probe pass (``docs/statistics.md``, "Run health"):
   the number of examples predicted;
 - ``prediction_std``: the standard deviation of the predictions of a regression head (NaN otherwise);
 - ``loss_mean``: the probe set's loss, Σ w_b ℓ_b / Σ w_b; ``loss_std``: the standard deviation of the per-example
-  losses ℓ_b over the labelled examples.
+  losses ℓ_b over the labelled examples;
+- ``prior_loss``: the loss of the best constant prediction on the probe labels, the loss a model that ignores its
+  input can reach: the entropy of the label frequencies (single-label classification), their variance
+  (regression); NaN otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ __all__ = [
     "PREDICTION_COUNT",
     "PREDICTION_SHARE",
     "PREDICTION_STD",
+    "PRIOR_LOSS",
     "grad_norm_name",
     "layer_of",
 ]
@@ -37,6 +41,7 @@ PREDICTED = "predicted"
 PREDICTION_STD = "prediction_std"
 LOSS_MEAN = "loss_mean"
 LOSS_STD = "loss_std"
+PRIOR_LOSS = "prior_loss"
 
 
 def grad_norm_name(layer: int) -> str:

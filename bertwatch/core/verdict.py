@@ -11,7 +11,9 @@ probe steps after the reference where it is true (``since``: the first of them):
   (regression);
 - **vanishing**: every lower layer's gradient norm (the first ``lower_share`` of the layers, at least one) fell
   below ``vanish_fraction`` of its reference value (``risk_fraction``: the same, at risk);
-- **stuck**: the probe loss is ``stuck_fraction`` of the reference's or more (it has not fallen);
+- **stuck**: the probe loss is ``stuck_fraction`` of its baseline or more: the prior loss, the loss of the best
+  constant prediction (``prior_loss``: the label entropy, Mosbach et al.'s mark of a failed run), where the task
+  head gives one, else the reference's probe loss (it has not fallen);
 - **non-finite**: the probe loss or a layer's gradient norm is NaN or infinite where the reference's is finite.
 
 "failing": non-finite, or a collapse that held for ``patience`` probe steps together with a vanishing gradient or
@@ -32,6 +34,7 @@ from bertwatch.core.health_names import (
     PREDICTION_COUNT,
     PREDICTION_SHARE,
     PREDICTION_STD,
+    PRIOR_LOSS,
     layer_of,
 )
 
@@ -173,8 +176,9 @@ def judge_run(
     bound = _percent(s.vanish_fraction if vanish else s.risk_fraction)
     gradient = f"the gradient norm of {_layer_words(lower)} fell below {bound} of its step-{ref_step} value"
     gradient += f" ({_percent(ratio)})"
-    now_loss, ref_loss = now.get(LOSS_MEAN, math.nan), reference.get(LOSS_MEAN, math.nan)
-    loss = f"the probe loss has not fallen ({now_loss:.3g} against {ref_loss:.3g} at step {ref_step})"
+    baseline, against = _loss_baseline(now, reference)
+    loss = f"the probe loss has not fallen ({now.get(LOSS_MEAN, math.nan):.3g} against {baseline:.3g}"
+    loss += f" {against.format(ref=ref_step)})"
     if collapse >= s.patience and (vanish >= s.patience or stuck >= s.patience):
         failing.append(f"{what} since step {collapse_since}")
         if vanish >= s.patience:
@@ -194,8 +198,16 @@ def judge_run(
     return Verdict(step, level, tuple(failing + risk))
 
 
+def _loss_baseline(health: Health, reference: Health) -> tuple[float, str]:
+    """What the probe loss is compared with: the prior loss where given, else the reference's loss; in words."""
+    prior = health.get(PRIOR_LOSS)
+    if _finite(prior) and prior > 0:
+        return prior, "for the best constant prediction"
+    return reference.get(LOSS_MEAN, math.nan), "at step {ref}"
+
+
 def _stuck(health: Health, reference: Health, s: VerdictSettings) -> bool:
-    now, then = health.get(LOSS_MEAN), reference.get(LOSS_MEAN)
+    now, then = health.get(LOSS_MEAN), _loss_baseline(health, reference)[0]
     return _finite(now) and _finite(then) and then > 0 and now >= s.stuck_fraction * then
 
 

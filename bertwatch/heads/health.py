@@ -27,6 +27,7 @@ from bertwatch.core.health_names import (
     PREDICTION_COUNT,
     PREDICTION_SHARE,
     PREDICTION_STD,
+    PRIOR_LOSS,
     grad_norm_name,
 )
 from bertwatch.heads.task_heads import head_kind, problem_type, weighted_losses
@@ -38,6 +39,7 @@ __all__ = [
     "loss_moments",
     "majority_share",
     "prediction_spread",
+    "prior_loss",
 ]
 
 
@@ -76,6 +78,19 @@ def prediction_spread(predictions: torch.Tensor) -> float:
     return float(predictions.double().std(unbiased=False))
 
 
+def prior_loss(labels: torch.Tensor, regression: bool) -> float:
+    """The loss of the best constant prediction on ``labels`` ``[n]``: the entropy (nats) of the class frequencies
+    of integer labels (cross-entropy), the population variance of regression targets (squared error); NaN for
+    none."""
+    if labels.numel() == 0:
+        return math.nan
+    if regression:
+        return float(labels.double().var(unbiased=False))
+    p = torch.bincount(labels.long().reshape(-1)).double()
+    p = p[p > 0] / p.sum()
+    return float(-(p * p.log()).sum())
+
+
 def loss_moments(losses: torch.Tensor, weights: torch.Tensor) -> tuple[float, float]:
     """``(Σ w ℓ / Σ w, std of ℓ over the examples with w > 0)`` of per-example losses ``ℓ`` and weights ``w``
     ``[n]`` (the mean is the loss as the model weighs it; the spread is population std); NaN for no weight."""
@@ -106,6 +121,7 @@ class HealthAccumulator:
         self.weights: list[torch.Tensor] = []
         self.classes: list[torch.Tensor] = []
         self.regression: list[torch.Tensor] = []
+        self.labels: list[torch.Tensor] = []
 
     @classmethod
     def for_model(cls, model: nn.Module, layers: int, gradients: bool = True) -> HealthAccumulator:
@@ -151,6 +167,8 @@ class HealthAccumulator:
             self.classes.append(logits.detach().argmax(-1).cpu()[keep])
         elif problem == "regression":
             self.regression.append(logits.detach().float().reshape(logits.shape[0], -1)[:, 0].cpu()[keep])
+        if problem in ("single_label_classification", "regression") and labels is not None:
+            self.labels.append(labels.detach().cpu().reshape(logits.shape[0], -1)[:, 0][keep])
 
     def add_losses(self, losses: torch.Tensor, weights: torch.Tensor) -> None:
         """Add per-example ``losses`` and ``weights`` ``[rows]`` alone (a loss that runs the model itself)."""
@@ -177,6 +195,7 @@ class HealthAccumulator:
         share, count = majority_share(classes)
         out[PREDICTION_SHARE], out[PREDICTION_COUNT], out[PREDICTED] = share, float(count), float(classes.numel())
         out[PREDICTION_STD] = prediction_spread(torch.cat(self.regression)) if self.regression else math.nan
+        out[PRIOR_LOSS] = prior_loss(torch.cat(self.labels), bool(self.regression)) if self.labels else math.nan
         if self.losses:
             out[LOSS_MEAN], out[LOSS_STD] = loss_moments(torch.cat(self.losses), torch.cat(self.weights))
         else:

@@ -14,6 +14,7 @@ from bertwatch.core.health_names import (
     PREDICTION_COUNT,
     PREDICTION_SHARE,
     PREDICTION_STD,
+    PRIOR_LOSS,
     grad_norm_name,
 )
 from bertwatch.core.verdict import VerdictSettings, judge_run, lower_gradient_ratio
@@ -80,6 +81,22 @@ def test_collapse_with_a_stuck_loss_alone_is_failing() -> None:
     history[0] = (0, _health(0.5, 0.70, [1.0] * LAYERS))
     verdict = judge_run(history)
     assert verdict.level == 2 and any("probe loss has not fallen" in r for r in verdict.reasons)
+
+
+def test_a_loss_that_only_fell_to_the_prior_is_stuck() -> None:
+    """Imbalanced labels (70/30): a run that predicts the majority class lowers its loss from ln 2 to the labels'
+    entropy (0.61) and no further; a run that learns goes below it."""
+    prior = -(0.7 * math.log(0.7) + 0.3 * math.log(0.3))
+
+    def point(share: float, loss: float) -> dict[str, float]:
+        return {**_health(share, loss, [1.0] * LAYERS), PRIOR_LOSS: prior}
+
+    collapsed = [(0, point(0.6, 0.69))] + [(10 * k, point(1.0, prior + 0.005)) for k in range(1, 5)]
+    verdict = judge_run(collapsed)
+    assert verdict.level == 2
+    assert any("for the best constant prediction" in reason for reason in verdict.reasons)
+    learning = [(0, point(0.6, 0.69))] + [(10 * k, point(0.7, prior * (1 - 0.05 * k))) for k in range(1, 5)]
+    assert judge_run(learning).level == 0
 
 
 def test_regression_collapse_reads_the_prediction_spread() -> None:

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.core.health_names import LOSS_MEAN, LOSS_STD, PREDICTION_SHARE, PREDICTION_STD, grad_norm_name
+from bertwatch.core.health_names import (
+    LOSS_MEAN,
+    LOSS_STD,
+    PREDICTION_SHARE,
+    PREDICTION_STD,
+    PRIOR_LOSS,
+    grad_norm_name,
+)
 from bertwatch.heads import length_groups
 from bertwatch.heads.health import HealthAccumulator, encoder_layer_parameters
 from bertwatch.heads.importance import gradient_stats
@@ -141,6 +148,9 @@ def test_regression_gradient_norms_and_prediction_spread() -> None:
     std = math.sqrt(sum((p - mean) ** 2 for p in predictions) / len(predictions))
     assert got[PREDICTION_STD] == pytest.approx(std, rel=1e-4)
     assert math.isnan(got[PREDICTION_SHARE])
+    targets = [float(y) for batch in batches for y in batch["labels"]]
+    mean = sum(targets) / len(targets)
+    assert got[PRIOR_LOSS] == pytest.approx(sum((y - mean) ** 2 for y in targets) / len(targets), rel=1e-5)
 
 
 def test_predictions_and_losses_match_numpy_loops() -> None:
@@ -168,6 +178,9 @@ def test_predictions_and_losses_match_numpy_loops() -> None:
     assert got[LOSS_MEAN] == pytest.approx(mean, rel=1e-5)
     assert got[LOSS_STD] == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in losses) / len(losses)), rel=1e-4)
     assert math.isnan(got[PREDICTION_STD])
+    labels = [int(y) for batch in batches for y in batch["labels"] if int(y) != -100]
+    shares = [labels.count(c) / len(labels) for c in set(labels)]
+    assert got[PRIOR_LOSS] == pytest.approx(-sum(p * math.log(p) for p in shares), rel=1e-6)
 
 
 def test_example_loss_gives_losses_but_no_gradient_norms() -> None:
