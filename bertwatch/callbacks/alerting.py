@@ -1,5 +1,6 @@
-"""What a stability alert does during training: judge a callback's history (``bertwatch.core.alerts``), warn,
-and ask the Trainer to save and stop when ``on_alert="stop"``.
+"""What a stability alert or a failing verdict does during training: judge a callback's history
+(``bertwatch.core.alerts``, ``bertwatch.core.verdict``), warn, and ask the Trainer to save and stop when
+``on_alert="stop"``.
 
 The rules read grids the probe pass has already measured, so judging adds no forward pass and changes nothing in
 the training; the only effect on the run is the save-and-stop request (``control.should_save`` and
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.alerts import ALERT_STATS, Alert, AlertSettings, active_alerts
+from bertwatch.core.verdict import Verdict, VerdictSettings, judge_run
 from bertwatch.core.warnings import BertWatchWarning
 
 __all__ = ["Alerting", "Judgement"]
@@ -42,10 +44,17 @@ class Alerting:
     judged step and ``raised`` every alert that was new when raised.
     """
 
-    def __init__(self, on_alert: str | Callable[[list[Alert]], Any], settings: AlertSettings, strict: bool) -> None:
+    def __init__(
+        self,
+        on_alert: str | Callable[[list[Alert]], Any],
+        settings: AlertSettings,
+        strict: bool,
+        verdict: VerdictSettings | None = None,
+    ) -> None:
         self.on_alert = on_alert
         self.settings = settings
         self.strict = strict
+        self.verdict_settings = verdict or VerdictSettings()
         self.reset()
 
     def reset(self) -> None:
@@ -56,6 +65,9 @@ class Alerting:
         self._seen: set[tuple[int, int, str, str]] = set()
         self._judged_step: int | None = None
         self._reference_noted = False
+        self.verdict: Verdict | None = None
+        self._failing_noted = False
+        self._verdict_step: int | None = None
 
     @contextlib.contextmanager
     def contained(self) -> Iterator[None]:
@@ -105,6 +117,33 @@ class Alerting:
                 warnings.warn(f"bertwatch alert: {alert.describe()}{what}", BertWatchWarning, stacklevel=5)
         if stop and self.stop_requested_at is None:
             self.stop_requested_at = judgement.step
+            if control is not None:
+                control.should_save = True
+                control.should_training_stop = True
+
+    def judge_verdict(self, health: Sequence[tuple[int, dict[str, float]]]) -> Verdict | None:
+        """The verdict at the newest step of ``health`` (``(step, run-health values)``, oldest first) with the
+        alerts in force (``core.verdict.judge_run``), once per step; kept in ``verdict``. None when there is
+        nothing new to judge."""
+        if self.disabled or not health or health[-1][0] == self._verdict_step:
+            return None
+        self._verdict_step = health[-1][0]
+        self.verdict = judge_run(health, len(self.alerts), self.verdict_settings)
+        return self.verdict
+
+    def act_on_verdict(self, verdict: Verdict, control: Any) -> None:
+        """The first "failing" verdict: one warning with its reasons (``on_alert`` ``"warn"`` or ``"stop"``) and,
+        with ``"stop"``, at most once, ``control.should_save`` and ``control.should_training_stop``. A callable
+        ``on_alert`` is given alerts only, not verdicts."""
+        if verdict.level < 2 or self._failing_noted or self.on_alert not in ("warn", "stop"):
+            return
+        self._failing_noted = True
+        stop = self.on_alert == "stop"
+        what = "; saving a checkpoint and stopping training (on_alert='stop')" if stop else ""
+        message = f"bertwatch verdict at step {verdict.step}: {verdict.describe()}{what}"
+        warnings.warn(message, BertWatchWarning, stacklevel=5)
+        if stop and self.stop_requested_at is None:
+            self.stop_requested_at = verdict.step
             if control is not None:
                 control.should_save = True
                 control.should_training_stop = True

@@ -213,7 +213,8 @@ def cost_line(first_pass: float, pinned_passes: int, budgeted: bool, budget: flo
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a callback measured, for the end line."""
+    """What a callback measured, for the end line; ``verdict``: the last verdict on the run in words
+    (``core.verdict.Verdict.describe``), None when none was judged."""
 
     steps: tuple[int, ...]
     alerts: int
@@ -221,12 +222,21 @@ class RunSummary:
     own_seconds: float
     share: float
     report: str
+    verdict: str | None = None
 
     @classmethod
-    def of(cls, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerts: int, meter: Any, report: str):
-        """From a callback's ``history`` (``(step, grids)`` in order), its alert count and its ``OverheadMeter``."""
+    def of(
+        cls,
+        history: Sequence[tuple[int, Mapping[str, np.ndarray]]],
+        alerts: int,
+        meter: Any,
+        report: str,
+        verdict: str | None = None,
+    ):
+        """From a callback's ``history`` (``(step, grids)`` in order), its alert count, its ``OverheadMeter`` and
+        its last verdict in words."""
         grids = history[-1][1] if history else {}
-        return cls(tuple(step for step, _ in history), alerts, grids, meter.own, meter.share(), report)
+        return cls(tuple(step for step, _ in history), alerts, grids, meter.own, meter.share(), report, verdict)
 
 
 def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str] | None:
@@ -246,7 +256,8 @@ def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str] | N
 
 
 def end_lines(summary: RunSummary) -> list[str]:
-    """The end line: the steps measured, the alerts, the heads that moved most, bertwatch's share, the report."""
+    """The end lines: the steps measured, the alerts, the heads that moved most, bertwatch's share; the verdict on
+    the run (when one was judged); the report."""
     steps = summary.steps
     span = f" ({steps[0]} to {steps[-1]})" if len(steps) > 1 else (f" ({steps[0]})" if steps else "")
     moved = moved_most(summary.grids)
@@ -259,4 +270,5 @@ def end_lines(summary: RunSummary) -> list[str]:
     elif moved is not None:
         parts.append("no head moved beyond float32 rounding")
     parts.append(f"bertwatch took {summary.own_seconds:.1f} s, {summary.share:.1%} of the run")
-    return ["; ".join(parts), f"report: {summary.report}"]
+    verdict = [f"verdict: {summary.verdict}"] if summary.verdict else []
+    return ["; ".join(parts), *verdict, f"report: {summary.report}"]

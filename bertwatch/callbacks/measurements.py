@@ -20,10 +20,13 @@ import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import SetupError
+from bertwatch.core.verdict import VerdictSettings
+from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
 from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import (
     LOGIT_NAMES,
     QK_NAME,
@@ -171,6 +174,9 @@ class MeasurementPass(Protocol):
         added here)."""
         ...
 
+    # A pass may also have ``health() -> {name: float}``: the run-health signals it measured over the whole probe
+    # set (``core.health_names``; the gradient statistics' pass has it). ``probe_pass.execute`` reads it when there.
+
 
 @runtime_checkable
 class Measurement(Protocol):
@@ -197,12 +203,17 @@ class _Pass:
 
     measure_batch: Callable[[ProbeBatch], Mapping[str, Tensor] | Measured]
     finish_grids: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None
+    health_values: Callable[[], dict[str, float]] | None = None
 
     def measure(self, batch: ProbeBatch) -> Mapping[str, Tensor] | Measured:
         return self.measure_batch(batch)
 
     def finish(self, grids: dict[str, Tensor]) -> dict[str, Tensor]:
         return grids if self.finish_grids is None else self.finish_grids(grids)
+
+    def health(self) -> dict[str, float]:
+        """The run-health signals of the pass (``core.health_names``), empty when it measures none."""
+        return {} if self.health_values is None else self.health_values()
 
 
 class MapStatistics:
@@ -244,10 +255,15 @@ class NormStatistics:
 
 class GradientStatistics:
     """Michel's head importance and Clark's attention gradients (``heads.importance.gradient_stats``), from one
-    gated forward and backward per batch whose maps spare the shared forward."""
+    gated forward and backward per batch whose maps spare the shared forward; the same pass gives the run-health
+    signals (``heads.health``: the encoder layers' gradient norms with ``verdict.layer_gradients``, the
+    predictions, the probe loss), read by the pass's ``health()``."""
 
     names = GRADIENT_NAMES
     stage: Stage = "before"
+
+    def __init__(self, verdict: VerdictSettings | None = None) -> None:
+        self.verdict = verdict or VerdictSettings()
 
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds()
@@ -256,12 +272,15 @@ class GradientStatistics:
         _require_labels(context)
         model, loss = context.encoder, context.loss.arguments()
         blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per batch
+        # a sharded model's parameters are flat shards of other layers' weights: no per-layer norms there
+        layer_gradients = self.verdict.layer_gradients and not is_sharded(model)
+        health = HealthAccumulator.for_model(model, context.layers, layer_gradients)
 
         def measure(batch: ProbeBatch) -> Measured:
             with context.autocast():
                 grads, attn, *states = gradient_stats(
                     model, batch.inputs, batch.roles, return_states=True, record_blocks=blocks,
-                    record_logits=shared.logits, **loss,
+                    record_logits=shared.logits, health=health, **loss,
                 )  # fmt: skip
             return Measured({name: grads[name] for name in names}, attn, RecordedStates(*states))
 
@@ -270,7 +289,7 @@ class GradientStatistics:
                 grids = {**grids, "head_importance": normalize_by_layer(grids["head_importance"])}
             return grids
 
-        return _Pass(measure, finish)
+        return _Pass(measure, finish, health.values)
 
 
 class IntegratedGradientsStatistic:

@@ -185,12 +185,14 @@ class PassResult:
     """What a pass measured: the statistics' ``grids`` ``{name: [layers, heads]}`` (plan order, float32 numpy),
     the riders' ``summaries``, the kept ``examples`` ``(tokens, maps [L, H, n, n], segments)`` and, with
     ``ProbePlan.mixing_maps``, the same examples' maps of the other measures ``{measure: examples}`` (same tokens and
-    order; maps ``[L, H, n, n]`` for ``norms``, ``[L, n, n]`` for the per-layer measures)."""
+    order; maps ``[L, H, n, n]`` for ``norms``, ``[L, n, n]`` for the per-layer measures) and ``health``, the
+    run-health signals of the gradient pass over the whole probe set (``core.health_names``; empty without it)."""
 
     grids: dict[str, np.ndarray] = field(default_factory=dict)
     summaries: tuple[RiderOutput, ...] = ()
     examples: tuple[tuple, ...] = ()
     measure_examples: dict[str, tuple[tuple, ...]] = field(default_factory=dict)
+    health: dict[str, float] = field(default_factory=dict)
 
     def all_grids(self) -> dict[str, np.ndarray]:
         """The statistics' grids, then the riders' grids."""
@@ -233,7 +235,12 @@ def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
     measure_examples = {
         m: tuple(collected.measure_examples[m]) for m in LIVE_MEASURES if m in collected.measure_examples
     }
-    return PassResult(_grids(plan, passes, collected), summaries, tuple(collected.examples), measure_examples)
+    health: dict[str, float] = {}
+    for _, measurement_pass in passes:
+        values = getattr(measurement_pass, "health", None)
+        health.update(values() if callable(values) else {})
+    grids = _grids(plan, passes, collected)
+    return PassResult(grids, summaries, tuple(collected.examples), measure_examples, health)
 
 
 def _grids(

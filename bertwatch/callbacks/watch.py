@@ -51,8 +51,10 @@ class WatchCallback(NotATracker, TrainerCallback):
     """Shared machinery: cadence, statistics, membership of the run's probe pass, error containment.
 
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
-    process (only world process zero writes event files). ``log_to_trackers`` (default on) also sends each
-    statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
+    process (only world process zero writes event files); ``health`` holds ``(step, {signal: value})``, the
+    run-health signals of the steps its gradient statistics were measured (``core.health_names``), and
+    ``alerting.verdict`` the last verdict on the run (``core.verdict``). ``log_to_trackers`` (default on) also
+    sends each statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
 
     default_stats: tuple[str, ...] = ()
@@ -88,6 +90,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.watched: WatchedRun | None = None
         self._index = -1  # this callback's place in the watched run (``WatchedRun.add``)
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+        self.health: list[tuple[int, dict[str, float]]] = []
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
         self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
@@ -200,7 +203,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         return announce.report_command(str(args.output_dir))
 
     def _begin(self, model: Any, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
-        self.history, self._index = [], -1
+        self.history, self.health, self._index = [], [], -1
         self.alerting.reset()
         context = self._link.context(kwargs)
         self.watched = join(model, self.probe_settings, args, state, kwargs, context)
@@ -227,7 +230,8 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     def _drive(self, event: str, state: Any, control: Any = None) -> None:
         """Have the run's watched handle ``event`` (the pass runs once, for every callback due), then take this
-        callback's results: its history, its alerts (``callbacks.alerting``) and the ``probe_steps`` points."""
+        callback's results: its history and health, its alerts and verdict (``callbacks.alerting``) and the
+        ``probe_steps`` points."""
         watched = self.watched
         if watched is None or self._index < 0:
             return
@@ -237,20 +241,37 @@ class WatchCallback(NotATracker, TrainerCallback):
         start = self.pacing.clock()
         results = watched.handle(event, int(state.global_step), self._index)
         mine = [(r, grids) for r in results if (grids := r.of(watched.members[self._index], self._index)) is not None]
+        member = watched.members[self._index]
         for result, grids in mine:
-            self._record(result.step, grids)
+            self._record(result.step, grids, result.health_of(member, self._index))
         self.pacing.charge(self.pacing.clock() - start, mine[-1][0].step if mine else None)
         start = self.pacing.clock()
         for result, _ in mine:
             self._judge(watched, result.event, control)
+            self._judge_verdict(watched, result.step, control)
             watched.publish_records(self.pacing.records(result.step), result.step)
         self.pacing.charge(self.pacing.clock() - start)
 
-    def _record(self, step: int, grids: Mapping[str, np.ndarray]) -> None:
+    def _record(self, step: int, grids: Mapping[str, np.ndarray], health: Mapping[str, float] | None) -> None:
         if self.history and self.history[-1][0] == step:
             self.history[-1][1].update(grids)
         else:
             self.history.append((step, dict(grids)))
+        if health and not (self.health and self.health[-1][0] == step):
+            self.health.append((step, dict(health)))
+
+    def _judge_verdict(self, watched: WatchedRun, step: int, control: Any) -> None:
+        """The verdict at ``step`` when its run health was measured: written as the ``verdict`` series (level
+        0/1/2, the reasons in its description) by the watched run's verdict writer, acted on here."""
+        if not self.health or self.health[-1][0] != step:
+            return
+        with self.alerting.contained():
+            verdict = self.alerting.judge_verdict(self.health)
+            if verdict is None:
+                return
+            if watched.verdict_writer() == self._index:
+                watched.publish_verdict(verdict, step)
+            self.alerting.act_on_verdict(verdict, control)
 
     def _judge(self, watched: WatchedRun, event: str, control: Any) -> None:
         """The stability alerts of the newest step: written by the watched run's alert writer, acted on here."""
@@ -294,7 +315,9 @@ class WatchCallback(NotATracker, TrainerCallback):
                 self._after_end(args, state, kwargs)
             if self._speaks and not self.disabled:
                 alerts, hint = len(self.alerting.raised), self._report_hint(args)
-                announce.say(announce.end_lines(announce.RunSummary.of(self.history, alerts, self.pacing.meter, hint)))
+                verdict = self.alerting.verdict.describe() if self.alerting.verdict is not None else None
+                summary = announce.RunSummary.of(self.history, alerts, self.pacing.meter, hint, verdict)
+                announce.say(announce.end_lines(summary))
         finally:
             if self.watched is not None:
                 self.watched.leave(self._index)

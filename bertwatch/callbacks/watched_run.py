@@ -37,6 +37,8 @@ from bertwatch.callbacks.probe_pass import LossRefused, PassResult, ProbePlan, e
 from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher
 from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
 from bertwatch.core.alerts import ALERT_STATS, Alert
+from bertwatch.core.health_names import HEALTH_SERIES
+from bertwatch.core.verdict import VERDICT_SERIES, Verdict
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
@@ -84,21 +86,38 @@ class Member:
     active: bool = True
 
 
+#: What the ``run_health`` series says of itself (``core.health_names`` defines each value).
+HEALTH_DESCRIPTION = (
+    "Run health on the probe set: each encoder layer's gradient norm of the probe loss, the share of probe "
+    "examples predicted as the most frequent class (or the predictions' std for regression), the probe loss's "
+    "mean and std"
+)
+
+
 @dataclass(frozen=True)
 class StepResult:
-    """What one event's pass gave: ``step``, ``event``, the ``due`` members (by position in the watched run) and
-    ``grids``, every statistic measured at this step so far ``{name: [layers, heads]}``."""
+    """What one event's pass gave: ``step``, ``event``, the ``due`` members (by position in the watched run),
+    ``grids``, every statistic measured at this step so far ``{name: [layers, heads]}``, and ``health``, the
+    run-health signals measured at this step (``core.health_names``; empty when no gradient pass ran)."""
 
     step: int
     event: str
     due: frozenset[int]
     grids: Mapping[str, np.ndarray]
+    health: Mapping[str, float] = field(default_factory=dict)
 
     def of(self, member: Member, index: int) -> dict[str, np.ndarray] | None:
         """``member``'s grids, or None when it was not due at this event."""
         if index not in self.due:
             return None
         return {n: self.grids[n] for n in ALL_STATS if n in member.stat_names and n in self.grids}
+
+    def health_of(self, member: Member, index: int) -> dict[str, float] | None:
+        """The run-health signals for ``member`` (one that measures the gradient statistics, due at this event), or
+        None."""
+        if index not in self.due or not self.health or not member.stat_names & set(GRADIENT_NAMES):
+            return None
+        return dict(self.health)
 
 
 def loss_problem(context: ProbeContext) -> str | None:
@@ -172,6 +191,7 @@ class WatchedRun:
         self.maps_fit, self.maps_budget = 0, MAPS_BYTES
         self._results: dict[tuple[str, int], StepResult] = {}
         self._step, self._grids, self._maps_written = -1, {}, set()
+        self._health: dict[str, float] = {}
         self._riders_taken: set[tuple[int, int]] = set()
         self._delivered: set[tuple[int, tuple[str, int]]] = set()
 
@@ -199,6 +219,11 @@ class WatchedRun:
 
     def update(self, index: int, member: Member) -> None:
         self.members[index] = member
+
+    def verdict_writer(self) -> int | None:
+        """The index of the member that writes the run's verdict: the first active one with a gradient statistic
+        (the run-health signals come from the gradient pass)."""
+        return next((i for i, m in enumerate(self.members) if m.active and set(GRADIENT_NAMES) & m.stat_names), None)
 
     def alert_writer(self) -> int | None:
         """The index of the member that writes the run's alert table: the first active one with an alert
@@ -235,6 +260,7 @@ class WatchedRun:
         due = frozenset(i for i, m in enumerate(self.members) if m.active and m.pacing.due(event, step))
         if step != self._step:
             self._step, self._grids, self._results, self._delivered = step, {}, {}, set()
+            self._health = {}
         plan = self._plan(event, step, due)
         if plan.build_reference and context.resumed:
             context.reference.warn_resumed(int(context.state.global_step))
@@ -246,10 +272,13 @@ class WatchedRun:
             )
             if result.examples:
                 self._maps_written.add(step)
+            if result.health:
+                self._health = dict(result.health)
+                self.publisher.publish_records([NamedValues(HEALTH_SERIES, self._health, HEALTH_DESCRIPTION)], step)
         senders = [self.members[i] for i in due if self.members[i].log_to_trackers]
         if senders and event != "end":  # by on_train_end the trackers have closed their runs
             self.publisher.send_layer_means(step, self._grids, set().union(*(m.stat_names for m in senders)))
-        return StepResult(step, event, due, dict(self._grids))
+        return StepResult(step, event, due, dict(self._grids), dict(self._health))
 
     def _plan(self, event: str, step: int, due: frozenset[int], riders: Sequence[Rider] | None = None) -> ProbePlan:
         members, context = self.members, self.context
@@ -315,6 +344,11 @@ class WatchedRun:
         """Write the stability alerts in force at ``step`` (``Publisher.publish_alerts``)."""
         context = self.context
         self.publisher.publish_alerts(alerts, context.layers, context.heads, step, reference_step, to_trackers)
+
+    def publish_verdict(self, verdict: Verdict, step: int) -> None:
+        """Write the verdict at ``step`` as the ``verdict`` series: its level (0 healthy, 1 at risk, 2 failing),
+        its reasons in the description."""
+        self.publish_records([NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, verdict.describe())], step)
 
     def publish_records(self, records: Sequence[NamedValues | HeadEmbedding], step: int) -> None:
         """Write records made outside a probe pass (the ``probe_steps`` points)."""

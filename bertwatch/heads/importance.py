@@ -18,6 +18,7 @@ from torch import nn
 from bertwatch.core.stat_names import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads import length_groups, mixing_model
 from bertwatch.heads.capture import capture, model_shape
+from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import (
     LABEL_FIELDS,
@@ -125,11 +126,13 @@ def _example_passes(
     rows: int,
     example_loss: ExampleLoss,
     real: torch.Tensor | None = None,
+    health: HealthAccumulator | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor], None, list[torch.Tensor]]:
     """:func:`_gated_pass` for a loss that runs the model itself: one gated forward and backward per example alone
     (``example_loss`` on a batch of one), so each example's gradients are those of its own loss by construction.
     Each example is cropped to its real tokens (``real`` ``[rows, T]``) where that is exact
-    (:func:`bertwatch.heads.length_groups.widths`); maps and their gradients come back padded to T with zeros."""
+    (:func:`bertwatch.heads.length_groups.widths`); maps and their gradients come back padded to T with zeros.
+    ``health`` gets each example's loss (weight 1) only: the loss is the caller's, its outputs unseen."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
     size = _size(batch)
@@ -143,6 +146,8 @@ def _example_passes(
             loss = _one_loss(example_loss, example)
             layer_maps = [cap.layer(l) for l in range(layers)]
             grads = torch.autograd.grad(loss, [gates, *layer_maps])
+        if health is not None:
+            health.add_losses(loss.detach().reshape(1), torch.ones(1))
         gate_grads.append(grads[0])
         for l in range(layers):
             map_grads[l].append(length_groups.pad_tokens(grads[1 + l], length, "maps"))
@@ -158,9 +163,13 @@ def _gated_pass(
     states: list | None = None,
     blocks: bool = False,
     logits: bool = True,
+    health: HealthAccumulator | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
     """One gated forward and backward: gate gradients ``[rows, layers, heads]``, map gradients per layer, the
     per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps.
+    ``health`` gets the batch's losses and predictions and, where it takes them, the gradients of
+    ``Σ_b w_b ℓ_b`` with respect to the encoder layers' parameters, from the same ``torch.autograd.grad`` call
+    (the model's own loss is that sum over Σ_b w_b; ``loss_fn``'s total is the sum itself, w_b = 1).
     ``states``: a list that receives the pass's value states, contexts and logit summary (``Capture.values``,
     ``.contexts``, and with ``logits`` ``.logit_summary``: the scores are taken before the gates, so all are exact
     under them) and, with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing_model.BlockRecorder` (a gate of 1
@@ -177,15 +186,41 @@ def _gated_pass(
     ):
         if loss_fn is not None:
             outputs = model(**_model_inputs(batch))
-            total, scale = loss_fn(outputs, batch).sum(), None
+            losses = loss_fn(outputs, batch)
+            total, scale = losses.sum(), None
         else:
             outputs = model(**_model_inputs(batch, label_fields(kind)))
             total, scale = model_loss(model, outputs, batch, kind)
         maps = [cap.layer(l) for l in range(layers)]
-        grads = torch.autograd.grad(total, [gates, *maps])
+        params = health.flat_parameters if health is not None else []
+        grads = torch.autograd.grad(total, [gates, *maps, *params], allow_unused=bool(params))
+    if health is not None:
+        _add_health(health, outputs, batch, None if loss_fn is None else losses, grads[1 + layers :])
+    grads = grads[: 1 + layers]
     if states is not None:
         states.extend((cap.values, cap.contexts, cap.logit_summary, recorder))
     return grads[0], list(grads[1:]), scale, maps
+
+
+def _add_health(
+    health: HealthAccumulator,
+    outputs: Any,
+    batch: Mapping[str, torch.Tensor],
+    losses: torch.Tensor | None,
+    param_grads: Sequence[torch.Tensor | None],
+) -> None:
+    """One batch (or length group) into ``health``: its outputs and losses (``losses`` ``[rows]``, ``loss_fn``'s,
+    else the model's own with their weights) and its parameter gradients, scaled to those of ``Σ_b w_b ℓ_b``."""
+    if losses is None:
+        start = len(health.losses)
+        health.add_model_outputs(outputs, batch)
+        weight = float(health.weights[start].sum())  # the model's loss is the weighted mean: Σ w ℓ = W · L
+    else:
+        weight = float(losses.shape[0])  # loss_fn's total is already the sum Σ ℓ
+        health.add_outputs(outputs, batch, losses, torch.ones_like(losses))
+    if param_grads:
+        factor = weight if losses is None else 1.0
+        health.add_gradients([None if g is None else g * factor for g in param_grads], weight)
 
 
 def _grouped_pass(
@@ -331,6 +366,7 @@ def gradient_stats(
     return_states: bool = False,
     record_blocks: bool = False,
     record_logits: bool = True,
+    health: HealthAccumulator | None = None,
 ) -> dict[str, torch.Tensor] | tuple:
     """Per-example gradient statistics from one forward and one backward pass, ``{name: [batch, layers, heads]}``.
 
@@ -354,17 +390,21 @@ def gradient_stats(
     On CPU the pass runs in length groups (:mod:`bertwatch.heads.length_groups`: rows of similar real length
     together, each group cropped to its longest row) where that is exact, and an ``example_loss`` example runs
     cropped to its real tokens; everything comes back in the batch's row order and shape, zero at the pad positions
-    past a row's group (which no statistic reads).
+    past a row's group (which no statistic reads). ``health`` (a :class:`bertwatch.heads.health.HealthAccumulator`)
+    gets the run-health signals of the same pass: losses, predictions and, with its parameters, the gradient of
+    the encoder layers' parameters (one ``torch.autograd.grad`` call with the gates and maps).
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
     states: list = []
     if example_loss is not None:
-        gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss, roles.real)
+        gate_grad, map_grads, scale, maps = _example_passes(model, batch, rows, example_loss, roles.real, health)
         states = [None, None, {}, None]
     else:
         kept = states if return_states else None
-        gated = functools.partial(_gated_pass, model, loss_fn=loss_fn, blocks=record_blocks, logits=record_logits)
+        gated = functools.partial(
+            _gated_pass, model, loss_fn=loss_fn, blocks=record_blocks, logits=record_logits, health=health
+        )
         gate_grad, map_grads, scale, maps = _grouped_pass(model, batch, roles.real, rows, kept, gated)
     size = rows // group
     roles = roles.to(gate_grad.device)

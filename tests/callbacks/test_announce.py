@@ -113,6 +113,11 @@ def test_the_end_line_counts_steps_and_alerts() -> None:
     assert report == "report: bertwatch report out"
 
 
+def test_the_end_lines_give_the_verdict_when_there_is_one() -> None:
+    summary = RunSummary((0, 10), 0, {}, 1.0, 0.01, "r", verdict="failing: predictions have collapsed")
+    assert end_lines(summary)[1] == "verdict: failing: predictions have collapsed"
+
+
 def _run(tmp_path, **options):
     callback = BertWatchCallback(every_n_steps=3, num_probe_examples=6, **options)
     trainer = toy_trainer(tmp_path / "out", [], eval_strategy="steps", eval_steps=3)
@@ -126,8 +131,8 @@ def test_a_training_run_speaks_at_its_start_after_step_0_and_at_its_end(tmp_path
     monkeypatch.chdir(tmp_path)
     callback = _run(tmp_path)
     lines = _lines(capsys.readouterr().err)
-    assert len(lines) == 6, lines
-    first, events, view, cost, end, report = lines
+    assert len(lines) == 7, lines
+    first, events, view, cost, end, verdict, report = lines
     assert first.startswith("watching BertForSequenceClassification (2 layers x 4 heads): ")
     assert f"{len(callback.stat_names)} statistics on 6 probe examples from the eval set" in first
     assert "measured every 3 steps, plus step 0, each evaluation and the end" in first
@@ -135,6 +140,8 @@ def test_a_training_run_speaks_at_its_start_after_step_0_and_at_its_end(tmp_path
     steps = [step for step, _ in callback.history]
     assert end.startswith(f"measured {len(steps)} steps ({steps[0]} to {steps[-1]}); 0 stability alerts; moved most: ")
     assert report == "report: bertwatch report out   (writes out/report.html)"
+    assert verdict == f"verdict: {callback.alerting.verdict.describe()}"
+    assert [step for step, _ in callback.health] == steps  # the gradient pass ran at every measured step
     moved = re.findall(r"L(\d+) H(\d+) \(JS [0-9.e-]+\)", end)
     last = callback.history[-1][1]["drift_js"].astype(np.float64)
     order = np.argsort(-last.ravel(), kind="stable")[:3]

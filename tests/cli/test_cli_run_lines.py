@@ -60,7 +60,8 @@ def test_bertwatch_run_prints_the_start_and_end_lines_and_a_command_that_shows_t
     assert lines[1].startswith("events go to out/runs/")
     assert lines[2].startswith("see them live: tensorboard --logdir out/runs ")
     assert lines[3].startswith("step 0 measured in ")
-    assert re.match(r"measured 3 steps \(0 to 4\); \d+ stability alerts?; moved most: L\d H\d \(JS ", lines[-2])
+    assert re.match(r"measured 3 steps \(0 to 4\); \d+ stability alerts?; moved most: L\d H\d \(JS ", lines[-3])
+    assert re.match(r"verdict: (healthy|at risk|failing)", lines[-2])
     assert lines[-1].startswith("report: bertwatch report out ")
     command = shlex.split(lines[2].removeprefix("see them live: ").split("   ")[0])
     logdir = tmp_path / command[command.index("--logdir") + 1]

