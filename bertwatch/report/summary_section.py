@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.verdict import LEVELS, VERDICT_SERIES
 from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats, family_leaders
 from bertwatch.report.figures import trajectory_figure
 from bertwatch.report.markup import b64, escape, head_name, image, number
@@ -141,6 +142,22 @@ def _alerts_text(alerts: Mapping[str, Any] | None) -> str:
     return f'<a href="#alerts">{len(episodes)} episode{"s" if len(episodes) != 1 else ""}, {active} still in force</a>'
 
 
+def _verdict_text(series: Mapping[str, Any] | None) -> str | None:
+    """The run's verdict (``core.verdict``) at its last measured step, and the steps that were not healthy; None
+    when the run wrote no verdict."""
+    if not series or not len(series.get("steps") or []):
+        return None
+    steps = list(series["steps"])
+    levels = [int(v) for v in np.asarray(series["values"])[:, 0]]
+    text = f"{LEVELS[levels[-1]]} at step {steps[-1]}, the last measured"
+    for level in (2, 1):
+        marked = [step for step, have in zip(steps, levels) if have == level]
+        if marked:
+            listed = ", ".join(str(step) for step in marked[:6]) + (", ..." if len(marked) > 6 else "")
+            text += f"; {LEVELS[level]} at {len(marked)} of {len(steps)} measured steps ({listed})"
+    return escape(text)
+
+
 def _short(model: str) -> str:
     """A model's folder by its last two parts (``…/all-MiniLM-L6-v2/model``); a Hub name as it is."""
     parts = PurePath(model).parts
@@ -168,6 +185,9 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
             rows.append(("steps measured", f"{len(steps)}, from step {steps[0]} to step {steps[-1]}"))
         rows.append(("probe set", f'<span id="probe-length">{escape(probe_note(training.get("probe")))}</span>'))
         rows.append(("alerts", _alerts_text(training.get("alerts"))))
+        verdict = _verdict_text((training.get("series") or {}).get(VERDICT_SERIES))
+        if verdict:
+            rows.append(("run verdict", verdict))
         empty = empty_stats(grids)
         count = len(grids) - len(empty)
         rows.append(("statistics", f'{count} with values (<a href="#details">details</a>)'))

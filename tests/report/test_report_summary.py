@@ -181,3 +181,23 @@ def test_a_per_layer_statistic_names_layers_not_heads() -> None:
         "L1",
         "L0",
     ]
+
+
+def test_the_glance_gives_the_run_verdict_at_its_last_step_and_the_steps_that_were_not_healthy(tmp_path: Path) -> None:
+    from bertwatch.core.verdict import LEVELS, VERDICT_SERIES
+
+    run = tmp_path / "run"
+    _write_run(run)
+    levels = {0: 0, 10: 1, 20: 2, 30: 1}
+    with SummaryWriter(str(run)) as writer:
+        for step, level in levels.items():
+            writer.add_named_values(VERDICT_SERIES, {"level": float(level)}, step, description=LEVELS[level])
+    page = build_html([], read_run(run)[1])
+    (row,) = re.findall(r"run verdict</dt><dd>(.*?)</dd>", page)
+    assert (
+        row
+        == "at risk at step 30, the last measured; failing at 1 of 4 measured steps (20); at risk at 2 of 4 measured steps (10, 30)"
+    )
+    plain = tmp_path / "plain"
+    _write_run(plain)
+    assert "run verdict" not in build_html([], read_run(plain)[1])
