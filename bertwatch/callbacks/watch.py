@@ -240,8 +240,8 @@ class WatchCallback(NotATracker, TrainerCallback):
             return
         start = self.pacing.clock()
         results = watched.handle(event, int(state.global_step), self._index)
-        mine = [(r, grids) for r in results if (grids := r.of(watched.members[self._index], self._index)) is not None]
         member = watched.members[self._index]
+        mine = [(r, grids) for r in results if (grids := r.of(member, self._index)) is not None]
         for result, grids in mine:
             self._record(result.step, grids, result.health_of(member, self._index))
         self.pacing.charge(self.pacing.clock() - start, mine[-1][0].step if mine else None)

@@ -192,7 +192,7 @@ class WatchedRun:
         self._results: dict[tuple[str, int], StepResult] = {}
         self._step, self._grids, self._maps_written = -1, {}, set()
         self._health: dict[str, float] = {}
-        self._riders_taken: set[tuple[int, int]] = set()
+        self._riders_taken: set[int] = set()  # the members whose riders rode this step's pass
         self._delivered: set[tuple[int, tuple[str, int]]] = set()
 
     @property
@@ -216,9 +216,6 @@ class WatchedRun:
         """Take ``member`` into the run's passes; returns its index (``StepResult.of``)."""
         self.members.append(member)
         return len(self.members) - 1
-
-    def update(self, index: int, member: Member) -> None:
-        self.members[index] = member
 
     def verdict_writer(self) -> int | None:
         """The index of the member that writes the run's verdict: the first active one with a gradient statistic
@@ -260,6 +257,7 @@ class WatchedRun:
         due = frozenset(i for i, m in enumerate(self.members) if m.active and m.pacing.due(event, step))
         if step != self._step:
             self._step, self._grids, self._results, self._delivered = step, {}, {}, set()
+            self._riders_taken = set()
             self._health = {}
         plan = self._plan(event, step, due)
         if plan.build_reference and context.resumed:
@@ -285,8 +283,8 @@ class WatchedRun:
         if riders is None:
             riders = []
             for i in sorted(due):
-                if (i, step) not in self._riders_taken:
-                    self._riders_taken.add((i, step))
+                if i not in self._riders_taken:
+                    self._riders_taken.add(i)
                     riders.extend(members[i].riding.riders(context))
         maps = (
             []
