@@ -9,7 +9,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SHIP_FILE", "outlier_lines", "ship_columns", "ship_files", "ship_readings", "ship_section"]
+__all__ = [
+    "SHIP_FILE",
+    "cause_lines",
+    "layer_columns",
+    "mixed_offer",
+    "outlier_lines",
+    "ship_columns",
+    "ship_files",
+    "ship_readings",
+    "ship_section",
+]
 
 #: The result file ``bertwatch ship`` writes in its output folder.
 SHIP_FILE = "ship.json"
@@ -103,26 +113,150 @@ def outlier_lines(result: Mapping[str, Any], count: int = 3) -> list[str]:
     return lines
 
 
-def ship_section(path: Path) -> str:
-    """An HTML fragment (every value escaped): what was measured, the table, and the readings."""
-    result = json.loads(path.read_text(encoding="utf-8"))
-    columns = ship_columns(result)
+def _ffn(result: Mapping[str, Any]) -> tuple[str, list[Mapping[str, Any]]]:
+    """(what, per-layer outlier statistics): the feed-forward outputs, else the residual stream."""
+    outliers = result.get("outliers") or {}
+    where = "ffn" if outliers.get("ffn") else "residual"
+    return ("feed-forward output" if where == "ffn" else "residual stream"), outliers.get(where) or []
+
+
+def _share(value: Any) -> str:
+    return "n/a" if not _defined(value) else f"{value + 0.0:.0%}".replace("-0%", "0%")
+
+
+def layer_columns(result: Mapping[str, Any]) -> list[tuple[str, list[str], str]]:
+    """The per-layer table of where the INT8 error comes from (empty without an ``attribution``): each layer's
+    error quantized alone, the share of the full INT8 error that keeping it in fp32 removes, and its outliers."""
+    attribution = result.get("attribution")
+    if not attribution:
+        return []
+    rows = attribution["layers"]
+    what, outliers = _ffn(result)
+    stat = lambda layer, key: outliers[layer][key] if layer < len(outliers) else None  # noqa: E731
+    return [
+        ("layer", [str(r["layer"]) for r in rows], ">"),
+        ("only it INT8: logit error", [f"{r['only']['mean_max_abs']:.3f}" for r in rows], ">"),
+        ("changed", [f"{r['only']['changed']:.1%}" for r in rows], ">"),
+        ("kept fp32: INT8 error removed", [_share(r["recovery"]) for r in rows], ">"),
+        (f"{what} max |x|", [f"{stat(r['layer'], 'inf_norm') or 0:.1f}" for r in rows], ">"),
+        ("kurtosis", [f"{stat(r['layer'], 'kurtosis') or 0:.0f}" for r in rows], ">"),
+        ("outliers on delimiters", [_share(stat(r["layer"], "delimiter_share")) for r in rows], ">"),
+    ]
+
+
+def _heads(heads: list[Mapping[str, Any]]) -> str:
+    names = ", ".join(f"{h['layer']}-{h['head']}" for h in heads)
+    weights = " / ".join(_share(h["by_weight"]) for h in heads)
+    norms = " / ".join(_share(h["by_norm"]) for h in heads)
+    by_norm = f" (by norm: {norms})" if any(_defined(h["by_norm"]) for h in heads) else ""
+    return f"{names} put {weights} of their attention on [CLS], [SEP] and punctuation{by_norm}"
+
+
+def cause_lines(result: Mapping[str, Any]) -> list[str]:
+    """Where the INT8 loss comes from, in words: the layer whose fp32 removes the most error, its outliers, and the
+    heads that park their attention on delimiters in it and after it (empty without an ``attribution``)."""
+    attribution = result.get("attribution")
+    if not attribution:
+        return []
+    full = attribution["int8"]
+    lines = [
+        f"where the INT8 error comes from ({attribution['examples']} examples; error = mean over examples of the "
+        f"largest |logit change| against fp32; every layer INT8: {full['mean_max_abs']:.3f}, "
+        f"{full['changed']:.1%} of predictions changed):"
+    ]
+    layer = attribution.get("kept_fp32")
+    if layer is None:
+        return lines + ["no single layer kept in fp32 removes INT8 error: it is spread over the layers"]
+    row = next(r for r in attribution["layers"] if r["layer"] == layer)
+    what, outliers = _ffn(result)
+    lines.append(
+        f"INT8 error comes mostly from layer {layer}: quantized alone it gives {row['only']['mean_max_abs']:.3f} of the "
+        f"{full['mean_max_abs']:.3f}, and keeping it in fp32 removes {_share(row['recovery'])} of it"
+    )
+    if layer < len(outliers):
+        stats = outliers[layer]
+        lines.append(
+            f"its {what} reaches {stats['inf_norm']:.0f} (kurtosis {stats['kurtosis']:.0f}), "
+            f"{_share(stats['delimiter_share'])} of the outlier mass on [CLS], [SEP] and punctuation"
+        )
+    if attribution.get("heads"):
+        lines.append(f"its heads {_heads(attribution['heads'])}")
+    later = attribution.get("heads_from_layer") or []
+    if later and [(h["layer"], h["head"]) for h in later] != [(h["layer"], h["head"]) for h in attribution["heads"]]:
+        lines.append(f"from layer {layer} on, the heads {_heads(later)}")
+    return lines
+
+
+def _interval(row: Mapping[str, Any]) -> str:
+    return f"{row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
+
+
+def mixed_offer(result: Mapping[str, Any]) -> str | None:
+    """Whether to ship the mixed variant (INT8, one layer in fp32): offered when INT8's interval against fp32 lies
+    below 0 and the mixed variant's does not (it recovers the metric); None without a mixed variant."""
+    rows = {row["name"]: row for row in result["variants"]}
+    layer = (result.get("attribution") or {}).get("kept_fp32")
+    mixed = next((r for name, r in rows.items() if layer is not None and name.startswith("int8, layer")), None)
+    if mixed is None or "int8" not in rows:
+        return None
+    int8, fp32, metric = rows["int8"], rows["fp32"], result["metric"]
+    cost = (
+        f"{fp32['latency_ms'] / mixed['latency_ms']:.2f}x faster than fp32 at batch 1 "
+        f"(int8 {fp32['latency_ms'] / int8['latency_ms']:.2f}x)"
+    )
+    if not (_defined(int8["ci_high"]) and _defined(mixed["ci_high"])):
+        return None
+    if int8["ci_high"] >= 0:
+        return (
+            f"not needed: INT8's {metric} change {_interval(int8)} is within what these examples can measure; "
+            f"{mixed['name']} ({_interval(mixed)}, {mixed['agreement']:.1%} unchanged) is measured for the record"
+        )
+    if mixed["ci_high"] >= 0:
+        return f"offered: {mixed['name']} recovers the {metric} ({_interval(mixed)} against INT8's {_interval(int8)}), {cost}"
+    return f"{mixed['name']} does not recover the {metric} ({_interval(mixed)} against INT8's {_interval(int8)})"
+
+
+def _html_table(columns: list[tuple[str, list[str], str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h, _, _ in columns)
     rows = "".join(
         "<tr>" + "".join(f"<td>{html.escape(cells[i])}</td>" for _, cells, _ in columns) + "</tr>"
-        for i in range(len(result["variants"]))
+        for i in range(len(columns[0][1]))
     )
+    return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def _cause_html(result: Mapping[str, Any]) -> str:
+    """The section's part on where the INT8 error comes from: the sentences, the per-layer table, the offer; the
+    outlier lines alone for a ``ship.json`` without an attribution."""
+    lines = cause_lines(result)
+    if not lines:
+        outliers = "".join(f"<div>{html.escape(line)}</div>" for line in outlier_lines(result))
+        return f"<p>{outliers}</p>" if outliers else ""
+    sentences = "".join(f"<li>{html.escape(line)}</li>" for line in lines[1:])
+    offer = mixed_offer(result)
+    return (
+        "<h3>Where the INT8 error comes from</h3>"
+        f"<ul>{sentences}</ul>{_html_table(layer_columns(result))}"
+        f'<p class="note">{html.escape(lines[0][:-1])}. Only it INT8: every other matrix product in fp32; kept '
+        "fp32: every other one INT8.</p>"
+        + (f"<p><b>INT8 with one layer in fp32</b>: {html.escape(offer)}.</p>" if offer else "")
+    )
+
+
+def ship_section(path: Path) -> str:
+    """An HTML fragment (every value escaped): what was measured, the table, the readings, and where the INT8
+    error comes from."""
+    result = json.loads(path.read_text(encoding="utf-8"))
     runtime = result["runtime"]
     source = result.get("task") or result.get("data") or "the evaluation set"
     removed = result.get("removed_heads")
     pruned = f"; {sum(len(h) for h in removed.values())} heads removed in the pruned variants" if removed else ""
     readings = "".join(f"<li>{html.escape(line)}</li>" for line in ship_readings(result))
-    outliers = "".join(f"<div>{html.escape(line)}</div>" for line in outlier_lines(result))
     return (
         f"<h2>Will it ship? {html.escape(str(result.get('checkpoint', path.parent.name)))} in ONNX Runtime</h2>"
         f"<p>{int(result['num_examples'])} examples of {html.escape(str(source))}, {html.escape(result['metric'])} "
         f"with its paired-bootstrap {result['confidence']:.0%} interval against fp32; ONNX Runtime "
         f"{html.escape(str(runtime['onnxruntime']))} on the CPU{html.escape(pruned)} "
         f"(<code>{html.escape(str(path))}</code>).</p>"
-        f"<table><tr>{head}</tr>{rows}</table><ul>{readings}</ul>" + (f"<p>{outliers}</p>" if outliers else "")
+        f"{_html_table(ship_columns(result))}<ul>{readings}</ul>" + _cause_html(result)
     )

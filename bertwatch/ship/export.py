@@ -149,13 +149,15 @@ def export_onnx(
     return path
 
 
-def quantize_int8(source: str | Path, target: str | Path) -> Path:
+def quantize_int8(source: str | Path, target: str | Path, exclude: Sequence[str] = ()) -> Path:
     """INT8 dynamic quantization of an ONNX file: the weights of MatMul (and Gemm) stored as int8, activations
     quantized per tensor at run time (``onnxruntime.quantization.quantize_dynamic``, ``QuantType.QInt8``).
 
     Args:
         source: a float32 ONNX file (from :func:`export_onnx`).
         target: the file to write.
+        exclude: names of nodes left in float32 (``nodes_to_exclude``; ``ship.layer_error.layer_nodes`` gives a
+            layer's).
 
     Returns:
         ``target``.
@@ -175,7 +177,7 @@ def quantize_int8(source: str | Path, target: str | Path) -> Path:
     level = root.level
     root.setLevel(logging.ERROR)  # its advice to run shape inference first; the measured result is what counts
     try:
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, nodes_to_exclude=list(exclude))
     finally:
         root.setLevel(level)
     return Path(target)

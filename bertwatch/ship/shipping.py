@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.ship import runtime
+from bertwatch.ship.delimiters import OUTLIER_EXAMPLES
 from bertwatch.ship.export import (
     DEFAULT_OPSET,
     check_classifier,
@@ -20,10 +21,11 @@ from bertwatch.ship.export import (
     quantize_int8,
     require_onnx,
 )
+from bertwatch.ship.layer_error import layer_attribution, layer_nodes, worst_layer
 from bertwatch.ship.measure import compare_variants, size_mb
 from bertwatch.ship.table import write_ship_json
 
-__all__ = ["FILES", "REFERENCE", "ShipOptions", "ship_model"]
+__all__ = ["FILES", "REFERENCE", "ShipOptions", "mixed_name", "ship_model"]
 
 #: The variants' files, in the table's order; the pruned ones only when heads are removed.
 FILES = {
@@ -36,8 +38,16 @@ FILES = {
 REFERENCE = "fp32"
 #: The batch of the throughput figure (and of the export check).
 THROUGHPUT_BATCH = 32
-#: The evaluation examples whose activation outliers are measured (float32 torch, before export).
-OUTLIER_EXAMPLES = 256
+
+
+def mixed_name(layer: int) -> tuple[str, str]:
+    """The mixed-precision variant's name and file: INT8 everywhere but ``layer``, kept in float32.
+
+    Example:
+        >>> mixed_name(0)
+        ('int8, layer 0 fp32', 'model.int8.layer0fp32.onnx')
+    """
+    return f"int8, layer {layer} fp32", f"model.int8.layer{layer}fp32.onnx"
 
 
 @dataclass(frozen=True)
@@ -53,6 +63,8 @@ class ShipOptions:
         seed: the resamples' seed.
         confidence: the intervals' level.
         opset: the ONNX opset of the export.
+        attribution_examples: the first N evaluation examples on which each layer's share of the INT8 error is
+            measured (``ship.layer_error``), and the mixed variant chosen; 0 measures neither.
 
     Raises:
         ValueError: a value out of range.
@@ -66,10 +78,13 @@ class ShipOptions:
     seed: int = 0
     confidence: float = 0.95
     opset: int = DEFAULT_OPSET
+    attribution_examples: int = OUTLIER_EXAMPLES
 
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.warmup < 0 or self.threads < 0 or self.max_length < 2 or self.n_resamples < 1:
             raise ValueError("repeats and n_resamples must be >= 1, warmup and threads >= 0, max_length >= 2")
+        if self.attribution_examples < 0:
+            raise ValueError(f"attribution_examples must be >= 0, got {self.attribution_examples}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
 
@@ -119,8 +134,9 @@ def ship_model(
         tokenizer: its tokenizer.
         examples: the evaluation set, ``{"text", "text_pair"?, "label"}`` rows (``bertwatch.data.glue.load_glue``,
             ``bertwatch.data.files.read_labelled_texts``).
-        out: the output folder (created): ``model.onnx``, ``model.int8.onnx`` (and ``model.pruned.onnx``,
-            ``model.pruned.int8.onnx``), ``ship.json``.
+        out: the output folder (created): ``model.onnx``, ``model.int8.onnx``, the mixed variant
+            ``model.int8.layerKfp32.onnx`` (:func:`mixed_name`; when a layer's fp32 removes INT8 error), with
+            ``heads`` ``model.pruned.onnx`` and ``model.pruned.int8.onnx``, and ``ship.json``.
         metric: the task metric (``accuracy``, ``f1``, ``matthews_correlation``).
         heads: ``{layer: [heads to remove]}`` for the pruned variants (``bertwatch.ablation.physical``).
         options: bootstrap, timing and runtime settings (:class:`ShipOptions`).
@@ -131,7 +147,10 @@ def ship_model(
         What ``ship.json`` holds: ``variants`` (one row each: ``name``, ``file``, ``size_mb``, ``value``, ``delta``,
         ``ci_low``, ``ci_high``, ``p``, ``agreement``, ``max_abs_logit_diff``, ``latency_ms``, ``throughput``),
         ``export_check`` (ONNX against torch per exported model), ``outliers`` (the float32 model's activation
-        outliers per layer on the first 256 examples: ``heads.outliers``), the settings and the runtime.
+        outliers per layer and its heads' delimiter mass on the first 256 examples: ``ship.delimiters.float_side``),
+        ``attribution`` (each layer's share of the INT8 error, ``ship.layer_error.layer_attribution``, and
+        ``kept_fp32``, the mixed variant's layer; None with ``attribution_examples=0``), the settings and the
+        runtime.
 
     Raises:
         ValueError: not a single-label classifier, an empty or unlabelled evaluation set, a bad head.
@@ -147,6 +166,7 @@ def ship_model(
     labels = _labels(examples, int(model.config.num_labels))
     out = Path(out)
     written = _write_variants(model, tokenizer, out, heads, options.opset)
+    attribution = _attribute(written, tokenizer, examples, out, options, progress)
     models = {name: runtime.load_onnx(path, options.threads) for name, (_, path) in written.items()}
     batches = runtime.eval_batches(tokenizer, examples, options.max_length, THROUGHPUT_BATCH)
     singles, batch = runtime.timing_feeds(tokenizer, examples, options.max_length, options.repeats, THROUGHPUT_BATCH)
@@ -155,7 +175,13 @@ def ship_model(
         for name, (torch_model, _) in written.items()
         if torch_model is not None
     }
-    outliers = _outliers(model, tokenizer, examples, options.max_length)
+    from bertwatch.ship.delimiters import float_side, top_heads
+
+    outliers = float_side(model, tokenizer, examples, options.max_length)
+    if attribution is not None and attribution["kept_fp32"] is not None:
+        layer = attribution["kept_fp32"]
+        attribution["heads"] = top_heads(outliers["heads"], [layer])
+        attribution["heads_from_layer"] = top_heads(outliers["heads"], range(layer, len(outliers["residual"])))
     logits, timings = _evaluate_and_time(models, batches, singles, batch, options, progress)
     predictions = {name: values.argmax(-1) for name, values in logits.items()}
     others = {name: p for name, p in predictions.items() if name != REFERENCE}
@@ -168,6 +194,20 @@ def ship_model(
         **dict(source or {}),
         "metric": metric,
         "num_examples": len(labels),
+        **_settings(options, batch, ort.__version__),
+        "removed_heads": {str(layer): sorted(h) for layer, h in sorted(heads.items())} if heads else None,
+        "export_check": checks,
+        "variants": rows,
+        "outliers": outliers,
+        "attribution": attribution,
+    }
+    write_ship_json(out, result)
+    return result
+
+
+def _settings(options: ShipOptions, batch: runtime.Feed, version: str) -> dict[str, Any]:
+    """What ``ship.json`` records of the settings and the runtime."""
+    return {
         "confidence": options.confidence,
         "n_resamples": options.n_resamples,
         "seed": options.seed,
@@ -179,19 +219,38 @@ def ship_model(
             "batch_tokens": int(batch["input_ids"].shape[1]),
         },
         "runtime": {
-            "onnxruntime": ort.__version__,
+            "onnxruntime": version,
             "provider": runtime.PROVIDER,
             "threads": options.threads or "auto",
             "cpu_count": os.cpu_count(),
             "opset": options.opset,
         },
-        "removed_heads": {str(layer): sorted(h) for layer, h in sorted(heads.items())} if heads else None,
-        "export_check": checks,
-        "variants": rows,
-        "outliers": outliers,
     }
-    write_ship_json(out, result)
-    return result
+
+
+def _attribute(written: dict, tokenizer: Any, examples, out: Path, options: ShipOptions, progress: bool):
+    """Each layer's share of the INT8 error on the first examples; the mixed variant (the layer that removes the
+    most of it kept in fp32) added to ``written`` after ``int8``. None when ``attribution_examples`` is 0."""
+    from tqdm.auto import tqdm
+
+    if not options.attribution_examples:
+        return None
+    fp32 = written[REFERENCE][1]
+    chosen = list(examples[: options.attribution_examples])
+    batches = runtime.eval_batches(tokenizer, chosen, options.max_length, THROUGHPUT_BATCH)
+    nodes, _ = layer_nodes(fp32)
+    with tqdm(total=1 + 2 * len(nodes), desc="INT8 error by layer", unit="copy", disable=not progress) as bar:
+        attribution = layer_attribution(fp32, batches, options.threads, lambda: bar.update(1))
+    layer = worst_layer(attribution["layers"])
+    attribution["kept_fp32"] = layer
+    if layer is not None:
+        name, file = mixed_name(layer)
+        mixed = quantize_int8(fp32, out / file, exclude=nodes[layer])
+        items = list(written.items())
+        items.insert(list(written).index("int8") + 1, (name, (None, mixed)))
+        written.clear()
+        written.update(items)
+    return attribution
 
 
 def _evaluate_and_time(models, batches, singles, batch, options: ShipOptions, progress: bool):
@@ -219,23 +278,6 @@ def _row(name: str, path: Path, logits: Mapping[str, np.ndarray], timings: Mappi
         "latency_ms": timings[name]["latency_ms"],
         "throughput": timings[name]["throughput"],
     }
-
-
-def _outliers(model: Any, tokenizer: Any, examples: Sequence[Mapping[str, Any]], max_length: int) -> dict[str, Any]:
-    """The float32 model's activation outliers per layer (``heads.outliers``) on the first ``OUTLIER_EXAMPLES``
-    evaluation examples, in batches of ``THROUGHPUT_BATCH``."""
-    import torch
-
-    from bertwatch.heads.outliers import activation_outliers
-    from bertwatch.heads.roles import token_roles
-
-    chosen = list(examples[:OUTLIER_EXAMPLES])
-    batches = []
-    for start in range(0, len(chosen), THROUGHPUT_BATCH):
-        feed = runtime.encode(tokenizer, chosen[start : start + THROUGHPUT_BATCH], max_length)
-        inputs = {name: torch.from_numpy(value) for name, value in feed.items()}
-        batches.append((inputs, token_roles(inputs["input_ids"], inputs.get("attention_mask"), tokenizer)))
-    return {"examples": len(chosen), **activation_outliers(model.eval(), batches)}
 
 
 def _one(feed: runtime.Feed) -> runtime.EvalBatches:

@@ -8,9 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from bertwatch.core.jsonable import jsonable
-from bertwatch.report.ship_section import SHIP_FILE, outlier_lines, ship_columns, ship_readings
+from bertwatch.report.ship_section import (
+    SHIP_FILE,
+    cause_lines,
+    layer_columns,
+    mixed_offer,
+    outlier_lines,
+    ship_columns,
+    ship_readings,
+)
 
-__all__ = ["SHIP_FILE", "format_table", "write_ship_json"]
+__all__ = ["SHIP_FILE", "aligned", "format_table", "write_ship_json"]
 
 
 def write_ship_json(out: str | Path, result: Mapping[str, Any]) -> Path:
@@ -40,11 +48,6 @@ def format_table(result: Mapping[str, Any]) -> str:
     Example:
         >>> print(format_table(json.load(open("ship_out/ship.json"))))
     """
-    columns = ship_columns(result)
-    widths = [max(len(header), *(len(c) for c in cells)) for header, cells, _ in columns]
-    line = lambda cells: "  ".join(  # noqa: E731
-        f"{cell:{align}{width}}" for cell, (_, _, align), width in zip(cells, columns, widths)
-    ).rstrip()
     runtime, timing = result["runtime"], result["timing"]
     lines = [
         f"{result['num_examples']} examples, {result['metric']} with its paired-bootstrap "
@@ -59,9 +62,30 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"export check, {name}: ONNX logits within {check['max_abs_diff']:.1e} of torch's on {check['rows']} "
             f"examples (logits up to {check['max_abs_logit']:.2f})"
         )
-    lines += ["", line([header for header, _, _ in columns])]
-    lines += [line([cells[i] for _, cells, _ in columns]) for i in range(len(result["variants"]))]
-    lines += [""] + ship_readings(result)
-    outliers = outlier_lines(result)
-    lines += [""] + outliers if outliers else []
+    lines += [""] + aligned(ship_columns(result)) + [""] + ship_readings(result)
+    cause = cause_lines(result)
+    if cause:
+        offer = mixed_offer(result)
+        lines += ["", *cause, "", *aligned(layer_columns(result))] + (
+            ["", f"INT8 with one layer in fp32: {offer}"] if offer else []
+        )
+    else:
+        outliers = outlier_lines(result)
+        lines += [""] + outliers if outliers else []
     return "\n".join(lines)
+
+
+def aligned(columns: list[tuple[str, list[str], str]]) -> list[str]:
+    """Columns ``(header, cells, alignment)`` as aligned lines of text, the header first.
+
+    Example:
+        >>> aligned([("a", ["1", "22"], ">"), ("b", ["x", "y"], "<")])
+        [' a  b', ' 1  x', '22  y']
+    """
+    widths = [max(len(header), *(len(c) for c in cells)) for header, cells, _ in columns]
+    line = lambda cells: "  ".join(  # noqa: E731
+        f"{cell:{align}{width}}" for cell, (_, _, align), width in zip(cells, columns, widths)
+    ).rstrip()
+    return [line([header for header, _, _ in columns])] + [
+        line([cells[i] for _, cells, _ in columns]) for i in range(len(columns[0][1]))
+    ]
