@@ -43,6 +43,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    parser.add_argument(
+        "--attribution-examples",
+        type=int,
+        default=256,
+        help="measure each layer's share of the INT8 error on the first N examples and add 'int8, layer K fp32' "
+        "for the layer that removes the most (default 256; 0: neither)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -110,11 +117,18 @@ def cli_ship(argv: Sequence[str]) -> int:
             n_resamples=args.resamples,
             seed=args.seed,
             opset=args.opset,
+            attribution_examples=args.attribution_examples,
         )
         names = list(FILES)[: 4 if heads else 2]
         removed = f" ({sum(map(len, heads.values()))} heads removed)" if heads else ""
+        mixed = (
+            f", int8 with the layer its error comes from most (on {min(len(examples), args.attribution_examples)} "
+            "examples) kept in fp32,"
+            if args.attribution_examples
+            else ""
+        )
         print(
-            f"bertwatch ship: exporting {args.checkpoint} to ONNX as {', '.join(names)}{removed} and measuring "
+            f"bertwatch ship: exporting {args.checkpoint} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
             f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric}) -> {args.out}",
             flush=True,
         )
@@ -134,6 +148,6 @@ def cli_ship(argv: Sequence[str]) -> int:
         print(f"bertwatch ship: {error}", file=sys.stderr)
         return 2
     print(format_table(result))
-    files = ", ".join([*(FILES[name] for name in names), SHIP_FILE])
+    files = ", ".join([*(row["file"] for row in result["variants"]), SHIP_FILE])
     print(f"-> {Path(args.out)}/ ({files})")
     return 0

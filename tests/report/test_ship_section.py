@@ -3,12 +3,22 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
 
 from bertwatch.cli import main
-from bertwatch.report.ship_section import outlier_lines, ship_columns, ship_files, ship_readings, ship_section
+from bertwatch.report.ship_section import (
+    cause_lines,
+    layer_columns,
+    mixed_offer,
+    outlier_lines,
+    ship_columns,
+    ship_files,
+    ship_readings,
+    ship_section,
+)
 from bertwatch.ship.table import format_table
 
 pytestmark = pytest.mark.fast
@@ -81,3 +91,79 @@ def test_the_outlier_lines_rank_the_layers_by_their_largest_feed_forward_output(
     assert lines[1].startswith("  layer 1: max |x| 90.0") and "88% of the outlier mass on [CLS]/[SEP]" in lines[1]
     assert lines[2].startswith("  layer 2: max |x| 5.0") and lines[2].endswith("no component reaches 6")
     assert outlier_lines(_result()) == [] and lines[1] in format_table(result)
+
+
+def _attributed(int8_high: float, mixed_high: float) -> dict:
+    """A result with two layers' attribution (layer 1 the worst) and the mixed variant, its intervals chosen."""
+    result = _result()
+    fp32, int8 = result["variants"]
+    int8 = {**int8, "ci_low": int8_high - 0.05, "ci_high": int8_high, "delta": int8_high - 0.02}
+    mixed = {
+        **int8,
+        "name": "int8, layer 1 fp32",
+        "file": "model.int8.layer1fp32.onnx",
+        "latency_ms": 4.0,
+        "delta": mixed_high - 0.02,
+        "ci_low": mixed_high - 0.05,
+        "ci_high": mixed_high,
+        "agreement": 0.99,
+    }
+    result["variants"] = [fp32, int8, mixed]
+    layer = {"kurtosis": 900.0, "outlier_share": 0.001, "top_dims": [7, 1, 2], "delimiter_share": 0.75}
+    result["outliers"] = {
+        "examples": 64,
+        "ffn": [{**layer, "inf_norm": 20.0}, {**layer, "inf_norm": 196.0}],
+        "residual": [],
+    }
+    heads = [
+        {"layer": 1, "head": 3, "by_weight": 0.85, "by_norm": 0.4},
+        {"layer": 1, "head": 0, "by_weight": 0.6, "by_norm": None},
+    ]
+    result["attribution"] = {
+        "examples": 64, "int8": {"mean_max_abs": 0.2, "changed": 0.03125}, "kept_fp32": 1,
+        "layers": [{"layer": 0, "only": {"mean_max_abs": 0.05, "changed": 0.0}, "kept": {"mean_max_abs": 0.18,
+                    "changed": 0.03}, "recovery": 0.1},
+                   {"layer": 1, "only": {"mean_max_abs": 0.15, "changed": 0.02}, "kept": {"mean_max_abs": 0.05,
+                    "changed": 0.0}, "recovery": 0.75}],
+        "heads": heads, "heads_from_layer": heads,
+    }  # fmt: skip
+    return result
+
+
+def test_the_cause_names_the_layer_its_outliers_and_its_heads(tmp_path) -> None:
+    result = _attributed(-0.01, 0.01)
+    lines = cause_lines(result)
+    assert lines[0].startswith("where the INT8 error comes from (64 examples;") and "0.200, 3.1% of" in lines[0]
+    assert lines[1] == (
+        "INT8 error comes mostly from layer 1: quantized alone it gives 0.150 of the 0.200, and keeping it in fp32 "
+        "removes 75% of it"
+    )
+    assert lines[2] == (
+        "its feed-forward output reaches 196 (kurtosis 900), 75% of the outlier mass on [CLS], [SEP] and punctuation"
+    )
+    assert lines[3] == (
+        "its heads 1-3, 1-0 put 85% / 60% of their attention on [CLS], [SEP] and punctuation (by norm: 40% / n/a)"
+    )
+    assert len(lines) == 4  # the heads from layer 1 on are the same: not repeated
+    columns = dict((header, cells) for header, cells, _ in layer_columns(result))
+    assert columns["kept fp32: INT8 error removed"] == ["10%", "75%"] and columns["layer"] == ["0", "1"]
+    assert columns["feed-forward output max |x|"] == ["20.0", "196.0"]
+    path = tmp_path / "ship.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    page = ship_section(path)
+    assert "Where the INT8 error comes from" in page and all(html.escape(line) in page for line in lines[1:])
+    assert "<td>75%</td>" in page and html.escape(mixed_offer(result)) in page
+    printed = format_table(result)
+    assert all(line in printed for line in lines) and "INT8 with one layer in fp32: offered" in printed
+
+
+def test_the_mixed_variant_is_offered_only_when_it_recovers_the_metric() -> None:
+    offered = mixed_offer(_attributed(-0.01, 0.01))
+    assert offered.startswith("offered: int8, layer 1 fp32 recovers the accuracy (-0.0100 [-0.0400, +0.0100]")
+    assert "2.00x faster than fp32 at batch 1 (int8 4.00x)" in offered
+    assert mixed_offer(_attributed(-0.01, -0.001)).startswith("int8, layer 1 fp32 does not recover the accuracy")
+    assert mixed_offer(_attributed(0.02, 0.03)).startswith("not needed: INT8's accuracy change")
+    assert mixed_offer(_result()) is None and cause_lines(_result()) == [] and layer_columns(_result()) == []
+    spread = _attributed(-0.01, 0.01)
+    spread["attribution"]["kept_fp32"] = None
+    assert cause_lines(spread)[1] == "no single layer kept in fp32 removes INT8 error: it is spread over the layers"

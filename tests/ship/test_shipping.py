@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
 from bertwatch.ablation.physical import prune_model
 from bertwatch.ship.runtime import encode
-from bertwatch.ship.shipping import FILES, ShipOptions, ship_model
+from bertwatch.ship.shipping import FILES, ShipOptions, mixed_name, ship_model
 from tests.support.ship_models import lively_classifier, run_fresh
 from tests.support.tiny_trainer import toy_texts
 from tests.support.tolerance import assert_float32_close
@@ -37,8 +38,18 @@ def test_four_variants_measured_against_fp32(tmp_path: Path) -> None:
     result = ship_model(
         model, tokenizer, examples, tmp_path, heads=HEADS, options=options, source={"task": "toy"}, progress=False
     )
-    assert [v["name"] for v in result["variants"]] == list(FILES)
-    assert all((tmp_path / name).is_file() for name in FILES.values())
+    layer = result["attribution"]["kept_fp32"]
+    assert layer is not None  # every layer of this model moves the logits
+    mixed, mixed_file = mixed_name(layer)
+    assert [v["name"] for v in result["variants"]] == ["fp32", "int8", mixed, "pruned", "pruned+int8"]
+    assert all((tmp_path / name).is_file() for name in [*FILES.values(), mixed_file])
+    graph = onnx.load(str(tmp_path / mixed_file)).graph
+    integer = {n.name.split("/layer.")[1].split("/")[0] for n in graph.node if n.op_type == "MatMulInteger"
+               and "/layer." in n.name}  # fmt: skip
+    assert integer == {str(other) for other in range(model.config.num_hidden_layers) if other != layer}
+    attribution = result["attribution"]
+    assert attribution["examples"] == 45 and [r["layer"] for r in attribution["layers"]] == [0, 1]
+    assert attribution["heads"][0]["layer"] == layer and len(attribution["heads"]) == 3
     assert json.loads((tmp_path / "ship.json").read_text())["variants"] == json.loads(json.dumps(result["variants"]))
     assert result["task"] == "toy" and result["num_examples"] == 45 and result["removed_heads"] == {
         "0": [1, 2], "1": [0, 1, 2, 3]
@@ -56,7 +67,8 @@ def test_four_variants_measured_against_fp32(tmp_path: Path) -> None:
     assert rows["fp32"]["delta"] == 0 and rows["fp32"]["max_abs_logit_diff"] == 0
     assert rows["int8"]["size_mb"] < rows["fp32"]["size_mb"] and rows["pruned"]["size_mb"] < rows["fp32"]["size_mb"]
     assert rows["pruned+int8"]["size_mb"] < rows["pruned"]["size_mb"]
-    for name in FILES:
+    assert rows[mixed]["size_mb"] > rows["int8"]["size_mb"] and 0 <= rows[mixed]["agreement"] <= 1
+    for name in [*FILES, mixed]:
         assert rows[name]["ci_low"] <= rows[name]["delta"] <= rows[name]["ci_high"]
         assert rows[name]["latency_ms"] > 0 and rows[name]["throughput"] > 0
     for name, check in result["export_check"].items():
@@ -79,3 +91,5 @@ def test_bad_evaluation_sets_are_refused(tmp_path: Path) -> None:
         ship_model(model, tokenizer, [{"text": "a film", "label": -1}], tmp_path, progress=False)
     with pytest.raises(ValueError, match="repeats"):
         ShipOptions(repeats=0)
+    with pytest.raises(ValueError, match="attribution_examples"):
+        ShipOptions(attribution_examples=-1)
