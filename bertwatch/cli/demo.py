@@ -2,7 +2,8 @@
 
 It starts TensorBoard first (so the heads can be watched live), fine-tunes MiniLM on a slice of SST-2 with
 ``bertwatch.watch(trainer, ablate_on_end=True)``, which disables every head and layer on the dev set when training
-ends, builds the HTML report, and keeps TensorBoard serving on 127.0.0.1 until Ctrl-C when run from a terminal
+ends, measures whether the fine-tuned model ships (``bertwatch ship``: ONNX, INT8, the 25% least important heads
+pruned, on the dev examples), builds the HTML report, and keeps TensorBoard serving on 127.0.0.1 until Ctrl-C when run from a terminal
 (otherwise it prints the exact command to start it). When the data folder holds UD English-EWT, the callback also
 measures attention to nouns, verbs, subjects, objects, … on the first 32 dev sentences at every probe step.
 """
@@ -25,12 +26,14 @@ from typing import Any
 from bertwatch.core.modes import MODES
 from bertwatch.tb.metadata import VIEW_FLAGS
 
-__all__ = ["run_demo", "cli_demo", "start_tensorboard", "ud_dev_file"]
+__all__ = ["run_demo", "cli_demo", "ship_demo", "start_tensorboard", "ud_dev_file"]
 
 RUN_NAME = "sst2-minilm"
 #: The treebank whose word classes the demo watches, under the data folder, and how many of its sentences.
 UD_DEV = Path("ud_english_ewt") / "en_ewt-ud-dev.conllu"
 UD_SENTENCES = 32
+#: The share of heads the demo's ship table prunes, least important first (the ablation's importance order).
+SHIP_PRUNE_FRACTION = 0.25
 
 
 def _say(message: str) -> None:
@@ -144,9 +147,10 @@ def run_demo(
         ud_file = ud_dev_file(data)
         settings = _DemoSettings(epochs, batch_size, max_length, every_n_steps, seed, ablation_mode, ud_file)
         metrics = _fine_tune(out, runs, train, dev, settings)
+        ship = ship_demo(out, dev, settings.max_length)
         report = _report(out)
         _show(tensorboard if serve else None, url, runs)
-        return {"out": str(out), "runs": str(runs), "report": str(report), "metrics": metrics}
+        return {"out": str(out), "runs": str(runs), "report": str(report), "metrics": metrics, "ship": str(ship)}
     except KeyboardInterrupt:
         _say("stopped")
         return {"out": str(out)}
@@ -238,6 +242,42 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
     tokenizer.save_pretrained(str(out / "model"))
     _say(f"dev accuracy {metrics.get('eval_accuracy', float('nan')):.4f}")
     return metrics
+
+
+def ship_demo(out: Path, dev: list[dict[str, Any]], max_length: int, repeats: int = 10) -> Path:
+    """``bertwatch ship`` on the demo's fine-tuned model (``OUT/model``) and its dev examples, the pruned variants
+    from its ablation's importance order (``SHIP_PRUNE_FRACTION`` of the heads), one ONNX Runtime thread; the table
+    is printed and written to ``OUT/ship/ship.json``, which the report reads. Returns that file."""
+    from bertwatch.ablation.physical import heads_from_ablation
+    from bertwatch.heads.loading import load_model
+    from bertwatch.ship.shipping import ShipOptions, ship_model
+    from bertwatch.ship.table import SHIP_FILE, format_table
+
+    model_dir = out / "model"
+    ablations = sorted((model_dir / "bertwatch_ablation").rglob("ablation.json"))
+    try:
+        heads = heads_from_ablation(ablations[0], SHIP_PRUNE_FRACTION) if ablations else None
+    except ValueError as error:  # an ablation without an importance order: no pruned variants
+        _say(f"no pruned variants: {error}")
+        heads = None
+    _say(
+        f"will it ship? exporting the model to ONNX, INT8{' and pruned' if heads else ''}, each measured in ONNX "
+        f"Runtime on {len(dev)} dev examples"
+    )
+    model, tokenizer = load_model(str(model_dir), head="sequence-classification")
+    result = ship_model(
+        model,
+        tokenizer,
+        dev,
+        out / "ship",
+        heads=heads,
+        options=ShipOptions(max_length=max_length, repeats=repeats, threads=1),
+        source={"checkpoint": str(model_dir), "task": "sst2", "split": "dev"},
+    )
+    print(format_table(result), flush=True)
+    path = out / "ship" / SHIP_FILE
+    _say(f"ship table: {path} (the ONNX files beside it)")
+    return path
 
 
 def _word_classes(settings: _DemoSettings) -> Any:
