@@ -135,9 +135,9 @@ def layer_columns(result: Mapping[str, Any]) -> list[tuple[str, list[str], str]]
     stat = lambda layer, key: outliers[layer][key] if layer < len(outliers) else None  # noqa: E731
     return [
         ("layer", [str(r["layer"]) for r in rows], ">"),
-        ("only it INT8: logit error", [f"{r['only']['mean_max_abs']:.3f}" for r in rows], ">"),
-        ("changed", [f"{r['only']['changed']:.1%}" for r in rows], ">"),
-        ("kept fp32: INT8 error removed", [_share(r["recovery"]) for r in rows], ">"),
+        ("only this layer INT8: error", [f"{r['only']['mean_max_abs']:.3f}" for r in rows], ">"),
+        ("predictions changed", [f"{r['only']['changed']:.1%}" for r in rows], ">"),
+        ("this layer fp32: INT8 error removed", [_share(r["recovery"]) for r in rows], ">"),
         (f"{what} max |x|", [f"{stat(r['layer'], 'inf_norm') or 0:.1f}" for r in rows], ">"),
         ("kurtosis", [f"{stat(r['layer'], 'kurtosis') or 0:.0f}" for r in rows], ">"),
         ("outliers on delimiters", [_share(stat(r["layer"], "delimiter_share")) for r in rows], ">"),
@@ -176,14 +176,14 @@ def cause_lines(result: Mapping[str, Any]) -> list[str]:
     if layer < len(outliers):
         stats = outliers[layer]
         lines.append(
-            f"its {what} reaches {stats['inf_norm']:.0f} (kurtosis {stats['kurtosis']:.0f}), "
+            f"Its {what} reaches {stats['inf_norm']:.0f} (kurtosis {stats['kurtosis']:.0f}), "
             f"{_share(stats['delimiter_share'])} of the outlier mass on [CLS], [SEP] and punctuation"
         )
     if attribution.get("heads"):
-        lines.append(f"its heads {_heads(attribution['heads'])}")
+        lines.append(f"Its heads (layer-head) {_heads(attribution['heads'])}")
     later = attribution.get("heads_from_layer") or []
     if later and [(h["layer"], h["head"]) for h in later] != [(h["layer"], h["head"]) for h in attribution["heads"]]:
-        lines.append(f"from layer {layer} on, the heads {_heads(later)}")
+        lines.append(f"From layer {layer} on, the heads {_heads(later)}")
     return lines
 
 
@@ -216,10 +216,11 @@ def mixed_offer(result: Mapping[str, Any]) -> str | None:
     return f"{mixed['name']} does not recover the {metric} ({_interval(mixed)} against INT8's {_interval(int8)})"
 
 
-def _html_table(columns: list[tuple[str, list[str], str]]) -> str:
+def _html_table(columns: list[tuple[str, list[str], str]], bold_row: int | None = None) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h, _, _ in columns)
+    cell = lambda text, i: f"<td><b>{text}</b></td>" if i == bold_row else f"<td>{text}</td>"  # noqa: E731
     rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cells[i])}</td>" for _, cells, _ in columns) + "</tr>"
+        "<tr>" + "".join(cell(html.escape(cells[i]), i) for _, cells, _ in columns) + "</tr>"
         for i in range(len(columns[0][1]))
     )
     return f"<table><tr>{head}</tr>{rows}</table>"
@@ -232,13 +233,19 @@ def _cause_html(result: Mapping[str, Any]) -> str:
     if not lines:
         outliers = "".join(f"<div>{html.escape(line)}</div>" for line in outlier_lines(result))
         return f"<p>{outliers}</p>" if outliers else ""
+    attribution = result["attribution"]
     sentences = "".join(f"<li>{html.escape(line)}</li>" for line in lines[1:])
     offer = mixed_offer(result)
+    layers = [row["layer"] for row in attribution["layers"]]
+    worst = layers.index(attribution["kept_fp32"]) if attribution.get("kept_fp32") in layers else None
+    full = attribution["int8"]
     return (
         "<h3>Where the INT8 error comes from</h3>"
-        f"<ul>{sentences}</ul>{_html_table(layer_columns(result))}"
-        f'<p class="note">{html.escape(lines[0][:-1])}. Only it INT8: every other matrix product in fp32; kept '
-        "fp32: every other one INT8.</p>"
+        f"<p>Each layer measured on the first {int(attribution['examples'])} examples, in two INT8 copies: only "
+        "this layer INT8 (every other node fp32), and this layer fp32 (every other node INT8). Error: the mean over "
+        f"examples of the largest |logit change| against fp32; with every layer INT8 it is {full['mean_max_abs']:.3f} "
+        f"({full['changed']:.1%} of predictions changed).</p>"
+        f"<ul>{sentences}</ul>{_html_table(layer_columns(result), worst)}"
         + (f"<p><b>INT8 with one layer in fp32</b>: {html.escape(offer)}.</p>" if offer else "")
     )
 

@@ -139,20 +139,21 @@ def test_the_cause_names_the_layer_its_outliers_and_its_heads(tmp_path) -> None:
         "removes 75% of it"
     )
     assert lines[2] == (
-        "its feed-forward output reaches 196 (kurtosis 900), 75% of the outlier mass on [CLS], [SEP] and punctuation"
+        "Its feed-forward output reaches 196 (kurtosis 900), 75% of the outlier mass on [CLS], [SEP] and punctuation"
     )
     assert lines[3] == (
-        "its heads 1-3, 1-0 put 85% / 60% of their attention on [CLS], [SEP] and punctuation (by norm: 40% / n/a)"
+        "Its heads (layer-head) 1-3, 1-0 put 85% / 60% of their attention on [CLS], [SEP] and punctuation (by norm: 40% / n/a)"
     )
     assert len(lines) == 4  # the heads from layer 1 on are the same: not repeated
     columns = dict((header, cells) for header, cells, _ in layer_columns(result))
-    assert columns["kept fp32: INT8 error removed"] == ["10%", "75%"] and columns["layer"] == ["0", "1"]
+    assert columns["this layer fp32: INT8 error removed"] == ["10%", "75%"] and columns["layer"] == ["0", "1"]
     assert columns["feed-forward output max |x|"] == ["20.0", "196.0"]
     path = tmp_path / "ship.json"
     path.write_text(json.dumps(result), encoding="utf-8")
     page = ship_section(path)
     assert "Where the INT8 error comes from" in page and all(html.escape(line) in page for line in lines[1:])
-    assert "<td>75%</td>" in page and html.escape(mixed_offer(result)) in page
+    assert "<td><b>75%</b></td>" in page and "<td>10%</td>" in page and html.escape(mixed_offer(result)) in page
+    assert "with every layer INT8 it is 0.200 (3.1% of predictions changed)" in page
     printed = format_table(result)
     assert all(line in printed for line in lines) and "INT8 with one layer in fp32: offered" in printed
 
