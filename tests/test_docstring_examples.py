@@ -43,6 +43,8 @@ RUN = (
     "bertwatch.heads.logits",
     "bertwatch.heads.stability",
     "bertwatch.heads.stats",
+    "bertwatch.ship.delimiters",
+    "bertwatch.ship.layer_error",
     "bertwatch.ship.measure",
     "bertwatch.tb.measures",
     "bertwatch.tb.summary",

@@ -132,8 +132,8 @@ def layer_attribution(
         ValueError: the graph names no layer (``layer_nodes``).
 
     Example:
-        >>> attribution = layer_attribution("ship/model.onnx", eval_batches(tokenizer, examples[:256], 128))
-        >>> worst_layer(attribution["layers"])
+        >>> batches = eval_batches(tokenizer, examples[:256], 128)  # doctest: +SKIP
+        >>> worst_layer(layer_attribution("ship/model.onnx", batches)["layers"])  # doctest: +SKIP
         0
     """
     nodes, everything = layer_nodes(fp32_path)
