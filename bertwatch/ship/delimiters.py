@@ -11,11 +11,13 @@ Both come from the project's own statistics, computed here on the same batches; 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.ship.runtime import encode
 
 __all__ = ["DELIMITER_NAMES", "OUTLIER_EXAMPLES", "delimiter_heads", "float_side", "top_heads"]
@@ -110,11 +112,18 @@ def float_side(model: Any, tokenizer: Any, examples: Sequence[Mapping[str, Any]]
 
     Returns:
         ``{"examples": n, "ffn": [...], "residual": [...], "heads": {name: [layers][heads]}}``
-        (``heads.outliers.activation_outliers`` for the first two, :func:`delimiter_heads` for the last).
+        (``heads.outliers.activation_outliers`` for the first two, :func:`delimiter_heads` for the last; None, with a
+        warning, for a model bertwatch cannot capture).
     """
+    from bertwatch.heads.capture import UnsupportedModelError
     from bertwatch.heads.outliers import activation_outliers
 
     chosen = list(examples[:OUTLIER_EXAMPLES])
     model = model.eval()
     batches = _batches(model, tokenizer, chosen, max_length)
-    return {"examples": len(chosen), **activation_outliers(model, batches), "heads": delimiter_heads(model, batches)}
+    try:
+        heads = delimiter_heads(model, batches)
+    except UnsupportedModelError as error:  # a family bertwatch cannot capture: the outliers still stand
+        warnings.warn(f"bertwatch ship: no head statistics for this model ({error})", BertWatchWarning, stacklevel=2)
+        heads = None
+    return {"examples": len(chosen), **activation_outliers(model, batches), "heads": heads}

@@ -4,6 +4,7 @@ ONNX Runtime on the evaluation set against the float32 export, the files and ``s
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.ship import runtime
 from bertwatch.ship.delimiters import OUTLIER_EXAMPLES
 from bertwatch.ship.export import (
@@ -178,7 +180,7 @@ def ship_model(
     from bertwatch.ship.delimiters import float_side, top_heads
 
     outliers = float_side(model, tokenizer, examples, options.max_length)
-    if attribution is not None and attribution["kept_fp32"] is not None:
+    if attribution is not None and attribution["kept_fp32"] is not None and outliers["heads"] is not None:
         layer = attribution["kept_fp32"]
         attribution["heads"] = top_heads(outliers["heads"], [layer])
         attribution["heads_from_layer"] = top_heads(outliers["heads"], range(layer, len(outliers["residual"])))
@@ -238,7 +240,11 @@ def _attribute(written: dict, tokenizer: Any, examples, out: Path, options: Ship
     fp32 = written[REFERENCE][1]
     chosen = list(examples[: options.attribution_examples])
     batches = runtime.eval_batches(tokenizer, chosen, options.max_length, THROUGHPUT_BATCH)
-    nodes, _ = layer_nodes(fp32)
+    try:
+        nodes, _ = layer_nodes(fp32)
+    except ValueError as error:  # a graph whose nodes name no layer: the table still stands
+        warnings.warn(f"bertwatch ship: {error}", BertWatchWarning, stacklevel=3)
+        return None
     with tqdm(total=1 + 2 * len(nodes), desc="INT8 error by layer", unit="copy", disable=not progress) as bar:
         attribution = layer_attribution(fp32, batches, options.threads, lambda: bar.update(1))
     layer = worst_layer(attribution["layers"])

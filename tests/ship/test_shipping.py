@@ -93,3 +93,26 @@ def test_bad_evaluation_sets_are_refused(tmp_path: Path) -> None:
         ShipOptions(repeats=0)
     with pytest.raises(ValueError, match="attribution_examples"):
         ShipOptions(attribution_examples=-1)
+
+
+def test_what_cannot_be_attributed_is_said_and_the_table_still_stands(tmp_path: Path, monkeypatch) -> None:
+    from bertwatch.heads.capture import UnsupportedModelError
+    from bertwatch.ship import delimiters, shipping
+
+    model, tokenizer = lively_classifier()
+    options = ShipOptions(repeats=1, warmup=0, threads=1, n_resamples=50, max_length=64)
+
+    def unnamed(path):
+        raise ValueError("no node names an encoder layer")
+
+    def uncaptured(model, batches):
+        raise UnsupportedModelError("not this family")
+
+    monkeypatch.setattr(shipping, "layer_nodes", unnamed)
+    monkeypatch.setattr(delimiters, "delimiter_heads", uncaptured)
+    with pytest.warns(UserWarning) as caught:
+        result = ship_model(model, tokenizer, toy_texts(20, seed=9), tmp_path, options=options, progress=False)
+    said = " ".join(str(w.message) for w in caught)
+    assert "no node names an encoder layer" in said and "no head statistics for this model" in said
+    assert result["attribution"] is None and result["outliers"]["heads"] is None
+    assert [v["name"] for v in result["variants"]] == ["fp32", "int8"] and len(result["outliers"]["ffn"]) == 2
