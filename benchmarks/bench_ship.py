@@ -103,6 +103,20 @@ def measure(model, tokenizer, files, examples, threads: int, repeats: int) -> di
     }
 
 
+def ratios(figures: dict, sizes: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Each model against fp32 PyTorch: ``latency`` and ``size`` (how many times smaller), ``throughput`` (how many
+    times more)."""
+    base = figures["pytorch fp32"]
+    return {
+        name: {
+            "latency": round(base["latency_ms"] / row["latency_ms"], 3),
+            "throughput": round(row["throughput"] / base["throughput"], 3),
+            "size": round(sizes["pytorch fp32"] / sizes[name], 3),
+        }
+        for name, row in figures.items()
+    }
+
+
 def table(figures: dict, sizes: dict[str, float], threads: int) -> list[str]:
     """The readable table: each model's figures and its ratios against fp32 PyTorch."""
     base = figures["pytorch fp32"]
@@ -165,9 +179,11 @@ def main() -> int:
         for threads in [int(t) for t in args.threads.split(",")]:
             figures = measure(model, tokenizer, files, examples, threads, args.repeats)
             result["runs"][str(threads)] = figures
+            result.setdefault("ratios", {})[str(threads)] = ratios(figures, sizes)
             print("\n".join(["", *table(figures, sizes, threads)]))
     result["seconds"] = time.perf_counter() - started
     print(f"\n{result['seconds']:.0f} s in all")
+    print(json.dumps({"ratios_against_pytorch_fp32": result["ratios"]}))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
