@@ -248,7 +248,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         start = self.pacing.clock()
         for result, _ in mine:
             self._judge(watched, result.event, control)
-            self._judge_verdict(watched, result.step, control)
+            self._judge_verdict(watched, result.step, result.event, control)
             watched.publish_records(self.pacing.records(result.step), result.step)
         self.pacing.charge(self.pacing.clock() - start)
 
@@ -260,9 +260,10 @@ class WatchCallback(NotATracker, TrainerCallback):
         if health and not (self.health and self.health[-1][0] == step):
             self.health.append((step, dict(health)))
 
-    def _judge_verdict(self, watched: WatchedRun, step: int, control: Any) -> None:
-        """The verdict at ``step`` when its run health was measured: written as the ``verdict`` series (level
-        0/1/2, the reasons in its description) by the watched run's verdict writer, acted on here."""
+    def _judge_verdict(self, watched: WatchedRun, step: int, event: str, control: Any) -> None:
+        """The verdict at ``step`` when its run health was measured: written (the ``verdict`` series and text) and
+        sent to the trackers (with ``log_to_trackers``, before the end) by the watched run's verdict writer, acted
+        on here."""
         if not self.health or self.health[-1][0] != step:
             return
         with self.alerting.contained():
@@ -270,7 +271,9 @@ class WatchCallback(NotATracker, TrainerCallback):
             if verdict is None:
                 return
             if watched.verdict_writer() == self._index:
-                watched.publish_verdict(verdict, step)
+                to_trackers = self.log_to_trackers and event != "end"
+                settings = self.alerting.verdict_settings
+                watched.publish_verdict(verdict, settings, self.health[-1][1], to_trackers)
             self.alerting.act_on_verdict(verdict, control)
 
     def _judge(self, watched: WatchedRun, event: str, control: Any) -> None:

@@ -10,12 +10,14 @@ import math
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
+from transformers import TrainerCallback
 
-from bertwatch.callbacks import BertWatchCallback
+from bertwatch.callbacks import BertWatchCallback, GradientImportanceCallback
 from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, grad_norm_name
 from bertwatch.core.verdict import VERDICT_SERIES, VerdictSettings
 from bertwatch.core.warnings import BertWatchWarning
-from bertwatch.tb.metadata import series_tag
+from bertwatch.options.groups import ExpertOptions
+from bertwatch.tb.metadata import series_tag, text_tag
 from tests.support.tiny_trainer import toy_trainer
 
 pytestmark = pytest.mark.fast
@@ -60,3 +62,69 @@ def test_stop_acts_on_a_failing_verdict(tmp_path) -> None:
         callback, trainer = _train(tmp_path, easy, on_alert="stop")
     assert trainer.state.global_step == 2 and callback.alerting.stop_requested_at == 2
     assert glob.glob(str(tmp_path / "out" / "checkpoint-2"))
+
+
+class Recorder(TrainerCallback):
+    """A report_to-style tracker: keeps every ``on_log`` it gets."""
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[int, dict]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append((state.global_step, dict(logs or {})))
+
+
+def _tracked(tmp_path, *callbacks) -> tuple[Recorder, list]:
+    tracker = Recorder()
+    trainer = toy_trainer(tmp_path / "out", [tracker], save_strategy="no", max_steps=4)
+    for callback in callbacks:
+        callback.set_trainer(trainer)
+        trainer.add_callback(callback)
+    trainer.train()
+    return tracker, [(step, logs) for step, logs in tracker.logs if any(k.startswith("bertwatch/") for k in logs)]
+
+
+def test_each_steps_reasons_are_kept_in_the_verdict_text(tmp_path) -> None:
+    easy = VerdictSettings(collapse_share=0.01, risk_fraction=1.0, vanish_fraction=1.0, patience=2)
+    callback, _ = _train(tmp_path, easy)
+    texts = _texts(tmp_path)
+    assert sorted(texts) == [step for step, _ in callback.health]
+    assert texts[max(texts)] == list(callback.alerting.verdict.reasons)
+    assert texts[0] == []  # step 0 is the reference: healthy, no reasons
+    # at risk at step 2 (a collapse now), failing from step 4 (held for 2 steps): each step keeps its own words
+    assert texts[2] != texts[4] and all(texts[s] for s in texts if s > 0)
+    assert any("since step 2" in line for line in texts[4])
+
+
+def _texts(tmp_path) -> dict[int, list[str]]:
+    (run,) = glob.glob(str(tmp_path / "**" / "events.out.tfevents.*.bertwatch"), recursive=True)
+    acc = EventAccumulator(run.rsplit("/", 1)[0], size_guidance={"tensors": 0})
+    acc.Reload()
+    return {
+        e.step: [b.decode() for b in tensor_util.make_ndarray(e.tensor_proto).reshape(-1)]
+        for e in acc.Tensors(text_tag(VERDICT_SERIES))
+    }
+
+
+def test_the_verdict_and_run_health_reach_the_trackers_once_a_step_from_its_writer(tmp_path) -> None:
+    first = BertWatchCallback(every_n_steps=2, num_probe_examples=6, quiet=True)
+    second = GradientImportanceCallback(every_n_steps=2, num_probe_examples=6, quiet=True)
+    _, sent = _tracked(tmp_path, first, second)
+    levels = [(step, logs["bertwatch/verdict/level"]) for step, logs in sent if "bertwatch/verdict/level" in logs]
+    measured = [step for step, _ in first.health]
+    assert measured and [step for step, _ in levels] == measured  # one level a probe step, from one member
+    assert levels[-1][1] == float(first.alerting.verdict.level)
+    health = [logs for _, logs in sent if "bertwatch/verdict/level" in logs]
+    for logs, (_, values) in zip(health, first.health):
+        expected = {f"bertwatch/run_health/{k}": v for k, v in values.items() if math.isfinite(v)}
+        assert {k: v for k, v in logs.items() if k.startswith("bertwatch/run_health/")} == expected
+        assert all(math.isfinite(v) for v in logs.values())
+        assert "bertwatch/run_health/prediction_std" not in logs  # NaN for a classifier: never sent
+
+
+def test_no_verdict_reaches_the_trackers_without_log_to_trackers(tmp_path) -> None:
+    quiet = BertWatchCallback(
+        every_n_steps=2, num_probe_examples=6, quiet=True, expert=ExpertOptions(log_to_trackers=False)
+    )
+    _, sent = _tracked(tmp_path, quiet)
+    assert quiet.health and not [logs for _, logs in sent if "bertwatch/verdict/level" in logs]
