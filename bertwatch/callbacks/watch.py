@@ -94,7 +94,9 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
         self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
-        self.alerting = Alerting(s.on_alert, s.alerts, self.strict)  # stability alerts (callbacks.alerting)
+        self.alerting = Alerting(
+            s.on_alert, s.alerts, self.strict, s.verdict
+        )  # alerts and verdict (callbacks.alerting)
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
@@ -183,7 +185,9 @@ class WatchCallback(NotATracker, TrainerCallback):
             evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
             pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
             budget = self.pacing.meter.budget
-            lines = announce.start_lines(announce.run_plan(context, len(self.stat_names), budget, pinned))
+            verdict = bool(set(GRADIENT_NAMES) & self.stat_names)
+            plan = announce.run_plan(context, len(self.stat_names), budget, pinned, verdict)
+            lines = announce.start_lines(plan)
             lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
             announce.say(lines + self._more_lines(context))
             self._pinned_passes = pinned.passes() if at_start else 0

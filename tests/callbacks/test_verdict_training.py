@@ -13,6 +13,7 @@ from tensorboard.util import tensor_util
 from transformers import TrainerCallback
 
 from bertwatch.callbacks import BertWatchCallback, GradientImportanceCallback
+from bertwatch.core.alerts import Alert
 from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, grad_norm_name
 from bertwatch.core.verdict import VERDICT_SERIES, VerdictSettings
 from bertwatch.core.warnings import BertWatchWarning
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.fast
 
 
 def _train(tmp_path, verdict: VerdictSettings | None = None, evaluate: bool = False, **options):
-    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=6, quiet=True, **options)
     if verdict is not None:
-        callback.alerting.verdict_settings = verdict
+        options["verdict"] = verdict
+    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=6, quiet=True, **options)
     steps = {"eval_strategy": "steps", "eval_steps": 2} if evaluate else {}
     trainer = toy_trainer(tmp_path / "out", [], save_strategy="no", **steps)
     callback.set_trainer(trainer)
@@ -61,6 +62,7 @@ def test_stop_acts_on_a_failing_verdict(tmp_path) -> None:
     with pytest.warns(BertWatchWarning, match="bertwatch verdict at step 2: failing: predictions have collapsed"):
         callback, trainer = _train(tmp_path, easy, on_alert="stop")
     assert trainer.state.global_step == 2 and callback.alerting.stop_requested_at == 2
+    assert callback.alerting.stop_reason == f"verdict: {callback.alerting.verdict.describe()}"
     assert glob.glob(str(tmp_path / "out" / "checkpoint-2"))
 
 
@@ -128,3 +130,23 @@ def test_no_verdict_reaches_the_trackers_without_log_to_trackers(tmp_path) -> No
     )
     _, sent = _tracked(tmp_path, quiet)
     assert quiet.health and not [logs for _, logs in sent if "bertwatch/verdict/level" in logs]
+
+
+def test_the_verdict_option_changes_the_verdict(tmp_path) -> None:
+    """The toy run predicts one class with its loss at the prior's: failing by default; with a patience longer
+    than the run it is at risk only, and the thresholds written with the verdict are the ones given."""
+    default, _ = _train(tmp_path / "default")
+    patient, _ = _train(tmp_path / "patient", VerdictSettings(patience=10))
+    assert default.alerting.verdict.label == "failing"
+    assert patient.alerting.verdict.label == "at risk"
+    assert patient.alerting.verdict_settings == VerdictSettings(patience=10)
+    assert [h for _, h in default.health] == [h for _, h in patient.health]  # the same run, judged otherwise
+
+
+def test_a_callable_on_alert_is_given_alerts_only(tmp_path) -> None:
+    given = []
+    easy = VerdictSettings(collapse_share=0.01, stuck_fraction=0.01, patience=1)
+    callback, trainer = _train(tmp_path, easy, on_alert=lambda alerts: given.append(list(alerts)) or "stop")
+    assert callback.alerting.verdict.label == "failing" and trainer.state.global_step == 6  # not stopped
+    assert all(isinstance(alert, Alert) for alerts in given for alert in alerts)
+    assert callback.alerting.stop_reason is None
