@@ -226,6 +226,15 @@ class WatchCallback(NotATracker, TrainerCallback):
                 BertWatchWarning,
                 stacklevel=3,
             )
+        if getattr(args, "fp16", False) and set(GRADIENT_NAMES) & names:
+            warnings.warn(
+                "bertwatch: with fp16 the gradient pass runs under float16 autocast without the Trainer's loss "
+                "scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller gives layer "
+                "gradient norms of 0 on MiniLM), so the run verdict's vanishing rule can read an underflow as a "
+                "vanished gradient (docs/statistics.md, run health); bf16 has no such floor",
+                BertWatchWarning,
+                stacklevel=3,
+            )
 
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         """Fail at on_train_begin on a configuration that could only fail later."""

@@ -150,3 +150,14 @@ def test_a_callable_on_alert_is_given_alerts_only(tmp_path) -> None:
     assert callback.alerting.verdict.label == "failing" and trainer.state.global_step == 6  # not stopped
     assert all(isinstance(alert, Alert) for alerts in given for alert in alerts)
     assert callback.alerting.stop_reason is None
+
+
+def test_fp16_says_once_that_small_gradients_underflow(tmp_path) -> None:
+    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=4, quiet=True)
+    trainer = toy_trainer(tmp_path / "out", [], save_strategy="no", max_steps=2, fp16=True)
+    callback.set_trainer(trainer)
+    trainer.add_callback(callback)
+    with pytest.warns(BertWatchWarning) as caught:
+        trainer.train()
+    said = [w for w in caught if "fp16" in str(w.message)]
+    assert len(said) == 1 and "underflow" in str(said[0].message) and callback.health

@@ -77,7 +77,7 @@ def test_the_strip_gives_the_level_since_when_and_the_reasons(s, shot_dir) -> No
     assert fail_y > risk_y
     assert s.frame.query_selector_all("#verdict-chart-share .band")  # the steps at risk or failing shaded
     s.page.mouse.move(0, 0)
-    path = shot_dir / "verdict_failing.png"
+    path = shot_dir / "verdict_synthetic.png"
     s.frame.locator("#verdict-strip").screenshot(path=str(path))
     assert 0 < path.stat().st_size <= MAX_PNG_BYTES
 

@@ -142,7 +142,7 @@ export class VerdictStrip {
     const st = d.settings;
     clear(this.charts);
     if (!hv?.steps?.length) return;
-    const width = Math.max(240, Math.min(330, Math.floor((this.el.clientWidth - 48) / 3)));
+    const width = Math.max(240, Math.min(440, Math.floor((this.el.clientWidth - 60) / 3)));
     const layers = hv.lowerLayers;
     const named = layers.length > 1 ? `layers ${layers[0]}–${layers[layers.length - 1]}` : `layer ${layers[0]}`;
     const log = nums(hv.lowerGradient).map((v) => (v > 0 ? Math.log10(v) : NaN));
