@@ -6,7 +6,7 @@ verdicts step by step from the runs' logs, with each run's final dev accuracy.
     tensorboard --logdir runs/verdict --samples_per_plugin=bertwatch=0     # BERT heads tab: the verdict strip
     bertwatch report runs/verdict/failing                                  # "run verdict" in the first table
 
-About two minutes a run on a 2-core CPU. The failing pair (seed 1 at 2e-5, 100 steps) comes from
+About 15 minutes a run on a 2-core CPU VM. The failing pair (seed 1 at 2e-5, 100 steps) comes from
 ``benchmarks/bench_failures.py``; another machine may need another seed.
 """
 

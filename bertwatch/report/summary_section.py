@@ -144,22 +144,32 @@ def _alerts_text(alerts: Mapping[str, Any] | None) -> str:
 
 
 def _verdict_text(training: Mapping[str, Any]) -> str | None:
-    """The run's verdict (``core.verdict``) at its last measured step with its reasons, and the steps that were
-    not healthy; None when the run wrote no verdict."""
+    """The run's verdict (``core.verdict``) at its last measured step and since when, its reasons as a list, and
+    the steps that were not healthy; None when the run wrote no verdict."""
     judged = verdict_steps(dict(training))
     if not judged:
         return None
     steps = [step for step, _, _ in judged]
     levels = [level for _, level, _ in judged]
-    reasons = judged[-1][2]
-    text = f" at step {steps[-1]}, the last measured" + (f": {'; '.join(reasons)}" if reasons else "")
+    since = steps[-1]
+    for step, level in zip(reversed(steps), reversed(levels)):
+        if level != levels[-1]:
+            break
+        since = step
+    text = f" at step {steps[-1]}, the last measured" + (f", since step {since}" if since != steps[-1] else "")
+    reasons = "".join(f"<li>{escape(reason)}</li>" for reason in judged[-1][2])
+    counts = []
     for level in (2, 1):
         marked = [step for step, have in zip(steps, levels) if have == level]
         if marked:
             listed = ", ".join(str(step) for step in marked[:6]) + (", ..." if len(marked) > 6 else "")
-            text += f"; {LEVELS[level]} at {len(marked)} of {len(steps)} measured steps ({listed})"
+            counts.append(f"{LEVELS[level]} at {len(marked)} of {len(steps)} measured steps ({listed})")
     css = ("healthy", "at-risk", "failing")[levels[-1]]
-    return f'<span class="run-verdict {css}" id="run-verdict"><b>{LEVELS[levels[-1]]}</b>{escape(text)}</span>'
+    return (
+        f'<span class="run-verdict {css}" id="run-verdict"><b>{LEVELS[levels[-1]]}</b>{escape(text)}</span>'
+        + (f'<ul class="verdict-reasons">{reasons}</ul>' if reasons else "")
+        + escape("; ".join(counts))
+    )
 
 
 def _short(model: str) -> str:
