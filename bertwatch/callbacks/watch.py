@@ -94,9 +94,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
         self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
-        self.alerting = Alerting(
-            s.on_alert, s.alerts, self.strict, s.verdict
-        )  # alerts and verdict (callbacks.alerting)
+        # the stability alerts and the run verdict (callbacks.alerting)
+        self.alerting = Alerting(s.on_alert, s.alerts, self.strict, s.verdict)
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
