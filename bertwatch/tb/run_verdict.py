@@ -18,12 +18,10 @@ from tensorboard.data import provider
 from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, PRIOR_LOSS
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, VerdictSettings, lower_gradient_ratio
 from bertwatch.tb import metadata as md
+from bertwatch.tb.queries import DOWNSAMPLE
 from bertwatch.tb.series import f32_list
 
 __all__ = ["health_lines", "run_verdict", "since_step"]
-
-DOWNSAMPLE = 1_000_000_000  # every step the loader kept
-
 
 def since_step(steps: list[int], levels: list[int]) -> int | None:
     """The first step of the trailing run of steps at the last step's level (None for no steps)."""

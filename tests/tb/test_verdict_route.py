@@ -115,3 +115,13 @@ def test_a_run_judged_with_other_thresholds_serves_them(tmp_path) -> None:
     app, _, _ = make_wsgi_app(tmp_path)
     out = get_json(Client(app), "verdict", run="strict")
     assert out["settings"]["vanish_fraction"] == 0.001 and out["settings"]["risk_fraction"] == 0.5
+
+
+def test_a_verdict_written_without_its_text_serves_no_reasons(tmp_path) -> None:
+    with SummaryWriter(str(tmp_path / "bare")) as w:
+        for step, level in ((0, 0), (10, 1), (20, 1)):
+            w.add_named_values(VERDICT_SERIES, {"level": float(level)}, step, "verdict")
+    out = get_json(Client(make_wsgi_app(tmp_path)[0]), "verdict", run="bare")
+    assert out["level"] == [0, 1, 1] and out["reasons"] == [None, None, None]
+    assert out["now"] == {"step": 20, "level": 1, "label": "at risk", "since": 10, "reasons": None}
+    assert out["health"] == {"steps": []} and out["settings"] == asdict(VerdictSettings())
