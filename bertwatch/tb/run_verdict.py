@@ -23,6 +23,7 @@ from bertwatch.tb.series import f32_list
 
 __all__ = ["health_lines", "run_verdict", "since_step"]
 
+
 def since_step(steps: list[int], levels: list[int]) -> int | None:
     """The first step of the trailing run of steps at the last step's level (None for no steps)."""
     if not steps:
