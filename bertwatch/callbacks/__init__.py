@@ -3,7 +3,8 @@
 ``bertwatch.watch(trainer)`` (or ``bertwatch run script.py``) is the whole integration; the single-purpose callbacks
 (``AttentionDriftCallback``, ``SpecialTokenMassCallback``, ``EntropyCallback``, ``GradientImportanceCallback``)
 can be used alone or together, and share one probe pass; ``WatchSettings`` holds every option in one checked value
-(the advanced ones in ``ProbeOptions``, ``AlertSettings``, ``AblationOptions`` and ``ExpertOptions``).
+(the advanced ones in ``ProbeOptions``, ``AlertSettings``, ``VerdictSettings``, ``AblationOptions`` and
+``ExpertOptions``).
 ``AblationCallback`` lives in ``bertwatch.callbacks.ablate_on_end`` and is loaded on first use. See ``docs/callbacks.md``.
 """
 
@@ -22,7 +23,14 @@ from bertwatch.callbacks.watch import (
     SpecialTokenMassCallback,
 )
 from bertwatch.options.groups import WordClassProbe
-from bertwatch.options.settings import AblationOptions, AlertSettings, ExpertOptions, ProbeOptions, WatchSettings
+from bertwatch.options.settings import (
+    AblationOptions,
+    AlertSettings,
+    ExpertOptions,
+    ProbeOptions,
+    VerdictSettings,
+    WatchSettings,
+)
 
 __all__ = [
     "AblationCallback",
@@ -37,6 +45,7 @@ __all__ = [
     "ProbeOptions",
     "SetupError",
     "SpecialTokenMassCallback",
+    "VerdictSettings",
     "WatchSettings",
     "WordClassProbe",
     "watch",

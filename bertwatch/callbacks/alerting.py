@@ -40,8 +40,11 @@ class Alerting:
 
     ``on_alert``: ``"warn"`` (one ``BertWatchWarning`` per head and rule), ``"stop"`` (also ask the Trainer to save
     a checkpoint and stop), ``"none"`` (log only), or a callable given the new alerts (a list of
-    :class:`~bertwatch.core.alerts.Alert`) that may return ``"stop"``. ``alerts`` holds those in force at the last
-    judged step and ``raised`` every alert that was new when raised.
+    :class:`~bertwatch.core.alerts.Alert`) that may return ``"stop"``; a callable is given stability alerts only,
+    never verdicts (it can read ``verdict``, the last verdict, when called). ``alerts`` holds those in force at the
+    last judged step and ``raised`` every alert that was new when raised; ``stop_requested_at`` and ``stop_reason``
+    the step and the words of the first stop asked for (an alert's ``describe()``, or ``verdict: `` and the
+    verdict's).
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class Alerting:
         self.alerts: list[Alert] = []
         self.raised: list[Alert] = []
         self.stop_requested_at: int | None = None
+        self.stop_reason: str | None = None
         self._seen: set[tuple[int, int, str, str]] = set()
         self._judged_step: int | None = None
         self._reference_noted = False
@@ -116,10 +120,7 @@ class Alerting:
                 what = "; saving a checkpoint and stopping training (on_alert='stop')" if stop else ""
                 warnings.warn(f"bertwatch alert: {alert.describe()}{what}", BertWatchWarning, stacklevel=5)
         if stop and self.stop_requested_at is None:
-            self.stop_requested_at = judgement.step
-            if control is not None:
-                control.should_save = True
-                control.should_training_stop = True
+            self._stop(judgement.step, "; ".join(alert.describe() for alert in new), control)
 
     def judge_verdict(self, health: Sequence[tuple[int, dict[str, float]]]) -> Verdict | None:
         """The verdict at the newest step of ``health`` (``(step, run-health values)``, oldest first) with the
@@ -134,7 +135,8 @@ class Alerting:
     def act_on_verdict(self, verdict: Verdict, control: Any) -> None:
         """The first "failing" verdict: one warning with its reasons (``on_alert`` ``"warn"`` or ``"stop"``) and,
         with ``"stop"``, at most once, ``control.should_save`` and ``control.should_training_stop``. A callable
-        ``on_alert`` is given alerts only, not verdicts."""
+        ``on_alert`` is given alerts only, not verdicts: a failing verdict warns and stops only with ``"warn"`` and
+        ``"stop"``."""
         if verdict.level < 2 or self._failing_noted or self.on_alert not in ("warn", "stop"):
             return
         self._failing_noted = True
@@ -143,10 +145,14 @@ class Alerting:
         message = f"bertwatch verdict at step {verdict.step}: {verdict.describe()}{what}"
         warnings.warn(message, BertWatchWarning, stacklevel=5)
         if stop and self.stop_requested_at is None:
-            self.stop_requested_at = verdict.step
-            if control is not None:
-                control.should_save = True
-                control.should_training_stop = True
+            self._stop(verdict.step, f"verdict: {verdict.describe()}", control)
+
+    def _stop(self, step: int, reason: str, control: Any) -> None:
+        """Ask the Trainer to save a checkpoint and stop (once), and keep the step and the reason."""
+        self.stop_requested_at, self.stop_reason = step, reason
+        if control is not None:
+            control.should_save = True
+            control.should_training_stop = True
 
     def _note_reference(self, reference_step: int, resumed: bool) -> None:
         """One warning when the first measured step is not the model before its first optimiser step."""

@@ -121,10 +121,12 @@ class RunPlan:
     budget: float
     pinned: tuple[str, ...]
     run_dir: str | None
+    verdict: bool = False
 
 
-def run_plan(context: ProbeContext, stats: int, budget: float, pinned: Pinned) -> RunPlan:
-    """The start line's facts from the run's ``ProbeContext``, the callback's statistics and cadence."""
+def run_plan(context: ProbeContext, stats: int, budget: float, pinned: Pinned, verdict: bool = False) -> RunPlan:
+    """The start line's facts from the run's ``ProbeContext``, the callback's statistics and cadence; ``verdict``:
+    the callback judges the run verdict (it measures the gradient statistics)."""
     info = context.probe.length_info()
     return RunPlan(
         model=type(context.encoder).__name__,
@@ -140,6 +142,7 @@ def run_plan(context: ProbeContext, stats: int, budget: float, pinned: Pinned) -
         budget=budget,
         pinned=pinned.events(),
         run_dir=context.run_dir,
+        verdict=verdict,
     )
 
 
@@ -165,7 +168,7 @@ def start_lines(plan: RunPlan) -> list[str]:
     lines = [
         f"watching {plan.model} ({plan.layers} layers x {plan.heads} heads): {_plural(plan.stats, 'statistic')} "
         f"on {_plural(plan.examples, 'probe example')} from {plan.source} (longest {plan.longest} tokens, {cut}), "
-        f"measured {cadence}{pinned}"
+        f"measured {cadence}{pinned}" + ("; the run verdict is judged at each" if plan.verdict else "")
     ]
     if plan.run_dir is not None:
         lines.append(f"events go to {_shown_path(plan.run_dir)}")

@@ -1,9 +1,10 @@
 """The one place the probe pass's results are written: event files (world process zero) and the trackers.
 
 Measurements and riders return values: grids, attention maps and ``RiderOutput`` records (a named-values series,
-a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and sends the layer
-means (and the stability alerts' counts) to the Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once
-their statistics are in.
+lines of text, a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and
+sends the layer means (and the stability alerts' counts, the verdict's level and the run-health signals) to the
+Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once their
+statistics are in.
 """
 
 from __future__ import annotations
@@ -17,13 +18,19 @@ from typing import Any
 import numpy as np
 
 from bertwatch.callbacks._safe import BertWatchWarning
-from bertwatch.callbacks.tracking import headline_logs, layer_mean_logs, metric_name, send_to_trackers
+from bertwatch.callbacks.tracking import (
+    headline_logs,
+    layer_mean_logs,
+    metric_name,
+    send_to_trackers,
+    verdict_logs,
+)
 from bertwatch.core.alerts import Alert, alert_counts
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.core.stat_names import ALL_STATS
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 
-__all__ = ["HeadEmbedding", "NamedValues", "Publisher", "RiderOutput"]
+__all__ = ["HeadEmbedding", "NamedValues", "Publisher", "RiderOutput", "StepText"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +40,17 @@ class NamedValues:
     tag: str
     values: Mapping[str, float]
     description: str
+
+
+@dataclass(frozen=True)
+class StepText:
+    """Lines of text of one step under the plugin's ``bertwatch/text/{name}``, kept at every step (a tag's
+    description is kept from its first write only), with ``content`` (JSON values) in the tag's metadata."""
+
+    name: str
+    lines: tuple[str, ...]
+    description: str
+    content: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -54,7 +72,7 @@ class RiderOutput:
     """
 
     grids: Mapping[str, np.ndarray] = field(default_factory=dict)
-    records: tuple[NamedValues | HeadEmbedding, ...] = ()
+    records: tuple[NamedValues | StepText | HeadEmbedding, ...] = ()
     on_probe_set: bool = True
 
 
@@ -119,15 +137,17 @@ class Publisher:
             if measured:
                 self.writer.add_attention_maps(measured, step, measure=measure)
 
-    def publish_records(self, records: Sequence[NamedValues | HeadEmbedding], step: int) -> None:
+    def publish_records(self, records: Sequence[NamedValues | StepText | HeadEmbedding], step: int) -> None:
         """Write records that come from outside a probe pass (the probe steps' series of ``callbacks.pacing``)."""
         if self.writer is not None:
             for record in records:
                 self._write_record(record, step)
 
-    def _write_record(self, record: NamedValues | HeadEmbedding, step: int) -> None:
+    def _write_record(self, record: NamedValues | StepText | HeadEmbedding, step: int) -> None:
         if isinstance(record, NamedValues):
             self.writer.add_named_values(record.tag, dict(record.values), step, record.description)
+        elif isinstance(record, StepText):
+            self.writer.add_step_text(record.name, list(record.lines), step, record.description, **record.content)
         else:
             self.writer.add_embedding(record.name, record.coords, record.layers, record.heads, step=step)
 
@@ -162,6 +182,12 @@ class Publisher:
         self.writer.add_alerts(list(alerts), layers, heads, step, reference_step)
         if to_trackers and self.trackers:
             self._send({metric_name("alerts", rule): float(n) for rule, n in alert_counts(alerts).items()}, "alerts")
+
+    def send_verdict(self, level: int, health: Mapping[str, float]) -> None:
+        """The verdict's level (``bertwatch/verdict/level``: 0 healthy, 1 at risk, 2 failing) and each run-health
+        signal of its step (``bertwatch/run_health/{signal}``) to the trackers; only finite values."""
+        if self.trackers:
+            self._send(verdict_logs(level, health), "verdict")
 
     def _send(self, logs: Mapping[str, float], what: str) -> None:
         """``logs`` to every tracker; one that fails is dropped with one warning (training continues)."""

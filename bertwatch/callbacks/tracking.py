@@ -2,7 +2,8 @@
 
 At each probe step the layer means of every measured statistic, and where the most drifted head is, are handed
 to the ``on_log`` of the Trainer's reporting callbacks, as ``bertwatch/{stat}/layer_{l}`` and
-``bertwatch/{stat}/most_drifted*`` at the step they were measured. ``Trainer.log`` itself is
+``bertwatch/{stat}/most_drifted*`` at the step they were measured; at each step the verdict is judged, its level
+``bertwatch/verdict/level`` and the run-health signals ``bertwatch/run_health/{signal}``. ``Trainer.log`` itself is
 not called: it appends to ``state.log_history``, prints through the progress callback and runs subclass
 overrides that keep their own accumulators (TRL's trainers clear theirs on every call), all of which would
 change the run's own bookkeeping. Full grids and maps stay in the TensorBoard plugin.
@@ -28,6 +29,7 @@ __all__ = [
     "reported_trackers",
     "send_to_trackers",
     "tracker_key",
+    "verdict_logs",
 ]
 
 TRACKER_PREFIX = "bertwatch"
@@ -74,6 +76,16 @@ def layer_mean_logs(grids: Mapping[str, np.ndarray]) -> dict[str, float]:
         for layer, value in enumerate(layer_means(grid, stat)):
             if math.isfinite(float(value)):
                 logs[tracker_key(stat, layer)] = float(value)
+    return logs
+
+
+def verdict_logs(level: int, health: Mapping[str, float]) -> dict[str, float]:
+    """``bertwatch/verdict/level`` (0 healthy, 1 at risk, 2 failing) and ``bertwatch/run_health/{signal}`` for
+    each run-health signal (``core.health_names``); a value that is not finite is left out, never sent."""
+    logs = {metric_name("verdict", "level"): float(level)}
+    for name, value in health.items():
+        if isinstance(value, (int, float)) and math.isfinite(float(value)):
+            logs[metric_name("run_health", str(name))] = float(value)
     return logs
 
 

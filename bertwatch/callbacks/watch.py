@@ -94,7 +94,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
         self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
-        self.alerting = Alerting(s.on_alert, s.alerts, self.strict)  # stability alerts (callbacks.alerting)
+        # the stability alerts and the run verdict (callbacks.alerting)
+        self.alerting = Alerting(s.on_alert, s.alerts, self.strict, s.verdict)
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
@@ -183,7 +184,9 @@ class WatchCallback(NotATracker, TrainerCallback):
             evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
             pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
             budget = self.pacing.meter.budget
-            lines = announce.start_lines(announce.run_plan(context, len(self.stat_names), budget, pinned))
+            verdict = bool(set(GRADIENT_NAMES) & self.stat_names)
+            plan = announce.run_plan(context, len(self.stat_names), budget, pinned, verdict)
+            lines = announce.start_lines(plan)
             lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
             announce.say(lines + self._more_lines(context))
             self._pinned_passes = pinned.passes() if at_start else 0
@@ -222,6 +225,15 @@ class WatchCallback(NotATracker, TrainerCallback):
                 BertWatchWarning,
                 stacklevel=3,
             )
+        if getattr(args, "fp16", False) and set(GRADIENT_NAMES) & names:
+            warnings.warn(
+                "bertwatch: with fp16 the gradient pass runs under float16 autocast without the Trainer's loss "
+                "scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller gives layer "
+                "gradient norms of 0 on MiniLM), so the run verdict's vanishing rule can read an underflow as a "
+                "vanished gradient (docs/statistics.md, run health); bf16 has no such floor",
+                BertWatchWarning,
+                stacklevel=3,
+            )
 
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         """Fail at on_train_begin on a configuration that could only fail later."""
@@ -248,7 +260,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         start = self.pacing.clock()
         for result, _ in mine:
             self._judge(watched, result.event, control)
-            self._judge_verdict(watched, result.step, control)
+            self._judge_verdict(watched, result.step, result.event, control)
             watched.publish_records(self.pacing.records(result.step), result.step)
         self.pacing.charge(self.pacing.clock() - start)
 
@@ -260,9 +272,10 @@ class WatchCallback(NotATracker, TrainerCallback):
         if health and not (self.health and self.health[-1][0] == step):
             self.health.append((step, dict(health)))
 
-    def _judge_verdict(self, watched: WatchedRun, step: int, control: Any) -> None:
-        """The verdict at ``step`` when its run health was measured: written as the ``verdict`` series (level
-        0/1/2, the reasons in its description) by the watched run's verdict writer, acted on here."""
+    def _judge_verdict(self, watched: WatchedRun, step: int, event: str, control: Any) -> None:
+        """The verdict at ``step`` when its run health was measured: written (the ``verdict`` series and text) and
+        sent to the trackers (with ``log_to_trackers``, before the end) by the watched run's verdict writer, acted
+        on here."""
         if not self.health or self.health[-1][0] != step:
             return
         with self.alerting.contained():
@@ -270,7 +283,9 @@ class WatchCallback(NotATracker, TrainerCallback):
             if verdict is None:
                 return
             if watched.verdict_writer() == self._index:
-                watched.publish_verdict(verdict, step)
+                to_trackers = self.log_to_trackers and event != "end"
+                settings = self.alerting.verdict_settings
+                watched.publish_verdict(verdict, settings, self.health[-1][1], to_trackers)
             self.alerting.act_on_verdict(verdict, control)
 
     def _judge(self, watched: WatchedRun, event: str, control: Any) -> None:

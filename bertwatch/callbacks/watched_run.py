@@ -23,7 +23,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,11 +34,11 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
 from bertwatch.callbacks.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
-from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher
+from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher, StepText
 from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
 from bertwatch.core.alerts import ALERT_STATS, Alert
 from bertwatch.core.health_names import HEALTH_SERIES
-from bertwatch.core.verdict import VERDICT_SERIES, Verdict
+from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
@@ -92,6 +92,9 @@ HEALTH_DESCRIPTION = (
     "examples predicted as the most frequent class (or the predictions' std for regression), the probe loss's "
     "mean and std"
 )
+#: What the ``verdict`` series and text say of themselves.
+VERDICT_DESCRIPTION = "The run's verdict: level 0 healthy, 1 at risk, 2 failing (bertwatch.core.verdict)"
+VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
 
 
 @dataclass(frozen=True)
@@ -343,12 +346,26 @@ class WatchedRun:
         context = self.context
         self.publisher.publish_alerts(alerts, context.layers, context.heads, step, reference_step, to_trackers)
 
-    def publish_verdict(self, verdict: Verdict, step: int) -> None:
-        """Write the verdict at ``step`` as the ``verdict`` series: its level (0 healthy, 1 at risk, 2 failing),
-        its reasons in the description."""
-        self.publish_records([NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, verdict.describe())], step)
+    def publish_verdict(
+        self,
+        verdict: Verdict,
+        settings: VerdictSettings,
+        health: Mapping[str, float],
+        to_trackers: bool,
+    ) -> None:
+        """Write the verdict at its step: the ``verdict`` series (its level: 0 healthy, 1 at risk, 2 failing) and
+        its reasons as the ``verdict`` text (one a line, kept at every step; the levels' names and ``settings``,
+        the thresholds, in its metadata); with ``to_trackers`` also the level and ``health``, the step's run-health
+        signals, to the trackers (``Publisher.send_verdict``)."""
+        text = StepText(
+            VERDICT_SERIES, verdict.reasons, VERDICT_TEXT, {"levels": list(LEVELS), "settings": asdict(settings)}
+        )
+        level = NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, VERDICT_DESCRIPTION)
+        self.publish_records([level, text], verdict.step)
+        if to_trackers and self.publisher is not None:
+            self.publisher.send_verdict(verdict.level, health)
 
-    def publish_records(self, records: Sequence[NamedValues | HeadEmbedding], step: int) -> None:
+    def publish_records(self, records: Sequence[NamedValues | StepText | HeadEmbedding], step: int) -> None:
         """Write records made outside a probe pass (the ``probe_steps`` points)."""
         if records and self.publisher is not None:
             self.publisher.publish_records(records, step)

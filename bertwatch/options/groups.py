@@ -1,7 +1,7 @@
-"""The advanced monitoring options, in three frozen values beside ``AlertSettings``: ``ProbeOptions`` (how the probe
+"""The advanced monitoring options, in three frozen values beside ``AlertSettings`` and ``VerdictSettings``: ``ProbeOptions`` (how the probe
 pass runs and when), ``AblationOptions`` (the sweep at the end of training) and ``ExpertOptions`` (extra
 measurements and machinery). ``WatchSettings`` holds one of each (``probing=``, ``ablation=``, ``expert=``,
-and ``alerts=AlertSettings(...)``); their defaults suit most runs.
+and ``alerts=AlertSettings(...)``, ``verdict=VerdictSettings(...)``); their defaults suit most runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ from bertwatch.options.checks import (
     whole,
 )
 
-__all__ = ["ALERT_OPTIONS", "AblationOptions", "ExpertOptions", "ProbeOptions", "WordClassProbe", "word_class_option"]
+__all__ = [
+    "ALERT_OPTIONS",
+    "VERDICT_OPTIONS",
+    "AblationOptions",
+    "ExpertOptions",
+    "ProbeOptions",
+    "WordClassProbe",
+    "word_class_option",
+]
 
 
 def _on_by_default(help_text: str, flag: str, off_help: str) -> Any:
@@ -270,4 +278,28 @@ ALERT_OPTIONS: dict[str, tuple[str, Flag]] = {
         Flag((f"--alert-{name.replace('_', '-')}",), *(("int",) if name == "patience" else ("float", "X"))),
     )
     for name, help_text in _ALERT_HELP.items()
+}
+
+_VERDICT_HELP = {
+    "collapse_share": "collapse: at least this share of the probe examples predicted as one class",
+    "spread_fraction": "collapse of a regression head: the predictions' std at most this fraction of step 0's",
+    "vanish_fraction": "vanishing (failing): every lower layer's gradient norm below this fraction of step 0's",
+    "risk_fraction": "at risk: the lower layers' gradient norm below this fraction of step 0's",
+    "lower_share": "the lower layers: this share of the layers, the first ones (at least one)",
+    "stuck_fraction": "stuck: the probe loss at least this fraction of the best constant prediction's",
+    "patience": "probe steps in a row a collapse and a vanishing gradient or stuck loss hold before failing",
+    "alerts_at_risk": "at risk with at least this many stability alerts in force",
+}
+#: ``VerdictSettings`` (``bertwatch.core.verdict``) holds the verdict's thresholds and checks them; here are the help
+#: and the flag of each: ``{field: (help, flag)}``, the flag ``--verdict-<field>``. Its ``layer_gradients`` is no
+#: option of the callbacks (their gradient pass always takes the layers' gradient norms).
+VERDICT_OPTIONS: dict[str, tuple[str, Flag]] = {
+    name: (
+        help_text,
+        Flag(
+            (f"--verdict-{name.replace('_', '-')}",),
+            *(("int",) if name in ("patience", "alerts_at_risk") else ("float", "X")),
+        ),
+    )
+    for name, help_text in _VERDICT_HELP.items()
 }

@@ -1,9 +1,9 @@
 """The monitoring options as one frozen, checked value: ``WatchSettings`` (and ``ProbeSettings``, its probe part).
 
 ``WatchSettings`` is the one home of every option of ``BertWatchCallback``, the single-purpose callbacks,
-``bertwatch.watch`` and ``bertwatch run``: a front of a dozen options a run needs, and four nested values for the
-rest (``probing=ProbeOptions(...)``, ``alerts=AlertSettings(...)``, ``ablation=AblationOptions(...)``,
-``expert=ExpertOptions(...)``). The fields carry the names, defaults, help texts, checks and command-line flags
+``bertwatch.watch`` and ``bertwatch run``: a front of a dozen options a run needs, and five nested values for the
+rest (``probing=ProbeOptions(...)``, ``alerts=AlertSettings(...)``, ``verdict=VerdictSettings(...)``,
+``ablation=AblationOptions(...)``, ``expert=ExpertOptions(...)``). The fields carry the names, defaults, help texts, checks and command-line flags
 (``bertwatch run`` builds its options from them, :func:`option_specs`). The flat names of earlier versions
 (``probe_seed=``, ``alert_patience=``, ...) still work, each with a ``FutureWarning`` that gives the new spelling.
 """
@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.budget import DEFAULT_OVERHEAD_BUDGET, check_budget
 from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
+from bertwatch.core.verdict import VerdictSettings
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
 from bertwatch.options.checks import (
     Checked,
@@ -37,7 +38,7 @@ from bertwatch.options.checks import (
     switch,
     whole,
 )
-from bertwatch.options.groups import ALERT_OPTIONS, AblationOptions, ExpertOptions, ProbeOptions
+from bertwatch.options.groups import ALERT_OPTIONS, VERDICT_OPTIONS, AblationOptions, ExpertOptions, ProbeOptions
 
 __all__ = [
     "ALL_STATS",
@@ -53,6 +54,7 @@ __all__ = [
     "OptionSpec",
     "ProbeOptions",
     "ProbeSettings",
+    "VerdictSettings",
     "WatchSettings",
     "callback_settings",
     "check_options",
@@ -94,12 +96,24 @@ def _on_alert(name: str, value: Any) -> Any:
     raise kind(f"{name} must be one of {', '.join(map(repr, ON_ALERT_CHOICES))} or a callable(alerts), not {value!r}")
 
 
+def _verdict(name: str, value: Any) -> VerdictSettings:
+    """A ``VerdictSettings`` whose ``layer_gradients`` is on: the gradient pass of the callbacks always takes the
+    layers' gradient norms."""
+    instance_of(VerdictSettings, "VerdictSettings(patience=5)")(name, value)
+    if not value.layer_gradients:
+        raise ValueError(
+            f"{name}.layer_gradients=False is not an option of the callbacks: their gradient pass always takes the "
+            "layers' gradient norms (leave it on; vanish_fraction=... changes what the vanishing rule asks)"
+        )
+    return value
+
+
 @dataclass(frozen=True, eq=False)
 class WatchSettings(Checked):
     """Every monitoring option of bertwatch's callbacks, ``watch()`` and ``bertwatch run``, in one checked value.
 
     The fields are the callbacks' keyword arguments, with the same names and defaults (``docs/callbacks.md`` lists
-    them with their flags): the options most runs set, then four nested values for the rest. ``BertWatchCallback(
+    them with their flags): the options most runs set, then five nested values for the rest. ``BertWatchCallback(
     settings=s)``, ``watch(trainer, settings=s)`` and keyword arguments are the same thing: keywords given beside
     ``settings`` replace its fields. The single-purpose callbacks take the options that concern them as keywords,
     and ignore the others in a ``settings`` value. Plain data (numbers, strings, paths, lists of them, such as two
@@ -123,6 +137,7 @@ class WatchSettings(Checked):
         quiet: print no start and end lines (``BERTWATCH_QUIET=1`` does the same).
         probing: how the probe pass runs and when (:class:`ProbeOptions`).
         alerts: the thresholds of the stability alerts (:class:`~bertwatch.core.alerts.AlertSettings`).
+        verdict: the thresholds of the run verdict (:class:`~bertwatch.core.verdict.VerdictSettings`).
         ablation: the sweep of ``ablate_on_end`` (:class:`AblationOptions`).
         expert: extra measurements and machinery (:class:`ExpertOptions`).
 
@@ -203,6 +218,9 @@ class WatchSettings(Checked):
         None, "the thresholds of the stability alerts", instance_of(AlertSettings, "AlertSettings(patience=3)"),
         factory=AlertSettings,
     )  # fmt: skip
+    verdict: VerdictSettings = option(
+        None, "the thresholds of the run verdict (healthy, at risk, failing)", _verdict, factory=VerdictSettings
+    )
     ablation: AblationOptions = option(
         None, "the sweep of ablate_on_end", instance_of(AblationOptions, "AblationOptions(mode='zero')"),
         factory=AblationOptions,
@@ -269,6 +287,7 @@ class WatchSettings(Checked):
 GROUPS: tuple[tuple[str, type, str], ...] = (
     ("probing", ProbeOptions, "probe tuning"),
     ("alerts", AlertSettings, "stability alerts"),
+    ("verdict", VerdictSettings, "run verdict"),
     ("ablation", AblationOptions, "ablation at the end"),
     ("expert", ExpertOptions, "expert"),
 )
@@ -420,7 +439,13 @@ def option_specs() -> list[OptionSpec]:
              for f in dataclasses.fields(WatchSettings) if f.name not in _GROUP_CLASS]  # fmt: skip
     for group, cls, _ in GROUPS:
         for f in dataclasses.fields(cls):
-            help_text, flags = (f.metadata["help"], f.metadata["flags"]) if cls is not AlertSettings else (
-                ALERT_OPTIONS[f.name][0], (ALERT_OPTIONS[f.name][1],))  # fmt: skip
+            if cls is AlertSettings:
+                help_text, flags = ALERT_OPTIONS[f.name][0], (ALERT_OPTIONS[f.name][1],)
+            elif cls is VerdictSettings:
+                if f.name not in VERDICT_OPTIONS:
+                    continue
+                help_text, flags = VERDICT_OPTIONS[f.name][0], (VERDICT_OPTIONS[f.name][1],)
+            else:
+                help_text, flags = f.metadata["help"], f.metadata["flags"]
             specs.append(OptionSpec(group, f.name, _default(f), help_text, flags))
     return specs

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.alerts import episodes
+from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.report.result import AblationResult
 from bertwatch.tb import metadata as md
 
@@ -23,7 +24,9 @@ def _event_files(path: Path) -> list[Path]:
 def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     """Ablation results and training-time grids of a run: ``ablation.json`` files under ``path`` first, then the
     bertwatch summaries in its TensorBoard event files (ablation tables, the first/last step of each grid with
-    every logged step of it, every step of each named-values series, e.g. the pattern-class shares), what the probe set measured (``probe``:
+    every logged step of it, every step of each named-values series, e.g. the pattern-class shares), every step's
+    lines of each text (``texts``: ``{name: {"steps", "lines", "content"}}``, e.g. the verdict's reasons, which
+    ``verdict_steps`` pairs with its levels), what the probe set measured (``probe``:
     ``bertwatch.tb.metadata.probe_info``, None in logs that do not record it) and the stability alerts
     (``alerts``: ``{"rules", "steps", "reference_step", "episodes"}`` of ``bertwatch.core.alerts.episodes``, None
     when the run wrote none) and the folders of its event files below ``path`` (``runs``)."""
@@ -44,11 +47,12 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
         result = AblationResult.from_json(json.loads(file.read_text(encoding="utf-8")))
         results.setdefault(result.mode, result)
     files = _event_files(root)
-    tb_results, grids, named, probe, alerts = _read_events(files)
+    tb_results, grids, named, probe, alerts, texts = _read_events(files)
     for mode, result in tb_results.items():
         results.setdefault(mode, result)
     runs = sorted({str(f.parent.relative_to(root)) if root.is_dir() else f.parent.name for f in files})
     training = {"grids": grids, "series": named, "source": str(root), "probe": probe, "alerts": alerts, "runs": runs}
+    training["texts"] = texts
     return [results[m] for m in sorted(results)], training
 
 
@@ -74,13 +78,19 @@ _READ_KINDS = (
     md.KIND_PRUNING_CURVES,
     md.KIND_NAMED_VALUES,
     md.KIND_ALERTS,
+    md.KIND_STEP_TEXT,
 )
 
 
 def _read_events(
     files: Sequence[Path],
 ) -> tuple[
-    dict[str, AblationResult], dict[str, Any], dict[str, dict[str, Any]], dict[str, int | None] | None, dict | None
+    dict[str, AblationResult],
+    dict[str, Any],
+    dict[str, dict[str, Any]],
+    dict[str, int | None] | None,
+    dict | None,
+    dict[str, dict[str, Any]],
 ]:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
@@ -107,6 +117,7 @@ def _read_events(
                 series.setdefault(value.tag, []).append((int(event.step), float(event.wall_time), array))
     grids: dict[str, Any] = {}
     named: dict[str, dict[str, Any]] = {}
+    texts: dict[str, dict[str, Any]] = {}
     tables: dict[str, dict[str, Any]] = {}
     probe = alerts = None
     for tag, points in series.items():
@@ -120,13 +131,9 @@ def _read_events(
         elif kind == md.KIND_ALERTS:
             alerts = _alerts(meta, points)
         elif kind == md.KIND_NAMED_VALUES:
-            by_step = {step: array for step, _, array in points}  # a rewritten step keeps its newest value
-            named[str(meta.get("name") or tag[len(md.SERIES_PREFIX) :])] = {
-                "names": [str(n) for n in meta.get("names") or []],
-                "steps": sorted(by_step),
-                "values": np.stack([np.asarray(by_step[s], dtype=np.float64) for s in sorted(by_step)]),
-                "description": str(meta.get("description") or ""),
-            }
+            named[str(meta.get("name") or tag[len(md.SERIES_PREFIX) :])] = _named_entry(meta, points)
+        elif kind == md.KIND_STEP_TEXT:
+            texts[str(meta.get("name") or tag[len(md.TEXT_PREFIX) :])] = _text_entry(meta, points)
         else:
             mode = meta.get("mode") or tag[len(md.ABLATION_PREFIX) :].split("/")[0]
             entry = tables.setdefault(mode, {})
@@ -140,7 +147,41 @@ def _read_events(
         for mode, entry in tables.items()
         if md.KIND_ABLATION_HEADS in entry and md.KIND_ABLATION_LAYERS in entry
     }
-    return results, grids, named, probe, alerts
+    return results, grids, named, probe, alerts, texts
+
+
+def _named_entry(meta: dict[str, Any], points: list[tuple[int, float, np.ndarray]]) -> dict[str, Any]:
+    by_step = {step: array for step, _, array in points}  # a rewritten step keeps its newest value
+    return {
+        "names": [str(n) for n in meta.get("names") or []],
+        "steps": sorted(by_step),
+        "values": np.stack([np.asarray(by_step[s], dtype=np.float64) for s in sorted(by_step)]),
+        "description": str(meta.get("description") or ""),
+    }
+
+
+def _text_entry(meta: dict[str, Any], points: list[tuple[int, float, np.ndarray]]) -> dict[str, Any]:
+    """A text's lines at every step (a rewritten step keeps its newest lines), its content from the metadata."""
+    by_step = {step: array for step, _, array in points}
+    lines = [[_decoded(item) for item in np.asarray(by_step[s], dtype=object).reshape(-1)] for s in sorted(by_step)]
+    return {"steps": sorted(by_step), "lines": lines, "content": meta}
+
+
+def _decoded(item: Any) -> str:
+    return item.decode("utf-8", "replace") if isinstance(item, bytes) else str(item)
+
+
+def verdict_steps(training: dict[str, Any]) -> list[tuple[int, int, list[str]]]:
+    """``(step, level, reasons)`` of every step a run's verdict was judged (``core.verdict``), oldest first: its
+    level from the ``verdict`` series, its reasons from the ``verdict`` text (empty where the run wrote none);
+    empty when the run wrote no verdict."""
+    series = (training.get("series") or {}).get(VERDICT_SERIES)
+    if not series or not len(series.get("steps") or []):
+        return []
+    text = (training.get("texts") or {}).get(VERDICT_SERIES) or {}
+    reasons = dict(zip(text.get("steps") or [], text.get("lines") or []))
+    levels = np.asarray(series["values"])[:, 0]
+    return [(int(s), int(v), list(reasons.get(s, []))) for s, v in zip(series["steps"], levels) if np.isfinite(v)]
 
 
 def _grid_entry(points: list[tuple[int, float, np.ndarray]]) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.core.verdict import LEVELS, VERDICT_SERIES
+from bertwatch.core.verdict import LEVELS
 from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats, family_leaders
+from bertwatch.report.events import verdict_steps
 from bertwatch.report.figures import trajectory_figure
 from bertwatch.report.markup import b64, escape, head_name, image, number
 from bertwatch.report.pruning_section import answer_lines, curves_figure
@@ -142,20 +143,33 @@ def _alerts_text(alerts: Mapping[str, Any] | None) -> str:
     return f'<a href="#alerts">{len(episodes)} episode{"s" if len(episodes) != 1 else ""}, {active} still in force</a>'
 
 
-def _verdict_text(series: Mapping[str, Any] | None) -> str | None:
-    """The run's verdict (``core.verdict``) at its last measured step, and the steps that were not healthy; None
-    when the run wrote no verdict."""
-    if not series or not len(series.get("steps") or []):
+def _verdict_text(training: Mapping[str, Any]) -> str | None:
+    """The run's verdict (``core.verdict``) at its last measured step and since when, its reasons as a list, and
+    the steps that were not healthy; None when the run wrote no verdict."""
+    judged = verdict_steps(dict(training))
+    if not judged:
         return None
-    steps = list(series["steps"])
-    levels = [int(v) for v in np.asarray(series["values"])[:, 0]]
-    text = f"{LEVELS[levels[-1]]} at step {steps[-1]}, the last measured"
+    steps = [step for step, _, _ in judged]
+    levels = [level for _, level, _ in judged]
+    since = steps[-1]
+    for step, level in zip(reversed(steps), reversed(levels)):
+        if level != levels[-1]:
+            break
+        since = step
+    text = f" at step {steps[-1]}, the last measured" + (f", since step {since}" if since != steps[-1] else "")
+    reasons = "".join(f"<li>{escape(reason)}</li>" for reason in judged[-1][2])
+    counts = []
     for level in (2, 1):
         marked = [step for step, have in zip(steps, levels) if have == level]
         if marked:
             listed = ", ".join(str(step) for step in marked[:6]) + (", ..." if len(marked) > 6 else "")
-            text += f"; {LEVELS[level]} at {len(marked)} of {len(steps)} measured steps ({listed})"
-    return escape(text)
+            counts.append(f"{LEVELS[level]} at {len(marked)} of {len(steps)} measured steps ({listed})")
+    css = ("healthy", "at-risk", "failing")[levels[-1]]
+    return (
+        f'<span class="run-verdict {css}" id="run-verdict"><b>{LEVELS[levels[-1]]}</b>{escape(text)}</span>'
+        + (f'<ul class="verdict-reasons">{reasons}</ul>' if reasons else "")
+        + escape("; ".join(counts))
+    )
 
 
 def _short(model: str) -> str:
@@ -185,7 +199,7 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
             rows.append(("steps measured", f"{len(steps)}, from step {steps[0]} to step {steps[-1]}"))
         rows.append(("probe set", f'<span id="probe-length">{escape(probe_note(training.get("probe")))}</span>'))
         rows.append(("alerts", _alerts_text(training.get("alerts"))))
-        verdict = _verdict_text((training.get("series") or {}).get(VERDICT_SERIES))
+        verdict = _verdict_text(training)
         if verdict:
             rows.append(("run verdict", verdict))
         empty = empty_stats(grids)

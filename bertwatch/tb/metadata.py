@@ -17,6 +17,7 @@ tag                                    data class      content ``kind``
 ``.../{mode}/pruning_curves``          TENSOR          ``pruning_curves``  float32 ``[k, columns]``, see below
 ``bertwatch/clustering/{name}``        TENSOR          ``head_embedding``  float32 ``[layers*heads, 2]``
 ``bertwatch/series/{name}``            TENSOR          ``named_values``    float32 ``[k]``, names in content
+``bertwatch/text/{name}``              TENSOR          ``step_text``       string ``[k]``: k lines of UTF-8 text
 ``bertwatch/alerts/heads``             TENSOR          ``alerts``          float32 ``[layers, heads, rules, 4]``
 ``bertwatch_alerts/{rule}``            scalar          (scalars plugin)    heads in alert per rule, and total
 ``bertwatch_layers/{stat}/layer_{l}``  scalar          (scalars plugin)
@@ -64,6 +65,8 @@ ABLATION_PREFIX = "bertwatch/ablation/"
 CLUSTERING_PREFIX = "bertwatch/clustering/"
 SERIES_PREFIX = "bertwatch/series/"
 SERIES_SCALAR_ROOT = "bertwatch_series"
+#: Lines of text per step (a tag's description is kept from its first write only; these are kept at every step).
+TEXT_PREFIX = "bertwatch/text/"
 #: The stability alerts of a step (``bertwatch.core.alerts.alert_table``); rules and columns in the content.
 ALERTS_TAG = "bertwatch/alerts/heads"
 ALERTS_SCALAR_ROOT = "bertwatch_alerts"
@@ -87,6 +90,7 @@ KIND_PRUNING_CURVES = "pruning_curves"
 KIND_EMBEDDING = "head_embedding"
 KIND_NAMED_VALUES = "named_values"
 KIND_ALERTS = "alerts"
+KIND_STEP_TEXT = "step_text"
 
 TENSOR_KINDS = (
     KIND_HEAD_GRID,
@@ -97,6 +101,7 @@ TENSOR_KINDS = (
     KIND_EMBEDDING,
     KIND_NAMED_VALUES,
     KIND_ALERTS,
+    KIND_STEP_TEXT,
 )
 BLOB_KINDS = (KIND_ATTENTION,)
 
@@ -169,6 +174,10 @@ def clustering_tag(name: str) -> str:
 
 def series_tag(name: str) -> str:
     return SERIES_PREFIX + name
+
+
+def text_tag(name: str) -> str:
+    return TEXT_PREFIX + name
 
 
 def series_scalar_tag(name: str, key: str) -> str:

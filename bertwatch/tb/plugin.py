@@ -20,6 +20,7 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/embedding?run&tag[&step]``                          2-D head embedding of a step (latest), its steps, the previous map
 ``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
 ``/alerts?run``                                          the run's stability alert episodes (head, rule, since)
+``/verdict?run``                                       the run's verdict at each judged step, now, its health signals
 =====================================================  ========================================================
 
 Numbers are JSON numbers; NaN and infinities arrive as the strings ``"NaN"``, ``"Infinity"``,
@@ -36,7 +37,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from bertwatch.tb import measures
+from bertwatch.tb import measures, run_verdict
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import Queries
 
@@ -56,6 +57,7 @@ STATIC_FILES = {
     "view_compare.js": "text/javascript",
     "view_drift.js": "text/javascript",
     "view_heads.js": "text/javascript",
+    "verdict_strip.js": "text/javascript",
     "style.css": "text/css",
 }
 
@@ -132,6 +134,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/embedding": self._serve_embedding,
             "/series": self._serve_series,
             "/alerts": self._serve_alerts,
+            "/verdict": self._serve_verdict,
         }
 
     def is_active(self):
@@ -234,3 +237,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (arg(r, "run"),))
     def _serve_alerts(self):
         return self.queries.alerts
+
+    @json_route(lambda r: (arg(r, "run"),))
+    def _serve_verdict(self):
+        return functools.partial(run_verdict.run_verdict, self.queries)

@@ -7,7 +7,7 @@ array-likes with ``.detach()`` (torch tensors) are converted by duck typing.
 
 Every summary carries ``plugin_data.plugin_name = "bertwatch"``, an explicit ``data_class`` (TensorBoard
 silently drops third-party series without one) and a versioned JSON ``plugin_data.content``; see
-``docs/architecture.md`` for the tag layout. Values are float32; NaN and infinities are kept as they are.
+``docs/architecture.md`` for the tag layout. Values are float32 (text: UTF-8 strings); NaN and infinities are kept as they are.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "layer_means",
     "layer_scalar_summaries",
     "named_values_summary",
+    "step_text_summary",
     "SummaryWriter",
 ]
 
@@ -209,6 +210,26 @@ def named_values_summary(name: str, values: Mapping[str, float], description: st
     tensor_value(summary, md.series_tag(name), meta, array)
     for key, value in zip(keys, array.tolist()):
         summary.value.add(tag=md.series_scalar_tag(name, key), simple_value=float(value))
+    return summary
+
+
+def step_text_summary(name: str, lines: Sequence[str], description: str = "", **content: Any) -> summary_pb2.Summary:
+    """``bertwatch/text/{name}``: a string tensor ``[k]`` of ``lines`` (UTF-8, k may be 0), with ``content`` (JSON
+    values) in the metadata. A tag's metadata is kept from its first write only; the lines are kept at every step
+    (e.g. the verdict's reasons)."""
+    check_name(name, "name")
+    if isinstance(lines, str) or not all(isinstance(line, str) for line in lines):
+        raise TypeError(f"lines must be a sequence of strings, got {lines!r}")
+    meta = md.create_summary_metadata(
+        md.KIND_STEP_TEXT,
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+        description=description or f"bertwatch text {name}",
+        name=name,
+        **content,
+    )
+    array = np.array([line.encode("utf-8") for line in lines], dtype=object)
+    summary = summary_pb2.Summary()
+    tensor_value(summary, md.text_tag(name), meta, array)
     return summary
 
 
@@ -392,6 +413,10 @@ class SummaryWriter:
     ) -> None:
         """Named values of one step; see :func:`named_values_summary`."""
         self._write([named_values_summary(name, values, description)], step, walltime)
+
+    def add_step_text(self, name: str, lines: Sequence[str], step: int, description: str = "", **content: Any) -> None:
+        """Lines of text of one step; see :func:`step_text_summary`."""
+        self._write([step_text_summary(name, lines, description, **content)], step, None)
 
     def add_alerts(
         self,

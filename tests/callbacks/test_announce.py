@@ -64,6 +64,8 @@ def test_the_start_lines_say_what_is_watched_where_and_how_to_see_it() -> None:
     cut = start_lines(_plan(cut=3, every_n_steps=20, pinned=("the end",), run_dir=None))
     assert len(cut) == 1  # off world process zero there is no run directory to show
     assert "3 cut to 128 tokens" in cut[0] and "measured every 20 steps, plus the end" in cut[0]
+    judged = start_lines(_plan(verdict=True))[0]
+    assert judged == first + "; the run verdict is judged at each"
 
 
 def test_a_run_directory_with_spaces_is_quoted_for_the_shell(tmp_path) -> None:

@@ -10,21 +10,24 @@ import math
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
+from transformers import TrainerCallback
 
-from bertwatch.callbacks import BertWatchCallback
+from bertwatch.callbacks import BertWatchCallback, GradientImportanceCallback
+from bertwatch.core.alerts import Alert
 from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, grad_norm_name
 from bertwatch.core.verdict import VERDICT_SERIES, VerdictSettings
 from bertwatch.core.warnings import BertWatchWarning
-from bertwatch.tb.metadata import series_tag
+from bertwatch.options.groups import ExpertOptions
+from bertwatch.tb.metadata import series_tag, text_tag
 from tests.support.tiny_trainer import toy_trainer
 
 pytestmark = pytest.mark.fast
 
 
 def _train(tmp_path, verdict: VerdictSettings | None = None, evaluate: bool = False, **options):
-    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=6, quiet=True, **options)
     if verdict is not None:
-        callback.alerting.verdict_settings = verdict
+        options["verdict"] = verdict
+    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=6, quiet=True, **options)
     steps = {"eval_strategy": "steps", "eval_steps": 2} if evaluate else {}
     trainer = toy_trainer(tmp_path / "out", [], save_strategy="no", **steps)
     callback.set_trainer(trainer)
@@ -59,4 +62,102 @@ def test_stop_acts_on_a_failing_verdict(tmp_path) -> None:
     with pytest.warns(BertWatchWarning, match="bertwatch verdict at step 2: failing: predictions have collapsed"):
         callback, trainer = _train(tmp_path, easy, on_alert="stop")
     assert trainer.state.global_step == 2 and callback.alerting.stop_requested_at == 2
+    assert callback.alerting.stop_reason == f"verdict: {callback.alerting.verdict.describe()}"
     assert glob.glob(str(tmp_path / "out" / "checkpoint-2"))
+
+
+class Recorder(TrainerCallback):
+    """A report_to-style tracker: keeps every ``on_log`` it gets."""
+
+    def __init__(self) -> None:
+        self.logs: list[tuple[int, dict]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append((state.global_step, dict(logs or {})))
+
+
+def _tracked(tmp_path, *callbacks) -> tuple[Recorder, list]:
+    tracker = Recorder()
+    trainer = toy_trainer(tmp_path / "out", [tracker], save_strategy="no", max_steps=4)
+    for callback in callbacks:
+        callback.set_trainer(trainer)
+        trainer.add_callback(callback)
+    trainer.train()
+    return tracker, [(step, logs) for step, logs in tracker.logs if any(k.startswith("bertwatch/") for k in logs)]
+
+
+def test_each_steps_reasons_are_kept_in_the_verdict_text(tmp_path) -> None:
+    easy = VerdictSettings(collapse_share=0.01, risk_fraction=1.0, vanish_fraction=1.0, patience=2)
+    callback, _ = _train(tmp_path, easy)
+    texts = _texts(tmp_path)
+    assert sorted(texts) == [step for step, _ in callback.health]
+    assert texts[max(texts)] == list(callback.alerting.verdict.reasons)
+    assert texts[0] == []  # step 0 is the reference: healthy, no reasons
+    # at risk at step 2 (a collapse now), failing from step 4 (held for 2 steps): each step keeps its own words
+    assert texts[2] != texts[4] and all(texts[s] for s in texts if s > 0)
+    assert any("since step 2" in line for line in texts[4])
+
+
+def _texts(tmp_path) -> dict[int, list[str]]:
+    (run,) = glob.glob(str(tmp_path / "**" / "events.out.tfevents.*.bertwatch"), recursive=True)
+    acc = EventAccumulator(run.rsplit("/", 1)[0], size_guidance={"tensors": 0})
+    acc.Reload()
+    return {
+        e.step: [b.decode() for b in tensor_util.make_ndarray(e.tensor_proto).reshape(-1)]
+        for e in acc.Tensors(text_tag(VERDICT_SERIES))
+    }
+
+
+def test_the_verdict_and_run_health_reach_the_trackers_once_a_step_from_its_writer(tmp_path) -> None:
+    first = BertWatchCallback(every_n_steps=2, num_probe_examples=6, quiet=True)
+    second = GradientImportanceCallback(every_n_steps=2, num_probe_examples=6, quiet=True)
+    _, sent = _tracked(tmp_path, first, second)
+    levels = [(step, logs["bertwatch/verdict/level"]) for step, logs in sent if "bertwatch/verdict/level" in logs]
+    measured = [step for step, _ in first.health]
+    assert measured and [step for step, _ in levels] == measured  # one level a probe step, from one member
+    assert levels[-1][1] == float(first.alerting.verdict.level)
+    health = [logs for _, logs in sent if "bertwatch/verdict/level" in logs]
+    for logs, (_, values) in zip(health, first.health):
+        expected = {f"bertwatch/run_health/{k}": v for k, v in values.items() if math.isfinite(v)}
+        assert {k: v for k, v in logs.items() if k.startswith("bertwatch/run_health/")} == expected
+        assert all(math.isfinite(v) for v in logs.values())
+        assert "bertwatch/run_health/prediction_std" not in logs  # NaN for a classifier: never sent
+
+
+def test_no_verdict_reaches_the_trackers_without_log_to_trackers(tmp_path) -> None:
+    quiet = BertWatchCallback(
+        every_n_steps=2, num_probe_examples=6, quiet=True, expert=ExpertOptions(log_to_trackers=False)
+    )
+    _, sent = _tracked(tmp_path, quiet)
+    assert quiet.health and not [logs for _, logs in sent if "bertwatch/verdict/level" in logs]
+
+
+def test_the_verdict_option_changes_the_verdict(tmp_path) -> None:
+    """The toy run predicts one class with its loss at the prior's: failing by default; with a patience longer
+    than the run it is at risk only, and the thresholds written with the verdict are the ones given."""
+    default, _ = _train(tmp_path / "default")
+    patient, _ = _train(tmp_path / "patient", VerdictSettings(patience=10))
+    assert default.alerting.verdict.label == "failing"
+    assert patient.alerting.verdict.label == "at risk"
+    assert patient.alerting.verdict_settings == VerdictSettings(patience=10)
+    assert [h for _, h in default.health] == [h for _, h in patient.health]  # the same run, judged otherwise
+
+
+def test_a_callable_on_alert_is_given_alerts_only(tmp_path) -> None:
+    given = []
+    easy = VerdictSettings(collapse_share=0.01, stuck_fraction=0.01, patience=1)
+    callback, trainer = _train(tmp_path, easy, on_alert=lambda alerts: given.append(list(alerts)) or "stop")
+    assert callback.alerting.verdict.label == "failing" and trainer.state.global_step == 6  # not stopped
+    assert all(isinstance(alert, Alert) for alerts in given for alert in alerts)
+    assert callback.alerting.stop_reason is None
+
+
+def test_fp16_says_once_that_small_gradients_underflow(tmp_path) -> None:
+    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=4, quiet=True)
+    trainer = toy_trainer(tmp_path / "out", [], save_strategy="no", max_steps=2, fp16=True)
+    callback.set_trainer(trainer)
+    trainer.add_callback(callback)
+    with pytest.warns(BertWatchWarning) as caught:
+        trainer.train()
+    said = [w for w in caught if "fp16" in str(w.message)]
+    assert len(said) == 1 and "underflow" in str(said[0].message) and callback.health

@@ -25,6 +25,7 @@ from bertwatch.options.settings import (
     ExpertOptions,
     ProbeOptions,
     ProbeSettings,
+    VerdictSettings,
     WatchSettings,
     check_options,
     option_specs,
@@ -37,12 +38,13 @@ FRONT = [f.name for f in dataclasses.fields(WatchSettings)]
 
 @pytest.mark.fast
 def test_the_front_is_small_and_the_rest_is_nested() -> None:
-    assert len(FRONT) <= 16
+    groups = {name for name, _, _ in GROUPS}
+    assert len([name for name in FRONT if name not in groups]) <= 12 and len(groups) <= 5
     assert {"probe_texts", "stats", "every_n_steps", "logging_dir", "ablate_on_end", "on_alert"} <= set(FRONT)
     assert WatchSettings().quiet is False and WatchSettings(quiet=True).quiet is True
     s = WatchSettings()
-    assert (s.probing, s.alerts, s.ablation, s.expert) == (ProbeOptions(), AlertSettings(), AblationOptions(),
-                                                           ExpertOptions())  # fmt: skip
+    assert (s.probing, s.alerts, s.verdict, s.ablation, s.expert) == (
+        ProbeOptions(), AlertSettings(), VerdictSettings(), AblationOptions(), ExpertOptions())  # fmt: skip
     assert "strict" not in FRONT and all("strict" not in [f.name for f in dataclasses.fields(c)] for _, c, _ in GROUPS)
 
 
@@ -216,6 +218,7 @@ WRONG = {  # option (as spelled in option_specs) -> values it refuses
     "on_alert": st.one_of(st.text().filter(lambda s: s not in ("warn", "stop", "none")), st.integers()),
     "probing": _objects(),
     "alerts": _objects(),
+    "verdict": st.one_of(_objects(), st.just(VerdictSettings(layer_gradients=False))),
     "ablation": _objects(),
     "expert": _objects(),
     "probing.seed": _counts(0),
@@ -232,6 +235,11 @@ WRONG = {  # option (as spelled in option_specs) -> values it refuses
     "alerts.sink_fraction": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text()),
     "alerts.sink_min_change": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text()),
     "alerts.patience": _counts(1),
+    **{f"verdict.{name}": st.one_of(st.floats(1.01, 1e6), st.floats(-1e6, 0.0), st.text(), st.booleans())
+       for name in ("collapse_share", "spread_fraction", "vanish_fraction", "risk_fraction", "lower_share",
+                    "stuck_fraction")},
+    "verdict.patience": _counts(1),
+    "verdict.alerts_at_risk": _counts(1),
     "ablation.mode": st.one_of(st.text().filter(lambda s: s not in ("uniform", "zero")), st.integers()),
     "ablation.kwargs": st.one_of(st.text(), st.lists(st.text()), st.just({"no_such_keyword": 1})),
     "expert.ig_steps": _counts(1),

@@ -13,7 +13,7 @@ import pytest
 from bertwatch.cli.report import cli_report
 from bertwatch.report import figures, html
 from bertwatch.report.changes import ROUNDING, biggest_changes, grid_change, settled
-from bertwatch.report.events import read_run
+from bertwatch.report.events import read_run, verdict_steps
 from bertwatch.report.html import build_html
 from bertwatch.report.result import AblationResult
 from bertwatch.tb.summary import SummaryWriter
@@ -189,15 +189,26 @@ def test_the_glance_gives_the_run_verdict_at_its_last_step_and_the_steps_that_we
     run = tmp_path / "run"
     _write_run(run)
     levels = {0: 0, 10: 1, 20: 2, 30: 1}
+    reasons = {0: [], 10: ["a collapse <now>"], 20: ["a collapse since step 10", "stuck since step 10"], 30: ["x"]}
     with SummaryWriter(str(run)) as writer:
         for step, level in levels.items():
             writer.add_named_values(VERDICT_SERIES, {"level": float(level)}, step, description=LEVELS[level])
-    page = build_html([], read_run(run)[1])
+            writer.add_step_text(VERDICT_SERIES, reasons[step], step, levels=list(LEVELS))
+    training = read_run(run)[1]
+    # every step's reasons come back, not only the first write's
+    assert verdict_steps(training) == [(step, levels[step], reasons[step]) for step in levels]
+    page = build_html([], training)
     (row,) = re.findall(r"run verdict</dt><dd>(.*?)</dd>", page)
-    assert (
-        row
-        == "at risk at step 30, the last measured; failing at 1 of 4 measured steps (20); at risk at 2 of 4 measured steps (10, 30)"
+    assert re.sub(r"<[^>]+>", "|", row) == (
+        "||at risk| at step 30, the last measured|||x||failing at 1 of 4 measured steps (20); at risk at 2 of 4 "
+        "measured steps (10, 30)"
     )
+    assert "since step" not in row  # step 30 alone is at risk now
+    writer_steps = read_run(run)[1]
+    writer_steps["series"][VERDICT_SERIES]["values"][-2, 0] = 1.0  # steps 10 to 30 at risk: since step 10
+    assert "the last measured, since step 10" in build_html([], writer_steps)
+    assert "a collapse &lt;now&gt;" not in row  # an earlier step's reasons are not the last step's
+    assert 'class="run-verdict at-risk"' in row
     plain = tmp_path / "plain"
     _write_run(plain)
     assert "run verdict" not in build_html([], read_run(plain)[1])

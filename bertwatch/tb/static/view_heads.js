@@ -9,6 +9,7 @@ import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, s
 import {heatmap} from './heatmap.js';
 import {MassGapPanel} from './panel_mass_gap.js';
 import {layerColor, legend, scaleForStat} from './scales.js';
+import {VerdictStrip} from './verdict_strip.js';
 
 // The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
 
@@ -75,10 +76,12 @@ export class HeadsView {
     );
     this.emptyEl = h('div', {});
     this.alertStrip = new AlertStrip({onPick: (episode, stat) => this.pickAlert(episode, stat)});
+    this.verdictStrip = new VerdictStrip();
     this.el = h(
       'div',
       {class: 'view view-heads', id: 'view-heads'},
       this.toolbar,
+      this.verdictStrip.el,
       this.alertStrip.el,
       this.emptyEl,
       this.content,
@@ -151,6 +154,7 @@ export class HeadsView {
     this.stepper.set(steps, index);
     await Promise.all([
       this.alertStrip.load(this.app, this.state.run),
+      this.verdictStrip.load(this.app, this.state.run),
       this.loadGrid(),
       this.loadTrajectory(),
       this.loadMeans(),

@@ -1,0 +1,133 @@
+"""The body of the plugin's ``/verdict`` route over a :class:`bertwatch.tb.queries.Queries`: the run's verdict at
+every judged step (its level from the ``verdict`` series, its reasons from the ``verdict`` text), the level now and
+since when, and the run-health signals the verdict's rules read, as the rules read them, with the thresholds.
+
+Imports only tensorboard, numpy and ``bertwatch.core`` (TensorBoard imports the plugin at start-up).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+from tensorboard import errors
+from tensorboard.data import provider
+
+from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, PRIOR_LOSS
+from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, VerdictSettings, lower_gradient_ratio
+from bertwatch.tb import metadata as md
+from bertwatch.tb.queries import DOWNSAMPLE
+from bertwatch.tb.series import f32_list
+
+__all__ = ["health_lines", "run_verdict", "since_step"]
+
+
+def since_step(steps: list[int], levels: list[int]) -> int | None:
+    """The first step of the trailing run of steps at the last step's level (None for no steps)."""
+    if not steps:
+        return None
+    since = steps[-1]
+    for step, level in zip(reversed(steps), reversed(levels)):
+        if level != levels[-1]:
+            break
+        since = step
+    return since
+
+
+def health_lines(names: list[str], values: np.ndarray, settings: VerdictSettings) -> dict[str, Any]:
+    """The run-health signals as the verdict's rules read them, per step (``values`` ``[steps, names]``, the
+    first step the reference): ``lowerGradient``, the largest lower layer's gradient norm over its reference
+    value (``core.verdict.lower_gradient_ratio``) and ``lowerLayers``, those layers; ``predictionShare``;
+    ``lossRatio``, the probe loss over the loss of the best constant prediction (NaN where the head gives none)."""
+    rows = [dict(zip(names, (float(v) for v in row))) for row in np.asarray(values, dtype=np.float64)]
+    if not rows:
+        return {"lowerGradient": [], "lowerLayers": [], "predictionShare": [], "lossRatio": []}
+    reference = rows[0]
+    ratios = [lower_gradient_ratio(row, reference, settings.lower_share) for row in rows]
+    layers = next((list(layers) for _, layers in ratios if layers), [])
+
+    def ratio(row: dict[str, float]) -> float:
+        loss, prior = row.get(LOSS_MEAN, math.nan), row.get(PRIOR_LOSS, math.nan)
+        return loss / prior if math.isfinite(prior) and prior > 0 else math.nan
+
+    return {
+        "lowerGradient": f32_list([r for r, _ in ratios]),
+        "lowerLayers": layers,
+        "predictionShare": f32_list([row.get(PREDICTION_SHARE, math.nan) for row in rows]),
+        "lossRatio": f32_list([ratio(row) for row in rows]),
+    }
+
+
+def _texts(queries, ctx, eid, run: str) -> tuple[dict[int, list[str]], dict]:
+    """``{step: reasons}`` of the run's ``verdict`` text, and its metadata content (empty when absent)."""
+    tag = md.text_tag(VERDICT_SERIES)
+    listing = queries.run_tensors(ctx, eid, run, [tag])
+    if tag not in listing:
+        return {}, {}
+    _, content = queries.tensor_meta(ctx, eid, run, tag, listing)
+    found = queries.require_provider().read_tensors(
+        ctx,
+        experiment_id=eid,
+        plugin_name=queries.plugin_name,
+        run_tag_filter=provider.RunTagFilter([run], [tag]),
+        downsample=DOWNSAMPLE,
+    )
+    texts: dict[int, list[str]] = {}
+    for datum in sorted(found.get(run, {}).get(tag, []), key=lambda d: d.step):
+        items = np.asarray(datum.numpy, dtype=object).reshape(-1)
+        texts[int(datum.step)] = [i.decode("utf-8", "replace") if isinstance(i, bytes) else str(i) for i in items]
+    return texts, content
+
+
+def _settings(content: dict) -> VerdictSettings:
+    """The thresholds the run was judged with (its text's metadata), else the defaults."""
+    known = asdict(VerdictSettings())
+    given = {k: v for k, v in (content.get("settings") or {}).items() if k in known}
+    try:
+        return VerdictSettings(**given)
+    except (TypeError, ValueError):
+        return VerdictSettings()
+
+
+def run_verdict(queries, ctx, eid, run: str) -> dict[str, Any]:
+    """``/verdict``: every judged step's ``level`` and ``reasons`` (null where the run kept no reasons), the level
+    ``now`` (its step, label, since when, reasons), the thresholds (``settings``) and ``health``: the signals
+    the rules read at each step of the ``run_health`` series (:func:`health_lines`). NotFoundError when the run
+    wrote no verdict."""
+    series = queries.series(ctx, eid, run, md.series_tag(VERDICT_SERIES), kind=md.KIND_NAMED_VALUES)
+    names = [str(n) for n in series.content.get("names", [])]
+    if series.values.ndim != 2 or "level" not in names:
+        raise errors.NotFoundError("malformed verdict of run %r" % run)
+    column = series.values[:, names.index("level")]
+    keep = [i for i, v in enumerate(column) if np.isfinite(v) and 0 <= int(v) < len(LEVELS)]
+    steps = [int(series.steps[i]) for i in keep]
+    levels = [int(column[i]) for i in keep]
+    if not steps:
+        raise errors.NotFoundError("no verdict in run %r" % run)
+    texts, content = _texts(queries, ctx, eid, run)
+    settings = _settings(content)
+    reasons = [texts.get(step) for step in steps]
+    health: dict[str, Any] = {"steps": []}
+    if md.series_tag(HEALTH_SERIES) in queries.run_tensors(ctx, eid, run, [md.series_tag(HEALTH_SERIES)]):
+        signals = queries.series(ctx, eid, run, md.series_tag(HEALTH_SERIES), kind=md.KIND_NAMED_VALUES)
+        signal_names = [str(n) for n in signals.content.get("names", [])]
+        if signals.values.ndim == 2 and signals.values.shape[1] == len(signal_names):
+            health = {"steps": signals.steps.tolist(), **health_lines(signal_names, signals.values, settings)}
+    return {
+        "run": run,
+        "levels": list(LEVELS),
+        "steps": steps,
+        "level": levels,
+        "reasons": reasons,
+        "now": {
+            "step": steps[-1],
+            "level": levels[-1],
+            "label": LEVELS[levels[-1]],
+            "since": since_step(steps, levels),
+            "reasons": reasons[-1],
+        },
+        "settings": asdict(settings),
+        "health": health,
+    }
