@@ -20,11 +20,13 @@ import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import SetupError
+from bertwatch.core.stat_names import OUTLIER_FFN_NAMES
 from bertwatch.core.verdict import VerdictSettings
 from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
+from bertwatch.heads.outliers import OUTLIER_NAMES, OutlierMoments, ffn_outputs, outlier_grids
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import (
@@ -65,7 +67,8 @@ class CaptureNeeds:
     ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
     each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
     states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output); ``logits``: each head's largest
-    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``blocks``: each
+    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``ffn``: each layer's
+    feed-forward output (``ProbeBatch.ffn_outputs``, ``heads.outliers.record_ffn_outputs``); ``blocks``: each
     attention block's input and attention output (a gradient pass's ``RecordedStates.blocks``; the shared forward
     meets it with the hidden states, the layer inputs). A new need is one boolean field here and its line in
     :meth:`capture_arguments` or :meth:`forward_arguments`.
@@ -82,6 +85,7 @@ class CaptureNeeds:
     hidden_states: bool = False
     logits: bool = False
     blocks: bool = False
+    ffn: bool = False
 
     def __or__(self, other: CaptureNeeds) -> CaptureNeeds:
         return CaptureNeeds(
@@ -126,6 +130,7 @@ class ProbeBatch:
     capture: Capture | RecordedStates | None = None
     outputs: Any = None
     reference: Sequence[Tensor] | None = None
+    ffn_outputs: Sequence[Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -373,6 +378,46 @@ class StabilityStatistics:
         return _Pass(measure, finish)
 
 
+class OutlierStatistics:
+    """Activation outliers per layer (``heads.outliers``): each layer's feed-forward output (recorded by hooks
+    during the shared forward) and residual stream (its hidden states) on the probe set's real tokens, summed over
+    the pass in float64 and written as ``[layers, 1]`` grids in ``finish``. The first pass's top dimensions are
+    kept in ``ProbeContext.outlier_reference`` for ``outlier_dim_overlap``."""
+
+    names = OUTLIER_NAMES
+    stage: Stage = "forward"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds(hidden_states=True, ffn=any(n in OUTLIER_FFN_NAMES for n in names))
+
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
+        layers = context.layers
+        ffn = [OutlierMoments() for _ in range(layers)] if self.needs(names).ffn else None
+        residual = [OutlierMoments() for _ in range(layers)]
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            roles, hidden = batch.roles, batch.outputs.hidden_states
+            delimiters = roles.cls | roles.sep | roles.punct
+            for layer in range(layers):
+                residual[layer].add(hidden[layer + 1], roles.real, delimiters, roles)
+            if ffn is not None:
+                if len(batch.ffn_outputs or ()) != layers:
+                    raise RuntimeError(f"recorded {len(batch.ffn_outputs or ())} feed-forward outputs of {layers}")
+                for layer, out in enumerate(batch.ffn_outputs):
+                    ffn[layer].add(out, roles.real, delimiters)
+            return {}
+
+        def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
+            reference = context.outlier_reference.get("top_dims")
+            measured, dims = outlier_grids(ffn, residual, reference, names)
+            context.outlier_reference.setdefault("top_dims", dims)
+            if reference is None and "outlier_dim_overlap" in measured:  # the first pass is its own reference
+                measured["outlier_dim_overlap"] = torch.ones_like(measured["outlier_dim_overlap"])
+            return {**grids, **measured}
+
+        return _Pass(measure, finish)
+
+
 def _require_labels(context: ProbeContext) -> None:
     if not context.probe.has_labels and context.settings.loss_fn is None:
         raise RuntimeError("gradient statistics need labels in every probe example")  # refused at setup
@@ -385,6 +430,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     MapStatistics(),
     MixingStatistics(),
     StabilityStatistics(),
+    OutlierStatistics(),
     IntegratedGradientsStatistic(),
 )
 
@@ -400,7 +446,8 @@ def measurement_of(name: str, measurements: Sequence[Measurement] = MEASUREMENTS
 def supported_stats(names: frozenset[str], requested: bool, encoder: Any, owner: str) -> frozenset[str]:
     """``names`` less the statistics this model family cannot give (norm-based masses without a known attention
     block, ``qk_spectral_norm`` without head-sized query/key weights, the block-based mixing measures without
-    x + Attn(x) -> LayerNorm; rollout works on every family). Dropped quietly from a callback's defaults; when
+    x + Attn(x) -> LayerNorm, the feed-forward outlier statistics without a known feed-forward output; rollout and
+    the residual stream's outlier statistics work on every family). Dropped quietly from a callback's defaults; when
     the user ``requested`` them by name, ``SetupError`` from ``owner`` saying why."""
     norms = names & set(NORM_NAMES)
     if norms and not supports_norms(encoder):
@@ -411,6 +458,11 @@ def supported_stats(names: frozenset[str], requested: bool, encoder: Any, owner:
         if requested:
             raise SetupError(f"{owner}: {QK_NAME!r} is not available for this model family")
         names = names - {QK_NAME}
+    ffn = names & set(OUTLIER_FFN_NAMES)
+    if ffn and ffn_outputs(encoder) is None:
+        if requested:
+            raise SetupError(f"{owner}: {sorted(ffn)}: bertwatch does not know this family's feed-forward output")
+        names = names - ffn
     mixing = {n for n in names & set(MIXING_NAMES) if "rollout" not in n}
     if mixing and not supports_mixing(encoder):
         if requested:

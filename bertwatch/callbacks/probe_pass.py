@@ -15,6 +15,7 @@ so that the plugin's measure selector has them beside the weights at the same st
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,7 @@ from bertwatch.heads.capture import capture
 from bertwatch.heads.length_groups import crop_rows
 from bertwatch.heads.mixing import rollout
 from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
+from bertwatch.heads.outliers import record_ffn_outputs
 from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.options.settings import ALL_STATS
@@ -329,9 +331,11 @@ def _on_forward(
     unmet = needs if batch.capture is None else batch.capture.unmet(needs)
     if batch.attentions is None or unmet.beyond_maps:
         model = context.encoder
-        with torch.no_grad(), context.autocast(), capture(model, **needs.capture_arguments()) as cap:
+        ffn = record_ffn_outputs(model) if needs.ffn else contextlib.nullcontext(None)
+        with torch.no_grad(), context.autocast(), capture(model, **needs.capture_arguments()) as cap, ffn as recorded:
             outputs = model(**context.model_inputs(batch.inputs), **needs.forward_arguments())
-        batch = replace(batch, attentions=cap.attentions, capture=cap, outputs=outputs)
+        recorded = None if recorded is None else tuple(recorded)
+        batch = replace(batch, attentions=cap.attentions, capture=cap, outputs=outputs, ffn_outputs=recorded)
     attn, roles = batch.attentions, batch.roles
     if building:
         collected.reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))

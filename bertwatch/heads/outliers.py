@@ -11,7 +11,9 @@ For layer l, over the real tokens of the examples seen (every component of every
   Dettmers et al. 2022, calls an outlier);
 * ``delimiter_share``: of the outliers' summed |x|, the share on [CLS], [SEP] and "."/"," tokens (NaN without
   outliers);
-* ``top_dims``: the three dimensions with the largest max |x|, largest first.
+* ``top_dims``: the three dimensions with the largest max |x|, largest first;
+* ``role_inf_norms``: max |x| over the components of the [CLS], [SEP], "."/"," and other ("content") real tokens
+  (NaN for a role without tokens).
 
 The feed-forward output is the second linear map of each layer's feed-forward block, before the residual sum and
 its LayerNorm; the residual stream is the layer's output (``hidden_states[l + 1]``). Sums are float64.
@@ -19,20 +21,33 @@ its LayerNorm; the residual stream is the layer's output (``hidden_states[l + 1]
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from bertwatch.core.families import model_family
+from bertwatch.core.stat_names import OUTLIER_NAMES
 from bertwatch.heads.capture import model_shape
 from bertwatch.heads.roles import TokenRoles
 
-__all__ = ["OUTLIER_THRESHOLD", "OutlierMoments", "activation_outliers", "ffn_outputs"]
+__all__ = [
+    "OUTLIER_NAMES",
+    "OUTLIER_THRESHOLD",
+    "ROLES",
+    "OutlierMoments",
+    "activation_outliers",
+    "ffn_outputs",
+    "outlier_grids",
+    "record_ffn_outputs",
+]
 
 OUTLIER_THRESHOLD = 6.0
+#: The token roles of ``role_inf_norms``, in order: "content" is every other real token.
+ROLES: tuple[str, ...] = ("cls", "sep", "punct", "content")
 #: family -> each layer's feed-forward output linear map, under the base model's layer list.
 _FFN: dict[str, tuple[str, str]] = {
     **{f: ("encoder.layer", "output.dense") for f in ("bert", "roberta", "xlm-roberta", "camembert", "electra")},
@@ -52,11 +67,15 @@ class OutlierMoments:
         self.dim_max: Tensor | None = None
         self.outliers = 0
         self.mass = torch.zeros(2, dtype=torch.float64)  # outliers' Σ|x|: all, on delimiters
+        self.role_max = torch.full((len(ROLES),), math.nan, dtype=torch.float64)  # max |x| per role (ROLES)
 
-    def add(self, x: Tensor, real: Tensor, delimiters: Tensor) -> None:
-        """``x`` ``[rows, T, d]``; ``real`` and ``delimiters`` ``[rows, T]`` (bool)."""
+    def add(self, x: Tensor, real: Tensor, delimiters: Tensor, roles: TokenRoles | None = None) -> None:
+        """``x`` ``[rows, T, d]``; ``real`` and ``delimiters`` ``[rows, T]`` (bool); with ``roles`` (the same rows)
+        also each role's max |x| (``ROLES``)."""
         values = x.detach().double()[real.bool()]  # [tokens, d]
         on_delimiter = delimiters.bool()[real.bool()]  # [tokens]
+        if roles is not None:
+            self._add_roles(values, roles, real.bool())
         self.count += values.numel()
         self.sums += torch.stack([values.sum(), (values**2).sum(), (values**3).sum(), (values**4).sum()])
         magnitude = values.abs()
@@ -66,11 +85,21 @@ class OutlierMoments:
         self.outliers += int(big.sum())
         self.mass += torch.stack([(magnitude * big).sum(), (magnitude * big)[on_delimiter].sum()])
 
+    def _add_roles(self, values: Tensor, roles: TokenRoles, real: Tensor) -> None:
+        """Each role's max |x| over the real tokens ``values`` ``[tokens, d]`` (NaN-aware running max)."""
+        cls, sep, punct = (mask.bool()[real] for mask in (roles.cls, roles.sep, roles.punct))
+        token_max = values.abs().amax(-1) if values.shape[-1] else values.new_zeros(len(values))
+        for k, mask in enumerate((cls, sep, punct, ~(cls | sep | punct))):
+            if bool(mask.any()):
+                now = token_max[mask].max()
+                self.role_max[k] = now if math.isnan(float(self.role_max[k])) else torch.maximum(self.role_max[k], now)
+
     def result(self) -> dict[str, Any]:
         """``inf_norm``, ``kurtosis``, ``outlier_share``, ``delimiter_share``, ``top_dims`` (module doc)."""
         if self.count == 0 or self.dim_max is None:
             return {"inf_norm": math.nan, "kurtosis": math.nan, "outlier_share": math.nan,
-                    "delimiter_share": math.nan, "top_dims": []}  # fmt: skip
+                    "delimiter_share": math.nan, "top_dims": [],
+                    "role_inf_norms": dict.fromkeys(ROLES, math.nan)}  # fmt: skip
         n = self.count
         mean = float(self.sums[0]) / n
         m2 = float(self.sums[1]) / n - mean**2
@@ -83,7 +112,8 @@ class OutlierMoments:
             "kurtosis": m4 / m2**2 if m2 > 0 else math.nan,
             "outlier_share": self.outliers / n,
             "delimiter_share": on_delimiters / total if total > 0 else math.nan,
-            "top_dims": [int(d) for d in torch.argsort(self.dim_max, descending=True)[:3]],
+            "top_dims": [int(d) for d in torch.argsort(self.dim_max, descending=True, stable=True)[:3]],
+            "role_inf_norms": {role: float(v) for role, v in zip(ROLES, self.role_max, strict=True)},
         }
 
 
@@ -98,6 +128,23 @@ def ffn_outputs(model: nn.Module) -> list[nn.Module] | None:
     except AttributeError:
         return None
     return found if len(found) == model_shape(model)[0] else None
+
+
+@contextlib.contextmanager
+def record_ffn_outputs(model: nn.Module) -> Iterator[list[Tensor]]:
+    """Record each layer's feed-forward output ``[rows, T, d]`` (``ffn_outputs``, detached, in call order) during the
+    forward passes inside the block; the list is empty for a family whose feed-forward output bertwatch does not
+    know. The hooks are removed on exit, also on error."""
+    recorded: list[Tensor] = []
+    handles = [
+        module.register_forward_hook(lambda _m, _a, out: recorded.append(out.detach()))
+        for module in ffn_outputs(model) or []
+    ]
+    try:
+        yield recorded
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @torch.no_grad()
@@ -134,3 +181,38 @@ def activation_outliers(
         for handle in handles:
             handle.remove()
     return {name: [m.result() for m in per_layer] for name, per_layer in moments.items()}
+
+
+def outlier_grids(
+    ffn: Sequence[OutlierMoments] | None,
+    residual: Sequence[OutlierMoments],
+    reference_dims: Sequence[Sequence[int]] | None,
+    names: Collection[str] = OUTLIER_NAMES,
+) -> tuple[dict[str, Tensor], list[list[int]]]:
+    """The outlier statistics ``names`` (``core.stat_names.OUTLIER_NAMES``) of one probe pass as ``[layers, 1]``
+    float64 grids, from each layer's moments of the feed-forward output (``ffn``; None: its names are left out) and
+    of the residual stream; and each layer's top dimensions of the residual stream (``top_dims``).
+
+    ``outlier_dim_overlap`` is the share of a layer's top-3 dimensions also in ``reference_dims``' top-3 of that
+    layer (NaN without a reference); ``outlier_dim`` the top one (NaN without tokens).
+    """
+    results = {"residual": [m.result() for m in residual]}
+    if ffn is not None:
+        results["ffn"] = [m.result() for m in ffn]
+    dims = [r["top_dims"] for r in results["residual"]]
+    columns: dict[str, list[float]] = {}
+    for where in results:
+        columns[f"{where}_inf_norm"] = [r["inf_norm"] for r in results[where]]
+        columns[f"{where}_kurtosis"] = [r["kurtosis"] for r in results[where]]
+    res = results["residual"]
+    columns["outlier_share"] = [r["outlier_share"] for r in res]
+    columns["delimiter_share"] = [r["delimiter_share"] for r in res]
+    columns["outlier_dim"] = [float(d[0]) if d else math.nan for d in dims]
+    columns["outlier_dim_overlap"] = [
+        len(set(now) & set(reference_dims[layer])) / len(now) if reference_dims is not None and now else math.nan
+        for layer, now in enumerate(dims)
+    ]
+    for role in ROLES:
+        columns[f"{role}_inf_norm"] = [r["role_inf_norms"][role] for r in res]
+    grids = {n: torch.tensor(columns[n], dtype=torch.float64)[:, None] for n in OUTLIER_NAMES if n in columns}
+    return {n: grids[n] for n in names if n in grids}, dims

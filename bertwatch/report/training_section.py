@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.core.stat_names import DEFINITIONS, MIXING_LAYER_NAMES, STAT_GROUPS
+from bertwatch.core.stat_names import DEFINITIONS, PER_LAYER_NAMES, STAT_GROUPS
 from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats
 from bertwatch.report.figures import change_panels, mass_gap_figure, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
@@ -37,7 +37,7 @@ def probe_note(probe: dict[str, Any] | None) -> str:
 
 def _unit_name(stat: str, layer: int, head: int) -> str:
     """``L2 H7`` for a head; ``L2`` for a per-layer statistic (one column, no heads)."""
-    return f"L{int(layer)}" if stat in MIXING_LAYER_NAMES else head_name(layer, head)
+    return f"L{int(layer)}" if stat in PER_LAYER_NAMES else head_name(layer, head)
 
 
 def changes_text(stat: str, changes: list[HeadChange], digits: int = 3) -> str:

@@ -20,6 +20,8 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/embedding?run&tag[&step]``                          2-D head embedding of a step (latest), its steps, the previous map
 ``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
 ``/alerts?run``                                          the run's stability alert episodes (head, rule, since)
+``/outliers?run[&step]``                               each layer's largest activation over steps against its first
+                                                       value, and its outlier statistics and [SEP] mass at a step
 =====================================================  ========================================================
 
 Numbers are JSON numbers; NaN and infinities arrive as the strings ``"NaN"``, ``"Infinity"``,
@@ -36,7 +38,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from bertwatch.tb import measures
+from bertwatch.tb import layer_outliers, measures
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import Queries
 
@@ -49,6 +51,7 @@ STATIC_FILES = {
     "heatmap.js": "text/javascript",
     "live.js": "text/javascript",
     "panel_mass_gap.js": "text/javascript",
+    "panel_outliers.js": "text/javascript",
     "scales.js": "text/javascript",
     "view_ablation.js": "text/javascript",
     "view_attention.js": "text/javascript",
@@ -132,6 +135,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/embedding": self._serve_embedding,
             "/series": self._serve_series,
             "/alerts": self._serve_alerts,
+            "/outliers": self._serve_outliers,
         }
 
     def is_active(self):
@@ -234,3 +238,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (arg(r, "run"),))
     def _serve_alerts(self):
         return self.queries.alerts
+
+    @json_route(lambda r: (arg(r, "run"), int_arg(r, "step", required=False)))
+    def _serve_outliers(self):
+        return functools.partial(layer_outliers.outlier_panel, self.queries)

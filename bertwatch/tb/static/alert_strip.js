@@ -61,7 +61,7 @@ export class AlertStrip {
     this.el.hidden = !d;
     if (!d) return;
     const episodes = [...d.episodes].sort(
-      (a, b) => b.active - a.active || a.since - b.since || a.layer - b.layer || a.head - b.head,
+      (a, b) => b.active - a.active || a.since - b.since || a.layer - b.layer || (a.head ?? 0) - (b.head ?? 0),
     );
     const active = episodes.filter((e) => e.active).length;
     const last = d.steps.length ? d.steps[d.steps.length - 1] : null;
@@ -125,7 +125,7 @@ export class AlertStrip {
       const ds = item.dataset;
       const same =
         +ds.layer === episode.layer &&
-        +ds.head === episode.head &&
+        ds.head === String(episode.head) &&
         ds.rule === episode.rule &&
         +ds.since === episode.since;
       item.classList.toggle('picked', same);
@@ -149,7 +149,7 @@ export class AlertStrip {
       return;
     }
     const parts = await Promise.all(
-      tags.map((tag) => getJSON('trajectory', {run: this.run, tag, layer: e.layer, head: e.head, max_points: 0})),
+      tags.map((tag) => getJSON('trajectory', {run: this.run, tag, layer: e.layer, head: e.head ?? 0, max_points: 0})),
     ).catch(() => null);
     if (seq !== this.detailSeq || !parts) return;
     // Every point of each series (max_points 0), summed step by step where all have one.
@@ -191,7 +191,7 @@ export class AlertStrip {
     // An episode covers its steps up to the next judged step (so a one-step episode still has a width).
     const after = (step) => d.steps.find((x) => x > step) ?? step;
     return d.episodes
-      .filter((e) => e.layer === layer && e.head === head && this.statsOf(e).includes(stat))
+      .filter((e) => e.layer === layer && (e.head ?? 0) === head && this.statsOf(e).includes(stat))
       .map((e, k) => ({
         name: k ? null : 'in alert',
         color: '#c62828',

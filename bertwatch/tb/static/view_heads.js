@@ -8,6 +8,7 @@ import {chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
 import {heatmap} from './heatmap.js';
 import {MassGapPanel} from './panel_mass_gap.js';
+import {OutlierPanel} from './panel_outliers.js';
 import {layerColor, legend, scaleForStat} from './scales.js';
 
 // The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
@@ -59,6 +60,7 @@ export class HeadsView {
     this.wordClassCard.el.id = 'word-class-card';
     this.wordClassCard.el.hidden = true;
     this.massGap = new MassGapPanel();
+    this.outliers = new OutlierPanel();
     this.content = h(
       'div',
       {class: 'layout-heads'},
@@ -69,6 +71,7 @@ export class HeadsView {
         this.trajCard.el,
         this.meansCard.el,
         this.massGap.el,
+        this.outliers.el,
         this.patternCard.el,
         this.wordClassCard.el,
       ),
@@ -124,6 +127,7 @@ export class HeadsView {
     );
     const info = tags.find((t) => t.stat === this.statSelect.value);
     if (reason === 'data') this.massGap.invalidate();
+    if (reason === 'data') this.outliers.invalidate();
     const changedSeries = info.tag !== this.state.tag || reason === 'run';
     if (changedSeries) this.grid = null;
     if (reason === 'run' || app.run !== this.state.run) this.state.selected = null;
@@ -161,7 +165,7 @@ export class HeadsView {
 
   /** An alert was clicked: select its head, and show its statistic when the run has it. */
   pickAlert(episode, stat) {
-    this.state.selected = [episode.layer, episode.head];
+    this.state.selected = [episode.layer, episode.head ?? 0];
     if (stat && stat !== this.state.stat && gridTags(this.app.tags, this.state.run).some((t) => t.stat === stat)) {
       this.statSelect.value = stat;
       this.update('stat');
@@ -212,7 +216,11 @@ export class HeadsView {
         this.renderGrid();
       }
       clearTimeout(this.settleTimer);
-      this.settleTimer = setTimeout(() => current() && this.massGap.follow(run, step), SETTLE_MS);
+      this.settleTimer = setTimeout(() => {
+        if (!current()) return;
+        this.massGap.follow(run, step);
+        this.outliers.follow(run, step);
+      }, SETTLE_MS);
     });
   }
 
