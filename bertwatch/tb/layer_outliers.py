@@ -26,6 +26,16 @@ __all__ = ["OUTLIER_PANEL_STATS", "outlier_panel"]
 OUTLIER_PANEL_STATS: tuple[str, ...] = ("residual_inf_norm", "delimiter_share", "outlier_dim", "outlier_dim_overlap")
 #: The head statistics whose layer means stand beside them.
 _MASSES: tuple[str, ...] = ("sep_mass", "punct_mass")
+#: The panel's column headers (the statistic's name and definition are the header's title).
+_LABELS: dict[str, str] = {
+    "ffn_inf_norm": "max |x| FFN",
+    "residual_inf_norm": "max |x| residual",
+    "delimiter_share": "outliers on delimiters",
+    "outlier_dim": "top dim",
+    "outlier_dim_overlap": "top-3 kept",
+    "sep_mass": "[SEP] mass",
+    "punct_mass": '"." "," mass',
+}
 
 
 def _ratios(values: np.ndarray) -> np.ndarray:
@@ -48,13 +58,18 @@ def outlier_panel(queries, ctx, eid, run: str, step: int | None) -> dict[str, An
         raise errors.NotFoundError("no %s at or before step %r" % (quantity, step))
     at = int(series.steps[i])
     found = queries.grids_at(ctx, eid, run, OUTLIER_PANEL_STATS + _MASSES, at)
-    columns = [{"stat": quantity, "description": DEFINITIONS[quantity], "values": f32_list(values[i])}]
+    columns = [
+        {"stat": quantity, "label": _LABELS.get(quantity, quantity), "description": DEFINITIONS[quantity],
+         "values": f32_list(values[i])}
+    ]  # fmt: skip
     for stat in OUTLIER_PANEL_STATS + _MASSES:
         if stat in found and found[stat][1].shape[0] == values.shape[1]:
             columns.append(
                 {
                     "stat": stat,
-                    "description": DEFINITIONS.get(stat, ""),
+                    "label": _LABELS[stat],
+                    "description": DEFINITIONS.get(stat, "")
+                    + (" Mean over the layer's heads." if stat in _MASSES else ""),
                     "values": f32_list(layer_means(found[stat][1], stat)),
                     "step": found[stat][0],
                     "layerMean": stat in _MASSES,

@@ -75,7 +75,7 @@ export class OutlierPanel {
       yLabel: `${data.stat} / step ${fmtStep(data.referenceStep)}`,
       yFormat: (v) => `×${fmt(v, 3)}`,
       hlines: [
-        {y: 1, label: 'pretrained', cls: 'hline-soft'},
+        {y: 1, label: '', cls: 'hline-soft'},
         {y: data.multiple, label: `alert ×${fmt(data.multiple, 3)}`, cls: 'hline-alert', id: 'outlier-multiple'},
       ],
       marker: data.step,
@@ -106,7 +106,7 @@ function outlierTable(data) {
       ...data.columns.slice(1).map((col) => cell(col.values[l], fmt(nums(col.values[l]), 3), 'num', col.stat)),
     );
   });
-  const title = (col) => (col.layerMean ? `${col.stat} (mean over the layer's heads)` : col.stat);
+  const title = (col) => `${col.stat}: ${col.description}`;
   return h(
     'table',
     {class: 'rank-table outlier-table'},
@@ -117,9 +117,9 @@ function outlierTable(data) {
         'tr',
         {},
         h('th', {}, 'layer'),
-        h('th', {title: data.columns[0].description}, data.stat),
+        h('th', {title: title(data.columns[0])}, data.columns[0].label),
         h('th', {title: `${data.stat} over its value at step ${data.referenceStep}`}, 'ratio'),
-        ...data.columns.slice(1).map((col) => h('th', {title: col.description}, title(col))),
+        ...data.columns.slice(1).map((col) => h('th', {title: title(col)}, col.label)),
       ),
     ),
     h('tbody', {}, ...rows),
