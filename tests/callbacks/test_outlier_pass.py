@@ -12,9 +12,11 @@ import torch
 import transformers as T
 
 from bertwatch.callbacks.probe_pass import execute, plan_pass
+from bertwatch.callbacks.tracking import layer_mean_logs, tracker_key
 from bertwatch.core.stat_names import OUTLIER_NAMES
 from bertwatch.heads.outliers import OUTLIER_THRESHOLD, ffn_outputs
 from bertwatch.options.settings import ProbeSettings
+from bertwatch.report.events import read_run
 from tests.support.alone_oracle import eager_copy
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
@@ -153,6 +155,27 @@ def test_the_live_outliers_are_the_loop_on_each_example_alone_with_pairs_and_pad
     moved, _ = _expected(model, tok, texts, reference_dims=dims)
     _compare(member.history[-1][1], moved)
     assert moved["outlier_dim"][-1, 0] == 11 and moved["outlier_dim_overlap"][-1, 0] < 1
+
+    _, training = read_run(tmp_path / "run")  # the event file: one [layers, 1] series per statistic
+    for name in OUTLIER_NAMES:
+        entry = training["grids"][name]
+        assert entry["steps"] == [0, 1], name
+        written = np.stack([member.history[0][1][name], member.history[-1][1][name]])
+        assert np.array_equal(entry["values"], written, equal_nan=True), name
+
+
+def test_the_trackers_get_each_layers_value_under_outliers() -> None:
+    grid = np.array([[195.6], [91.0], [np.nan]], dtype=np.float32)
+    assert tracker_key("ffn_inf_norm", 2) == "bertwatch/outliers/ffn_inf_norm/layer_2"
+    assert tracker_key("entropy", 2) == "bertwatch/entropy/layer_2"
+    logs = layer_mean_logs({"ffn_inf_norm": grid, "delimiter_share": np.array([[0.5], [0.25], [1.0]])})
+    assert logs == {
+        "bertwatch/outliers/ffn_inf_norm/layer_0": float(grid[0, 0]),
+        "bertwatch/outliers/ffn_inf_norm/layer_1": float(grid[1, 0]),
+        "bertwatch/outliers/delimiter_share/layer_0": 0.5,
+        "bertwatch/outliers/delimiter_share/layer_1": 0.25,
+        "bertwatch/outliers/delimiter_share/layer_2": 1.0,
+    }
 
 
 def test_the_feed_forward_hooks_go_after_a_pass_and_after_a_failed_one(tmp_path) -> None:
