@@ -388,18 +388,19 @@ class OutlierStatistics:
     stage: Stage = "forward"
 
     def needs(self, names: Collection[str]) -> CaptureNeeds:
-        return CaptureNeeds(hidden_states=True, ffn=any(n in OUTLIER_FFN_NAMES for n in names))
+        residual = bool(set(names) - set(OUTLIER_FFN_NAMES))
+        return CaptureNeeds(hidden_states=residual, ffn=any(n in OUTLIER_FFN_NAMES for n in names))
 
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         layers = context.layers
         ffn = [OutlierMoments() for _ in range(layers)] if self.needs(names).ffn else None
-        residual = [OutlierMoments() for _ in range(layers)]
+        residual = [OutlierMoments() for _ in range(layers)] if set(names) - set(OUTLIER_FFN_NAMES) else None
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
-            roles, hidden = batch.roles, batch.outputs.hidden_states
+            roles = batch.roles
             delimiters = roles.cls | roles.sep | roles.punct
-            for layer in range(layers):
-                residual[layer].add(hidden[layer + 1], roles.real, delimiters, roles)
+            for layer in range(layers if residual is not None else 0):
+                residual[layer].add(batch.outputs.hidden_states[layer + 1], roles.real, delimiters, roles)
             if ffn is not None:
                 if len(batch.ffn_outputs or ()) != layers:
                     raise RuntimeError(f"recorded {len(batch.ffn_outputs or ())} feed-forward outputs of {layers}")
@@ -410,7 +411,8 @@ class OutlierStatistics:
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
             reference = context.outlier_reference.get("top_dims")
             measured, dims = outlier_grids(ffn, residual, reference, names)
-            context.outlier_reference.setdefault("top_dims", dims)
+            if dims:
+                context.outlier_reference.setdefault("top_dims", dims)
             if reference is None and "outlier_dim_overlap" in measured:  # the first pass is its own reference
                 measured["outlier_dim_overlap"] = torch.ones_like(measured["outlier_dim_overlap"])
             return {**grids, **measured}

@@ -77,7 +77,8 @@ class OutlierMoments:
         if roles is not None:
             self._add_roles(values, roles, real.bool())
         self.count += values.numel()
-        self.sums += torch.stack([values.sum(), (values**2).sum(), (values**3).sum(), (values**4).sum()])
+        square = values * values
+        self.sums += torch.stack([values.sum(), square.sum(), (square * values).sum(), (square * square).sum()])
         magnitude = values.abs()
         dim_max = magnitude.amax(0) if len(magnitude) else torch.zeros(x.shape[-1], dtype=torch.float64)
         self.dim_max = dim_max if self.dim_max is None else torch.maximum(self.dim_max, dim_max)
@@ -185,26 +186,27 @@ def activation_outliers(
 
 def outlier_grids(
     ffn: Sequence[OutlierMoments] | None,
-    residual: Sequence[OutlierMoments],
+    residual: Sequence[OutlierMoments] | None,
     reference_dims: Sequence[Sequence[int]] | None,
     names: Collection[str] = OUTLIER_NAMES,
 ) -> tuple[dict[str, Tensor], list[list[int]]]:
     """The outlier statistics ``names`` (``core.stat_names.OUTLIER_NAMES``) of one probe pass as ``[layers, 1]``
-    float64 grids, from each layer's moments of the feed-forward output (``ffn``; None: its names are left out) and
-    of the residual stream; and each layer's top dimensions of the residual stream (``top_dims``).
+    float64 grids, from each layer's moments of the feed-forward output (``ffn``) and of the residual stream
+    (``residual``), None where a stream was not measured (its names are left out); and each layer's top dimensions
+    of the residual stream (``top_dims``; empty without it).
 
     ``outlier_dim_overlap`` is the share of a layer's top-3 dimensions also in ``reference_dims``' top-3 of that
     layer (NaN without a reference); ``outlier_dim`` the top one (NaN without tokens).
     """
-    results = {"residual": [m.result() for m in residual]}
-    if ffn is not None:
-        results["ffn"] = [m.result() for m in ffn]
-    dims = [r["top_dims"] for r in results["residual"]]
+    results = {where: [m.result() for m in found] for where, found in (("ffn", ffn), ("residual", residual)) if found}
     columns: dict[str, list[float]] = {}
     for where in results:
         columns[f"{where}_inf_norm"] = [r["inf_norm"] for r in results[where]]
         columns[f"{where}_kurtosis"] = [r["kurtosis"] for r in results[where]]
+    if "residual" not in results:
+        return {n: torch.tensor(columns[n], dtype=torch.float64)[:, None] for n in names if n in columns}, []
     res = results["residual"]
+    dims = [r["top_dims"] for r in res]
     columns["outlier_share"] = [r["outlier_share"] for r in res]
     columns["delimiter_share"] = [r["delimiter_share"] for r in res]
     columns["outlier_dim"] = [float(d[0]) if d else math.nan for d in dims]

@@ -184,8 +184,11 @@ def test_the_feed_forward_hooks_go_after_a_pass_and_after_a_failed_one(tmp_path)
     member = _member(model, tok, tmp_path, _texts())
     modules = ffn_outputs(model)
     plan = plan_pass("step", 1, OUTLIER_NAMES, OUTLIER_NAMES, reference_ready=True)
-    execute(plan, member.context)
+    full = execute(plan, member.context)
     assert all(not m._forward_hooks for m in modules)
+    alone = plan_pass("step", 1, ["ffn_inf_norm"], ["ffn_inf_norm"], reference_ready=True)
+    assert not alone.needs.hidden_states and alone.needs.ffn  # the residual stream is not kept for it
+    assert np.array_equal(execute(alone, member.context).grids["ffn_inf_norm"], full.grids["ffn_inf_norm"])
 
     def boom(module, args, output):
         raise RuntimeError("boom")
