@@ -1,7 +1,8 @@
 """The outlier alert on a real fine-tune: the packaged MiniLM on SST-2 at a high learning rate (1e-3) grows a layer's
 feed-forward outliers past the default multiple within ten steps, and with ``on_alert="stop"`` the run saves a
-checkpoint and stops there; at the demo's learning rate (3e-5) no layer moves near it
-(``docs/statistics.md``, "Activation outliers during training", has the longer runs)."""
+checkpoint and stops there; at the demo's learning rate (3e-5) no layer moves near it. The first 20 steps of
+``benchmarks/bench_outliers.py growth`` (same data, order and seed; ``docs/statistics.md``, "Which multiple", has the
+80-step runs)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _fine_tune(lr: float, tmp_path, minilm_path, glue_dir, max_steps: int = 20):
         disable_tqdm=True,
     )  # fmt: skip
     trainer = T.Trainer(
-        model=model, args=args, train_dataset=_sst2(tok, "train", glue_dir, 16 * max_steps),
+        model=model, args=args, train_dataset=_sst2(tok, "train", glue_dir, 16 * 80),  # the benchmark's batches
         eval_dataset=_sst2(tok, "dev", glue_dir, 64), processing_class=tok,
         data_collator=T.DataCollatorWithPadding(tok), callbacks=[callback],
     )  # fmt: skip

@@ -119,6 +119,19 @@ def test_the_panel_draws_the_ratios_the_multiple_and_marks_the_layer_in_alert(s,
     assert 0 < path.stat().st_size <= MAX_PNG_BYTES
 
 
+def test_clicking_the_outlier_alert_draws_the_layers_trajectory(s, shot_dir) -> None:  # noqa: F811
+    s.frame.click('#alert-items .alert-item[data-rule="outlier_growth"]')
+    s.frame.wait_for_selector("#alert-chart #alert-threshold", state="attached")
+    assert f"L{GROWING} · outlier growth" in s.frame.text_content("#alert-detail")
+    assert "1 layer in alert at step 300" in s.frame.text_content("#alert-summary")
+    s.frame.wait_for_function("() => document.querySelector('.grid-card .card-title').textContent === 'ffn_inf_norm'")
+    s.frame.wait_for_function(
+        f"() => document.querySelector('.chart-card .card-title').textContent === 'Trajectory · L{GROWING}'"
+    )
+    s.page.mouse.move(0, 0)
+    s.page.screenshot(path=str(shot_dir / "outlier_alert.png"))
+
+
 def test_a_run_without_the_outlier_statistics_shows_no_panel(s) -> None:
     s.frame.select_option("#run-select", "plain")
     s.frame.wait_for_function("() => document.querySelector('#outlier-card').hidden", timeout=20000)

@@ -69,7 +69,7 @@ export class AlertStrip {
       h('b', {}, 'Stability alerts'),
       ' · ',
       episodes.length
-        ? `${active} head${active === 1 ? '' : 's'} in alert at step ${fmtStep(last)}, ${episodes.length} episode${episodes.length === 1 ? '' : 's'} in all`
+        ? `${unitsText(episodes.filter((e) => e.active))} in alert at step ${fmtStep(last)}, ${episodes.length} episode${episodes.length === 1 ? '' : 's'} in all`
         : `none in ${d.steps.length} judged step${d.steps.length === 1 ? '' : 's'}`,
       ` (reference: step ${fmtStep(d.referenceStep ?? 0)})`,
     );
@@ -202,4 +202,14 @@ export class AlertStrip {
         hi: [hi, hi],
       }));
   }
+}
+
+/** "3 heads", "1 layer", "3 heads and 1 layer": what the active episodes put in alert (a layer rule's has no head). */
+function unitsText(active) {
+  const layers = active.filter((e) => e.head === null || e.head === undefined).length;
+  const heads = active.length - layers;
+  const parts = [];
+  if (heads || !layers) parts.push(`${heads} head${heads === 1 ? '' : 's'}`);
+  if (layers) parts.push(`${layers} layer${layers === 1 ? '' : 's'}`);
+  return parts.join(' and ');
 }

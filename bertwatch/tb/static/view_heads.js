@@ -346,7 +346,9 @@ export class HeadsView {
     if (this.traj && this.traj.tag === this.state.tag) {
       const t = this.traj;
       const c = this.trajCard;
-      c.title.textContent = `Trajectory · ${headName(t.layer, t.head)}`;
+      const unit =
+        isPerLayer(stat) && this.state.info?.heads === 1 ? headName(t.layer, null) : headName(t.layer, t.head);
+      c.title.textContent = `Trajectory · ${unit}`;
       c.sub.textContent =
         `${stat} over ${t.numSteps} logged step${t.numSteps === 1 ? '' : 's'}` +
         (t.steps.length < t.numSteps ? ` (${t.steps.length} shown, extremes kept)` : '') +
@@ -354,7 +356,7 @@ export class HeadsView {
       this.trajChart = lineChart({
         width: chartWidth(c.body),
         id: 'trajectory-chart',
-        series: [{name: headName(t.layer, t.head), color: '#e65100', xs: t.steps, ys: nums(t.values)}],
+        series: [{name: unit, color: '#e65100', xs: t.steps, ys: nums(t.values)}],
         bands: this.alertStrip.decorations(stat, t.layer, t.head, nums(t.values)),
         yLabel: stat,
         marker: step,
