@@ -11,6 +11,8 @@ import pytest
 import torch
 import transformers as T
 
+from bertwatch.callbacks._safe import SetupError
+from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.probe_pass import execute, plan_pass
 from bertwatch.callbacks.tracking import layer_mean_logs, tracker_key
 from bertwatch.core.stat_names import OUTLIER_NAMES
@@ -18,7 +20,7 @@ from bertwatch.heads.outliers import OUTLIER_THRESHOLD, ffn_outputs
 from bertwatch.options.settings import ProbeSettings
 from bertwatch.report.events import read_run
 from tests.support.alone_oracle import eager_copy
-from tests.support.models import OneMember
+from tests.support.models import OneMember, tiny_model
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 
 pytestmark = pytest.mark.fast
@@ -199,3 +201,13 @@ def test_the_feed_forward_hooks_go_after_a_pass_and_after_a_failed_one(tmp_path)
     handle.remove()
     member.close()
     assert all(not m._forward_hooks for m in modules)
+
+
+def test_a_family_without_a_known_feed_forward_output_gets_the_residual_statistics_only() -> None:
+    model = tiny_model("albert")
+    assert ffn_outputs(model) is None
+    wanted = frozenset({"ffn_inf_norm", "residual_inf_norm", "outlier_dim"})
+    assert supported_stats(wanted, False, model, "test") == {"residual_inf_norm", "outlier_dim"}
+    with pytest.raises(SetupError, match="ffn_inf_norm.*feed-forward output"):
+        supported_stats(wanted, True, model, "test")
+    assert supported_stats(wanted, True, tiny_model("bert"), "test") == wanted
