@@ -6,7 +6,8 @@ from its pretrained value at a usual and at a high learning rate (the figures be
 
 ``cost``: the packaged MiniLM with a 2-class head and a 32-example SST-2 dev probe set (max_length 64); one probe
 pass of the default statistics (``BertWatchCallback.default_stats`` less the outlier ones) against the same pass
-with the outlier statistics too, interleaved, median of ``--repeats``. ``growth``: MiniLM fine-tuned on SST-2 train
+with the outlier statistics too, with ``ffn_inf_norm`` alone (what the alert needs), the outlier statistics alone
+and a plain shared forward (``entropy`` alone), interleaved, median of ``--repeats``. ``growth``: MiniLM fine-tuned on SST-2 train
 (batch 16, max_length 64, constant learning rate, seed 0) with ``BertWatchCallback(stats=OUTLIER_NAMES)`` every
 ``--every`` steps on 32 dev examples; for each run, each layer's ``ffn_inf_norm`` and ``residual_inf_norm`` over
 their step-0 value at every probe step, the largest ratio, and the outlier alerts raised. One JSON line per run.
@@ -59,6 +60,9 @@ def cost(opts: argparse.Namespace) -> dict:
     plans = {
         "default": plan_pass("step", 1, base, base, reference_ready=True),
         "default+outliers": plan_pass("step", 1, base + list(OUTLIER_NAMES), base, reference_ready=True),
+        "default+ffn_inf_norm": plan_pass("step", 1, [*base, "ffn_inf_norm"], base, reference_ready=True),
+        "outliers alone": plan_pass("step", 1, list(OUTLIER_NAMES), base, reference_ready=True),
+        "one forward (entropy alone)": plan_pass("step", 1, ["entropy"], base, reference_ready=True),
     }
     execute(plan_pass("begin", 0, base, base), watched.context)  # the drift reference, once
     times: dict[str, list[float]] = {name: [] for name in plans}
@@ -72,7 +76,9 @@ def cost(opts: argparse.Namespace) -> dict:
         "threads": opts.threads,
         "probe_examples": 32,
         "seconds": {k: round(v, 4) for k, v in median.items()},
-        "added": round(median["default+outliers"] / median["default"] - 1, 4),
+        "added": {
+            name: round(median[name] / median["default"] - 1, 4) for name in plans if name.startswith("default+")
+        },
     }
 
 
