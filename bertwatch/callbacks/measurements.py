@@ -26,8 +26,14 @@ from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
-from bertwatch.heads.outliers import OUTLIER_NAMES, OutlierMoments, ffn_outputs, outlier_grids
-from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.outliers import (
+    OUTLIER_NAMES,
+    OutlierMoments,
+    RecordedActivations,
+    ffn_outputs,
+    outlier_grids,
+)
+from bertwatch.heads.roles import TokenRoles, token_roles
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import (
     LOGIT_NAMES,
@@ -67,8 +73,9 @@ class CaptureNeeds:
     ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
     each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
     states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output); ``logits``: each head's largest
-    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``ffn``: each layer's
-    feed-forward output (``ProbeBatch.ffn_outputs``, ``heads.outliers.record_ffn_outputs``); ``blocks``: each
+    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``activations``: each
+    forward call's token ids and each layer's feed-forward output and output (``ProbeBatch.activations``,
+    ``heads.outliers.record_activations``; the gradient pass records them too); ``blocks``: each
     attention block's input and attention output (a gradient pass's ``RecordedStates.blocks``; the shared forward
     meets it with the hidden states, the layer inputs). A new need is one boolean field here and its line in
     :meth:`capture_arguments` or :meth:`forward_arguments`.
@@ -85,7 +92,7 @@ class CaptureNeeds:
     hidden_states: bool = False
     logits: bool = False
     blocks: bool = False
-    ffn: bool = False
+    activations: bool = False
 
     def __or__(self, other: CaptureNeeds) -> CaptureNeeds:
         return CaptureNeeds(
@@ -108,7 +115,8 @@ class CaptureNeeds:
 
     def forward_arguments(self) -> dict[str, bool]:
         """The extra keyword arguments of the encoder's forward call."""
-        return {"output_hidden_states": True} if self.hidden_states or self.blocks else {}
+        wanted = self.hidden_states or self.blocks or self.activations  # activations: for a family without hooks
+        return {"output_hidden_states": True} if wanted else {}
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,9 @@ class ProbeBatch:
     collated batch (label fields included); ``roles``: its token roles ``[rows, T]``. On the ``"forward"`` stage
     also ``attentions`` ``[rows, layers, heads, T, T]``, the ``capture`` that recorded them (when they came from a
     ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: this
-    batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured.
+    batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured;
+    ``activations``: the forward calls' activations (``heads.outliers.RecordedActivations``) when the shared forward
+    or the gradient pass recorded them (``CaptureNeeds.activations``).
     """
 
     index: int
@@ -130,7 +140,7 @@ class ProbeBatch:
     capture: Capture | RecordedStates | None = None
     outputs: Any = None
     reference: Sequence[Tensor] | None = None
-    ffn_outputs: Sequence[Tensor] | None = None
+    activations: RecordedActivations | None = None
 
 
 @dataclass(frozen=True)
@@ -138,12 +148,15 @@ class RecordedStates:
     """Each layer's value states ``[rows, layers, heads, T, d_head]``, the heads' contexts and the logit summary
     ``{"max_logit", "logit_std": [rows, layers, heads]}``, as a capture records them (``Capture.values``,
     ``.contexts``, ``.logit_summary``), and the attention blocks' inputs and outputs (``blocks``:
-    ``heads.mixing_model.BlockRecorder``); None (empty) where the pass could not record them exactly."""
+    ``heads.mixing_model.BlockRecorder``) and every layer's activations of the pass's forward calls
+    (``activations``, ``heads.outliers.RecordedActivations``); None (empty) where the pass could not record them
+    exactly."""
 
     values: Tensor | None
     contexts: Tensor | None
     logit_summary: Mapping[str, Tensor] = dataclasses.field(default_factory=dict)
     blocks: BlockRecorder | None = None
+    activations: RecordedActivations | None = None
 
     def unmet(self, needs: CaptureNeeds) -> CaptureNeeds:
         """What of ``needs`` these states do not hold (the maps come with them from the same pass)."""
@@ -152,6 +165,7 @@ class RecordedStates:
             values=needs.values and self.contexts is None,
             logits=needs.logits and not self.logit_summary,
             blocks=needs.blocks and (self.blocks is None or not self.blocks.complete),
+            activations=needs.activations and (self.activations is None or not self.activations.complete),
         )
 
 
@@ -379,33 +393,47 @@ class StabilityStatistics:
 
 
 class OutlierStatistics:
-    """Activation outliers per layer (``heads.outliers``): each layer's feed-forward output (recorded by hooks
-    during the shared forward) and residual stream (its hidden states) on the probe set's real tokens, summed over
-    the pass in float64 and written as ``[layers, 1]`` grids in ``finish``. The first pass's top dimensions are
-    kept in ``ProbeContext.outlier_reference`` for ``outlier_dim_overlap``."""
+    """Activation outliers per layer (``heads.outliers``): each layer's feed-forward output and output (the residual
+    stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]`` grids in
+    ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no forward of
+    their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its own token
+    ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's hidden
+    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions are kept in
+    ``ProbeContext.outlier_reference`` for ``outlier_dim_overlap``."""
 
     names = OUTLIER_NAMES
     stage: Stage = "forward"
 
     def needs(self, names: Collection[str]) -> CaptureNeeds:
-        residual = bool(set(names) - set(OUTLIER_FFN_NAMES))
-        return CaptureNeeds(hidden_states=residual, ffn=any(n in OUTLIER_FFN_NAMES for n in names))
+        return CaptureNeeds(activations=True)
 
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
-        layers = context.layers
-        ffn = [OutlierMoments() for _ in range(layers)] if self.needs(names).ffn else None
+        layers, tokenizer = context.layers, context.tokenizer
+        ffn = [OutlierMoments() for _ in range(layers)] if set(names) & set(OUTLIER_FFN_NAMES) else None
         residual = [OutlierMoments() for _ in range(layers)] if set(names) - set(OUTLIER_FFN_NAMES) else None
 
-        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
-            roles = batch.roles
+        def add(layer: int, ffn_out: Tensor | None, out: Tensor, roles: TokenRoles) -> None:
             delimiters = roles.cls | roles.sep | roles.punct
-            for layer in range(layers if residual is not None else 0):
-                residual[layer].add(batch.outputs.hidden_states[layer + 1], roles.real, delimiters, roles)
-            if ffn is not None:
-                if len(batch.ffn_outputs or ()) != layers:
-                    raise RuntimeError(f"recorded {len(batch.ffn_outputs or ())} feed-forward outputs of {layers}")
-                for layer, out in enumerate(batch.ffn_outputs):
-                    ffn[layer].add(out, roles.real, delimiters)
+            if residual is not None:
+                residual[layer].add(out, roles.real, delimiters, roles)
+            if ffn is not None and ffn_out is not None:
+                ffn[layer].add(ffn_out, roles.real, delimiters)
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            recorded = batch.activations
+            if recorded is None or not recorded.complete:  # the shared forward's hidden states
+                if ffn is not None:
+                    raise RuntimeError("the feed-forward outputs of this probe batch were not recorded")
+                for layer in range(layers):
+                    add(layer, None, batch.outputs.hidden_states[layer + 1], batch.roles)
+                return {}
+            for call in recorded.calls:
+                ids = call.inputs["input_ids"]
+                roles = token_roles(
+                    ids, call.inputs.get("attention_mask"), tokenizer, call.inputs.get("token_type_ids")
+                )
+                for layer in range(layers):
+                    add(layer, call.ffn[layer], call.layers[layer], roles.to(ids.device))
             return {}
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,14 +36,17 @@ from bertwatch.heads.capture import model_shape
 from bertwatch.heads.roles import TokenRoles
 
 __all__ = [
+    "ActivationCall",
     "OUTLIER_NAMES",
     "OUTLIER_THRESHOLD",
     "ROLES",
     "OutlierMoments",
+    "RecordedActivations",
     "activation_outliers",
     "ffn_outputs",
+    "layer_modules",
     "outlier_grids",
-    "record_ffn_outputs",
+    "record_activations",
 ]
 
 OUTLIER_THRESHOLD = 6.0
@@ -131,23 +135,6 @@ def ffn_outputs(model: nn.Module) -> list[nn.Module] | None:
     return found if len(found) == model_shape(model)[0] else None
 
 
-@contextlib.contextmanager
-def record_ffn_outputs(model: nn.Module) -> Iterator[list[Tensor]]:
-    """Record each layer's feed-forward output ``[rows, T, d]`` (``ffn_outputs``, detached, in call order) during the
-    forward passes inside the block; the list is empty for a family whose feed-forward output bertwatch does not
-    know. The hooks are removed on exit, also on error."""
-    recorded: list[Tensor] = []
-    handles = [
-        module.register_forward_hook(lambda _m, _a, out: recorded.append(out.detach()))
-        for module in ffn_outputs(model) or []
-    ]
-    try:
-        yield recorded
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 @torch.no_grad()
 def activation_outliers(
     model: nn.Module, batches: Iterable[tuple[Mapping[str, Tensor], TokenRoles]]
@@ -218,3 +205,93 @@ def outlier_grids(
         columns[f"{role}_inf_norm"] = [r["role_inf_norms"][role] for r in res]
     grids = {n: torch.tensor(columns[n], dtype=torch.float64)[:, None] for n in OUTLIER_NAMES if n in columns}
     return {n: grids[n] for n in names if n in grids}, dims
+
+
+def layer_modules(model: nn.Module) -> list[nn.Module] | None:
+    """Each encoder layer, in order (their outputs are the residual stream, ``hidden_states[l + 1]``), or None for a
+    family bertwatch does not know."""
+    paths = _FFN.get(model_family(model.config))
+    if paths is None:
+        return None
+    try:
+        found = list(getattr(model, "base_model", model).get_submodule(paths[0]))
+    except AttributeError:
+        return None
+    return found if len(found) == model_shape(model)[0] else None
+
+
+@dataclass
+class ActivationCall:
+    """One forward call's token ids and mask (``inputs``, 2-D ``[rows, T]``: multiple-choice rows flattened) and each
+    layer's feed-forward output and output ``[rows, T, d]`` (detached)."""
+
+    inputs: dict[str, Tensor]
+    ffn: list[Tensor] = field(default_factory=list)
+    layers: list[Tensor] = field(default_factory=list)
+
+
+class RecordedActivations:
+    """The activations of every forward call inside :func:`record_activations` (``calls``), for ``num_layers``
+    layers; ``complete`` when each call gave its token ids and every layer's two tensors."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self.calls: list[ActivationCall] = []
+
+    @property
+    def complete(self) -> bool:
+        n = self.num_layers
+        return bool(self.calls) and all(
+            "input_ids" in c.inputs and len(c.ffn) == n and len(c.layers) == n for c in self.calls
+        )
+
+    @property
+    def rows(self) -> int:
+        """The rows the calls ran, all together."""
+        return sum(int(c.inputs["input_ids"].shape[0]) for c in self.calls if "input_ids" in c.inputs)
+
+
+def _call_inputs(kwargs: Mapping[str, Any]) -> dict[str, Tensor]:
+    """The 2-D token ids, attention mask and segment ids of a forward call's keyword arguments (what it has)."""
+    ids = kwargs.get("input_ids")
+    if not isinstance(ids, Tensor):
+        return {}
+    length = ids.shape[-1]
+    out = {"input_ids": ids.detach().reshape(-1, length)}
+    for key in ("attention_mask", "token_type_ids"):
+        value = kwargs.get(key)
+        if isinstance(value, Tensor) and value.shape[-1] == length and value.dim() == ids.dim():
+            out[key] = value.detach().reshape(-1, length)
+    return out
+
+
+@contextlib.contextmanager
+def record_activations(model: nn.Module) -> Iterator[RecordedActivations | None]:
+    """Record, for every forward call of ``model`` inside the block (the gradient pass may call it once per length
+    group or per example), its token ids and each layer's feed-forward output and output (:class:`ActivationCall`);
+    None for a family whose layers bertwatch does not know. The hooks are removed on exit, also on error."""
+    ffn, layers = ffn_outputs(model), layer_modules(model)
+    if ffn is None or layers is None:
+        yield None
+        return
+    recorded = RecordedActivations(len(layers))
+
+    def start(_module, _args, kwargs):
+        recorded.calls.append(ActivationCall(_call_inputs(kwargs)))
+
+    def keep(where: str):
+        def hook(_module, _args, out):
+            if recorded.calls:
+                tensor = out[0] if isinstance(out, tuple) else out
+                getattr(recorded.calls[-1], where).append(tensor.detach())
+
+        return hook
+
+    handles = [model.register_forward_pre_hook(start, with_kwargs=True)]
+    handles += [module.register_forward_hook(keep("ffn")) for module in ffn]
+    handles += [module.register_forward_hook(keep("layers")) for module in layers]
+    try:
+        yield recorded
+    finally:
+        for handle in handles:
+            handle.remove()

@@ -15,8 +15,8 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.probe_pass import execute, plan_pass
 from bertwatch.callbacks.tracking import layer_mean_logs, tracker_key
-from bertwatch.core.stat_names import OUTLIER_NAMES
-from bertwatch.heads.outliers import OUTLIER_THRESHOLD, ffn_outputs
+from bertwatch.core.stat_names import GRADIENT_NAMES, OUTLIER_NAMES
+from bertwatch.heads.outliers import OUTLIER_THRESHOLD, ffn_outputs, layer_modules
 from bertwatch.options.settings import ProbeSettings
 from bertwatch.report.events import read_run
 from tests.support.alone_oracle import eager_copy
@@ -180,16 +180,44 @@ def test_the_trackers_get_each_layers_value_under_outliers() -> None:
     }
 
 
+def test_with_the_gradient_statistics_the_outliers_ride_the_gradient_pass(tmp_path) -> None:
+    """The default statistics spare the shared forward (the gradient pass records what they read); the outliers are
+    taken from the gradient pass's own forward calls (each length group or example), so they add no forward, and
+    they are the loop on each example alone all the same."""
+    tok = tiny_tokenizer()
+    model, texts = _planted(tok), _texts()
+    member = _member(model, tok, tmp_path, texts)
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    gradients = plan_pass("step", 1, GRADIENT_NAMES, GRADIENT_NAMES, reference_ready=True)
+    execute(gradients, member.context)
+    alone = len(calls)
+    calls.clear()
+    names = [*GRADIENT_NAMES, *OUTLIER_NAMES]
+    result = execute(plan_pass("step", 1, names, names, reference_ready=True), member.context)
+    handle.remove()
+    member.close()
+    assert len(calls) == alone  # not one forward more
+    want, _ = _expected(model, tok, texts)
+    _compare({n: result.grids[n] for n in OUTLIER_NAMES}, want)
+
+
 def test_the_feed_forward_hooks_go_after_a_pass_and_after_a_failed_one(tmp_path) -> None:
     tok = tiny_tokenizer()
     model = _planted(tok)
     member = _member(model, tok, tmp_path, _texts())
-    modules = ffn_outputs(model)
+    modules = [*ffn_outputs(model), *layer_modules(model), model]
+
+    def hooks():  # bertwatch's hooks (transformers installs some of its own on a first forward)
+        found = [f for m in modules for f in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
+        return [f for f in found if f.__module__.startswith("bertwatch")]
+
+    before = hooks()
+    assert before == []
     plan = plan_pass("step", 1, OUTLIER_NAMES, OUTLIER_NAMES, reference_ready=True)
     full = execute(plan, member.context)
-    assert all(not m._forward_hooks for m in modules)
+    assert hooks() == before
     alone = plan_pass("step", 1, ["ffn_inf_norm"], ["ffn_inf_norm"], reference_ready=True)
-    assert not alone.needs.hidden_states and alone.needs.ffn  # the residual stream is not kept for it
     assert np.array_equal(execute(alone, member.context).grids["ffn_inf_norm"], full.grids["ffn_inf_norm"])
 
     def boom(module, args, output):
@@ -200,7 +228,7 @@ def test_the_feed_forward_hooks_go_after_a_pass_and_after_a_failed_one(tmp_path)
         execute(plan, member.context)
     handle.remove()
     member.close()
-    assert all(not m._forward_hooks for m in modules)
+    assert hooks() == before
 
 
 def test_a_family_without_a_known_feed_forward_output_gets_the_residual_statistics_only() -> None:
