@@ -26,14 +26,8 @@ from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
-from bertwatch.heads.outliers import (
-    OUTLIER_NAMES,
-    OutlierMoments,
-    RecordedActivations,
-    ffn_outputs,
-    outlier_grids,
-)
-from bertwatch.heads.roles import TokenRoles, token_roles
+from bertwatch.heads.outliers import OUTLIER_NAMES, OutlierAccumulator, RecordedActivations, ffn_outputs
+from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import (
     LOGIT_NAMES,
@@ -408,41 +402,19 @@ class OutlierStatistics:
         return CaptureNeeds(activations=True)
 
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
-        layers, tokenizer = context.layers, context.tokenizer
-        ffn = [OutlierMoments() for _ in range(layers)] if set(names) & set(OUTLIER_FFN_NAMES) else None
-        residual = [OutlierMoments() for _ in range(layers)] if set(names) - set(OUTLIER_FFN_NAMES) else None
-
-        def add(layer: int, ffn_out: Tensor | None, out: Tensor, roles: TokenRoles) -> None:
-            delimiters = roles.cls | roles.sep | roles.punct
-            if residual is not None:
-                residual[layer].add(out, roles.real, delimiters, roles)
-            if ffn is not None and ffn_out is not None:
-                ffn[layer].add(ffn_out, roles.real, delimiters)
+        found = OutlierAccumulator(context.layers, names, context.tokenizer)
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
-            recorded = batch.activations
-            if recorded is None or not recorded.complete:  # the shared forward's hidden states
-                if ffn is not None:
-                    raise RuntimeError("the feed-forward outputs of this probe batch were not recorded")
-                for layer in range(layers):
-                    add(layer, None, batch.outputs.hidden_states[layer + 1], batch.roles)
-                return {}
-            for call in recorded.calls:
-                ids = call.inputs["input_ids"]
-                roles = token_roles(
-                    ids, call.inputs.get("attention_mask"), tokenizer, call.inputs.get("token_type_ids")
-                )
-                for layer in range(layers):
-                    add(layer, call.ffn[layer], call.layers[layer], roles.to(ids.device))
+            if batch.activations is not None and batch.activations.complete:
+                found.add_calls(batch.activations)
+            else:  # a family whose layers bertwatch does not hook: the shared forward's hidden states
+                found.add_hidden(batch.outputs.hidden_states, batch.roles)
             return {}
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
-            reference = context.outlier_reference.get("top_dims")
-            measured, dims = outlier_grids(ffn, residual, reference, names)
+            measured, dims = found.grids(context.outlier_reference.get("top_dims"))
             if dims:
                 context.outlier_reference.setdefault("top_dims", dims)
-            if reference is None and "outlier_dim_overlap" in measured:  # the first pass is its own reference
-                measured["outlier_dim_overlap"] = torch.ones_like(measured["outlier_dim_overlap"])
             return {**grids, **measured}
 
         return _Pass(measure, finish)

@@ -31,15 +31,16 @@ import torch
 from torch import Tensor, nn
 
 from bertwatch.core.families import model_family
-from bertwatch.core.stat_names import OUTLIER_NAMES
+from bertwatch.core.stat_names import OUTLIER_FFN_NAMES, OUTLIER_NAMES
 from bertwatch.heads.capture import model_shape
-from bertwatch.heads.roles import TokenRoles
+from bertwatch.heads.roles import TokenRoles, token_roles
 
 __all__ = [
     "ActivationCall",
     "OUTLIER_NAMES",
     "OUTLIER_THRESHOLD",
     "ROLES",
+    "OutlierAccumulator",
     "OutlierMoments",
     "RecordedActivations",
     "activation_outliers",
@@ -295,3 +296,45 @@ def record_activations(model: nn.Module) -> Iterator[RecordedActivations | None]
     finally:
         for handle in handles:
             handle.remove()
+
+
+class OutlierAccumulator:
+    """One probe pass's outlier moments of the statistics ``names`` (``OUTLIER_NAMES``) over ``layers`` layers: from
+    recorded forward calls (:meth:`add_calls`, each call's token roles from its own token ids and ``tokenizer``) or
+    from the hidden states of a forward (:meth:`add_hidden`: the residual stream only); :meth:`grids` at the end."""
+
+    def __init__(self, layers: int, names: Collection[str], tokenizer: Any) -> None:
+        self.layers, self.names, self.tokenizer = layers, tuple(names), tokenizer
+        ffn_names = set(OUTLIER_FFN_NAMES)
+        self.ffn = [OutlierMoments() for _ in range(layers)] if set(names) & ffn_names else None
+        self.residual = [OutlierMoments() for _ in range(layers)] if set(names) - ffn_names else None
+
+    def _add(self, layer: int, ffn_out: Tensor | None, out: Tensor, roles: TokenRoles) -> None:
+        delimiters = roles.cls | roles.sep | roles.punct
+        if self.residual is not None:
+            self.residual[layer].add(out, roles.real, delimiters, roles)
+        if self.ffn is not None and ffn_out is not None:
+            self.ffn[layer].add(ffn_out, roles.real, delimiters)
+
+    def add_calls(self, recorded: RecordedActivations) -> None:
+        """Every call of a complete recording (``RecordedActivations.complete``)."""
+        for call in recorded.calls:
+            ids = call.inputs["input_ids"]
+            mask, segments = call.inputs.get("attention_mask"), call.inputs.get("token_type_ids")
+            roles = token_roles(ids, mask, self.tokenizer, segments).to(ids.device)
+            for layer in range(self.layers):
+                self._add(layer, call.ffn[layer], call.layers[layer], roles)
+
+    def add_hidden(self, hidden_states: Sequence[Tensor], roles: TokenRoles) -> None:
+        """The residual stream from a forward's ``hidden_states`` (``[rows, T, d]`` each, the embeddings first)."""
+        if self.ffn is not None:
+            raise RuntimeError("the feed-forward outputs of this probe batch were not recorded")
+        for layer in range(self.layers):
+            self._add(layer, None, hidden_states[layer + 1], roles)
+
+    def grids(self, reference_dims: Sequence[Sequence[int]] | None) -> tuple[dict[str, Tensor], list[list[int]]]:
+        """:func:`outlier_grids` of the pass (``outlier_dim_overlap`` 1 without a reference: the pass is its own)."""
+        grids, dims = outlier_grids(self.ffn, self.residual, reference_dims, self.names)
+        if reference_dims is None and "outlier_dim_overlap" in grids:
+            grids["outlier_dim_overlap"] = torch.ones_like(grids["outlier_dim_overlap"])
+        return grids, dims
