@@ -269,7 +269,9 @@ def outlier_figure(
         for layer in range(values.shape[1]):
             ax.plot(entry["steps"], ratios[:, layer], marker="o", ms=3, lw=1.4, label=f"L{layer}")
         if stat in multiples:
-            ax.axhline(multiples[stat], color="#c62828", ls="--", lw=1, label=f"alert ×{multiples[stat]:g}")
+            ax.axhline(multiples[stat], color="#c62828", ls="--", lw=1)
+            ax.annotate(f"alert ×{multiples[stat]:g}", (0.01, multiples[stat]), xycoords=("axes fraction", "data"),
+                        color="#c62828", fontsize=8, va="bottom")  # fmt: skip
         ax.axhline(1.0, color="#9ca3af", ls=":", lw=1)
         ax.set_title(f"{stat} / step {entry['steps'][0]}")
         ax.set_xlabel("training step")
