@@ -76,20 +76,27 @@ class OutlierMoments:
 
     def add(self, x: Tensor, real: Tensor, delimiters: Tensor, roles: TokenRoles | None = None) -> None:
         """``x`` ``[rows, T, d]``; ``real`` and ``delimiters`` ``[rows, T]`` (bool); with ``roles`` (the same rows)
-        also each role's max |x| (``ROLES``)."""
-        values = x.detach().double()[real.bool()]  # [tokens, d]
-        on_delimiter = delimiters.bool()[real.bool()]  # [tokens]
+        also each role's max |x| (``ROLES``). The sums run in float64 on ``x``'s device (on the CPU for a device
+        without float64, such as MPS); the running totals stay on the CPU."""
+        x = x.detach()
+        if x.device.type == "mps":
+            x, real, delimiters = x.cpu(), real.cpu(), delimiters.cpu()
+            roles = None if roles is None else roles.to("cpu")
+        real = real.to(x.device).bool()
+        values = x.double()[real]  # [tokens, d]
+        on_delimiter = delimiters.to(x.device).bool()[real]  # [tokens]
         if roles is not None:
-            self._add_roles(values, roles, real.bool())
+            self._add_roles(values, roles.to(x.device), real)
         self.count += values.numel()
         square = values * values
-        self.sums += torch.stack([values.sum(), square.sum(), (square * values).sum(), (square * square).sum()])
+        sums = torch.stack([values.sum(), square.sum(), (square * values).sum(), (square * square).sum()])
+        self.sums += sums.cpu()
         magnitude = values.abs()
-        dim_max = magnitude.amax(0) if len(magnitude) else torch.zeros(x.shape[-1], dtype=torch.float64)
+        dim_max = magnitude.amax(0).cpu() if len(magnitude) else torch.zeros(x.shape[-1], dtype=torch.float64)
         self.dim_max = dim_max if self.dim_max is None else torch.maximum(self.dim_max, dim_max)
         big = magnitude >= self.threshold
         self.outliers += int(big.sum())
-        self.mass += torch.stack([(magnitude * big).sum(), (magnitude * big)[on_delimiter].sum()])
+        self.mass += torch.stack([(magnitude * big).sum(), (magnitude * big)[on_delimiter].sum()]).cpu()
 
     def _add_roles(self, values: Tensor, roles: TokenRoles, real: Tensor) -> None:
         """Each role's max |x| over the real tokens ``values`` ``[tokens, d]`` (NaN-aware running max)."""
@@ -97,7 +104,7 @@ class OutlierMoments:
         token_max = values.abs().amax(-1) if values.shape[-1] else values.new_zeros(len(values))
         for k, mask in enumerate((cls, sep, punct, ~(cls | sep | punct))):
             if bool(mask.any()):
-                now = token_max[mask].max()
+                now = token_max[mask].max().cpu()
                 self.role_max[k] = now if math.isnan(float(self.role_max[k])) else torch.maximum(self.role_max[k], now)
 
     def result(self) -> dict[str, Any]:
