@@ -45,9 +45,22 @@ def _ratios(values: np.ndarray) -> np.ndarray:
         return np.where(first > 0, values / np.where(first > 0, first, 1.0), np.nan)
 
 
+def _multiple(queries, ctx, eid, run: str) -> float:
+    """The run's outlier multiple: threshold / reference of its latest outlier alert, else the default."""
+    try:
+        found = [e for e in queries.alerts(ctx, eid, run)["episodes"] if e["rule"] == "outlier_growth"]
+    except errors.NotFoundError:
+        found = []
+    for e in reversed(found):
+        if e["reference"] and e["reference"] > 0 and np.isfinite(e["threshold"]):
+            return float(e["threshold"]) / float(e["reference"])
+    return AlertSettings().outlier_multiple
+
+
 def outlier_panel(queries, ctx, eid, run: str, step: int | None) -> dict[str, Any]:
     """``/outliers``: the outlier rule's quantity (``core.alerts.RULE_QUANTITY["outlier_growth"]``) of every layer
-    over the run's steps as a ratio to its first step, the default multiple of the rule, and at the step at or
+    over the run's steps as a ratio to its first step, the rule's multiple (the run's, read from its outlier alerts,
+    else the default), and at the step at or
     before ``step`` (latest by default) the layer's values of ``OUTLIER_PANEL_STATS`` and the layer means of the
     [SEP] and punctuation masses. ``NotFoundError`` when the run has no such quantity."""
     quantity = RULE_QUANTITY["outlier_growth"]
@@ -80,7 +93,7 @@ def outlier_panel(queries, ctx, eid, run: str, step: int | None) -> dict[str, An
         "stat": quantity,
         "step": at,
         "referenceStep": int(series.steps[0]),
-        "multiple": AlertSettings().outlier_multiple,
+        "multiple": _multiple(queries, ctx, eid, run),
         "steps": series.steps.tolist(),
         "ratios": f32_list(_ratios(values).T),  # [layers][steps]
         "reference": f32_list(values[0]),

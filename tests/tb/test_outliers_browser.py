@@ -48,6 +48,13 @@ def _write_runs(root: Path) -> None:
             w.add_head_grids(grids, step)
             history.append((step, grids))
             w.add_alerts(active_alerts(history[0][1], history), L, grids["entropy"].shape[1], step)
+    history = []
+    with SummaryWriter(str(root / "strict")) as w:  # judged with a multiple of 3
+        for step in STEPS:
+            grids = outlier_grids(step)
+            w.add_head_grids(grids, step)
+            history.append((step, grids))
+            w.add_alerts(active_alerts(history[0][1], history, AlertSettings(outlier_multiple=3.0)), L, 1, step)
     with SummaryWriter(str(root / "plain")) as w:
         for step in STEPS[:3]:
             w.add_head_grids(synthetic_grids(step), step)
@@ -86,6 +93,7 @@ def test_the_route_gives_each_layers_ratio_to_its_first_value_and_the_masses(s) 
     assert np.allclose(columns["sep_mass"], layer_means(sep), rtol=1e-6)
     earlier = s.route("outliers", run="growing", step=FROM - 1)
     assert earlier["step"] == FROM - 25 and len(earlier["steps"]) == len(STEPS)
+    assert s.route("outliers", run="strict")["multiple"] == pytest.approx(3.0)  # the run's own, from its alerts
     with pytest.raises(urllib.error.HTTPError) as missing:
         s.route("outliers", run="plain")
     assert missing.value.code == 404
