@@ -20,11 +20,13 @@ import torch
 from torch import Tensor
 
 from bertwatch.callbacks._safe import SetupError
+from bertwatch.core.stat_names import OUTLIER_FFN_NAMES
 from bertwatch.core.verdict import VerdictSettings
 from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
 from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
+from bertwatch.heads.outliers import OUTLIER_NAMES, OutlierAccumulator, RecordedActivations, ffn_outputs
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import (
@@ -65,7 +67,9 @@ class CaptureNeeds:
     ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
     each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
     states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output); ``logits``: each head's largest
-    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``blocks``: each
+    pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``activations``: each
+    forward call's token ids and each layer's feed-forward output and output (``ProbeBatch.activations``,
+    ``heads.outliers.record_activations``; the gradient pass records them too); ``blocks``: each
     attention block's input and attention output (a gradient pass's ``RecordedStates.blocks``; the shared forward
     meets it with the hidden states, the layer inputs). A new need is one boolean field here and its line in
     :meth:`capture_arguments` or :meth:`forward_arguments`.
@@ -82,6 +86,7 @@ class CaptureNeeds:
     hidden_states: bool = False
     logits: bool = False
     blocks: bool = False
+    activations: bool = False
 
     def __or__(self, other: CaptureNeeds) -> CaptureNeeds:
         return CaptureNeeds(
@@ -104,7 +109,8 @@ class CaptureNeeds:
 
     def forward_arguments(self) -> dict[str, bool]:
         """The extra keyword arguments of the encoder's forward call."""
-        return {"output_hidden_states": True} if self.hidden_states or self.blocks else {}
+        wanted = self.hidden_states or self.blocks or self.activations  # activations: for a family without hooks
+        return {"output_hidden_states": True} if wanted else {}
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,9 @@ class ProbeBatch:
     collated batch (label fields included); ``roles``: its token roles ``[rows, T]``. On the ``"forward"`` stage
     also ``attentions`` ``[rows, layers, heads, T, T]``, the ``capture`` that recorded them (when they came from a
     ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: this
-    batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured.
+    batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured;
+    ``activations``: the forward calls' activations (``heads.outliers.RecordedActivations``) when the shared forward
+    or the gradient pass recorded them (``CaptureNeeds.activations``).
     """
 
     index: int
@@ -126,6 +134,7 @@ class ProbeBatch:
     capture: Capture | RecordedStates | None = None
     outputs: Any = None
     reference: Sequence[Tensor] | None = None
+    activations: RecordedActivations | None = None
 
 
 @dataclass(frozen=True)
@@ -133,12 +142,15 @@ class RecordedStates:
     """Each layer's value states ``[rows, layers, heads, T, d_head]``, the heads' contexts and the logit summary
     ``{"max_logit", "logit_std": [rows, layers, heads]}``, as a capture records them (``Capture.values``,
     ``.contexts``, ``.logit_summary``), and the attention blocks' inputs and outputs (``blocks``:
-    ``heads.mixing_model.BlockRecorder``); None (empty) where the pass could not record them exactly."""
+    ``heads.mixing_model.BlockRecorder``) and every layer's activations of the pass's forward calls
+    (``activations``, ``heads.outliers.RecordedActivations``); None (empty) where the pass could not record them
+    exactly."""
 
     values: Tensor | None
     contexts: Tensor | None
     logit_summary: Mapping[str, Tensor] = dataclasses.field(default_factory=dict)
     blocks: BlockRecorder | None = None
+    activations: RecordedActivations | None = None
 
     def unmet(self, needs: CaptureNeeds) -> CaptureNeeds:
         """What of ``needs`` these states do not hold (the maps come with them from the same pass)."""
@@ -147,6 +159,7 @@ class RecordedStates:
             values=needs.values and self.contexts is None,
             logits=needs.logits and not self.logit_summary,
             blocks=needs.blocks and (self.blocks is None or not self.blocks.complete),
+            activations=needs.activations and (self.activations is None or not self.activations.complete),
         )
 
 
@@ -373,6 +386,40 @@ class StabilityStatistics:
         return _Pass(measure, finish)
 
 
+class OutlierStatistics:
+    """Activation outliers per layer (``heads.outliers``): each layer's feed-forward output and output (the residual
+    stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]`` grids in
+    ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no forward of
+    their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its own token
+    ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's hidden
+    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions are kept in
+    ``ProbeContext.outlier_reference`` for ``outlier_dim_overlap``."""
+
+    names = OUTLIER_NAMES
+    stage: Stage = "forward"
+
+    def needs(self, names: Collection[str]) -> CaptureNeeds:
+        return CaptureNeeds(activations=True)
+
+    def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
+        found = OutlierAccumulator(context.layers, names, context.tokenizer)
+
+        def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
+            if batch.activations is not None and batch.activations.complete:
+                found.add_calls(batch.activations)
+            else:  # a family whose layers bertwatch does not hook: the shared forward's hidden states
+                found.add_hidden(batch.outputs.hidden_states, batch.roles)
+            return {}
+
+        def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
+            measured, dims = found.grids(context.outlier_reference.get("top_dims"))
+            if dims:
+                context.outlier_reference.setdefault("top_dims", dims)
+            return {**grids, **measured}
+
+        return _Pass(measure, finish)
+
+
 def _require_labels(context: ProbeContext) -> None:
     if not context.probe.has_labels and context.settings.loss_fn is None:
         raise RuntimeError("gradient statistics need labels in every probe example")  # refused at setup
@@ -385,6 +432,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     MapStatistics(),
     MixingStatistics(),
     StabilityStatistics(),
+    OutlierStatistics(),
     IntegratedGradientsStatistic(),
 )
 
@@ -400,7 +448,8 @@ def measurement_of(name: str, measurements: Sequence[Measurement] = MEASUREMENTS
 def supported_stats(names: frozenset[str], requested: bool, encoder: Any, owner: str) -> frozenset[str]:
     """``names`` less the statistics this model family cannot give (norm-based masses without a known attention
     block, ``qk_spectral_norm`` without head-sized query/key weights, the block-based mixing measures without
-    x + Attn(x) -> LayerNorm; rollout works on every family). Dropped quietly from a callback's defaults; when
+    x + Attn(x) -> LayerNorm, the feed-forward outlier statistics without a known feed-forward output; rollout and
+    the residual stream's outlier statistics work on every family). Dropped quietly from a callback's defaults; when
     the user ``requested`` them by name, ``SetupError`` from ``owner`` saying why."""
     norms = names & set(NORM_NAMES)
     if norms and not supports_norms(encoder):
@@ -411,6 +460,11 @@ def supported_stats(names: frozenset[str], requested: bool, encoder: Any, owner:
         if requested:
             raise SetupError(f"{owner}: {QK_NAME!r} is not available for this model family")
         names = names - {QK_NAME}
+    ffn = names & set(OUTLIER_FFN_NAMES)
+    if ffn and ffn_outputs(encoder) is None:
+        if requested:
+            raise SetupError(f"{owner}: {sorted(ffn)}: bertwatch does not know this family's feed-forward output")
+        names = names - ffn
     mixing = {n for n in names & set(MIXING_NAMES) if "rollout" not in n}
     if mixing and not supports_mixing(encoder):
         if requested:

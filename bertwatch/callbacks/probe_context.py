@@ -14,7 +14,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -81,6 +81,8 @@ class ProbeContext:
     writer: Any = None
     run_dir: str | None = None
     trackers: tuple[Any, ...] = ()
+    #: What the first pass measuring the activation outliers kept as their reference: ``{"top_dims": [[d, ...]]}``.
+    outlier_reference: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model_name(self) -> str:

@@ -15,6 +15,7 @@ so that the plugin's measure selector has them beside the weights at the same st
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ from bertwatch.callbacks.measurements import (
     Measurement,
     MeasurementPass,
     ProbeBatch,
+    RecordedStates,
 )
 from bertwatch.callbacks.probe_set import crop_maps
 from bertwatch.callbacks.publisher import RiderOutput
@@ -42,6 +44,7 @@ from bertwatch.heads.capture import capture
 from bertwatch.heads.length_groups import crop_rows
 from bertwatch.heads.mixing import rollout
 from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
+from bertwatch.heads.outliers import record_activations
 from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.options.settings import ALL_STATS
@@ -283,7 +286,8 @@ def _run_batch(
     for stage, measurement_pass in passes:
         if stage == "before":
             try:
-                out = measurement_pass.measure(batch)
+                with _recording(plan.needs, context) as recorded:
+                    out = measurement_pass.measure(batch)
             except LossSetupError as err:
                 if plan.check_loss:
                     raise LossRefused(err, k) from err
@@ -291,6 +295,8 @@ def _run_batch(
             if isinstance(out, Measured):
                 attn = out.attentions if out.attentions is not None else attn
                 states = out.states if out.states is not None else states
+                if states is not None and recorded is not None and recorded.rows == len(batch.roles.real):
+                    states = replace(states, activations=recorded)  # every row once: no forward of their own
                 out = out.values
             collected.add(out)
     if plan.shared_forward or len(collected.examples) < plan.num_maps:
@@ -302,6 +308,12 @@ def _run_batch(
     for stage, measurement_pass in passes:
         if stage == "after":
             collected.add(measurement_pass.measure(batch))
+
+
+def _recording(needs: CaptureNeeds, context: ProbeContext) -> contextlib.AbstractContextManager:
+    """Hooks recording every forward call's activations (``heads.outliers.record_activations``) when the plan's
+    measurements read them, else nothing (yields None)."""
+    return record_activations(context.encoder) if needs.activations else contextlib.nullcontext(None)
 
 
 def _leading_rows(batch: ProbeBatch, rows: int) -> ProbeBatch:
@@ -330,8 +342,11 @@ def _on_forward(
     if batch.attentions is None or unmet.beyond_maps:
         model = context.encoder
         with torch.no_grad(), context.autocast(), capture(model, **needs.capture_arguments()) as cap:
-            outputs = model(**context.model_inputs(batch.inputs), **needs.forward_arguments())
-        batch = replace(batch, attentions=cap.attentions, capture=cap, outputs=outputs)
+            with _recording(needs, context) as recorded:
+                outputs = model(**context.model_inputs(batch.inputs), **needs.forward_arguments())
+        batch = replace(batch, attentions=cap.attentions, capture=cap, outputs=outputs, activations=recorded)
+    elif isinstance(batch.capture, RecordedStates):  # the gradient pass recorded them
+        batch = replace(batch, activations=batch.capture.activations)
     attn, roles = batch.attentions, batch.roles
     if building:
         collected.reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))

@@ -2,7 +2,8 @@
 
 At each probe step the layer means of every measured statistic, and where the most drifted head is, are handed
 to the ``on_log`` of the Trainer's reporting callbacks, as ``bertwatch/{stat}/layer_{l}`` and
-``bertwatch/{stat}/most_drifted*`` at the step they were measured; at each step the verdict is judged, its level
+``bertwatch/{stat}/most_drifted*`` at the step they were measured (the activation outliers, one value per layer, as
+``bertwatch/outliers/{stat}/layer_{l}``); at each step the verdict is judged, its level
 ``bertwatch/verdict/level`` and the run-health signals ``bertwatch/run_health/{signal}``. ``Trainer.log`` itself is
 not called: it appends to ``state.log_history``, prints through the progress callback and runs subclass
 overrides that keep their own accumulators (TRL's trainers clear theirs on every call), all of which would
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.stat_names import OUTLIER_NAMES
 from bertwatch.tb.summary import layer_means
 
 __all__ = [
@@ -45,8 +47,9 @@ def metric_name(stat: str, part: str) -> str:
 
 
 def tracker_key(stat: str, layer: int) -> str:
-    """The metric name of one layer's mean in every tracker: ``bertwatch/{stat}/layer_{l}``."""
-    return metric_name(stat, f"layer_{int(layer)}")
+    """The metric name of one layer's mean in every tracker: ``bertwatch/{stat}/layer_{l}``
+    (``bertwatch/outliers/{stat}/layer_{l}`` for an activation-outlier statistic)."""
+    return metric_name(f"outliers/{stat}" if stat in OUTLIER_NAMES else stat, f"layer_{int(layer)}")
 
 
 def headline_logs(grids: Mapping[str, np.ndarray]) -> dict[str, float]:

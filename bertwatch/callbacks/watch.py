@@ -28,6 +28,7 @@ from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, lo
 from bertwatch.callbacks.word_classes import prepare_word_classes
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
+from bertwatch.heads.outliers import OUTLIER_NAMES
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stability import STABILITY_NAMES
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
@@ -432,7 +433,7 @@ class BertWatchCallback(WatchCallback):
         TypeError: BertWatchCallback: unknown option 'num_mapz' (did you mean 'num_maps'?); valid: ...
     """
 
-    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES
+    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
     options = WatchSettings.names()
 
     def __init__(

@@ -11,10 +11,14 @@ Rules (``docs/statistics.md`` gives their sources):
   ``sink_fraction`` × its reference or less, and the sink mass rose by at least ``sink_min_change``.
 - ``sink_desertion``: ``cls_mass`` + ``sep_mass`` fell to ``sink_fraction`` × its reference or less, by at least
   ``sink_min_change``.
-- ``non_finite``: a rule's statistic is NaN or infinite where its reference is finite.
+- ``outlier_growth`` (per layer): the feed-forward output's max |x| (``ffn_inf_norm``, a ``[layers, 1]`` grid) above
+  ``outlier_multiple`` × its reference, or NaN or infinite (Bondarenko et al. 2023: the outliers that break
+  per-tensor INT8 quantization grow there).
+- ``non_finite``: a head rule's statistic is NaN or infinite where its reference is finite.
 
-A rule whose statistic is absent from the grids is silent. A head is in alert for a rule once the rule has held at
-``patience`` consecutive measured steps; its ``since`` is the first of them.
+A rule whose statistic is absent from the grids is silent. A head (a layer, for a rule of ``LAYER_RULES``) is in
+alert for a rule once the rule has held at ``patience`` consecutive measured steps; its ``since`` is the first of
+them. A layer rule's alert has ``head`` None; in :func:`alert_table` it sits in head column 0.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 __all__ = [
     "ALERT_RULES",
     "ALERT_STATS",
+    "LAYER_RULES",
     "Alert",
     "AlertSettings",
     "QUANTITY_STATS",
@@ -40,16 +45,27 @@ __all__ = [
     "alert_table",
     "episodes",
     "rule_values",
+    "unit_name",
 ]
 
 #: The rules, in display order.
-ALERT_RULES: tuple[str, ...] = ("logit_growth", "entropy_collapse", "sink_collapse", "sink_desertion", "non_finite")
+ALERT_RULES: tuple[str, ...] = (
+    "logit_growth",
+    "entropy_collapse",
+    "sink_collapse",
+    "sink_desertion",
+    "outlier_growth",
+    "non_finite",
+)
+#: The rules judged per layer (their quantity is a ``[layers, 1]`` grid): an alert of one has ``head`` None.
+LAYER_RULES: frozenset[str] = frozenset({"outlier_growth"})
 #: What each rule means, in a few words (the report and the plugin show these).
 RULE_TEXTS: dict[str, str] = {
     "logit_growth": "max logit past a multiple of its reference or past τ",
     "entropy_collapse": "entropy below a fraction of its reference",
     "sink_collapse": "[CLS]+[SEP] mass far beyond its reference",
     "sink_desertion": "[CLS]+[SEP] mass far below its reference",
+    "outlier_growth": "a layer's largest activation past a multiple of its pretrained value",
     "non_finite": "a statistic became NaN or infinite",
 }
 #: The head statistics each quantity is the sum of.
@@ -57,6 +73,7 @@ QUANTITY_STATS: dict[str, tuple[str, ...]] = {
     "max_logit": ("max_logit",),
     "entropy": ("entropy",),
     "sink_mass": ("cls_mass", "sep_mass"),
+    "ffn_inf_norm": ("ffn_inf_norm",),
 }
 #: The quantity each rule compares: a statistic, or ``sink_mass`` = ``cls_mass`` + ``sep_mass``.
 RULE_QUANTITY: dict[str, str] = {
@@ -64,6 +81,7 @@ RULE_QUANTITY: dict[str, str] = {
     "entropy_collapse": "entropy",
     "sink_collapse": "sink_mass",
     "sink_desertion": "sink_mass",
+    "outlier_growth": "ffn_inf_norm",
 }
 #: The statistics each rule reads (``non_finite`` reads those of every other rule).
 RULE_STATS: dict[str, tuple[str, ...]] = {rule: QUANTITY_STATS[quantity] for rule, quantity in RULE_QUANTITY.items()}
@@ -109,6 +127,8 @@ class AlertSettings:
     sink_fraction: float = 0.1
     #: ... and the sink mass moved by at least this much.
     sink_min_change: float = 0.2
+    #: A layer's ``ffn_inf_norm`` above this multiple of its (positive) reference is outlier growth.
+    outlier_multiple: float = 2.0
     #: Consecutive measured steps a rule must hold before its head is in alert.
     patience: int = 1
 
@@ -118,6 +138,9 @@ class AlertSettings:
         if self.logit_multiple <= 1:
             raise ValueError(f"logit_multiple must be > 1 (a multiple of the reference), got {self.logit_multiple}")
         set_(self, "logit_bound", _positive("logit_bound", self.logit_bound))
+        set_(self, "outlier_multiple", _positive("outlier_multiple", self.outlier_multiple))
+        if self.outlier_multiple <= 1:
+            raise ValueError(f"outlier_multiple must be > 1 (a multiple of the reference), got {self.outlier_multiple}")
         set_(self, "entropy_fraction", _positive("entropy_fraction", self.entropy_fraction, 1.0))
         set_(self, "entropy_min_drop", _positive("entropy_min_drop", self.entropy_min_drop))
         set_(self, "sink_fraction", _positive("sink_fraction", self.sink_fraction, 1.0))
@@ -129,13 +152,14 @@ class AlertSettings:
 
 @dataclass(frozen=True)
 class Alert:
-    """One head in alert: ``rule`` has held at every measured step from ``since`` to ``step``.
+    """One head (``head`` None: a whole layer, for a rule of ``LAYER_RULES``) in alert: ``rule`` has held at every
+    measured step from ``since`` to ``step``.
 
     ``value`` is the rule's quantity at ``step``, ``reference`` the head's reference value of it, ``threshold``
     the value the rule compared against (NaN for ``non_finite``); ``stat`` names the quantity."""
 
     layer: int
-    head: int
+    head: int | None
     rule: str
     stat: str
     since: int
@@ -148,16 +172,22 @@ class Alert:
         return asdict(self)
 
     def describe(self) -> str:
-        """One line for a warning: which head, which rule, since when, the value against its reference."""
+        """One line for a warning: which head (or layer), which rule, since when, the value against its reference."""
         return (
-            f"L{self.layer} H{self.head}: {self.rule.replace('_', ' ')} since step {self.since} "
+            f"{unit_name(self.layer, self.head)}: {self.rule.replace('_', ' ')} since step {self.since} "
             f"({self.stat} {self.value:.4g} at step {self.step}, reference {self.reference:.4g}, "
             f"threshold {self.threshold:.4g})"
         )
 
 
+def unit_name(layer: int, head: int | None) -> str:
+    """``L3 H7`` for a head, ``L3`` for a whole layer (``head`` None)."""
+    return f"L{layer}" if head is None else f"L{layer} H{head}"
+
+
 def _quantities(grids: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    out = {n: np.asarray(grids[n], dtype=np.float64) for n in ("max_logit", "entropy") if n in grids}
+    plain = ("max_logit", "entropy", "ffn_inf_norm")
+    out = {n: np.asarray(grids[n], dtype=np.float64) for n in plain if n in grids}
     if "cls_mass" in grids and "sep_mass" in grids:
         out["sink_mass"] = np.asarray(grids["cls_mass"], np.float64) + np.asarray(grids["sep_mass"], np.float64)
     return out
@@ -173,6 +203,9 @@ def _compare(rule: str, value: np.ndarray, ref: np.ndarray, s: AlertSettings) ->
         if rule == "entropy_collapse":
             threshold = np.minimum(s.entropy_fraction * ref, ref - s.entropy_min_drop)
             return value < threshold, threshold
+        if rule == "outlier_growth":
+            threshold = np.where(ref > 0, s.outlier_multiple * ref, np.inf)
+            return (value > threshold) | ~np.isfinite(value), threshold
         if rule == "sink_collapse":
             threshold = np.maximum(1.0 - s.sink_fraction * (1.0 - ref), ref + s.sink_min_change)
             return value >= threshold, threshold
@@ -194,7 +227,7 @@ def rule_values(
             continue
         fires, threshold = _compare(rule, now[q], ref[q], settings)
         out[rule, q] = (fires & np.isfinite(ref[q]), now[q], ref[q], threshold)
-        if ("non_finite", q) not in out:
+        if rule not in LAYER_RULES and ("non_finite", q) not in out:
             broken = ~np.isfinite(now[q]) & np.isfinite(ref[q])
             out["non_finite", q] = (broken, now[q], ref[q], np.full_like(now[q], np.nan))
     return out
@@ -245,7 +278,7 @@ def active_alerts(
             alerts.append(
                 Alert(
                     int(layer),
-                    int(head),
+                    None if key[0] in LAYER_RULES else int(head),
                     key[0],
                     key[1],
                     int(since),
@@ -259,7 +292,8 @@ def active_alerts(
 
 
 def alert_counts(alerts: Sequence[Alert], rules: Sequence[str] = ALERT_RULES) -> dict[str, int]:
-    """``{rule: heads in alert}`` for every rule (0 included) and ``"total"``: the scalars bertwatch logs."""
+    """``{rule: heads (layers, for a layer rule) in alert}`` for every rule (0 included) and ``"total"``: the scalars
+    bertwatch logs."""
     counts = {rule: sum(1 for a in alerts if a.rule == rule) for rule in rules}
     counts["total"] = len(alerts)
     return counts
@@ -272,10 +306,11 @@ TABLE_COLUMNS: tuple[str, ...] = ("since", "value", "reference", "threshold")
 def alert_table(alerts: Sequence[Alert], layers: int, heads: int) -> np.ndarray:
     """The alerts of one step as a fixed-shape float32 ``[layers, heads, len(ALERT_RULES), 4]`` table (columns
     :data:`TABLE_COLUMNS`), NaN where a head is not in alert for a rule: what the event file stores. Of two
-    ``non_finite`` alerts of one head (two quantities), the first is kept."""
+    ``non_finite`` alerts of one head (two quantities), the first is kept; a layer rule's alert is in head 0."""
     table = np.full((layers, heads, len(ALERT_RULES), len(TABLE_COLUMNS)), np.nan, dtype=np.float32)
     for a in reversed(alerts):
-        table[a.layer, a.head, ALERT_RULES.index(a.rule)] = (a.since, a.value, a.reference, a.threshold)
+        head = 0 if a.head is None else a.head
+        table[a.layer, head, ALERT_RULES.index(a.rule)] = (a.since, a.value, a.reference, a.threshold)
     return table
 
 
@@ -290,7 +325,8 @@ def episodes(steps: Sequence[int], tables: np.ndarray, rules: Sequence[str] = AL
     Returns:
         ``{"layer", "head", "rule", "since", "last", "value", "reference", "threshold", "active"}`` dicts in
         order of ``since``, then layer, head, rule: ``last`` is the last step the head was in alert, ``value``
-        (and the others) its values there, ``active`` whether it is in alert at the last step.
+        (and the others) its values there, ``active`` whether it is in alert at the last step; ``head`` is None for
+        a rule of ``LAYER_RULES`` (a whole layer).
     """
     found: dict[tuple[int, int, int, int], dict] = {}
     for i, step in enumerate(steps):
@@ -299,7 +335,7 @@ def episodes(steps: Sequence[int], tables: np.ndarray, rules: Sequence[str] = AL
             key = (int(since), int(layer), int(head), int(r))
             found[key] = {
                 "layer": int(layer),
-                "head": int(head),
+                "head": None if str(rules[r]) in LAYER_RULES else int(head),
                 "rule": str(rules[r]),
                 "since": int(since),
                 "last": int(step),

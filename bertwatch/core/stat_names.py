@@ -22,6 +22,9 @@ __all__ = [
     "MIXING_MEASURES",
     "MIXING_NAMES",
     "NORM_NAMES",
+    "OUTLIER_FFN_NAMES",
+    "OUTLIER_NAMES",
+    "PER_LAYER_NAMES",
     "PROPORTION_NAMES",
     "QK_NAME",
     "RULE_CLASSES",
@@ -75,6 +78,29 @@ LOGIT_NAMES: tuple[str, ...] = ("max_logit", "logit_std")
 #: Zhai et al. 2023: the spectral norm of each head's W_Q W_Kᵀ, from the weights alone (``bertwatch.heads.stability``).
 QK_NAME = "qk_spectral_norm"
 STABILITY_NAMES: tuple[str, ...] = (*LOGIT_NAMES, QK_NAME)
+#: Activation outliers per layer (``bertwatch.heads.outliers``; Bondarenko et al. 2023), written as ``[layers, 1]``
+#: grids like the per-layer mixing measures: the feed-forward output's and the residual stream's max |x| and
+#: kurtosis, then of the residual stream the share of components with |x| >= 6, the delimiters' share of their
+#: mass, the dimension holding the largest |x|, the overlap of the top-3 dimensions with the first measured step's,
+#: and the max |x| on [CLS], [SEP], "."/"," and the other (content) tokens.
+OUTLIER_NAMES: tuple[str, ...] = (
+    "ffn_inf_norm",
+    "ffn_kurtosis",
+    "residual_inf_norm",
+    "residual_kurtosis",
+    "outlier_share",
+    "delimiter_share",
+    "outlier_dim",
+    "outlier_dim_overlap",
+    "cls_inf_norm",
+    "sep_inf_norm",
+    "punct_inf_norm",
+    "content_inf_norm",
+)
+#: The outlier statistics of the feed-forward output (a family whose feed-forward block bertwatch knows).
+OUTLIER_FFN_NAMES: tuple[str, ...] = OUTLIER_NAMES[:2]
+#: The statistics of whole layers, written as ``[layers, 1]`` grids.
+PER_LAYER_NAMES: tuple[str, ...] = MIXING_LAYER_NAMES + OUTLIER_NAMES
 #: The classes the token rules give (Kovaleva's noun and verb need a tagger): the ``wordclass_<c>`` and
 #: ``cls_target_<c>`` grids.
 RULE_CLASSES: tuple[str, ...] = ("pron", "subj", "obj", "neg")
@@ -84,7 +110,7 @@ UD_SHARE_CLASSES: tuple[str, ...] = ("noun", "verb", "pron", "det", "subj", "obj
 #: The statistics computed from the attention maps (and the value vectors) of the probe pass, in logging order.
 MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + MIXING_NAMES + DRIFT_NAMES
 #: Every statistic a callback's ``stats=`` may name, in logging order.
-ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY_NAMES
+ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY_NAMES + OUTLIER_NAMES
 
 #: Statistics that are shares of a row's attention, so always in [0, 1] (the frontend's scale is then [0, 1]).
 PROPORTION_NAMES: tuple[str, ...] = STAT_NAMES[:8] + NORM_NAMES + MIXING_NAMES
@@ -100,6 +126,7 @@ STAT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Drift from pretrained", DRIFT_NAMES),
     ("Importance", (GRADIENT_NAMES[0], IG_NAME, *GRADIENT_NAMES[1:])),
     ("Stability", STABILITY_NAMES),
+    ("Activation outliers", OUTLIER_NAMES),
     (
         "Word classes (Kovaleva)",
         tuple(f"wordclass_{c}" for c in RULE_CLASSES) + tuple(f"cls_target_{c}" for c in RULE_CLASSES),
@@ -169,6 +196,28 @@ DEFINITIONS: dict[str, str] = {
 }
 
 
+# -- activation outliers (bertwatch.heads.outliers; docs/statistics.md "Activation outliers")
+DEFINITIONS.update(
+    {
+        "ffn_inf_norm": "Per layer: max |x| of the feed-forward output over the probe set's real tokens "
+        "(Bondarenko et al. 2023).",
+        "ffn_kurtosis": "Per layer: kurtosis of the feed-forward output's components, pooled (Bondarenko et al. 2023).",
+        "residual_inf_norm": "Per layer: max |x| of the layer's output, the residual stream (Bondarenko et al. 2023).",
+        "residual_kurtosis": "Per layer: kurtosis of the residual stream's components, pooled (Bondarenko et al. 2023).",
+        "outlier_share": "Per layer: share of the residual stream's components with |x| >= 6 (Dettmers et al. 2022).",
+        "delimiter_share": "Per layer: share of the outliers' summed |x| on [CLS], [SEP], '.' and ',' "
+        "(Bondarenko et al. 2023).",
+        "outlier_dim": "Per layer: the residual-stream dimension holding the largest |x| (Kovaleva et al. 2021).",
+        "outlier_dim_overlap": "Per layer: share of the top-3 outlier dimensions that were top-3 at the first "
+        "measured step.",
+        "cls_inf_norm": "Per layer: max |x| of the residual stream on [CLS].",
+        "sep_inf_norm": "Per layer: max |x| of the residual stream on [SEP] tokens.",
+        "punct_inf_norm": "Per layer: max |x| of the residual stream on '.' and ','.",
+        "content_inf_norm": "Per layer: max |x| of the residual stream on the other real tokens.",
+    }
+)
+
+
 _CLASS_WORDS = {"pron": "pronouns", "subj": "subject pronouns", "obj": "object pronouns", "neg": "negation words"}
 # -- mixing (bertwatch.heads.mixing; docs/statistics.md "Context mixing")
 DEFINITIONS.update(
@@ -224,6 +273,6 @@ def stat_names_json() -> dict:
         "groups": [[title, list(names)] for title, names in STAT_GROUPS],
         "drift": list(DRIFT_NAMES),
         "proportions": list(PROPORTION_NAMES),
-        "per_layer": list(MIXING_LAYER_NAMES),
+        "per_layer": list(PER_LAYER_NAMES),
         "measures": list(MIXING_MEASURES),
     }

@@ -268,6 +268,7 @@ _ALERT_HELP = {
     "entropy_min_drop": "entropy collapse: and at least this many nats below it",
     "sink_fraction": "sink collapse / desertion: the share lost keeps at most this fraction",
     "sink_min_change": "sink collapse / desertion: and [CLS]+[SEP] mass moved by at least this",
+    "outlier_multiple": "outlier growth: a layer's ffn_inf_norm above this multiple of its reference",
     "patience": "measured steps in a row a rule must hold before an alert",
 }
 #: ``AlertSettings`` (``bertwatch.core.alerts``) holds the thresholds and checks them; here are the help and the flag

@@ -315,7 +315,7 @@ OLD_NAMES: dict[str, str | None] = {
     **{f"probe_{n}": f"probing.{n}" for n in ("seed", "batch_size", "max_length")},
     **{n: f"probing.{n}" for n in ("tokenizer", "data_collator", "reference_model", "cache_reference")},
     **{n: f"probing.{n}" for n in ("compat_length", "at_start", "on_evaluate", "at_end")},
-    **{f"alert_{n}": f"alerts.{n}" for n in ALERT_OPTIONS},
+    **{f"alert_{n}": f"alerts.{n}" for n in ALERT_OPTIONS if n != "outlier_multiple"},  # newer than flat names
     "ablation_mode": "ablation.mode",
     "ablation_kwargs": "ablation.kwargs",
     **{f.name: f"expert.{f.name}" for f in dataclasses.fields(ExpertOptions)},

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from bertwatch.core.alerts import RULE_TEXTS
+from bertwatch.core.alerts import RULE_TEXTS, unit_name
 
 __all__ = ["alerts_section"]
 
@@ -34,17 +34,19 @@ def alerts_section(alerts: Mapping[str, Any] | None) -> str:
     reference = alerts.get("reference_step")
     head = (
         '<h2 id="alerts">Stability alerts</h2>'
-        f'<p class="note">Each head judged against its own value at step {html.escape(str(reference))} at '
+        f'<p class="note">Each head (each layer, for the outlier rule) judged against its own value at step {html.escape(str(reference))} at '
         f"{len(steps)} measured steps (up to step {steps[-1]}); rules and thresholds: docs/statistics.md, "
         "“Stability alerts”.</p>"
     )
-    episodes = sorted(alerts.get("episodes") or [], key=lambda e: (not e["active"], e["since"], e["layer"], e["head"]))
+    episodes = sorted(
+        alerts.get("episodes") or [], key=lambda e: (not e["active"], e["since"], e["layer"], e["head"] or 0)
+    )
     if not episodes:
         return head + "<p>This run raised no stability alert.</p>"
     rows = []
     for e in episodes:
         cells = [
-            f"L{e['layer']} H{e['head']}",
+            unit_name(e["layer"], e["head"]),
             f"<code>{html.escape(e['rule'])}</code> ({html.escape(RULE_TEXTS.get(e['rule'], ''))})",
             str(e["since"]),
             "still in alert" if e["active"] else f"until step {e['last']}",
@@ -54,7 +56,7 @@ def alerts_section(alerts: Mapping[str, Any] | None) -> str:
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     active = sum(1 for e in episodes if e["active"])
-    header = ["head", "rule", "since step", "", "value (last in alert)", "reference", "threshold"]
+    header = ["head or layer", "rule", "since step", "", "value (last in alert)", "reference", "threshold"]
     return (
         head + f"<p><strong>{len(episodes)} alert episode{'s' if len(episodes) != 1 else ''}</strong>, {active} still "
         "in force at the last measured step.</p>"

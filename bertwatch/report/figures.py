@@ -15,6 +15,7 @@ __all__ = [
     "change_panels",
     "grid_heatmap",
     "mass_gap_figure",
+    "outlier_figure",
     "special_token_figure",
     "png_bytes",
     "pyplot",
@@ -250,4 +251,31 @@ def trajectory_figure(
     ax.tick_params(labelsize=6)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="best", frameon=False)
+    return _saved(fig, path)
+
+
+def outlier_figure(
+    entries: Mapping[str, Mapping[str, Any]], multiples: Mapping[str, float], path: str | Path | None = None
+) -> bytes:
+    """One panel per per-layer statistic of ``entries`` (``{stat: {"steps", "values" [steps, layers, 1]}}``, as
+    ``report.events`` reads them): each layer's value over its first logged value against the training step, one line
+    per layer (numbered from 0), the alert's multiple dashed where ``multiples`` gives one. PNG bytes."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(entries), figsize=(4.4 * len(entries), 3.2), squeeze=False)
+    for ax, (stat, entry) in zip(axes[0], entries.items()):
+        values = np.asarray(entry["values"], dtype=np.float64)[:, :, 0]  # [steps, layers]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = np.where(values[0] > 0, values / values[0], np.nan)
+        for layer in range(values.shape[1]):
+            ax.plot(entry["steps"], ratios[:, layer], marker="o", ms=3, lw=1.4, label=f"L{layer}")
+        if stat in multiples:
+            ax.axhline(multiples[stat], color="#c62828", ls="--", lw=1)
+            ax.annotate(f"alert ×{multiples[stat]:g}", (0.01, multiples[stat]), xycoords=("axes fraction", "data"),
+                        color="#c62828", fontsize=8, va="bottom")  # fmt: skip
+        ax.axhline(1.0, color="#9ca3af", ls=":", lw=1)
+        ax.set_title(f"{stat} / step {entry['steps'][0]}")
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("ratio to the first step")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _saved(fig, path)

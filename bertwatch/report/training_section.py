@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.core.stat_names import DEFINITIONS, MIXING_LAYER_NAMES, STAT_GROUPS
+from bertwatch.core.alerts import RULE_QUANTITY, AlertSettings
+from bertwatch.core.stat_names import DEFINITIONS, PER_LAYER_NAMES, STAT_GROUPS
 from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats
-from bertwatch.report.figures import change_panels, mass_gap_figure, png_bytes
+from bertwatch.report.figures import change_panels, mass_gap_figure, outlier_figure, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.markup import b64, escape, head_name, image, number, table
 from bertwatch.tb.measures import layer_gap_rows, mass_by_measure
@@ -37,7 +38,7 @@ def probe_note(probe: dict[str, Any] | None) -> str:
 
 def _unit_name(stat: str, layer: int, head: int) -> str:
     """``L2 H7`` for a head; ``L2`` for a per-layer statistic (one column, no heads)."""
-    return f"L{int(layer)}" if stat in MIXING_LAYER_NAMES else head_name(layer, head)
+    return f"L{int(layer)}" if stat in PER_LAYER_NAMES else head_name(layer, head)
 
 
 def changes_text(stat: str, changes: list[HeadChange], digits: int = 3) -> str:
@@ -109,6 +110,7 @@ def details_section(training: Mapping[str, Any]) -> str:
             + " (statistics of sentence pairs are empty on single sentences).</p>"
         )
     parts.append(_mass_gap_section(shown))
+    parts.append(_outlier_section(shown))
     for title, names in _by_family(shown):
         parts.append(f"<h3>{escape(title)}</h3>")
         parts.extend(_stat_block(stat, shown[stat]) for stat in names)
@@ -155,6 +157,40 @@ def _series_section(series: Mapping[str, dict[str, Any]]) -> str:
             + table(["value", f"step {steps[0]}", f"step {steps[-1]}"], rows)
         )
     return "\n".join(parts)
+
+
+#: The outlier statistics whose trajectories the report draws, the alert rule's quantity first.
+_OUTLIER_TRAJECTORIES: tuple[str, ...] = ("ffn_inf_norm", "residual_inf_norm")
+
+
+def _outlier_section(grids: Mapping[str, Any]) -> str:
+    """Each layer's largest activation over training relative to its first logged step (the feed-forward output and
+    the residual stream; ``heads.outliers``), with the outlier alert's default multiple; with the delimiters' share
+    and the top dimension at the last step. Empty when the run wrote no outlier statistics."""
+    entries = {s: grids[s] for s in _OUTLIER_TRAJECTORIES if s in grids and len(grids[s]["steps"]) > 0}
+    if not entries:
+        return ""
+    quantity = RULE_QUANTITY["outlier_growth"]
+    multiples = {quantity: AlertSettings().outlier_multiple}
+    figure = image(b64(outlier_figure(entries, multiples)), "activation outliers per layer over training")
+    rows = []
+    first = next(iter(entries.values()))
+    for layer in range(np.asarray(first["values"]).shape[1]):
+        row = [f"L{layer}"]
+        for stat in (*entries, "delimiter_share", "outlier_dim"):
+            value = np.asarray(grids[stat]["last"][1], np.float64)[layer, 0] if stat in grids else float("nan")
+            whole = stat == "outlier_dim" and np.isfinite(value)
+            row.append(str(int(value)) if whole else number(value, 4 if stat in entries else 3))
+        rows.append(row)
+    header = ["layer", *(f"{s} (last)" for s in entries), "delimiter_share (last)", "outlier_dim (last)"]
+    return (
+        '<h3 id="outliers">Activation outliers per layer over training</h3>'
+        "<p class=\"note\">Each layer's largest |activation| over the probe set's real tokens, divided by its value at "
+        "the first logged step (the pretrained model when the run was watched from step 0): the feed-forward output "
+        f"and the residual stream (Bondarenko et al. 2023). The outlier alert fires when {escape(quantity)} passes "
+        f"×{multiples[quantity]:g} (the default multiple).</p>"
+        f"<figure>{figure}</figure>" + table(header, rows)
+    )
 
 
 def _mass_gap_section(grids: Mapping[str, Any]) -> str:

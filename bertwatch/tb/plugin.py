@@ -21,6 +21,8 @@ Routes, mounted at ``data/plugin/bertwatch``; ``run``/``tag`` are opaque names u
 ``/series?run&tag[&max_points]``                       named values over steps (e.g. pattern-class shares)
 ``/alerts?run``                                          the run's stability alert episodes (head, rule, since)
 ``/verdict?run``                                       the run's verdict at each judged step, now, its health signals
+``/outliers?run[&step]``                               each layer's largest activation over steps against its first
+                                                       value, and its outlier statistics and [SEP] mass at a step
 =====================================================  ========================================================
 
 Numbers are JSON numbers; NaN and infinities arrive as the strings ``"NaN"``, ``"Infinity"``,
@@ -37,7 +39,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from bertwatch.tb import measures, run_verdict
+from bertwatch.tb import layer_outliers, measures, run_verdict
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import Queries
 
@@ -50,6 +52,7 @@ STATIC_FILES = {
     "heatmap.js": "text/javascript",
     "live.js": "text/javascript",
     "panel_mass_gap.js": "text/javascript",
+    "panel_outliers.js": "text/javascript",
     "scales.js": "text/javascript",
     "view_ablation.js": "text/javascript",
     "view_attention.js": "text/javascript",
@@ -135,6 +138,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/series": self._serve_series,
             "/alerts": self._serve_alerts,
             "/verdict": self._serve_verdict,
+            "/outliers": self._serve_outliers,
         }
 
     def is_active(self):
@@ -241,3 +245,6 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (arg(r, "run"),))
     def _serve_verdict(self):
         return functools.partial(run_verdict.run_verdict, self.queries)
+    @json_route(lambda r: (arg(r, "run"), int_arg(r, "step", required=False)))
+    def _serve_outliers(self):
+        return functools.partial(layer_outliers.outlier_panel, self.queries)

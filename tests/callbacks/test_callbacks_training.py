@@ -26,6 +26,7 @@ from bertwatch.callbacks import (
     SetupError,
     watch,
 )
+from bertwatch.core.stat_names import OUTLIER_NAMES
 from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
@@ -83,7 +84,7 @@ def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, override
     )
     _, watched, watched_losses = _train(tmp_path / "b", [everything], **overrides)
     assert [s for s, _ in everything.history] == [0, 1, 2, 3, 4, 5, 6]
-    every = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES
+    every = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
     assert set(everything.history[-1][1]) == set(every) | {IG_NAME}
     assert len(plain_losses) == len(watched_losses) == 6
     assert plain_losses == watched_losses

@@ -229,6 +229,7 @@ WRONG = {  # option (as spelled in option_specs) -> values it refuses
     "probing.reference_model": st.one_of(st.just(""), st.integers(), st.booleans(), st.lists(st.text())),
     "probing.compat_length": _counts(1, optional=True),
     "alerts.logit_multiple": st.one_of(st.floats(-1e6, 1.0), st.text(), st.booleans()),
+    "alerts.outlier_multiple": st.one_of(st.floats(-1e6, 1.0), st.text(), st.booleans()),
     "alerts.logit_bound": st.one_of(st.floats(-1e6, 0.0), st.text(), st.booleans()),
     "alerts.entropy_fraction": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text()),
     "alerts.entropy_min_drop": st.one_of(st.floats(-1e6, 0.0), st.text(), st.booleans()),

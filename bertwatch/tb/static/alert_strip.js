@@ -61,7 +61,7 @@ export class AlertStrip {
     this.el.hidden = !d;
     if (!d) return;
     const episodes = [...d.episodes].sort(
-      (a, b) => b.active - a.active || a.since - b.since || a.layer - b.layer || a.head - b.head,
+      (a, b) => b.active - a.active || a.since - b.since || a.layer - b.layer || (a.head ?? 0) - (b.head ?? 0),
     );
     const active = episodes.filter((e) => e.active).length;
     const last = d.steps.length ? d.steps[d.steps.length - 1] : null;
@@ -69,7 +69,7 @@ export class AlertStrip {
       h('b', {}, 'Stability alerts'),
       ' · ',
       episodes.length
-        ? `${active} head${active === 1 ? '' : 's'} in alert at step ${fmtStep(last)}, ${episodes.length} episode${episodes.length === 1 ? '' : 's'} in all`
+        ? `${unitsText(episodes.filter((e) => e.active))} in alert at step ${fmtStep(last)}, ${episodes.length} episode${episodes.length === 1 ? '' : 's'} in all`
         : `none in ${d.steps.length} judged step${d.steps.length === 1 ? '' : 's'}`,
       ` (reference: step ${fmtStep(d.referenceStep ?? 0)})`,
     );
@@ -125,7 +125,7 @@ export class AlertStrip {
       const ds = item.dataset;
       const same =
         +ds.layer === episode.layer &&
-        +ds.head === episode.head &&
+        ds.head === String(episode.head) &&
         ds.rule === episode.rule &&
         +ds.since === episode.since;
       item.classList.toggle('picked', same);
@@ -149,7 +149,7 @@ export class AlertStrip {
       return;
     }
     const parts = await Promise.all(
-      tags.map((tag) => getJSON('trajectory', {run: this.run, tag, layer: e.layer, head: e.head, max_points: 0})),
+      tags.map((tag) => getJSON('trajectory', {run: this.run, tag, layer: e.layer, head: e.head ?? 0, max_points: 0})),
     ).catch(() => null);
     if (seq !== this.detailSeq || !parts) return;
     // Every point of each series (max_points 0), summed step by step where all have one.
@@ -191,7 +191,7 @@ export class AlertStrip {
     // An episode covers its steps up to the next judged step (so a one-step episode still has a width).
     const after = (step) => d.steps.find((x) => x > step) ?? step;
     return d.episodes
-      .filter((e) => e.layer === layer && e.head === head && this.statsOf(e).includes(stat))
+      .filter((e) => e.layer === layer && (e.head ?? 0) === head && this.statsOf(e).includes(stat))
       .map((e, k) => ({
         name: k ? null : 'in alert',
         color: '#c62828',
@@ -202,4 +202,14 @@ export class AlertStrip {
         hi: [hi, hi],
       }));
   }
+}
+
+/** "3 heads", "1 layer", "3 heads and 1 layer": what the active episodes put in alert (a layer rule's has no head). */
+function unitsText(active) {
+  const layers = active.filter((e) => e.head === null || e.head === undefined).length;
+  const heads = active.length - layers;
+  const parts = [];
+  if (heads || !layers) parts.push(`${heads} head${heads === 1 ? '' : 's'}`);
+  if (layers) parts.push(`${layers} layer${layers === 1 ? '' : 's'}`);
+  return parts.join(' and ');
 }

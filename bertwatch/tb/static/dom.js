@@ -97,7 +97,7 @@ export function fmtTime(seconds) {
 }
 
 export function headName(layer, head) {
-  return `L${layer} H${head}`;
+  return head === null || head === undefined ? `L${layer}` : `L${layer} H${head}`;
 }
 
 // --- one shared tooltip --------------------------------------------------------------------------

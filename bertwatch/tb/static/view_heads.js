@@ -8,6 +8,7 @@ import {chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, stepper} from './dom.js';
 import {heatmap} from './heatmap.js';
 import {MassGapPanel} from './panel_mass_gap.js';
+import {OutlierPanel} from './panel_outliers.js';
 import {layerColor, legend, scaleForStat} from './scales.js';
 import {VerdictStrip} from './verdict_strip.js';
 
@@ -60,6 +61,7 @@ export class HeadsView {
     this.wordClassCard.el.id = 'word-class-card';
     this.wordClassCard.el.hidden = true;
     this.massGap = new MassGapPanel();
+    this.outliers = new OutlierPanel();
     this.content = h(
       'div',
       {class: 'layout-heads'},
@@ -70,6 +72,7 @@ export class HeadsView {
         this.trajCard.el,
         this.meansCard.el,
         this.massGap.el,
+        this.outliers.el,
         this.patternCard.el,
         this.wordClassCard.el,
       ),
@@ -127,6 +130,7 @@ export class HeadsView {
     );
     const info = tags.find((t) => t.stat === this.statSelect.value);
     if (reason === 'data') this.massGap.invalidate();
+    if (reason === 'data') this.outliers.invalidate();
     const changedSeries = info.tag !== this.state.tag || reason === 'run';
     if (changedSeries) this.grid = null;
     if (reason === 'run' || app.run !== this.state.run) this.state.selected = null;
@@ -165,7 +169,7 @@ export class HeadsView {
 
   /** An alert was clicked: select its head, and show its statistic when the run has it. */
   pickAlert(episode, stat) {
-    this.state.selected = [episode.layer, episode.head];
+    this.state.selected = [episode.layer, episode.head ?? 0];
     if (stat && stat !== this.state.stat && gridTags(this.app.tags, this.state.run).some((t) => t.stat === stat)) {
       this.statSelect.value = stat;
       this.update('stat');
@@ -216,7 +220,11 @@ export class HeadsView {
         this.renderGrid();
       }
       clearTimeout(this.settleTimer);
-      this.settleTimer = setTimeout(() => current() && this.massGap.follow(run, step), SETTLE_MS);
+      this.settleTimer = setTimeout(() => {
+        if (!current()) return;
+        this.massGap.follow(run, step);
+        this.outliers.follow(run, step);
+      }, SETTLE_MS);
     });
   }
 
@@ -342,7 +350,9 @@ export class HeadsView {
     if (this.traj && this.traj.tag === this.state.tag) {
       const t = this.traj;
       const c = this.trajCard;
-      c.title.textContent = `Trajectory · ${headName(t.layer, t.head)}`;
+      const unit =
+        isPerLayer(stat) && this.state.info?.heads === 1 ? headName(t.layer, null) : headName(t.layer, t.head);
+      c.title.textContent = `Trajectory · ${unit}`;
       c.sub.textContent =
         `${stat} over ${t.numSteps} logged step${t.numSteps === 1 ? '' : 's'}` +
         (t.steps.length < t.numSteps ? ` (${t.steps.length} shown, extremes kept)` : '') +
@@ -350,7 +360,7 @@ export class HeadsView {
       this.trajChart = lineChart({
         width: chartWidth(c.body),
         id: 'trajectory-chart',
-        series: [{name: headName(t.layer, t.head), color: '#e65100', xs: t.steps, ys: nums(t.values)}],
+        series: [{name: unit, color: '#e65100', xs: t.steps, ys: nums(t.values)}],
         bands: this.alertStrip.decorations(stat, t.layer, t.head, nums(t.values)),
         yLabel: stat,
         marker: step,

@@ -1,0 +1,127 @@
+// Activation outliers per layer (a self-contained card of the Heads view): each layer's largest activation over the
+// run as a multiple of its first (pretrained) value, with the outlier alert's multiple drawn, and at the view's step
+// a table of each layer's outlier statistics beside its mean [SEP] and punctuation mass: a layer whose heads park
+// their attention on delimiters (a "no-op") and the outlier it feeds are read together (Bondarenko et al. 2023).
+// Which statistics and which multiple come from the backend (/outliers, bertwatch/tb/layer_outliers.py).
+
+import {getJSON, nums, oneInFlight, rawText} from './api.js';
+import {chartWidth, lineChart} from './charts.js';
+import {card, clear, fmt, fmtStep, h} from './dom.js';
+
+const COLORS = ['#1565c0', '#e65100', '#2e7d32', '#6a1b9a', '#00838f', '#ad1457', '#5d4037', '#9e9d24'];
+
+export class OutlierPanel {
+  constructor() {
+    this.card = card('Activation outliers', {class: 'chart-card'});
+    this.card.el.id = 'outlier-card';
+    this.card.el.hidden = true;
+    this.el = this.card.el;
+    this.want = null; // the run and step the view is at: {run, step}
+    this.drawn = null; // what the card shows (or found nothing to show for): 'run\0step'
+    this.known = null; // the run whose answer decided whether the card is shown
+    this.onScreen = false;
+    this.refresh = oneInFlight(async () => {
+      if (this.want && keyOf(this.want) !== this.drawn) await this.load(this.want);
+    });
+    new IntersectionObserver((entries) => {
+      this.onScreen = entries[entries.length - 1].isIntersecting;
+      if (this.onScreen) this.refresh();
+    }).observe(this.el);
+  }
+
+  /** The view is at `step` of `run` (fetched now when on screen or when only the answer can tell whether the card
+   * is shown). */
+  follow(run, step) {
+    this.want = {run, step};
+    if (this.onScreen || this.known !== run) this.refresh();
+  }
+
+  /** New data was logged: the next `follow` fetches again. */
+  invalidate() {
+    this.drawn = null;
+    if (this.el.hidden) this.known = null;
+  }
+
+  async load({run, step}) {
+    const data = await getJSON('outliers', {run, step}).catch(() => null);
+    if (run !== this.want.run) return;
+    this.drawn = keyOf({run, step});
+    this.known = run;
+    this.el.hidden = !data;
+    if (data) this.render(data);
+  }
+
+  render(data) {
+    const c = this.card;
+    c.sub.textContent =
+      `each layer's ${data.stat} over its value at step ${fmtStep(data.referenceStep)}; ` +
+      `the outlier alert fires above ×${fmt(data.multiple, 3)} (Bondarenko et al. 2023)`;
+    clear(c.aside).append(
+      h('span', {class: 'pill', id: 'outlier-step', dataset: {step: String(data.step)}}, `step ${fmtStep(data.step)}`),
+    );
+    const body = clear(c.body);
+    const ratios = data.ratios.map(nums);
+    const chart = lineChart({
+      width: chartWidth(body),
+      height: 220,
+      id: 'outlier-chart',
+      series: ratios.map((ys, l) => ({
+        name: `L${l}`,
+        color: COLORS[l % COLORS.length],
+        xs: data.steps,
+        ys,
+        width: 1.6,
+      })),
+      yLabel: `${data.stat} / step ${fmtStep(data.referenceStep)}`,
+      yFormat: (v) => `×${fmt(v, 3)}`,
+      hlines: [
+        {y: 1, label: '', cls: 'hline-soft'},
+        {y: data.multiple, label: `alert ×${fmt(data.multiple, 3)}`, cls: 'hline-alert', id: 'outlier-multiple'},
+      ],
+      marker: data.step,
+      legend: true,
+    });
+    body.append(chart, outlierTable(data));
+  }
+}
+
+function keyOf({run, step}) {
+  return `${run}\u0000${step}`;
+}
+
+/** One row per layer at the view's step: the rule's quantity and its ratio, then each other column (the masses are
+ * means over the layer's heads); a ratio past the multiple is marked. */
+function outlierTable(data) {
+  const at = data.steps.indexOf(data.step);
+  const cell = (raw, text, cls, stat) => h('td', {class: cls, dataset: {value: rawText(raw), stat}}, text);
+  const rows = data.columns[0].values.map((_, l) => {
+    const ratio = nums(data.ratios[l])[at];
+    const over = Number.isFinite(ratio) && ratio > data.multiple;
+    return h(
+      'tr',
+      {dataset: {layer: String(l)}, class: over ? 'outlier-over' : ''},
+      h('td', {}, `L${l}`),
+      cell(data.columns[0].values[l], fmt(nums(data.columns[0].values[l]), 4), 'num', data.stat),
+      cell(data.ratios[l][at], Number.isFinite(ratio) ? `×${fmt(ratio, 3)}` : '—', 'num ratio', 'ratio'),
+      ...data.columns.slice(1).map((col) => cell(col.values[l], fmt(nums(col.values[l]), 3), 'num', col.stat)),
+    );
+  });
+  const title = (col) => `${col.stat}: ${col.description}`;
+  return h(
+    'table',
+    {class: 'rank-table outlier-table'},
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        h('th', {}, 'layer'),
+        h('th', {title: title(data.columns[0])}, data.columns[0].label),
+        h('th', {title: `${data.stat} over its value at step ${data.referenceStep}`}, 'ratio'),
+        ...data.columns.slice(1).map((col) => h('th', {title: title(col)}, col.label)),
+      ),
+    ),
+    h('tbody', {}, ...rows),
+  );
+}
