@@ -245,6 +245,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (arg(r, "run"),))
     def _serve_verdict(self):
         return functools.partial(run_verdict.run_verdict, self.queries)
+
     @json_route(lambda r: (arg(r, "run"), int_arg(r, "step", required=False)))
     def _serve_outliers(self):
         return functools.partial(layer_outliers.outlier_panel, self.queries)
