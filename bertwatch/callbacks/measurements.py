@@ -21,7 +21,6 @@ from torch import Tensor
 
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.core.stat_names import OUTLIER_FFN_NAMES
-from bertwatch.core.verdict import VerdictSettings
 from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
@@ -269,14 +268,11 @@ class NormStatistics:
 class GradientStatistics:
     """Michel's head importance and Clark's attention gradients (``heads.importance.gradient_stats``), from one
     gated forward and backward per batch whose maps spare the shared forward; the same pass gives the run-health
-    signals (``heads.health``: the encoder layers' gradient norms with ``verdict.layer_gradients``, the
+    signals (``heads.health``: the encoder layers' gradient norms unless ``layer_gradients`` is off, the
     predictions, the probe loss), read by the pass's ``health()``."""
 
     names = GRADIENT_NAMES
     stage: Stage = "before"
-
-    def __init__(self, verdict: VerdictSettings | None = None) -> None:
-        self.verdict = verdict or VerdictSettings()
 
     def needs(self, names: Collection[str]) -> CaptureNeeds:
         return CaptureNeeds()
@@ -286,7 +282,7 @@ class GradientStatistics:
         model, loss = context.encoder, context.loss.arguments()
         blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per batch
         # a sharded model's parameters are flat shards of other layers' weights: no per-layer norms there
-        layer_gradients = self.verdict.layer_gradients and not is_sharded(model)
+        layer_gradients = context.settings.layer_gradients and not is_sharded(model)
         health = HealthAccumulator.for_model(model, context.layers, layer_gradients)
 
         def measure(batch: ProbeBatch) -> Measured:

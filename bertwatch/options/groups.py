@@ -292,15 +292,26 @@ _VERDICT_HELP = {
     "alerts_at_risk": "at risk with at least this many stability alerts in force",
 }
 #: ``VerdictSettings`` (``bertwatch.core.verdict``) holds the verdict's thresholds and checks them; here are the help
-#: and the flag of each: ``{field: (help, flag)}``, the flag ``--verdict-<field>``. Its ``layer_gradients`` is no
-#: option of the callbacks (their gradient pass always takes the layers' gradient norms).
+#: and the flag of each: ``{field: (help, flag)}``, the flag ``--verdict-<field>`` (``layer_gradients``, on by
+#: default, has ``--no-verdict-layer-gradients``).
 VERDICT_OPTIONS: dict[str, tuple[str, Flag]] = {
-    name: (
-        help_text,
+    **{
+        name: (
+            help_text,
+            Flag(
+                (f"--verdict-{name.replace('_', '-')}",),
+                *(("int",) if name in ("patience", "alerts_at_risk") else ("float", "X")),
+            ),
+        )
+        for name, help_text in _VERDICT_HELP.items()
+    },
+    "layer_gradients": (
+        "the gradient pass takes each encoder layer's gradient norm (the vanishing rule reads them; about 1.5x the "
+        "gradient pass's time)",
         Flag(
-            (f"--verdict-{name.replace('_', '-')}",),
-            *(("int",) if name in ("patience", "alerts_at_risk") else ("float", "X")),
+            ("--no-verdict-layer-gradients",),
+            "false",
+            help="leave the layers' gradient norms out of the gradient pass (the vanishing rule is then silent)",
         ),
-    )
-    for name, help_text in _VERDICT_HELP.items()
+    ),
 }

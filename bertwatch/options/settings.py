@@ -83,6 +83,7 @@ class ProbeSettings(Checked):
     ig_steps: int = 20
     normalize_importance: bool = False
     compat_length: int | None = None
+    layer_gradients: bool = True
 
 
 #: The string values of ``on_alert`` (a callable is the other choice).
@@ -94,18 +95,6 @@ def _on_alert(name: str, value: Any) -> Any:
         return value
     kind = ValueError if isinstance(value, str) else TypeError
     raise kind(f"{name} must be one of {', '.join(map(repr, ON_ALERT_CHOICES))} or a callable(alerts), not {value!r}")
-
-
-def _verdict(name: str, value: Any) -> VerdictSettings:
-    """A ``VerdictSettings`` whose ``layer_gradients`` is on: the gradient pass of the callbacks always takes the
-    layers' gradient norms."""
-    instance_of(VerdictSettings, "VerdictSettings(patience=5)")(name, value)
-    if not value.layer_gradients:
-        raise ValueError(
-            f"{name}.layer_gradients=False is not an option of the callbacks: their gradient pass always takes the "
-            "layers' gradient norms (leave it on; vanish_fraction=... changes what the vanishing rule asks)"
-        )
-    return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,7 +208,10 @@ class WatchSettings(Checked):
         factory=AlertSettings,
     )  # fmt: skip
     verdict: VerdictSettings = option(
-        None, "the thresholds of the run verdict (healthy, at risk, failing)", _verdict, factory=VerdictSettings
+        None,
+        "the thresholds of the run verdict (healthy, at risk, failing)",
+        instance_of(VerdictSettings, "VerdictSettings(patience=5)"),
+        factory=VerdictSettings,
     )
     ablation: AblationOptions = option(
         None, "the sweep of ablate_on_end", instance_of(AblationOptions, "AblationOptions(mode='zero')"),
@@ -280,6 +272,7 @@ class WatchSettings(Checked):
             ig_steps=e.ig_steps,
             normalize_importance=e.normalize_importance,
             compat_length=p.compat_length,
+            layer_gradients=self.verdict.layer_gradients,
         )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import math
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
@@ -161,3 +162,18 @@ def test_fp16_says_once_that_small_gradients_underflow(tmp_path) -> None:
         trainer.train()
     said = [w for w in caught if "fp16" in str(w.message)]
     assert len(said) == 1 and "underflow" in str(said[0].message) and callback.health
+
+
+def test_layer_gradients_off_leaves_the_gradient_norms_out_and_the_rest_alike(tmp_path) -> None:
+    """``VerdictSettings(layer_gradients=False)`` reaches the gradient pass: every layer's gradient norm is NaN (not
+    measured), the other signals and the head statistics are those of the run that takes them."""
+    with_norms, _ = _train(tmp_path / "on")
+    without, _ = _train(tmp_path / "off", VerdictSettings(layer_gradients=False))
+    assert all(grad_norm_name(0) in h for _, h in with_norms.health)
+    assert all(math.isfinite(h[grad_norm_name(0)]) for _, h in with_norms.health)
+    assert without.health and all(math.isnan(h[grad_norm_name(l)]) for _, h in without.health for l in range(2))
+    for (_, on), (_, off) in zip(with_norms.health, without.health, strict=True):
+        assert off[PREDICTION_SHARE] == on[PREDICTION_SHARE]
+        assert math.isclose(off[LOSS_MEAN], on[LOSS_MEAN], rel_tol=1e-6)
+    for (_, on), (_, off) in zip(with_norms.history, without.history, strict=True):
+        np.testing.assert_allclose(off["head_importance"], on["head_importance"], rtol=1e-5, atol=1e-7)

@@ -218,7 +218,7 @@ WRONG = {  # option (as spelled in option_specs) -> values it refuses
     "on_alert": st.one_of(st.text().filter(lambda s: s not in ("warn", "stop", "none")), st.integers()),
     "probing": _objects(),
     "alerts": _objects(),
-    "verdict": st.one_of(_objects(), st.just(VerdictSettings(layer_gradients=False))),
+    "verdict": _objects(),
     "ablation": _objects(),
     "expert": _objects(),
     "probing.seed": _counts(0),
