@@ -89,6 +89,15 @@ function keyOf({run, step}) {
   return `${run}\u0000${step}`;
 }
 
+/** A table cell's text: the shares as percentages, the top dimensions kept as "2 of 3", a value that cannot be
+ * (no outlier at all: no share on delimiters) as a dash. */
+function columnText(stat, v) {
+  if (!Number.isFinite(v)) return '—';
+  if (stat === 'delimiter_share') return `${fmt(100 * v, 3)}%`;
+  if (stat === 'outlier_dim_overlap') return `${Math.round(3 * v)} of 3`;
+  return fmt(v, 3);
+}
+
 /** One row per layer at the view's step: the rule's quantity and its ratio, then each other column (the masses are
  * means over the layer's heads); a ratio past the multiple is marked. */
 function outlierTable(data) {
@@ -103,7 +112,9 @@ function outlierTable(data) {
       h('td', {}, `L${l}`),
       cell(data.columns[0].values[l], fmt(nums(data.columns[0].values[l]), 4), 'num', data.stat),
       cell(data.ratios[l][at], Number.isFinite(ratio) ? `×${fmt(ratio, 3)}` : '—', 'num ratio', 'ratio'),
-      ...data.columns.slice(1).map((col) => cell(col.values[l], fmt(nums(col.values[l]), 3), 'num', col.stat)),
+      ...data.columns
+        .slice(1)
+        .map((col) => cell(col.values[l], columnText(col.stat, nums(col.values[l])), 'num', col.stat)),
     );
   });
   const title = (col) => `${col.stat}: ${col.description}`;
