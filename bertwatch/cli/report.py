@@ -10,7 +10,7 @@ from bertwatch.report.events import read_run
 from bertwatch.report.gain_section import gain_files, gain_section
 from bertwatch.report.html import build_html
 from bertwatch.report.result import atomic_write
-from bertwatch.report.ship_section import ship_files, ship_section
+from bertwatch.report.ship_section import ship_files, ship_glance, ship_section
 from bertwatch.report.syntax_section import html_section
 
 
@@ -66,7 +66,8 @@ def cli_report(argv: Sequence[str]) -> int:
         return 2
     out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(out, build_html(results, training, alpha=args.alpha, extra_sections=extra))
+    glance = [ship_glance(path) for path in ships]
+    atomic_write(out, build_html(results, training, alpha=args.alpha, extra_sections=extra, glance=glance))
     modes = ", ".join(r.mode for r in results) or "none"
     print(
         f"bertwatch report: ablation modes: {modes}; {len(training['grids'])} training grids, "

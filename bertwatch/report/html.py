@@ -297,6 +297,7 @@ def build_html(
     alpha: float = 0.05,
     title: str | None = None,
     extra_sections: Sequence[str] = (),
+    glance: Sequence[tuple[str, str]] = (),
 ) -> str:
     """One self-contained HTML page (base64 PNGs, no scripts, every user string escaped).
 
@@ -311,6 +312,7 @@ def build_html(
         alpha: significance level of the marks.
         title: the page title; by default :func:`report_title`.
         extra_sections: HTML fragments appended as they are.
+        glance: more rows of the first table, ``(name, HTML)`` (trusted), e.g. what an extra section found.
 
     Returns:
         The page as text.
@@ -319,7 +321,7 @@ def build_html(
     body = [f"<h1>{escape(title)}</h1>"]
     if not results and not training and not extra_sections:
         body.append("<p>No ablation results and no training statistics were found.</p>")
-    body.append(summary_section(results, training))
+    body.append(summary_section(results, training, glance))
     for result in results:
         body.append(_section(result, alpha))
     if training:

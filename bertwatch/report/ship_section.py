@@ -17,6 +17,7 @@ __all__ = [
     "outlier_lines",
     "ship_columns",
     "ship_files",
+    "ship_glance",
     "ship_readings",
     "ship_section",
 ]
@@ -250,6 +251,19 @@ def _cause_html(result: Mapping[str, Any]) -> str:
     )
 
 
+def ship_glance(path: Path) -> tuple[str, str]:
+    """The first table's row of a ship.json: INT8 against fp32 in one sentence, linked to its section (HTML)."""
+    result = json.loads(path.read_text(encoding="utf-8"))
+    readings = ship_readings(result)
+    int8 = next((r for r in readings if r.startswith("int8:")), readings[0] if readings else "fp32 only")
+    return "will it ship", f'<a href="#{_anchor(path)}">{html.escape(int8)}</a>'
+
+
+def _anchor(path: Path) -> str:
+    """The HTML id of a ship.json's section."""
+    return "ship-" + "".join(c if c.isalnum() else "-" for c in path.parent.name)
+
+
 def ship_section(path: Path) -> str:
     """An HTML fragment (every value escaped): what was measured, the table, the readings, and where the INT8
     error comes from."""
@@ -260,7 +274,8 @@ def ship_section(path: Path) -> str:
     pruned = f"; {sum(len(h) for h in removed.values())} heads removed in the pruned variants" if removed else ""
     readings = "".join(f"<li>{html.escape(line)}</li>" for line in ship_readings(result))
     return (
-        f"<h2>Will it ship? {html.escape(str(result.get('checkpoint', path.parent.name)))} in ONNX Runtime</h2>"
+        f'<h2 id="{_anchor(path)}">Will it ship? {html.escape(str(result.get("checkpoint", path.parent.name)))} in '
+        "ONNX Runtime</h2>"
         f"<p>{int(result['num_examples'])} examples of {html.escape(str(source))}, {html.escape(result['metric'])} "
         f"with its paired-bootstrap {result['confidence']:.0%} interval against fp32; ONNX Runtime "
         f"{html.escape(str(runtime['onnxruntime']))} on the CPU{html.escape(pruned)} "

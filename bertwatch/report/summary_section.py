@@ -168,7 +168,7 @@ def _verdict_text(training: Mapping[str, Any]) -> str | None:
     return (
         f'<span class="run-verdict {css}" id="run-verdict"><b>{LEVELS[levels[-1]]}</b>{escape(text)}</span>'
         + (f'<ul class="verdict-reasons">{reasons}</ul>' if reasons else "")
-        + escape("; ".join(counts))
+        + (f'<span class="verdict-counts"><br>{escape("; ".join(counts).capitalize())}</span>' if counts else "")
     )
 
 
@@ -178,7 +178,9 @@ def _short(model: str) -> str:
     return model if len(parts) <= 2 else "…/" + "/".join(parts[-2:])
 
 
-def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | None) -> str:
+def _glance(
+    results: Sequence[AblationResult], training: Mapping[str, Any] | None, more: Sequence[tuple[str, str]] = ()
+) -> str:
     grids = (training or {}).get("grids") or {}
     rows: list[tuple[str, str]] = []
     shapes = [np.shape(e["last"][1]) for e in grids.values()] + [r.shape for r in results]
@@ -212,13 +214,17 @@ def _glance(results: Sequence[AblationResult], training: Mapping[str, Any] | Non
                 f"{r.num_examples} examples, baseline {escape(r.metric)} {number(r.baseline)}",
             )
         )
+    rows.extend(more)
     cells = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
     return f'<dl class="glance">{cells}</dl>' if rows else ""
 
 
-def summary_section(results: Sequence[AblationResult], training: Mapping[str, Any] | None) -> str:
-    """The first screen (see the module docstring): the glance table, then the cards, the ablation's verdict and
-    drift first. Empty when there is neither a result nor a training grid."""
+def summary_section(
+    results: Sequence[AblationResult], training: Mapping[str, Any] | None, glance: Sequence[tuple[str, str]] = ()
+) -> str:
+    """The first screen (see the module docstring): the glance table (``glance``: more rows, ``(name, HTML)``, at its
+    end), then the cards, the ablation's verdict and drift first. Empty when there is neither a result nor a
+    training grid nor a row."""
     grids = {s: e for s, e in ((training or {}).get("grids") or {}).items() if s not in empty_stats({s: e})}
     cards = [_verdict_card(r) for r in results]
     cards.append(_drift_card(grids))
@@ -229,12 +235,12 @@ def summary_section(results: Sequence[AblationResult], training: Mapping[str, An
         title = f"{family}: largest change"
         cards.append(_change_card(title, FAMILY_MEANINGS.get(family, ""), stat, grids[stat], changes))
     cards = [c for c in cards if c]
-    glance = _glance(results, training)
-    if not glance and not cards:
+    table = _glance(results, training, glance)
+    if not table and not cards:
         return ""
     return (
         '<section id="summary"><h2>What happened to the heads</h2>'
-        + glance
+        + table
         + (f'<div class="cards">{"".join(cards)}</div>' if cards else "")
         + "</section>"
     )

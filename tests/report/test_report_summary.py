@@ -200,8 +200,8 @@ def test_the_glance_gives_the_run_verdict_at_its_last_step_and_the_steps_that_we
     page = build_html([], training)
     (row,) = re.findall(r"run verdict</dt><dd>(.*?)</dd>", page)
     assert re.sub(r"<[^>]+>", "|", row) == (
-        "||at risk| at step 30, the last measured|||x||failing at 1 of 4 measured steps (20); at risk at 2 of 4 "
-        "measured steps (10, 30)"
+        "||at risk| at step 30, the last measured|||x||||Failing at 1 of 4 measured steps (20); at risk at 2 of 4 "
+        "measured steps (10, 30)|"
     )
     assert "since step" not in row  # step 30 alone is at risk now
     writer_steps = read_run(run)[1]

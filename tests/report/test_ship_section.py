@@ -79,6 +79,11 @@ def test_bertwatch_report_adds_the_ship_table_of_a_folder(tmp_path, capsys) -> N
     assert "1 ship table(s)" in capsys.readouterr().out
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "Will it ship?" in page and "model.int8.onnx" in page
+    # the first table says it in one line, linked to the section
+    (reading,) = ship_readings(_result())
+    anchor = page.index('<dt>will it ship</dt><dd><a href="#')
+    target = page[anchor:].split('href="#', 1)[1].split('"', 1)[0]
+    assert page.index(f'id="{target}"') > anchor and html.escape(reading) in page[anchor : anchor + 400]
 
 
 def test_the_outlier_lines_rank_the_layers_by_their_largest_feed_forward_output() -> None:
