@@ -54,6 +54,7 @@ STATIC_FILES = {
     "panel_mass_gap.js": "text/javascript",
     "panel_outliers.js": "text/javascript",
     "scales.js": "text/javascript",
+    "step_card.js": "text/javascript",
     "view_ablation.js": "text/javascript",
     "view_attention.js": "text/javascript",
     "view_clusters.js": "text/javascript",

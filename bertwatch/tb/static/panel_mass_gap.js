@@ -4,57 +4,22 @@
 // with a low contribution is Clark et al.'s "no-op" reading of [SEP] attention. Which statistics pair up comes
 // from the backend (/mass_gap, whose home is bertwatch/core/stat_names.py); this file names none.
 
-import {getJSON, nums, oneInFlight, rawText} from './api.js';
+import {nums, rawText} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
-import {card, clear, fmt, fmtSigned, fmtStep, h} from './dom.js';
+import {clear, fmt, fmtSigned, fmtStep, h} from './dom.js';
+import {StepCard} from './step_card.js';
 
 const COLORS = ['#1565c0', '#e65100', '#2e7d32', '#6a1b9a'];
 
-export class MassGapPanel {
+export class MassGapPanel extends StepCard {
   constructor() {
-    this.card = card('Weight vs contribution', {class: 'chart-card'});
-    this.card.el.id = 'mass-gap-card';
-    this.card.el.hidden = true;
-    this.el = this.card.el;
-    this.want = null; // the run and step the view is at: {run, step}
-    this.drawn = null; // what the card shows (or found nothing to show for): 'run\0step'
-    this.known = null; // the run whose answer decided whether the card is shown
-    this.onScreen = false;
-    // Fetch the wanted step unless the card shows it; at most one request in flight, the latest step wins.
-    this.refresh = oneInFlight(async () => {
-      if (this.want && keyOf(this.want) !== this.drawn) await this.load(this.want);
-    });
-    // A card out of view (scrolled away, another tab, or hidden for a run without the masses) fetches nothing when
-    // the step moves; it catches up when it comes into view.
-    new IntersectionObserver((entries) => {
-      this.onScreen = entries[entries.length - 1].isIntersecting;
-      if (this.onScreen) this.refresh();
-    }).observe(this.el);
+    super('Weight vs contribution', 'mass-gap-card', 'mass_gap');
   }
 
-  /** The view is at `step` of `run`: fetched now when the card is on screen, or when only the answer can tell whether
-   * the card is shown (a new run, or new data for a run whose card is hidden); otherwise when it comes into view. */
-  follow(run, step) {
-    this.want = {run, step};
-    if (this.onScreen || this.known !== run) this.refresh();
-  }
-
-  /** New data was logged: the next `follow` fetches again, at once if the card is hidden (the masses may have come). */
-  invalidate() {
-    this.drawn = null;
-    if (this.el.hidden) this.known = null;
-  }
-
-  /** Show the gap of `run` at the step at or before `step`; hides the card when no target has two measures. */
-  async load({run, step}) {
-    const data = await getJSON('mass_gap', {run, step}).catch(() => null);
-    if (run !== this.want.run) return;
-    this.drawn = keyOf({run, step});
-    this.known = run;
-    const targets = data ? data.targets.filter((t) => t.measures.length > 1) : [];
-    this.el.hidden = targets.length === 0;
-    if (!targets.length) return;
-    this.render(targets);
+  /** The targets with two measures or more; null when none has (no gap to show). */
+  pick(data) {
+    const targets = data.targets.filter((t) => t.measures.length > 1);
+    return targets.length ? targets : null;
   }
 
   render(targets) {
@@ -100,10 +65,6 @@ export class MassGapPanel {
       body.append(h('div', {class: 'legend-title'}, `Mass on ${target.target}`), chart, gapTable(target));
     }
   }
-}
-
-function keyOf({run, step}) {
-  return `${run}\u0000${step}`;
 }
 
 /** One row per layer: each measure's mass, then weights − each other measure (cells carry data-value, data-stat). */

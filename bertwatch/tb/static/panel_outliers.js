@@ -4,51 +4,20 @@
 // their attention on delimiters (a "no-op") and the outlier it feeds are read together (Bondarenko et al. 2023).
 // Which statistics and which multiple come from the backend (/outliers, bertwatch/tb/layer_outliers.py).
 
-import {getJSON, nums, oneInFlight, rawText} from './api.js';
+import {nums, rawText} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
-import {card, clear, fmt, fmtStep, h} from './dom.js';
+import {clear, fmt, fmtStep, h} from './dom.js';
+import {StepCard} from './step_card.js';
 
 const COLORS = ['#1565c0', '#e65100', '#2e7d32', '#6a1b9a', '#00838f', '#ad1457', '#5d4037', '#9e9d24'];
 
-export class OutlierPanel {
+export class OutlierPanel extends StepCard {
   constructor() {
-    this.card = card('Activation outliers', {class: 'chart-card'});
-    this.card.el.id = 'outlier-card';
-    this.card.el.hidden = true;
-    this.el = this.card.el;
-    this.want = null; // the run and step the view is at: {run, step}
-    this.drawn = null; // what the card shows (or found nothing to show for): 'run\0step'
-    this.known = null; // the run whose answer decided whether the card is shown
-    this.onScreen = false;
-    this.refresh = oneInFlight(async () => {
-      if (this.want && keyOf(this.want) !== this.drawn) await this.load(this.want);
-    });
-    new IntersectionObserver((entries) => {
-      this.onScreen = entries[entries.length - 1].isIntersecting;
-      if (this.onScreen) this.refresh();
-    }).observe(this.el);
+    super('Activation outliers', 'outlier-card', 'outliers');
   }
 
-  /** The view is at `step` of `run` (fetched now when on screen or when only the answer can tell whether the card
-   * is shown). */
-  follow(run, step) {
-    this.want = {run, step};
-    if (this.onScreen || this.known !== run) this.refresh();
-  }
-
-  /** New data was logged: the next `follow` fetches again. */
-  invalidate() {
-    this.drawn = null;
-    if (this.el.hidden) this.known = null;
-  }
-
-  async load({run, step}) {
-    const data = await getJSON('outliers', {run, step}).catch(() => null);
-    if (run !== this.want.run) return;
-    this.drawn = keyOf({run, step});
-    this.known = run;
-    this.el.hidden = !data;
-    if (data) this.render(data);
+  pick(data) {
+    return data;
   }
 
   render(data) {
@@ -83,10 +52,6 @@ export class OutlierPanel {
     });
     body.append(chart, outlierTable(data));
   }
-}
-
-function keyOf({run, step}) {
-  return `${run}\u0000${step}`;
 }
 
 /** A table cell's text: the shares as percentages, the top dimensions kept as "2 of 3", a value that cannot be
