@@ -128,11 +128,14 @@ def test_the_panel_draws_the_ratios_the_multiple_and_marks_the_layer_in_alert(s,
 
 
 def test_clicking_the_outlier_alert_draws_the_layers_trajectory(s, shot_dir) -> None:  # noqa: F811
+    s.frame.wait_for_selector("#heads-heatmap .mark", state="attached")  # a head statistic: behaviour labels
     s.frame.click('#alert-items .alert-item[data-rule="outlier_growth"]')
     s.frame.wait_for_selector("#alert-chart #alert-threshold", state="attached")
     assert f"L{GROWING} · outlier growth" in s.frame.text_content("#alert-detail")
     assert "1 layer in alert at step 300" in s.frame.text_content("#alert-summary")
     s.frame.wait_for_function("() => document.querySelector('.grid-card .card-title').textContent === 'ffn_inf_norm'")
+    # a per-layer statistic's cells are whole layers: no head's behaviour label is drawn on them
+    assert s.frame.query_selector_all("#heads-heatmap .mark") == [] and s.frame.query_selector("#labels-legend") is None
     s.frame.wait_for_function(
         f"() => document.querySelector('.chart-card .card-title').textContent === 'Trajectory · L{GROWING}'"
     )

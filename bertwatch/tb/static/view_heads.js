@@ -235,10 +235,11 @@ export class HeadsView {
     const values = nums(grid.values);
     const raw = grid.values.map((row) => row.map(rawText));
     const scale = scaleForStat(stat, this.state.range, values);
-    const labelGrid = showLabels && this.labels?.labels ? this.labels.labels : null;
+    const perLayer = grid.heads === 1 && isPerLayer(stat);
+    // the behaviour labels are the heads': a per-layer statistic's cells are whole layers, so they get none
+    const labelGrid = showLabels && !perLayer && this.labels?.labels ? this.labels.labels : null;
     const glyphs = labelGrid ? Object.fromEntries(this.labels.rules.map((r) => [r.label, r.glyph])) : {};
     const marks = labelGrid ? labelGrid.map((row) => row.map((l) => (l ? glyphs[l] : null))) : null;
-    const perLayer = grid.heads === 1 && isPerLayer(stat);
     const hm = heatmap({
       id: 'heads-heatmap',
       values,
@@ -277,7 +278,7 @@ export class HeadsView {
         {class: 'legend-row'},
         legend(scale, {title: stat, nan: hasNaN}),
         // while a step's labels load, the legend stays (counts pending): the column keeps its width
-        showLabels && this.labelRules ? labelsLegend(labelGrid, this.labelRules) : null,
+        showLabels && !perLayer && this.labelRules ? labelsLegend(labelGrid, this.labelRules) : null,
       ),
     ];
     if (info?.description) parts.push(h('p', {class: 'description'}, info.description));
