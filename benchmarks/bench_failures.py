@@ -77,77 +77,147 @@ def dev_predictions(model, tok, dev, batch_size: int = 64) -> list[int]:
     return out
 
 
-def run_one(task: str, seed: int, lr: float, opts: argparse.Namespace) -> dict:
-    """One fine-tune; its JSON record: dev predictions at each checkpoint step and the end, training losses, the
-    run-health history."""
+def run_one(config: dict, opts: argparse.Namespace) -> dict:
+    """One fine-tune of ``config`` (:func:`configs`) with ``BertWatchCallback()`` at its defaults (the overhead
+    budget's cadence, every statistic) or pinned every 10 steps; its JSON record holds the raw evidence a verdict
+    reads, so any version of the verdict can be replayed on it: the Trainer's ``log_history`` (training loss and
+    learning rate every step, the evaluations), the run-health values and the stability alerts in force at each
+    measured step, why each step was measured, and the dev predictions at 10/20/30% of training and at the end."""
     import tempfile
 
     import torch
     import transformers as T
 
-    from bertwatch.callbacks import BertWatchCallback, ProbeOptions, watch
+    from bertwatch.callbacks import BertWatchCallback, watch
     from bertwatch.data.glue import load_glue
 
+    task, seed, lr, steps = config["task"], config["seed"], config["lr"], config["steps"]
     torch.set_num_threads(opts.threads)
     path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     rows = load_glue(task, "train", opts.glue_dir)
-    train = _encode(tok, rows[: opts.steps * BATCH], opts.max_length)
-    probe = _encode(tok, rows[opts.steps * BATCH :][:PROBE], opts.max_length)
+    train = _encode(tok, rows[: steps * BATCH], opts.max_length)
+    probe_rows = rows[steps * BATCH :][:PROBE]
+    probe = _encode(tok, probe_rows, opts.max_length)
     dev_rows = load_glue(task, "dev", opts.glue_dir, limit=opts.dev_size)
     dev = _encode(tok, dev_rows, opts.max_length)
-    every = max(1, round(opts.steps * 0.1))
-    checkpoints = {max(1, round(opts.steps * f)) for f in FRACTIONS}
+    checkpoints = {max(1, round(steps * f)) for f in FRACTIONS}
     early: dict[int, list[int]] = {}
+    alerts: dict[int, int] = {}
+    verdicts: dict[int, list] = {}
 
     class DevAt(T.TrainerCallback):
+        """The dev predictions at 10/20/30% of training (the early-stopping baseline) and, after bertwatch's own
+        events, the alerts in force and the verdict at each step it judged."""
+
+        def _note(self):
+            judged = cb.alerting._judged_step
+            if judged is not None:
+                alerts[judged] = len(cb.alerting.alerts)
+            v = cb.alerting.verdict
+            if v is not None:
+                verdicts[v.step] = [v.level, list(v.reasons)]
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self._note()
+
         def on_step_end(self, args, state, control, model=None, **kwargs):
+            self._note()
             if state.global_step in checkpoints:
                 early[state.global_step] = dev_predictions(model, tok, dev)
 
+        def on_evaluate(self, args, state, control, **kwargs):
+            self._note()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self._note()
+
     T.set_seed(seed)
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
-    cb = BertWatchCallback(
-        stats=["head_importance"],
-        every_n_steps=every,
-        num_probe_examples=PROBE,
-        probe_dataset=probe,
-        num_maps=0,
-        on_alert="none",
-        quiet=True,
-        probing=ProbeOptions(on_evaluate=False),
-    )
+    options = {"every_n_steps": 10} if config["pinned"] else {}
+    cb = BertWatchCallback(probe_dataset=probe, num_probe_examples=PROBE, on_alert="none", quiet=True, **options)
+    metric = _metric(task)
+
+    def compute_metrics(prediction):
+        return {"score": float(metric(np.asarray(prediction.predictions).argmax(-1), prediction.label_ids))}
+
+    evaluate = config["evaluate"]
     with tempfile.TemporaryDirectory(prefix="bench_failures_") as out:
         args = T.TrainingArguments(
-            output_dir=out, per_device_train_batch_size=BATCH, max_steps=opts.steps, learning_rate=lr,
-            warmup_steps=every, lr_scheduler_type="linear", logging_steps=1, save_strategy="no", report_to="none",
-            seed=seed, data_seed=seed, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+            output_dir=out, per_device_train_batch_size=BATCH, per_device_eval_batch_size=64, max_steps=steps,
+            learning_rate=lr, warmup_steps=max(1, round(steps * 0.1)), lr_scheduler_type="linear",
+            logging_steps=1, save_strategy="no", report_to="none", seed=seed, data_seed=seed, use_cpu=True,
+            disable_tqdm=True, dataloader_num_workers=0,
+            eval_strategy="steps" if evaluate else "no", eval_steps=max(1, round(steps * evaluate)) if evaluate else None,
         )  # fmt: skip
         trainer = T.Trainer(
             model=model, args=args, train_dataset=train, eval_dataset=dev, processing_class=tok,
             data_collator=T.DataCollatorWithPadding(tok), callbacks=[cb, DevAt()],
+            compute_metrics=compute_metrics if evaluate else None,
         )  # fmt: skip
         watch(trainer)
         seconds = train_quietly(trainer)
-    losses = {int(h["step"]): float(h["loss"]) for h in trainer.state.log_history if "loss" in h}
+    kept = ("step", "loss", "learning_rate", "train_loss")  # and every evaluation's eval_* values
+    log = [
+        {k: v for k, v in h.items() if isinstance(v, (int, float)) and (k in kept or k.startswith("eval_"))}
+        for h in trainer.state.log_history
+    ]
+    losses = {int(h["step"]): float(h["loss"]) for h in log if "loss" in h}
     return {
-        "key": run_key(task, seed, lr, opts),
-        "task": task,
-        "seed": seed,
-        "lr": lr,
-        "steps": opts.steps,
+        "key": run_key(config, opts),
+        **config,
         "max_length": opts.max_length,
         "dev_labels": [int(r["label"]) for r in dev_rows],
+        "probe_labels": [int(r["label"]) for r in probe_rows],
         "final": dev_predictions(model, tok, dev),
         "early": {str(k): v for k, v in sorted(early.items())},
         "train_loss": {str(k): v for k, v in sorted(losses.items())},
+        "log_history": log,
         "health": [[step, values] for step, values in cb.health],
+        "alerts": sorted([k, v] for k, v in alerts.items()),
+        "live_verdicts": sorted([k, *v] for k, v in verdicts.items()),
+        "measured": [[r.step, r.reason] for r in cb.pacing.log],
+        "bertwatch_seconds": round(cb.pacing.meter.own, 2),
         "seconds": round(seconds, 1),
     }
 
 
-def run_key(task: str, seed: int, lr: float, opts: argparse.Namespace) -> str:
-    return f"{task}|seed={seed}|lr={lr:g}|steps={opts.steps}|len={opts.max_length}|dev={opts.dev_size}"
+#: What the runs are drawn from (:func:`configs`).
+TASKS = ("sst2", "mrpc", "rte")
+STEPS = (40, 80, 150, 300)
+LR_RANGE = (1e-5, 5e-3)
+
+
+def configs(count: int, tasks: tuple[str, ...] = TASKS, first: int = 0) -> list[dict]:
+    """Runs ``first`` .. ``first + count - 1``, each drawn from its own index (so any prefix is a fair sample and
+    runs add up over sittings): the task in turn, a learning rate log-uniform in ``LR_RANGE``, a length from
+    ``STEPS``, the seed = the index; every other run evaluates on dev every 20% of its steps (the rest never
+    evaluate), and every fifth is pinned every 10 steps instead of the default cadence."""
+    out = []
+    for i in range(first, first + count):
+        rng = np.random.default_rng([7, i])
+        low, high = (math.log10(x) for x in LR_RANGE)
+        out.append(
+            {
+                "index": i,
+                "task": tasks[i % len(tasks)],
+                "seed": i,
+                "lr": float(f"{10 ** rng.uniform(low, high):.2g}"),
+                "steps": int(rng.choice(STEPS)),
+                "evaluate": 0.2 if (i // len(tasks)) % 2 == 0 else 0.0,
+                "pinned": i % 5 == 4,
+            }
+        )
+    return out
+
+
+def run_key(config: dict, opts: argparse.Namespace) -> str:
+    c = config
+    every = "10" if c["pinned"] else "default"
+    return (
+        f"{c['task']}|seed={c['seed']}|lr={c['lr']:g}|steps={c['steps']}|eval={c['evaluate']:g}|every={every}"
+        f"|len={opts.max_length}|dev={opts.dev_size}"
+    )
 
 
 # ------------------------------------------------------------------------------------------------- the figures
@@ -338,12 +408,17 @@ def _seeds(text: str) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--glue-dir", default=default_glue_dir())
-    parser.add_argument("--tasks", default="rte", help="comma-separated: rte, cola, mrpc, sst2")
-    parser.add_argument("--seeds", default="0-3", help="a range 0-3 or a list 0,5,7")
-    parser.add_argument("--lrs", default="2e-5,1e-4,3e-4", help="comma-separated learning rates")
-    parser.add_argument("--steps", type=int, default=60, help="optimiser steps of each run (batch 16)")
+    parser.add_argument(
+        "--tasks", default=",".join(TASKS), help="comma-separated, taken in turn: sst2, mrpc, rte, cola"
+    )
+    parser.add_argument(
+        "--runs",
+        default="0-99",
+        help="the run indices to run, a range 0-99 (each run's task, "
+        "rate, length, seed, evaluation and cadence are drawn from its index)",
+    )
     parser.add_argument("--max-length", type=int, default=64)
-    parser.add_argument("--dev-size", type=int, default=None, help="the first N dev examples (default: all)")
+    parser.add_argument("--dev-size", type=int, default=500, help="the first N dev examples")
     parser.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="failures.jsonl", help="one JSON line per finished run (resumable)")
@@ -356,15 +431,14 @@ def main() -> None:
     out = Path(opts.out)
     done = {json.loads(line)["key"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     if not opts.report:
-        for seed in _seeds(opts.seeds):  # seeds outermost: a cut-short run still has every task and rate
-            for task in opts.tasks.split(","):
-                for lr in (float(x) for x in opts.lrs.split(",")):
-                    if run_key(task, seed, lr, opts) in done:
-                        continue
-                    record = run_one(task, seed, lr, opts)
-                    with out.open("a") as f:
-                        f.write(json.dumps(record) + "\n")
-                    print(f"{record['key']}: {record['seconds']} s", flush=True)
+        first, last = (int(x) for x in opts.runs.split("-")) if "-" in opts.runs else (int(opts.runs),) * 2
+        for config in configs(last - first + 1, tuple(opts.tasks.split(",")), first):
+            if run_key(config, opts) in done:
+                continue
+            record = run_one(config, opts)
+            with out.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(f"{record['key']}: {record['seconds']} s (bertwatch {record['bertwatch_seconds']} s)", flush=True)
     records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
     for task in sorted({r["task"] for r in records}):
         print(f"\n== {task}")
