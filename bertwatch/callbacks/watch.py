@@ -8,7 +8,6 @@ misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
+from bertwatch.callbacks._safe import SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
@@ -26,6 +25,8 @@ from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
 from bertwatch.callbacks.word_classes import prepare_word_classes
+from bertwatch.core.budget import forecast
+from bertwatch.core.warnings import warn
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.outliers import OUTLIER_NAMES
@@ -94,7 +95,11 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.health: list[tuple[int, dict[str, float]]] = []
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
-        self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
+        self._forecast_at: int | None = None  # the step after which the cost line is printed
+        self._pinned: announce.Pinned | None = None  # what this run measures whatever it costs, for the cost lines
+        #: How the lines and warnings name this callback: its class, or "bertwatch" when ``bertwatch.watch`` (or
+        #: ``bertwatch run``) made it.
+        self.shown_name = type(self).__name__
         # the stability alerts and the run verdict (callbacks.alerting)
         self.alerting = Alerting(s.on_alert, s.alerts, self.strict, s.verdict)
 
@@ -137,12 +142,12 @@ class WatchCallback(NotATracker, TrainerCallback):
     def _member(self, stat_names: frozenset[str], context: ProbeContext) -> Member:
         """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
         required = self.requested is not None
-        return Member(type(self).__name__, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
+        return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
 
     def _resolve_stats(self, context: ProbeContext, watched: WatchedRun) -> frozenset[str]:
         """The statistics this callback can measure in this run: those the model gives (``supported_stats``),
         without the gradient statistics where the probe set or the loss cannot give them (``without_gradients``)."""
-        owner = type(self).__name__
+        owner = self.shown_name
         names = supported_stats(self._stat_names, self.requested is not None, context.encoder, owner)
         if not names & (set(GRADIENT_NAMES) | {IG_NAME}):
             return names
@@ -177,20 +182,22 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.pacing.start(int(state.global_step), last if last > 0 else None)
         start = self.pacing.clock()
         self._begin(model, args, state, kwargs)
-        self.pacing.charge(self.pacing.clock() - start)
+        self.pacing.charge(self.pacing.clock() - start, setup=True)
         context = None if self.disabled or self.watched is None else self.watched.context
         self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
+        self.alerting.speaks = self._speaks
+        at_start = self.pacing.pinned.at_start
+        evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
+        self._pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
         if self._speaks:
-            at_start = self.pacing.pinned.at_start
-            evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
-            pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
             budget = self.pacing.meter.budget
             verdict = bool(set(GRADIENT_NAMES) & self.stat_names)
-            plan = announce.run_plan(context, len(self.stat_names), budget, pinned, verdict)
+            plan = announce.run_plan(context, len(self.stat_names), budget, self._pinned, verdict)
             lines = announce.start_lines(plan)
             lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
             announce.say(lines + self._more_lines(context))
-            self._pinned_passes = pinned.passes() if at_start else 0
+            first = int(state.global_step)
+            self._forecast_at = first + min(5, max(1, (last - first) // 10)) if last > first + 1 else None
 
     def _more_lines(self, context: ProbeContext) -> list[str]:
         """Start lines of this callback's own: the size of a large drift reference (BertWatchCallback: also the maps
@@ -219,21 +226,17 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._check_setup(args, state, probe, context)
         self._index = self.watched.add(self._member(names, probe))
         if self.log_to_trackers and not context.bound and reported_trackers(args):
-            warnings.warn(
+            warn(
                 f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
                 "attached with bertwatch.watch(trainer) (or bertwatch run); from callbacks=[...] they go to "
-                "TensorBoard only",
-                BertWatchWarning,
-                stacklevel=3,
+                "TensorBoard only"
             )
         if getattr(args, "fp16", False) and set(GRADIENT_NAMES) & names:
-            warnings.warn(
-                "bertwatch: with fp16 the gradient pass runs under float16 autocast without the Trainer's loss "
-                "scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller gives layer "
-                "gradient norms of 0 on MiniLM), so the run verdict's vanishing rule can read an underflow as a "
-                "vanished gradient (docs/statistics.md, run health); bf16 has no such floor",
-                BertWatchWarning,
-                stacklevel=3,
+            warn(
+                "bertwatch: with fp16 the gradient statistics are measured under float16 autocast without the "
+                "Trainer's loss scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller "
+                "gives layer gradient norms of 0 on MiniLM), so the verdict can read an underflow as a vanished "
+                "gradient (docs/statistics.md, run health); bf16 has no such floor"
             )
 
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
@@ -257,13 +260,14 @@ class WatchCallback(NotATracker, TrainerCallback):
         mine = [(r, grids) for r in results if (grids := r.of(member, self._index)) is not None]
         for result, grids in mine:
             self._record(result.step, grids, result.health_of(member, self._index))
-        self.pacing.charge(self.pacing.clock() - start, mine[-1][0].step if mine else None)
+        step = mine[-1][0].step if mine else None
+        self.pacing.charge(self.pacing.clock() - start, step)
         start = self.pacing.clock()
         for result, _ in mine:
             self._judge(watched, result.event, control)
             self._judge_verdict(watched, result.step, result.event, control)
             watched.publish_records(self.pacing.records(result.step), result.step)
-        self.pacing.charge(self.pacing.clock() - start)
+        self.pacing.charge(self.pacing.clock() - start, step)
 
     def _record(self, step: int, grids: Mapping[str, np.ndarray], health: Mapping[str, float] | None) -> None:
         if self.history and self.history[-1][0] == step:
@@ -303,10 +307,19 @@ class WatchCallback(NotATracker, TrainerCallback):
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._drive("begin", state, control)
-        meter = self.pacing.meter
-        if self._pinned_passes and meter.last_cost is not None:  # step 0 is measured: say what the pinned cost
-            announce.say([announce.cost_line(meter.last_cost, self._pinned_passes, self.pacing.budgeted, meter.budget)])
-            self._pinned_passes = 0
+        step = int(state.global_step)
+        if self._forecast_at is not None and step >= self._forecast_at and self.pacing.meter.last_cost is not None:
+            self._forecast_at = None
+            announce.say([self._forecast_line(step)])
+
+    def _forecast_line(self, step: int) -> str:
+        """What the run will cost at the pace of its steps so far (``core.budget.forecast``), in words."""
+        meter, pinned = self.pacing.meter, self._pinned
+        first, last = meter.first_step, pinned.max_steps
+        start_s, step_s = self.pacing.start_cost(), meter.step_time(step)
+        events = tuple(s for s in pinned.steps() if s > first)
+        cost = forecast((first, last), step_s, meter.last_cost, start_s, events, self.every_n_steps, meter.budget)
+        return announce.forecast_line(start_s, step_s, last - first, cost, pinned, meter.budget)
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -332,7 +345,11 @@ class WatchCallback(NotATracker, TrainerCallback):
             if self._speaks and not self.disabled:
                 alerts, hint = len(self.alerting.raised), self._report_hint(args)
                 verdict = self.alerting.verdict.describe() if self.alerting.verdict is not None else None
-                summary = announce.RunSummary.of(self.history, alerts, self.pacing.meter, hint, verdict)
+                evaluations = self.pacing.measured("evaluation")
+                pinned = dataclasses.replace(
+                    self._pinned, evaluations=evaluations, at_end=bool(self.pacing.measured("end"))
+                )
+                summary = announce.RunSummary.of(self.history, alerts, self.pacing, pinned, hint, verdict)
                 announce.say(announce.end_lines(summary))
         finally:
             if self.watched is not None:

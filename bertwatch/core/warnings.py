@@ -1,13 +1,62 @@
-"""The one warning category of bertwatch, torch-free so that every layer can raise it."""
+"""The one warning category of bertwatch, torch-free so that every layer can raise it, and ``warn``, which points
+a warning at the user's own line.
+
+A stability alert or a failing verdict is printed as a ``bertwatch:`` line (``callbacks.announce``) and also
+warned as a ``BertWatchAlert``, a ``BertWatchWarning`` that is not shown unless a filter asks for it (as Python
+hides ``DeprecationWarning``): ``warnings.simplefilter("always", BertWatchAlert)`` shows them as warnings,
+``"error"`` raises them, ``warnings.catch_warnings(record=True)`` with ``"always"`` (or ``pytest.warns``)
+records them.
+"""
 
 from __future__ import annotations
 
-__all__ = ["BertWatchWarning", "cut_message"]
+import os
+import sys
+import warnings as _warnings
+
+__all__ = ["BertWatchAlert", "BertWatchWarning", "cut_message", "warn"]
 
 
 class BertWatchWarning(UserWarning):
     """Something bertwatch measures is incomplete or stopped (a monitor failed, examples cannot be scored as given);
     the training run and the other measurements go on."""
+
+
+class BertWatchAlert(BertWatchWarning):
+    """A new stability alert or a failing verdict, already printed as a ``bertwatch:`` line: hidden unless a
+    warnings filter shows it (module docstring)."""
+
+
+_warnings.filterwarnings("ignore", category=BertWatchAlert, append=True)
+
+#: The packages whose frames stand between a Trainer event and the user's code (``trainer.train()``).
+_CALLERS = ("bertwatch", "transformers", "accelerate", "torch")
+
+
+def _library_dirs() -> tuple[str, ...]:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = [os.path.dirname(os.path.abspath(m.__file__)) for n in _CALLERS[1:] if (m := sys.modules.get(n))]
+    return tuple(os.path.join(d, "") for d in (here, *found) if d)
+
+
+def warn(message: str, category: type[Warning] = BertWatchWarning) -> None:
+    """``warnings.warn(message, category)`` at the first frame outside bertwatch and the libraries that call it
+    (transformers, accelerate, torch): the user's ``trainer.train()`` line, whatever the depth of the call (the
+    outermost frame when every one is a library's).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn("bertwatch: an example")
+        >>> str(caught[0].message), caught[0].filename.endswith("warnings.py")
+        ('bertwatch: an example', False)
+    """
+    libraries = _library_dirs()
+    frame, level = sys._getframe(1), 2
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(libraries):
+        frame, level = frame.f_back, level + 1
+    _warnings.warn(message, category, stacklevel=level)
 
 
 def cut_message(count: int, total: int, what: str, length: int, limit: str, recorded: str, remedy: str) -> str:
