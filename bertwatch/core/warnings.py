@@ -27,7 +27,8 @@ class BertWatchAlert(BertWatchWarning):
     warnings filter shows it (module docstring)."""
 
 
-_warnings.filterwarnings("ignore", category=BertWatchAlert, append=True)
+#: The filter that hides a ``BertWatchAlert``, last in ``warnings.filters``: any filter of the user's comes first.
+_HIDDEN = ("ignore", None, BertWatchAlert, None, 0)
 
 #: The packages whose frames stand between a Trainer event and the user's code (``trainer.train()``).
 _CALLERS = ("bertwatch", "transformers", "accelerate", "torch")
@@ -42,7 +43,9 @@ def _library_dirs() -> tuple[str, ...]:
 def warn(message: str, category: type[Warning] = BertWatchWarning) -> None:
     """``warnings.warn(message, category)`` at the first frame outside bertwatch and the libraries that call it
     (transformers, accelerate, torch): the user's ``trainer.train()`` line, whatever the depth of the call (the
-    outermost frame when every one is a library's).
+    outermost frame when every one is a library's). A ``BertWatchAlert`` is hidden by a filter placed last, so
+    that any filter of the user's decides first (placed here, not at import: ``warnings.catch_warnings`` and
+    ``resetwarnings`` drop filters added meanwhile).
 
     Example:
         >>> import warnings
@@ -52,6 +55,8 @@ def warn(message: str, category: type[Warning] = BertWatchWarning) -> None:
         >>> str(caught[0].message), caught[0].filename.endswith("warnings.py")
         ('bertwatch: an example', False)
     """
+    if issubclass(category, BertWatchAlert) and _HIDDEN not in _warnings.filters:  # again after a reset
+        _warnings.filterwarnings("ignore", category=BertWatchAlert, append=True)
     libraries = _library_dirs()
     frame, level = sys._getframe(1), 2
     while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(libraries):

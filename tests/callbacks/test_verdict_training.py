@@ -60,7 +60,7 @@ def test_health_is_kept_and_written_with_the_verdict_at_each_probe_step(tmp_path
 
 def test_stop_acts_on_a_failing_verdict(tmp_path) -> None:
     easy = VerdictSettings(collapse_share=0.01, stuck_fraction=0.01, patience=1)  # every step after 0 "fails"
-    with pytest.warns(BertWatchWarning, match="bertwatch verdict at step 2: failing: predictions have collapsed"):
+    with pytest.warns(BertWatchWarning, match="bertwatch: verdict at step 2: failing: predictions have collapsed"):
         callback, trainer = _train(tmp_path, easy, on_alert="stop")
     assert trainer.state.global_step == 2 and callback.alerting.stop_requested_at == 2
     assert callback.alerting.stop_reason == f"verdict: {callback.alerting.verdict.describe()}"
