@@ -128,7 +128,11 @@ class ProbePacing:
 
     def start_cost(self) -> float:
         """bertwatch's seconds on the setup and the first step's measurement."""
-        return self._spent.get(_SETUP, 0.0) + self._spent.get(self.meter.first_step, 0.0)
+        return self._spent.get(_SETUP, 0.0) + self.cost_of(self.meter.first_step)
+
+    def cost_of(self, step: int | None) -> float:
+        """bertwatch's seconds on ``step`` (its measurement, judging and writing; 0 when not measured)."""
+        return self._spent.get(step, 0.0) if step is not None else 0.0
 
     def measured(self, event: str) -> tuple[int, ...]:
         """The measured steps an ``event`` (``"start"``, ``"evaluation"``, ``"end"``) was due at (the first event

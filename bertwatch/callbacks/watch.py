@@ -309,16 +309,18 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._drive("begin", state, control)
         step = int(state.global_step)
         if self._forecast_at is not None and step >= self._forecast_at and self.pacing.meter.last_cost is not None:
-            self._forecast_at = None
+            self._forecast_at, start = None, self.pacing.clock()
             announce.say([self._forecast_line(step)])
+            self.pacing.charge(self.pacing.clock() - start)
 
     def _forecast_line(self, step: int) -> str:
         """What the run will cost at the pace of its steps so far (``core.budget.forecast``), in words."""
         meter, pinned = self.pacing.meter, self._pinned
         first, last = meter.first_step, pinned.max_steps
         start_s, step_s = self.pacing.start_cost(), meter.step_time(step)
+        pass_s = self.pacing.cost_of(meter.last_step)  # the last measurement, its judging and writing included
         events = tuple(s for s in pinned.steps() if s > first)
-        cost = forecast((first, last), step_s, meter.last_cost, start_s, events, self.every_n_steps, meter.budget)
+        cost = forecast((first, last), step_s, pass_s, start_s, events, self.every_n_steps, meter.budget)
         return announce.forecast_line(start_s, step_s, last - first, cost, pinned, meter.budget)
 
     @contained("on_step_end")
