@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from bertwatch.core.warnings import BertWatchWarning, warn
+from bertwatch.core.warnings import BertWatchWarning
 
 __all__ = ["STRICT_VARIABLE", "BertWatchWarning", "SetupError", "Stoppable", "contained", "strict_from_environment"]
 
@@ -77,5 +78,5 @@ def contained(event: str) -> Callable[[F], F]:
 
 
 def warn_stopped(message: str) -> None:
-    """Emit the one warning of a stopped monitor, at the user's line (``core.warnings.warn``)."""
-    warn(message)
+    """Emit the one warning of a stopped monitor."""
+    warnings.warn(message, BertWatchWarning, stacklevel=4)

@@ -12,6 +12,7 @@ and turns the alerts off; training and the callback's measurements go on.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from bertwatch.callbacks import announce
 from bertwatch.core.alerts import ALERT_STATS, Alert, AlertSettings, active_alerts
 from bertwatch.core.verdict import Verdict, VerdictSettings, judge_run
-from bertwatch.core.warnings import BertWatchAlert, warn
+from bertwatch.core.warnings import BertWatchWarning, warn_alert
 
 __all__ = ["Alerting", "Judgement"]
 
@@ -85,9 +86,11 @@ class Alerting:
             if self.strict:
                 raise
             self.disabled = True
-            warn(
+            warnings.warn(
                 f"bertwatch: the stability alerts stopped after an error ({type(err).__name__}: {err}); training "
-                "and the other measurements continue."
+                "and the other measurements continue.",
+                BertWatchWarning,
+                stacklevel=4,
             )
 
     def judge(self, history: Sequence[tuple[int, dict[str, np.ndarray]]], resumed: bool) -> Judgement | None:
@@ -153,7 +156,7 @@ class Alerting:
         if lines[-1] == announce.STOPPING and len(lines) > 1:
             lines = [*lines[:-2], f"{lines[-2]}; {lines[-1]}"]
         for line in lines:
-            warn(f"bertwatch: {line}", BertWatchAlert)
+            warn_alert(f"bertwatch: {line}", stacklevel=3)  # the line that acted on the alerts
 
     def _stop(self, step: int, reason: str, control: Any) -> None:
         """Ask the Trainer to save a checkpoint and stop (once), and keep the step and the reason."""
@@ -168,8 +171,10 @@ class Alerting:
             return
         self._reference_noted = True
         if reference_step != 0 or resumed:
-            warn(
+            warnings.warn(
                 f"bertwatch: the stability alerts compare each head with its value at step {reference_step}, the "
                 "first step measured in this run, not with the model before fine-tuning (measure at step 0, the "
-                "default, and start the run from step 0, for that reference)"
+                "default, and start the run from step 0, for that reference)",
+                BertWatchWarning,
+                stacklevel=5,
             )

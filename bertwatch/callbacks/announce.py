@@ -9,6 +9,7 @@ environment variable ``BERTWATCH_QUIET=1`` silences it. The arithmetic of the co
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -266,16 +267,16 @@ def forecast_line(start_s: float, step_s: float, steps: int, cost: CostForecast,
 
     Example:
         >>> cost = CostForecast(wall_s=220.0, events_s=16.0, between_s=4.0, between=2)
-        >>> forecast_line(6.0, 1.0, 200, cost, Pinned(True, (100, 200), True, None, 200), 0.02)
-        'measuring step 0 took 6.0 s; at 1.0 s a step the run\'s 200 steps take about 4 min and bertwatch about 9% of \
-that: 7% for step 0, the 2 evaluations and the end, 2% for about 2 measurements between them'
+        >>> print(forecast_line(6.0, 1.0, 200, cost, Pinned(True, (100, 150), True, None, 200), 0.02))
+        setting up and measuring step 0 took 6.0 s; at 1 s a step the run's 200 steps take about 4 min and bertwatch
+        about 9% of that: 7% for step 0, the 2 evaluations and the end, 2% for about 2 measurements between them
     """
     shares = cost.shares()
     what = (_listed(pinned.events(counted=True)), _between_words(pinned, exact=False))
     split = _split(shares, cost.between, what, " of that", 1 if shares[0] < 0.02 else 0)
     over = _over_budget(shares[0], budget, pinned, cost.between, "is")
     return (
-        f"measuring step 0 took {start_s:.1f} s; at {step_s:.2g} s a step the run's {_plural(steps, 'step')} take "
+        f"setting up and measuring step 0 took {start_s:.1f} s; at {step_s:.2g} s a step the run's {_plural(steps, 'step')} take "
         f"about {_duration(cost.wall_s)} and bertwatch about {split}{over}"
     )
 
@@ -309,8 +310,10 @@ class RunSummary:
         verdict: str | None = None,
     ):
         """From a callback's ``history`` (``(step, grids)`` in order), its alert count, its ``ProbePacing``, the
-        events it measured and its last verdict in words."""
+        events it planned (``pinned``; those it measured are taken from the pacing) and its last verdict in words."""
         grids = history[-1][1] if history else {}
+        measured = pacing.measured("evaluation"), bool(pacing.measured("end"))
+        pinned = dataclasses.replace(pinned, evaluations=measured[0], at_end=measured[1])
         events, between, count = pacing.spent()
         wall = pacing.meter.wall()
         shares = tuple(x / wall if wall > 0 else 0.0 for x in (events + between, events, between))
@@ -383,9 +386,9 @@ def alert_lines(alerts: Sequence[Alert], reference_step: int) -> list[str]:
     Example:
         >>> a = [Alert(5, 9, "logit_growth", "max_logit", 10, 10, 41.0, 5.0, 15.0),
         ...      Alert(4, 11, "logit_growth", "max_logit", 10, 10, 20.0, 5.0, 15.0)]
-        >>> alert_lines(a, 0)
-        ['2 heads in alert since step 10: logit growth on L5 H9, L4 H11 (L5 H9: largest attention logit 41, from 5 \
-at step 0)']
+        >>> print(*alert_lines(a, 0))
+        2 heads in alert since step 10: logit growth on L5 H9, L4 H11 (L5 H9: largest attention logit 41, from 5 at
+        step 0)
     """
     groups: dict[tuple[str, int], list[Alert]] = {}
     for alert in alerts:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from bertwatch.callbacks.publisher import NamedValues
-from bertwatch.core.budget import OverheadMeter, ProbeReason
+from bertwatch.core.budget import CostForecast, OverheadMeter, ProbeReason, forecast
 
 __all__ = ["MapsCadence", "ProbePacing", "ProbeReason"]
 
@@ -126,13 +126,17 @@ class ProbePacing:
         between = [r.step for r in self.log if r.step not in self._events]
         return events, self.meter.own - events, len(between)
 
-    def start_cost(self) -> float:
-        """bertwatch's seconds on the setup and the first step's measurement."""
-        return self._spent.get(_SETUP, 0.0) + self.cost_of(self.meter.first_step)
-
-    def cost_of(self, step: int | None) -> float:
-        """bertwatch's seconds on ``step`` (its measurement, judging and writing; 0 when not measured)."""
-        return self._spent.get(step, 0.0) if step is not None else 0.0
+    def forecast(self, step: int, events: tuple[int, ...], last: int) -> tuple[float, float, int, CostForecast]:
+        """``(start_s, step_s, steps, cost)`` with ``step`` steps done: bertwatch's seconds on the setup and the first
+        step's measurement, the mean training step so far, the run's steps to ``last`` and what they will cost
+        (``core.budget.forecast``: each measurement costing what the last did, its judging and writing included;
+        one at each of the ``events``' steps, the evaluations and the end)."""
+        meter = self.meter
+        start_s, step_s = self._spent.get(_SETUP, 0.0) + self._spent.get(meter.first_step, 0.0), meter.step_time(step)
+        pass_s = self._spent.get(meter.last_step, 0.0)
+        after = tuple(s for s in events if s > meter.first_step)
+        cost = forecast((meter.first_step, last), step_s, pass_s, start_s, after, self.every_n_steps, meter.budget)
+        return start_s, step_s, last - meter.first_step, cost
 
     def measured(self, event: str) -> tuple[int, ...]:
         """The measured steps an ``event`` (``"start"``, ``"evaluation"``, ``"end"``) was due at (the first event

@@ -8,6 +8,7 @@ misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
-from bertwatch.callbacks._safe import SetupError, contained, strict_from_environment, warn_stopped
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
@@ -25,8 +26,6 @@ from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
 from bertwatch.callbacks.word_classes import prepare_word_classes
-from bertwatch.core.budget import forecast
-from bertwatch.core.warnings import warn
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
 from bertwatch.heads.norms import NORM_NAMES
 from bertwatch.heads.outliers import OUTLIER_NAMES
@@ -97,9 +96,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
         self._forecast_at: int | None = None  # the step after which the cost line is printed
         self._pinned: announce.Pinned | None = None  # what this run measures whatever it costs, for the cost lines
-        #: How the lines and warnings name this callback: its class, or "bertwatch" when ``bertwatch.watch`` (or
-        #: ``bertwatch run``) made it.
-        self.shown_name = type(self).__name__
+        self.shown_name = type(self).__name__  # how messages name it ("bertwatch" when bertwatch.watch made it)
         # the stability alerts and the run verdict (callbacks.alerting)
         self.alerting = Alerting(s.on_alert, s.alerts, self.strict, s.verdict)
 
@@ -186,9 +183,9 @@ class WatchCallback(NotATracker, TrainerCallback):
         context = None if self.disabled or self.watched is None else self.watched.context
         self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
         self.alerting.speaks = self._speaks
-        at_start = self.pacing.pinned.at_start
-        evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
-        self._pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
+        on = self.pacing.pinned
+        evaluations = evaluation_steps(args, state) if on.on_evaluate else ()
+        self._pinned = announce.Pinned(on.at_start, evaluations, on.at_end, self.every_n_steps, last)
         if self._speaks:
             budget = self.pacing.meter.budget
             verdict = bool(set(GRADIENT_NAMES) & self.stat_names)
@@ -196,8 +193,8 @@ class WatchCallback(NotATracker, TrainerCallback):
             lines = announce.start_lines(plan)
             lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
             announce.say(lines + self._more_lines(context))
-            first = int(state.global_step)
-            self._forecast_at = first + min(5, max(1, (last - first) // 10)) if last > first + 1 else None
+            steps = last - int(state.global_step)  # the cost line comes after 5 steps, or a tenth of a short run
+            self._forecast_at = int(state.global_step) + min(5, max(1, steps // 10)) if steps > 1 else None
 
     def _more_lines(self, context: ProbeContext) -> list[str]:
         """Start lines of this callback's own: the size of a large drift reference (BertWatchCallback: also the maps
@@ -226,17 +223,21 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._check_setup(args, state, probe, context)
         self._index = self.watched.add(self._member(names, probe))
         if self.log_to_trackers and not context.bound and reported_trackers(args):
-            warn(
+            warnings.warn(
                 f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
                 "attached with bertwatch.watch(trainer) (or bertwatch run); from callbacks=[...] they go to "
-                "TensorBoard only"
+                "TensorBoard only",
+                BertWatchWarning,
+                stacklevel=3,
             )
         if getattr(args, "fp16", False) and set(GRADIENT_NAMES) & names:
-            warn(
+            warnings.warn(
                 "bertwatch: with fp16 the gradient statistics are measured under float16 autocast without the "
                 "Trainer's loss scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller "
                 "gives layer gradient norms of 0 on MiniLM), so the verdict can read an underflow as a vanished "
-                "gradient (docs/statistics.md, run health); bf16 has no such floor"
+                "gradient (docs/statistics.md, run health); bf16 has no such floor",
+                BertWatchWarning,
+                stacklevel=3,
             )
 
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
@@ -307,21 +308,12 @@ class WatchCallback(NotATracker, TrainerCallback):
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._drive("begin", state, control)
-        step = int(state.global_step)
-        if self._forecast_at is not None and step >= self._forecast_at and self.pacing.meter.last_cost is not None:
-            self._forecast_at, start = None, self.pacing.clock()
-            announce.say([self._forecast_line(step)])
+        due = self._forecast_at is not None and state.global_step >= self._forecast_at
+        if due and self.pacing.meter.last_cost is not None:
+            self._forecast_at, start = None, self.pacing.clock()  # what the run will cost, at the pace so far
+            expected = self.pacing.forecast(int(state.global_step), self._pinned.steps(), self._pinned.max_steps)
+            announce.say([announce.forecast_line(*expected, self._pinned, self.pacing.meter.budget)])
             self.pacing.charge(self.pacing.clock() - start)
-
-    def _forecast_line(self, step: int) -> str:
-        """What the run will cost at the pace of its steps so far (``core.budget.forecast``), in words."""
-        meter, pinned = self.pacing.meter, self._pinned
-        first, last = meter.first_step, pinned.max_steps
-        start_s, step_s = self.pacing.start_cost(), meter.step_time(step)
-        pass_s = self.pacing.cost_of(meter.last_step)  # the last measurement, its judging and writing included
-        events = tuple(s for s in pinned.steps() if s > first)
-        cost = forecast((first, last), step_s, pass_s, start_s, events, self.every_n_steps, meter.budget)
-        return announce.forecast_line(start_s, step_s, last - first, cost, pinned, meter.budget)
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -347,11 +339,7 @@ class WatchCallback(NotATracker, TrainerCallback):
             if self._speaks and not self.disabled:
                 alerts, hint = len(self.alerting.raised), self._report_hint(args)
                 verdict = self.alerting.verdict.describe() if self.alerting.verdict is not None else None
-                evaluations = self.pacing.measured("evaluation")
-                pinned = dataclasses.replace(
-                    self._pinned, evaluations=evaluations, at_end=bool(self.pacing.measured("end"))
-                )
-                summary = announce.RunSummary.of(self.history, alerts, self.pacing, pinned, hint, verdict)
+                summary = announce.RunSummary.of(self.history, alerts, self.pacing, self._pinned, hint, verdict)
                 announce.say(announce.end_lines(summary))
         finally:
             if self.watched is not None:

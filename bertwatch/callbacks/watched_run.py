@@ -20,6 +20,7 @@ changes the user's training: eval mode, restored RNG and attention implementatio
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -38,7 +39,7 @@ from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
 from bertwatch.core.alerts import ALERT_STATS, Alert
 from bertwatch.core.health_names import HEALTH_SERIES
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
-from bertwatch.core.warnings import warn
+from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.options.settings import ALL_STATS, ProbeSettings
@@ -149,7 +150,8 @@ def without_gradients(member: Member, problem: str) -> Member:
     if member.required or not member.stat_names - gradient:
         raise SetupError(f"{member.name}: {sorted(gradient)} cannot be measured: {problem}")
     who = "bertwatch" if member.name == "bertwatch" else f"bertwatch: {member.name}"
-    warn(f"{who} skips the gradient statistics ({', '.join(sorted(gradient))}): {problem}")
+    message = f"{who} skips the gradient statistics ({', '.join(sorted(gradient))}): {problem}"
+    warnings.warn(message, BertWatchWarning, stacklevel=4)
     return replace(member, stat_names=member.stat_names - gradient)
 
 

@@ -1,20 +1,16 @@
-"""The one warning category of bertwatch, torch-free so that every layer can raise it, and ``warn``, which points
-a warning at the user's own line.
+"""The one warning category of bertwatch, torch-free so that every layer can raise it.
 
-A stability alert or a failing verdict is printed as a ``bertwatch:`` line (``callbacks.announce``) and also
-warned as a ``BertWatchAlert``, a ``BertWatchWarning`` that is not shown unless a filter asks for it (as Python
-hides ``DeprecationWarning``): ``warnings.simplefilter("always", BertWatchAlert)`` shows them as warnings,
-``"error"`` raises them, ``warnings.catch_warnings(record=True)`` with ``"always"`` (or ``pytest.warns``)
-records them.
+A stability alert or a failing verdict is printed as a ``bertwatch:`` line (``callbacks.announce``), with no file
+prefix, and also warned as a ``BertWatchAlert``, a ``BertWatchWarning`` that is not shown unless a filter asks for
+it (as Python hides ``DeprecationWarning``), so it is not said twice: ``warnings.simplefilter("always",
+BertWatchAlert)`` shows them as warnings, ``"error"`` raises them, ``pytest.warns(BertWatchWarning)`` records them.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings as _warnings
+import warnings
 
-__all__ = ["BertWatchAlert", "BertWatchWarning", "cut_message", "warn"]
+__all__ = ["BertWatchAlert", "BertWatchWarning", "cut_message", "warn_alert"]
 
 
 class BertWatchWarning(UserWarning):
@@ -30,38 +26,26 @@ class BertWatchAlert(BertWatchWarning):
 #: The filter that hides a ``BertWatchAlert``, last in ``warnings.filters``: any filter of the user's comes first.
 _HIDDEN = ("ignore", None, BertWatchAlert, None, 0)
 
-#: The packages whose frames stand between a Trainer event and the user's code (``trainer.train()``).
-_CALLERS = ("bertwatch", "transformers", "accelerate", "torch")
 
-
-def _library_dirs() -> tuple[str, ...]:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = [os.path.dirname(os.path.abspath(m.__file__)) for n in _CALLERS[1:] if (m := sys.modules.get(n))]
-    return tuple(os.path.join(d, "") for d in (here, *found) if d)
-
-
-def warn(message: str, category: type[Warning] = BertWatchWarning) -> None:
-    """``warnings.warn(message, category)`` at the first frame outside bertwatch and the libraries that call it
-    (transformers, accelerate, torch): the user's ``trainer.train()`` line, whatever the depth of the call (the
-    outermost frame when every one is a library's). A ``BertWatchAlert`` is hidden by a filter placed last, so
-    that any filter of the user's decides first (placed here, not at import: ``warnings.catch_warnings`` and
-    ``resetwarnings`` drop filters added meanwhile).
+def warn_alert(message: str, stacklevel: int = 2) -> None:
+    """Warn ``message`` as a ``BertWatchAlert`` (``stacklevel`` as for ``warnings.warn``, from the caller), hidden
+    by a filter placed last, so that any filter of the user's decides first; placed at each call, not at import,
+    because ``warnings.catch_warnings`` and ``warnings.resetwarnings`` drop filters added meanwhile.
 
     Example:
-        >>> import warnings
         >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     warn("bertwatch: an example")
-        >>> str(caught[0].message), caught[0].filename.endswith("warnings.py")
-        ('bertwatch: an example', False)
+        ...     warn_alert("bertwatch: 1 head in alert since step 10: ...")
+        >>> caught
+        []
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always", BertWatchWarning)
+        ...     warn_alert("bertwatch: 1 head in alert since step 10: ...")
+        >>> caught[0].category.__name__
+        'BertWatchAlert'
     """
-    if issubclass(category, BertWatchAlert) and _HIDDEN not in _warnings.filters:  # again after a reset
-        _warnings.filterwarnings("ignore", category=BertWatchAlert, append=True)
-    libraries = _library_dirs()
-    frame, level = sys._getframe(1), 2
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(libraries):
-        frame, level = frame.f_back, level + 1
-    _warnings.warn(message, category, stacklevel=level)
+    if _HIDDEN not in warnings.filters:
+        warnings.filterwarnings("ignore", category=BertWatchAlert, append=True)
+    warnings.warn(message, BertWatchAlert, stacklevel=stacklevel + 1)
 
 
 def cut_message(count: int, total: int, what: str, length: int, limit: str, recorded: str, remedy: str) -> str:

@@ -116,7 +116,7 @@ def test_the_forecast_line_gives_the_run_length_and_the_share_split_between_even
     pinned = Pinned(True, (100, 150), True, None, 200)
     cost = CostForecast(wall_s=220.0, events_s=16.0, between_s=4.0, between=2)
     line = forecast_line(6.0, 1.0, 200, cost, pinned, 0.02)
-    assert line.startswith("measuring step 0 took 6.0 s; at 1 s a step the run's 200 steps take about 4 min")
+    assert line.startswith("setting up and measuring step 0 took 6.0 s; at 1 s a step the run's 200 steps take about 4 min")
     total, events, between = _shares(line)
     assert (total, events, between) == (9, 7, 2) and events + between == total
     assert "for step 0, the 2 evaluations and the end" in line and "for about 2 measurements between them" in line
@@ -227,7 +227,7 @@ def test_a_training_run_speaks_at_its_start_after_its_first_steps_and_at_its_end
     assert first.startswith("watching BertForSequenceClassification (2 layers x 4 heads): ")
     assert f"{len(callback.stat_names)} statistics on 6 probe examples from the eval set" in first
     assert "measured at step 0, every 3 steps, each evaluation and the end" in first
-    assert forecast.startswith("measuring step 0 took ") and "the run's 6 steps take about " in forecast
+    assert forecast.startswith("setting up and measuring step 0 took ") and "the run's 6 steps take about " in forecast
     assert "for step 0 and the 2 evaluations" in forecast  # evaluations at 3 and 6, the last step's the end's
     steps = [step for step, _ in callback.history]
     assert end.startswith(f"measured {len(steps)} steps ({steps[0]} to {steps[-1]}); 0 stability alerts; moved most: ")
