@@ -235,22 +235,20 @@ def percents(total: float, parts: Sequence[float], digits: int) -> tuple[str, li
     return f"{whole / 10**digits:.{digits}f}%", [f"{f / 10**digits:.{digits}f}%" for f in floors]
 
 
-def _split(shares: tuple[float, float, float], count: int, what: tuple[str, str], of: str, digits: int) -> str:
+def _split(shares: tuple[float, float, float], count: int, pinned: Pinned, of: str, digits: int) -> str:
     """``12.6% of the run: 10.7% for step 0, the evaluation and the end, 1.9% for 3 measurements between them``:
-    ``shares`` (all, the events', those between them), ``count`` the measurements between them, ``what`` (the events
-    in words, the measurements between them in words with ``{n}`` for their count), ``of`` (`` of the run``); when
-    none was between, ``all for`` the events."""
+    ``shares`` (all, the events', those between them), ``count`` the measurements between them, ``pinned`` the
+    events, ``of`` (`` of the run``; `` of that``: a forecast, whose count is "about"); when none was between,
+    ``all for`` the events."""
     shown, (for_events, for_between) = percents(shares[0], shares[1:], digits)
+    events = _listed(pinned.events(counted=True))
     if count == 0:
-        return f"{shown}{of}, all for {what[0]}"
-    return f"{shown}{of}: {for_events} for {what[0]}, {for_between} for {what[1].format(n=count)}"
-
-
-def _between_words(pinned: Pinned, exact: bool) -> str:
-    """The measurements between the events, in words, with ``{n}`` for their count."""
+        return f"{shown}{of}, all for {events}"
     if pinned.every_n_steps:
-        return f"the {{n}} measurements every {_plural(pinned.every_n_steps, 'step')}"
-    return "{n} measurements between them" if exact else "about {n} measurements between them"
+        between = f"the {_plural(count, 'measurement')} every {_plural(pinned.every_n_steps, 'step')}"
+    else:
+        between = f"{'about ' if of == ' of that' else ''}{_plural(count, 'measurement')} between them"
+    return f"{shown}{of}: {for_events} for {events}, {for_between} for {between}"
 
 
 def _over_budget(share: float, budget: float, pinned: Pinned, count: int, tense: str) -> str:
@@ -272,12 +270,11 @@ def forecast_line(start_s: float, step_s: float, steps: int, cost: CostForecast,
         about 9% of that: 7% for step 0, the 2 evaluations and the end, 2% for about 2 measurements between them
     """
     shares = cost.shares()
-    what = (_listed(pinned.events(counted=True)), _between_words(pinned, exact=False))
-    split = _split(shares, cost.between, what, " of that", 1 if shares[0] < 0.02 else 0)
+    split = _split(shares, cost.between, pinned, " of that", 1 if shares[0] < 0.02 else 0)
     over = _over_budget(shares[0], budget, pinned, cost.between, "is")
     return (
-        f"setting up and measuring step 0 took {start_s:.1f} s; at {step_s:.2g} s a step the run's {_plural(steps, 'step')} take "
-        f"about {_duration(cost.wall_s)} and bertwatch about {split}{over}"
+        f"setting up and measuring step 0 took {start_s:.1f} s; at {step_s:.2g} s a step the run's "
+        f"{_plural(steps, 'step')} take about {_duration(cost.wall_s)} and bertwatch about {split}{over}"
     )
 
 
@@ -351,10 +348,8 @@ def end_lines(summary: RunSummary) -> list[str]:
         parts.append(f"moved most: {', '.join(moved)}")
     elif moved is not None:
         parts.append("no head moved beyond float32 rounding")
-    pinned = summary.pinned
-    what = (_listed(pinned.events(counted=True)), _between_words(pinned, exact=True))
-    split = _split(summary.shares, summary.between, what, " of the run", 1)
-    over = _over_budget(summary.shares[0], summary.budget, pinned, summary.between, "was")
+    split = _split(summary.shares, summary.between, summary.pinned, " of the run", 1)
+    over = _over_budget(summary.shares[0], summary.budget, summary.pinned, summary.between, "was")
     verdict = [f"verdict: {summary.verdict}"] if summary.verdict else []
     return ["; ".join(parts), f"took {summary.own_seconds:.1f} s, {split}{over}", *verdict, f"report: {summary.report}"]
 

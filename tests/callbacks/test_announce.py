@@ -172,8 +172,8 @@ def test_the_end_lines_count_steps_and_alerts_and_split_the_cost() -> None:
     )
     fixed = end_lines(_summary((0, 5, 10, 20), 0, grids, shares=(0.1, 0.04, 0.06), between=3, every_n_steps=5))[1]
     assert fixed.endswith("4.0% for step 0, the evaluation and the end, 6.0% for the 3 measurements every 5 steps")
-    total, events, between = _shares(end_lines(_summary((0, 20), 0, grids, shares=(0.126, 0.1074, 0.0186)))[1])
-    assert (total, events, between) == (12.6, 10.7, 1.9)
+    rounded = end_lines(_summary((0, 20), 0, grids, shares=(0.126, 0.1074, 0.0186), between=1))[1]
+    assert _shares(rounded) == [12.6, 10.7, 1.9] and rounded.endswith(" 1.9% for 1 measurement between them")
 
 
 def test_the_end_lines_give_the_verdict_when_there_is_one() -> None:
