@@ -116,7 +116,9 @@ def test_the_forecast_line_gives_the_run_length_and_the_share_split_between_even
     pinned = Pinned(True, (100, 150), True, None, 200)
     cost = CostForecast(wall_s=220.0, events_s=16.0, between_s=4.0, between=2)
     line = forecast_line(6.0, 1.0, 200, cost, pinned, 0.02)
-    assert line.startswith("setting up and measuring step 0 took 6.0 s; at 1 s a step the run's 200 steps take about 4 min")
+    assert line.startswith(
+        "setting up and measuring step 0 took 6.0 s; at 1 s a step the run's 200 steps take about 4 min"
+    )
     total, events, between = _shares(line)
     assert (total, events, between) == (9, 7, 2) and events + between == total
     assert "for step 0, the 2 evaluations and the end" in line and "for about 2 measurements between them" in line
@@ -255,6 +257,19 @@ def test_a_training_run_speaks_at_its_start_after_its_first_steps_and_at_its_end
     _, mux, _ = make_wsgi_app(command[2])
     tags = mux.Runs()[os.path.relpath(run_dir, command[2])]["tensors"]
     assert "bertwatch/heads/cls_mass" in tags or any(tag.startswith("bertwatch/") for tag in tags)
+
+
+def test_the_cost_lines_count_the_evaluations_the_trainer_makes(tmp_path, capsys) -> None:
+    callback = BertWatchCallback(num_probe_examples=4)
+    trainer = toy_trainer(tmp_path / "out", [], eval_strategy="steps", eval_steps=4, max_steps=6)
+    callback.set_trainer(trainer)
+    trainer.add_callback(callback)
+    trainer.train()
+    assert callback.pacing.measured("evaluation") == (4, 6)  # transformers evaluates at the last step too
+    lines = _lines(capsys.readouterr().err)
+    forecast = next(line for line in lines if line.startswith("setting up and measuring step 0 took"))
+    assert "for step 0 and the 2 evaluations" in forecast
+    assert "for step 0 and the 2 evaluations" in next(line for line in lines if line.startswith("took "))
 
 
 def test_quiet_and_the_environment_variable_silence_it(tmp_path, capsys, monkeypatch) -> None:

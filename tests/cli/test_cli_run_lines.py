@@ -60,7 +60,9 @@ def test_bertwatch_run_prints_the_start_and_end_lines_and_a_command_that_shows_t
     assert "8 probe examples from the eval set" in lines[0]
     assert lines[1].startswith("events go to out/runs/")
     assert lines[2].startswith("see them live: tensorboard --logdir out/runs ")
-    assert re.match(r"setting up and measuring step 0 took [0-9.]+ s; at [0-9.e-]+ s a step the run's 4 steps take about ", lines[3])
+    assert re.match(
+        r"setting up and measuring step 0 took [0-9.]+ s; at [0-9.e-]+ s a step the run's 4 steps take about ", lines[3]
+    )
     assert "for step 0 and the 2 evaluations" in lines[3]  # at steps 2 and 4, the last step's the end's
     assert re.match(r"measured 3 steps \(0 to 4\); \d+ stability alerts?; moved most: L\d H\d \(JS ", lines[-4])
     took = (
