@@ -96,8 +96,9 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
     path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     rows = load_glue(task, "train", opts.glue_dir)
-    train = _encode(tok, rows[: steps * BATCH], opts.max_length)
-    probe_rows = rows[steps * BATCH :][:PROBE]
+    used = min(steps * BATCH, len(rows) - PROBE)  # a small training set (MRPC, RTE) is trained on for epochs
+    train = _encode(tok, rows[:used], opts.max_length)
+    probe_rows = rows[used:][:PROBE]
     probe = _encode(tok, probe_rows, opts.max_length)
     dev_rows = load_glue(task, "dev", opts.glue_dir, limit=opts.dev_size)
     dev = _encode(tok, dev_rows, opts.max_length)
