@@ -172,10 +172,11 @@ class WatchSettings(Checked):
              help="measure every N steps (0: only at start, evaluations and end; default: as the budget allows)"),
     )  # fmt: skip
     overhead_budget: float = option(
-        DEFAULT_OVERHEAD_BUDGET, "bertwatch's share of wall time when every_n_steps is None",
+        DEFAULT_OVERHEAD_BUDGET, "the share of the training time bertwatch may take when every_n_steps is None",
         lambda name, value: check_budget(value),
         Flag(("--overhead-budget",), "float", metavar="SHARE",
-             help="bertwatch's share of wall time when --every-n-steps is not given (default 0.02)"),
+             help="the share of the training time bertwatch may take when --every-n-steps is not given "
+             "(default 0.02)"),
     )  # fmt: skip
     logging_dir: str | os.PathLike | None = option(
         None, "the TensorBoard run folder (default: the Trainer's)", path_or_none,
