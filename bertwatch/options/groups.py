@@ -171,11 +171,23 @@ class AblationOptions(Checked):
 
 @dataclass(frozen=True)
 class WordClassProbe:
-    """UD-annotated sentences for ``BertWatchCallback(word_classes=...)``.
+    """UD-annotated sentences whose word classes bertwatch measures attention to
+    (``WatchSettings(expert=ExpertOptions(word_classes=WordClassProbe(...)))``).
 
-    ``source`` is a CoNLL-U path or ``bertwatch.linguistics.syntax.Sentence`` objects (``read_conllu``,
-    ``parse_conllu``). The first ``num_sentences`` that fit in ``max_length`` word pieces (default: the callback's
-    ``probe_max_length``, capped by the model's positions) are used, ``batch_size`` per forward pass.
+    Args:
+        source: a CoNLL-U path, or ``bertwatch.linguistics.syntax.Sentence`` objects (``read_conllu``,
+            ``parse_conllu``).
+        num_sentences: how many sentences: the first that fit in ``max_length`` word pieces.
+        batch_size: sentences per forward pass.
+        max_length: the longest sentence used, in word pieces (None: ``ProbeOptions.max_length``, capped by the
+            model's positions).
+
+    Raises:
+        ValueError: a count below 1, or ``max_length`` below 3.
+
+    Example:
+        >>> WordClassProbe("en_ewt-ud-dev.conllu", num_sentences=64).num_sentences
+        64
     """
 
     source: str | os.PathLike | Sequence[Sentence]
