@@ -26,12 +26,10 @@ from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
 from bertwatch.callbacks.word_classes import prepare_word_classes
+from bertwatch.core.stat_names import DEFAULT_STATS
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads.norms import NORM_NAMES
-from bertwatch.heads.outliers import OUTLIER_NAMES
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.stability import STABILITY_NAMES
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.options.groups import word_class_option
 from bertwatch.options.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 
@@ -433,7 +431,7 @@ class BertWatchCallback(WatchCallback):
         TypeError: BertWatchCallback: unknown option 'num_mapz' (did you mean 'num_maps'?); valid: ...
     """
 
-    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
+    default_stats = DEFAULT_STATS
     options = WatchSettings.names()
 
     def __init__(

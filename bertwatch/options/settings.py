@@ -162,8 +162,7 @@ class WatchSettings(Checked):
         None, "statistics to measure (default: the callback's own; `bertwatch stats` lists them all)",
         check_stats(ALL_STATS),
         Flag(("--stats",), "names", metavar="A,B",
-             help="statistics to measure, comma-separated (default: all but the opt-in ones; `bertwatch stats` "
-             "lists them)"),
+             help="statistics to measure, comma-separated (default: those `bertwatch stats` marks with *)"),
     )  # fmt: skip
     every_n_steps: int | None = option(
         None, "measure every N optimiser steps (0: only at start, evaluations and end; None: as often as the "

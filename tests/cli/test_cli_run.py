@@ -306,11 +306,15 @@ def test_bertwatch_stats_lists_every_statistic_by_family_with_its_definition(cap
     assert main(["stats"]) == 0
     out = capsys.readouterr().out
     assert set(ALL_STATS) <= set(DEFINITIONS) and all(DEFINITIONS[n].strip() for n in DEFINITIONS)
-    blocks = out.strip().split("\n\n")
+    legend, *blocks = out.strip().split("\n\n")
+    assert legend.startswith("* measured by default")
     assert [b.splitlines()[0].split(" (measured")[0] for b in blocks] == [title for title, _ in STAT_GROUPS]
+    default = set(BertWatchCallback.default_stats)  # what a callback without stats= measures
     for block, (_, names) in zip(blocks, STAT_GROUPS, strict=True):
-        rows = [line.split(None, 1) for line in block.splitlines()[1:]]
-        assert rows == [[n, DEFINITIONS[n]] for n in names]
+        rows = [(line[:2], *line[2:].split(None, 1)) for line in block.splitlines()[1:]]
+        assert rows == [("* " if n in default else "  ", n, DEFINITIONS[n]) for n in names]
+    marked = {line.split()[1] for line in out.splitlines()[1:] if line.startswith("* ")}
+    assert marked == default and "mixing_ratio" not in marked and "head_attribution_ig" not in marked
     assert "Word classes (UD share) (measured with --word-classes, not --stats)" in out
     assert "Special tokens\n" in out and "--stats" not in blocks[0]
 
