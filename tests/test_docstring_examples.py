@@ -41,6 +41,7 @@ RUN = (
     "bertwatch.heads.capture",
     "bertwatch.heads.layout",
     "bertwatch.heads.length_groups",
+    "bertwatch.heads.loading",
     "bertwatch.heads.logits",
     "bertwatch.heads.stability",
     "bertwatch.heads.stats",

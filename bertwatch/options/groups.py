@@ -13,7 +13,7 @@ from typing import Any
 
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.core.modes import MODES, check_mode
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, model_source
 from bertwatch.linguistics.syntax import Sentence
 from bertwatch.options.checks import (
     Checked,
@@ -43,8 +43,10 @@ def _on_by_default(help_text: str, flag: str, off_help: str) -> Any:
 
 
 def _reference(name: str, value: Any) -> Any:
-    """None, a saved model's folder (a path) or a model object."""
-    if isinstance(value, (str, os.PathLike)):
+    """None, a saved model's folder (a path; ``"minilm"``: the packaged model's folder) or a model object."""
+    if isinstance(value, str) and path_or_none(name, value):
+        return model_source(value)
+    if isinstance(value, os.PathLike):
         return path_or_none(name, value)
     if value is None or callable(value):
         return value
@@ -62,8 +64,8 @@ class ProbeOptions(Checked):
             model's maximum).
         tokenizer: tokenize the probe texts with this instead of the Trainer's.
         data_collator: collate the probe set with this instead of the Trainer's.
-        reference_model: measure drift from this model (or its folder) instead of from the model before its first
-            step.
+        reference_model: measure drift from this model (a model, a folder, a Hub name or ``"minilm"``) instead of
+            from the model before its first step.
         cache_reference: save the starting model's attention in ``<output_dir>/bertwatch/reference.pt``, so that a
             resumed run measures drift from the same start.
         compat_length: compute ``drift_cosine`` on attention maps padded to this many tokens, to reproduce
@@ -95,7 +97,8 @@ class ProbeOptions(Checked):
         None, "collate the probe set with this instead of the Trainer's", callable_or_none("a collator function")
     )
     reference_model: Any = option(
-        None, "measure drift from this model (or its folder) instead of from the model before its first step",
+        None, "measure drift from this model (a folder, a Hub name or 'minilm') instead of from the model before its "
+        "first step",
         _reference, Flag(("--reference-model",), "str", metavar="PATH"),
     )  # fmt: skip
     cache_reference: bool = _on_by_default(
@@ -253,15 +256,19 @@ class ExpertOptions(Checked):
     """
 
     integrated_gradients: bool = option(
-        False, "also measure each head's integrated-gradients attribution (head_attribution_ig; needs captum, "
-        "slower)", switch(), Flag(("--integrated-gradients",), "true"),
+        False,
+        "also measure each head's integrated-gradients attribution (head_attribution_ig; needs captum, slower)",
+        switch(),
+        Flag(("--integrated-gradients",), "true"),
     )
     ig_steps: int = option(
         20, "steps along the integrated-gradients path (more: closer to exact, slower)", whole(1),
         Flag(("--ig-steps",), "int"),
     )  # fmt: skip
     normalize_importance: bool = option(
-        False, "scale head_importance so that each layer's heads have unit L2 norm (as Michel et al. did)", switch(),
+        False,
+        "scale head_importance so that each layer's heads have unit L2 norm (as Michel et al. did)",
+        switch(),
         Flag(("--normalize-importance",), "true"),
     )
     word_classes: Any = option(
@@ -273,7 +280,9 @@ class ExpertOptions(Checked):
              "subjects, objects...) of this treebank's sentences, e.g. UD English-EWT dev"),
     )  # fmt: skip
     head_clusters: bool = option(
-        False, "at every measured step, log how alike the heads' attention is (the plugin's Clusters view)", switch(),
+        False,
+        "at every measured step, log how alike the heads' attention is (the plugin's Clusters view)",
+        switch(),
         Flag(("--head-clusters",), "true"),
     )
     cluster_examples: int = option(
