@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -183,9 +183,6 @@ class Alert:
     value: float
     reference: float
     threshold: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     def describe(self) -> str:
         """One line for a warning: which head (or layer), which rule, since when, the value against its reference."""

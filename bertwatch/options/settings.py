@@ -239,11 +239,6 @@ class WatchSettings(Checked):
         """Every top-level option name, in declaration order."""
         return tuple(f.name for f in dataclasses.fields(cls))
 
-    @classmethod
-    def from_kwargs(cls, **options: Any) -> WatchSettings:
-        """The defaults with ``options`` set; an unknown name is a ``TypeError`` that suggests the closest."""
-        return cls()._replaced(options, stacklevel=3)
-
     def replace(self, **options: Any) -> WatchSettings:
         """A copy with ``options`` changed (checked as the constructor checks them; unknown names refused)."""
         return self._replaced(options, stacklevel=3)

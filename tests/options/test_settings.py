@@ -75,7 +75,7 @@ def test_every_old_flat_name_still_works_and_warns_with_the_new_spelling(tmp_pat
     for old, value in OLD_SAMPLES.items():
         group, field = OLD_NAMES[old].split(".")
         cls = next(c for g, c, _ in GROUPS if g == group)
-        for build in (WatchSettings, WatchSettings.from_kwargs, BertWatchCallback, watched):
+        for build in (WatchSettings, WatchSettings().replace, BertWatchCallback, watched):
             with pytest.warns(FutureWarning, match=rf"^{old}= is deprecated: use {group}={cls.__name__}\({field}="):
                 made = build(**{old: value})
             settings = made if isinstance(made, WatchSettings) else made.settings
@@ -123,7 +123,7 @@ def test_strict_is_no_option_any_more() -> None:
 @pytest.mark.fast
 def test_unknown_names_are_refused_with_the_closest_and_the_valid_ones() -> None:
     with pytest.raises(TypeError, match=r"unknown option 'num_mapz' \(did you mean 'num_maps'\?\); valid: probe_texts"):
-        WatchSettings.from_kwargs(num_mapz=2)
+        WatchSettings().replace(num_mapz=2)
     with pytest.raises(TypeError, match=r"'probe_max_lenght' \(did you mean 'probe_max_length', now "
                                         r"probing=ProbeOptions\(max_length=\.\.\.\)\?\)"):  # fmt: skip
         WatchSettings().replace(probe_max_lenght=64)
