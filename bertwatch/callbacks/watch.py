@@ -17,7 +17,7 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, raising_errors, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
@@ -82,7 +82,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
         pinned = Pinned(s.probing.at_start, s.probing.on_evaluate, s.probing.at_end)
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
-        self.strict = strict_from_environment()  # re-raise errors instead of containing them
+        self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
         self.log_to_trackers = s.expert.log_to_trackers
         self.probe_settings = s.probe()
         self.disabled = False

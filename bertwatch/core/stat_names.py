@@ -116,7 +116,9 @@ ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY
 #: The statistics ``BertWatchCallback`` (``watch()``, ``bertwatch run``) measures when ``stats=`` is not given: every
 #: one but the context-mixing measures and integrated gradients, which cost a pass each (``bertwatch stats`` marks
 #: them).
-DEFAULT_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
+DEFAULT_STATS: tuple[str, ...] = (
+    STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
+)
 
 #: Statistics that are shares of a row's attention, so always in [0, 1] (the frontend's scale is then [0, 1]).
 PROPORTION_NAMES: tuple[str, ...] = STAT_NAMES[:8] + NORM_NAMES + MIXING_NAMES

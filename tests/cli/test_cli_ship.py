@@ -56,7 +56,19 @@ def test_ship_prunes_from_an_ablation_output(inputs, tmp_path: Path, capsys) -> 
     importance = np.arange(8, dtype=float).reshape(2, 4)[::-1].tolist()  # layer 1 least important
     (ablation / "ablation.json").write_text(json.dumps({"importance": importance}))
     out = tmp_path / "out"
-    argv = ["ship", "--model", str(ckpt), "--data", str(data), "--out", str(out), "--limit", "20", "--attribution-examples", "0"]
+    argv = [
+        "ship",
+        "--model",
+        str(ckpt),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--limit",
+        "20",
+        "--attribution-examples",
+        "0",
+    ]
     assert main([*argv, "--prune-from", str(ablation), "--fraction", "0.5", *FAST]) == 0
     printed = capsys.readouterr().out
     assert "as fp32, int8, pruned, pruned+int8 (4 heads removed)" in printed and "export check, pruned" in printed

@@ -30,6 +30,7 @@ from bertwatch.options.settings import (
     check_options,
     option_specs,
 )
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,9 +113,12 @@ def test_strict_is_no_option_any_more() -> None:
     with pytest.warns(FutureWarning, match="offload_stats= is deprecated and ignored: the statistics run on the"):
         BertWatchCallback(offload_stats=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BERTWATCH_STRICT", "1")
-        strict = EntropyCallback()
-    assert strict.strict and strict.alerting.strict and not EntropyCallback().strict
+        patch.setenv("BERTWATCH_STRICT", "1")  # the environment switch of earlier versions: read no more
+        assert not EntropyCallback().strict
+    made = strict(EntropyCallback)  # the tests' switch, around building the callback
+    assert made.strict and made.alerting.strict and not EntropyCallback().strict
+    with_sweep = strict(BertWatchCallback, ablate_on_end=True)
+    assert with_sweep.strict and with_sweep.ablation.strict
 
 
 # ------------------------------------------------------------------------------------------------ names
