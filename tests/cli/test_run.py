@@ -1,6 +1,6 @@
-"""``bertwatch run``: its options are generated from ``WatchSettings`` (the front group first, in the user's words),
-and ``bertwatch stats`` lists the statistics they name. An unchanged training script (it never imports bertwatch) run through ``python -m bertwatch
-run`` in a subprocess trains the same weights, gets bertwatch's event file, and keeps its argv, output and exit
+"""``bertwatch run``: its options are generated from ``WatchSettings`` (the front options in ``--help``, every one in
+``--help-all``, in the user's words). An unchanged training script (it never imports bertwatch) run through
+``python -m bertwatch run`` in a subprocess trains the same weights, gets bertwatch's event file, and keeps its argv, output and exit
 status; the script's own exception is reported as Python would."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from bertwatch.callbacks import BertWatchCallback
 from bertwatch.cli import main
 from bertwatch.cli.run import run_parser, settings_from_options
-from bertwatch.core.stat_names import ALL_STATS, DEFINITIONS, STAT_GROUPS
 from bertwatch.options.settings import GROUPS, ExpertOptions, ProbeOptions, WatchSettings, option_specs
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 
@@ -299,40 +298,6 @@ def test_run_help_all_shows_every_flag_with_its_help_from_the_settings(capsys, m
     assert "(default 0.333)" in flat  # the verdict's lower_share, 1/3, shown as a person writes it
     for word in ("tau", "QK", "MDS", "budgeted"):  # words of the code, not of a user
         assert word not in text, word
-
-
-@pytest.mark.fast
-def test_bertwatch_stats_lists_every_statistic_by_family_with_its_definition(capsys) -> None:
-    assert main(["stats"]) == 0
-    out = capsys.readouterr().out
-    assert set(ALL_STATS) <= set(DEFINITIONS) and all(DEFINITIONS[n].strip() for n in DEFINITIONS)
-    legend, *blocks = out.strip().split("\n\n")
-    assert legend.startswith("* measured by default")
-    assert [b.splitlines()[0].split(" (measured")[0] for b in blocks] == [title for title, _ in STAT_GROUPS]
-    default = set(BertWatchCallback.default_stats)  # what a callback without stats= measures
-    for block, (_, names) in zip(blocks, STAT_GROUPS, strict=True):
-        rows = [(line[:2], *line[2:].split(None, 1)) for line in block.splitlines()[1:]]
-        assert rows == [("* " if n in default else "  ", n, DEFINITIONS[n]) for n in names]
-    marked = {line.split()[1] for line in out.splitlines()[1:] if line.startswith("* ")}
-    assert marked == default and "mixing_ratio" not in marked and "head_attribution_ig" not in marked
-    assert "Word classes (UD share) (measured with --word-classes, not --stats)" in out
-    assert "Special tokens\n" in out and "--stats" not in blocks[0]
-
-
-@pytest.mark.fast
-def test_bertwatch_stats_into_a_reader_that_stops_early_ends_quietly() -> None:
-    """``bertwatch stats | head -1``: the reader closes the pipe (here before a word is written); no traceback,
-    exit 0."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    read, write = os.pipe()
-    os.close(read)
-    with subprocess.Popen(
-        [sys.executable, "-m", "bertwatch", "stats"], stdout=write, stderr=subprocess.PIPE, env=env, cwd=ROOT
-    ) as proc:
-        os.close(write)
-        stderr = proc.stderr.read().decode()
-        code = proc.wait(timeout=60)
-    assert code == 0 and "Traceback" not in stderr, stderr
 
 
 @pytest.mark.fast
