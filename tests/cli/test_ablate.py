@@ -15,6 +15,7 @@ import transformers as T
 from bertwatch.cli import ablate as CLI
 from bertwatch.data.files import read_lines
 from tests.support.models import bert_with_head
+from tests.support.task_cases import CONLL_SAMPLE
 from tests.support.tb_helpers import make_wsgi_app
 from tests.support.tiny_trainer import WORDS, tiny_tokenizer
 from tests.support.tolerance import assert_float32_close, pearson_scale
@@ -188,19 +189,6 @@ def test_cli_sequence_classification_and_regression_from_files(tmp_path: Path, c
 TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 
 
-CONLL = """-DOCSTART- -X- -X- O
-
-the DT B-NP O
-movie NN I-NP B-PER
-was VBD B-VP I-PER
-good JJ B-ADJP O
-
-a DT B-NP B-LOC
-film NN I-NP I-LOC
-.  . O O
-"""
-
-
 def _checkpoint_at_default_scale(path: Path, cls, **extra) -> Path:
     tokenizer = tiny_tokenizer()
     model = bert_with_head(cls, tokenizer, **extra)
@@ -216,7 +204,7 @@ def test_cli_token_classification_from_a_conll_file(tmp_path: Path, capsys) -> N
         id2label=dict(enumerate(TAGS)),
         label2id={t: i for i, t in enumerate(TAGS)},
     )
-    (tmp_path / "dev.conll").write_text(CONLL * 3)
+    (tmp_path / "dev.conll").write_text(CONLL_SAMPLE * 3)
     out = tmp_path / "out"
     args = ["--model", str(ckpt), "--data", str(tmp_path / "dev.conll"), "--out", str(out), "--resamples", "30"]
     assert CLI.cli_ablate(["--task", "ner", *args, "--quiet", "--no-prune"]) == 0

@@ -16,6 +16,7 @@ from bertwatch.data.files import (
     read_multiple_choice,
     read_squad,
 )
+from tests.support.task_cases import CONLL_SAMPLE
 
 LABELS = ("sports", "finance", "weather")
 
@@ -130,22 +131,9 @@ def test_read_labelled_texts_and_lines(tmp_path: Path) -> None:
         read_lines(text)
 
 
-CONLL = """-DOCSTART- -X- -X- O
-
-the DT B-NP O
-movie NN I-NP B-PER
-was VBD B-VP I-PER
-good JJ B-ADJP O
-
-a DT B-NP B-LOC
-film NN I-NP I-LOC
-.  . O O
-"""
-
-
 @pytest.mark.fast
 def test_read_conll_and_squad(tmp_path: Path) -> None:
-    (tmp_path / "a.conll").write_text(CONLL)
+    (tmp_path / "a.conll").write_text(CONLL_SAMPLE)
     rows = read_conll(tmp_path / "a.conll")
     assert rows == [
         {"tokens": ["the", "movie", "was", "good"], "tags": ["O", "B-PER", "I-PER", "O"]},
