@@ -55,7 +55,7 @@ def _more_options() -> str:
     """The short help's last line: how many options ``--help-all`` adds, in which groups."""
     from bertwatch.options.settings import GROUPS, option_specs
 
-    hidden = sum(len(f.names) > 0 for s in option_specs() if s.group is not None for f in s.flags)
+    hidden = sum(len(s.flags) for s in option_specs() if s.group is not None)
     titles = ", ".join(title for _, _, title in GROUPS)
     return f"{hidden} more options ({titles}): bertwatch run --help-all"
 
