@@ -99,7 +99,6 @@ def _layer_modules(model: nn.Module, part: str, what: str) -> list[nn.Module]:
     if len(found) != num_layers:
         raise UnsupportedModelError(f"found {len(found)} attention {part} modules for {num_layers} layers")
     return found
-    return found
 
 
 def output_projections(model: nn.Module) -> list[nn.Linear]:
