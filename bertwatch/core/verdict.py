@@ -50,11 +50,36 @@ Health = Mapping[str, float]
 
 @dataclass(frozen=True)
 class VerdictSettings:
-    """The verdict's thresholds (module doc; ``docs/callbacks.md`` justifies each default).
+    """The thresholds of the run verdict (the rules: module doc; ``docs/callbacks.md`` justifies each default), for
+    ``WatchSettings(verdict=...)``.
 
-    ``layer_gradients``: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
-    call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the gradient
-    pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rule is silent.
+    Args:
+        collapse_share: collapse: this share of the probe examples or more predicted as one class.
+        spread_fraction: collapse of a regression head: the spread (std) of its predictions down to this fraction
+            of step 0's or less.
+        vanish_fraction: vanishing gradient: every lower layer's gradient norm below this fraction of step 0's.
+        risk_fraction: gradient at risk: the lower layers' gradient norm below this fraction of step 0's.
+        lower_share: the lower layers, for the gradient rules: this share of the layers from the input side (at
+            least one).
+        stuck_fraction: stuck loss: the probe loss still at least this fraction of the loss of always guessing the
+            label frequencies.
+        patience: measured steps in a row a collapse, with a vanishing gradient or a stuck loss, must hold before
+            the run is failing.
+        alerts_at_risk: the run is at risk once this many stability alerts are in force.
+        layer_gradients: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
+            call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the
+            gradient pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rule is silent.
+
+    Raises:
+        TypeError: ``layer_gradients`` not True or False.
+        ValueError: a fraction outside (0, 1], a count below 1, or ``vanish_fraction`` above ``risk_fraction``.
+
+    Example:
+        >>> VerdictSettings(patience=5).patience
+        5
+        >>> VerdictSettings(vanish_fraction=0.5)
+        Traceback (most recent call last):
+        ValueError: vanish_fraction must not exceed risk_fraction
     """
 
     collapse_share: float = 0.95
