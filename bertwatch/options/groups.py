@@ -284,12 +284,13 @@ ALERT_OPTIONS: dict[str, tuple[str, Flag]] = {
 _VERDICT_HELP = {
     "collapse_share": "collapse: at least this share of the probe examples predicted as one class",
     "spread_fraction": "collapse of a regression head: the predictions' std at most this fraction of step 0's",
-    "vanish_fraction": "vanishing (failing): every lower layer's gradient norm below this fraction of step 0's",
+    "vanish_fraction": "failing at once: collapsed and every lower layer's gradient norm below this fraction of step 0's",
     "risk_fraction": "at risk: the lower layers' gradient norm below this fraction of step 0's",
     "lower_share": "the lower layers: this share of the layers, the first ones (at least one)",
-    "stuck_fraction": "stuck: the probe loss at least this fraction of the best constant prediction's",
-    "patience": "probe steps in a row a collapse and a vanishing gradient or stuck loss hold before failing",
-    "alerts_at_risk": "at risk with at least this many stability alerts in force",
+    "stuck_fraction": "not learning: a loss's whole interval at this fraction of the constant prediction's or above",
+    "hold_share": "failing once a sign of not learning has held this share of the run's steps",
+    "confidence": "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)",
+    "alerts_at_risk": "at risk with at least this many stability alerts in force (unless the run clearly learns)",
 }
 #: ``VerdictSettings`` (``bertwatch.core.verdict``) holds the verdict's thresholds and checks them; here are the help
 #: and the flag of each: ``{field: (help, flag)}``, the flag ``--verdict-<field>`` (``layer_gradients``, on by
@@ -300,7 +301,7 @@ VERDICT_OPTIONS: dict[str, tuple[str, Flag]] = {
             help_text,
             Flag(
                 (f"--verdict-{name.replace('_', '-')}",),
-                *(("int",) if name in ("patience", "alerts_at_risk") else ("float", "X")),
+                *(("int",) if name == "alerts_at_risk" else ("float", "X")),
             ),
         )
         for name, help_text in _VERDICT_HELP.items()
