@@ -23,7 +23,7 @@ from statistics import NormalDist
 from bertwatch.core.evidence import Constant
 from bertwatch.core.health_names import LOSS_EXAMPLES, LOSS_MEAN, LOSS_STD, PREDICTED, PRIOR_LOSS
 
-__all__ = ["ACCURACY_KEYS", "Reading", "evaluation", "probe_loss", "training_loss", "wilson", "z_value"]
+__all__ = ["ACCURACY_KEYS", "Z95", "Reading", "evaluation", "probe_loss", "training_loss", "wilson", "z_value"]
 
 #: The ``eval_*`` names read as accuracy (compared with the majority class's share).
 ACCURACY_KEYS = ("eval_accuracy", "eval_acc")
@@ -48,6 +48,10 @@ class Reading:
 def z_value(confidence: float) -> float:
     """The two-sided normal quantile of ``confidence`` (1.96 at 0.95)."""
     return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+#: The normal quantile of a 95% interval, the readings' default.
+Z95 = z_value(0.95)
 
 
 def wilson(share: float, n: int, z: float) -> tuple[float, float]:
@@ -75,12 +79,14 @@ _LOSS_WORDS = {True: "below it", False: "not below it", None: "cannot tell"}
 
 
 def probe_loss(
-    health: Mapping[str, float], step: int = 0, z: float = 1.96, stuck_fraction: float = 0.95
+    health: Mapping[str, float], step: int = 0, z: float = Z95, stuck_fraction: float = 0.95
 ) -> Reading | None:
     """The probe loss against the constant prediction's (``prior_loss``): its mean ± ``z`` standard errors
     (std / √(n − 1), n the labelled probe examples); None where the head gives no prior loss or too few examples."""
     mean, std, prior = health.get(LOSS_MEAN), health.get(LOSS_STD), health.get(PRIOR_LOSS)
-    n = health.get(LOSS_EXAMPLES, health.get(PREDICTED, 0.0))
+    n = health.get(LOSS_EXAMPLES)
+    if not _finite(n):  # a record from before ``loss_examples``: the examples predicted (classification)
+        n = health.get(PREDICTED)
     if not (_finite(mean) and _finite(prior) and prior > 0 and _finite(std) and _finite(n) and n >= 2):
         return None
     half = z * std / math.sqrt(n - 1)
@@ -97,7 +103,7 @@ def evaluation(
     metrics: Mapping[str, float],
     constant: Constant | None,
     probe: Mapping[str, float] | None = None,
-    z: float = 1.96,
+    z: float = Z95,
     stuck_fraction: float = 0.95,
 ) -> Reading | None:
     """An evaluation against the constant prediction on the eval set: its accuracy (``ACCURACY_KEYS``) against
@@ -148,7 +154,7 @@ def training_loss(
     losses: Sequence[tuple[int, float]],
     since: int,
     constant: float | None,
-    z: float = 1.96,
+    z: float = Z95,
     stuck_fraction: float = 0.95,
     min_logs: int = 2,
 ) -> Reading | None:
