@@ -174,8 +174,13 @@ def _collapse_words(now: Health, reference: Health, ref_step: int) -> str:
     return f"the probe predictions nearly constant (std {spread:.3g} against {then:.3g} at step {ref_step})"
 
 
+def _span(steps: float, max_steps: int | None) -> str:
+    """A number of steps as a share of the run's: ``20% of training`` (``30 steps`` when its length is unknown)."""
+    return f"{steps / max_steps:.0%} of training" if max_steps else f"{steps:.0f} steps"
+
+
 def _share(steps: float, max_steps: int | None) -> str:
-    return f" ({steps / max_steps:.0%} of training)" if max_steps else ""
+    return f" ({_span(steps, max_steps)})" if max_steps else ""
 
 
 def _non_finite(e: Evidence) -> list[_Finding]:
@@ -234,32 +239,30 @@ def _probe_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | Non
 
 
 def _evaluation_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
-    """The newest evaluation against the constant prediction on the eval set; one no better than it since
-    ``hold`` steps, or at the end of training, fails the run."""
+    """The newest evaluation against the constant prediction on the eval set: learning, or at risk; failing when
+    it has been no better than the constant prediction since ``hold`` steps, or when training has ended and it
+    cannot show the run better than it (the definition of a failed run)."""
     probes = dict(e.probes)
-    readings = [
-        evaluation(step, m, e.eval_constant, probes.get(step), z, s.stuck_fraction) for step, m in e.evaluations
-    ]
+    readings = [evaluation(at, m, e.eval_constant, probes.get(at), z, s.stuck_fraction) for at, m in e.evaluations]
     readings = [r for r in readings if r is not None]
     if not readings:
         return []
     newest = readings[-1]
     if newest.learning is True:
         return [_Finding("learning", "evaluation", newest.step, newest.text)]
-    if newest.learning is None:
-        return []
     since = newest.step
-    for r in reversed(readings[:-1]):
+    for r in reversed(readings[:-1] if newest.learning is False else []):
         if r.learning is not False:
             break
         since = r.step
-    at_end = e.max_steps is not None and newest.step >= e.max_steps
-    if at_end or (hold is not None and newest.step - since >= hold):
-        when = "at the end of training" if at_end and since == newest.step else f"since step {since}"
-        what = "predicting the majority class" if newest.source == "eval accuracy" else "the constant prediction"
-        text = f"{newest.text}: no better than {what} {when}"
-        return [_Finding("failing", "evaluation", since, text)]
-    return [_Finding("risk", "evaluation", newest.step, newest.text)]
+    what = "predicting the majority class" if newest.source == "eval accuracy" else "the constant prediction"
+    if e.max_steps is not None and newest.step >= e.max_steps:
+        return [_Finding("failing", "evaluation", since, f"{newest.text}: the run ends no better than {what}")]
+    if newest.learning is False and hold is not None and newest.step - since >= hold:
+        text = f"{newest.text}: no better than {what} since step {since}"
+        return [_Finding("failing", "evaluation", since, text + _share(newest.step - since, e.max_steps))]
+    words = "cannot tell it from" if newest.learning is None else "no better than"
+    return [_Finding("risk", "evaluation", newest.step, f"{newest.text}: {words} {what}")]
 
 
 def _loss_constant(e: Evidence) -> float | None:
@@ -288,7 +291,7 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     if peak is None:
         return []  # still warming up (or a constant rate): a loss at its start says nothing yet
     if hold is not None and peak <= since:
-        text = f"{reading.text} over the last {_share(hold, e.max_steps)[2:-1]}, the learning rate falling since step {peak}"
+        text = f"{reading.text} over the last {_span(hold, e.max_steps)}, the learning rate falling since step {peak}"
         return [_Finding("failing", "training loss", int(since), text)]
     return [
         _Finding("risk", "training loss", reading.step, f"{reading.text}, the learning rate falling since step {peak}")

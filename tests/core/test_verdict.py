@@ -105,20 +105,26 @@ def test_an_evaluation_at_the_majority_puts_a_run_at_risk_and_fails_it_once_it_h
     assert judge(e.until(20)).label == "at risk"  # one evaluation, 20% of training in
     verdict = judge(e.until(40))  # two, 20% of training apart
     assert verdict.label == "failing"
-    assert verdict.reasons[0].endswith("no better than predicting the majority class since step 20")
+    assert verdict.reasons[0].endswith("no better than predicting the majority class since step 20 (20% of training)")
     assert judge(e).label == "failing"
-    # an evaluation within its interval of the majority's: cannot tell, not at risk for it
+    # an evaluation within its interval of the majority's during training: at risk, and it says it cannot tell
     close = learning_run(accuracy=0.55)
-    assert judge(close).label == "healthy"
+    verdict = judge(close.until(80))
+    assert verdict.label == "at risk"
+    assert verdict.reasons[0].endswith(
+        "(95% interval 0.506 to 0.593): cannot tell it from predicting the majority class"
+    )
 
 
-def test_an_evaluation_at_the_majority_at_the_end_fails_the_run() -> None:
+def test_an_evaluation_not_above_the_majority_at_the_end_fails_the_run() -> None:
     e = learning_run()
     e.evaluations[-1][1]["eval_accuracy"] = 0.51
     verdict = judge(e)
     assert verdict.label == "failing"
     assert "0.013 below the majority's 0.523" in verdict.reasons[0]
-    assert verdict.reasons[0].endswith("at the end of training")
+    assert verdict.reasons[0].endswith("the run ends no better than predicting the majority class")
+    # at the end, an accuracy that cannot be told from the majority's is a failed run (Mosbach et al.'s definition)
+    assert judge(learning_run(accuracy=0.55)).label == "failing"
 
 
 def stalled_run(seed: int, steps: int = 150, noise: float = 0.04, level: float = LN2) -> Evidence:

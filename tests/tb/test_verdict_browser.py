@@ -69,7 +69,10 @@ def test_the_strip_gives_the_level_since_when_and_the_reasons(s, tmp_path) -> No
     for chart, lines in (("gradient", 2), ("share", 1), ("loss", 2)):
         assert len(s.frame.query_selector_all(f"#verdict-chart-{chart} .hline")) == lines
     loss_labels = s.frame.eval_on_selector_all("#verdict-chart-loss .hline-label", "els => els.map(e => e.textContent)")
-    assert loss_labels == ["learning: interval below 1", "not learning: interval above 0.95"]
+    assert loss_labels == [
+        "the constant prediction's: learning when the band is below",
+        "not learning when the band is above 0.95",
+    ]
     assert "also weighs the Trainer's evaluations" in s.frame.text_content("#verdict-more")
     labels = s.frame.eval_on_selector_all("#verdict-chart-gradient .hline-label", "els => els.map(e => e.textContent)")
     assert labels == ["at risk < 10%", "vanished < 1%"]

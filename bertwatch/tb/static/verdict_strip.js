@@ -166,8 +166,12 @@ export class VerdictStrip {
         interval: hv.lossLow ? {lo: nums(hv.lossLow), hi: nums(hv.lossHigh)} : null,
         yFormat: (v) => fmt(v, 3),
         hlines: [
-          {y: 1, label: 'learning: interval below 1', cls: 'risk'},
-          {y: st.stuck_fraction, label: `not learning: interval above ${fmt(st.stuck_fraction, 3)}`, cls: 'fail'},
+          {y: 1, label: "the constant prediction's: learning when the band is below", cls: 'zero'},
+          {
+            y: st.stuck_fraction,
+            label: `not learning when the band is above ${fmt(st.stuck_fraction, 3)}`,
+            cls: 'fail',
+          },
         ],
       },
     ];
