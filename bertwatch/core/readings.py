@@ -8,9 +8,9 @@ False when it shows the run no better than it (a loss whose whole interval sits 
 constant's loss or above; an accuracy at or below the majority's share), None when the sample cannot tell.
 
 Example:
-    >>> r = probe_loss({"loss_mean": 0.689, "loss_std": 0.15, "loss_examples": 32, "prior_loss": 0.621})
+    >>> r = probe_loss({"loss_mean": 0.689, "loss_std": 0.55, "loss_examples": 32, "prior_loss": 0.621})
     >>> r.learning, r.text
-    (None, 'probe loss 0.689 ± 0.053 (32 examples) against 0.621 for the constant prediction: cannot tell')
+    (None, 'probe loss 0.689 ± 0.194 (32 examples) against 0.621 for the constant prediction: cannot tell')
 """
 
 from __future__ import annotations

@@ -315,8 +315,9 @@ def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdic
         >>> from bertwatch.core.evidence import Constant, Evidence
         >>> e = Evidence(max_steps=100, eval_constant=Constant(0.523, 0.692, 500))
         >>> e.note_evaluation(20, {"eval_accuracy": 0.648})
-        >>> judge(e).describe()
-        'healthy: eval accuracy 0.648 over 500 examples, 0.125 above the majority's 0.523 (95% interval 0.605 to 0.689)'
+        >>> verdict = judge(e)
+        >>> verdict.label, verdict.reasons[0][:60]
+        ('healthy', 'eval accuracy 0.648 over 500 examples, 0.125 above the major')
     """
     step = evidence.step
     if step is None:
