@@ -127,9 +127,11 @@ def scores(
 
 def auc(scores: np.ndarray, failed: np.ndarray) -> float:
     """ROC AUC of ``scores`` (higher = failed) for the labels ``failed`` ``[n]`` bool: the share of (failed,
-    healthy) pairs ordered right, ties counting half; NaN without both classes (or a NaN score)."""
-    pos, neg = scores[failed], scores[~failed]
-    if len(pos) == 0 or len(neg) == 0 or not np.all(np.isfinite(scores)):
+    healthy) pairs ordered right, ties counting half, over the runs with a score (a training loss is missing
+    before the first log); NaN without both classes."""
+    known = np.isfinite(scores)
+    pos, neg = scores[known & failed], scores[known & ~failed]
+    if len(pos) == 0 or len(neg) == 0:
         return math.nan
     greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
     return float(greater / (len(pos) * len(neg)))

@@ -3,9 +3,10 @@ the logged training loss, each against the best constant prediction's (``core.ev
 the verdict (``core.verdict``) weighs the readings, the plugin draws the probe loss's.
 
 A :class:`Reading` has a value, its 95% interval (``confidence``), the baseline it is compared with and what it
-says: ``learning`` True when the interval lies clearly on the learning side of the constant prediction's value,
-False when it shows the run no better than it (a loss whose whole interval sits at ``stuck_fraction`` of the
-constant's loss or above; an accuracy at or below the majority's share), None when the sample cannot tell.
+says: ``learning`` True when the interval lies wholly on the learning side (a loss's below ``loss_line`` × the
+constant prediction's loss; an accuracy's above the majority class's share), False when it shows the run no better
+(a loss's wholly at ``loss_line`` × the constant's or above; an accuracy at or below the majority's), None when the
+sample cannot tell.
 
 Example:
     >>> r = probe_loss({"loss_mean": 0.689, "loss_std": 0.55, "loss_examples": 32, "prior_loss": 0.621})
@@ -67,20 +68,18 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def _loss_says(low: float, high: float, baseline: float, stuck_fraction: float) -> bool | None:
-    if high < baseline:
-        return True
-    if low >= stuck_fraction * baseline:
-        return False
-    return None
+def _loss_says(low: float, high: float, baseline: float, line: float) -> tuple[bool | None, str]:
+    """What a loss's interval ``low``..``high`` says against ``line`` × the constant prediction's loss: learning
+    (wholly below the line), not learning (wholly at or above it) or cannot tell; and in words."""
+    share = f"{line:.0%} of it"
+    if high < line * baseline:
+        return True, f"below {share}"
+    if low >= line * baseline:
+        return False, f"not below {share}"
+    return None, "cannot tell"
 
 
-_LOSS_WORDS = {True: "below it", False: "not below it", None: "cannot tell"}
-
-
-def probe_loss(
-    health: Mapping[str, float], step: int = 0, z: float = Z95, stuck_fraction: float = 0.95
-) -> Reading | None:
+def probe_loss(health: Mapping[str, float], step: int = 0, z: float = Z95, loss_line: float = 0.95) -> Reading | None:
     """The probe loss against the constant prediction's (``prior_loss``): its mean ± ``z`` standard errors
     (std / √(n − 1), n the labelled probe examples); None where the head gives no prior loss or too few examples."""
     mean, std, prior = health.get(LOSS_MEAN), health.get(LOSS_STD), health.get(PRIOR_LOSS)
@@ -90,11 +89,8 @@ def probe_loss(
     if not (_finite(mean) and _finite(prior) and prior > 0 and _finite(std) and _finite(n) and n >= 2):
         return None
     half = z * std / math.sqrt(n - 1)
-    says = _loss_says(mean - half, mean + half, prior, stuck_fraction)
-    text = (
-        f"probe loss {mean:.3f} ± {half:.3f} ({int(n)} examples) against {prior:.3f} for the constant prediction: "
-        f"{_LOSS_WORDS[says]}"
-    )
+    says, words = _loss_says(mean - half, mean + half, prior, loss_line)
+    text = f"probe loss {mean:.3f} ± {half:.3f} ({int(n)} examples) against {prior:.3f} for the constant prediction: {words}"
     return Reading("probe loss", step, mean, mean - half, mean + half, prior, says, text)
 
 
@@ -104,7 +100,7 @@ def evaluation(
     constant: Constant | None,
     probe: Mapping[str, float] | None = None,
     z: float = Z95,
-    stuck_fraction: float = 0.95,
+    loss_line: float = 0.95,
 ) -> Reading | None:
     """An evaluation against the constant prediction on the eval set: its accuracy (``ACCURACY_KEYS``) against
     the majority class's share, with Wilson's interval over the eval set's examples; else its ``eval_loss``
@@ -130,10 +126,10 @@ def evaluation(
     if not (_finite(loss) and _finite(std) and constant.entropy > 0 and n >= 2):
         return None
     half = z * std / math.sqrt(n - 1)
-    says = _loss_says(loss - half, loss + half, constant.entropy, stuck_fraction)
+    says, words = _loss_says(loss - half, loss + half, constant.entropy, loss_line)
     text = (
         f"eval loss {loss:.3f} ± {half:.3f} ({n} examples, the spread of the probe losses) against "
-        f"{constant.entropy:.3f} for the constant prediction: {_LOSS_WORDS[says]}"
+        f"{constant.entropy:.3f} for the constant prediction: {words}"
     )
     return Reading("eval loss", step, loss, loss - half, loss + half, constant.entropy, says, text)
 
@@ -155,7 +151,7 @@ def training_loss(
     since: int,
     constant: float | None,
     z: float = Z95,
-    stuck_fraction: float = 0.95,
+    loss_line: float = 0.95,
     min_logs: int = 2,
 ) -> Reading | None:
     """The mean of the training losses logged after step ``since`` (at least the last ``min_logs``) against
@@ -181,9 +177,9 @@ def training_loss(
         baseline, against = constant, f"{constant:.3f} for the constant prediction (its start: {start:.3f})"
         spread = 1 / len(window)
     half = z * noise * math.sqrt(spread)
-    says = _loss_says(mean - half, mean + half, baseline, stuck_fraction)
+    says, words = _loss_says(mean - half, mean + half, baseline, loss_line)
     first, last = window[0][0], window[-1][0]
     span = f"step {last}" if first == last else f"steps {first}-{last}"
     logs = "1 log" if len(window) == 1 else f"{len(window)} logs"
-    text = f"training loss {mean:.3f} ± {half:.3f} ({logs}, {span}) against {against}: {_LOSS_WORDS[says]}"
+    text = f"training loss {mean:.3f} ± {half:.3f} ({logs}, {span}) against {against}: {words}"
     return Reading("training loss", last, mean, mean - half, mean + half, baseline, says, text)

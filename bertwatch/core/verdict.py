@@ -5,20 +5,23 @@ evaluations, its logged training loss and learning rate, and how far training is
 
 The rules (``docs/callbacks.md``, "The verdict"; thresholds in :class:`VerdictSettings`, justified there from
 Mosbach et al. 2021, Dodge et al. 2020 and ``benchmarks/bench_failures.py``). Each piece of evidence is read
-with its uncertainty (``core.readings``): learning (clearly better than the best constant prediction), not
-learning (shown no better), or cannot tell. ``hold`` is ``hold_share`` of the run's steps.
+with its uncertainty (``core.readings``): learning (a loss's interval wholly below ``loss_line`` × the best
+constant prediction's, an accuracy's wholly above the majority's), not learning (shown at or above that line, or
+no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the run's steps.
 
 - **failing at once**, whatever the cadence: a non-finite probe loss, layer gradient, logged training loss or
   evaluation loss; every probe prediction in one class (``collapse_share``) *and* the lower layers' gradient norm
   below ``vanish_fraction`` of the reference's (Mosbach et al.'s mark of a failed run);
-- **failing once it has held** ``hold`` steps: the training loss not below its start (or the constant
-  prediction's loss, if lower) over the last ``hold`` steps, the learning rate in its decay all that time;
-  evaluations no better than the majority class since ``hold`` steps (or at the end of training); the probe
-  predictions collapsed with the probe loss not below the constant's at every probe pass over ``hold`` steps.
+- **failing once it has held** ``hold`` steps: the training loss not learning over the last ``hold`` steps (against
+  the constant prediction's loss on the training labels, else its own first log), the learning rate in its decay
+  all that time; evaluations no better than the majority class since ``hold`` steps; the probe predictions
+  collapsed with the probe loss not learning at every probe pass over ``hold`` steps.
+- **failing at the end of training**: an evaluation that cannot show the run better than the majority class, or
+  the probe predictions collapsed to one class (the final model predicts a constant: a failed run).
   An evaluation clearly better than the constant prediction at or after the start of such a finding overrules it.
-- **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss shown not below
-  the constant's, an evaluation not clearly better than the majority, the training loss shown not below its
-  start in the learning rate's decay, ``alerts_at_risk`` stability alerts in force; each outweighed by clear
+- **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss not learning,
+  an evaluation not clearly better than the majority, the training loss not learning in the learning rate's
+  decay, ``alerts_at_risk`` stability alerts in force; each outweighed by clear
   learning from evidence at least as strong and as recent (an evaluation over the eval set > the logged training
   loss > the 32-example probe set > the stability alerts).
 - **healthy** otherwise; its reasons give the evidence of learning.
@@ -70,7 +73,7 @@ class VerdictSettings:
     vanish_fraction: float = 0.01
     risk_fraction: float = 0.1
     lower_share: float = 1 / 3
-    stuck_fraction: float = 0.95
+    loss_line: float = 0.95
     hold_share: float = 0.2
     confidence: float = 0.95
     alerts_at_risk: int = 1
@@ -204,8 +207,8 @@ def _non_finite(e: Evidence) -> list[_Finding]:
 
 def _probe_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
     """The probe passes' findings at the newest one after the reference: dead (collapse and vanished gradients),
-    a collapse with the loss not below the constant's held ``hold`` steps, a collapse now, a low gradient, the
-    probe loss's reading."""
+    a collapse with the loss not learning held ``hold`` steps, a collapse at the end of training, a collapse now, a
+    low gradient, the probe loss's reading."""
     if len(e.probes) < 2:
         return []
     ref_step, reference = e.probes[0]
@@ -214,7 +217,7 @@ def _probe_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | Non
     collapsed = _collapsed(now, reference, s)
     ratio, lower = lower_gradient_ratio(now, reference, s.lower_share)
     gradient = f"the gradient norm of {_layer_words(lower)} at {_percent(ratio)} of its step-{ref_step} value"
-    reading = probe_loss(now, step, z, s.stuck_fraction)
+    reading = probe_loss(now, step, z, s.loss_line)
     if collapsed and _finite(ratio) and ratio < s.vanish_fraction:
         text = f"{_collapse_words(now, reference, ref_step)} and {gradient} at step {step}: a run in this state does not learn"
         out.append(_Finding("failing", "probe", step, text, True))
@@ -222,13 +225,16 @@ def _probe_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | Non
     since = None
     for k in range(len(e.probes) - 1, 0, -1):
         at, health = e.probes[k]
-        loss = probe_loss(health, at, z, s.stuck_fraction)
+        loss = probe_loss(health, at, z, s.loss_line)
         if not (_collapsed(health, reference, s) and loss is not None and loss.learning is False):
             break
         since = at
     if since is not None and hold is not None and step - since >= hold:
-        what = f"{_collapse_words(now, reference, ref_step)} and the probe loss not below the constant prediction's"
+        what = f"{_collapse_words(now, reference, ref_step)} and the probe loss not learning"
         out.append(_Finding("failing", "probe", since, f"{what} since step {since}{_share(step - since, e.max_steps)}"))
+    elif collapsed and e.max_steps is not None and step >= e.max_steps:
+        text = f"{_collapse_words(now, reference, ref_step)} at the end of training: the run ends predicting a constant"
+        out.append(_Finding("failing", "probe", step, text))
     elif collapsed:
         out.append(_Finding("risk", "probe", step, f"{_collapse_words(now, reference, ref_step)} at step {step}"))
     if _finite(ratio) and ratio < s.risk_fraction:
@@ -243,7 +249,7 @@ def _evaluation_findings(e: Evidence, s: VerdictSettings, z: float, hold: float 
     it has been no better than the constant prediction since ``hold`` steps, or when training has ended and it
     cannot show the run better than it (the definition of a failed run)."""
     probes = dict(e.probes)
-    readings = [evaluation(at, m, e.eval_constant, probes.get(at), z, s.stuck_fraction) for at, m in e.evaluations]
+    readings = [evaluation(at, m, e.eval_constant, probes.get(at), z, s.loss_line) for at, m in e.evaluations]
     readings = [r for r in readings if r is not None]
     if not readings:
         return []
@@ -282,7 +288,7 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     if step is None or len(e.losses) < 3:
         return []
     since = step - hold if hold is not None else e.losses[-3][0]
-    reading = training_loss(e.losses, since, _loss_constant(e), z, s.stuck_fraction)
+    reading = training_loss(e.losses, since, _loss_constant(e), z, s.loss_line)
     if reading is None or reading.learning is None:
         return []
     if reading.learning:

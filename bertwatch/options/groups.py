@@ -287,7 +287,7 @@ _VERDICT_HELP = {
     "vanish_fraction": "failing at once: collapsed and every lower layer's gradient norm below this fraction of step 0's",
     "risk_fraction": "at risk: the lower layers' gradient norm below this fraction of step 0's",
     "lower_share": "the lower layers: this share of the layers, the first ones (at least one)",
-    "stuck_fraction": "not learning: a loss's whole interval at this fraction of the constant prediction's or above",
+    "loss_line": "a loss learns when its whole interval is below this fraction of the constant prediction's, not when above",
     "hold_share": "failing once a sign of not learning has held this share of the run's steps",
     "confidence": "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)",
     "alerts_at_risk": "at risk with at least this many stability alerts in force (unless the run clearly learns)",

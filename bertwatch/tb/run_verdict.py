@@ -52,7 +52,7 @@ def health_lines(names: list[str], values: np.ndarray, settings: VerdictSettings
     ratios = [lower_gradient_ratio(row, reference, settings.lower_share) for row in rows]
     layers = next((list(layers) for _, layers in ratios if layers), [])
     z = z_value(settings.confidence)
-    readings = [probe_loss(row, 0, z, settings.stuck_fraction) for row in rows]
+    readings = [probe_loss(row, 0, z, settings.loss_line) for row in rows]
 
     def share_of(value: str) -> list[float]:
         return f32_list([getattr(r, value) / r.baseline if r is not None else math.nan for r in readings])

@@ -199,10 +199,10 @@ def test_the_verdict_option_changes_the_verdict(tmp_path) -> None:
     hold as long as the run and a stricter line for "not learning" it is at risk only, and the thresholds
     written with the verdict are the ones given."""
     default, _ = _train(tmp_path / "default")
-    patient, _ = _train(tmp_path / "patient", VerdictSettings(hold_share=1.0, stuck_fraction=1.0))
+    patient, _ = _train(tmp_path / "patient", VerdictSettings(hold_share=1.0, loss_line=1.0))
     assert default.alerting.verdict.label == "failing"
     assert patient.alerting.verdict.label == "at risk"
-    assert patient.alerting.verdict_settings == VerdictSettings(hold_share=1.0, stuck_fraction=1.0)
+    assert patient.alerting.verdict_settings == VerdictSettings(hold_share=1.0, loss_line=1.0)
     assert [h for _, h in default.health] == [h for _, h in patient.health]  # the same run, judged otherwise
 
 

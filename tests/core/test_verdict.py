@@ -208,9 +208,26 @@ def test_a_collapse_with_the_probe_loss_at_the_constant_fails_once_it_has_held()
     verdict = judge(e)
     assert verdict.label == "failing"
     assert verdict.reasons[0] == (
-        "32 of 32 probe predictions in one class and the probe loss not below the constant prediction's since step "
-        "10 (20% of training)"
+        "32 of 32 probe predictions in one class and the probe loss not learning since step 10 (20% of training)"
     )
+
+
+def test_a_run_that_ends_predicting_one_class_fails() -> None:
+    """At the end of training a collapse is the final model predicting a constant: failing, unless an evaluation
+    shows it above the majority class."""
+    e = Evidence(max_steps=80, eval_constant=Constant(0.684, 0.624, 408))
+    e.note_probe(0, health(0.69, 0.694, [1.0] * LAYERS, std=0.02, prior=0.62))
+    e.note_probe(80, health(1.0, 0.717, [1.5] * LAYERS, std=0.4, prior=0.62))  # the loss cannot tell
+    verdict = judge(e)
+    assert verdict.label == "failing"
+    assert verdict.reasons[0] == (
+        "32 of 32 probe predictions in one class at the end of training: the run ends predicting a constant"
+    )
+    assert judge(e.until(0)).label == "healthy"
+    mid = Evidence(max_steps=160, probes=e.probes)  # the same collapse half-way: at risk
+    assert judge(mid).label == "at risk"
+    e.note_evaluation(80, {"eval_accuracy": 0.75})  # 0.75 [0.71, 0.79] over 408 pairs: above the majority's 0.684
+    assert judge(e).label == "healthy" and judge(e).reasons[-1].endswith("(outweighed)")
 
 
 def test_non_finite_values_fail_at_once() -> None:

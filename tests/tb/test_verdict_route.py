@@ -114,7 +114,7 @@ def test_a_healthy_run_and_a_run_without_a_verdict(runs) -> None:
     out = get_json(client, "verdict", run="healthy")
     assert set(out["level"]) == {0} and out["now"]["since"] == 0
     assert out["now"]["reasons"] == [  # a healthy verdict says what it stands on
-        "probe loss 0.347 ± 0.158 (32 examples) against 0.693 for the constant prediction: below it"
+        "probe loss 0.347 ± 0.158 (32 examples) against 0.693 for the constant prediction: below 95% of it"
     ]
     assert all(v.level == 0 for v in healthy)
     assert get(client, "verdict", run="plain").status_code == 404

@@ -168,8 +168,8 @@ export class VerdictStrip {
         hlines: [
           {y: 1, label: "the constant prediction's: learning when the band is below", cls: 'zero'},
           {
-            y: st.stuck_fraction,
-            label: `not learning when the band is above ${fmt(st.stuck_fraction, 3)}`,
+            y: st.loss_line,
+            label: `not learning when the band is above ${fmt(st.loss_line, 3)}`,
             cls: 'fail',
           },
         ],
