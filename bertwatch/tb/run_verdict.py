@@ -43,7 +43,7 @@ def health_lines(names: list[str], values: np.ndarray, settings: VerdictSettings
     value (``core.verdict.lower_gradient_ratio``) and ``lowerLayers``, those layers; ``predictionShare``;
     ``lossRatio``, the probe loss over the loss of the best constant prediction, and ``lossLow``/``lossHigh``, its
     interval over the same (``core.readings.probe_loss``, the verdict's reading; NaN where the head gives no
-    constant prediction's loss), and ``lossSays``: 1 below it, 0 not below it, null cannot tell."""
+    constant prediction's loss), and ``lossSays``: 1 learning, 0 not learning, null cannot tell."""
     rows = [dict(zip(names, (float(v) for v in row))) for row in np.asarray(values, dtype=np.float64)]
     empty = ("lowerGradient", "lowerLayers", "predictionShare", "lossRatio", "lossLow", "lossHigh", "lossSays")
     if not rows:
