@@ -195,14 +195,16 @@ def test_no_verdict_reaches_the_trackers_without_log_to_trackers(tmp_path) -> No
 
 
 def test_the_verdict_option_changes_the_verdict(tmp_path) -> None:
-    """The toy run predicts one class with its losses at the constant prediction's: failing by default; with a
-    hold as long as the run and a stricter line for "not learning" it is at risk only, and the thresholds
-    written with the verdict are the ones given."""
+    """The toy run predicts one class with its losses at the constant prediction's: failing from step 4 by default
+    (held 20% of its 6 steps); asked to wait for a sign held as long as the run, at risk at step 4 and failing only
+    at the end, where its predictions are all one class. The thresholds written with the verdict are the ones
+    given."""
     default, _ = _train(tmp_path / "default")
-    patient, _ = _train(tmp_path / "patient", VerdictSettings(hold_share=1.0, loss_line=1.0))
-    assert default.alerting.verdict.label == "failing"
-    assert patient.alerting.verdict.label == "at risk"
-    assert patient.alerting.verdict_settings == VerdictSettings(hold_share=1.0, loss_line=1.0)
+    patient, _ = _train(tmp_path / "patient", VerdictSettings(hold_share=1.0))
+    assert dict(_levels(tmp_path / "default")) == {0: 0, 2: 1, 4: 2, 6: 2}
+    assert dict(_levels(tmp_path / "patient")) == {0: 0, 2: 1, 4: 1, 6: 2}
+    assert patient.alerting.verdict.reasons[0].endswith("at the end of training: the run ends predicting a constant")
+    assert patient.alerting.verdict_settings == VerdictSettings(hold_share=1.0)
     assert [h for _, h in default.health] == [h for _, h in patient.health]  # the same run, judged otherwise
 
 
