@@ -21,9 +21,9 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
   An evaluation clearly better than the constant prediction at or after the start of such a finding overrules it.
 - **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss not learning,
   an evaluation not clearly better than the majority, the training loss not learning in the learning rate's
-  decay, ``alerts_at_risk`` stability alerts in force; each outweighed by clear
-  learning from evidence at least as strong and as recent (an evaluation over the eval set > the logged training
-  loss > the 32-example probe set > the stability alerts).
+  decay, ``alerts_at_risk`` stability alerts in force; each outweighed by clear learning from evidence at least as
+  strong and as recent (an evaluation over the eval set > the logged training loss > the 32-example probe set >
+  the stability alerts).
 - **healthy** otherwise; its reasons give the evidence of learning.
 """
 
