@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,37 +48,37 @@ from _failures_replay import (  # noqa: E402
     learned_by_score,
     metric,
     scores,
-    share,
 )
+from _failures_replay import share as share_of  # noqa: E402
 
 
-def _encode(tok, rows: list[dict], max_length: int):
-    from datasets import Dataset
-
+def _encode(tok, rows: list[dict], max_length: int) -> list[dict]:
+    """The rows tokenized (truncated to ``max_length``), one dict per example with its "label": a plain list, which
+    the Trainer, its padding collator and bertwatch's ``probe_dataset`` all take (no ``datasets`` needed)."""
     pairs = [r.get("text_pair") for r in rows]
     texts = [r["text"] for r in rows]
     encoded = tok(texts, pairs if any(p is not None for p in pairs) else None, truncation=True, max_length=max_length)
-    return Dataset.from_dict({**encoded, "label": [int(r["label"]) for r in rows]})
+    return [{**{k: v[i] for k, v in encoded.items()}, "label": int(r["label"])} for i, r in enumerate(rows)]
 
 
 _metric = metric  # the score a run is labelled by (and evaluates with)
 
 
-def dev_predictions(model, tok, dev, batch_size: int = 64) -> list[int]:
-    """Class predictions on ``dev`` (a tokenized Dataset), in eval mode and without gradients; the model's mode is
-    restored (no random number is drawn, so training is unchanged)."""
+def dev_predictions(model, tok, dev: list[dict], batch_size: int = 64) -> list[int]:
+    """Class predictions on ``dev`` (tokenized rows), in eval mode and without gradients, on the model's device;
+    the model's mode is restored (no random number is drawn, so training is unchanged)."""
     import torch
     from transformers import DataCollatorWithPadding
 
     collate = DataCollatorWithPadding(tok)
+    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     out: list[int] = []
-    columns = [c for c in dev.column_names if c != "label"]
     with torch.no_grad():
         for start in range(0, len(dev), batch_size):
-            rows = dev.select(range(start, min(start + batch_size, len(dev))))
-            batch = collate([{c: rows[i][c] for c in columns} for i in range(len(rows))])
+            rows = [{k: v for k, v in row.items() if k != "label"} for row in dev[start : start + batch_size]]
+            batch = {k: v.to(device) for k, v in collate(rows).items()}
             out.extend(model(**batch).logits.argmax(-1).tolist())
     model.train(was_training)
     return out
@@ -140,7 +141,7 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
             self._note()
 
     T.set_seed(seed)
-    model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2, dtype=torch.float32)
     options = {"every_n_steps": 10} if config["pinned"] else {}
     cb = BertWatchCallback(probe_dataset=probe, num_probe_examples=PROBE, on_alert="none", quiet=True, **options)
     metric = _metric(task)
@@ -153,7 +154,8 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
         args = T.TrainingArguments(
             output_dir=out, per_device_train_batch_size=BATCH, per_device_eval_batch_size=64, max_steps=steps,
             learning_rate=lr, warmup_steps=max(1, round(steps * 0.1)), lr_scheduler_type="linear",
-            logging_steps=1, save_strategy="no", report_to="none", seed=seed, data_seed=seed, use_cpu=True,
+            logging_steps=1, save_strategy="no", report_to="none", seed=seed, data_seed=seed,
+            use_cpu=opts.device == "cpu",
             disable_tqdm=True, dataloader_num_workers=0,
             eval_strategy="steps" if evaluate else "no", eval_steps=max(1, round(steps * evaluate)) if evaluate else None,
         )  # fmt: skip
@@ -162,6 +164,7 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
             data_collator=T.DataCollatorWithPadding(tok), callbacks=[cb, DevAt()],
             compute_metrics=compute_metrics if evaluate else None,
         )  # fmt: skip
+        trainer.remove_callback(T.trainer_callback.PrinterCallback)  # no dict printed a step
         watch(trainer)
         seconds = train_quietly(trainer)
     kept = ("step", "loss", "learning_rate", "train_loss")  # and every evaluation's eval_* values
@@ -185,6 +188,8 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
         "live_verdicts": sorted([k, *v] for k, v in verdicts.items()),
         "measured": [[r.step, r.reason] for r in cb.pacing.log],
         "bertwatch_seconds": round(cb.pacing.meter.own, 2),
+        "device": opts.device,
+        "model": "packaged" if not os.environ.get("MINILM_PATH") else "copy with float16-rounded weights",
         "seconds": round(seconds, 1),
     }
 
@@ -223,7 +228,7 @@ def run_key(config: dict, opts: argparse.Namespace) -> str:
     every = "10" if c["pinned"] else "default"
     return (
         f"{c['task']}|seed={c['seed']}|lr={c['lr']:g}|steps={c['steps']}|eval={c['evaluate']:g}|every={every}"
-        f"|len={opts.max_length}|dev={opts.dev_size}"
+        f"|len={opts.max_length}|dev={opts.dev_size}" + ("" if opts.device == "cpu" else f"|{opts.device}")
     )
 
 
@@ -270,9 +275,9 @@ def _figures(t: dict[str, np.ndarray], boot: int) -> dict[str, tuple[float, floa
         for name in SCORES:
             out[f"AUC {name}@{point}"] = bootstrap(auc, (t[f"{name}@{point}"], failed), boot)
     end = t["verdict@None"]
-    out["recall"] = bootstrap(share, (end >= 2, failed), boot)
-    out["false alarms"] = bootstrap(share, (end >= 1, learned), boot)
-    out["false failing"] = bootstrap(share, (end >= 2, learned), boot)
+    out["recall"] = bootstrap(share_of, (end >= 2, failed), boot)
+    out["false alarms"] = bootstrap(share_of, (end >= 1, learned), boot)
+    out["false failing"] = bootstrap(share_of, (end >= 2, learned), boot)
     return out
 
 
@@ -357,6 +362,35 @@ def health_cost(opts: argparse.Namespace, rounds: int = 7) -> list[str]:
     return [f"{mode}: fastest {t:.2f} s, {t / best['without']:.2f} x without" for mode, t in best.items()]
 
 
+def _append(out: Path, record: dict) -> None:
+    """One JSON line appended in one write (parallel jobs share the file)."""
+    fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _in_parallel(todo: list[dict], opts: argparse.Namespace) -> None:
+    """``todo`` over ``opts.jobs`` processes of this script, each given every ``jobs``-th run (one ``--runs`` index
+    at a time, ``--no-report``), appending to the same ``--out``."""
+    import shlex
+    import subprocess
+
+    same = ["--tasks", opts.tasks, "--out", opts.out, "--device", opts.device, "--threads", str(opts.threads),
+            "--max-length", str(opts.max_length), "--dev-size", str(opts.dev_size), "--no-report"]  # fmt: skip
+    if opts.glue_dir:
+        same += ["--glue-dir", opts.glue_dir]
+    commands = []
+    for share in (todo[j :: opts.jobs] for j in range(opts.jobs)):
+        runs = [shlex.join([sys.executable, __file__, *same, "--runs", str(c["index"])]) for c in share]
+        if runs:
+            commands.append("; ".join(runs))
+    procs = [subprocess.Popen(["bash", "-c", command]) for command in commands]
+    for proc in procs:
+        proc.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--glue-dir", default=default_glue_dir())
@@ -382,6 +416,9 @@ def main() -> None:
         help="the verdict's defaults were chosen on the first N runs of --out; the report gives the later ones apart",
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the runs train")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each in its own process")
+    parser.add_argument("--no-report", action="store_true", help="run only; print no figures")
     parser.add_argument("--out", default="failures.jsonl", help="one JSON line per finished run (resumable)")
     parser.add_argument("--report", action="store_true", help="only print the figures of the finished runs")
     parser.add_argument("--cost", action="store_true", help="only time the gradient pass with and without health")
@@ -393,13 +430,17 @@ def main() -> None:
     done = {json.loads(line)["key"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     if not opts.report:
         first, last = (int(x) for x in opts.runs.split("-")) if "-" in opts.runs else (int(opts.runs),) * 2
-        for config in configs(last - first + 1, tuple(opts.tasks.split(",")), first):
-            if run_key(config, opts) in done:
-                continue
+        todo = [
+            c for c in configs(last - first + 1, tuple(opts.tasks.split(",")), first) if run_key(c, opts) not in done
+        ]
+        if opts.jobs > 1:
+            _in_parallel(todo, opts)
+        for config in todo if opts.jobs == 1 else ():
             record = run_one(config, opts)
-            with out.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            _append(out, record)
             print(f"{record['key']}: {record['seconds']} s (bertwatch {record['bertwatch_seconds']} s)", flush=True)
+    if opts.no_report:
+        return
     records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
     print("\n".join(report(records, opts)), flush=True)
 

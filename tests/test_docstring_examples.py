@@ -39,10 +39,12 @@ RUN = (
     "bertwatch.core.lazy",
     "bertwatch.core.modes",
     "bertwatch.core.removable",
+    "bertwatch.core.verdict",
     "bertwatch.core.warnings",
     "bertwatch.heads.capture",
     "bertwatch.heads.layout",
     "bertwatch.heads.length_groups",
+    "bertwatch.heads.loading",
     "bertwatch.heads.logits",
     "bertwatch.heads.stability",
     "bertwatch.heads.stats",
@@ -76,6 +78,13 @@ ENTRY_POINTS = {
     "bertwatch.ablation.settings:AblationSettings": ("Args:", "Raises:", "Example:"),
     "bertwatch.ship.shipping:ship_model": ("Args:", "Returns:", "Raises:", "Example:"),
     "bertwatch.ship.export:export_onnx": ("Args:", "Returns:", "Raises:", "Example:"),
+    "bertwatch.options.settings:WatchSettings": ("Args:", "Returns:", "Raises:", "Example:"),
+    "bertwatch.options.groups:ProbeOptions": ("Args:", "Raises:", "Example:"),
+    "bertwatch.core.alerts:AlertSettings": ("Args:", "Raises:", "Example:"),
+    "bertwatch.core.verdict:VerdictSettings": ("Args:", "Raises:", "Example:"),
+    "bertwatch.options.groups:AblationOptions": ("Args:", "Raises:", "Example:"),
+    "bertwatch.options.groups:ExpertOptions": ("Args:", "Raises:", "Example:"),
+    "bertwatch.options.groups:WordClassProbe": ("Args:", "Raises:", "Example:"),
 }
 
 

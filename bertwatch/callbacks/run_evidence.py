@@ -27,19 +27,20 @@ _LABEL_COLUMNS = ("label", "labels", "label_ids")
 
 
 def constant_of(dataset: Any) -> Constant | None:
-    """The best constant prediction on a dataset's class labels, read from its label column (a ``datasets``
-    table's ``label``, ``labels`` or ``label_ids``); None where it has no such column or its labels are not
-    classes."""
+    """The best constant prediction on a dataset's class labels: its label column (a ``datasets`` table's
+    ``label``, ``labels`` or ``label_ids``), or the same key of each row of a plain list of dicts; None where it has
+    neither (a dataset that builds its rows on access is not read through) or its labels are not classes."""
     names = getattr(dataset, "column_names", None)
-    if not isinstance(names, (list, tuple)):
-        return None
-    column = next((c for c in _LABEL_COLUMNS if c in names), None)
-    if column is None:
-        return None
     try:
-        return Constant.of_labels(dataset[column])
+        if isinstance(names, (list, tuple)):
+            column = next((c for c in _LABEL_COLUMNS if c in names), None)
+            return None if column is None else Constant.of_labels(dataset[column])
+        if isinstance(dataset, (list, tuple)) and dataset and all(isinstance(row, Mapping) for row in dataset):
+            key = next((c for c in _LABEL_COLUMNS if c in dataset[0]), None)
+            return None if key is None else Constant.of_labels(row.get(key) for row in dataset)
     except (TypeError, ValueError, KeyError):
         return None
+    return None
 
 
 class RunEvidence:

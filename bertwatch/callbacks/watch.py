@@ -17,7 +17,7 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, raising_errors, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
@@ -27,12 +27,10 @@ from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
 from bertwatch.callbacks.word_classes import prepare_word_classes
+from bertwatch.core.stat_names import DEFAULT_STATS
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads.norms import NORM_NAMES
-from bertwatch.heads.outliers import OUTLIER_NAMES
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.stability import STABILITY_NAMES
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.options.groups import word_class_option
 from bertwatch.options.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 
@@ -85,7 +83,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
         pinned = Pinned(s.probing.at_start, s.probing.on_evaluate, s.probing.at_end)
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
-        self.strict = strict_from_environment()  # re-raise errors instead of containing them
+        self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
         self.log_to_trackers = s.expert.log_to_trackers
         self.probe_settings = s.probe()
         self.disabled = False
@@ -438,7 +436,7 @@ class BertWatchCallback(WatchCallback):
         TypeError: BertWatchCallback: unknown option 'num_mapz' (did you mean 'num_maps'?); valid: ...
     """
 
-    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
+    default_stats = DEFAULT_STATS
     options = WatchSettings.names()
 
     def __init__(

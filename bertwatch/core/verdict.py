@@ -61,11 +61,38 @@ _RANK = {"evaluation": 3, "training loss": 2, "probe": 1, "alerts": 0}
 
 @dataclass(frozen=True)
 class VerdictSettings:
-    """The verdict's thresholds (module doc; ``docs/callbacks.md`` justifies each default).
+    """The thresholds of the run verdict (the rules: module doc; ``docs/callbacks.md`` justifies each default), for
+    ``WatchSettings(verdict=...)``.
 
-    ``layer_gradients``: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
-    call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the gradient
-    pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rule is silent.
+    Args:
+        collapse_share: collapse: this share of the probe examples or more predicted as one class.
+        spread_fraction: collapse of a regression head: the spread (std) of its predictions down to this fraction
+            of step 0's or less.
+        vanish_fraction: failing at once: the predictions collapsed and every lower layer's gradient norm below
+            this fraction of step 0's.
+        risk_fraction: gradient at risk: the lower layers' gradient norm below this fraction of step 0's.
+        lower_share: the lower layers, for the gradient rules: this share of the layers from the input side (at
+            least one).
+        loss_line: a loss shows learning when its whole interval is below this fraction of the loss of always
+            guessing the label frequencies, and not learning when it is at or above it.
+        hold_share: failing once a sign of not learning has lasted this share of the run's steps.
+        confidence: the confidence of every interval the verdict reads (probe loss, evaluation, training loss).
+        alerts_at_risk: the run is at risk once this many stability alerts are in force, unless it clearly learns.
+        layer_gradients: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
+            call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the
+            gradient pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rules are silent.
+
+    Raises:
+        TypeError: ``layer_gradients`` not True or False.
+        ValueError: a fraction outside (0, 1], ``confidence`` of 1, a count below 1, or ``vanish_fraction`` above
+            ``risk_fraction``.
+
+    Example:
+        >>> VerdictSettings(hold_share=0.3).hold_share
+        0.3
+        >>> VerdictSettings(vanish_fraction=0.5)
+        Traceback (most recent call last):
+        ValueError: vanish_fraction must not exceed risk_fraction
     """
 
     collapse_share: float = 0.95
@@ -197,8 +224,8 @@ def _non_finite(e: Evidence) -> list[_Finding]:
             out.append(_Finding("failing", "probe", step, f"{what} is not finite at step {step}", True))
     bad_loss = next(((s, v) for s, v in e.losses if not math.isfinite(v)), None)
     if bad_loss is not None:
-        out.append(_Finding("failing", "training loss", bad_loss[0], f"the training loss is {bad_loss[1]} at step "
-                            f"{bad_loss[0]}", True))  # fmt: skip
+        text = f"the training loss is not finite ({bad_loss[1]}) at step {bad_loss[0]}"
+        out.append(_Finding("failing", "training loss", bad_loss[0], text, True))
     if e.evaluations and not _finite(e.evaluations[-1][1].get("eval_loss", 0.0)):
         step = e.evaluations[-1][0]
         out.append(_Finding("failing", "evaluation", step, f"the eval loss is not finite at step {step}", True))

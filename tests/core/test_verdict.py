@@ -239,7 +239,7 @@ def test_non_finite_values_fail_at_once() -> None:
     e = Evidence(max_steps=1000)
     e.note_log(10, {"loss": 0.69, "learning_rate": 1e-5})
     e.note_log(20, {"loss": math.inf, "learning_rate": 2e-5})
-    assert judge(e).reasons == ("the training loss is inf at step 20",)
+    assert judge(e).reasons == ("the training loss is not finite (inf) at step 20",)
 
 
 def test_alerts_put_a_run_at_risk_unless_it_clearly_learns() -> None:
