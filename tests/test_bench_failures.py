@@ -48,12 +48,12 @@ def test_auc_matches_scikit_learn_and_a_loop_over_pairs(bench) -> None:
     assert math.isnan(bench.auc(np.ones(3), np.ones(3, dtype=bool)))
 
 
-def test_recall_and_false_alarms_are_shares_of_runs(bench) -> None:
+def test_recall_and_false_alarms_are_shares_of_runs(replay) -> None:
     flagged = np.array([True, True, False, False, True])
     failed = np.array([True, False, True, False, True])
-    assert bench.share(flagged, failed) == 2 / 3  # recall: 2 of the 3 failed runs flagged
-    assert bench.share(flagged, ~failed) == 1 / 2  # false alarms: 1 of the 2 others
-    assert math.isnan(bench.share(flagged, np.zeros(5, dtype=bool)))
+    assert replay.share(flagged, failed) == 2 / 3  # recall: 2 of the 3 failed runs flagged
+    assert replay.share(flagged, ~failed) == 1 / 2  # false alarms: 1 of the 2 others
+    assert math.isnan(replay.share(flagged, np.zeros(5, dtype=bool)))
 
 
 def test_a_run_learned_when_it_is_five_points_above_the_majority(bench) -> None:
