@@ -21,7 +21,8 @@ import numpy as np
 
 from bertwatch.callbacks import announce
 from bertwatch.core.alerts import ALERT_STATS, Alert, AlertSettings, active_alerts
-from bertwatch.core.verdict import Verdict, VerdictSettings, judge_run
+from bertwatch.core.evidence import Evidence
+from bertwatch.core.verdict import Verdict, VerdictSettings, judge
 from bertwatch.core.warnings import BertWatchWarning, warn_alert
 
 __all__ = ["Alerting", "Judgement"]
@@ -75,7 +76,6 @@ class Alerting:
         self._reference_noted = False
         self.verdict: Verdict | None = None
         self._failing_noted = False
-        self._verdict_step: int | None = None
 
     @contextlib.contextmanager
     def contained(self) -> Iterator[None]:
@@ -125,21 +125,20 @@ class Alerting:
         if stop and self.stop_requested_at is None:
             self._stop(judgement.step, "; ".join(alert.describe() for alert in new), control)
 
-    def judge_verdict(self, health: Sequence[tuple[int, dict[str, float]]]) -> Verdict | None:
-        """The verdict at the newest step of ``health`` (``(step, run-health values)``, oldest first) with the
-        alerts in force (``core.verdict.judge_run``), once per step; kept in ``verdict``. None when there is
-        nothing new to judge."""
-        if self.disabled or not health or health[-1][0] == self._verdict_step:
+    def judge_verdict(self, evidence: Evidence) -> Verdict | None:
+        """The verdict on all of the run's ``evidence`` so far (``core.verdict.judge``: its probe passes, the alerts
+        in force, evaluations, logged training loss), kept in ``verdict``. None when there is no evidence or the
+        alerts are off."""
+        if self.disabled or evidence.step is None:
             return None
-        self._verdict_step = health[-1][0]
-        self.verdict = judge_run(health, len(self.alerts), self.verdict_settings)
+        self.verdict = judge(evidence, self.verdict_settings)
         return self.verdict
 
     def act_on_verdict(self, verdict: Verdict, control: Any) -> None:
-        """The first "failing" verdict: one warning with its reasons (``on_alert`` ``"warn"`` or ``"stop"``) and,
+        """The first "failing" verdict: one line with its reasons (``on_alert`` ``"warn"`` or ``"stop"``) and,
         with ``"stop"``, at most once, ``control.should_save`` and ``control.should_training_stop``. A callable
-        ``on_alert`` is given alerts only, not verdicts: a failing verdict warns and stops only with ``"warn"`` and
-        ``"stop"``."""
+        ``on_alert`` is given alerts only, not verdicts: a failing verdict is said and stops only with ``"warn"``
+        and ``"stop"``."""
         if verdict.level < 2 or self._failing_noted or self.on_alert not in ("warn", "stop"):
             return
         self._failing_noted = True

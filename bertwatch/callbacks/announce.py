@@ -99,6 +99,12 @@ class Pinned:
     every_n_steps: int | None
     max_steps: int
 
+    @classmethod
+    def of(cls, pinned: Any, evaluations: tuple[int, ...], every_n_steps: int | None, max_steps: int) -> Pinned:
+        """From a pacing's pinned events (``callbacks.pacing.Pinned``: ``at_start``, ``at_end``), the steps the
+        Trainer will evaluate at, the cadence and the last step."""
+        return cls(pinned.at_start, evaluations, pinned.at_end, every_n_steps, max_steps)
+
     def events(self, counted: bool = False) -> tuple[str, ...]:
         """The events, in words: ``("step 0", "each evaluation", "the end")``; ``counted``: ``"the 2 evaluations"``
         and no end apart from an evaluation at the last step (the cost lines' words, each measurement once, the setup
@@ -258,6 +264,13 @@ def _over_budget(share: float, budget: float, pinned: Pinned, count: int, tense:
     return f": more than the {budget:.0%} overhead budget, so nothing {tense} measured in between"
 
 
+def forecast_step(first: int, last: int) -> int | None:
+    """The step after which the cost line is said: 5 steps in, or a tenth of a short run (None: a run of one step,
+    or of unknown length, has no pace to tell)."""
+    steps = last - first
+    return first + min(5, max(1, steps // 10)) if steps > 1 else None
+
+
 def forecast_line(start_s: float, step_s: float, steps: int, cost: CostForecast, pinned: Pinned, budget: float) -> str:
     """The line after the first steps: what step 0 took, how long the run's ``steps`` steps will take at
     ``step_s`` seconds a step, and bertwatch's expected share (``core.budget.forecast``), split between the events
@@ -300,15 +313,15 @@ class RunSummary:
     def of(
         cls,
         history: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-        alerts: int,
+        alerting: Any,
         pacing: Any,
         pinned: Pinned,
         report: str,
-        verdict: str | None = None,
     ):
-        """From a callback's ``history`` (``(step, grids)`` in order), its alert count, its ``ProbePacing``, the
-        events it planned (``pinned``; those it measured are taken from the pacing) and its last verdict in words."""
-        grids = history[-1][1] if history else {}
+        """From a callback's ``history`` (``(step, grids)`` in order), its ``Alerting`` (the alerts raised, the last
+        verdict), its ``ProbePacing`` and the events it planned (``pinned``; those it measured are the pacing's)."""
+        verdict = alerting.verdict.describe() if alerting.verdict is not None else None
+        alerts, grids = len(alerting.raised), history[-1][1] if history else {}
         measured = pacing.measured("evaluation"), bool(pacing.measured("end"))
         pinned = dataclasses.replace(pinned, evaluations=measured[0], at_end=measured[1])
         events, between, count = pacing.spent()

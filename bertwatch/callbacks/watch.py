@@ -23,6 +23,7 @@ from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
+from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
 from bertwatch.callbacks.word_classes import prepare_word_classes
@@ -95,8 +96,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._forecast_at: int | None = None  # the step after which the cost line is printed
         self._pinned: announce.Pinned | None = None  # what this run measures whatever it costs, for the cost lines
         self.shown_name = type(self).__name__  # how messages name it ("bertwatch" when bertwatch.watch made it)
-        # the stability alerts and the run verdict (callbacks.alerting)
-        self.alerting = Alerting(s.on_alert, s.alerts, self.strict, s.verdict)
+        # the stability alerts and the run verdict (callbacks.alerting) on the run's evidence (callbacks.run_evidence)
+        self.alerting, self.run_evidence = Alerting(s.on_alert, s.alerts, self.strict, s.verdict), RunEvidence()
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
@@ -181,9 +182,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         context = None if self.disabled or self.watched is None else self.watched.context
         self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
         self.alerting.speaks = self._speaks
-        on = self.pacing.pinned
-        evaluations = evaluation_steps(args, state) if on.on_evaluate else ()
-        self._pinned = announce.Pinned(on.at_start, evaluations, on.at_end, self.every_n_steps, last)
+        evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
+        self._pinned = announce.Pinned.of(self.pacing.pinned, evaluations, self.every_n_steps, last)
         if self._speaks:
             budget = self.pacing.meter.budget
             verdict = bool(set(GRADIENT_NAMES) & self.stat_names)
@@ -191,8 +191,7 @@ class WatchCallback(NotATracker, TrainerCallback):
             lines = announce.start_lines(plan)
             lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
             announce.say(lines + self._more_lines(context))
-            steps = last - int(state.global_step)  # the cost line comes after 5 steps, or a tenth of a short run
-            self._forecast_at = int(state.global_step) + min(5, max(1, steps // 10)) if steps > 1 else None
+            self._forecast_at = announce.forecast_step(int(state.global_step), last)
 
     def _more_lines(self, context: ProbeContext) -> list[str]:
         """Start lines of this callback's own: the size of a large drift reference (BertWatchCallback: also the maps
@@ -212,6 +211,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.history, self.health, self._index = [], [], -1
         self.alerting.reset()
         context = self._link.context(kwargs)
+        self.run_evidence.begin(state, context)
         self.watched = join(model, self.probe_settings, args, state, kwargs, context)
         if self.watched.failed:
             self.disable()
@@ -264,7 +264,9 @@ class WatchCallback(NotATracker, TrainerCallback):
         start = self.pacing.clock()
         for result, _ in mine:
             self._judge(watched, result.event, control)
-            self._judge_verdict(watched, result.step, result.event, control)
+            if self.health and self.health[-1][0] == result.step:
+                self.run_evidence.note_probe(result.step, self.health[-1][1], len(self.alerting.alerts))
+                self._judge_verdict(result.step, result.event, control)
             watched.publish_records(self.pacing.records(result.step), result.step)
         self.pacing.charge(self.pacing.clock() - start, step)
 
@@ -276,21 +278,14 @@ class WatchCallback(NotATracker, TrainerCallback):
         if health and not (self.health and self.health[-1][0] == step):
             self.health.append((step, dict(health)))
 
-    def _judge_verdict(self, watched: WatchedRun, step: int, event: str, control: Any) -> None:
-        """The verdict at ``step`` when its run health was measured: written (the ``verdict`` series and text) and
-        sent to the trackers (with ``log_to_trackers``, before the end) by the watched run's verdict writer, acted
-        on here."""
-        if not self.health or self.health[-1][0] != step:
-            return
-        with self.alerting.contained():
-            verdict = self.alerting.judge_verdict(self.health)
-            if verdict is None:
-                return
-            if watched.verdict_writer() == self._index:
-                to_trackers = self.log_to_trackers and event != "end"
-                settings = self.alerting.verdict_settings
-                watched.publish_verdict(verdict, settings, self.health[-1][1], to_trackers)
-            self.alerting.act_on_verdict(verdict, control)
+    def _judge_verdict(self, step: int, event: str, control: Any) -> None:
+        """The verdict after new evidence at ``step`` (``event``: a probe pass's, "log" or "metrics") by a callback that
+        measures the run-health signals: acted on, written once the step is over (``callbacks.run_evidence``)."""
+        if self.watched is not None and set(GRADIENT_NAMES) & self.stat_names:
+            probed = event not in ("log", "metrics") and self.health and self.health[-1][0] == step
+            health, writer = self.health[-1] if probed else None, self.watched.verdict_writer() == self._index
+            send = self.log_to_trackers and event != "end"
+            self.run_evidence.judge(self.alerting, self.watched, writer, health, send, control)
 
     def _judge(self, watched: WatchedRun, event: str, control: Any) -> None:
         """The stability alerts of the newest step: written by the watched run's alert writer, acted on here."""
@@ -305,6 +300,7 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.run_evidence.write(self.watched, self.alerting.verdict_settings, before=int(state.global_step))  # over
         self._drive("begin", state, control)
         due = self._forecast_at is not None and state.global_step >= self._forecast_at
         if due and self.pacing.meter.last_cost is not None:
@@ -319,12 +315,18 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_evaluate")
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        step, context = int(state.global_step), self._link.context(kwargs)
+        new = self.run_evidence.note_evaluation(step, kwargs.get("metrics"), context)
         self._drive("evaluate", state, control)
+        if new:
+            self._judge_verdict(step, "metrics", control)  # no probe pass judged them
 
     @contained("on_log")
-    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         if self.watched is not None:
             self.watched.flush()
+            if self.run_evidence.note_log(int(state.global_step), logs):
+                self._judge_verdict(int(state.global_step), "log", control)
 
     @contained("on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -332,12 +334,12 @@ class WatchCallback(NotATracker, TrainerCallback):
             return
         try:
             self._drive("end", state)
+            self.run_evidence.write(self.watched, self.alerting.verdict_settings)
             if not self.disabled:
                 self._after_end(args, state, kwargs)
             if self._speaks and not self.disabled:
-                alerts, hint = len(self.alerting.raised), self._report_hint(args)
-                verdict = self.alerting.verdict.describe() if self.alerting.verdict is not None else None
-                summary = announce.RunSummary.of(self.history, alerts, self.pacing, self._pinned, hint, verdict)
+                hint = self._report_hint(args)
+                summary = announce.RunSummary.of(self.history, self.alerting, self.pacing, self._pinned, hint)
                 announce.say(announce.end_lines(summary))
         finally:
             if self.watched is not None:

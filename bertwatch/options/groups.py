@@ -327,15 +327,16 @@ _VERDICT_HELP = {
     "collapse_share": "collapse: this share of the probe examples or more predicted as one class",
     "spread_fraction": "collapse of a regression head: the spread (std) of its predictions down to this fraction of "
     "step 0's or less",
-    "vanish_fraction": "vanishing gradient: every lower layer's gradient norm below this fraction of step 0's",
+    "vanish_fraction": "failing at once: the predictions collapsed and every lower layer's gradient norm below this "
+    "fraction of step 0's",
     "risk_fraction": "gradient at risk: the lower layers' gradient norm below this fraction of step 0's",
     "lower_share": "the lower layers, for the gradient rules: this share of the layers from the input side (at "
     "least one)",
-    "stuck_fraction": "stuck loss: the probe loss still at least this fraction of the loss of always guessing the "
-    "label frequencies",
-    "patience": "measured steps in a row a collapse, with a vanishing gradient or a stuck loss, must hold before the "
-    "run is failing",
-    "alerts_at_risk": "the run is at risk once this many stability alerts are in force",
+    "loss_line": "a loss shows learning when its whole interval is below this fraction of the loss of always "
+    "guessing the label frequencies, and not learning when it is at or above it",
+    "hold_share": "failing once a sign of not learning has lasted this share of the run's steps",
+    "confidence": "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)",
+    "alerts_at_risk": "the run is at risk once this many stability alerts are in force, unless it clearly learns",
 }
 #: ``VerdictSettings`` (``bertwatch.core.verdict``) holds the verdict's thresholds and checks them; here are the help
 #: and the flag of each: ``{field: (help, flag)}``, the flag ``--verdict-<field>`` (``layer_gradients``, on by
@@ -346,7 +347,7 @@ VERDICT_OPTIONS: dict[str, tuple[str, Flag]] = {
             help_text,
             Flag(
                 (f"--verdict-{name.replace('_', '-')}",),
-                *(("int",) if name in ("patience", "alerts_at_risk") else ("float", "X")),
+                *(("int",) if name == "alerts_at_risk" else ("float", "X")),
             ),
         )
         for name, help_text in _VERDICT_HELP.items()

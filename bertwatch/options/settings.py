@@ -210,7 +210,7 @@ class WatchSettings(Checked):
     verdict: VerdictSettings = option(
         None,
         "the thresholds of the run verdict (healthy, at risk, failing)",
-        instance_of(VerdictSettings, "VerdictSettings(patience=5)"),
+        instance_of(VerdictSettings, "VerdictSettings(hold_share=0.3)"),
         factory=VerdictSettings,
     )
     ablation: AblationOptions = option(

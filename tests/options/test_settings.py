@@ -242,8 +242,8 @@ WRONG = {  # option (as spelled in option_specs) -> values it refuses
     "alerts.patience": _counts(1),
     **{f"verdict.{name}": st.one_of(st.floats(1.01, 1e6), st.floats(-1e6, 0.0), st.text(), st.booleans())
        for name in ("collapse_share", "spread_fraction", "vanish_fraction", "risk_fraction", "lower_share",
-                    "stuck_fraction")},
-    "verdict.patience": _counts(1),
+                    "loss_line", "hold_share")},
+    "verdict.confidence": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text(), st.booleans()),
     "verdict.alerts_at_risk": _counts(1),
     "ablation.mode": st.one_of(st.text().filter(lambda s: s not in ("uniform", "zero")), st.integers()),
     "ablation.kwargs": st.one_of(st.text(), st.lists(st.text()), st.just({"no_such_keyword": 1})),
