@@ -224,8 +224,11 @@ def test_a_training_run_speaks_at_its_start_after_its_first_steps_and_at_its_end
     monkeypatch.chdir(tmp_path)
     callback = _run(tmp_path)
     lines = _lines(capsys.readouterr().err)
-    assert len(lines) == 8, lines
-    first, events, view, forecast, end, cost, verdict, report = lines
+    (first, events, view, forecast), (end, cost, verdict, report) = lines[:4], lines[-4:]
+    said = lines[4:-4]  # as they happened: new alerts, and the first failing verdict (this toy run fails)
+    assert all(" in alert since step " in line or line.startswith("verdict at step ") for line in said), said
+    failing = [line for line in said if line.startswith("verdict at step ")]
+    assert len(failing) == (callback.alerting.verdict.level == 2), said
     assert first.startswith("watching BertForSequenceClassification (2 layers x 4 heads): ")
     assert f"{len(callback.stat_names)} statistics on 6 probe examples from the eval set" in first
     assert "measured at step 0, every 3 steps, each evaluation and the end" in first
