@@ -525,7 +525,6 @@ WITHOUT_OWN_TEST = {
     "test_flow.py",
     "callbacks/reference.py": "the drift reference and its cache: tests/callbacks/test_callbacks.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
-    "core/budget.py": "the overhead budget's cadence: tests/callbacks/test_pacing.py",
     "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
     "core/rules.py": "the behaviour labels and pattern classes: tests/heads/test_patterns.py, tests/tb/test_plugin.py",
     "heads/adapters.py": "DeBERTa and MPNet capture against eager maps: tests/heads/test_capture_support.py",
