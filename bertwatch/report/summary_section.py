@@ -112,6 +112,8 @@ def _verdict_card(result: AblationResult) -> str:
                 f"disabling {name} costs most: Δ {escape(result.metric)} {number(row[1])} "
                 f"[{number(row[2])}, {number(row[3])}]{_within_noise(row)}"
             )
+    if not result.pruning:  # the headline of the pruning answer says it otherwise
+        lines.append(escape(result.resolution().clause()))
     sentence = (
         f"Each head and layer disabled ({escape(result.mode)}) on {result.num_examples} examples, baseline "
         f"{escape(result.metric)} {number(result.baseline)}: how many heads can go, and what the costliest cost."

@@ -103,7 +103,8 @@ def test_html_is_self_contained_and_escapes_user_strings() -> None:
     assert HOSTILE not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
     assert "acc<b>" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
-    assert page.count("data:image/png;base64,") == 4  # heatmap, layer bars, pruning curve (also in the verdict)
+    assert page.count("data:image/png;base64,") == 3  # layer bars, pruning curve (also in the verdict)
+    assert page.count('<table class="hm"') == 1  # Δ per head: HTML cells in the plugin's colours
     assert "hurts most" in page and "helps most" in page and "Keep only the best head" in page
 
 
@@ -153,9 +154,9 @@ def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, ca
     assert "<h1>bertwatch report: training run and ablation</h1>" in page
     assert 'id="stat-entropy"' in page and 'id="stat-cls_mass"' in page
     assert "Mode <code>uniform</code>" in page
-    # ablation (3, the pruning curve again in the verdict) + one figure per grid (2) + the trajectories of the two
-    # families' cards (Spread, Special tokens)
-    assert page.count("data:image/png;base64,") == 3 + 1 + 2 + 2
+    # ablation (2: layer bars and the pruning curve, again in the verdict; Δ per head is HTML) + one figure per grid
+    # (2) + the trajectories of the two families' cards (Spread, Special tokens)
+    assert page.count("data:image/png;base64,") == 2 + 1 + 2 + 2
     assert "2 training grids" in capsys.readouterr().out
 
 
@@ -197,7 +198,7 @@ def test_the_result_names_its_task_type_and_metrics_and_reads_older_files(tmp_pa
     assert result.task_type == "token-classification"
     assert result.description == "token classification · entity F1 (seqeval), token accuracy"
     doc = json.loads(write_outputs(result, tmp_path)["json"].read_text())
-    assert doc["version"] == 3 and doc["task_type"] == "token-classification"
+    assert doc["version"] == 4 and doc["task_type"] == "token-classification"
     assert [(m["name"], m["label"]) for m in doc["metrics"]] == [
         ("entity_f1", "entity F1 (seqeval)"),
         ("token_accuracy", "token accuracy"),
@@ -213,7 +214,7 @@ def test_the_result_names_its_task_type_and_metrics_and_reads_older_files(tmp_pa
         "entity F1 (seqeval), token accuracy"
     )
     with pytest.raises(ValueError, match="newer"):
-        AblationResult.from_json({**doc, "version": 4})
+        AblationResult.from_json({**doc, "version": 5})
 
 
 def test_metrics_of_compute_metrics_say_so() -> None:
