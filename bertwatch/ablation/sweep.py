@@ -40,7 +40,7 @@ from torch import nn
 
 from bertwatch.ablation.configs import HeadMask, order_masks, random_orders, sweep_configs
 from bertwatch.ablation.estimate import SweepPlan
-from bertwatch.ablation.evaluate import evaluate_configs
+from bertwatch.ablation.evaluate import evaluate_configs, progress_bar
 from bertwatch.ablation.inputs import EvalData, make_batches
 from bertwatch.ablation.orders import head_importance, iterative_masks
 from bertwatch.ablation.pruning import baseline_curves, pruning_curve
@@ -251,10 +251,19 @@ def _baseline_order_masks(
     if s.prune_iterative and steps:
         started = time.perf_counter()
 
-        def importance_under(mask: np.ndarray) -> np.ndarray:
-            return head_importance(p.model, p.data, p.task.regression, loss_fn, disabled=mask, mode=s.mode)
+        bar = progress_bar(s.progress and p.processes.is_main, steps - 1, f"iterative importance ({s.mode})", "step")
 
-        named["iterative"] = iterative_masks(importance, steps, s.prune_step, importance_under)
+        def importance_under(mask: np.ndarray) -> np.ndarray:
+            found = head_importance(p.model, p.data, p.task.regression, loss_fn, disabled=mask, mode=s.mode)
+            if bar is not None:
+                bar.update(1)  # one gradient pass a step: said, not silent
+            return found
+
+        try:
+            named["iterative"] = iterative_masks(importance, steps, s.prune_step, importance_under)
+        finally:
+            if bar is not None:
+                bar.close()
         p.seconds["iterative_importance"] = round(time.perf_counter() - started, 3)
     return named
 
