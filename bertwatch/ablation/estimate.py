@@ -90,7 +90,9 @@ class SweepPlan:
         kinds = {"head": "heads", "layer": "layers", "keep": "keep-one-head"}
         counts = {name: sum(c.id.startswith(key + ":") for c in self.configs) for key, name in kinds.items()}
         parts = ["baseline"] + [f"{count} {name}" for name, count in counts.items() if count]
-        return f"{len(self.configs)} configurations ({', '.join(parts)}) on {self.data.size} examples"
+        left = len(self.shards) < len(self.data.shards) or len(self.todo) < len(self.configs)
+        resumed = f" (resumed: {len(self.shards)} of {len(self.data.shards)} shards left)" if left else ""
+        return f"{len(self.configs)} configurations ({', '.join(parts)}) on {self.data.size} examples{resumed}"
 
     def orders(self) -> int:
         """Configurations a pruning step costs: the importance order's, each random order's and the iterative

@@ -9,10 +9,14 @@ and ``bertwatch ship``'s readings. The rule:
   example's predicted class changes, on the measured confusion counts (``how="flip"``); for a metric with no such
   bound (a correlation, a loss, a metric of summed counts) the largest change when one example is left out
   (``how="left out"``); None when not known (a ``compute_metrics`` the sweep cannot take apart).
-* **typical half-width**: the median half-width ``(ci_high - ci_low) / 2`` of the measured intervals the answer
-  stands on, leaving out intervals of width 0 (configurations that changed no prediction say nothing about the
-  set's resolution). A paired-bootstrap interval of a change in accuracy is about ``±1.96·√(d/n)`` with ``d`` the
-  share of predictions that changed, so its width shrinks as ``1/√n``.
+* **the interval width**: the half-width ``(ci_high - ci_low) / 2`` of the interval an answer turns on. For the
+  pruning answer that is the step where it stops, the first step that fails at δ (``width_of="stop"``; the widest
+  step when every step holds, ``"widest"``): a pruning curve's intervals widen as more predictions change, so the
+  step the answer stops at is the one whose width decides it. Elsewhere (single heads, ``bertwatch ship``'s
+  variants) the median half-width of the intervals, leaving out intervals of width 0 (a configuration that changed
+  no prediction says nothing about the set's resolution; ``"median"``). A paired-bootstrap interval of a change
+  in accuracy is about ``±1.96·√(d/n)`` with ``d`` the share of predictions that changed, so its width shrinks as
+  ``1/√n``.
 * **resolves δ** when neither the typical half-width nor one example's share exceeds δ; otherwise no interval of
   a typical change can fit within δ of "no change", and the answer says so in words with what it can say: the
   answer at the smallest round δ the set resolves (:func:`round_up`), and the examples that would resolve δ,
@@ -94,6 +98,10 @@ class Resolution:
     half_width: float | None
     width_from: str
     confidence: float = 0.95
+    width_of: str = "median"
+    #: the interval where a pruning answer stops lies wholly beyond δ (that step is shown to cost more than δ):
+    #: the answer is decided by the data, however wide the interval
+    beyond: bool = False
 
     @property
     def limit(self) -> float:
@@ -102,7 +110,10 @@ class Resolution:
         return max(v for v in (self.one_example, self.half_width, 0.0) if v is not None)
 
     def resolves(self, delta: float) -> bool:
-        """Whether a change of ``delta`` can be told apart from none at this sample size."""
+        """Whether a change of ``delta`` can be told apart from none at this sample size (or the step that decides
+        the answer was shown to cost more than ``delta`` all the same)."""
+        if self.beyond:
+            return float(delta) >= (self.one_example or 0.0)
         return float(delta) >= self.limit
 
     def wider_delta(self) -> float | None:
@@ -133,11 +144,18 @@ class Resolution:
         return f"one example moves {self.metric} by up to {_short(self.one_example)}"
 
     def width_words(self) -> str:
-        """``"the 95% intervals are about ±0.037"`` (or that every interval had width 0)."""
+        """``"the 95% intervals are about ±0.037"``, ``"the 95% interval where the answer stops is ±0.039"``,
+        ``"the widest 95% interval is ±0.012"`` (or that every interval had width 0)."""
         level = f"{self.confidence:.0%}"
         if self.half_width is None:
             return f"no {level} interval had a width"
-        return f"the {level} intervals are about ±{_short(self.half_width)}"
+        width = _short(self.half_width)
+        if self.width_of == "stop":
+            beyond = " and lies beyond δ" if self.beyond else ""
+            return f"the {level} interval where the answer stops is ±{width}{beyond}"
+        if self.width_of == "widest":
+            return f"the widest {level} interval is ±{width}"
+        return f"the {level} intervals are about ±{width}"
 
     def clause(self) -> str:
         """``"128 examples: one example is 0.0078; the 95% intervals are about ±0.037"``."""
@@ -172,6 +190,8 @@ class Resolution:
             "how": self.how,
             "half_width": self.half_width,
             "width_from": self.width_from,
+            "width_of": self.width_of,
+            "beyond": bool(self.beyond),
             "confidence": float(self.confidence),
         }
 
@@ -188,5 +208,7 @@ class Resolution:
             how=str(doc.get("how") or ""),
             half_width=number("half_width"),
             width_from=str(doc.get("width_from") or ""),
+            width_of=str(doc.get("width_of") or "median"),
+            beyond=bool(doc.get("beyond", False)),
             confidence=float(doc.get("confidence") or 0.95),
         )

@@ -243,8 +243,8 @@ def _pruning_section(result: AblationResult) -> str:
         f'<p class="note">A step holds when the {found["confidence"]:.0%} paired-bootstrap interval of Δ against '
         f"the unpruned model stays within δ = {found['delta']:g} on the harmful side; the answer is the largest "
         "share of heads pruned at a step that holds with every earlier step (docs/ablation.md). A δ smaller than "
-        "what the examples resolve (one example's share of the metric, or the typical half-width of the steps' "
-        "intervals) cannot be shown either way: the first line then gives the answer at the δ they resolve and how "
+        "what the examples resolve (one example's share of the metric, or the half-width of the interval of the "
+        "step where the answer stops) cannot be shown either way: the first line then gives the answer at the δ they resolve and how "
         "many examples would resolve yours. Heads go in order "
         "of importance computed once, in the iterative order (importance recomputed after each step), and in "
         "random orders, at the same steps.</p>",

@@ -169,25 +169,36 @@ class AblationResult:
         }
 
     def resolution(self) -> Resolution:
-        """What these examples resolve (:mod:`bertwatch.core.resolution`): one example's share, and the typical
-        half-width of the intervals the answers compare with δ: the importance order's pruning steps where there
-        are any (the "N% at δ" answer stands on them), else the single heads."""
-        width, source = None, ""
+        """What these examples resolve (:mod:`bertwatch.core.resolution`): one example's share, and the width of the
+        interval the answer turns on: with pruning curves, the importance order's step where the answer at δ stops
+        (the widest step when every step holds); else the median of the single heads' intervals."""
+        width, source, kind, beyond = None, "", "median", False
         if self.pruning:
-            width = typical_half_width([_number(e.get("ci_low")) for e in self.pruning],
-                                       [_number(e.get("ci_high")) for e in self.pruning])  # fmt: skip
-            source = f"the importance order's {len(self.pruning)} pruning steps"
+            lows = [_number(e.get("ci_low")) for e in self.pruning]
+            highs = [_number(e.get("ci_high")) for e in self.pruning]
+            halves = [(h - l) / 2 for l, h in zip(lows, highs)]
+            stop = self.removable()["importance"].step + 1
+            if stop < len(halves) and np.isfinite(halves[stop]):
+                width, kind = float(halves[stop]), "stop"
+                greater = bool(self.config.get("greater_is_better", True))
+                beyond = highs[stop] < -self.delta if greater else lows[stop] > self.delta
+                source = f"the importance order's step at {self.pruning[stop]['pruned']} heads, the first that fails"
+            elif any(np.isfinite(halves)):
+                width, kind = float(np.nanmax(halves)), "widest"
+                source = f"the widest of the importance order's {len(halves)} steps"
         if width is None:
             width = typical_half_width(self.heads[..., 2].ravel(), self.heads[..., 3].ravel())
-            source = f"the {self.heads[..., 0].size} single heads"
+            source = f"the median of the {self.heads[..., 0].size} single heads"
         return Resolution(
             examples=int(self.num_examples),
             metric=self.metrics[0]["label"] if self.metrics else self.metric,
             one_example=self.one_example,
             how=self.one_example_how,
-            half_width=width,
+            half_width=width or None,
             width_from=source,
             confidence=float(self.config.get("confidence", 0.95)),
+            width_of=kind,
+            beyond=bool(beyond),
         )
 
     def removable_json(self, delta: float | None = None) -> dict[str, Any]:

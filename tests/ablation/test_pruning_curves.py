@@ -83,7 +83,8 @@ def test_report_and_summary_state_the_answers() -> None:
     assert "random orders (3): median 10% of heads, range 0%-19%" in page
     printed = summary_lines(result, "out")
     headline = (
-        "872 examples resolve a change of 0.01 (one example is 0.0011; the 95% intervals are about ±0.008): up to "
+        "872 examples resolve a change of 0.01 (one example is 0.0011; the 95% interval where the answer stops is "
+        "±0.008): up to "
         "40% of the heads (29 of 72) can go"
     )
     assert f"  pruning: {headline}\n" in printed and headline in page

@@ -21,7 +21,7 @@ from bertwatch.tb import colours
 from bertwatch.tb.summary import SummaryWriter
 from tests.support.tb_helpers import STEPS, H, L, curves_result, synthetic_grids, tensorboard_server
 from tests.tb.test_outliers_browser import outlier_grids
-from tests.tb.test_plugin_browser import Session, browser, shot_dir  # noqa: F401 (fixtures)
+from tests.tb.test_plugin_browser import browser, open_session, shot_dir  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -65,14 +65,9 @@ def run(tmp_path_factory):
 def s(browser, run):  # noqa: F811
     root = run[0]
     with tensorboard_server(root, extra=["--samples_per_plugin=bertwatch=0"]) as base:
-        page = browser.new_page()
-        sess = Session(page, None, base, root)
-        page.on("pageerror", lambda e: sess.errors.append(str(e)))
-        page.goto(base + "/#bertwatch")
-        sess.frame = page.wait_for_selector("iframe", timeout=30000).content_frame()
-        sess.frame.wait_for_selector("#heads-heatmap .cell", timeout=30000)
+        sess = open_session(browser, base, root)
         yield sess
-        page.close()
+        sess.page.close()
         assert not sess.errors, sess.errors
 
 

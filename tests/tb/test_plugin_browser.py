@@ -95,6 +95,18 @@ class Session:
         return path
 
 
+def open_session(browser, base, root):
+    """A new page on the plugin at ``base``, its frame loaded (the Heads view's grid drawn), page errors collected in
+    ``errors``; the caller closes ``page``."""
+    page = browser.new_page()
+    sess = Session(page, None, base, root)
+    page.on("pageerror", lambda e: sess.errors.append(str(e)))
+    page.goto(base + "/#bertwatch")
+    sess.frame = page.wait_for_selector("iframe", timeout=30000).content_frame()
+    sess.frame.wait_for_selector("#heads-heatmap .cell", timeout=30000)
+    return sess
+
+
 def as_array(values):
     return np.array([[float(v) for v in row] for row in values])  # float("NaN") / float("Infinity") parse
 
