@@ -116,17 +116,17 @@ def headline(answers: Mapping[str, Any], total_heads: int, metric: str) -> str:
     ``answers`` is the JSON form of the answers (``AblationResult.removable_json``: ``delta``, ``confidence``,
     ``importance``, and ``resolution`` with ``at_resolution`` where the sweep recorded them). When the examples
     resolve δ: that they do, and the importance order's share (``"872 examples resolve a change of 0.01 (one example
-    is 0.0011; the 95% intervals are about ±0.0081): up to 40% of the heads (29 of 72) can go"``). When they do
-    not: that they cannot tell, the share at the δ they resolve, and the examples that would resolve δ. Files
-    without a resolution get the importance order's answer alone.
+    is 0.0011; the 95% interval where the answer stops is ±0.008): up to 40% of the heads (29 of 72) can go"``).
+    When they do not: that they cannot tell, the share at the δ they resolve, and the examples that would resolve
+    δ. Files without a resolution get the importance order's answer alone.
 
     Example:
-        >>> answers = {"delta": 0.01, "confidence": 0.95, "importance": {"fraction": 0.0, "pruned": 0, "step": -1},
+        >>> answers = {"delta": 0.01, "confidence": 0.95, "importance": {"fraction": 13 / 72, "pruned": 13, "step": 1},
         ...     "resolution": {"examples": 128, "metric": "accuracy", "one_example": 0.0078125, "how": "flip",
-        ...                    "half_width": 0.037, "width_from": "the importance order's steps"},
-        ...     "at_resolution": {"delta": 0.04, "importance": {"fraction": 0.3, "pruned": 21, "step": 2}}}
+        ...                    "half_width": 0.0390625, "width_of": "stop"},
+        ...     "at_resolution": {"delta": 0.04, "importance": {"fraction": 0.25, "pruned": 18, "step": 2}}}
         >>> print(headline(answers, 72, "accuracy"))
-        128 examples cannot tell a change of 0.01 (one example is 0.0078; the 95% intervals are about ±0.037): at δ = 0.04, up to 30% of the heads (21 of 72) can go; about 1,800 examples would resolve 0.01
+        128 examples cannot tell a change of 0.01 (one example is 0.0078; the 95% interval where the answer stops is ±0.039): at δ = 0.04, up to 25% of the heads (18 of 72) can go; about 2,000 examples would resolve 0.01
     """
     delta, confidence = float(answers["delta"]), float(answers.get("confidence") or 0.95)
     importance = Removable.from_json(answers.get("importance"))

@@ -237,15 +237,17 @@ def _pruning_section(result: AblationResult) -> str:
     if not result.pruning:
         return ""
     found = result.removable()
+    lines = [escape(line) for line in answer_lines(result)]
+    items = [f"<li><b>{lines[0]}</b></li>", *(f"<li>{line}</li>" for line in lines[1:])]  # the headline first
     parts = [
         "<h3>Pruning: how many heads can go?</h3>",
-        "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in answer_lines(result)) + "</ul>",
+        "<ul>" + "".join(items) + "</ul>",
         f'<p class="note">A step holds when the {found["confidence"]:.0%} paired-bootstrap interval of Δ against '
         f"the unpruned model stays within δ = {found['delta']:g} on the harmful side; the answer is the largest "
         "share of heads pruned at a step that holds with every earlier step (docs/ablation.md). A δ smaller than "
         "what the examples resolve (one example's share of the metric, or the half-width of the interval of the "
-        "step where the answer stops) cannot be shown either way: the first line then gives the answer at the δ they resolve and how "
-        "many examples would resolve yours. Heads go in order "
+        "step where the answer stops) cannot be shown either way: the first line then gives the answer at the δ "
+        "they resolve and how many examples would resolve yours. Heads go in order "
         "of importance computed once, in the iterative order (importance recomputed after each step), and in "
         "random orders, at the same steps.</p>",
         image(b64(curves_figure(result)), "pruning curves"),
