@@ -92,7 +92,7 @@ def ship_readings(result: Mapping[str, Any]) -> list[str]:
 
 
 def ship_resolution(result: Mapping[str, Any]) -> list[str]:
-    """What the readings' intervals can resolve (:mod:`bertwatch.core.resolution`), said under them:
+    """What the readings' intervals can resolve (:mod:`bertwatch.core.resolution`), said before them:
     ``["resolution: 500 examples: one example is 0.002; the 95% intervals are about ±0.0061"]``, over the variants'
     intervals against fp32 ([] when none has one)."""
     rows = [r for r in result["variants"][1:] if _defined(r["ci_low"]) and _defined(r["ci_high"])]
@@ -289,7 +289,7 @@ def ship_section(path: Path) -> str:
     source = result.get("task") or result.get("data") or "the evaluation set"
     removed = result.get("removed_heads")
     pruned = f"; {sum(len(h) for h in removed.values())} heads removed in the pruned variants" if removed else ""
-    readings = "".join(f"<li>{html.escape(line)}</li>" for line in ship_readings(result) + ship_resolution(result))
+    readings = "".join(f"<li>{html.escape(line)}</li>" for line in ship_resolution(result) + ship_readings(result))
     return (
         f'<h2 id="{_anchor(path)}">Will it ship? {html.escape(str(result.get("checkpoint", path.parent.name)))} in '
         "ONNX Runtime</h2>"
