@@ -9,9 +9,22 @@ import pytest
 
 from bertwatch.report.ship_section import ship_readings, ship_resolution, ship_section
 from bertwatch.ship.table import format_table
-from tests.report.test_ship_section import _result
 
 pytestmark = pytest.mark.fast
+
+
+def _result() -> dict:
+    """A ship.json of 64 examples: fp32 and int8, int8's change -0.0156 [-0.0625, +0.0312]."""
+    variant = {"file": "model.onnx", "size_mb": 90.0, "latency_ms": 8.0, "throughput": 100.0, "p": 1.0}
+    fp32 = {**variant, "name": "fp32", "value": 0.5, "delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "agreement": 1.0}
+    int8 = {**variant, "name": "int8", "file": "model.int8.onnx", "size_mb": 22.5, "latency_ms": 2.0,
+            "throughput": 250.0, "value": 0.5, "delta": -0.015625, "ci_low": -0.0625, "ci_high": 0.03125,
+            "agreement": 0.96875}  # fmt: skip
+    return {
+        "checkpoint": "out/model", "task": "sst2", "metric": "accuracy", "num_examples": 64, "confidence": 0.95,
+        "n_resamples": 1000, "timing": {"repeats": 5, "warmup": 2, "batch_size": 32, "batch_tokens": 44},
+        "runtime": {"onnxruntime": "1.32.0", "threads": 1}, "removed_heads": None, "variants": [fp32, int8],
+    }  # fmt: skip
 
 
 def test_the_readings_say_one_examples_share_and_the_interval_width() -> None:
