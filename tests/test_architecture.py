@@ -510,6 +510,12 @@ MODULE_TEST_SHARE = 0.70
 #: The modules without one, each with where its behaviour is tested instead (tests/README.md: a test that drives
 #: several layers goes with the highest one). A module that gets its own test file leaves this list.
 WITHOUT_OWN_TEST = {
+    "ablation/estimate.py": "the plan line's timing and step counts: tests/ablation/test_resolution_sweep.py",
+    "report/colour_grid.py": "the Δ-per-head cells: tests/report/test_html.py and the colour browser test "
+    "(tests/tb/test_colour_browser.py, against the plugin)",
+    "report/run_report.py": "the one report: tests/cli/test_report.py, tests/tb/test_colour_browser.py and "
+    "ablate_on_end in tests/callbacks/test_callbacks_training.py",
+    "tb/ablation_route.py": "the /ablation route's body: tests/tb/test_plugin.py (the route, its curves and answer)",
     "ablation/configs.py": "the head masks of every sweep: tests/ablation/test_sweep.py and test_runner.py",
     "ablation/evaluate.py": "resumable, split evaluation: tests/ablation/test_sweep.py (one rank and two)",
     "ablation/gain.py": "what a pruned model buys: tests/cli/test_prune.py end to end",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,20 @@ def run_shard(
     configs: Sequence[HeadMask],
     configs_per_batch: int,
     progress: Any,
+    first_chunk: Callable[[float, float, EvalBatch, Sequence[HeadMask]], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Logits ``[shard examples, C]`` of each configuration, in the shard's batch order."""
+    """Logits ``[shard examples, C]`` of each configuration, in the shard's batch order; ``first_chunk(baseline
+    seconds, chunk seconds, batch, chunk)`` is told how long the first batch's baseline pass and its second stacked
+    chunk of configurations took (the first when there is one only)."""
     num_layers = runner.num_layers
     baseline_ids = {c.id for c in configs if c.start_layer >= num_layers}
     others = [c for c in configs if c.start_layer < num_layers]
     need_states = runner.reuses and any(c.start_layer > 0 for c in others)
     parts: dict[str, list[np.ndarray]] = {c.id: [] for c in configs}
-    for batch in batches:
+    timed: list[tuple[float, Sequence[HeadMask]]] = []  # the first batch's first chunks: (seconds, configurations)
+    for number, batch in enumerate(batches):
+        started = time.perf_counter()
+        base_seconds = 0.0
         states = None
         if baseline_ids or need_states:
             logits, states = runner.baseline(batch.inputs, cache=need_states)
@@ -41,15 +48,25 @@ def run_shard(
                 parts[cid].append(logits.float().cpu().numpy())
             if progress is not None:
                 progress.update(batch.size * len(baseline_ids))
+            base_seconds = time.perf_counter() - started
         for start, group in _group_by_start(others, runner.reuses):
             for i in range(0, len(group), configs_per_batch):
                 chunk = group[i : i + configs_per_batch]
+                chunk_started = time.perf_counter()
                 out = runner.run(batch.inputs, states, np.stack([c.mask for c in chunk]), start)
                 out = out.float().cpu().numpy()
+                if number == 0 and first_chunk is not None:
+                    timed.append((time.perf_counter() - chunk_started, chunk))
+                    if len(timed) == 2:  # the second chunk: the first also pays for the first call's warm-up
+                        first_chunk(base_seconds, timed[-1][0], batch, timed[-1][1])
+                        first_chunk = None
                 for j, c in enumerate(chunk):
                     parts[c.id].append(out[j])
                 if progress is not None:
                     progress.update(batch.size * len(chunk))
+        if number == 0 and first_chunk is not None and timed:  # a batch of one chunk
+            first_chunk(base_seconds, timed[0][0], batch, timed[0][1])
+            first_chunk = None
     return {cid: np.concatenate(chunks, axis=0) for cid, chunks in parts.items()}
 
 
@@ -89,9 +106,11 @@ def evaluate_configs(
     configs_per_batch: int,
     progress: bool = True,
     desc: str = "ablate",
+    first_chunk: Callable[[float, float, EvalBatch, Sequence[HeadMask]], None] | None = None,
 ) -> dict[str, np.ndarray]:
     """Logits ``[n, C]`` of every configuration in the evaluation set's order, shard by shard, resuming from and
-    appending to ``store``; configurations missing from a shard are split across processes."""
+    appending to ``store``; configurations missing from a shard are split across processes. ``first_chunk`` (see
+    :func:`run_shard`) hears about the first batch this process runs."""
     parts: dict[str, list[np.ndarray]] = {c.id: [] for c in configs}
     todo_total = sum(
         sum(b.size for b in shard) * sum(store.get(s, c) is None for c in configs)
@@ -108,7 +127,8 @@ def evaluate_configs(
                     bar.update(sum(b.size for b in shard) * len(todo))
             elif todo:
                 mine = processes.split(todo, runner.num_layers)
-                local = run_shard(runner, shard, mine, configs_per_batch, bar)
+                local = run_shard(runner, shard, mine, configs_per_batch, bar, first_chunk)
+                first_chunk = None
                 gathered = processes.gather(local)
                 if bar is not None and processes.world > 1:
                     bar.update(sum(b.size for b in shard) * (len(todo) - len(mine)))

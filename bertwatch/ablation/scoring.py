@@ -168,3 +168,65 @@ def parts_metric(
         combine=chosen,
         greater_is_better=chosen.greater_is_better,
     )
+
+
+#: Task metrics that are a mean of per-example scores in [0, 1] (one example's share is 1/n).
+_MEAN_METRICS = ("exact_match", "squad_f1")
+
+
+def one_example_change(metric: Metric, logits: np.ndarray) -> tuple[float | None, str]:
+    """The largest change of ``metric`` one example makes, on the baseline's outputs ``logits``, and how it was
+    measured (:mod:`bertwatch.core.resolution`): ``"flip"`` (one example's predicted class changes: 1/n for
+    accuracy, the largest such change of F1 or Matthews on the confusion counts), ``"left out"`` (one example left
+    out: correlations and metrics of summed per-example counts), or ``(None, "")`` for a metric it cannot take
+    apart (a ``compute_metrics`` without a built-in equal)."""
+    n = len(metric.labels)
+    if metric.kernel == "accuracy" or (metric.combine is not None and metric.name in _MEAN_METRICS):
+        return 1.0 / n, "flip"
+    if metric.combine is not None:
+        parts = np.asarray(metric.predictions(logits), dtype=np.float64)
+        total = parts.sum(0)
+        base = float(metric.combine(total))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            left = np.asarray(metric.combine(total[None] - parts), dtype=np.float64)
+        return _largest(left - base), "left out"
+    if metric.kernel in ("f1", "matthews_correlation"):
+        return _largest_flip(metric, logits), "flip"
+    if metric.kernel in ("pearson", "spearmanr"):
+        preds = metric.predictions(logits)[None]
+        base = metric_on_counts(metric.kernel, preds, metric.labels, np.ones((1, n)))[0, 0]
+        changes = []
+        for start in range(0, n, 256):  # one row of weights per example left out, 256 rows at a time
+            rows = np.ones((min(256, n - start), n))
+            rows[np.arange(len(rows)), start + np.arange(len(rows))] = 0.0
+            changes.append(metric_on_counts(metric.kernel, preds, metric.labels, rows)[0] - base)
+        return _largest(np.concatenate(changes)), "left out"
+    return None, ""
+
+
+def _largest(changes: np.ndarray) -> float | None:
+    finite = np.abs(changes[np.isfinite(changes)])
+    return float(finite.max()) if finite.size else None
+
+
+def _largest_flip(metric: Metric, logits: np.ndarray) -> float | None:
+    """The largest change of a metric of predicted classes when one example's prediction moves to another class:
+    one example of each (label, prediction) pair tried with every other class."""
+    preds = np.asarray(metric.predictions(logits))
+    labels = np.asarray(metric.labels)
+    classes = np.union1d(np.unique(labels), np.unique(preds))
+    if np.asarray(logits).ndim == 2 and np.asarray(logits).shape[1] > 1:
+        classes = np.union1d(classes, np.arange(np.asarray(logits).shape[1]))
+    variants = []
+    for y, p in {(a, b) for a, b in zip(labels.tolist(), preds.tolist())}:
+        i = int(np.flatnonzero((labels == y) & (preds == p))[0])
+        for q in classes:
+            if q != p:
+                changed = preds.copy()
+                changed[i] = q
+                variants.append(changed)
+    if not variants:
+        return None
+    ones = np.ones((1, len(labels)))
+    base = metric_on_counts(metric.kernel, preds[None], labels, ones)[0, 0]
+    return _largest(metric_on_counts(metric.kernel, np.stack(variants), labels, ones)[:, 0] - base)

@@ -39,12 +39,13 @@ import torch
 from torch import nn
 
 from bertwatch.ablation.configs import HeadMask, order_masks, random_orders, sweep_configs
-from bertwatch.ablation.evaluate import evaluate_configs
+from bertwatch.ablation.estimate import SweepPlan
+from bertwatch.ablation.evaluate import evaluate_configs, progress_bar
 from bertwatch.ablation.inputs import EvalData, make_batches
 from bertwatch.ablation.orders import head_importance, iterative_masks
 from bertwatch.ablation.pruning import baseline_curves, pruning_curve
 from bertwatch.ablation.runner import Runner, default_configs_per_batch
-from bertwatch.ablation.scoring import Metric, make_metric, parts_metric, settle_metric
+from bertwatch.ablation.scoring import Metric, make_metric, one_example_change, parts_metric, settle_metric
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
 from bertwatch.ablation.task_types import Task, sweep_examples, task_parts
@@ -162,6 +163,9 @@ def evaluate_unit_configs(p: SweepSetup) -> tuple[list[HeadMask], dict[str, np.n
     """Outputs of the baseline, every head, every layer and every keep-only configuration; fixes the metric."""
     started = time.perf_counter()
     configs = sweep_configs(p.num_layers, p.num_heads, keep_only=p.settings.keep_only)
+    device = "CPU" if p.runner.device.type == "cpu" else "GPU"
+    plan = SweepPlan.of(configs, p.data, p.store, p.settings, device, p.runner.reuses)
+    say = p.settings.progress and p.processes.is_main and plan.shards
     with torch.inference_mode():
         logits = evaluate_configs(
             p.runner,
@@ -172,6 +176,7 @@ def evaluate_unit_configs(p: SweepSetup) -> tuple[list[HeadMask], dict[str, np.n
             p.configs_per_batch,
             p.settings.progress,
             desc=f"ablate ({p.settings.mode})",
+            first_chunk=plan.first_chunk if say else None,
         )
     settle_metric(p.metric, logits)
     p.seconds["sweep"] = round(time.perf_counter() - started, 3)
@@ -246,10 +251,19 @@ def _baseline_order_masks(
     if s.prune_iterative and steps:
         started = time.perf_counter()
 
-        def importance_under(mask: np.ndarray) -> np.ndarray:
-            return head_importance(p.model, p.data, p.task.regression, loss_fn, disabled=mask, mode=s.mode)
+        bar = progress_bar(s.progress and p.processes.is_main, steps - 1, f"iterative importance ({s.mode})", "step")
 
-        named["iterative"] = iterative_masks(importance, steps, s.prune_step, importance_under)
+        def importance_under(mask: np.ndarray) -> np.ndarray:
+            found = head_importance(p.model, p.data, p.task.regression, loss_fn, disabled=mask, mode=s.mode)
+            if bar is not None:
+                bar.update(1)  # one gradient pass a step: said, not silent
+            return found
+
+        try:
+            named["iterative"] = iterative_masks(importance, steps, s.prune_step, importance_under)
+        finally:
+            if bar is not None:
+                bar.close()
         p.seconds["iterative_importance"] = round(time.perf_counter() - started, 3)
     return named
 
@@ -425,6 +439,7 @@ def ablate(
     logits.update(pruned.all_logits())
     boot, heads, layers, keep = bootstrap_tables(p, configs, logits, pruned)
     baseline_metrics = p.metric.all_metrics(baseline_logits) if p.metric.all_metrics else {}
+    one_example, how = one_example_change(p.metric, baseline_logits)
     result = AblationResult(
         task=s.task,
         mode=s.mode,
@@ -441,6 +456,8 @@ def ablate(
         baseline_metrics={k: float(v) for k, v in baseline_metrics.items()},
         config=_result_config(p, len(configs) + len(pruned.all_logits())),
         task_type=p.task.type,
+        one_example=one_example,
+        one_example_how=how,
         logits=logits,
     )
     write_result(p, result, writer)

@@ -207,6 +207,7 @@ def _grids(
 def _write(result: dict[str, Any], grids: dict[str, np.ndarray], out: Path, figures: bool) -> None:
     from bertwatch.report.changes import reference_value
     from bertwatch.report.figures import grid_heatmap, special_token_figure
+    from bertwatch.tb.colours import higher_is_better
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "stats.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
@@ -219,5 +220,6 @@ def _write(result: dict[str, Any], grids: dict[str, np.ndarray], out: Path, figu
             out / f"{name}.png",
             center=reference_value(name),
             colorbar_label=name,
+            higher_better=higher_is_better(name),
         )
     special_token_figure(grids, out / "special_tokens.png")

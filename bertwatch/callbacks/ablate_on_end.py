@@ -17,6 +17,7 @@ from bertwatch.callbacks._safe import SetupError, contained, raising_errors, war
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
 from bertwatch.report.result import AblationResult
+from bertwatch.report.run_report import pointer_page, report_path, write_run_report
 
 __all__ = ["AblationCallback"]
 
@@ -58,8 +59,10 @@ def _first_examples(dataset: Any, count: int) -> list[Any] | None:
 class AblationCallback(NotATracker, TrainerCallback):
     """Runs the ablation sweep on the evaluation set when training ends.
 
-    Summaries go to the Trainer's TensorBoard run (``bertwatch/ablation/{mode}/...``); the report, JSON and CSV
-    to ``<output_dir>/bertwatch_ablation/`` (one sub-folder per mode when there are several). ``eval_dataset``,
+    Summaries go to the Trainer's TensorBoard run (``bertwatch/ablation/{mode}/...``); JSON and CSV to
+    ``<output_dir>/bertwatch_ablation/`` (one sub-folder per mode when there are several); the report to
+    ``<output_dir>/report.html``, the page ``bertwatch report <output_dir>`` writes (the ablation beside the
+    training statistics), with a ``report.html`` in the ablation folder that points to it. ``eval_dataset``,
     ``compute_metrics`` and ``task`` default to the Trainer's; other keyword arguments go to :func:`ablate`.
     The Trainer's eval set and ``compute_metrics`` are known when the callback is attached with
     ``bertwatch.watch(trainer)`` or ``set_trainer(trainer)``; from ``callbacks=[...]`` alone it sees the eval set
@@ -181,4 +184,23 @@ class AblationCallback(NotATracker, TrainerCallback):
             self.results[mode] = ablate(
                 model, dataset, task=self.task, mode=mode, out_dir=self.folder(args, mode), writer=writer, **kwargs
             )
+        if state.is_world_process_zero:
+            self.write_report(args, writer)
         return self.results
+
+    def report(self, args: Any) -> Path:
+        """Where the run's report is: ``<output_dir>/report.html``, as ``bertwatch report <output_dir>`` writes it."""
+        return report_path(args.output_dir)
+
+    def write_report(self, args: Any, writer: Any = None) -> None:
+        """The run's report (:meth:`report`) from everything under the output folder and this sweep's results;
+        each mode folder's own report.html then points to it."""
+        flush = getattr(writer, "flush", None)
+        if callable(flush):
+            flush()  # the summaries written so far are read back from the event files
+        path = self.report(args)
+        write_run_report(args.output_dir, path, results=list(self.results.values()))
+        for mode in self.results:
+            folder_report = self.folder(args, mode) / "report.html"
+            if folder_report.resolve() != path.resolve():
+                pointer_page(folder_report, path)

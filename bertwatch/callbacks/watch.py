@@ -489,7 +489,7 @@ class BertWatchCallback(WatchCallback):
     def _report_hint(self, args: Any) -> str:
         if self.ablation_result is None:
             return super()._report_hint(args)
-        return announce.report_file(str(self.ablation.folder(args, self.ablation_mode) / "report.html"))
+        return announce.report_file(str(self.ablation.report(args)))
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards

@@ -113,17 +113,19 @@ def cli_ablate(argv: Sequence[str]) -> int:
 
 def summary_lines(result, out: str) -> str:
     """What ``bertwatch ablate`` prints: the task type and metrics by name, the baseline, the best single head, and
-    how many heads the pruning orders can remove with the metric within δ."""
+    how many heads the pruning orders can remove with the metric within δ, with what the examples resolve."""
     from bertwatch.report.pruning_section import answer_lines
 
     best = np.nanargmax(result.heads[..., 1])
     l, h = divmod(int(best), result.shape[1])
     label = result.metrics[0]["label"] if result.metrics else result.metric
+    lines = answer_lines(result) or [result.resolution().clause()]
     return (
         f"bertwatch ablate: {result.task} [{result.task_type}]: {result.description}\n"
         f"  mode {result.mode}, {result.num_examples} examples, baseline {label} ({result.metric}) "
         f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (L{l} H{h}, "
         f"p={result.heads[l, h, 4]:.3f})\n"
-        + "".join(f"  pruning, {line}\n" for line in answer_lines(result))
+        + f"  {'pruning' if result.pruning else 'resolution'}: {lines[0]}\n"
+        + "".join(f"  pruning, {line}\n" for line in lines[1:])
         + f"  -> {out}/ablation.json, ablation.csv, report.html"
     )

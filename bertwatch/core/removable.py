@@ -17,10 +17,13 @@ The rule, on one pruning curve (steps in the order they prune, each with the pai
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["DEFAULT_DELTA", "Removable", "removable", "removable_text"]
+from bertwatch.core.resolution import Resolution
+
+__all__ = ["DEFAULT_DELTA", "Removable", "answer_lines", "headline", "removable", "removable_text", "short_answer"]
 
 #: δ by default: one point of a metric on the 0-1 scale (accuracy 0.01 = one percentage point).
 DEFAULT_DELTA = 0.01
@@ -38,6 +41,12 @@ class Removable:
 
     def to_json(self) -> dict[str, float | int | bool]:
         return {"fraction": self.fraction, "pruned": self.pruned, "step": self.step, "censored": self.censored}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any] | None) -> Removable | None:
+        if not doc:
+            return None
+        return cls(float(doc["fraction"]), int(doc["pruned"]), int(doc["step"]), bool(doc.get("censored", False)))
 
 
 def _holds(low: float | None, high: float | None, delta: float, greater_is_better: bool) -> bool:
@@ -90,3 +99,89 @@ def removable_text(answer: Removable, total_heads: int, metric: str, delta: floa
         return f"no pruning step keeps {metric} within {delta:g} of the baseline ({level})"
     more = " or more (every step tried held)" if answer.censored else ""
     return f"up to {answer.fraction:.0%}{more} of heads ({answer.pruned} of {total_heads}) removed {within}"
+
+
+def _can_go(answer: Removable | None, total: int, delta: float | None = None) -> str:
+    """``"up to 30% of the heads (21 of 72) can go"``, prefixed ``"at δ = 0.04, "`` when ``delta`` is given."""
+    at = f"at δ = {delta:g}, " if delta is not None else ""
+    if answer is None or answer.step < 0:
+        return f"{at}not even the first pruning step holds"
+    more = " or more (every step tried held)" if answer.censored else ""
+    return f"{at}up to {answer.fraction:.0%}{more} of the heads ({answer.pruned} of {total}) can go"
+
+
+def headline(answers: Mapping[str, Any], total_heads: int, metric: str) -> str:
+    """The pruning answer in one sentence, with what the evaluation set resolves (:mod:`bertwatch.core.resolution`).
+
+    ``answers`` is the JSON form of the answers (``AblationResult.removable_json``: ``delta``, ``confidence``,
+    ``importance``, and ``resolution`` with ``at_resolution`` where the sweep recorded them). When the examples
+    resolve δ: that they do, and the importance order's share (``"872 examples resolve a change of 0.01 (one example
+    is 0.0011; the 95% interval where the answer stops is ±0.008): up to 40% of the heads (29 of 72) can go"``).
+    When they do not: that they cannot tell, the share at the δ they resolve, and the examples that would resolve
+    δ. Files without a resolution get the importance order's answer alone.
+
+    Example:
+        >>> answers = {"delta": 0.01, "confidence": 0.95, "importance": {"fraction": 13 / 72, "pruned": 13, "step": 1},
+        ...     "resolution": {"examples": 128, "metric": "accuracy", "one_example": 0.0078125, "how": "flip",
+        ...                    "half_width": 0.0390625, "width_of": "stop"},
+        ...     "at_resolution": {"delta": 0.04, "importance": {"fraction": 0.25, "pruned": 18, "step": 2}}}
+        >>> print(headline(answers, 72, "accuracy"))
+        128 examples cannot tell a change of 0.01 (one example is 0.0078; the 95% interval where the answer stops is ±0.039): at δ = 0.04, up to 25% of the heads (18 of 72) can go; about 2,000 examples would resolve 0.01
+    """
+    delta, confidence = float(answers["delta"]), float(answers.get("confidence") or 0.95)
+    importance = Removable.from_json(answers.get("importance"))
+    if not answers.get("resolution"):
+        return removable_text(importance or Removable(0.0, 0, -1, False), total_heads, metric, delta, confidence)
+    resolution = Resolution.from_json(answers["resolution"])
+    if resolution.resolves(delta):
+        return f"{resolution.resolves_words(delta)}: {_can_go(importance, total_heads)}"
+    wider = answers.get("at_resolution") or {}
+    text = resolution.cannot_tell(delta)
+    if wider.get("delta"):
+        text += ": " + _can_go(Removable.from_json(wider.get("importance")), total_heads, float(wider["delta"]))
+    more = resolution.would_resolve(delta)
+    return text + (f"; {more}" if more else "")
+
+
+def short_answer(answers: Mapping[str, Any]) -> tuple[float, Removable | None]:
+    """The importance order's answer at the δ the headline reads it at (``answers`` as in :func:`headline`): the
+    sweep's δ when the examples resolve it, else the δ they resolve; (δ, answer).
+
+    Example:
+        >>> short_answer({"delta": 0.01, "importance": {"fraction": 0.1, "pruned": 7, "step": 0}})
+        (0.01, Removable(fraction=0.1, pruned=7, step=0, censored=False))
+    """
+    delta = float(answers["delta"])
+    wider = answers.get("at_resolution") or {}
+    resolution = answers.get("resolution")
+    if resolution and wider.get("delta") and not Resolution.from_json(resolution).resolves(delta):
+        return float(wider["delta"]), Removable.from_json(wider.get("importance"))
+    return delta, Removable.from_json(answers.get("importance"))
+
+
+def answer_lines(answers: Mapping[str, Any], total_heads: int, metric: str) -> list[str]:
+    """The pruning answers as people read them (``answers`` as in :func:`headline`): the :func:`headline` first,
+    then one line per order at the sweep's δ: the importance order's, the iterative order's, and the random
+    orders' median with their range.
+
+    Example:
+        >>> answer_lines({"delta": 0.01, "importance": {"fraction": 0.4, "pruned": 29, "step": 3},
+        ...               "random": [{"fraction": 0.1, "pruned": 7, "step": 0}]}, 72, "accuracy")[2]
+        'random orders (1): median 10% of heads, range 10%-10%'
+    """
+    delta, confidence = float(answers["delta"]), float(answers.get("confidence") or 0.95)
+    lines = [headline(answers, total_heads, metric)]
+    for key, name in (("importance", "importance order"), ("iterative", "iterative order")):
+        answer = Removable.from_json(answers.get(key))
+        if answer is not None:
+            lines.append(f"{name}: {removable_text(answer, total_heads, metric, delta, confidence)}")
+    randoms = [Removable.from_json(r) for r in answers.get("random") or []]
+    if randoms:
+        fractions = sorted(r.fraction for r in randoms)
+        median = (fractions[(len(fractions) - 1) // 2] + fractions[len(fractions) // 2]) / 2
+        more = " (some orders held at every step tried)" if any(r.censored for r in randoms) else ""
+        lines.append(
+            f"random orders ({len(randoms)}): median {median:.0%} of heads, range "
+            f"{fractions[0]:.0%}-{fractions[-1]:.0%}{more}"
+        )
+    return lines

@@ -250,6 +250,8 @@ def wordclass_figure(panels: Mapping[str, Mapping[str, Any]], path: Any, title: 
     "difference"; a row named "difference" gets a diverging scale). Layers and heads labelled from 0."""
     import numpy as np
 
+    from bertwatch.report.figures import diverging_cmap
+
     rows = list(panels)
     names = list(panels[rows[0]])
     fig, axes = _figure(len(rows), len(names), 2.7, 2.2)
@@ -261,7 +263,7 @@ def wordclass_figure(panels: Mapping[str, Mapping[str, Any]], path: Any, title: 
             ax, grid = axes[r][c], grids[row]
             if row == "difference":
                 lim = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
-                im = ax.imshow(grid, cmap="RdBu_r", vmin=-(lim or 1), vmax=lim or 1, aspect="auto")
+                im = ax.imshow(grid, cmap=diverging_cmap(), vmin=-(lim or 1), vmax=lim or 1, aspect="auto")
             else:
                 im = ax.imshow(grid, cmap="Greens", vmin=0, vmax=vmax, aspect="auto")
             ax.set_title(f"{name} ({row})", fontsize=8)

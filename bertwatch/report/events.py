@@ -59,8 +59,11 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
 def _about(meta: dict[str, Any]) -> dict[str, Any]:
     """The task type, metric names and baseline values that ablation tables carry (none in older logs)."""
     entries = [m for m in meta.get("metrics") or [] if isinstance(m, dict) and m.get("name")]
+    resolution = meta.get("resolution") or {}
     return {
         "task_type": meta.get("task_type"),
+        "one_example": resolution.get("one_example"),
+        "one_example_how": str(resolution.get("how") or ""),
         "metrics": [{k: str(m.get(k) or "") for k in ("name", "label", "description")} for m in entries],
         "baseline_metrics": {
             str(m["name"]): np.nan if m.get("baseline") is None else float(m["baseline"])
@@ -237,6 +240,8 @@ def _ablation_result(mode: str, entry: dict[str, Any]) -> AblationResult:
             )
     curves: dict[str, Any] = {"pruning": pruning}
     config: dict[str, Any] = {"source": "TensorBoard summaries"}
+    if meta.get("greater_is_better") is not None:
+        config["greater_is_better"] = bool(meta["greater_is_better"])
     if md.KIND_PRUNING_CURVES in entry:
         curves_meta = entry["curves_meta"]
         total = heads.shape[0] * heads.shape[1]

@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 
 from bertwatch.report.changes import ROUNDING, grid_change, reference_value, settled
+from bertwatch.tb.colours import diverging_stops, higher_is_better, layer_hex, nan_hex
 
 __all__ = [
     "change_panels",
+    "diverging_cmap",
     "grid_heatmap",
     "mass_gap_figure",
     "outlier_figure",
@@ -33,6 +35,20 @@ def pyplot():
     return plt
 
 
+def diverging_cmap(higher_better: bool = False, part: str = "both"):
+    """bertwatch's diverging scale (``bertwatch/tb/static/colours.json``, the plugin's) as a matplotlib colormap,
+    low values first: blue below the centre and red above it, reversed when ``higher_better`` (red stays the worse,
+    more-drift side); ``part="high"`` is the white-to-red half, ``"low"`` the blue-to-white half. NaN is grey."""
+    import matplotlib
+
+    stops = diverging_stops()
+    middle = len(stops) // 2
+    stops = {"both": stops, "high": stops[middle:], "low": stops[: middle + 1]}[part]
+    colours = stops[::-1] if higher_better else stops
+    cmap = matplotlib.colors.LinearSegmentedColormap.from_list("bertwatch_diverging", colours)
+    return cmap.with_extremes(bad=nan_hex())
+
+
 def png_bytes(figure) -> bytes:
     """Render a matplotlib figure to PNG bytes and close it."""
     plt = pyplot()
@@ -50,12 +66,14 @@ def grid_heatmap(
     center: float | None = None,
     colorbar_label: str = "",
     cmap: str | None = None,
+    higher_better: bool = False,
 ) -> bytes:
     """A labelled ``[layers, heads]`` heatmap (layers and heads numbered from 0, as everywhere in bertwatch); PNG
     bytes.
 
-    ``center`` draws a diverging scale (``RdBu_r`` unless ``cmap`` says otherwise) symmetric around that value, never
-    narrower than float32 rounding of it (rounding noise stays pale);
+    ``center`` draws bertwatch's diverging scale (:func:`diverging_cmap`: red above the centre; ``cmap`` names
+    another; ``higher_better``: red below the centre, for a quantity whose higher values are better or less drift)
+    symmetric around that value, never narrower than float32 rounding of it (rounding noise stays pale);
     ``labels`` writes short marks into the cells, white on dark cells. NaN cells are left grey.
     """
     import matplotlib
@@ -68,7 +86,8 @@ def grid_heatmap(
     span = None
     if center is not None and finite.size:
         span = max(float(np.max(np.abs(finite - center))), ROUNDING * max(abs(center), 1.0))
-        colors = matplotlib.colormaps[cmap or "RdBu_r"].with_extremes(bad="#bbbbbb")
+        colors = matplotlib.colormaps[cmap] if cmap else diverging_cmap(higher_better)
+        colors = colors.with_extremes(bad="#bbbbbb")
         image = ax.imshow(grid, cmap=colors, vmin=center - span, vmax=center + span, aspect="auto")
     else:
         colors = matplotlib.colormaps[cmap or "viridis"].with_extremes(bad="#bbbbbb")
@@ -182,7 +201,7 @@ def change_panels(stat: str, first: tuple[int, Any], last: tuple[int, Any], path
     both = np.concatenate([g.ravel() for _, g in grids])
     both = both[np.isfinite(both)]
     if reference is not None:
-        scale = _drift_scale(both - reference, reference)
+        scale = _drift_scale(both - reference, reference, higher_is_better(stat))
     else:
         scale = {"cmap": "viridis"}
         if both.size:
@@ -191,27 +210,31 @@ def change_panels(stat: str, first: tuple[int, Any], last: tuple[int, Any], path
     if high <= low:  # one value everywhere: a band around it, the same in both panels
         low, high = low - 0.5 * max(abs(low), 1e-12), high + 0.5 * max(abs(high), 1e-12)
     norm = matplotlib.colors.Normalize(low, high)
-    colors = matplotlib.colormaps[scale["cmap"]].with_extremes(bad="#bbbbbb")
+    colors = scale["cmap"] if not isinstance(scale["cmap"], str) else matplotlib.colormaps[scale["cmap"]]
+    colors = colors.with_extremes(bad="#bbbbbb")
     for ax, (title, grid) in zip(axes[0], grids):
         image = ax.imshow(grid, aspect="auto", cmap=colors, norm=norm)
         _small_grid(ax, title, layers, heads)
     fig.colorbar(image, ax=list(axes[0][: len(grids)]), fraction=0.05, pad=0.02).ax.tick_params(labelsize=6)
     if not same_step:
-        _change_panel(axes[0][-1], grid_change(stat, a, b), last[0] - first[0])
+        _change_panel(axes[0][-1], grid_change(stat, a, b), last[0] - first[0], higher_is_better(stat))
     return _saved(fig, path)
 
 
-def _drift_scale(offsets: np.ndarray, reference: float) -> dict[str, Any]:
-    """Colours of drift values around their unchanged ``reference`` (white): one-sided when every value lies on
-    one side of it (JS divergences above 0, cosines below 1), else symmetric; never narrower than rounding."""
+def _drift_scale(offsets: np.ndarray, reference: float, higher_better: bool) -> dict[str, Any]:
+    """Colours of drift values around their unchanged ``reference`` (white), more drift red as in the plugin
+    (``higher_better``: higher values are less drift, a cosine): one-sided when every value lies on one side of it
+    (JS divergences above 0, cosines below 1), else symmetric; never narrower than rounding."""
     low = float(offsets.min()) if offsets.size else 0.0
     high = float(offsets.max()) if offsets.size else 0.0
     span = max(abs(low), abs(high), ROUNDING)
     if low >= 0:
-        return {"cmap": "Reds", "vmin": reference, "vmax": reference + span}
+        part = "low" if higher_better else "high"
+        return {"cmap": diverging_cmap(higher_better, part), "vmin": reference, "vmax": reference + span}
     if high <= 0:
-        return {"cmap": "Blues_r", "vmin": reference - span, "vmax": reference}
-    return {"cmap": "RdBu_r", "vmin": reference - span, "vmax": reference + span}
+        part = "high" if higher_better else "low"
+        return {"cmap": diverging_cmap(higher_better, part), "vmin": reference - span, "vmax": reference}
+    return {"cmap": diverging_cmap(higher_better), "vmin": reference - span, "vmax": reference + span}
 
 
 def _small_grid(ax: Any, title: str, layers: int, heads: int) -> None:
@@ -219,13 +242,12 @@ def _small_grid(ax: Any, title: str, layers: int, heads: int) -> None:
     _grid_axes(ax, layers, heads, fontsize=6)
 
 
-def _change_panel(ax: Any, change: np.ndarray, steps: int) -> None:
-    """The last − first panel of :func:`change_panels`, symmetric around 0 ("no change" written when all 0)."""
-    import matplotlib
-
+def _change_panel(ax: Any, change: np.ndarray, steps: int, higher_better: bool = False) -> None:
+    """The last − first panel of :func:`change_panels`, symmetric around 0 ("no change" written when all 0): red
+    up, blue down; for a statistic whose higher values are less drift (``higher_better``), red down."""
     finite = change[np.isfinite(change)]
     span = float(np.max(np.abs(finite))) if finite.size else 0.0
-    colors = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
+    colors = diverging_cmap(higher_better).with_extremes(bad="#bbbbbb")
     image = ax.imshow(change, cmap=colors, vmin=-(span or 1.0), vmax=span or 1.0, aspect="auto")
     _small_grid(ax, f"change over {steps} steps", *change.shape)
     if span == 0.0:
@@ -244,8 +266,10 @@ def trajectory_figure(
     values = np.asarray(values, dtype=np.float64)
     fig, ax = plt.subplots(figsize=(3.4, 1.7))
     for layer, head in heads:
-        label = f"L{layer}" if values.shape[2] == 1 else f"L{layer} H{head}"
-        ax.plot(steps, values[:, layer, head], marker="o", ms=2.5, lw=1.4, label=label)
+        per_layer = values.shape[2] == 1  # a per-layer statistic: each line in its layer's colour
+        label = f"L{layer}" if per_layer else f"L{layer} H{head}"
+        color = layer_hex(layer, values.shape[1]) if per_layer else None
+        ax.plot(steps, values[:, layer, head], marker="o", ms=2.5, lw=1.4, label=label, color=color)
     ax.set_xlabel("training step", fontsize=7)
     ax.set_ylabel(ylabel, fontsize=7)
     ax.tick_params(labelsize=6)
@@ -267,7 +291,8 @@ def outlier_figure(
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios = np.where(values[0] > 0, values / values[0], np.nan)
         for layer in range(values.shape[1]):
-            ax.plot(entry["steps"], ratios[:, layer], marker="o", ms=3, lw=1.4, label=f"L{layer}")
+            color = layer_hex(layer, values.shape[1])  # the plugin's colour of this layer
+            ax.plot(entry["steps"], ratios[:, layer], marker="o", ms=3, lw=1.4, label=f"L{layer}", color=color)
         if stat in multiples:
             ax.axhline(multiples[stat], color="#c62828", ls="--", lw=1)
             ax.annotate(f"alert ×{multiples[stat]:g}", (0.01, multiples[stat]), xycoords=("axes fraction", "data"),

@@ -17,13 +17,15 @@ import numpy as np
 
 from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.report.alerts_section import alerts_section
-from bertwatch.report.figures import grid_heatmap, png_bytes
+from bertwatch.report.colour_grid import GRID_STYLE, change_grid, change_scale_half
+from bertwatch.report.figures import png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.markup import b64, escape, head_name, image, number, table
 from bertwatch.report.pruning_section import answer_lines, curves_figure
 from bertwatch.report.result import FIELDS, AblationResult, atomic_write
 from bertwatch.report.summary_section import summary_section
 from bertwatch.report.training_section import details_section
+from bertwatch.tb.colours import diverging_hex
 
 
 def write_outputs(
@@ -56,19 +58,14 @@ def _marks(p: np.ndarray, q: np.ndarray, alpha: float) -> np.ndarray:
     return marks
 
 
-def _delta_heatmap(result: AblationResult, alpha: float) -> str:
-    """Δ per head on a diverging scale (blue = better), with the significance marks of :func:`_marks`."""
+def _delta_grid(result: AblationResult, alpha: float) -> str:
+    """Δ per head as HTML cells on the plugin's diverging scale (red = worse), with the marks of :func:`_marks`."""
     p = result.heads[..., 4]
     q = benjamini_hochberg(p.ravel()).reshape(p.shape)
-    png = grid_heatmap(
-        result.heads[..., 1],
-        f"Δ {result.metric} when one head is disabled ({result.mode})",
-        labels=_marks(p, q, alpha).tolist(),
-        center=0.0,
-        colorbar_label=f"Δ {result.metric} (blue = better)",
-        cmap="RdBu",
+    greater = bool(result.config.get("greater_is_better", True))
+    return f"<h3>Δ {escape(result.metric)} when one head is disabled ({escape(result.mode)})</h3>" + change_grid(
+        result.heads, _marks(p, q, alpha).tolist(), result.metric, greater, f"heads-{result.mode}", q
     )
-    return b64(png)
 
 
 def _layer_bars(result: AblationResult) -> str:
@@ -80,7 +77,8 @@ def _layer_bars(result: AblationResult) -> str:
     delta = rows[:, 1]
     lower = np.clip(delta - rows[:, 2], 0, None)
     upper = np.clip(rows[:, 3] - delta, 0, None)
-    colors = ["#2c7bb6" if d >= 0 else "#d7191c" for d in np.nan_to_num(delta)]
+    greater, half = bool(result.config.get("greater_is_better", True)), change_scale_half(delta)
+    colors = [diverging_hex(float(np.float32(d)), 0.0, half, greater) for d in delta]  # the plugin's bars' colours
     ax.bar(xs, np.nan_to_num(delta), color=colors, yerr=np.nan_to_num(np.vstack([lower, upper])), capsize=3)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(xs)
@@ -108,6 +106,7 @@ margin:8px 0;padding:6px 10px;background:#f6f6f6;border-radius:6px}dl.glance dt{
 img.traj{display:block;margin-top:4px;width:100%}.stat h4{margin:12px 0 2px}.stat p{margin:2px 0;font-size:0.88em}
 .def{color:#555}img.panels{max-width:880px}
 """
+_STYLE += GRID_STYLE
 
 
 def _top_heads(result: AblationResult, alpha: float, count: int = 10) -> str:
@@ -154,7 +153,7 @@ def _section(result: AblationResult, alpha: float) -> str:
         f"significant after Benjamini–Hochberg correction over all {result.heads[..., 0].size} heads (FDR {alpha}). "
         "Layers and heads are numbered from 0: <code>L2 H7</code> is head 7 of layer 2.</p>"
     )
-    parts.append(image(_delta_heatmap(result, alpha), "delta heatmap"))
+    parts.append(_delta_grid(result, alpha))
     parts.append(image(_layer_bars(result), "layer bars"))
     parts.append(
         table(
@@ -238,12 +237,17 @@ def _pruning_section(result: AblationResult) -> str:
     if not result.pruning:
         return ""
     found = result.removable()
+    lines = [escape(line) for line in answer_lines(result)]
+    items = [f"<li><b>{lines[0]}</b></li>", *(f"<li>{line}</li>" for line in lines[1:])]  # the headline first
     parts = [
         "<h3>Pruning: how many heads can go?</h3>",
-        "<ul>" + "".join(f"<li>{escape(line)}</li>" for line in answer_lines(result)) + "</ul>",
+        "<ul>" + "".join(items) + "</ul>",
         f'<p class="note">A step holds when the {found["confidence"]:.0%} paired-bootstrap interval of Δ against '
         f"the unpruned model stays within δ = {found['delta']:g} on the harmful side; the answer is the largest "
-        "share of heads pruned at a step that holds with every earlier step (docs/ablation.md). Heads go in order "
+        "share of heads pruned at a step that holds with every earlier step (docs/ablation.md). A δ smaller than "
+        "what the examples resolve (one example's share of the metric, or the half-width of the interval of the "
+        "step where the answer stops) cannot be shown either way: the first line then gives the answer at the δ "
+        "they resolve and how many examples would resolve yours. Heads go in order "
         "of importance computed once, in the iterative order (importance recomputed after each step), and in "
         "random orders, at the same steps.</p>",
         image(b64(curves_figure(result)), "pruning curves"),

@@ -4,9 +4,7 @@ ablate``'s summary."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from bertwatch.core.removable import Removable, removable_text
+from bertwatch.core.removable import answer_lines as core_answer_lines
 from bertwatch.report.figures import png_bytes, pyplot
 from bertwatch.report.result import CURVE_COLUMNS, AblationResult
 
@@ -18,29 +16,17 @@ def _label(result: AblationResult) -> str:
 
 
 def answer_lines(result: AblationResult) -> list[str]:
-    """One line per pruning order: the importance order's answer first, then the iterative order's, then the
-    random orders' median (with their range). Empty when the sweep ran no pruning curve.
+    """The pruning answers (:func:`bertwatch.core.removable.answer_lines`): the headline with what the evaluation
+    set resolves, then one line per order. Empty when the sweep ran no pruning curve.
 
-    Example: ``["importance order: up to 41% of heads (30 of 72) removed with accuracy within 0.01 of the
-    baseline (95% interval)", "random orders (5): median 19%, range 10%-27%"]``
+    Example: ``["128 examples cannot tell a change of 0.01 (one example is 0.0078; the 95% intervals are about
+    ±0.037): at δ = 0.04, 30% of the heads (21 of 72) can go; about 1,800 examples would resolve 0.01",
+    "importance order: no pruning step keeps accuracy within 0.01 of the baseline (95% interval)", ...]``
     """
     if not result.pruning:
         return []
-    found = result.removable()
     total = result.shape[0] * result.shape[1]
-    label, delta, level = _label(result), found["delta"], found["confidence"]
-    lines = [f"importance order: {removable_text(found['importance'], total, label, delta, level)}"]
-    if found["iterative"] is not None:
-        lines.append(f"iterative order: {removable_text(found['iterative'], total, label, delta, level)}")
-    randoms: list[Removable] = found["random"]
-    if randoms:
-        fractions = np.array([r.fraction for r in randoms])
-        more = " (some orders held at every step tried)" if any(r.censored for r in randoms) else ""
-        lines.append(
-            f"random orders ({len(randoms)}): median {np.median(fractions):.0%} of heads, range "
-            f"{fractions.min():.0%}-{fractions.max():.0%}{more}"
-        )
-    return lines
+    return core_answer_lines(result.removable_json(), total, _label(result))
 
 
 def curves_figure(result: AblationResult) -> bytes:

@@ -14,6 +14,7 @@ import numpy as np
 
 from bertwatch.core.jsonable import finite_or_none
 from bertwatch.core.removable import DEFAULT_DELTA, Removable, removable
+from bertwatch.core.resolution import Resolution, typical_half_width
 from bertwatch.core.significance import ABLATION_FIELDS as FIELDS
 from bertwatch.core.task_names import describe, metric_entries
 
@@ -23,7 +24,12 @@ __all__ = ["CURVE_COLUMNS", "FIELDS", "FORMAT_VERSION", "AblationResult", "atomi
 #: reads its task type from ``config`` and gets its metric names from :mod:`bertwatch.core.task_names`.
 #: 3 added the baseline pruning orders (``pruning_random``, ``pruning_iterative``) and ``removable`` (the "N% at
 #: δ" answers); older files load with no baseline curves, their answer recomputed from ``pruning`` at the default δ.
-FORMAT_VERSION = 3
+#: 4 added ``resolution`` (:mod:`bertwatch.core.resolution`: one example's share of the metric and the typical
+#: interval width); older files get one example's share 1/n for accuracy, unknown for other metrics.
+FORMAT_VERSION = 4
+
+#: Metrics that are a mean of per-example scores in [0, 1]: one example's share is 1/n.
+_MEAN_METRICS = ("accuracy", "acc", "exact_match", "squad_f1")
 
 #: The first columns of :meth:`AblationResult.curves_table`: the fraction pruned, then Δ and its interval for the
 #: importance order and the iterative order, and the random orders' mean Δ with the smallest and largest Δ among
@@ -86,6 +92,10 @@ class AblationResult:
     pruning_random: list[list[dict[str, Any]]] = field(default_factory=list)
     #: the same steps in Michel's iterative order (importance re-estimated after each step)
     pruning_iterative: list[dict[str, Any]] = field(default_factory=list)
+    #: the largest change of the metric one example makes and how it was measured (``"flip"``, ``"left out"``;
+    #: :mod:`bertwatch.core.resolution`); None: not known
+    one_example: float | None = None
+    one_example_how: str = ""
     #: logits ``[n, C]`` per configuration id (``baseline``, ``head:l:h``, ``layer:l``, ``keep:l:h``, ``prune:k``);
     #: in memory only, not written to the JSON
     logits: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -96,6 +106,8 @@ class AblationResult:
         if not self.metrics:
             from_user = self.config.get("metric_source") == "compute_metrics"
             self.metrics = metric_entries([self.metric, *self.baseline_metrics], from_compute_metrics=from_user)
+        if self.one_example is None and self.metric in _MEAN_METRICS and self.num_examples > 0:
+            self.one_example, self.one_example_how = 1.0 / self.num_examples, "flip"
 
     @property
     def description(self) -> str:
@@ -156,11 +168,47 @@ class AblationResult:
             "random": [answer(order) for order in self.pruning_random],
         }
 
+    def resolution(self) -> Resolution:
+        """What these examples resolve (:mod:`bertwatch.core.resolution`): one example's share, and the width of the
+        interval the answer turns on: with pruning curves, the importance order's step where the answer at δ stops
+        (the widest step when every step holds); else the median of the single heads' intervals."""
+        width, source, kind, beyond = None, "", "median", False
+        if self.pruning:
+            lows = [_number(e.get("ci_low")) for e in self.pruning]
+            highs = [_number(e.get("ci_high")) for e in self.pruning]
+            halves = [(h - l) / 2 for l, h in zip(lows, highs)]
+            stop = self.removable()["importance"].step + 1
+            if stop < len(halves) and np.isfinite(halves[stop]):
+                width, kind = float(halves[stop]), "stop"
+                greater = bool(self.config.get("greater_is_better", True))
+                beyond = highs[stop] < -self.delta if greater else lows[stop] > self.delta
+                source = f"the importance order's step at {self.pruning[stop]['pruned']} heads, the first that fails"
+            elif any(np.isfinite(halves)):
+                width, kind = float(np.nanmax(halves)), "widest"
+                source = f"the widest of the importance order's {len(halves)} steps"
+        if width is None:
+            width = typical_half_width(self.heads[..., 2].ravel(), self.heads[..., 3].ravel())
+            source = f"the median of the {self.heads[..., 0].size} single heads"
+        return Resolution(
+            examples=int(self.num_examples),
+            metric=self.metrics[0]["label"] if self.metrics else self.metric,
+            one_example=self.one_example,
+            how=self.one_example_how,
+            half_width=width or None,
+            width_from=source,
+            confidence=float(self.config.get("confidence", 0.95)),
+            width_of=kind,
+            beyond=bool(beyond),
+        )
+
     def removable_json(self, delta: float | None = None) -> dict[str, Any]:
-        """:meth:`removable` as JSON, with the random orders' median fraction (``random_median``, null without)."""
+        """:meth:`removable` as JSON, with the random orders' median fraction (``random_median``, null without),
+        the :meth:`resolution` and, when δ is below it, the importance order's answer at the δ it resolves
+        (``at_resolution``: ``{"delta", "importance"}``)."""
         found = self.removable(delta)
         randoms = [r.to_json() for r in found["random"]]
-        return {
+        resolution = self.resolution()
+        doc = {
             "delta": found["delta"],
             "confidence": found["confidence"],
             "greater_is_better": bool(self.config.get("greater_is_better", True)),
@@ -168,7 +216,13 @@ class AblationResult:
             "iterative": found["iterative"].to_json() if found["iterative"] else None,
             "random": randoms,
             "random_median": float(np.median([r["fraction"] for r in randoms])) if randoms else None,
+            "resolution": resolution.to_json(),
         }
+        wider = resolution.wider_delta()
+        if not resolution.resolves(found["delta"]) and wider is not None:
+            at = self.removable(wider)["importance"]
+            doc["at_resolution"] = {"delta": wider, "importance": at.to_json() if at else None}
+        return doc
 
     def curve_columns(self) -> list[str]:
         """The columns of :meth:`curves_table`: :data:`CURVE_COLUMNS`, then ``random{r}``, ``random{r}_low``,
@@ -278,6 +332,7 @@ class AblationResult:
             doc["removable"] = self.removable_json()
         if self.importance is not None:
             doc["importance"] = [[finite_or_none(v) for v in row] for row in self.importance]
+        doc["resolution"] = self.resolution().to_json()
         doc["baseline_metrics"] = {k: finite_or_none(v) for k, v in self.baseline_metrics.items()}
         doc["config"] = self.config
         return doc
@@ -295,6 +350,7 @@ class AblationResult:
         layers = np.array([_uncell(c) for c in doc["layers"]], dtype=np.float64)
         keep = doc.get("keep_only")
         importance = doc.get("importance")
+        resolution = doc.get("resolution") or {}
         return cls(
             task=doc.get("task"),
             mode=doc["mode"],
@@ -312,6 +368,8 @@ class AblationResult:
             config=doc.get("config", {}),
             task_type=doc.get("task_type"),
             metrics=[dict(m) for m in doc.get("metrics", []) if isinstance(m, dict) and m.get("name")],
+            one_example=finite_or_none(resolution.get("one_example")),
+            one_example_how=str(resolution.get("how") or ""),
         )
 
     def csv_rows(self) -> list[dict[str, Any]]:

@@ -102,6 +102,8 @@ def _verdict_card(result: AblationResult) -> str:
     """The ablation's verdict: how many heads can go and at what cost, and the single head that costs most."""
     greater = bool(result.config.get("greater_is_better", True))
     lines = [escape(line) for line in answer_lines(result)]
+    if lines:
+        lines[0] = f"<b>{lines[0]}</b>"  # the headline: how many heads can go, and what the examples resolve
     heads = [(f"<b>{head_name(l, h)}</b> alone", result.heads[l, h]) for l, h in np.ndindex(result.shape)]
     layers = [(f"all of layer <b>L{l}</b>", row) for l, row in enumerate(result.layers)]
     for units in (heads, layers):
@@ -112,6 +114,8 @@ def _verdict_card(result: AblationResult) -> str:
                 f"disabling {name} costs most: Δ {escape(result.metric)} {number(row[1])} "
                 f"[{number(row[2])}, {number(row[3])}]{_within_noise(row)}"
             )
+    if not result.pruning:  # the headline of the pruning answer says it otherwise
+        lines.append(escape(result.resolution().clause()))
     sentence = (
         f"Each head and layer disabled ({escape(result.mode)}) on {result.num_examples} examples, baseline "
         f"{escape(result.metric)} {number(result.baseline)}: how many heads can go, and what the costliest cost."

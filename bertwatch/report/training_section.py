@@ -100,7 +100,8 @@ def details_section(training: Mapping[str, Any]) -> str:
         '<h2 id="details">Details: every statistic, by family</h2>',
         f'<p class="note">Read from {escape(training.get("source", "the run"))}. Each figure shows the statistic per '
         "head (layer down, head across, both numbered from 0) at the first and the last logged step on one scale, "
-        "and the change between them centred at 0 (red: up, blue: down). Changes smaller than float32 rounding of "
+        "and the change between them centred at 0 (red: up, blue: down; for drift, red: more drift, as in the plugin). "
+        "Changes smaller than float32 rounding of "
         "the values read as no change; drift statistics are drawn around their unchanged value.</p>",
     ]
     if empty:

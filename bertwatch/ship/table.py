@@ -16,6 +16,7 @@ from bertwatch.report.ship_section import (
     outlier_lines,
     ship_columns,
     ship_readings,
+    ship_resolution,
 )
 
 __all__ = ["SHIP_FILE", "aligned", "format_table", "write_ship_json"]
@@ -62,7 +63,7 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"export check, {name}: ONNX logits within {check['max_abs_diff']:.1e} of torch's on {check['rows']} "
             f"examples (logits up to {check['max_abs_logit']:.2f})"
         )
-    lines += [""] + aligned(ship_columns(result)) + [""] + ship_readings(result)
+    lines += [""] + aligned(ship_columns(result)) + [""] + ship_resolution(result) + ship_readings(result)
     cause = cause_lines(result)
     if cause:
         offer = mixed_offer(result)

@@ -53,6 +53,8 @@ def ablation_summaries(
     metrics: Sequence[Mapping[str, Any]] | None = None,
     baseline_metrics: Mapping[str, float] | None = None,
     curves: Mapping[str, Any] | None = None,
+    greater_is_better: bool | None = None,
+    resolution: Mapping[str, Any] | None = None,
 ) -> summary_pb2.Summary:
     """``bertwatch/ablation/{mode}/heads`` ``[L, H, 5]``, ``.../layers`` ``[L, 5]`` and optional ``.../pruning``.
 
@@ -63,7 +65,9 @@ def ablation_summaries(
     ``baseline_metrics`` values go into the tables' content, so the plugin can say what was measured.
     ``curves`` (optional): ``{"table": [k, len(columns)], "columns", "delta", "confidence", "removable",
     "random_orders", "total_heads"}`` as :meth:`bertwatch.report.result.AblationResult.curves_table` and
-    ``removable_json`` give them, written to ``.../pruning_curves``.
+    ``removable_json`` give them, written to ``.../pruning_curves``. ``greater_is_better`` (the metric's
+    direction: which sign is "worse") and ``resolution`` (:meth:`bertwatch.core.resolution.Resolution.to_json`)
+    go into the tables' content.
     """
     check_name(mode, "mode")
     if not isinstance(metric, str) or not metric:
@@ -87,6 +91,10 @@ def ablation_summaries(
     )
     if task_type is not None:
         common["task_type"] = str(task_type)
+    if greater_is_better is not None:
+        common["greater_is_better"] = bool(greater_is_better)
+    if resolution is not None:
+        common["resolution"] = jsonable(dict(resolution))
     summary = summary_pb2.Summary()
     for unit, kind, what, table in (
         ("heads", md.KIND_ABLATION_HEADS, "single head", heads_a),
@@ -135,8 +143,11 @@ class AblationTables(Protocol):
     task_type: str | None
     metrics: Sequence[Mapping[str, Any]]
     baseline_metrics: Mapping[str, float]
+    config: Mapping[str, Any]
 
     def pruning_curve(self) -> Any: ...  # [k, 2]
+
+    def resolution(self) -> Any: ...  # a bertwatch.core.resolution.Resolution
 
     def curves_summary(self) -> Mapping[str, Any]: ...
 

@@ -48,6 +48,7 @@ STATIC_FILES = {
     "alert_strip.js": "text/javascript",
     "api.js": "text/javascript",
     "charts.js": "text/javascript",
+    "colours.json": "application/json",
     "dom.js": "text/javascript",
     "heatmap.js": "text/javascript",
     "live.js": "text/javascript",

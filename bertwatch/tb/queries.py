@@ -17,10 +17,9 @@ from tensorboard.data import provider
 
 from bertwatch.core import rules
 from bertwatch.core.alerts import QUANTITY_STATS, RULE_TEXTS, episodes
-from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.core.stat_names import stat_names_json
-from bertwatch.core.task_names import describe, metric_entries, metric_label, task_label
 from bertwatch.tb import metadata as md
+from bertwatch.tb.ablation_route import ablation_about, ablation_words, pruning_curves, q_values
 from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
 
 __all__ = ["Queries", "ablation_about", "label_rules", "pruning_curves"]
@@ -397,6 +396,7 @@ class Queries:
             cs, table, _ = self.latest(ctx, eid, run, tag("pruning_curves"), md.KIND_PRUNING_CURVES, listing)
             curves = pruning_curves(cs.content, table)
         content = hs.content
+        words = ablation_words(content, cs.content if curves is not None else None)
         fields = content.get("fields", list(md.ABLATION_FIELDS))
         about = ablation_about(content)
         return {
@@ -415,6 +415,7 @@ class Queries:
             "layersQ": q_values(layers_table, fields),
             "pruning": pruning,
             "curves": curves,
+            **words,  # greaterIsBetter, resolution, headline, answers: the texts of bertwatch.core.removable
         }
 
     def embedding(self, ctx, eid, run, tag, step=None) -> dict:
@@ -438,57 +439,6 @@ class Queries:
             "coords": f32_list(coords),
             "previous": f32_list(series.values[i - 1]) if i > 0 else None,
         }
-
-
-def pruning_curves(content: dict, table) -> dict:
-    """The pruning curves of a ``pruning_curves`` summary for the view: ``columns``, ``rows`` ``[k][columns]``
-    (Δ per step, null where absent), ``delta``, ``confidence``, ``removable`` (the "N% at δ" answers),
-    ``randomOrders``, ``totalHeads``."""
-    return {
-        "columns": list(content.get("columns", [])),
-        "rows": f32_list(table),
-        "delta": content.get("delta"),
-        "confidence": content.get("confidence"),
-        "removable": content.get("removable"),
-        "randomOrders": content.get("random_orders", 0),
-        "totalHeads": content.get("total_heads"),
-    }
-
-
-def ablation_about(content: dict) -> dict:
-    """What an ablation measured, from its tables' content: ``taskType``, ``taskLabel``, ``metrics`` (name,
-    label, definition, baseline value; the compared metric first) and the one-line ``description``. Tables
-    written before these were recorded give ``taskType`` None and the compared metric's name from
-    :mod:`bertwatch.core.task_names`."""
-    metric = content.get("metric")
-    task_type = content.get("task_type") if isinstance(content.get("task_type"), str) else None
-    given = [m for m in content.get("metrics") or [] if isinstance(m, dict) and isinstance(m.get("name"), str)]
-    if not given:
-        given = metric_entries([metric] if isinstance(metric, str) else [])
-    metrics = [
-        {
-            "name": m["name"],
-            "label": str(m.get("label") or metric_label(m["name"])),
-            "description": str(m.get("description") or ""),
-            "baseline": m.get("baseline"),
-        }
-        for m in given
-    ]
-    return {
-        "taskType": task_type,
-        "taskLabel": task_label(task_type) or None,
-        "metrics": metrics,
-        "description": describe(task_type, metrics),
-    }
-
-
-def q_values(table: np.ndarray, fields) -> list | None:
-    """Benjamini-Hochberg q-values over all cells of an ablation table ``[..., fields]`` (its ``p`` field), in the
-    table's shape without the field axis; None when the table has no p-values."""
-    if "p" not in fields:
-        return None
-    p = np.asarray(table, dtype=np.float64)[..., list(fields).index("p")]
-    return f32_list(benjamini_hochberg(p.ravel()).reshape(p.shape))
 
 
 def label_rules() -> dict:

@@ -379,7 +379,8 @@ class SummaryWriter:
     def add_ablation(self, *tables: Any, step: int = 0, walltime: float | None = None, **about: Any) -> None:
         """The ablation tables of one mode (``uniform`` or ``zero``): ``tables`` (``mode, metric, baseline,
         num_examples, heads, layers[, pruning]``) and ``about`` (``task_type``, ``metrics``, ``baseline_metrics``,
-        ``curves``) as :func:`~bertwatch.tb.ablation_summary.ablation_summaries` takes them."""
+        ``curves``, ``greater_is_better``, ``resolution``) as :func:`~bertwatch.tb.ablation_summary.ablation_summaries`
+        takes them."""
         self._write([ablation_summaries(*tables, **about)], step, walltime)
 
     def add_ablation_result(self, result: AblationTables, step: int = 0, walltime: float | None = None) -> None:
@@ -400,6 +401,8 @@ class SummaryWriter:
             metrics=result.metrics,
             baseline_metrics=result.baseline_metrics,
             curves=result.curves_summary() if pruned else None,
+            greater_is_better=bool(result.config.get("greater_is_better", True)),
+            resolution=result.resolution().to_json(),
         )
 
     def add_embedding(

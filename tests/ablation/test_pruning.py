@@ -82,6 +82,12 @@ def test_report_and_summary_state_the_answers() -> None:
     assert "up to 40% of heads (29 of 72) removed with accuracy within 0.01 of the baseline (95% interval)" in page
     assert "random orders (3): median 10% of heads, range 0%-19%" in page
     printed = summary_lines(result, "out")
+    headline = (
+        "872 examples resolve a change of 0.01 (one example is 0.0011; the 95% interval where the answer stops is "
+        "±0.008): up to "
+        "40% of the heads (29 of 72) can go"
+    )
+    assert f"  pruning: {headline}\n" in printed and headline in page
     assert "pruning, importance order: up to 40% of heads (29 of 72)" in printed
     assert "pruning, iterative order: up to 40%" in printed
 
@@ -92,11 +98,12 @@ def test_version_2_ablation_json_still_loads(tmp_path: Path) -> None:
     new = curves_result(baseline)
     new.heads, new.layers = heads.astype(np.float64), layers.astype(np.float64)
     doc = new.to_json()
-    assert doc["version"] == 3 and doc["removable"]["importance"]["pruned"] == CURVES_ANSWER
+    assert doc["version"] == 4 and doc["removable"]["importance"]["pruned"] == CURVES_ANSWER
+    assert doc["resolution"]["one_example"] == 1 / 872 and doc["resolution"]["half_width"] == pytest.approx(0.008)
     assert len(doc["pruning_random"]) == 3 and len(doc["pruning_iterative"]) == len(doc["pruning"])
     back = AblationResult.from_json(json.loads(json.dumps(doc)))
     np.testing.assert_array_equal(back.curves_table(), new.curves_table())
-    old = {k: v for k, v in doc.items() if k not in ("pruning_random", "pruning_iterative", "removable")}
+    old = {k: v for k, v in doc.items() if k not in ("pruning_random", "pruning_iterative", "removable", "resolution")}
     old["version"] = 2
     old["config"] = {k: v for k, v in old["config"].items() if k != "delta"}
     result = AblationResult.from_json(old)  # no baseline orders, δ the default
@@ -255,7 +262,7 @@ def test_every_pruning_order_equals_a_plain_loop(tmp_path: Path) -> None:
             )
             assert entry["ci_low"] <= entry["delta"] + 1e-12 <= entry["ci_high"] + 2e-12
     doc = json.loads((tmp_path / "ablation.json").read_text())
-    assert doc["version"] == 3 and len(doc["pruning_random"]) == 2
+    assert doc["version"] == 4 and len(doc["pruning_random"]) == 2
     assert doc["removable"] == json.loads(json.dumps(result.removable_json()))
 
 

@@ -34,7 +34,16 @@ def test_callback_runs_the_sweep_at_the_end_of_training(tmp_path: Path) -> None:
     result = callback.results["uniform"]
     assert result.num_examples == 12 and result.heads.shape == (2, 4, 5)
     assert (tmp_path / "bertwatch_ablation" / "ablation.json").is_file()
-    assert (tmp_path / "bertwatch_ablation" / "report.html").is_file()
+    # one report, where `bertwatch report OUT` writes it; the ablation folder's page points to it
+    report = tmp_path / "report.html"
+    assert callback.report(args) == report and "Mode <code>uniform</code>" in report.read_text(encoding="utf-8")
+    pointer = (tmp_path / "bertwatch_ablation" / "report.html").read_text(encoding="utf-8")
+    assert 'url=../report.html"' in pointer and "Mode" not in pointer
+    from bertwatch.cli.report import cli_report
+
+    written = report.read_text(encoding="utf-8")
+    assert cli_report([str(tmp_path)]) == 0
+    assert report.read_text(encoding="utf-8") == written  # the same page in the same place
     from bertwatch.report.events import read_run
 
     runs = list((tmp_path / "runs").iterdir())

@@ -285,7 +285,7 @@ def test_reference_model_can_be_named(tmp_path) -> None:
     assert cb.history[0][0] == 0 and cb.history[0][1]["drift_cosine"].mean() < 0.999
 
 
-def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path) -> None:
+def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path, capsys) -> None:
     cb = strict(
         BertWatchCallback,
         every_n_steps=3,
@@ -297,6 +297,10 @@ def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path) -> No
     _train(tmp_path, [cb], eval_strategy="no")
     assert cb.ablation_result is not None
     assert (tmp_path / "bertwatch_ablation" / "ablation.json").is_file()
+    # one report, where `bertwatch report OUT` writes it: the training statistics and the ablation, named at the end
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert 'id="stat-entropy"' in page and "Mode <code>zero</code>" in page
+    assert f"report: {tmp_path / 'report.html'}" in capsys.readouterr().err
     files = glob.glob(str(tmp_path / "runs" / "*" / "*"))
     assert len(files) == 1
     tags = _events(os.path.dirname(files[0])).Tags()["tensors"]

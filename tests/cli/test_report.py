@@ -19,9 +19,9 @@ def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, ca
     assert "<h1>bertwatch report: training run and ablation</h1>" in page
     assert 'id="stat-entropy"' in page and 'id="stat-cls_mass"' in page
     assert "Mode <code>uniform</code>" in page
-    # ablation (3, the pruning curve again in the verdict) + one figure per grid (2) + the trajectories of the two
-    # families' cards (Spread, Special tokens)
-    assert page.count("data:image/png;base64,") == 3 + 1 + 2 + 2
+    # ablation (2: layer bars and the pruning curve, again in the verdict; Δ per head is HTML) + one figure per grid
+    # (2) + the trajectories of the two families' cards (Spread, Special tokens)
+    assert page.count("data:image/png;base64,") == 2 + 1 + 2 + 2
     assert "2 training grids" in capsys.readouterr().out
 
 

@@ -21,7 +21,8 @@ def test_html_is_self_contained_and_escapes_user_strings() -> None:
     assert HOSTILE not in page and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page
     assert "acc<b>" not in page
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
-    assert page.count("data:image/png;base64,") == 4  # heatmap, layer bars, pruning curve (also in the verdict)
+    assert page.count("data:image/png;base64,") == 3  # layer bars, pruning curve (also in the verdict)
+    assert page.count('<table class="hm"') == 1  # Δ per head: HTML cells in the plugin's colours
     assert "hurts most" in page and "helps most" in page and "Keep only the best head" in page
 
 

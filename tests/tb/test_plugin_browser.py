@@ -113,6 +113,18 @@ class Session:
         return path
 
 
+def open_session(browser, base, root):
+    """A new page on the plugin at ``base``, its frame loaded (the Heads view's grid drawn), page errors collected in
+    ``errors``; the caller closes ``page``."""
+    page = browser.new_page()
+    sess = Session(page, None, base, root)
+    page.on("pageerror", lambda e: sess.errors.append(str(e)))
+    page.goto(base + "/#bertwatch")
+    sess.frame = page.wait_for_selector("iframe", timeout=30000).content_frame()
+    sess.frame.wait_for_selector("#heads-heatmap .cell", timeout=30000)
+    return sess
+
+
 def as_array(values):
     return np.array([[float(v) for v in row] for row in values])  # float("NaN") / float("Infinity") parse
 
@@ -308,10 +320,13 @@ def test_ablation_numbers_equal_the_route(s, shot_dir):
     s.frame.wait_for_function("() => document.querySelector('#ablation-description').textContent !== 'accuracy'")
     assert s.frame.eval_on_selector_all("#ablation-layers .bar", "els => els.length") == len(route["layers"])
     assert s.frame.is_visible("#pruning-chart")
-    # the pruning curves: the answer in words, the random orders' band and the interval band, the -δ line
+    # the pruning curves: the answers in words (as Python writes them: the route's headline and lines), the random
+    # orders' band and the interval band, the -δ line
     answer = s.frame.text_content("#pruning-answer")
+    assert route["headline"] in answer and route["headline"] == s.frame.text_content("#ablation-headline")
+    assert route["headline"].startswith("872 examples resolve a change of 0.01 (one example is 0.0011;")
     assert "up to 40% of heads (29 of 72) removed with accuracy within 0.01 of the baseline (95% interval)" in answer
-    assert "Random orders (3): median 10% of heads, range 0%–19%" in answer
+    assert "random orders (3): median 10% of heads, range 0%-19%" in answer
     assert s.frame.text_content("#ablation-removable .stat-value") == "up to 40%"
     for band in ("#pruning-random-band", "#pruning-importance-band", "#pruning-iterative-band"):
         assert s.frame.get_attribute(band, "d").count("Z") >= 1, band

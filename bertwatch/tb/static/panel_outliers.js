@@ -7,9 +7,8 @@
 import {nums, rawText} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {clear, fmt, fmtStep, h} from './dom.js';
+import {layerColor} from './scales.js';
 import {StepCard} from './step_card.js';
-
-const COLORS = ['#1565c0', '#e65100', '#2e7d32', '#6a1b9a', '#00838f', '#ad1457', '#5d4037', '#9e9d24'];
 
 export class OutlierPanel extends StepCard {
   constructor() {
@@ -36,7 +35,7 @@ export class OutlierPanel extends StepCard {
       id: 'outlier-chart',
       series: ratios.map((ys, l) => ({
         name: `L${l}`,
-        color: COLORS[l % COLORS.length],
+        color: layerColor(l, ratios.length), // a layer's colour in every chart
         xs: data.steps,
         ys,
         width: 1.6,

@@ -1,44 +1,24 @@
-// Colour scales and legends. One sequential scale (YlGnBu) for masses, entropies and attention; one
-// diverging scale (blue below the neutral value, red above) for drift, deltas and differences.
+// Colour scales and legends. Every colour comes from colours.json, the one home Python reads too
+// (bertwatch/tb/colours.py: the report and its figures): one sequential scale (YlGnBu) for masses, entropies and
+// attention; one diverging scale for drift, deltas and differences whose red end is worse, more drift or up, its
+// blue end better, less drift or down (white: no change); one ordinal colour per layer.
 
 import {isProportion} from './api.js';
+import COLOURS from './colours.json' with {type: 'json'};
 import {fmt, h} from './dom.js';
 
-const YLGNBU = ['#ffffd9', '#edf8b1', '#c7e9b4', '#7fcdbb', '#41b6c4', '#1d91c0', '#225ea8', '#253494', '#081d58'];
-const RDBU_R = [
-  '#053061',
-  '#2166ac',
-  '#4393c3',
-  '#92c5de',
-  '#d1e5f0',
-  '#f7f7f7',
-  '#fddbc7',
-  '#f4a582',
-  '#d6604d',
-  '#b2182b',
-  '#67001f',
-];
-const LAYERS = [
-  '#4a148c',
-  '#283593',
-  '#1565c0',
-  '#00838f',
-  '#2e7d32',
-  '#7cb342',
-  '#f9a825',
-  '#ef6c00',
-  '#d84315',
-  '#ad1457',
-];
-
-export const NAN_COLOR = '#d4d4d4';
+export const NAN_COLOR = COLOURS.nan;
 
 function hexToRgb(hex) {
   const n = parseInt(hex.slice(1), 16);
   return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
 }
 
-const RAMPS = {sequential: YLGNBU.map(hexToRgb), diverging: RDBU_R.map(hexToRgb), layers: LAYERS.map(hexToRgb)};
+const RAMPS = {
+  sequential: COLOURS.sequential.map(hexToRgb),
+  diverging: COLOURS.diverging.stops.map(hexToRgb),
+  layers: COLOURS.layers.map(hexToRgb),
+};
 
 function ramp(stops, t) {
   if (!(t >= 0)) t = 0;
@@ -55,9 +35,10 @@ const css = (rgb) => `rgb(${rgb[0]},${rgb[1]},${rgb[2]})`;
 
 /** Black or white text on an RGB background. */
 export function textOn(rgb) {
-  if (!rgb) return '#1f1f1f';
+  const text = COLOURS.text;
+  if (!rgb) return text.onLight;
   const lum = (0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]) / 255;
-  return lum > 0.55 ? '#1f1f1f' : '#ffffff';
+  return lum > text.lightAbove ? text.onLight : text.onDark;
 }
 
 /** Sequential scale over [lo, hi]. */
@@ -76,7 +57,8 @@ export function sequential(lo, hi) {
 
 /**
  * Diverging scale: `mid` is neutral (white), mid ± half is full blue / red (red above mid, or below it
- * with `invert`). `side` ('low' | 'high') limits the legend to the half a statistic can reach.
+ * with `invert`: for a quantity whose higher values are better, e.g. Δ accuracy, red stays "worse").
+ * `side` ('low' | 'high') limits the legend to the half a statistic can reach.
  */
 export function diverging(mid, half, {invert = false, side = null} = {}) {
   if (!(half > 0) || !Number.isFinite(half)) half = 1;
@@ -93,7 +75,17 @@ export function diverging(mid, half, {invert = false, side = null} = {}) {
   };
 }
 
-/** Colour of layer `l` of `n` (ordinal: early layers purple/blue, late layers orange/red). */
+/** Whether higher values of a diverging statistic are the better / less-drift side (drawn blue). */
+export function higherIsBetter(stat) {
+  return COLOURS.diverging.higherIsBetter.includes(stat);
+}
+
+/** The scale of a change of a metric: red = worse, whichever way the metric points (`greaterIsBetter`). */
+export function changeScale(half, greaterIsBetter = true) {
+  return diverging(0, half, {invert: greaterIsBetter !== false});
+}
+
+/** Colour of layer `l` of `n` (ordinal: early layers purple/blue, late layers orange/red), in every chart. */
 export function layerColor(l, n) {
   return css(ramp(RAMPS.layers, n <= 1 ? 0 : l / (n - 1)));
 }
@@ -122,7 +114,7 @@ export function scaleForStat(stat, range, fallbackValues = []) {
     hi = f.length ? Math.max(...f) : 1;
   }
   if (stat === 'drift_cosine')
-    return Object.assign(diverging(1, Math.max(1 - lo, 1e-3), {invert: true, side: 'low'}), {
+    return Object.assign(diverging(1, Math.max(1 - lo, 1e-3), {invert: higherIsBetter(stat), side: 'low'}), {
       captions: ['more drift', '', 'unchanged'],
     });
   if (stat === 'drift_js')

@@ -2,13 +2,15 @@
 // intervals. A dot marks the cells whose Benjamini-Hochberg q-value (corrected over all heads, or all layers)
 // is below 0.05, or, as an option, those whose uncorrected 95% interval excludes 0; the view says which.
 // Plus the pruning curves if logged: Δ of the importance order with its interval, beside the iterative order and
-// the random orders (mean and range), and the answer "up to N% of heads removed within δ of the baseline".
+// the random orders (mean and range). The answers in words ("how many heads can go", what the examples resolve)
+// come from the route as Python writes them (bertwatch/core/removable.py, resolution.py); red is "worse" in every
+// colour of the view, whichever way the metric points (scales.js, colours.json).
 
 import {getJSON, nums, rawText, tagsOfKind} from './api.js';
 import {barChart, chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtSigned, h, headName, setOptions} from './dom.js';
 import {heatmap} from './heatmap.js';
-import {diverging, halfWidth, legend} from './scales.js';
+import {changeScale, halfWidth, legend} from './scales.js';
 
 const F = {value: 0, delta: 1, lo: 2, hi: 3, p: 4};
 
@@ -52,34 +54,6 @@ function aboutLines(data) {
     lines.push(
       h('div', {class: 'about-note', id: 'ablation-other-metrics'}, `Also at baseline: ${others.join(' · ')}`),
     );
-  return lines;
-}
-
-const pct = (f) => `${Math.round(100 * f)}%`;
-
-// The answer of one order in words, as bertwatch.core.removable.removable_text writes it.
-function answerText(a, total, metric, delta, level) {
-  const within = `with ${metric} within ${fmt(delta, 4)} of the baseline (${level} interval)`;
-  if (!a || a.step < 0)
-    return `no pruning step keeps ${metric} within ${fmt(delta, 4)} of the baseline (${level} interval)`;
-  const more = a.censored ? ' or more (every step tried held)' : '';
-  return `up to ${pct(a.fraction)}${more} of heads (${a.pruned} of ${total}) removed ${within}`;
-}
-
-// The answers of every order: [main line, notes...].
-function answerLines(curves, metric) {
-  const r = curves.removable || {};
-  const level = pct(Number(curves.confidence || r.confidence || 0.95));
-  const total = curves.totalHeads;
-  const delta = Number(curves.delta);
-  const lines = [`Importance order: ${answerText(r.importance, total, metric, delta, level)}`];
-  if (r.iterative) lines.push(`Iterative importance: ${answerText(r.iterative, total, metric, delta, level)}`);
-  const randoms = Array.isArray(r.random) ? r.random.map((a) => a.fraction) : [];
-  if (randoms.length) {
-    lines.push(
-      `Random orders (${randoms.length}): median ${pct(r.random_median)} of heads, range ${pct(Math.min(...randoms))}–${pct(Math.max(...randoms))}`,
-    );
-  }
   return lines;
 }
 
@@ -243,36 +217,42 @@ export class AblationView {
     const marked = (c, q) => (marks === 'q' ? Number.isFinite(q) && q < FDR : excludesZero(c[F.lo], c[F.hi]));
     const flags = heads.map((row, l) => row.map((c, k) => marked(c, headsQ ? headsQ[l][k] : NaN)));
     const nSig = flags.flat().filter(Boolean).length;
-    const scale = diverging(0, halfWidth(deltas, 0, 1e-6));
-    const layerScale = diverging(
-      0,
-      halfWidth(
-        layers.map((r) => r[F.delta]),
-        0,
-        1e-6,
-      ),
-    );
+    const greater = data.greaterIsBetter !== false;
+    const scale = changeScale(halfWidth(deltas, 0, 1e-6), greater);
+    const layerDeltas = layers.map((r) => r[F.delta]);
+    const layerScale = changeScale(halfWidth(layerDeltas, 0, 1e-6), greater);
 
+    // best / worst single-head removal, in the metric's direction (a loss is better lower)
+    const gain = (d) => (greater ? d : -d);
     let best = null;
     let worst = null;
     deltas.forEach((row, l) => {
       row.forEach((d, k) => {
         if (!Number.isFinite(d)) return;
-        if (!best || d > best.d) best = {d, l, k};
-        if (!worst || d < worst.d) worst = {d, l, k};
+        if (!best || gain(d) > gain(best.d)) best = {d, l, k};
+        if (!worst || gain(d) < gain(worst.d)) worst = {d, l, k};
       });
     });
     clear(this.about).append(...aboutLines(data));
+    const said = data.headline || data.resolution;
+    if (said) this.about.append(h('div', {class: 'ablation-headline', id: 'ablation-headline'}, said));
     clear(this.summary).append(
       stat('Metric', metric, 'ablation-metric', metrics[0] ? metrics[0].description : null),
       stat('Baseline', fmt(baseline, 4), 'ablation-baseline'),
       stat(
         'Evaluation examples',
         data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—',
+        'ablation-examples',
+        data.resolution,
       ),
       stat(MARKS[marks].tile, `${nSig} of ${L * (heads[0] || []).length}`, 'ablation-marked'),
       stat('Best single-head removal', best ? `${headName(best.l, best.k)}  ${fmtSigned(best.d, 3)}` : '—'),
-      stat('Most harmful removal', worst ? `${headName(worst.l, worst.k)}  ${fmtSigned(worst.d, 3)}` : '—'),
+      stat(
+        'Most harmful removal',
+        worst ? `${headName(worst.l, worst.k)}  ${fmtSigned(worst.d, 3)}` : '—',
+        'ablation-worst',
+        worst ? `${headName(worst.l, worst.k)}: most harmful single-head removal` : null,
+      ),
     );
 
     const rawDeltas = data.heads.map((row) => row.map((c) => rawText(c[F.delta])));
@@ -306,7 +286,7 @@ export class AblationView {
         legend(scale, {
           title: `Δ ${metric}`,
           format: (v) => fmtSigned(v, 2),
-          captions: ['worse', 'no change', 'better'],
+          captions: greater ? ['worse', 'no change', 'better'] : ['better', 'no change', 'worse'],
         }),
         h('div', {class: 'sig-note', id: 'ablation-sig-note'}, h('span', {class: 'sig inline'}), MARKS[marks].note),
       ),
@@ -344,23 +324,16 @@ export class AblationView {
     const pc = this.pruneCard;
     pc.el.hidden = !data.pruning && !data.curves;
     if (data.curves) {
-      const lines = answerLines(data.curves, metric);
-      this.summary.append(
-        stat(
-          `Heads removable within δ = ${fmt(Number(data.curves.delta), 4)}`,
-          data.curves.removable?.importance ? `up to ${pct(data.curves.removable.importance.fraction)}` : '—',
-          'ablation-removable',
-          lines[0],
-        ),
-      );
+      if (data.removable)
+        this.summary.append(stat(data.removable.label, data.removable.value, 'ablation-removable', data.headline));
       pc.title.textContent = 'Pruning: how many heads can go?';
       pc.sub.textContent = `Δ ${metric} against the unpruned model as heads are removed; bands: 95% paired-bootstrap intervals, and the range of the random orders; dotted line: the importance order's answer`;
       clear(pc.body).append(
         h(
           'div',
           {class: 'pruning-answer', id: 'pruning-answer'},
-          h('div', {class: 'answer-main'}, lines[0]),
-          ...lines.slice(1).map((t) => h('div', {class: 'about-note'}, t)),
+          h('div', {class: 'answer-main'}, data.headline || ''),
+          ...(data.answers || []).map((t) => h('div', {class: 'about-note'}, t)),
         ),
         curveChart(data.curves, metric, chartWidth(pc.body)),
       );
