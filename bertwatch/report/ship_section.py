@@ -330,11 +330,11 @@ def _cause_html(result: Mapping[str, Any]) -> str:
 
 def _batching_html(result: Mapping[str, Any]) -> str:
     """``batching_lines`` as a paragraph: the first line, its variants as a list, the cause."""
-    lines = batching_lines(result)
+    lines = [line[0].upper() + line[1:] for line in batching_lines(result)]
     items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines if line.startswith("  "))
     rest = [html.escape(line) for line in lines[1:] if not line.startswith("  ")]
     return (
-        f"<h3>Batching</h3><p>{html.escape(lines[0])}</p>"
+        f"<h3>At which batch it was measured</h3><p>{html.escape(lines[0])}</p>"
         + (f"<ul>{items}</ul>" if items else "")
         + "".join(f"<p>{line}.</p>" for line in rest)
     )

@@ -91,7 +91,9 @@ def test_the_section_shows_the_printed_table_and_readings_escaped(tmp_path) -> N
     first, int8, same, cause = batching_lines(_result())
     assert int8 == "  int8: 2 of 64 predictions differ; accuracy 0.5312 in these batches (0.5000 one request at a time)"
     assert same == "  fp32: the same predictions" and cause.startswith("dynamic INT8 computes")
-    assert f"<h3>Batching</h3><p>{html.escape(first)}</p><ul><li>{html.escape(int8.strip())}</li>" in page
+    first, cause = first[0].upper() + first[1:], cause[0].upper() + cause[1:]
+    assert f"<h3>At which batch it was measured</h3><p>{html.escape(first)}</p>" in page
+    assert f"<ul><li>{html.escape(int8.strip())}</li><li>fp32: the same predictions</li></ul>" in page
     assert f"<p>{html.escape(cause)}.</p>" in page
 
 
