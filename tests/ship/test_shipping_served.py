@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertwatch.ship.runtime import eval_batches, load_onnx, predict_logits
+from bertwatch.ship.runtime import encode, eval_batches, load_onnx, predict_logits
 from bertwatch.ship.shipping import EXAMPLES_FILE, ShipOptions, ship_model
 from tests.support.ship_models import lively_classifier
 from tests.support.tiny_trainer import toy_texts
@@ -49,10 +49,9 @@ def _row(result: dict, name: str) -> dict:
     return next(row for row in result["variants"] if row["name"] == name)
 
 
-def test_the_docs_script_reproduces_the_int8_metric_without_bertwatch(shipped) -> None:
-    root, result, _ = shipped
-    int8 = _row(result, "int8")
-    assert int8["sorted_batches"]["changed"] > 0 and int8["sorted_batches"]["value"] != int8["value"]
+def run_doc_script(root: Path) -> tuple[float, float]:
+    """The script run in ``root`` (which holds ``ship/``) by a fresh ``python -I`` that must not import bertwatch or
+    torch: the accuracy it computes and the one it read from ship.json."""
     guard = "\nimport sys\nassert 'torch' not in sys.modules and 'bertwatch' not in sys.modules, sorted(sys.modules)\n"
     done = subprocess.run(
         [sys.executable, "-I", "-c", doc_script() + guard], cwd=root, capture_output=True, text=True, timeout=300
@@ -60,8 +59,35 @@ def test_the_docs_script_reproduces_the_int8_metric_without_bertwatch(shipped) -
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout.strip().splitlines()[-1]
     got, recorded = (float(x) for x in re.findall(r"\d+\.\d+(?:e-\d+)?", printed.split(":", 1)[1]))
+    return got, recorded
+
+
+def test_the_docs_script_reproduces_the_int8_metric_without_bertwatch(shipped) -> None:
+    root, result, _ = shipped
+    int8 = _row(result, "int8")
+    assert int8["sorted_batches"]["changed"] > 0 and int8["sorted_batches"]["value"] != int8["value"]
+    got, recorded = run_doc_script(root)
     saved = json.loads((root / "ship" / "ship.json").read_text())
-    assert got == recorded == _row(saved, "int8")["value"] == int8["value"], printed
+    assert got == recorded == _row(saved, "int8")["value"] == int8["value"]
+
+
+def test_the_docs_script_reproduces_a_pair_task(tmp_path: Path) -> None:
+    model, tokenizer = lively_classifier(2)
+    examples = toy_texts(60, seed=4, pairs=True)
+    result = ship_model(model, tokenizer, examples, tmp_path / "ship", options=ShipOptions(**OPTIONS), progress=False)
+    assert json.loads((tmp_path / "ship" / EXAMPLES_FILE).read_text().splitlines()[0]) == examples[0]
+    got, recorded = run_doc_script(tmp_path)
+    assert got == recorded == _row(result, "int8")["value"]
+    # the script's premise: tokenizers alone encodes a pair as transformers does for bertwatch ship
+    from tokenizers import Tokenizer
+
+    alone = Tokenizer.from_file(str(tmp_path / "ship" / "tokenizer.json"))
+    alone.enable_truncation(64)
+    for example in examples:
+        encoded, want = alone.encode(example["text"], example["text_pair"]), encode(tokenizer, [example], 64)
+        assert [encoded.ids, encoded.type_ids, encoded.attention_mask] == [
+            want[k][0].tolist() for k in ("input_ids", "token_type_ids", "attention_mask")
+        ]
 
 
 def test_ship_json_records_the_batching_and_the_inputs(shipped) -> None:
