@@ -167,8 +167,9 @@ def ship_model(
         ``ci_low``, ``ci_high``, ``p``, ``agreement``, ``max_abs_logit_diff`` at the serving batch, ``latency_ms``,
         ``throughput``, and ``sorted_batches``: ``changed``, the predictions that differ in length-sorted batches of
         32, and the metric ``value`` there), ``batching`` (per figure: ``batch_size``, ``padded``, ``sorted``),
-        ``files`` (``examples``, ``tokenizer``), ``export_check`` (ONNX against torch per exported model), ``outliers`` (the float32 model's activation
-        outliers per layer and its heads' delimiter mass on the first 256 examples: ``ship.delimiters.float_side``),
+        ``files`` (``examples``, ``tokenizer``), ``export_check`` (ONNX against torch per exported model),
+        ``outliers`` (the float32 model's activation outliers per layer and its heads' delimiter mass on the first
+        256 examples: ``ship.delimiters.float_side``),
         ``attribution`` (each layer's share of the INT8 error, ``ship.layer_error.layer_attribution``, and
         ``kept_fp32``, the mixed variant's layer; None with ``attribution_examples=0``), the settings and the
         runtime.
