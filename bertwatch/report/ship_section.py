@@ -277,6 +277,7 @@ def mixed_offer(result: Mapping[str, Any]) -> str | None:
     if mixed is None or "int8" not in rows:
         return None
     int8, fp32, metric = rows["int8"], rows["fp32"], result["metric"]
+    batched = batch_phrase(_batching(result))
     cost = (
         f"{fp32['latency_ms'] / mixed['latency_ms']:.2f}x faster than fp32 at batch 1 "
         f"(int8 {fp32['latency_ms'] / int8['latency_ms']:.2f}x)"
@@ -285,12 +286,18 @@ def mixed_offer(result: Mapping[str, Any]) -> str | None:
         return None
     if int8["ci_high"] >= 0:
         return (
-            f"not needed: INT8's {metric} change {_interval(int8)} is within what these examples can measure; "
+            f"not needed: INT8's {metric} change {batched} {_interval(int8)} is within what these examples can "
+            "measure; "
             f"{mixed['name']} ({_interval(mixed)}, {mixed['agreement']:.1%} unchanged) is measured for the record"
         )
     if mixed["ci_high"] >= 0:
-        return f"offered: {mixed['name']} recovers the {metric} ({_interval(mixed)} against INT8's {_interval(int8)}), {cost}"
-    return f"{mixed['name']} does not recover the {metric} ({_interval(mixed)} against INT8's {_interval(int8)})"
+        return (
+            f"offered: {mixed['name']} recovers the {metric} {batched} ({_interval(mixed)} against INT8's "
+            f"{_interval(int8)}), {cost}"
+        )
+    return (
+        f"{mixed['name']} does not recover the {metric} {batched} ({_interval(mixed)} against INT8's {_interval(int8)})"
+    )
 
 
 def _html_table(columns: list[tuple[str, list[str], str]], bold_row: int | None = None) -> str:

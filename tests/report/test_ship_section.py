@@ -190,10 +190,14 @@ def test_the_cause_names_the_layer_its_outliers_and_its_heads(tmp_path) -> None:
 
 def test_the_mixed_variant_is_offered_only_when_it_recovers_the_metric() -> None:
     offered = mixed_offer(_attributed(-0.01, 0.01))
-    assert offered.startswith("offered: int8, layer 1 fp32 recovers the accuracy (-0.0100 [-0.0400, +0.0100]")
+    assert offered.startswith(
+        "offered: int8, layer 1 fp32 recovers the accuracy one request at a time (-0.0100 [-0.0400, +0.0100]"
+    )
     assert "2.00x faster than fp32 at batch 1 (int8 4.00x)" in offered
-    assert mixed_offer(_attributed(-0.01, -0.001)).startswith("int8, layer 1 fp32 does not recover the accuracy")
-    assert mixed_offer(_attributed(0.02, 0.03)).startswith("not needed: INT8's accuracy change")
+    assert mixed_offer(_attributed(-0.01, -0.001)).startswith(
+        "int8, layer 1 fp32 does not recover the accuracy one request at a time"
+    )
+    assert mixed_offer(_attributed(0.02, 0.03)).startswith("not needed: INT8's accuracy change one request at a time")
     assert mixed_offer(_result()) is None and cause_lines(_result()) == [] and layer_columns(_result()) == []
     spread = _attributed(-0.01, 0.01)
     spread["attribution"]["kept_fp32"] = None
