@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from bertwatch.core.health_names import (
+    LOSS_EXAMPLES,
     LOSS_MEAN,
     LOSS_STD,
     PREDICTED,
@@ -197,7 +198,10 @@ class HealthAccumulator:
         out[PREDICTION_STD] = prediction_spread(torch.cat(self.regression)) if self.regression else math.nan
         out[PRIOR_LOSS] = prior_loss(torch.cat(self.labels), bool(self.regression)) if self.labels else math.nan
         if self.losses:
-            out[LOSS_MEAN], out[LOSS_STD] = loss_moments(torch.cat(self.losses), torch.cat(self.weights))
+            weights = torch.cat(self.weights)
+            out[LOSS_MEAN], out[LOSS_STD] = loss_moments(torch.cat(self.losses), weights)
+            out[LOSS_EXAMPLES] = float((weights > 0).sum())
         else:
             out[LOSS_MEAN] = out[LOSS_STD] = math.nan
+            out[LOSS_EXAMPLES] = 0.0
         return out

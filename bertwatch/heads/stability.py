@@ -47,7 +47,7 @@ def qk_spectral_norms(w_q: Tensor, w_k: Tensor, heads: int) -> Tensor:
         heads: the number of heads per layer.
 
     Returns:
-        float64 ``[layers, heads]``.
+        float64 ``[layers, heads]``; NaN for a head whose query or key weights are not finite (a diverged run).
 
     Example:
         >>> w = torch.eye(4)[None]  # one layer, 2 heads of 2 dimensions: each W_Q^h W_K^hᵀ a projection
@@ -62,6 +62,11 @@ def qk_spectral_norms(w_q: Tensor, w_k: Tensor, heads: int) -> Tensor:
         per_head = weight.double().reshape(layers, heads, rows // heads, hidden)  # [L, H, d, hidden]: W^hᵀ
         return per_head @ per_head.mT  # [L, H, d, d]
 
+    finite = torch.stack([w.reshape(layers, heads, -1).isfinite().all(-1) for w in (w_q, w_k)]).all(0)  # [L, H]
+    if not bool(finite.all()):  # a diverged run: its non-finite heads are NaN, the others still measured
+        keep = finite[:, :, None, None].expand(layers, heads, rows // heads, hidden).reshape(w_q.shape)
+        nan = torch.tensor(math.nan, dtype=torch.float64)
+        return torch.where(finite, qk_spectral_norms(w_q.where(keep, 0.0), w_k.where(keep, 0.0), heads), nan)
     g_q = gram(w_q)
     factor, info = torch.linalg.cholesky_ex(g_q)
     singular = info != 0
