@@ -1,7 +1,9 @@
 """What shipping buys against the float32 PyTorch model, in one run: latency at batch 1, throughput at batch 32 and
 file size of the ONNX variants ``bertwatch ship`` writes (fp32, INT8, INT8 with one layer in fp32, pruned, pruned +
 INT8) against fp32 PyTorch, all timed in the same loop (the models alternate within every repeat), with the share of
-predictions each keeps of PyTorch's on SST-2 dev.
+predictions each keeps of PyTorch's on SST-2 dev, one request at a time as served (each sentence at its own length),
+and how many of its predictions change when the same sentences run in length-sorted batches of 32 (dynamic INT8
+computes its activation scales per batch).
 
     python benchmarks/bench_ship.py                          # packaged MiniLM, a closed-form head, 1 thread
     python benchmarks/bench_ship.py --threads 1,2            # both thread counts, one after the other
@@ -85,20 +87,26 @@ def write_variants(model, tokenizer, folder: Path, heads, batches) -> tuple[dict
 
 
 def measure(model, tokenizer, files, examples, threads: int, repeats: int) -> dict[str, dict[str, float]]:
-    """Latency, throughput and agreement with PyTorch of fp32 PyTorch and every file, at ``threads`` threads."""
+    """Latency, throughput, agreement with PyTorch (one request at a time) and the predictions sorted batches of 32
+    change, of fp32 PyTorch and every file, at ``threads`` threads."""
     from bertwatch.ship.export import input_names
     from bertwatch.ship.runtime import eval_batches, load_onnx, predict_logits, time_variants, timing_feeds
 
     torch.set_num_threads(threads)
-    batches = eval_batches(tokenizer, examples, 128)
-    names = input_names(model, batches.feeds[0])
+    served, batched = eval_batches(tokenizer, examples, 128, 1, sort=False), eval_batches(tokenizer, examples, 128)
+    names = input_names(model, batched.feeds[0])
     runners = {"pytorch fp32": TorchRunner(model, names)}
     runners.update({name: load_onnx(path, threads) for name, path in files.items()})
-    predictions = {name: predict_logits(runner, batches).argmax(-1) for name, runner in runners.items()}
+    predictions = {name: predict_logits(runner, served).argmax(-1) for name, runner in runners.items()}
+    in_batches = {name: predict_logits(runner, batched).argmax(-1) for name, runner in runners.items()}
     singles, batch = timing_feeds(tokenizer, examples, 128, repeats)
     timed = time_variants(runners, singles, batch)
     return {
-        name: {**timed[name], "agreement": float(np.mean(predictions[name] == predictions["pytorch fp32"]))}
+        name: {
+            **timed[name],
+            "agreement": float(np.mean(predictions[name] == predictions["pytorch fp32"])),
+            "batch_changed": int(np.sum(predictions[name] != in_batches[name])),
+        }
         for name in runners
     }
 
@@ -122,15 +130,16 @@ def table(figures: dict, sizes: dict[str, float], threads: int) -> list[str]:
     base = figures["pytorch fp32"]
     lines = [
         f"{threads} thread(s): ratios against fp32 PyTorch (latency and size: how many times smaller; throughput: "
-        "how many times more)",
+        "how many times more); same prediction: PyTorch's, one request at a time; changed at 32: predictions that "
+        "differ in length-sorted batches of 32",
         f"{'model':<20} {'size MB':>8} {'x size':>7} {'batch 1 ms':>11} {'x faster':>9} {'batch 32 ex/s':>14} "
-        f"{'x more':>7} {'same prediction':>16}",
+        f"{'x more':>7} {'same prediction':>16} {'changed at 32':>14}",
     ]
     for name, row in figures.items():
         lines.append(
             f"{name:<20} {sizes[name]:>8.1f} {sizes['pytorch fp32'] / sizes[name]:>7.2f} {row['latency_ms']:>11.2f} "
             f"{base['latency_ms'] / row['latency_ms']:>9.2f} {row['throughput']:>14.1f} "
-            f"{row['throughput'] / base['throughput']:>7.2f} {row['agreement']:>16.1%}"
+            f"{row['throughput'] / base['throughput']:>7.2f} {row['agreement']:>16.1%} {row['batch_changed']:>14}"
         )
     return lines
 

@@ -26,6 +26,7 @@ RUN = (
     "bertwatch.report.changes",
     "bertwatch.report.html",
     "bertwatch.report.markup",
+    "bertwatch.report.ship_section",
     "bertwatch.callbacks.measurements",
     "bertwatch.options.checks",
     "bertwatch.options.groups",

@@ -20,8 +20,10 @@ def _parser() -> argparse.ArgumentParser:
         usage="bertwatch ship --model MODEL (--task TASK | --data FILE) [OPTIONS]",
         description="Export a fine-tuned sequence classifier to ONNX, quantize it to INT8 (and prune heads with "
         "--heads or --prune-from), and measure every variant in ONNX Runtime on the CPU against the float32 export: "
-        "the task metric with its paired-bootstrap interval, predictions unchanged, latency at batch 1, throughput "
-        "at batch 32, file size. Writes OUT/model.onnx, OUT/model.int8.onnx, ... and OUT/ship.json.",
+        "the task metric at the serving batch (one request at a time by default) with its paired-bootstrap interval, "
+        "predictions unchanged, predictions that change in length-sorted batches of 32, latency at batch 1, "
+        "throughput at batch 32, file size. Writes OUT/model.onnx, OUT/model.int8.onnx, ..., the tokenizer, "
+        "OUT/examples.jsonl and OUT/ship.json.",
     )
     eval_data.add_model_argument(
         parser, "folder of a fine-tuned ...ForSequenceClassification checkpoint", required=False, packaged=False
@@ -41,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fraction", type=float, default=None, help="with --prune-from: share of heads to remove")
     parser.add_argument(
         "--max-length", type=int, default=None, help="longest input in tokens (default 128, or the model's maximum)"
+    )
+    parser.add_argument(
+        "--serve-batch",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure the metric at the batch you serve: 1 (default) runs one request at a time, each example at its "
+        "own length; N runs batches of N in the evaluation set's order, each padded to its longest example",
     )
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per variant and batch size (default 20)")
     parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads (default 0: it chooses)")
@@ -125,6 +135,7 @@ def cli_ship(argv: Sequence[str]) -> int:
     """``bertwatch ship --model CHECKPOINT (--task GLUE | --data FILE) [--heads SPEC | --prune-from DIR --fraction F]``."""
     from bertwatch.heads.loading import max_input_length
     from bertwatch.heads.pruned_modeling import head_counts
+    from bertwatch.report.ship_section import batch_phrase
     from bertwatch.ship.shipping import FILES, ShipOptions, ship_model
     from bertwatch.ship.table import SHIP_FILE, format_table
 
@@ -134,6 +145,7 @@ def cli_ship(argv: Sequence[str]) -> int:
         heads = _heads(args, head_counts(model.config)[1])
         options = ShipOptions(
             max_length=max_input_length(model, tokenizer, args.max_length),
+            serve_batch=args.serve_batch,
             repeats=args.repeats,
             threads=args.threads,
             n_resamples=args.resamples,
@@ -149,9 +161,10 @@ def cli_ship(argv: Sequence[str]) -> int:
             if args.attribution_examples
             else ""
         )
+        served = batch_phrase({"batch_size": args.serve_batch, "sorted": False})
         print(
             f"bertwatch ship: exporting {args.model} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
-            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric}) -> {args.out}",
+            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric}, {served}) -> {args.out}",
             flush=True,
         )
         source = {"checkpoint": str(args.model), "task": args.task, "split": args.split, "data": args.data}
@@ -170,6 +183,7 @@ def cli_ship(argv: Sequence[str]) -> int:
         print(f"bertwatch ship: {error}", file=sys.stderr)
         return 2
     print(format_table(result))
-    files = ", ".join([*(row["file"] for row in result["variants"]), SHIP_FILE])
+    inputs = [*result["files"]["tokenizer"], result["files"]["examples"]]
+    files = ", ".join([*(row["file"] for row in result["variants"]), *inputs, SHIP_FILE])
     print(f"-> {Path(args.out)}/ ({files})")
     return 0

@@ -1,5 +1,6 @@
-"""The report's section for ``bertwatch ship``: the shipping table of ``ship.json``, one row per variant, and one line
-of reading per variant against fp32; the same columns and readings ``bertwatch ship`` prints (their one home)."""
+"""The report's section for ``bertwatch ship``: the shipping table of ``ship.json``, one row per variant, one line
+of reading per variant against fp32, and at which batch the metric was measured with the predictions another batching
+changes; the same columns and readings ``bertwatch ship`` prints (their one home)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from bertwatch.core.resolution import Resolution, typical_half_width
 
 __all__ = [
     "SHIP_FILE",
+    "batch_phrase",
+    "batch_words",
+    "batching_lines",
     "cause_lines",
     "layer_columns",
     "mixed_offer",
@@ -27,6 +31,8 @@ __all__ = [
 
 #: The result file ``bertwatch ship`` writes in its output folder.
 SHIP_FILE = "ship.json"
+#: How ``bertwatch ship`` batched the metric when ``ship.json`` did not record it yet (its first version).
+_UNRECORDED = {"batch_size": 32, "padded": True, "sorted": True}
 
 
 def ship_files(root: Path) -> list[Path]:
@@ -48,6 +54,74 @@ def _change(row: Mapping[str, Any]) -> str:
     return f"{row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
 
 
+def _batching(result: Mapping[str, Any], figure: str = "metric") -> Mapping[str, Any]:
+    """How a figure's examples were batched (``ship.json``'s ``batching``), the first version's when unrecorded."""
+    return (result.get("batching") or {}).get(figure) or _UNRECORDED
+
+
+def batch_words(batching: Mapping[str, Any]) -> str:
+    """How a figure's examples were batched, in words (``ship.json``'s ``batching`` entries).
+
+    Example:
+        >>> batch_words({"batch_size": 1, "padded": False, "sorted": False})
+        'one request at a time (batch 1, each example at its own length, no padding)'
+        >>> batch_words({"batch_size": 32, "padded": True, "sorted": True})
+        'in length-sorted batches of 32, each padded to its longest example'
+    """
+    size = int(batching["batch_size"])
+    if size == 1:
+        return "one request at a time (batch 1, each example at its own length, no padding)"
+    if batching["sorted"]:
+        return f"in length-sorted batches of {size}, each padded to its longest example"
+    return f"in batches of {size} in the evaluation set's order, each padded to its longest example"
+
+
+def batch_phrase(batching: Mapping[str, Any]) -> str:
+    """``batch_words`` in a few words, for a reading or a line.
+
+    Example:
+        >>> batch_phrase({"batch_size": 8, "sorted": False})
+        'at batch 8'
+    """
+    size = int(batching["batch_size"])
+    if size == 1:
+        return "one request at a time"
+    return f"in sorted batches of {size}" if batching["sorted"] else f"at batch {size}"
+
+
+def _column(batching: Mapping[str, Any]) -> str:
+    """The batch in a column header: ``batch 1``, ``batch 8``, ``sorted batch 32``."""
+    return f"{'sorted ' if batching['sorted'] else ''}batch {int(batching['batch_size'])}"
+
+
+def batching_lines(result: Mapping[str, Any]) -> list[str]:
+    """At which batch the metric was measured, and for every variant how many predictions differ when the same
+    examples run in length-sorted batches of 32 (dynamic INT8 computes its activation scales per batch)."""
+    served, metric = _batching(result), result["metric"]
+    rows = [row for row in result["variants"] if row.get("sorted_batches")]
+    if not rows:
+        return [f"{metric} measured {batch_words(served)}; this ship.json records no other batching"]
+    other = _batching(result, "sorted_batches")
+    n, short = int(result["num_examples"]), batch_phrase(served)
+    lines = [f"{metric} measured {batch_words(served)}; run again {batch_words(other)}:"]
+    same = [row["name"] for row in rows if row["sorted_batches"]["changed"] == 0]
+    for row in rows:
+        if row["sorted_batches"]["changed"]:
+            lines.append(
+                f"  {row['name']}: {row['sorted_batches']['changed']} of {n} predictions differ; {metric} "
+                f"{row['sorted_batches']['value']:.4f} in these batches ({row['value']:.4f} {short})"
+            )
+    if same:
+        lines.append(f"  {', '.join(same)}: the same predictions")
+    if len(same) < len(rows):
+        lines.append(
+            "dynamic INT8 computes each activation's scale from the whole batch at run time, so an INT8 prediction "
+            f"depends on the examples batched with it; the table's {metric} is measured at the serving batch "
+            "(--serve-batch)"
+        )
+    return lines
+
+
 def ship_columns(result: Mapping[str, Any]) -> list[tuple[str, list[str], str]]:
     """The table's columns: (header, cells, alignment) per column, one cell per variant."""
     rows = result["variants"]
@@ -57,7 +131,7 @@ def ship_columns(result: Mapping[str, Any]) -> list[tuple[str, list[str], str]]:
         ("variant", [r["name"] for r in rows], "<"),
         ("file", [r["file"] for r in rows], "<"),
         ("size MB", [f"{r['size_mb']:.1f}" if r["size_mb"] >= 1 else f"{r['size_mb']:.3f}" for r in rows], ">"),
-        (result["metric"], [f"{r['value']:.4f}" for r in rows], ">"),
+        (f"{result['metric']}, {_column(_batching(result))}", [f"{r['value']:.4f}" for r in rows], ">"),
         (f"change vs fp32 [{level} CI]", [_change(r) for r in rows], "<"),
         ("same prediction", [f"{r['agreement']:.1%}" for r in rows], ">"),
         ("batch 1 ms", [f"{r['latency_ms']:.2f}" for r in rows], ">"),
@@ -69,7 +143,7 @@ def _times(ratio: float, word: str, opposite: str) -> str:
     return f"{ratio:.2f}x {word}" if ratio >= 1 else f"{1 / ratio:.2f}x {opposite}"
 
 
-def _reading(row: Mapping[str, Any], reference: Mapping[str, Any], metric: str, level: str) -> str:
+def _reading(row: Mapping[str, Any], reference: Mapping[str, Any], metric: str, level: str, batched: str) -> str:
     """One sentence on a variant against the reference: size, speed, metric change, unchanged predictions."""
     interval = (
         f" ({level} CI {row['ci_low']:+.4f} to {row['ci_high']:+.4f})"
@@ -80,7 +154,7 @@ def _reading(row: Mapping[str, Any], reference: Mapping[str, Any], metric: str, 
         f"{row['name']}: {_times(reference['size_mb'] / row['size_mb'], 'smaller', 'larger')}; "
         f"{_times(reference['latency_ms'] / row['latency_ms'], 'faster', 'slower')} at batch 1, "
         f"{_times(row['throughput'] / reference['throughput'], 'faster', 'slower')} at batch 32; "
-        f"{metric} {row['delta']:+.4f}{interval}; {row['agreement']:.1%} of predictions unchanged"
+        f"{metric} {batched} {row['delta']:+.4f}{interval}; {row['agreement']:.1%} of predictions unchanged"
     )
 
 
@@ -88,7 +162,8 @@ def ship_readings(result: Mapping[str, Any]) -> list[str]:
     """One sentence per variant but fp32: size, speed and metric change against fp32, predictions unchanged."""
     reference = result["variants"][0]
     level = f"{result['confidence']:.0%}"
-    return [_reading(row, reference, result["metric"], level) for row in result["variants"][1:]]
+    batched = batch_phrase(_batching(result))
+    return [_reading(row, reference, result["metric"], level, batched) for row in result["variants"][1:]]
 
 
 def ship_resolution(result: Mapping[str, Any]) -> list[str]:
@@ -178,7 +253,8 @@ def cause_lines(result: Mapping[str, Any]) -> list[str]:
         return []
     full = attribution["int8"]
     lines = [
-        f"where the INT8 error comes from ({attribution['examples']} examples; error = mean over examples of the "
+        f"where the INT8 error comes from ({attribution['examples']} examples {batch_phrase(_batching(result, 'attribution'))}; "
+        "error = mean over examples of the "
         f"largest |logit change| against fp32; every layer INT8: {full['mean_max_abs']:.3f}, "
         f"{full['changed']:.1%} of predictions changed):"
     ]
@@ -218,6 +294,7 @@ def mixed_offer(result: Mapping[str, Any]) -> str | None:
     if mixed is None or "int8" not in rows:
         return None
     int8, fp32, metric = rows["int8"], rows["fp32"], result["metric"]
+    batched = batch_phrase(_batching(result))
     cost = (
         f"{fp32['latency_ms'] / mixed['latency_ms']:.2f}x faster than fp32 at batch 1 "
         f"(int8 {fp32['latency_ms'] / int8['latency_ms']:.2f}x)"
@@ -226,12 +303,18 @@ def mixed_offer(result: Mapping[str, Any]) -> str | None:
         return None
     if int8["ci_high"] >= 0:
         return (
-            f"not needed: INT8's {metric} change {_interval(int8)} is within what these examples can measure; "
+            f"not needed: INT8's {metric} change {batched} {_interval(int8)} is within what these examples can "
+            "measure; "
             f"{mixed['name']} ({_interval(mixed)}, {mixed['agreement']:.1%} unchanged) is measured for the record"
         )
     if mixed["ci_high"] >= 0:
-        return f"offered: {mixed['name']} recovers the {metric} ({_interval(mixed)} against INT8's {_interval(int8)}), {cost}"
-    return f"{mixed['name']} does not recover the {metric} ({_interval(mixed)} against INT8's {_interval(int8)})"
+        return (
+            f"offered: {mixed['name']} recovers the {metric} {batched} ({_interval(mixed)} against INT8's "
+            f"{_interval(int8)}), {cost}"
+        )
+    return (
+        f"{mixed['name']} does not recover the {metric} {batched} ({_interval(mixed)} against INT8's {_interval(int8)})"
+    )
 
 
 def _html_table(columns: list[tuple[str, list[str], str]], bold_row: int | None = None) -> str:
@@ -259,12 +342,25 @@ def _cause_html(result: Mapping[str, Any]) -> str:
     full = attribution["int8"]
     return (
         "<h3>Where the INT8 error comes from</h3>"
-        f"<p>Each layer measured on the first {int(attribution['examples'])} examples, in two INT8 copies: only "
+        f"<p>Each layer measured on the first {int(attribution['examples'])} examples "
+        f"{html.escape(batch_words(_batching(result, 'attribution')))}, in two INT8 copies: only "
         "this layer INT8 (every other node fp32), and this layer fp32 (every other node INT8). Error: the mean over "
         f"examples of the largest |logit change| against fp32; with every layer INT8 it is {full['mean_max_abs']:.3f} "
         f"({full['changed']:.1%} of predictions changed).</p>"
         f"<ul>{sentences}</ul>{_html_table(layer_columns(result), worst)}"
         + (f"<p><b>INT8 with one layer in fp32</b>: {html.escape(offer)}.</p>" if offer else "")
+    )
+
+
+def _batching_html(result: Mapping[str, Any]) -> str:
+    """``batching_lines`` as a paragraph: the first line, its variants as a list, the cause."""
+    lines = [line[0].upper() + line[1:] for line in batching_lines(result)]
+    items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in lines if line.startswith("  "))
+    rest = [html.escape(line) for line in lines[1:] if not line.startswith("  ")]
+    return (
+        f"<h3>At which batch it was measured</h3><p>{html.escape(lines[0])}</p>"
+        + (f"<ul>{items}</ul>" if items else "")
+        + "".join(f"<p>{line}.</p>" for line in rest)
     )
 
 
@@ -294,8 +390,9 @@ def ship_section(path: Path) -> str:
         f'<h2 id="{_anchor(path)}">Will it ship? {html.escape(str(result.get("checkpoint", path.parent.name)))} in '
         "ONNX Runtime</h2>"
         f"<p>{int(result['num_examples'])} examples of {html.escape(str(source))}, {html.escape(result['metric'])} "
-        f"with its paired-bootstrap {result['confidence']:.0%} interval against fp32; ONNX Runtime "
+        f"{html.escape(batch_phrase(_batching(result)))} with its paired-bootstrap {result['confidence']:.0%} interval "
+        "against fp32; ONNX Runtime "
         f"{html.escape(str(runtime['onnxruntime']))} on the CPU{html.escape(pruned)} "
         f"(<code>{html.escape(str(path))}</code>).</p>"
-        f"{_html_table(ship_columns(result))}<ul>{readings}</ul>" + _cause_html(result)
+        f"{_html_table(ship_columns(result))}<ul>{readings}</ul>{_batching_html(result)}" + _cause_html(result)
     )

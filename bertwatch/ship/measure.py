@@ -1,6 +1,7 @@
 """What each shipped variant costs against the float32 export, as pure functions of predictions: the task metric
 with its paired-bootstrap interval (``bertwatch.ablation.bootstrap.paired_bootstrap``, every variant on the same
-resamples of the same examples) and the share of examples whose prediction is unchanged.
+resamples of the same examples), the share of examples whose prediction is unchanged, and how many predictions
+another batching of the same examples changes.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from bertwatch.ablation.bootstrap import kernel_name, paired_bootstrap
+from bertwatch.ablation.bootstrap import kernel_name, metric_on_counts, paired_bootstrap
 
-__all__ = ["agreement", "compare_variants", "size_mb"]
+__all__ = ["agreement", "batch_dependence", "compare_variants", "size_mb"]
 
 #: The metrics of class predictions with a vectorised paired bootstrap.
 _CLASS_METRICS = ("accuracy", "f1", "matthews_correlation")
@@ -99,6 +100,45 @@ def compare_variants(
             "agreement": agreement(reference, stacked[k]),
         }
     return table
+
+
+def batch_dependence(
+    served: Mapping[str, np.ndarray], batched: Mapping[str, np.ndarray], labels: np.ndarray, metric: str = "accuracy"
+) -> dict[str, dict[str, float]]:
+    """How much each variant's predictions depend on how the examples are batched: the examples whose predicted
+    class differs between two batchings of the same set, and the metric at the second one.
+
+    Args:
+        served: name -> ``[n]`` class predictions at the serving batching (the table's metric).
+        batched: name -> ``[n]`` class predictions of the same examples, in the same order, at another batching.
+        labels: ``[n]`` gold class ids.
+        metric: ``accuracy``, ``f1`` or ``matthews_correlation``.
+
+    Returns:
+        ``{name: {"changed": number of examples whose prediction differs, "value": the metric at the other
+        batching}}``, for every name of ``served``.
+
+    Raises:
+        ValueError: a name of ``served`` missing from ``batched``, shapes that disagree, or another metric.
+
+    Example:
+        >>> batch_dependence({"int8": np.array([1, 0, 1])}, {"int8": np.array([1, 1, 1])}, np.array([1, 0, 0]))
+        {'int8': {'changed': 1, 'value': 0.3333333333333333}}
+    """
+    if kernel_name(metric) not in _CLASS_METRICS:
+        raise ValueError(f"no metric of class predictions named {metric!r}: use accuracy, f1 or matthews_correlation")
+    missing = [name for name in served if name not in batched]
+    if missing:
+        raise ValueError(f"no predictions at the other batching for {missing}")
+    labels = np.asarray(labels)
+    result = {}
+    for name, predictions in served.items():
+        predictions, other = np.asarray(predictions), np.asarray(batched[name])
+        if predictions.shape != other.shape or other.shape != labels.shape:
+            raise ValueError(f"{name}: predictions {predictions.shape} and {other.shape}, labels {labels.shape}")
+        value = float(metric_on_counts(metric, other, labels, np.ones(len(labels)))[0, 0])
+        result[name] = {"changed": int(np.count_nonzero(predictions != other)), "value": value}
+    return result
 
 
 def size_mb(size_bytes: int) -> float:

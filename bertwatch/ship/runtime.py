@@ -1,5 +1,10 @@
-"""ONNX files run in ONNX Runtime on the CPU: the evaluation set's logits and the timings (latency at batch 1,
-throughput at batch 32), the variants alternating within every repeat so that all see the same machine load.
+"""ONNX files run in ONNX Runtime on the CPU: the evaluation set's logits at a given batching and the timings
+(latency at batch 1, throughput at batch 32), the variants alternating within every repeat so that all see the same
+machine load.
+
+The batching matters to INT8: dynamic quantization computes an activation's scale and zero point from the whole
+input tensor at run time, so in a padded batch an example's INT8 logits depend on the examples beside it. One
+request at a time (batch 1) each example runs at its own length, without padding.
 
 Nothing here imports torch; the tokenizer only turns texts into numpy arrays.
 """
@@ -60,12 +65,27 @@ class EvalBatches:
 
 
 def eval_batches(
-    tokenizer: Any, examples: Sequence[Mapping[str, Any]], max_length: int, batch_size: int = 32
+    tokenizer: Any, examples: Sequence[Mapping[str, Any]], max_length: int, batch_size: int = 32, sort: bool = True
 ) -> EvalBatches:
-    """Tokenize ``examples`` once for every variant: sorted by length (less padding), in batches of ``batch_size``."""
-    texts, pairs = _texts(examples)
-    lengths = [len(ids) for ids in tokenizer(texts, pairs, truncation=True, max_length=max_length)["input_ids"]]
-    order = np.argsort(np.asarray(lengths), kind="stable")
+    """Tokenize ``examples`` once for every variant, in batches of ``batch_size``, each padded to its longest example
+    (batch 1: every example at its own length, no padding).
+
+    Args:
+        tokenizer: the model's tokenizer.
+        examples: ``{"text", "text_pair"?}`` rows.
+        max_length: longest input in tokens; longer examples are cut.
+        batch_size: examples per run.
+        sort: group examples of similar lengths (less padding); False keeps the set's order, as requests arrive.
+
+    Returns:
+        The batches, with the examples each holds.
+    """
+    if not sort:
+        order = np.arange(len(examples))
+    else:
+        texts, pairs = _texts(examples)
+        lengths = [len(ids) for ids in tokenizer(texts, pairs, truncation=True, max_length=max_length)["input_ids"]]
+        order = np.argsort(np.asarray(lengths), kind="stable")
     indices = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     feeds = [encode(tokenizer, [examples[i] for i in chosen], max_length) for chosen in indices]
     return EvalBatches(indices, feeds)

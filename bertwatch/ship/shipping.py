@@ -1,8 +1,16 @@
 """``ship_model``: a fine-tuned classifier exported, quantized (and optionally pruned), every variant measured in
-ONNX Runtime on the evaluation set against the float32 export, the files and ``ship.json`` written."""
+ONNX Runtime on the evaluation set against the float32 export, the files and ``ship.json`` written.
+
+The metric is measured at the serving batch (``ShipOptions.serve_batch``, default 1: one request at a time, each
+example at its own length), and every variant is run once more in length-sorted batches of 32: dynamic INT8 computes
+its activation scales from the whole batch, so the predictions that change between the two are counted.
+``ship.json`` records the batching of every figure; the tokenizer and the examples are written beside the files, so
+the metric can be reproduced with ONNX Runtime and ``tokenizers`` alone (docs/ship.md).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -24,10 +32,10 @@ from bertwatch.ship.export import (
     require_onnx,
 )
 from bertwatch.ship.layer_error import layer_attribution, layer_nodes, worst_layer
-from bertwatch.ship.measure import compare_variants, size_mb
+from bertwatch.ship.measure import batch_dependence, compare_variants, size_mb
 from bertwatch.ship.table import write_ship_json
 
-__all__ = ["FILES", "REFERENCE", "ShipOptions", "mixed_name", "ship_model"]
+__all__ = ["EXAMPLES_FILE", "FILES", "REFERENCE", "ShipOptions", "mixed_name", "ship_model"]
 
 #: The variants' files, in the table's order; the pruned ones only when heads are removed.
 FILES = {
@@ -38,8 +46,10 @@ FILES = {
 }
 #: The variant every other is compared with.
 REFERENCE = "fp32"
-#: The batch of the throughput figure (and of the export check).
+#: The batch of the throughput figure, of the export check and of the sorted batches every variant is compared at.
 THROUGHPUT_BATCH = 32
+#: The evaluation examples as measured, in their order (JSON lines ``{"text", "text_pair"?, "label"}``).
+EXAMPLES_FILE = "examples.jsonl"
 
 
 def mixed_name(layer: int) -> tuple[str, str]:
@@ -58,6 +68,8 @@ class ShipOptions:
 
     Args:
         max_length: longest input in tokens; longer examples are cut.
+        serve_batch: the batch the metric is measured at, as served: 1 runs one request at a time, each example at
+            its own length; N runs batches of N in the set's order, each padded to its longest example.
         repeats: timed runs per variant and batch size (their median is reported).
         warmup: untimed runs before them.
         threads: ONNX Runtime's intra-op threads; 0 lets it choose.
@@ -73,6 +85,7 @@ class ShipOptions:
     """
 
     max_length: int = 128
+    serve_batch: int = 1
     repeats: int = 20
     warmup: int = 2
     threads: int = 0
@@ -85,6 +98,8 @@ class ShipOptions:
     def __post_init__(self) -> None:
         if self.repeats < 1 or self.warmup < 0 or self.threads < 0 or self.max_length < 2 or self.n_resamples < 1:
             raise ValueError("repeats and n_resamples must be >= 1, warmup and threads >= 0, max_length >= 2")
+        if self.serve_batch < 1:
+            raise ValueError(f"serve_batch must be >= 1, got {self.serve_batch}")
         if self.attribution_examples < 0:
             raise ValueError(f"attribution_examples must be >= 0, got {self.attribution_examples}")
         if not 0 < self.confidence < 1:
@@ -138,7 +153,9 @@ def ship_model(
             ``bertwatch.data.files.read_labelled_texts``).
         out: the output folder (created): ``model.onnx``, ``model.int8.onnx``, the mixed variant
             ``model.int8.layerKfp32.onnx`` (:func:`mixed_name`; when a layer's fp32 removes INT8 error), with
-            ``heads`` ``model.pruned.onnx`` and ``model.pruned.int8.onnx``, and ``ship.json``.
+            ``heads`` ``model.pruned.onnx`` and ``model.pruned.int8.onnx``, the tokenizer's files
+            (``save_pretrained``: ``tokenizer.json`` for a fast tokenizer), ``examples.jsonl`` (the examples as
+            measured) and ``ship.json``.
         metric: the task metric (``accuracy``, ``f1``, ``matthews_correlation``).
         heads: ``{layer: [heads to remove]}`` for the pruned variants (``bertwatch.ablation.physical``).
         options: bootstrap, timing and runtime settings (:class:`ShipOptions`).
@@ -147,9 +164,12 @@ def ship_model(
 
     Returns:
         What ``ship.json`` holds: ``variants`` (one row each: ``name``, ``file``, ``size_mb``, ``value``, ``delta``,
-        ``ci_low``, ``ci_high``, ``p``, ``agreement``, ``max_abs_logit_diff``, ``latency_ms``, ``throughput``),
-        ``export_check`` (ONNX against torch per exported model), ``outliers`` (the float32 model's activation
-        outliers per layer and its heads' delimiter mass on the first 256 examples: ``ship.delimiters.float_side``),
+        ``ci_low``, ``ci_high``, ``p``, ``agreement``, ``max_abs_logit_diff`` at the serving batch, ``latency_ms``,
+        ``throughput``, and ``sorted_batches``: ``changed``, the predictions that differ in length-sorted batches of
+        32, and the metric ``value`` there), ``batching`` (per figure: ``batch_size``, ``padded``, ``sorted``),
+        ``files`` (``examples``, ``tokenizer``), ``export_check`` (ONNX against torch per exported model),
+        ``outliers`` (the float32 model's activation outliers per layer and its heads' delimiter mass on the first
+        256 examples: ``ship.delimiters.float_side``),
         ``attribution`` (each layer's share of the INT8 error, ``ship.layer_error.layer_attribution``, and
         ``kept_fp32``, the mixed variant's layer; None with ``attribution_examples=0``), the settings and the
         runtime.
@@ -168,9 +188,9 @@ def ship_model(
     labels = _labels(examples, int(model.config.num_labels))
     out = Path(out)
     written = _write_variants(model, tokenizer, out, heads, options.opset)
+    tokenizer_files = _write_inputs(out, tokenizer, examples)
     attribution = _attribute(written, tokenizer, examples, out, options, progress)
     models = {name: runtime.load_onnx(path, options.threads) for name, (_, path) in written.items()}
-    batches = runtime.eval_batches(tokenizer, examples, options.max_length, THROUGHPUT_BATCH)
     singles, batch = runtime.timing_feeds(tokenizer, examples, options.max_length, options.repeats, THROUGHPUT_BATCH)
     checks = {
         name: export_difference(torch_model, runtime.predict_logits(models[name], _one(batch)), batch)
@@ -184,24 +204,35 @@ def ship_model(
         layer = attribution["kept_fp32"]
         attribution["heads"] = top_heads(outliers["heads"], [layer])
         attribution["heads_from_layer"] = top_heads(outliers["heads"], range(layer, len(outliers["residual"])))
-    logits, timings = _evaluate_and_time(models, batches, singles, batch, options, progress)
-    predictions = {name: values.argmax(-1) for name, values in logits.items()}
-    others = {name: p for name, p in predictions.items() if name != REFERENCE}
+    evaluations = {
+        "served": runtime.eval_batches(tokenizer, examples, options.max_length, options.serve_batch, sort=False),
+        "sorted": runtime.eval_batches(tokenizer, examples, options.max_length, THROUGHPUT_BATCH, sort=True),
+    }
+    logits, timings = _evaluate_and_time(models, evaluations, singles, batch, options, progress)
+    predictions = {key: {name: values.argmax(-1) for name, values in runs.items()} for key, runs in logits.items()}
+    served = predictions["served"]
+    others = {name: p for name, p in served.items() if name != REFERENCE}
     compared = compare_variants(
-        predictions[REFERENCE], others, labels, metric, options.n_resamples, options.seed, options.confidence, REFERENCE
+        served[REFERENCE], others, labels, metric, options.n_resamples, options.seed, options.confidence, REFERENCE
     )
-    rows = [{**_row(name, path, logits, timings), **compared[name]} for name, (_, path) in written.items()]
+    dependence = batch_dependence(served, predictions["sorted"], labels, metric)
+    rows = [
+        {**_row(name, path, logits["served"], timings), **compared[name], "sorted_batches": dependence[name]}
+        for name, (_, path) in written.items()
+    ]
     result = {
-        "version": 1,
+        "version": 2,
         **dict(source or {}),
         "metric": metric,
         "num_examples": len(labels),
         **_settings(options, batch, ort.__version__),
+        "batching": _batching(options, attribution is not None),
         "removed_heads": {str(layer): sorted(h) for layer, h in sorted(heads.items())} if heads else None,
         "export_check": checks,
         "variants": rows,
         "outliers": outliers,
         "attribution": attribution,
+        "files": {"examples": EXAMPLES_FILE, "tokenizer": tokenizer_files},
     }
     write_ship_json(out, result)
     return result
@@ -230,6 +261,32 @@ def _settings(options: ShipOptions, batch: runtime.Feed, version: str) -> dict[s
     }
 
 
+def _write_inputs(out: Path, tokenizer: Any, examples: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The tokenizer's files (``save_pretrained``) and the examples as measured, beside the ONNX files; returns the
+    tokenizer's file names."""
+    rows = [{k: row[k] for k in ("text", "text_pair", "label") if row.get(k) is not None} for row in examples]
+    (out / EXAMPLES_FILE).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return sorted(Path(name).name for name in tokenizer.save_pretrained(str(out)))
+
+
+def _batching(options: ShipOptions, attributed: bool) -> dict[str, Any]:
+    """How each figure's examples were batched: ``batch_size``, ``padded`` (to the longest of the batch) and
+    ``sorted`` (by length; else in the evaluation set's order)."""
+
+    def how(size: int, sort: bool = False) -> dict[str, Any]:
+        return {"batch_size": size, "padded": size > 1, "sorted": sort}
+
+    served = how(options.serve_batch)
+    return {
+        "metric": served,  # the value, its interval, agreement and max_abs_logit_diff
+        "sorted_batches": how(THROUGHPUT_BATCH, True),  # each variant's sorted_batches
+        "latency": how(1),
+        "throughput": how(THROUGHPUT_BATCH),  # the first examples of the set
+        "export_check": how(THROUGHPUT_BATCH),
+        "attribution": served if attributed else None,
+    }
+
+
 def _attribute(written: dict, tokenizer: Any, examples, out: Path, options: ShipOptions, progress: bool):
     """Each layer's share of the INT8 error on the first examples; the mixed variant (the layer that removes the
     most of it kept in fp32) added to ``written`` after ``int8``. None when ``attribution_examples`` is 0."""
@@ -239,7 +296,7 @@ def _attribute(written: dict, tokenizer: Any, examples, out: Path, options: Ship
         return None
     fp32 = written[REFERENCE][1]
     chosen = list(examples[: options.attribution_examples])
-    batches = runtime.eval_batches(tokenizer, chosen, options.max_length, THROUGHPUT_BATCH)
+    batches = runtime.eval_batches(tokenizer, chosen, options.max_length, options.serve_batch, sort=False)
     try:
         nodes, _ = layer_nodes(fp32)
     except ValueError as error:  # a graph whose nodes name no layer: the table still stands
@@ -259,16 +316,19 @@ def _attribute(written: dict, tokenizer: Any, examples, out: Path, options: Ship
     return attribution
 
 
-def _evaluate_and_time(models, batches, singles, batch, options: ShipOptions, progress: bool):
-    """Every variant's logits on the evaluation set, then the timings; one progress bar over all the runs."""
+def _evaluate_and_time(models, evaluations: Mapping[str, runtime.EvalBatches], singles, batch, options, progress):
+    """Every variant's logits at every batching of the evaluation set (``{batching: {variant: [n, labels]}}``), then
+    the timings; one progress bar over all the runs."""
     from tqdm.auto import tqdm
 
-    total = len(models) * (len(batches.feeds) + 2 * (options.repeats + options.warmup))
+    runs = sum(len(batches.feeds) for batches in evaluations.values())
+    total = len(models) * (runs + 2 * (options.repeats + options.warmup))
     with tqdm(total=total, desc="bertwatch ship", unit="run", disable=not progress, leave=False) as bar:
-        logits = {}
+        logits: dict[str, dict[str, np.ndarray]] = {key: {} for key in evaluations}
         for name, model in models.items():
-            bar.set_postfix_str(f"evaluating {name}")
-            logits[name] = runtime.predict_logits(model, batches, lambda: bar.update(1))
+            for key, batches in evaluations.items():
+                bar.set_postfix_str(f"evaluating {name}, {key} batches")
+                logits[key][name] = runtime.predict_logits(model, batches, lambda: bar.update(1))
         bar.set_postfix_str("timing")
         timings = runtime.time_variants(models, singles, batch, options.warmup, lambda: bar.update(1))
     return logits, timings

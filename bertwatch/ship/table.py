@@ -10,6 +10,7 @@ from typing import Any
 from bertwatch.core.jsonable import jsonable
 from bertwatch.report.ship_section import (
     SHIP_FILE,
+    batching_lines,
     cause_lines,
     layer_columns,
     mixed_offer,
@@ -37,8 +38,8 @@ def _threads(threads: Any) -> str:
 
 
 def format_table(result: Mapping[str, Any]) -> str:
-    """The table ``bertwatch ship`` prints: what was measured, one row per variant, then one line of reading
-    per variant against fp32.
+    """The table ``bertwatch ship`` prints: what was measured, one row per variant, one line of reading per variant
+    against fp32, at which batch the metric was measured and the predictions another batching changes.
 
     Args:
         result: what ``ship_model`` returns (or ``ship.json`` loaded).
@@ -64,6 +65,7 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"examples (logits up to {check['max_abs_logit']:.2f})"
         )
     lines += [""] + aligned(ship_columns(result)) + [""] + ship_resolution(result) + ship_readings(result)
+    lines += [""] + batching_lines(result)
     cause = cause_lines(result)
     if cause:
         offer = mixed_offer(result)

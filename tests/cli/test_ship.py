@@ -34,19 +34,26 @@ def test_ship_prints_a_table_and_writes_the_files(inputs, tmp_path: Path, capsys
     assert lines[0] == (
         f"bertwatch ship: exporting {ckpt} to ONNX as fp32, int8, int8 with the layer its error comes from most (on 40 "
         f"examples) kept in fp32, and measuring each in ONNX Runtime on 40 examples of sequence-classification "
-        f"(accuracy) -> {out}"
+        f"(accuracy, one request at a time) -> {out}"
     )
     result = json.loads((out / "ship.json").read_text())
     layer = result["attribution"]["kept_fp32"]
     mixed = [] if layer is None else [f"model.int8.layer{layer}fp32.onnx"]
-    assert lines[-1] == f"-> {out}/ ({', '.join(['model.onnx', 'model.int8.onnx', *mixed, 'ship.json'])})"
+    inputs = ["tokenizer.json", "tokenizer_config.json", "examples.jsonl"]
+    assert result["files"]["tokenizer"] == inputs[:2]
+    assert lines[-1] == f"-> {out}/ ({', '.join(['model.onnx', 'model.int8.onnx', *mixed, *inputs, 'ship.json'])})"
     assert any(line.startswith("variant  ") and "accuracy" in line for line in lines)
     assert any(line.startswith("int8: ") and "of predictions unchanged" in line for line in lines)
-    assert any(line.startswith("where the INT8 error comes from (40 examples") for line in lines)
+    assert any(line.startswith("where the INT8 error comes from (40 examples one request at a time") for line in lines)
+    assert "accuracy measured one request at a time (batch 1, each example at its own length, no padding)" in "".join(
+        lines
+    )
     names = ["fp32", "int8"] + ([] if layer is None else [f"int8, layer {layer} fp32"])
     assert [v["name"] for v in result["variants"]] == names
     assert result["checkpoint"] == str(ckpt) and result["data"] == str(data) and result["num_examples"] == 40
-    assert sorted(p.name for p in out.iterdir()) == sorted(["model.int8.onnx", "model.onnx", *mixed, "ship.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["model.int8.onnx", "model.onnx", *mixed, *inputs, "ship.json"]
+    )
 
 
 def test_ship_prunes_from_an_ablation_output(inputs, tmp_path: Path, capsys) -> None:
@@ -69,10 +76,12 @@ def test_ship_prunes_from_an_ablation_output(inputs, tmp_path: Path, capsys) -> 
         "--attribution-examples",
         "0",
     ]
-    assert main([*argv, "--prune-from", str(ablation), "--fraction", "0.5", *FAST]) == 0
+    assert main([*argv, "--prune-from", str(ablation), "--fraction", "0.5", "--serve-batch", "4", *FAST]) == 0
     printed = capsys.readouterr().out
     assert "as fp32, int8, pruned, pruned+int8 (4 heads removed)" in printed and "export check, pruned" in printed
+    assert "(accuracy, at batch 4)" in printed and "accuracy, batch 4" in printed
     result = json.loads((out / "ship.json").read_text())
+    assert result["batching"]["metric"] == {"batch_size": 4, "padded": True, "sorted": False}
     assert result["removed_heads"] == {"1": [0, 1, 2, 3]} and result["num_examples"] == 20
     assert result["attribution"] is None and [v["name"] for v in result["variants"]] == [
         "fp32", "int8", "pruned", "pruned+int8"

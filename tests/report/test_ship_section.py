@@ -1,5 +1,5 @@
-"""The report's ``bertwatch ship`` section: the table of ``ship.json`` as ``bertwatch ship`` prints it, escaped, and
-``bertwatch report`` finding it in a folder."""
+"""The report's ``bertwatch ship`` section: the table of ``ship.json`` as ``bertwatch ship`` prints it, escaped, at
+which batch the metric was measured, and ``bertwatch report`` finding it in a folder."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from bertwatch.cli import main
 from bertwatch.report.ship_section import (
+    batching_lines,
     cause_lines,
     layer_columns,
     mixed_offer,
@@ -24,6 +25,10 @@ from bertwatch.ship.table import format_table
 pytestmark = pytest.mark.fast
 
 
+ONE = {"batch_size": 1, "padded": False, "sorted": False}
+SORTED = {"batch_size": 32, "padded": True, "sorted": True}
+
+
 def _result() -> dict:
     variant = {"file": "model.onnx", "size_mb": 90.0, "latency_ms": 8.0, "throughput": 100.0, "p": 1.0}
     return {
@@ -36,8 +41,18 @@ def _result() -> dict:
         "timing": {"repeats": 5, "warmup": 2, "batch_size": 32, "batch_tokens": 44},
         "runtime": {"onnxruntime": "1.32.0", "threads": 1},
         "removed_heads": None,
+        "batching": {"metric": ONE, "sorted_batches": SORTED, "attribution": ONE},
         "variants": [
-            {**variant, "name": "fp32", "value": 0.5, "delta": 0.0, "ci_low": 0.0, "ci_high": 0.0, "agreement": 1.0},
+            {
+                **variant,
+                "name": "fp32",
+                "value": 0.5,
+                "delta": 0.0,
+                "ci_low": 0.0,
+                "ci_high": 0.0,
+                "agreement": 1.0,
+                "sorted_batches": {"changed": 0, "value": 0.5},
+            },
             {
                 **variant,
                 "name": "int8",
@@ -50,6 +65,7 @@ def _result() -> dict:
                 "ci_low": -0.0625,
                 "ci_high": 0.03125,
                 "agreement": 0.96875,
+                "sorted_batches": {"changed": 2, "value": 0.53125},
             },
         ],  # fmt: skip
     }
@@ -67,10 +83,18 @@ def test_the_section_shows_the_printed_table_and_readings_escaped(tmp_path) -> N
         assert all(f"<td>{cell}</td>" in page for cell in cells)
     (reading,) = ship_readings(_result())
     assert reading == (
-        "int8: 4.00x smaller; 4.00x faster at batch 1, 2.50x faster at batch 32; accuracy -0.0156 "
-        "(95% CI -0.0625 to +0.0312); 96.9% of predictions unchanged"
+        "int8: 4.00x smaller; 4.00x faster at batch 1, 2.50x faster at batch 32; accuracy one request at a time "
+        "-0.0156 (95% CI -0.0625 to +0.0312); 96.9% of predictions unchanged"
     )
     assert reading in format_table(_result()) and reading in page
+    assert "<th>accuracy, batch 1</th>" in page and "accuracy one request at a time with its paired-bootstrap" in page
+    first, int8, same, cause = batching_lines(_result())
+    assert int8 == "  int8: 2 of 64 predictions differ; accuracy 0.5312 in these batches (0.5000 one request at a time)"
+    assert same == "  fp32: the same predictions" and cause.startswith("dynamic INT8 computes")
+    first, cause = first[0].upper() + first[1:], cause[0].upper() + cause[1:]
+    assert f"<h3>At which batch it was measured</h3><p>{html.escape(first)}</p>" in page
+    assert f"<ul><li>{html.escape(int8.strip())}</li><li>fp32: the same predictions</li></ul>" in page
+    assert f"<p>{html.escape(cause)}.</p>" in page
 
 
 def test_bertwatch_report_adds_the_ship_table_of_a_folder(tmp_path, capsys) -> None:
@@ -138,7 +162,8 @@ def _attributed(int8_high: float, mixed_high: float) -> dict:
 def test_the_cause_names_the_layer_its_outliers_and_its_heads(tmp_path) -> None:
     result = _attributed(-0.01, 0.01)
     lines = cause_lines(result)
-    assert lines[0].startswith("where the INT8 error comes from (64 examples;") and "0.200, 3.1% of" in lines[0]
+    assert lines[0].startswith("where the INT8 error comes from (64 examples one request at a time;")
+    assert "0.200, 3.1% of" in lines[0]
     assert lines[1] == (
         "INT8 error comes mostly from layer 1: quantized alone it gives 0.150 of the 0.200, and keeping it in fp32 "
         "removes 75% of it"
@@ -165,10 +190,14 @@ def test_the_cause_names_the_layer_its_outliers_and_its_heads(tmp_path) -> None:
 
 def test_the_mixed_variant_is_offered_only_when_it_recovers_the_metric() -> None:
     offered = mixed_offer(_attributed(-0.01, 0.01))
-    assert offered.startswith("offered: int8, layer 1 fp32 recovers the accuracy (-0.0100 [-0.0400, +0.0100]")
+    assert offered.startswith(
+        "offered: int8, layer 1 fp32 recovers the accuracy one request at a time (-0.0100 [-0.0400, +0.0100]"
+    )
     assert "2.00x faster than fp32 at batch 1 (int8 4.00x)" in offered
-    assert mixed_offer(_attributed(-0.01, -0.001)).startswith("int8, layer 1 fp32 does not recover the accuracy")
-    assert mixed_offer(_attributed(0.02, 0.03)).startswith("not needed: INT8's accuracy change")
+    assert mixed_offer(_attributed(-0.01, -0.001)).startswith(
+        "int8, layer 1 fp32 does not recover the accuracy one request at a time"
+    )
+    assert mixed_offer(_attributed(0.02, 0.03)).startswith("not needed: INT8's accuracy change one request at a time")
     assert mixed_offer(_result()) is None and cause_lines(_result()) == [] and layer_columns(_result()) == []
     spread = _attributed(-0.01, 0.01)
     spread["attribution"]["kept_fp32"] = None

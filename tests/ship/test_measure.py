@@ -1,12 +1,13 @@
 """``bertwatch.ship.measure`` against plain implementations written here: one loop over resamples and examples in
-float64 for the metric, its paired interval and p-value, and a loop for the agreement."""
+float64 for the metric, its paired interval and p-value, and a loop for the agreement and for the predictions another
+batching changes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bertwatch.ship.measure import agreement, compare_variants, size_mb
+from bertwatch.ship.measure import agreement, batch_dependence, compare_variants, size_mb
 
 pytestmark = pytest.mark.fast
 
@@ -88,3 +89,29 @@ def test_bad_input_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot compare"):
         agreement(np.zeros(0), np.zeros(0))
     assert size_mb(2_500_000) == 2.5
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "f1"])
+def test_batch_dependence_counts_the_changed_predictions_and_the_other_metric(metric: str) -> None:
+    rng = np.random.default_rng(7)
+    n = 61
+    labels = rng.integers(0, 2, n)
+    served = {"fp32": np.where(rng.random(n) < 0.8, labels, 1 - labels)}
+    served["int8"] = np.where(rng.random(n) < 0.1, 1 - served["fp32"], served["fp32"])
+    batched = {
+        "fp32": served["fp32"].copy(),
+        "int8": np.where(rng.random(n) < 0.15, 1 - served["int8"], served["int8"]),
+    }
+    got = batch_dependence(served, batched, labels, metric)
+    assert list(got) == ["fp32", "int8"]
+    for name in served:
+        changed = sum(1 for a, b in zip(served[name], batched[name]) if a != b)
+        assert got[name]["changed"] == changed and isinstance(got[name]["changed"], int)
+        assert got[name]["value"] == pytest.approx(_plain_metric(metric, batched[name], labels), abs=1e-12)
+    assert got["fp32"]["changed"] == 0 and got["int8"]["changed"] > 0
+    with pytest.raises(ValueError, match="no predictions at the other batching"):
+        batch_dependence(served, {"fp32": batched["fp32"]}, labels)
+    with pytest.raises(ValueError, match="int8"):
+        batch_dependence(served, {**batched, "int8": batched["int8"][:-1]}, labels)
+    with pytest.raises(ValueError, match="pearson"):
+        batch_dependence(served, batched, labels, "pearson")

@@ -39,6 +39,22 @@ def test_batched_logits_come_back_in_order_and_equal_single_runs(onnx_model) -> 
         assert_float32_close(got[i], alone, scale=np.abs(alone).max(), msg=f"example {i}")
 
 
+def test_unsorted_batches_keep_the_set_order_and_batch_one_has_no_padding(onnx_model) -> None:
+    model, tokenizer = onnx_model
+    examples = toy_texts(11, seed=3, pairs=True)
+    lengths = [len(encode(tokenizer, [e], 24)["input_ids"][0]) for e in examples]
+    assert len(set(lengths)) > 1  # examples of several lengths: padding and sorting would show
+    ordered = eval_batches(tokenizer, examples, max_length=24, batch_size=4, sort=False)
+    assert [list(i) for i in ordered.indices] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
+    assert [f["input_ids"].shape[1] for f in ordered.feeds] == [max(lengths[s : s + 4]) for s in (0, 4, 8)]
+    single = eval_batches(tokenizer, examples, max_length=24, batch_size=1, sort=False)
+    assert [list(i) for i in single.indices] == [[i] for i in range(11)]
+    assert [f["input_ids"].shape[1] for f in single.feeds] == lengths  # each at its own length
+    assert all(f["attention_mask"].all() for f in single.feeds)
+    alone, padded = predict_logits(model, single), predict_logits(model, ordered)
+    assert_float32_close(padded, alone, scale=np.abs(alone).max(), msg="fp32: the batching changes rounding only")
+
+
 def test_timing_feeds_and_medians(onnx_model, tmp_path: Path) -> None:
     model, tokenizer = onnx_model
     examples = toy_texts(5, seed=2)

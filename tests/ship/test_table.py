@@ -1,5 +1,6 @@
-"""``bertwatch.ship.table``: the printed table has one aligned row per variant and a reading per non-reference
-variant; ``ship.json`` is strict JSON."""
+"""``bertwatch.ship.table``: the printed table has one aligned row per variant, a reading per non-reference
+variant, and says at which batch the metric was measured and which predictions sorted batches of 32 change (a
+``ship.json`` that does not record its batching says how it was measured then); ``ship.json`` is strict JSON."""
 
 from __future__ import annotations
 
@@ -13,7 +14,22 @@ from bertwatch.ship.table import SHIP_FILE, format_table, write_ship_json
 pytestmark = pytest.mark.fast
 
 
+ONE = {"batch_size": 1, "padded": False, "sorted": False}
+SORTED = {"batch_size": 32, "padded": True, "sorted": True}
+
+
 def _result() -> dict:
+    """A ship.json of the current version: the batching recorded, each variant run again in sorted batches."""
+    result = _unrecorded()
+    result["batching"] = {"metric": ONE, "sorted_batches": SORTED, "latency": ONE, "attribution": None}
+    changed = {"fp32": (0, 0.9), "int8": (3, 0.8922018348623854), "pruned": (0, 0.9)}
+    for row in result["variants"]:
+        row["sorted_batches"] = dict(zip(("changed", "value"), changed[row["name"]]))
+    return result
+
+
+def _unrecorded() -> dict:
+    """A ship.json of the first version: no batching recorded (bertwatch ship measured in sorted batches of 32)."""
     row = dict(p=1.0, agreement=1.0, max_abs_logit_diff=0.0)
     return {
         "metric": "accuracy",
@@ -45,11 +61,34 @@ def test_the_table_reads_at_a_glance() -> None:
     assert "0.500" in rows[2] and "[" not in rows[2].split("0.9000")[1]  # no interval where it is undefined
     end = lines[header].index("size MB") + len("size MB")  # right-aligned under its header
     assert all(r[end - 1].isdigit() and r[end] == " " for r in rows)
-    assert lines[-2] == (
-        "int8: 4.00x smaller; 2.50x faster at batch 1, 1.25x slower at batch 32; accuracy -0.0100 "
-        "(95% CI -0.0200 to +0.0040); 97.5% of predictions unchanged"
+    assert "accuracy, batch 1" in lines[header]
+    resolution = lines.index("", header + 1) + 1
+    assert lines[resolution].startswith("resolution: 872 examples: one example is 0.0011")
+    readings = resolution + 1
+    assert lines[readings] == (
+        "int8: 4.00x smaller; 2.50x faster at batch 1, 1.25x slower at batch 32; accuracy one request at a time "
+        "-0.0100 (95% CI -0.0200 to +0.0040); 97.5% of predictions unchanged"
     )
-    assert lines[-1].startswith("pruned: 180.00x smaller; 2.00x faster at batch 1, 2.00x faster at batch 32")
+    assert lines[readings + 1].startswith("pruned: 180.00x smaller; 2.00x faster at batch 1, 2.00x faster at batch 32")
+    assert lines[readings + 3 :] == [
+        "accuracy measured one request at a time (batch 1, each example at its own length, no padding); run again "
+        "in length-sorted batches of 32, each padded to its longest example:",
+        "  int8: 3 of 872 predictions differ; accuracy 0.8922 in these batches (0.8900 one request at a time)",
+        "  fp32, pruned: the same predictions",
+        "dynamic INT8 computes each activation's scale from the whole batch at run time, so an INT8 prediction "
+        "depends on the examples batched with it; the table's accuracy is measured at the serving batch "
+        "(--serve-batch)",
+    ]
+
+
+def test_a_ship_json_without_its_batching_says_how_it_was_measured() -> None:
+    lines = format_table(_unrecorded()).splitlines()
+    assert any(line.startswith("variant") and "accuracy, sorted batch 32" in line for line in lines)
+    assert any(line.startswith("int8: ") and "accuracy in sorted batches of 32 -0.0100" in line for line in lines)
+    assert lines[-1] == (
+        "accuracy measured in length-sorted batches of 32, each padded to its longest example; this ship.json "
+        "records no other batching"
+    )
 
 
 def test_ship_json_is_strict(tmp_path: Path) -> None:
@@ -57,4 +96,4 @@ def test_ship_json_is_strict(tmp_path: Path) -> None:
     assert path == tmp_path / "out" / SHIP_FILE
     loaded = json.loads(path.read_text())
     assert loaded["variants"][2]["ci_low"] is None
-    assert format_table(loaded).splitlines()[-1].endswith("100.0% of predictions unchanged")
+    assert format_table(loaded) == format_table(_result())
