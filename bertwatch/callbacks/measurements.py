@@ -24,7 +24,7 @@ from bertwatch.core.stat_names import OUTLIER_FFN_NAMES
 from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
-from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
+from bertwatch.heads.norms import NORM_NAMES, head_factors, norm_stats, supports_norms
 from bertwatch.heads.outliers import OUTLIER_NAMES, OutlierAccumulator, RecordedActivations, ffn_outputs
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.sharding import is_sharded
@@ -114,26 +114,29 @@ class CaptureNeeds:
 
 @dataclass(frozen=True)
 class ProbeBatch:
-    """One probe batch as the measurements see it, on the model's device.
+    """One unit of probe rows as the measurements see it (``callbacks.probe_units``), on the model's device.
 
-    ``index``: its place among the probe batches; ``start``: the probe row of its first example; ``inputs``: the
-    collated batch (label fields included); ``roles``: its token roles ``[rows, T]``. On the ``"forward"`` stage
+    ``index``: the probe batch its rows are from; ``rows``: their probe rows (over the whole probe set); ``inputs``:
+    the collated rows (label fields included); ``roles``: their token roles ``[rows, T]``; ``checking``: the pass is
+    the run's loss check (its measurements may read values back to refuse the loss). On the ``"forward"`` stage
     also ``attentions`` ``[rows, layers, heads, T, T]``, the ``capture`` that recorded them (when they came from a
-    ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: this
-    batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured;
+    ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: the
+    drift reference's maps of the same rows, padded like ``attentions`` (zero at pad positions), when drift is
+    measured;
     ``activations``: the forward calls' activations (``heads.outliers.RecordedActivations``) when the shared forward
     or the gradient pass recorded them (``CaptureNeeds.activations``).
     """
 
     index: int
-    start: int
+    rows: tuple[int, ...]
     inputs: Mapping[str, Tensor]
     roles: TokenRoles
     attentions: Tensor | None = None
     capture: Capture | RecordedStates | None = None
     outputs: Any = None
-    reference: Sequence[Tensor] | None = None
+    reference: Tensor | None = None
     activations: RecordedActivations | None = None
+    checking: bool = False
 
 
 @dataclass(frozen=True)
@@ -186,8 +189,10 @@ class MeasurementPass(Protocol):
         added here)."""
         ...
 
-    # A pass may also have ``health() -> {name: float}``: the run-health signals it measured over the whole probe
-    # set (``core.health_names``; the gradient statistics' pass has it). ``probe_pass.execute`` reads it when there.
+    # A pass may also have ``health() -> {name: scalar tensor}``: the run-health signals it measured over the whole
+    # probe set (``core.health_names``; the gradient statistics' pass has it), and ``references() -> {name: value}``:
+    # what it took for later passes to compare with (the outlier statistics' top dimensions). ``probe_pass.execute``
+    # reads them when there.
 
 
 @runtime_checkable
@@ -215,7 +220,8 @@ class _Pass:
 
     measure_batch: Callable[[ProbeBatch], Mapping[str, Tensor] | Measured]
     finish_grids: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None
-    health_values: Callable[[], dict[str, float]] | None = None
+    health_values: Callable[[], dict[str, Tensor]] | None = None
+    kept: Callable[[], dict[str, Any]] | None = None
 
     def measure(self, batch: ProbeBatch) -> Mapping[str, Tensor] | Measured:
         return self.measure_batch(batch)
@@ -223,9 +229,14 @@ class _Pass:
     def finish(self, grids: dict[str, Tensor]) -> dict[str, Tensor]:
         return grids if self.finish_grids is None else self.finish_grids(grids)
 
-    def health(self) -> dict[str, float]:
-        """The run-health signals of the pass (``core.health_names``), empty when it measures none."""
+    def health(self) -> dict[str, Tensor]:
+        """The run-health signals of the pass (``core.health_names``) as scalars on the device, empty when it
+        measures none."""
         return {} if self.health_values is None else self.health_values()
+
+    def references(self) -> dict[str, Any]:
+        """What the pass took for the next passes to compare with (``PassResult.references``), empty for none."""
+        return {} if self.kept is None else self.kept()
 
 
 class MapStatistics:
@@ -256,11 +267,11 @@ class NormStatistics:
         return CaptureNeeds(maps=True, values=True)
 
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
-        grams = head_grams(context.encoder)
+        factors = head_factors(context.encoder)  # once a pass: the weights do not change within it
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
             cap = batch.capture
-            return norm_stats(batch.attentions, cap.values, grams, batch.roles, names, cap.contexts)
+            return norm_stats(batch.attentions, cap.values, None, batch.roles, names, cap.contexts, factors=factors)
 
         return _Pass(measure)
 
@@ -289,7 +300,7 @@ class GradientStatistics:
             with context.autocast():
                 grads, attn, *states = gradient_stats(
                     model, batch.inputs, batch.roles, return_states=True, record_blocks=blocks,
-                    record_logits=shared.logits, health=health, **loss,
+                    record_logits=shared.logits, health=health, split=False, check_loss=batch.checking, **loss,
                 )  # fmt: skip
             return Measured({name: grads[name] for name in names}, attn, RecordedStates(*states))
 
@@ -298,7 +309,7 @@ class GradientStatistics:
                 grids = {**grids, "head_importance": normalize_by_layer(grids["head_importance"])}
             return grids
 
-        return _Pass(measure, finish, health.values)
+        return _Pass(measure, finish, health.device_values)
 
 
 class IntegratedGradientsStatistic:
@@ -388,8 +399,9 @@ class OutlierStatistics:
     ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no forward of
     their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its own token
     ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's hidden
-    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions are kept in
-    ``ProbeContext.outlier_reference`` for ``outlier_dim_overlap``."""
+    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in its
+    ``references()`` (``"outlier_dims"``, on the device), which the watched run keeps in
+    ``ProbeContext.outlier_reference`` for the later passes' ``outlier_dim_overlap``."""
 
     names = OUTLIER_NAMES
     stage: Stage = "forward"
@@ -399,21 +411,23 @@ class OutlierStatistics:
 
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         found = OutlierAccumulator(context.layers, names, context.tokenizer)
+        taken: dict[str, Any] = {}
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
             if batch.activations is not None and batch.activations.complete:
-                found.add_calls(batch.activations)
+                found.add_calls(batch.activations, batch.roles)
             else:  # a family whose layers bertwatch does not hook: the shared forward's hidden states
                 found.add_hidden(batch.outputs.hidden_states, batch.roles)
             return {}
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
-            measured, dims = found.grids(context.outlier_reference.get("top_dims"))
-            if dims:
-                context.outlier_reference.setdefault("top_dims", dims)
+            reference = context.outlier_reference.get("top_dims")
+            measured, dims = found.grids(reference)
+            if dims is not None and reference is None:
+                taken["outlier_dims"] = dims
             return {**grids, **measured}
 
-        return _Pass(measure, finish)
+        return _Pass(measure, finish, kept=lambda: dict(taken))
 
 
 def _require_labels(context: ProbeContext) -> None:

@@ -25,9 +25,11 @@ __all__ = [
     "MergedBlocks",
     "crop_rows",
     "groups_for",
+    "labelled_rows",
     "merge_rows",
     "pad_tokens",
     "plan_groups",
+    "splits",
     "widths",
 ]
 
@@ -102,13 +104,18 @@ def plan_groups(lengths: Sequence[int], forward_cost: float = FORWARD_COST) -> l
     return groups[::-1]
 
 
+def splits(device: torch.device) -> bool:
+    """Whether a gradient pass on ``device`` pays to run in length groups (``_SPLIT_DEVICES``)."""
+    return device.type in _SPLIT_DEVICES
+
+
 def groups_for(
     batch: Mapping[str, Any], real: Tensor, kind: str | None, device: torch.device
 ) -> list[tuple[Tensor, int]] | None:
     """The length groups of a batch on ``device``: ``[(row indices [g] long, width)]``, or None to run it whole
     (a device not in ``_SPLIT_DEVICES``, a batch :func:`widths` cannot crop, one group, or a group whose every
     example is unlabelled, which the model's loss refuses)."""
-    if device.type not in _SPLIT_DEVICES:
+    if not splits(device):
         return None
     lengths = widths(batch, real, kind)
     if lengths is None:
@@ -116,13 +123,13 @@ def groups_for(
     groups = plan_groups(lengths, FORWARD_COST)
     if len(groups) < 2:
         return None
-    labelled = _labelled(batch, len(lengths))
+    labelled = labelled_rows(batch, len(lengths))
     if any(not any(labelled[r] for r in rows) for rows in groups):
         return None
     return [(torch.tensor(rows, dtype=torch.long), max(lengths[r] for r in rows)) for rows in groups]
 
 
-def _labelled(batch: Mapping[str, Any], rows: int) -> list[bool]:
+def labelled_rows(batch: Mapping[str, Any], rows: int) -> list[bool]:
     """Per row whether the model's loss counts it (integer ``labels`` not all -100; float labels always)."""
     labels = batch.get("labels")
     if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.dim() == 0:

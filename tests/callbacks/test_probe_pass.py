@@ -171,7 +171,11 @@ def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_p
     model, monitor = _attached(tok, tmp_path, names)
     calls = []
     handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
-    plan = plan_pass("step", 3, names, names, reference_ready=False)
+    start = execute(plan_pass("begin", 0, DRIFT_NAMES, names, reference_ready=False), monitor.context)
+    assert not monitor.context.reference.ready  # the pass returns the reference it took; the watched run keeps it
+    monitor.context.reference.keep(start.references["drift"])
+    calls.clear()
+    plan = plan_pass("step", 3, names, names, reference_ready=True)
     assert plan.needs.blocks
     one = execute(plan, monitor.context)
     batches = len(monitor.context.probe.batches)
@@ -200,12 +204,8 @@ def test_the_gradient_pass_records_the_blocks_and_the_logit_summary_only_for_a_s
     for names, recorded, logits in cases:
         plan = plan_pass("step", 3, names, names, reference_ready=True)
         gradients = next(m for m, _ in plan.work if m.stage == "before")
-        batch = ProbeBatch(
-            index=0,
-            start=0,
-            inputs=dict(monitor.context.probe.batches[0]),
-            roles=monitor.context.probe.roles[0],
-        )
+        unit = monitor.context.units[0]
+        batch = ProbeBatch(index=0, rows=unit.rows, inputs=unit.inputs, roles=unit.roles)
         states = gradients.start(GRADIENT_NAMES, monitor.context, plan.needs).measure(batch).states
         assert (states.blocks is not None) == recorded, names
         assert bool(states.logit_summary) == logits, names
