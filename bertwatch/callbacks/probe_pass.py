@@ -46,6 +46,7 @@ from bertwatch.callbacks.riders import Rider
 from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
 from bertwatch.heads.capture import capture
+from bertwatch.heads.host import reads_free
 from bertwatch.heads.mixing import rollout
 from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
 from bertwatch.heads.outliers import record_activations
@@ -283,14 +284,14 @@ def _called(measurement_pass: MeasurementPass, method: str) -> dict[str, Any]:
 def _to_host(tensors: Sequence[Tensor]) -> list[Tensor]:
     """``tensors`` on the host, read back from their device in one copy: their bytes laid end to end in one buffer
     (each part's start aligned to 8 bytes), copied once, then viewed back as each tensor's dtype and shape.
-    Tensors already on the host are returned as they are.
+    Tensors the host reads for free (``heads.host.reads_free``) are returned as they are.
 
     Example:
         >>> a, b = torch.arange(3.0), torch.tensor([[True, False]])
         >>> [t.tolist() for t in _to_host([a, b])]
         [[0.0, 1.0, 2.0], [[True, False]]]
     """
-    away = [k for k, t in enumerate(tensors) if t.device.type != "cpu"]
+    away = [k for k, t in enumerate(tensors) if not reads_free(t.device)]
     out = list(tensors)
     if not away:
         return out

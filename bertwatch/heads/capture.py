@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +47,8 @@ def check_supported(model: nn.Module) -> None:
     attention of the encoder inside ``model`` exactly (verified by a short pass against eager attention, once
     per encoder class and configuration)."""
     encoder = unwrap(model).model
+    if _SUPPORTED.get(encoder) is encoder.config:
+        return  # this encoder passed with this configuration object: every pass asks again
     model_type = model_family(encoder, type(encoder).__name__)
     if getattr(encoder.config, KEPT_HEADS_KEY, None) is not None:
         raise UnsupportedModelError(
@@ -64,6 +67,7 @@ def check_supported(model: nn.Module) -> None:
         problem = _VERIFIED[key] = _verify(base)
     if problem is not None:
         raise UnsupportedModelError(problem)
+    _SUPPORTED[encoder] = encoder.config
 
 
 def model_shape(model: nn.Module) -> tuple[int, int]:
@@ -411,6 +415,10 @@ def _open(encoder: nn.Module, cap: Capture, train_mode: bool = False) -> Iterato
 
 #: Per encoder class and configuration: None when capture was verified exact, else why not (the error message).
 _VERIFIED: dict[tuple[type, str], str | None] = {}
+#: Each encoder that passed :func:`check_supported`, with the configuration object it passed with (a probe pass asks
+#: for the shape of its model a few times a unit; finding the configuration's key and the sharding each time costs
+#: more than a small forward).
+_SUPPORTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _config_key(config: Any) -> str:

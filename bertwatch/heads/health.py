@@ -59,8 +59,12 @@ def layer_gradient_norms(sums: Sequence[Sequence[torch.Tensor]], weight: torch.T
     """‖Σ_g W_g ∂L_g/∂θ_l / Σ_g W_g‖₂ per layer, ``[layers]`` float64 on the gradients' device: ``sums[l]`` holds
     layer l's accumulated weighted gradients, one tensor per parameter (any shapes), ``weight`` = Σ_g W_g (NaN
     where it is not positive)."""
-    norms = torch.stack([torch.stack([g.double().pow(2).sum() for g in layer]).sum().sqrt() for layer in sums])
-    weight = torch.as_tensor(weight, dtype=torch.float64, device=norms.device)
+    norms = torch.stack([
+        torch.stack([torch.linalg.vector_norm(g, dtype=torch.float64) for g in layer]).square().sum().sqrt()
+        for layer in sums
+    ])  # fmt: skip
+    if not isinstance(weight, torch.Tensor):  # made on the device, not copied there
+        weight = torch.full((), float(weight), dtype=torch.float64, device=norms.device)
     return torch.where(weight > 0, norms / weight, torch.nan)
 
 
@@ -152,23 +156,28 @@ class HealthAccumulator:
         """The parameters to add to the pass's ``torch.autograd.grad`` call, layer after layer."""
         return [p for layer in self.parameters or () for p in layer]
 
-    def add_gradients(self, grads: Sequence[torch.Tensor | None], weight: torch.Tensor | float) -> None:
-        """Add one group's gradients of ``Σ_b w_b ℓ_b`` (``flat_parameters`` order) and its weight ``Σ_b w_b`` (a
-        number or a scalar tensor, left on its device)."""
+    def add_gradients(
+        self, grads: Sequence[torch.Tensor | None], weight: torch.Tensor | float, scale: torch.Tensor | float = 1.0
+    ) -> None:
+        """Add one group's gradients (``flat_parameters`` order) times ``scale`` (a number or a scalar tensor: the
+        factor that makes them those of ``Σ_b w_b ℓ_b``, applied as they are added, in one pass) and its weight
+        ``Σ_b w_b`` (a number or a scalar tensor, left on its device)."""
         if self.parameters is None:
             return
         params = self.flat_parameters
-        flat = [
-            torch.zeros_like(p, dtype=torch.float32) if g is None else g.detach().float() for g, p in zip(grads, params)
-        ]
         if self.sums is None:
             self.sums = [[] for _ in self.parameters]
             layer_of = [l for l, layer in enumerate(self.parameters) for _ in layer]
-            for l, g in zip(layer_of, flat):
-                self.sums[l].append(g.clone())
+            for l, g, p in zip(layer_of, grads, params):
+                self.sums[l].append(torch.zeros_like(p, dtype=torch.float32) if g is None else g.detach().float() * scale)
         else:
-            for total, g in zip((t for layer in self.sums for t in layer), flat):
-                total += g
+            for total, g in zip((t for layer in self.sums for t in layer), grads):
+                if g is None:
+                    continue
+                if isinstance(scale, torch.Tensor):
+                    total.addcmul_(g.detach(), scale)
+                else:
+                    total.add_(g.detach(), alpha=float(scale))
         self.weight = self.weight + (weight.detach().double() if isinstance(weight, torch.Tensor) else float(weight))
 
     def add_outputs(

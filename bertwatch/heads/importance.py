@@ -221,8 +221,7 @@ def _add_health(
         weight = float(losses.shape[0])  # loss_fn's total is already the sum Σ ℓ
         health.add_outputs(outputs, batch, losses, torch.ones_like(losses))
     if param_grads:
-        factor = weight if losses is None else 1.0
-        health.add_gradients([None if g is None else g * factor for g in param_grads], weight)
+        health.add_gradients(param_grads, weight, scale=weight if losses is None else 1.0)
 
 
 def _grouped_pass(

@@ -82,17 +82,21 @@ class OutlierMoments:
             x, real, delimiters = x.cpu(), real.cpu(), delimiters.cpu()
             roles = None if roles is None else roles.to("cpu")
         real = real.to(x.device).bool()
-        values = torch.where(real[..., None], x.double(), 0.0)  # [rows, T, d]
+        d = x.shape[-1]
+        values = x.to(torch.float64, copy=True).masked_fill_(~real[..., None], 0.0).reshape(-1)  # the one copy
         square = values * values
-        magnitude = values.abs()
-        outlying = magnitude * (magnitude >= self.threshold)
-        on_delimiter = (delimiters.to(x.device).bool() & real)[..., None]
+        moments = [values.sum(), square.sum(), torch.dot(square, values), torch.dot(square, square)]
+        del square
+        magnitude = values.abs_()  # the values are not needed any more
+        big = magnitude >= self.threshold
+        outlying = (magnitude * big).view(*real.shape, d).sum(-1)  # each token's outliers' Σ|x|, [rows, T]
+        on_delimiter = delimiters.to(x.device).bool() & real
         totals = torch.stack([
-            real.sum(dtype=torch.float64) * x.shape[-1], values.sum(), square.sum(), (square * values).sum(),
-            (square * square).sum(), (outlying > 0).sum(dtype=torch.float64), outlying.sum(),
+            real.sum(dtype=torch.float64) * d, *moments, big.sum(dtype=torch.float64), outlying.sum(),
             (outlying * on_delimiter).sum(),
         ])  # fmt: skip
-        dim_max = magnitude.reshape(-1, x.shape[-1]).amax(0)
+        dim_max = magnitude.view(-1, d).amax(0)
+        magnitude = magnitude.view(*real.shape, d)
         self.totals = totals if self.totals is None else self.totals + totals
         self.dim_max = dim_max if self.dim_max is None else torch.maximum(self.dim_max, dim_max)
         if roles is not None and x.shape[-1]:
