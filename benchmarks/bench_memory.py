@@ -36,9 +36,7 @@ _STORY = "the film opens slowly , and the actors , all of them good , carry a th
 def long_texts(count: int, words: int) -> list[dict]:
     """``count`` labelled texts of about ``words`` words each, alike but not equal."""
     base = _STORY.split()
-    return [
-        {"text": " ".join(base[(i + k) % len(base)] for k in range(words)), "label": i % 2} for i in range(count)
-    ]
+    return [{"text": " ".join(base[(i + k) % len(base)] for k in range(words)), "label": i % 2} for i in range(count)]
 
 
 class StepClock:
@@ -65,7 +63,6 @@ def worker(opts: argparse.Namespace) -> dict:
 
     import torch
     import transformers as T
-
     from bench_overhead import _Timed
 
     if opts.threads:

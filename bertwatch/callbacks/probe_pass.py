@@ -442,7 +442,7 @@ def _measure_maps(
             whole = maps[m][0]
             where = unit.positions[k]
             n = unit.lengths[k]
-            out[m][unit.rows[k]] = whole[..., :n, :n] if where is None else whole.index_select(-2, where).index_select(
-                -1, where
+            out[m][unit.rows[k]] = (
+                whole[..., :n, :n] if where is None else whole.index_select(-2, where).index_select(-1, where)
             )
     return out

@@ -169,7 +169,9 @@ class HealthAccumulator:
             self.sums = [[] for _ in self.parameters]
             layer_of = [l for l, layer in enumerate(self.parameters) for _ in layer]
             for l, g, p in zip(layer_of, grads, params):
-                self.sums[l].append(torch.zeros_like(p, dtype=torch.float32) if g is None else g.detach().float() * scale)
+                self.sums[l].append(
+                    torch.zeros_like(p, dtype=torch.float32) if g is None else g.detach().float() * scale
+                )
         else:
             for total, g in zip((t for layer in self.sums for t in layer), grads):
                 if g is None:

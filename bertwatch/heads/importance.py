@@ -216,7 +216,9 @@ def _add_health(
     if losses is None:
         start = len(health.losses)
         health.add_model_outputs(outputs, batch)
-        weight: torch.Tensor | float = health.weights[start].sum()  # the model's loss is the weighted mean: Σ w ℓ = W · L
+        weight: torch.Tensor | float = health.weights[
+            start
+        ].sum()  # the model's loss is the weighted mean: Σ w ℓ = W · L
     else:
         weight = float(losses.shape[0])  # loss_fn's total is already the sum Σ ℓ
         health.add_outputs(outputs, batch, losses, torch.ones_like(losses))
