@@ -20,7 +20,13 @@ from typing import Any
 
 import torch
 
-from bertwatch.callbacks._context import TrainerContext, config_value, tensorboard_run_dir, tokenizer_of
+from bertwatch.callbacks._context import (
+    TrainerContext,
+    config_value,
+    mixed_precision,
+    tensorboard_run_dir,
+    tokenizer_of,
+)
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
 from bertwatch.callbacks.probe_units import ProbeUnit, plan_units
@@ -42,16 +48,6 @@ def autocast_dtype(args: Any) -> torch.dtype | None:
     if args.fp16:
         return torch.float16
     return None
-
-
-def mixed_precision(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` to ``dtype`` on ``device``'s type (no-op for None or where autocast refuses it)."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    try:
-        return torch.autocast(device.type, dtype=dtype)
-    except (RuntimeError, ValueError):
-        return contextlib.nullcontext()
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,7 +222,8 @@ def build_probe_context(
     reference = DriftReference(cache, probe, shape, device, save=settings.cache_reference and world_zero)
     resumed = int(state.global_step) > 0
     if resumed:
-        reference.resume(int(state.global_step), settings.reference_model is not None, unwrapped.model)
+        reference.resume(int(state.global_step), settings.reference_model is not None, unwrapped.model,
+                         autocast_dtype(args), tuple(args.label_names or ()))  # fmt: skip
     writer, run_dir = None, None
     if world_zero:
         from bertwatch.tb.summary import SummaryWriter

@@ -20,6 +20,7 @@ so that the plugin's measure selector has them beside the weights at the same st
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -244,10 +245,10 @@ def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
     """Run ``plan`` over the probe set of ``context`` (module doc). The model is left as it was
     (``heads.capture``); a reference the pass takes is returned (``PassResult.references``), not kept."""
     taking = None
-    if plan.reference_from_model:
-        taking = ReferenceTaking(context, context.settings.reference_model)
-    elif plan.build_reference and not context.reference.ready:
-        taking = ReferenceTaking(context)
+    if plan.reference_from_model or (plan.build_reference and not context.reference.ready):
+        source = context.settings.reference_model if plan.reference_from_model else None
+        taking = ReferenceTaking(context.encoder, context.probe, (context.layers, context.heads), context.device,
+                                 context.autocast_dtype, context.label_names, source)  # fmt: skip
     drift: Drift | None = taking if taking is not None else context.reference.current
     passes = [(m.stage, m.start(names, context, plan.needs)) for m, names in plan.work]
     collected = _Collected()
@@ -267,12 +268,18 @@ def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
                *(t for rows in measured.values() for _, t in rows)]  # fmt: skip
     host = iter(_to_host(tensors))
     grids = {name: next(host).float().numpy() for name in grids}
-    health_values = {name: float(next(host)) for name in health}
+    health_values = {name: _number(next(host)) for name in health}
     probe = context.probe
     kept = tuple((probe.tokens[row], next(host).float(), probe.segments[row]) for row, _ in examples)
     measure_examples = {m: tuple((probe.tokens[row], next(host).float(), probe.segments[row]) for row, _ in rows)
                         for m, rows in measured.items()}  # fmt: skip
     return PassResult(grids, summaries, kept, measure_examples, health_values, references)
+
+
+def _number(value: Tensor) -> float:
+    """A scalar read back as a Python float, NaN as ``math.nan`` itself (records of undefined signals compare equal)."""
+    number = float(value)
+    return number if number == number else math.nan
 
 
 def _called(measurement_pass: MeasurementPass, method: str) -> dict[str, Any]:
@@ -398,9 +405,9 @@ def _on_forward(
         batch = replace(batch, activations=batch.capture.activations)
     attn, roles = batch.attentions, batch.roles
     if isinstance(drift, ReferenceTaking):
-        batch = replace(batch, reference=drift.for_unit(unit, attn, context))
+        batch = replace(batch, reference=drift.for_unit(unit, attn))
     elif drift is not None:
-        batch = replace(batch, reference=drift.for_unit(unit, context))
+        batch = replace(batch, reference=drift.for_unit(unit))
     _measure_forward(passes, batch, collected)
     for rider in plan.riders:
         rider.consume(unit.rows, attn, roles)

@@ -18,25 +18,22 @@ resumed run measures drift from the same reference, not from its checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks._context import config_value
+from bertwatch.callbacks._context import config_value, mixed_precision
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache
 from bertwatch.callbacks.probe_units import ProbeUnit
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.unwrap import select_inputs, unwrap
-
-if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.callbacks.probe_context import ProbeContext
 
 __all__ = ["DriftReference", "MapsReference", "ModelReference", "ReferenceTaking", "check_reference_model"]
 
@@ -60,21 +57,22 @@ def check_reference_model(reference_model: Any) -> None:
 
 class MapsReference:
     """The reference as maps: one ``[layers, heads, n, n]`` float16 tensor per probe row in host memory (pinned
-    when the device is a GPU)."""
+    when ``device`` is a GPU)."""
 
     kind = "maps"
 
-    def __init__(self, maps: list[Tensor]) -> None:
+    def __init__(self, maps: list[Tensor], device: torch.device) -> None:
         self.maps = maps
+        self.device = device
 
-    def for_unit(self, unit: ProbeUnit, context: ProbeContext) -> Tensor:
+    def for_unit(self, unit: ProbeUnit) -> Tensor:
         """The unit's reference maps ``[rows, layers, heads, width, width]`` float16 on the device (zero at pad
         positions), copied row by row from the host without waiting for it."""
         first = self.maps[unit.rows[0]]
         out = torch.zeros(len(unit.rows), *first.shape[:2], unit.width, unit.width, dtype=torch.float16,
-                          device=context.device)  # fmt: skip
+                          device=self.device)  # fmt: skip
         for k, (row, where) in enumerate(zip(unit.rows, unit.positions, strict=True)):
-            maps = self.maps[row].to(context.device, non_blocking=True)
+            maps = self.maps[row].to(self.device, non_blocking=True)
             n = maps.shape[-1]
             if where is None:
                 out[k, :, :, :n, :n] = maps
@@ -85,19 +83,21 @@ class MapsReference:
 
 class ModelReference:
     """The reference as a model: a frozen copy of the trained model as it was (run under the training's mixed
-    precision, as the pass runs the model) or the reference model (run as it is)."""
+    precision ``dtype``, as the pass runs the model) or the reference model (``dtype`` None: run as it is); its
+    inputs are a unit's but ``label_names``."""
 
     kind = "model"
 
-    def __init__(self, model: torch.nn.Module, autocast: bool) -> None:
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype | None, label_names: Sequence[str]) -> None:
         self.model = model
-        self.autocast = autocast
+        self.dtype = dtype
+        self.label_names = tuple(label_names)
 
-    def for_unit(self, unit: ProbeUnit, context: ProbeContext) -> Tensor:
+    def for_unit(self, unit: ProbeUnit) -> Tensor:
         """The unit's reference maps ``[rows, layers, heads, width, width]``: one no-grad forward."""
-        precision = context.autocast() if self.autocast else contextlib.nullcontext()
-        with torch.no_grad(), precision, capture(self.model) as cap:
-            self.model(**select_inputs(self.model, unit.inputs, context.label_names))
+        device = next(self.model.parameters()).device
+        with torch.no_grad(), mixed_precision(device, self.dtype), capture(self.model) as cap:
+            self.model(**select_inputs(self.model, unit.inputs, self.label_names))
         return cap.attentions
 
 
@@ -128,29 +128,41 @@ def _keeps_model(model: torch.nn.Module, probe: ProbeSet, shape: tuple[int, int]
 
 
 class ReferenceTaking:
-    """A reference being taken by one probe pass, unit by unit: the pass's own maps (``source`` None: the model as
-    it is now) or those of a reference model (a model object, or a folder ``AutoModel`` loads)."""
+    """A reference being taken by one probe pass, unit by unit, for the run of ``model`` on ``probe`` (``shape``:
+    layers, heads) on ``device``: the pass's own maps (``source`` None: the model as it is now; a frozen copy runs
+    under the training's mixed precision ``dtype``) or those of a reference model (a model object, or a folder
+    ``AutoModel`` loads). ``label_names``: the inputs a forward leaves out."""
 
-    def __init__(self, context: ProbeContext, source: Any = None) -> None:
-        shape = (context.layers, context.heads)
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        probe: ProbeSet,
+        shape: tuple[int, int],
+        device: torch.device,
+        dtype: torch.dtype | None,
+        label_names: Sequence[str],
+        source: Any = None,
+    ) -> None:
         self.model: torch.nn.Module | None = None
+        self.device = device
         if source is None:
             self.words = None
-            keep = _keeps_model(context.encoder, context.probe, shape, context.device)
-            self.kept = ModelReference(_frozen(context.encoder), autocast=True) if keep else None
+            keep = _keeps_model(model, probe, shape, device)
+            self.kept = ModelReference(_frozen(model), dtype, label_names) if keep else None
         else:
-            self.model = _reference_encoder(source, shape, context.device)
+            self.model = _reference_encoder(source, shape, device)
             self.words = f"the reference model {config_value(self.model, '_name_or_path', '')}"
-            keep = _keeps_model(self.model, context.probe, shape, context.device)
-            self.kept = ModelReference(self.model, autocast=False) if keep else None
-        self.maps: list[Tensor | None] = [None] * (0 if keep else context.probe.size)
-        self.pinned = context.device.type == "cuda"
+            keep = _keeps_model(self.model, probe, shape, device)
+            self.kept = ModelReference(self.model, None, label_names) if keep else None
+            self.running = self.kept or ModelReference(self.model, None, label_names)
+        self.maps: list[Tensor | None] = [None] * (0 if keep else probe.size)
+        self.pinned = device.type == "cuda"
 
-    def for_unit(self, unit: ProbeUnit, attn: Tensor, context: ProbeContext) -> Tensor:
+    def for_unit(self, unit: ProbeUnit, attn: Tensor) -> Tensor:
         """The unit's reference maps (its own ``attn`` ``[rows, layers, heads, width, width]``, or the reference
         model's), each row's kept in host memory as it goes when the reference is kept as maps."""
         if self.model is not None:
-            attn = (self.kept or ModelReference(self.model, autocast=False)).for_unit(unit, context)
+            attn = self.running.for_unit(unit)
         if self.kept is None:
             for row, maps in zip(unit.rows, unit.crop(attn), strict=True):
                 half = maps.to(torch.float16).contiguous()
@@ -160,7 +172,7 @@ class ReferenceTaking:
 
     def taken(self) -> MapsReference | ModelReference:
         """The reference this pass took (its host maps complete once the pass has copied its results)."""
-        return self.kept if self.kept is not None else MapsReference(list(self.maps))
+        return self.kept if self.kept is not None else MapsReference(list(self.maps), self.device)
 
 
 def _reference_encoder(source: Any, shape: tuple[int, int], device: torch.device) -> torch.nn.Module:
@@ -196,19 +208,26 @@ class DriftReference:
     def ready(self) -> bool:
         return self.current is not None
 
-    def resume(self, step: int, has_reference_model: bool, model: torch.nn.Module) -> None:
+    def resume(
+        self,
+        step: int,
+        has_reference_model: bool,
+        model: torch.nn.Module,
+        dtype: torch.dtype | None,
+        label_names: Sequence[str],
+    ) -> None:
         """A resumed run: the cached reference of this probe set (maps) or of ``model``'s shape (weights, loaded
-        into a copy of ``model``), else say that drift starts from step ``step`` (unless a reference model will give
-        it)."""
+        into a copy of ``model``, run under ``dtype`` without ``label_names``), else say that drift starts from
+        step ``step`` (unless a reference model will give it)."""
         maps = self.cache.load(self.probe.fingerprint, *self.shape)
         state = None if maps is not None else self.cache.load_model(*self.shape)
         if maps is not None:
             pinned = self.device.type == "cuda"
-            self.current = MapsReference([m.pin_memory() if pinned else m for m in maps])
+            self.current = MapsReference([m.pin_memory() if pinned else m for m in maps], self.device)
         elif state is not None:
             frozen = _frozen(model)
             frozen.load_state_dict(state)
-            self.current = ModelReference(frozen, autocast=True)
+            self.current = ModelReference(frozen, dtype, label_names)
         if self.current is not None:
             self.source = f"the cache {self.cache.path}"
         elif not has_reference_model:

@@ -247,7 +247,7 @@ class HealthAccumulator:
         from the device in one copy."""
         values = self.device_values()
         host = torch.stack(list(values.values())).cpu().tolist() if values else []
-        return dict(zip(values, (float(v) for v in host)))
+        return dict(zip(values, (v if v == v else math.nan for v in map(float, host))))  # NaN: math.nan itself
 
 
 def _joined(

@@ -73,7 +73,7 @@ def test_either_keeping_gives_each_unit_the_maps_of_the_model_it_was_taken_from(
         assert all(not p.requires_grad and p.grad is None for p in kept.model.parameters())
         assert kept.model is not model
     for unit, want in zip(context.units, before, strict=True):
-        got = kept.for_unit(unit, context)
+        got = kept.for_unit(unit)
         assert got.shape == want.shape
         real = unit.roles.real
         pairs = (real[:, None, None, :, None] & real[:, None, None, None, :]).expand_as(want)
