@@ -70,9 +70,14 @@ def _same_weights(a, b):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}], ids=["plain", "grad-accum", "bf16"]
+    "overrides",
+    [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}, {"keeping": "model"}],
+    ids=["plain", "grad-accum", "bf16", "reference-kept-as-a-frozen-model"],
 )
-def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, overrides) -> None:
+def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, monkeypatch, overrides) -> None:
+    overrides = dict(overrides)
+    if overrides.pop("keeping", None) == "model":
+        monkeypatch.setattr(reference_module, "_keeps_model", lambda *_: True)
     _, plain, plain_losses = _train(tmp_path / "a", [], **overrides)
     everything = strict(
         BertWatchCallback,
