@@ -1,7 +1,8 @@
 """The statistic families of the probe pass, each one pluggable ``Measurement``.
 
 A measurement names the statistics it gives, says what the shared no-grad forward must record for them
-(``CaptureNeeds``) and when its own work runs in a batch (``stage``), and measures one probe batch at a time:
+(``CaptureNeeds``) and when its own work runs in a unit of probe rows (``stage``; ``callbacks.probe_units``), and
+measures one unit at a time, reading nothing back to the host (the pass copies its results once, at its end):
 per example ``{name: [batch, layers, heads]}`` (``heads.aggregate`` then averages examples into ``[layers, heads]``
 grids, and the measurement may finish them). Adding a family of statistics is one class and one entry in
 ``MEASUREMENTS``; the watched run plans and runs every pass from that tuple (``callbacks.probe_pass``).
@@ -53,7 +54,7 @@ __all__ = [
     "measurement_of",
 ]
 
-#: When a measurement's work runs in a probe batch: ``"before"`` the shared forward (its own passes, whose maps
+#: When a measurement's work runs in a unit of probe rows: ``"before"`` the shared forward (its own passes, whose maps
 #: may spare the shared forward: ``Measured.attentions``), ``"forward"`` on the shared forward's recording, or
 #: ``"after"`` it, once its tensors are freed (its own passes).
 Stage = Literal["before", "forward", "after"]
@@ -61,7 +62,7 @@ Stage = Literal["before", "forward", "after"]
 
 @dataclass(frozen=True)
 class CaptureNeeds:
-    """What the shared no-grad forward of a probe batch must record; the union of the due measurements' needs.
+    """What the shared no-grad forward of a unit must record; the union of the due measurements' needs.
 
     ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
     each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
@@ -181,7 +182,8 @@ class MeasurementPass(Protocol):
     """One measurement's work over one probe pass (made by :meth:`Measurement.start`)."""
 
     def measure(self, batch: ProbeBatch) -> Mapping[str, Tensor] | Measured:
-        """Per example ``{name: [rows, layers, heads]}`` of one batch (NaN where a statistic is undefined)."""
+        """Per example ``{name: [rows, layers, heads]}`` of one unit (NaN where a statistic is undefined), on the
+        device."""
         ...
 
     def finish(self, grids: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -278,7 +280,7 @@ class NormStatistics:
 
 class GradientStatistics:
     """Michel's head importance and Clark's attention gradients (``heads.importance.gradient_stats``), from one
-    gated forward and backward per batch whose maps spare the shared forward; the same pass gives the run-health
+    gated forward and backward per unit whose maps spare the shared forward; the same pass gives the run-health
     signals (``heads.health``: the encoder layers' gradient norms unless ``layer_gradients`` is off, the
     predictions, the probe loss), read by the pass's ``health()``."""
 
@@ -291,7 +293,7 @@ class GradientStatistics:
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         _require_labels(context)
         model, loss = context.encoder, context.loss.arguments()
-        blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per batch
+        blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per unit
         # a sharded model's parameters are flat shards of other layers' weights: no per-layer norms there
         layer_gradients = context.settings.layer_gradients and not is_sharded(model)
         health = HealthAccumulator.for_model(model, context.layers, layer_gradients)

@@ -75,7 +75,7 @@ LIVE_MEASURES: tuple[str, ...] = tuple(m for m in MIXING_MEASURES if m not in ("
 
 
 class LossRefused(Exception):
-    """A loss-checking pass (``ProbePlan.check_loss``) stopped at probe batch ``batch``: a ``"before"``
+    """A loss-checking pass (``ProbePlan.check_loss``) stopped in probe batch ``batch``: a ``"before"``
     measurement's pass refused the run's loss (``error``, the ``LossSetupError`` saying why)."""
 
     def __init__(self, error: LossSetupError, batch: int) -> None:

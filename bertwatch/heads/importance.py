@@ -108,18 +108,6 @@ def _examples_alone(model: nn.Module, batch: Mapping[str, torch.Tensor], real: t
     return [length_groups.crop_rows(batch, torch.tensor([b]), lengths[b], kind) for b in range(size)]
 
 
-def _length_groups(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], real: torch.Tensor | None
-) -> list[tuple[torch.Tensor, dict]] | None:
-    """``batch``'s length groups as the gradient pass runs them: ``[(row indices [g], the rows cropped)]``, or None
-    to run it whole (:func:`bertwatch.heads.length_groups.groups_for`)."""
-    kind = head_kind(model)
-    groups = None if real is None else length_groups.groups_for(batch, real, kind, next(model.parameters()).device)
-    if groups is None:
-        return None
-    return [(rows, length_groups.crop_rows(batch, rows, width, kind)) for rows, width in groups]
-
-
 def _example_passes(
     model: nn.Module,
     batch: Mapping[str, torch.Tensor],
@@ -226,57 +214,6 @@ def _add_health(
         health.add_gradients(param_grads, weight, scale=weight if losses is None else 1.0)
 
 
-def _grouped_pass(
-    model: nn.Module,
-    batch: Mapping[str, torch.Tensor],
-    real: torch.Tensor,
-    rows: int,
-    states: list | None,
-    gated: Callable,
-) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
-    """``gated(batch, rows, states=...)`` (:func:`_gated_pass` with its loss and recording options bound) run per length
-    group (:mod:`bertwatch.heads.length_groups`: on CPU, rows of similar real length together, each group cropped to
-    its longest row) and merged back in row order, padded to T with zeros (maps, their gradients, value states,
-    contexts, block inputs); the whole batch at once where splitting does not pay or would not be exact. Each
-    group's factors make its loss each of its examples' own, as for a batch."""
-    groups = _length_groups(model, batch, real)
-    if groups is None:
-        return gated(batch, rows, states=states)
-    length = int(batch["input_ids"].shape[1])
-    parts = []
-    for indices, cropped in groups:
-        kept: list | None = [] if states is not None else None
-        gate, maps_grad, scale, maps = gated(cropped, len(indices), states=kept)
-        parts.append((gate, [g.detach() for g in maps_grad], scale, [m.detach() for m in maps], kept))
-    index = [g for g, _ in groups]
-
-    def merge(items: list, layout: str) -> torch.Tensor:
-        return length_groups.merge_rows(items, index, rows, length, layout)
-
-    gate_grad = merge([p[0] for p in parts], "rows")
-    scale = None if parts[0][2] is None else merge([p[2] for p in parts], "rows")
-    layers = len(parts[0][1])
-    map_grads = [merge([p[1][l] for p in parts], "maps") for l in range(layers)]
-    maps = [merge([p[3][l] for p in parts], "maps") for l in range(layers)]
-    if states is not None:
-        states.extend(_merged_states([p[4] for p in parts], merge, layers))
-    return gate_grad, map_grads, scale, maps
-
-
-def _merged_states(kept: list[list], merge: Callable[[list, str], torch.Tensor], layers: int) -> list:
-    """The groups' ``(values, contexts, logit summary, blocks)`` merged (each None or empty where a group lacks it)."""
-    values, contexts, summaries, recorders = zip(*kept)
-    merged_values = None if any(v is None for v in values) else merge(list(values), "states")
-    merged_contexts = None if any(c is None for c in contexts) else merge(list(contexts), "states")
-    names = set(summaries[0]) if all(set(s) == set(summaries[0]) for s in summaries) else set()
-    summary = {name: merge([s[name] for s in summaries], "rows") for name in sorted(names)}
-    blocks = None
-    if all(r is not None and r.complete for r in recorders):
-        residuals = merge([r.residuals for r in recorders], "states")
-        blocks = length_groups.MergedBlocks(layers, residuals, merge([r.mixed for r in recorders], "states"))
-    return [merged_values, merged_contexts, summary, blocks]
-
-
 def check_gradients(
     model: nn.Module,
     batches: Sequence[Mapping[str, torch.Tensor]],
@@ -301,7 +238,7 @@ def check_gradients(
                 for example in _examples_alone(model, whole, real):
                     _one_loss(example_loss, example)
             continue
-        groups = _length_groups(model, whole, real)
+        groups = length_groups.batch_groups(model, whole, real)
         if loss_fn is None:  # the model's own loss is each example's own in any group: check what the pass runs
             for _, part in groups or [(None, whole)]:
                 _check_batch(model, part, None)
@@ -416,7 +353,7 @@ def gradient_stats(
             check=check_loss,
         )  # fmt: skip
         if split:
-            gate_grad, map_grads, scale, maps = _grouped_pass(model, batch, roles.real, rows, kept, gated)
+            gate_grad, map_grads, scale, maps = length_groups.grouped_pass(model, batch, roles.real, rows, kept, gated)
         else:
             gate_grad, map_grads, scale, maps = gated(batch, rows, states=kept)
     size = rows // group

@@ -41,17 +41,21 @@ def _maps(model, unit, context) -> torch.Tensor:
 
 def test_the_reference_is_kept_where_it_costs_the_device_least(tok, tmp_path) -> None:
     model, member = _member(tok, tmp_path)
-    probe, shape = member.probe, (2, 4)
-    maps = sum(probe.maps_bytes(*shape))
+    context, probe = member.context, member.probe
+
+    def taking(device: str) -> reference.ReferenceTaking:
+        return reference.ReferenceTaking(model, probe, (2, 4), torch.device(device), None, ())
+
     weights = sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
         b.numel() * b.element_size() for b in model.buffers()
     )
-    assert reference._model_bytes(model) == weights > maps  # a tiny model: its maps are smaller
-    assert not reference._keeps_model(model, probe, shape, torch.device("cpu"))
+    assert sum(probe.maps_bytes(2, 4)) < weights and taking("cpu").kept is None  # short texts: maps
     probe.tokens = [t * 40 for t in probe.tokens]  # as if each text were 40 times longer: 1600 times the maps
-    assert sum(probe.maps_bytes(*shape)) > weights
-    assert reference._keeps_model(model, probe, shape, torch.device("cpu"))
-    assert not reference._keeps_model(model, probe, shape, torch.device("cuda"))  # host maps cost a GPU nothing
+    assert sum(probe.maps_bytes(2, 4)) > weights
+    kept = taking("cpu").kept
+    assert isinstance(kept, reference.ModelReference) and kept.model is not model
+    assert taking("cuda").kept is None  # maps in host memory cost a GPU nothing (nothing is pinned until used)
+    assert context.device.type == "cpu"
     member.close()
 
 
