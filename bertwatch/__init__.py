@@ -1,7 +1,10 @@
 """bertwatch: watch what every attention head of a BERT-family encoder does while it fine-tunes.
 
 ``import bertwatch`` is cheap: it imports neither torch nor transformers. The public names below are
-loaded on first use, so TensorBoard can import the plugin without paying for the model stack.
+loaded on first use, so TensorBoard can import the plugin without paying for the model stack: the entry points
+(``watch``, ``analyze``, ``ablate``, the callbacks) and every settings value they take (``WatchSettings`` and its
+nested ``ProbeOptions``, ``AlertSettings``, ``VerdictSettings``, ``AblationOptions``, ``ExpertOptions``, and
+``WordClassProbe``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,13 @@ _LAZY = {
     "AblationCallback": "bertwatch.callbacks",
     "ablate": "bertwatch.ablation.sweep",
     "watch": "bertwatch.callbacks.attach",
+    "WatchSettings": "bertwatch.options.settings",
+    "ProbeOptions": "bertwatch.options.groups",
+    "AblationOptions": "bertwatch.options.groups",
+    "ExpertOptions": "bertwatch.options.groups",
+    "WordClassProbe": "bertwatch.options.groups",
+    "AlertSettings": "bertwatch.core.alerts",
+    "VerdictSettings": "bertwatch.core.verdict",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
@@ -42,9 +52,13 @@ if TYPE_CHECKING:  # pragma: no cover
         SpecialTokenMassCallback,
     )
     from bertwatch.callbacks.attach import watch
+    from bertwatch.core.alerts import AlertSettings
+    from bertwatch.core.verdict import VerdictSettings
     from bertwatch.heads.intervention import Intervention
     from bertwatch.heads.roles import TokenRoles, token_roles
     from bertwatch.heads.stats import compute_stats
+    from bertwatch.options.groups import AblationOptions, ExpertOptions, ProbeOptions, WordClassProbe
+    from bertwatch.options.settings import WatchSettings
 
 
 __getattr__ = lazy_names(__name__, _LAZY, globals())

@@ -500,3 +500,71 @@ def test_architecture_names_every_module():
     )
     missing = sorted(n for n in named if not (PACKAGE / n).exists())
     assert not missing, "the tree of docs/architecture.md names modules that do not exist:\n" + "\n".join(missing)
+
+
+# ------------------------------------------------------------------------------------------------ a test per module
+
+#: The share of modules with a test file of their own, ``tests/<subpackage>/test_<module>.py`` (``_x.py``:
+#: ``test_x.py``), at least.
+MODULE_TEST_SHARE = 0.70
+#: The modules without one, each with where its behaviour is tested instead (tests/README.md: a test that drives
+#: several layers goes with the highest one). A module that gets its own test file leaves this list.
+WITHOUT_OWN_TEST = {
+    "ablation/configs.py": "the head masks of every sweep: tests/ablation/test_sweep.py and test_runner.py",
+    "ablation/evaluate.py": "resumable, split evaluation: tests/ablation/test_sweep.py (one rank and two)",
+    "ablation/gain.py": "what a pruned model buys: tests/cli/test_prune.py end to end",
+    "ablation/inputs.py": "batches and shards of the sweep: tests/ablation/test_sweep.py and test_runner.py",
+    "ablation/orders.py": "the importance and iterative orders against a plain loop: tests/ablation/test_pruning.py",
+    "ablation/scoring.py": "every task's metric in the sweep, against a plain evaluation: tests/ablation/test_task_types.py",
+    "ablation/store.py": "the partial.jsonl resume: tests/ablation/test_sweep.py; the split: tests/callbacks/test_fsdp.py",
+    "callbacks/attach.py": "watch() and watching_trainers(): tests/options/test_settings.py, tests/cli/test_run.py",
+    "callbacks/measurements.py": "the statistics of a probe pass: tests/callbacks/test_probe_pass.py, "
+    "test_outlier_pass.py",
+    "callbacks/probe_context.py": "what a run gives the probe pass: tests/callbacks/test_probe_pass.py",
+    "callbacks/publisher.py": "the event files and trackers of a run: tests/callbacks/test_callbacks_training.py, "
+    "test_flow.py",
+    "callbacks/reference.py": "the drift reference and its cache: tests/callbacks/test_callbacks.py",
+    "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
+    "core/budget.py": "the overhead budget's cadence: tests/callbacks/test_pacing.py",
+    "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
+    "core/rules.py": "the behaviour labels and pattern classes: tests/heads/test_patterns.py, tests/tb/test_plugin.py",
+    "heads/adapters.py": "DeBERTa and MPNet capture against eager maps: tests/heads/test_capture_support.py",
+    "heads/intervention.py": "uniform and zero heads inside capture: tests/heads/test_capture.py, ablation tests",
+    "heads/mixing_model.py": "the model side of context mixing: tests/heads/test_mixing.py",
+    "heads/pruned_modeling.py": "the pruned models' own code: tests/ablation/test_physical.py (a fresh process too)",
+    "heads/row_reductions.py": "the row reductions behind every statistic: tests/heads/test_stats.py",
+    "heads/sharding.py": "sharded weights under FSDP2: tests/callbacks/test_fsdp.py",
+    "linguistics/scan.py": "the one pass of probe-syntax: tests/cli/test_probe_syntax.py, "
+    "tests/linguistics/test_linguistics_invariance.py",
+    "report/alerts_section.py": "the report's alerts: tests/core/test_outlier_alert.py and its docstring example",
+    "report/changes.py": "what changed in the heads: tests/report/test_summary_section.py against float64 reads",
+    "report/figures.py": "the report's figures: tests/report/test_summary_section.py, test_training_section.py",
+    "report/gain_section.py": "the pruned model's section: tests/cli/test_prune.py",
+    "report/pruning_section.py": "the pruning answer and curves: tests/ablation/test_pruning.py",
+    "report/syntax_section.py": "the linguistics section: tests/cli/test_probe_syntax.py, tests/cli/test_report.py",
+    "tb/ablation_summary.py": "the ablation tables in TensorBoard: tests/tb/test_summary.py, test_plugin.py",
+    "tb/layer_outliers.py": "the /outliers route: tests/callbacks/test_outlier_pass.py, tests/tb/test_outliers_browser.py",
+    "tb/queries.py": "every route's body: tests/tb/test_plugin.py",
+    "tb/run_verdict.py": "the /verdict route: tests/tb/test_verdict_route.py",
+}
+
+
+def own_test(path: Path) -> Path:
+    """Where the tests of ``bertwatch/<pkg>/x.py`` (or ``_x.py``) live: ``tests/<pkg>/test_x.py``."""
+    rel = path.relative_to(PACKAGE)
+    return ROOT / "tests" / rel.parent / f"test_{path.stem.lstrip('_')}.py"
+
+
+def test_most_modules_have_their_own_test_file_and_the_others_say_where_they_are_tested():
+    modules = [p for p in package_files() if p.name not in ("__init__.py", "__main__.py")]
+    without = {p.relative_to(PACKAGE).as_posix() for p in modules if not own_test(p).exists()}
+    unlisted = sorted(without - set(WITHOUT_OWN_TEST))
+    assert not unlisted, "modules without tests/<pkg>/test_<module>.py (write one, or list it with a reason):\n" + (
+        "\n".join(unlisted)
+    )
+    stale = sorted(set(WITHOUT_OWN_TEST) - without)
+    assert not stale, "listed as without a test file of their own, but they have one (or are gone):\n" + "\n".join(
+        stale
+    )
+    share = 1 - len(without) / len(modules)
+    assert share >= MODULE_TEST_SHARE, f"{len(modules) - len(without)} of {len(modules)} modules have a test file"

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from bertwatch.core.warnings import BertWatchWarning
 
-__all__ = ["STRICT_VARIABLE", "BertWatchWarning", "SetupError", "Stoppable", "contained", "strict_from_environment"]
+__all__ = ["RAISE_ERRORS", "BertWatchWarning", "SetupError", "Stoppable", "contained", "raising_errors"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-#: The environment variable of bertwatch's own tests: a callback built while it is "1" re-raises every error
-#: instead of containing it (``tests/support/strict.py`` sets it). Not an option for users.
-STRICT_VARIABLE = "BERTWATCH_STRICT"
+#: Whether a callback built while this is True re-raises its errors instead of containing them. False for every
+#: user, and neither an option nor an environment variable: only bertwatch's own tests turn it on, around building
+#: a callback (``tests/support/strict.py``), so that a test sees an error instead of a warning.
+RAISE_ERRORS = False
 
 
-def strict_from_environment() -> bool:
-    """Whether a callback built now re-raises its errors (``BERTWATCH_STRICT=1``, the tests' hook)."""
-    return os.environ.get(STRICT_VARIABLE) == "1"
+def raising_errors() -> bool:
+    """Whether a callback built now re-raises its errors (:data:`RAISE_ERRORS`, the tests' switch)."""
+    return RAISE_ERRORS
 
 
 class SetupError(ValueError):
@@ -48,7 +48,7 @@ def contained(event: str) -> Callable[[F], F]:
     """Wrap a callback event: skip it once the callback is disabled; on an error warn once and disable.
 
     Setup errors (``SetupError``, ``UnsupportedModelError``) always propagate, and so does everything when the
-    callback's ``strict`` is set (built with ``BERTWATCH_STRICT=1``: the tests' hook).
+    callback's ``strict`` is set (built while :data:`RAISE_ERRORS` was on: the tests' switch).
     """
 
     def decorate(fn: F) -> F:

@@ -13,7 +13,7 @@ from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.sweep import ablate
 from bertwatch.ablation.task_types import check_task_head, sweep_examples
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir, tokenizer_of
-from bertwatch.callbacks._safe import SetupError, contained, strict_from_environment, warn_stopped
+from bertwatch.callbacks._safe import SetupError, contained, raising_errors, warn_stopped
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
 from bertwatch.report.result import AblationResult
@@ -88,7 +88,7 @@ class AblationCallback(NotATracker, TrainerCallback):
         self.logdir = logdir
         self.ablate_kwargs = ablate_kwargs
         self.results: dict[str, AblationResult] = {}
-        self.strict = strict_from_environment()  # re-raise errors instead of containing them (the tests' hook)
+        self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
         self.disabled = False
         self._link = TrainerLink()
 

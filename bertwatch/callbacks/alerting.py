@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.alerts import ALERT_STATS, Alert, AlertSettings, active_alerts
-from bertwatch.core.verdict import Verdict, VerdictSettings, judge_run
+from bertwatch.core.evidence import Evidence
+from bertwatch.core.verdict import Verdict, VerdictSettings, judge
 from bertwatch.core.warnings import BertWatchWarning
 
 __all__ = ["Alerting", "Judgement"]
@@ -71,7 +72,6 @@ class Alerting:
         self._reference_noted = False
         self.verdict: Verdict | None = None
         self._failing_noted = False
-        self._verdict_step: int | None = None
 
     @contextlib.contextmanager
     def contained(self) -> Iterator[None]:
@@ -122,14 +122,13 @@ class Alerting:
         if stop and self.stop_requested_at is None:
             self._stop(judgement.step, "; ".join(alert.describe() for alert in new), control)
 
-    def judge_verdict(self, health: Sequence[tuple[int, dict[str, float]]]) -> Verdict | None:
-        """The verdict at the newest step of ``health`` (``(step, run-health values)``, oldest first) with the
-        alerts in force (``core.verdict.judge_run``), once per step; kept in ``verdict``. None when there is
-        nothing new to judge."""
-        if self.disabled or not health or health[-1][0] == self._verdict_step:
+    def judge_verdict(self, evidence: Evidence) -> Verdict | None:
+        """The verdict on all of the run's ``evidence`` so far (``core.verdict.judge``: its probe passes, the alerts
+        in force, evaluations, logged training loss), kept in ``verdict``. None when there is no evidence or the
+        alerts are off."""
+        if self.disabled or evidence.step is None:
             return None
-        self._verdict_step = health[-1][0]
-        self.verdict = judge_run(health, len(self.alerts), self.verdict_settings)
+        self.verdict = judge(evidence, self.verdict_settings)
         return self.verdict
 
     def act_on_verdict(self, verdict: Verdict, control: Any) -> None:

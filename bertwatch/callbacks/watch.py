@@ -17,21 +17,20 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, strict_from_environment, warn_stopped
+from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, raising_errors, warn_stopped
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
+from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker, reported_trackers
 from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
 from bertwatch.callbacks.word_classes import prepare_word_classes
+from bertwatch.core.stat_names import DEFAULT_STATS
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads.norms import NORM_NAMES
-from bertwatch.heads.outliers import OUTLIER_NAMES
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.stability import STABILITY_NAMES
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.options.groups import word_class_option
 from bertwatch.options.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 
@@ -84,7 +83,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
         pinned = Pinned(s.probing.at_start, s.probing.on_evaluate, s.probing.at_end)
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
-        self.strict = strict_from_environment()  # re-raise errors instead of containing them
+        self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
         self.log_to_trackers = s.expert.log_to_trackers
         self.probe_settings = s.probe()
         self.disabled = False
@@ -95,8 +94,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
         self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
-        # the stability alerts and the run verdict (callbacks.alerting)
-        self.alerting = Alerting(s.on_alert, s.alerts, self.strict, s.verdict)
+        # the stability alerts and the run verdict (callbacks.alerting) on the run's evidence (callbacks.run_evidence)
+        self.alerting, self.run_evidence = Alerting(s.on_alert, s.alerts, self.strict, s.verdict), RunEvidence()
 
     def set_trainer(self, trainer: Any) -> None:
         """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
@@ -210,6 +209,7 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.history, self.health, self._index = [], [], -1
         self.alerting.reset()
         context = self._link.context(kwargs)
+        self.run_evidence.begin(state, context)
         self.watched = join(model, self.probe_settings, args, state, kwargs, context)
         if self.watched.failed:
             self.disable()
@@ -261,7 +261,9 @@ class WatchCallback(NotATracker, TrainerCallback):
         start = self.pacing.clock()
         for result, _ in mine:
             self._judge(watched, result.event, control)
-            self._judge_verdict(watched, result.step, result.event, control)
+            if self.health and self.health[-1][0] == result.step:
+                self.run_evidence.note_probe(result.step, self.health[-1][1], len(self.alerting.alerts))
+                self._judge_verdict(result.step, result.event, control)
             watched.publish_records(self.pacing.records(result.step), result.step)
         self.pacing.charge(self.pacing.clock() - start)
 
@@ -273,21 +275,14 @@ class WatchCallback(NotATracker, TrainerCallback):
         if health and not (self.health and self.health[-1][0] == step):
             self.health.append((step, dict(health)))
 
-    def _judge_verdict(self, watched: WatchedRun, step: int, event: str, control: Any) -> None:
-        """The verdict at ``step`` when its run health was measured: written (the ``verdict`` series and text) and
-        sent to the trackers (with ``log_to_trackers``, before the end) by the watched run's verdict writer, acted
-        on here."""
-        if not self.health or self.health[-1][0] != step:
-            return
-        with self.alerting.contained():
-            verdict = self.alerting.judge_verdict(self.health)
-            if verdict is None:
-                return
-            if watched.verdict_writer() == self._index:
-                to_trackers = self.log_to_trackers and event != "end"
-                settings = self.alerting.verdict_settings
-                watched.publish_verdict(verdict, settings, self.health[-1][1], to_trackers)
-            self.alerting.act_on_verdict(verdict, control)
+    def _judge_verdict(self, step: int, event: str, control: Any) -> None:
+        """The verdict after new evidence at ``step`` (``event``: a probe pass's, "log" or "metrics") by a callback that
+        measures the run-health signals: acted on, written once the step is over (``callbacks.run_evidence``)."""
+        if self.watched is not None and set(GRADIENT_NAMES) & self.stat_names:
+            probed = event not in ("log", "metrics") and self.health and self.health[-1][0] == step
+            health, writer = self.health[-1] if probed else None, self.watched.verdict_writer() == self._index
+            send = self.log_to_trackers and event != "end"
+            self.run_evidence.judge(self.alerting, self.watched, writer, health, send, control)
 
     def _judge(self, watched: WatchedRun, event: str, control: Any) -> None:
         """The stability alerts of the newest step: written by the watched run's alert writer, acted on here."""
@@ -302,6 +297,7 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.run_evidence.write(self.watched, self.alerting.verdict_settings, before=int(state.global_step))  # over
         self._drive("begin", state, control)
         meter = self.pacing.meter
         if self._pinned_passes and meter.last_cost is not None:  # step 0 is measured: say what the pinned cost
@@ -314,12 +310,18 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_evaluate")
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        step, context = int(state.global_step), self._link.context(kwargs)
+        new = self.run_evidence.note_evaluation(step, kwargs.get("metrics"), context)
         self._drive("evaluate", state, control)
+        if new:
+            self._judge_verdict(step, "metrics", control)  # no probe pass judged them
 
     @contained("on_log")
-    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         if self.watched is not None:
             self.watched.flush()
+            if self.run_evidence.note_log(int(state.global_step), logs):
+                self._judge_verdict(int(state.global_step), "log", control)
 
     @contained("on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -327,6 +329,7 @@ class WatchCallback(NotATracker, TrainerCallback):
             return
         try:
             self._drive("end", state)
+            self.run_evidence.write(self.watched, self.alerting.verdict_settings)
             if not self.disabled:
                 self._after_end(args, state, kwargs)
             if self._speaks and not self.disabled:
@@ -433,7 +436,7 @@ class BertWatchCallback(WatchCallback):
         TypeError: BertWatchCallback: unknown option 'num_mapz' (did you mean 'num_maps'?); valid: ...
     """
 
-    default_stats = STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
+    default_stats = DEFAULT_STATS
     options = WatchSettings.names()
 
     def __init__(

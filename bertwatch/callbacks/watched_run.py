@@ -356,23 +356,20 @@ class WatchedRun:
         context = self.context
         self.publisher.publish_alerts(alerts, context.layers, context.heads, step, reference_step, to_trackers)
 
-    def publish_verdict(
-        self,
-        verdict: Verdict,
-        settings: VerdictSettings,
-        health: Mapping[str, float],
-        to_trackers: bool,
-    ) -> None:
+    def publish_verdict(self, verdict: Verdict, settings: VerdictSettings) -> None:
         """Write the verdict at its step: the ``verdict`` series (its level: 0 healthy, 1 at risk, 2 failing) and
         its reasons as the ``verdict`` text (one a line, kept at every step; the levels' names and ``settings``,
-        the thresholds, in its metadata); with ``to_trackers`` also the level and ``health``, the step's run-health
-        signals, to the trackers (``Publisher.send_verdict``)."""
+        the thresholds, in its metadata)."""
         text = StepText(
             VERDICT_SERIES, verdict.reasons, VERDICT_TEXT, {"levels": list(LEVELS), "settings": asdict(settings)}
         )
         level = NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, VERDICT_DESCRIPTION)
         self.publish_records([level, text], verdict.step)
-        if to_trackers and self.publisher is not None:
+
+    def send_verdict(self, verdict: Verdict, health: Mapping[str, float]) -> None:
+        """The verdict's level and ``health``, its step's run-health signals, to the trackers
+        (``Publisher.send_verdict``)."""
+        if self.publisher is not None:
             self.publisher.send_verdict(verdict.level, health)
 
     def publish_records(self, records: Sequence[NamedValues | StepText | HeadEmbedding], step: int) -> None:

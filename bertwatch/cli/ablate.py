@@ -25,7 +25,7 @@ def _ablate_parser() -> argparse.ArgumentParser:
         description="Disable every head and every layer of a fine-tuned checkpoint (and prune it by importance); "
         "write ablation.json, ablation.csv, report.html and TensorBoard summaries with bootstrap intervals.",
     )
-    parser.add_argument("--model", required=True, help="checkpoint folder of a fine-tuned task model")
+    eval_data.add_model_argument(parser, "checkpoint folder of a fine-tuned task model", packaged=False)
     add_eval_arguments(
         parser,
         "a GLUE task name (sst2, mrpc, cola, stsb, ...; read from --glue-dir), or a task type read from --data: "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from bertwatch.cli.eval_data import add_model_argument
+
 __all__ = ["cli_analyze"]
 
 
@@ -13,12 +15,14 @@ def _parser() -> argparse.ArgumentParser:
         prog="bertwatch analyze",
         description="Compute every per-head attention statistic of a model on a file of texts.",
     )
-    parser.add_argument("--model", required=True, help="local model folder or Hub name")
+    add_model_argument(parser, "model folder or Hub name")
     parser.add_argument("--texts", required=True, help="one example per line; a tab separates a sentence pair")
     parser.add_argument("--out", required=True, help="output folder for stats.json and the figures")
     parser.add_argument("--max-length", type=int, default=None, help="tokens per example (default 128)")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--reference", default=None, help="a second model (e.g. the pretrained one): adds drift")
+    add_model_argument(
+        parser, "a second model (e.g. the pretrained one): adds drift", required=False, flag="--reference"
+    )
     parser.add_argument("--device", default=None, help="torch device, e.g. cuda:0 (default: cpu)")
     parser.add_argument("--no-figures", action="store_true", help="write stats.json only")
     parser.add_argument(

@@ -1,12 +1,21 @@
-"""The evaluation input every checkpoint command shares (``bertwatch ablate``, ``bertwatch ship``): the flags
-``--task``, ``--data``, ``--glue-dir``, ``--split`` and ``--limit``, and the examples they name."""
+"""The arguments the commands share: ``--model`` (every command that loads a model), and the evaluation input of
+the checkpoint commands (``bertwatch ablate``, ``bertwatch ship``): the flags ``--task``, ``--data``,
+``--glue-dir``, ``--split`` and ``--limit``, and the examples they name."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-__all__ = ["DATA_FILES", "add_eval_arguments", "label_names", "read_examples", "task_type"]
+__all__ = [
+    "DATA_FILES",
+    "MINILM_HELP",
+    "add_eval_arguments",
+    "add_model_argument",
+    "label_names",
+    "read_examples",
+    "task_type",
+]
 
 #: What ``--data`` holds for each task type (docs/ablation.md "Task types" shows each format).
 DATA_FILES = {
@@ -18,6 +27,20 @@ DATA_FILES = {
     "multiple-choice": "JSON lines {question, choices: [...], label} or a SWAG CSV",
     "masked-lm (mlm)": "plain text, one example a line",
 }
+
+
+#: How a model argument says that ``minilm`` names the packaged model (``heads.loading.model_source``).
+MINILM_HELP = "or 'minilm': the packaged all-MiniLM-L6-v2"
+
+
+def add_model_argument(
+    parser: argparse.ArgumentParser, what: str, *, required: bool = True, flag: str = "--model", packaged: bool = True
+) -> None:
+    """Add ``flag`` (``--model``): a model folder or a Hub name, ``what`` its help; ``minilm`` loads the packaged
+    model wherever a model goes (``heads.loading.model_source``), and the help says so where it fits (``packaged``:
+    not for a command that needs a fine-tuned task head)."""
+    help_text = f"{what} ({MINILM_HELP})" if packaged else what
+    parser.add_argument(flag, required=required, default=None, metavar="MODEL", help=help_text)
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser, task_help: str, *, task_required: bool = True) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertwatch.cli.eval_data import add_model_argument
 from bertwatch.heads.loading import load_model, max_input_length
 from bertwatch.linguistics.outputs import best_grid, relation_marks, safe_tag, wordclass_json, write_json
 from bertwatch.linguistics.scan import DEFAULT_CLUSTER_LIMIT, DEFAULT_PROBE_TRAIN_LIMIT, Scan, scan
@@ -50,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Clark's syntactic heads and probes, Kovaleva's word-class and [CLS] analyses, and head "
         "clustering of one encoder on a CoNLL-U treebank.",
     )
-    p.add_argument("--model", required=True, help="model path or Hub name ('minilm' = the packaged all-MiniLM-L6-v2)")
+    add_model_argument(p, "model folder or Hub name")
     p.add_argument("--conllu", required=True, type=Path, help="evaluation treebank, e.g. UD English-EWT dev")
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument("--limit", type=int, default=None, help="use the first N sentences of --conllu")
@@ -75,11 +76,10 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_CLUSTER_LIMIT,
         help=f"sentences for the JS head distances (default {DEFAULT_CLUSTER_LIMIT}; 0 = skip clustering)",
     )
-    p.add_argument(
-        "--reference",
-        default=None,
-        help="a second model (e.g. the pretrained one) whose word-class analyses go side by side",
-    )
+    add_model_argument(
+        p, "a second model (e.g. the pretrained one) whose word-class analyses go side by side", required=False,
+        flag="--reference",
+    )  # fmt: skip
     p.add_argument(
         "--word-mode",
         choices=("mean", "first"),

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
 from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
+from bertwatch.cli.eval_data import add_model_argument
 from bertwatch.heads.loading import checkpoint_head, load_model
 from bertwatch.heads.pruned_modeling import head_counts
 
@@ -47,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
         "a layer loses every head) and save a folder that loads with AutoModel...from_pretrained(DIR, "
         "trust_remote_code=True). Writes OUT/pruning_gain.json: parameters, latency, throughput, metric.",
     )
-    parser.add_argument("--model", required=True, help="checkpoint folder (or 'minilm')")
+    add_model_argument(parser, "checkpoint folder")
     parser.add_argument("--out", required=True, help="folder for the pruned model")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--heads", help="heads to remove: '0:1,5;3:all' or JSON '{\"0\": [1, 5]}'")

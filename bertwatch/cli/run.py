@@ -25,18 +25,39 @@ from typing import Any
 __all__ = ["cli_run", "run_module", "run_script", "run_parser", "settings_from_options"]
 
 
-def run_parser() -> argparse.ArgumentParser:
+def run_parser(show_all: bool = False) -> argparse.ArgumentParser:
+    """The parser of ``bertwatch run``: every flag of every option parses; its help (``--help``) shows the front
+    options a run sets, and ``--help-all`` (``show_all``) every option, in the groups of the nested values."""
     parser = argparse.ArgumentParser(
         prog="bertwatch run",
         description="Run a training script unchanged, with bertwatch attached to every transformers Trainer it "
         "creates. Options go before the script; everything after the script (or after --) is the script's own.",
-        usage="bertwatch run [OPTIONS] [--] script.py [ARGS...]  |  bertwatch run [OPTIONS] -m MODULE [ARGS...]",
+        usage="bertwatch run [OPTIONS] [--] script.py [ARGS...]\n       bertwatch run [OPTIONS] -m MODULE [ARGS...]",
+        epilog=None if show_all else _more_options(),
     )
+    parser.add_argument("--help-all", action=_HelpAll, nargs=0, help="show every option, the advanced ones too")
     parser.add_argument("script", nargs="?", help="the Python training script")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as python -m MODULE does")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="the script's own arguments")
-    _add_settings(parser)
+    _add_settings(parser, show_all)
     return parser
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the help with every option, then exit."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        run_parser(show_all=True).print_help()
+        parser.exit()
+
+
+def _more_options() -> str:
+    """The short help's last line: how many options ``--help-all`` adds, in which groups."""
+    from bertwatch.options.settings import GROUPS, option_specs
+
+    hidden = sum(len(s.flags) for s in option_specs() if s.group is not None)
+    titles = ", ".join(title for _, _, title in GROUPS)
+    return f"{hidden} more options ({titles}): bertwatch run --help-all"
 
 
 #: Flags of earlier versions: accepted, hidden from the help, and reported with what to write instead.
@@ -57,7 +78,7 @@ def _flag_arguments(flag: Any, spec: Any) -> dict[str, Any]:
     if flag.kind in ("true", "false"):
         return {"action": "store_true", "help": help_text}
     if flag.help is None and "default" not in help_text:
-        help_text = f"{help_text} (default {'none' if spec.default is None else spec.default})"
+        help_text = f"{help_text} (default {_shown(spec.default)})"
     kwargs: dict[str, Any] = {"help": help_text, "metavar": flag.metavar or flag.names[0][2:].upper()}
     if flag.kind in ("int", "int_or_none"):
         kwargs["type"] = int if flag.kind == "int" else _int_or_none
@@ -68,6 +89,15 @@ def _flag_arguments(flag: Any, spec: Any) -> dict[str, Any]:
     elif flag.kind == "choice":
         kwargs.update(choices=flag.choices, metavar=None)
     return kwargs
+
+
+def _shown(default: Any) -> str:
+    """A default as the help shows it: ``none``, ``0.333`` (three significant digits), ``{}``."""
+    if default is None:
+        return "none"
+    if isinstance(default, float):
+        return f"{default:.3g}"
+    return str(default)
 
 
 class _OldFlag(argparse.Action):
@@ -81,9 +111,9 @@ class _OldFlag(argparse.Action):
             setattr(namespace, self.dest, values)
 
 
-def _add_settings(parser: argparse.ArgumentParser) -> None:
+def _add_settings(parser: argparse.ArgumentParser, show_all: bool) -> None:
     """One argument per flag of every option (``options.settings.option_specs``; objects have none: Python only),
-    in groups: the front options first, then one group per nested value."""
+    in groups: the front options first, then one group per nested value (in the help only when ``show_all``)."""
     from bertwatch.options.settings import GROUPS, option_specs
 
     titles = {None: "bertwatch options (in Python: the keywords of bertwatch.watch)"}
@@ -91,11 +121,11 @@ def _add_settings(parser: argparse.ArgumentParser) -> None:
     groups = {group: parser.add_argument_group(title) for group, title in titles.items()}
     for spec in option_specs():
         for index, flag in enumerate(spec.flags):
+            arguments = _flag_arguments(flag, spec)
+            if spec.group is not None and not show_all:
+                arguments["help"] = argparse.SUPPRESS
             groups[spec.group].add_argument(
-                *flag.names,
-                dest=_flag_dest(spec.spelled, index),
-                default=argparse.SUPPRESS,
-                **_flag_arguments(flag, spec),
+                *flag.names, dest=_flag_dest(spec.spelled, index), default=argparse.SUPPRESS, **arguments
             )
     for name, (_, spelled) in _OLD_FLAGS.items():
         dest = _flag_dest(spelled, 0) if spelled else argparse.SUPPRESS

@@ -17,12 +17,16 @@ __all__ = ["cli_ship"]
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertwatch ship",
+        usage="bertwatch ship --model MODEL (--task TASK | --data FILE) [OPTIONS]",
         description="Export a fine-tuned sequence classifier to ONNX, quantize it to INT8 (and prune heads with "
         "--heads or --prune-from), and measure every variant in ONNX Runtime on the CPU against the float32 export: "
         "the task metric with its paired-bootstrap interval, predictions unchanged, latency at batch 1, throughput "
         "at batch 32, file size. Writes OUT/model.onnx, OUT/model.int8.onnx, ... and OUT/ship.json.",
     )
-    parser.add_argument("checkpoint", help="folder of a fine-tuned ...ForSequenceClassification checkpoint")
+    eval_data.add_model_argument(
+        parser, "folder of a fine-tuned ...ForSequenceClassification checkpoint", required=False, packaged=False
+    )
+    parser.add_argument("checkpoint", nargs="?", help=argparse.SUPPRESS)  # `bertwatch ship PATH`: deprecated
     eval_data.add_eval_arguments(
         parser,
         "a GLUE classification task (sst2, mrpc, cola, ...; read from --glue-dir), or sequence-classification "
@@ -54,6 +58,24 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parsed(argv: Sequence[str]) -> argparse.Namespace:
+    """The arguments, ``args.model`` set: from ``--model``, or from the positional spelling of earlier versions
+    (``bertwatch ship PATH``), which still works after a one-line notice."""
+    parser = _parser()
+    args = parser.parse_args(list(argv))
+    if args.checkpoint is not None:
+        if args.model is not None:
+            parser.error(f"name the model once: --model {args.model} (not also {args.checkpoint!r})")
+        print(
+            f"bertwatch ship: the model as a bare argument is deprecated: use --model {args.checkpoint}",
+            file=sys.stderr,
+        )
+        args.model = args.checkpoint
+    if args.model is None:
+        parser.error("the following arguments are required: --model")
+    return args
+
+
 def _heads(args: argparse.Namespace, num_heads: int) -> dict[int, list[int]] | None:
     from bertwatch.ablation.physical import heads_from_ablation
 
@@ -79,7 +101,7 @@ def _metric(task: str) -> str:
 
 def _load(args: argparse.Namespace):
     """The checkpoint, its tokenizer, the examples and the metric; errors say what to pass."""
-    from bertwatch.heads.loading import load_model
+    from bertwatch.heads.loading import load_model, model_source
     from bertwatch.ship.export import check_classifier, require_onnx
 
     require_onnx()  # before the model loads: the one missing piece a user installs
@@ -89,24 +111,24 @@ def _load(args: argparse.Namespace):
         args.task = "sequence-classification"
     if eval_data.task_type(args) != "sequence-classification":
         raise ValueError(f"bertwatch ship measures sequence classifiers; --task {args.task} is not one")
-    if not Path(args.checkpoint).is_dir():
+    if not Path(model_source(args.model)).is_dir():
         raise FileNotFoundError(
-            f"checkpoint folder {args.checkpoint!r} does not exist: pass the folder a Trainer saved "
+            f"checkpoint folder {args.model!r} does not exist: pass the folder a Trainer saved "
             "(save_model / save_pretrained) with config.json and the weights"
         )
-    model, tokenizer = load_model(args.checkpoint, head="sequence-classification")
+    model, tokenizer = load_model(args.model, head="sequence-classification")
     check_classifier(model)
     return model, tokenizer, eval_data.read_examples(args, "sequence-classification", model), _metric(args.task)
 
 
 def cli_ship(argv: Sequence[str]) -> int:
-    """``bertwatch ship CHECKPOINT (--task GLUE | --data FILE) [--heads SPEC | --prune-from DIR --fraction F]``."""
+    """``bertwatch ship --model CHECKPOINT (--task GLUE | --data FILE) [--heads SPEC | --prune-from DIR --fraction F]``."""
     from bertwatch.heads.loading import max_input_length
     from bertwatch.heads.pruned_modeling import head_counts
     from bertwatch.ship.shipping import FILES, ShipOptions, ship_model
     from bertwatch.ship.table import SHIP_FILE, format_table
 
-    args = _parser().parse_args(list(argv))
+    args = _parsed(argv)
     try:
         model, tokenizer, examples, metric = _load(args)
         heads = _heads(args, head_counts(model.config)[1])
@@ -128,11 +150,11 @@ def cli_ship(argv: Sequence[str]) -> int:
             else ""
         )
         print(
-            f"bertwatch ship: exporting {args.checkpoint} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
+            f"bertwatch ship: exporting {args.model} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
             f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric}) -> {args.out}",
             flush=True,
         )
-        source = {"checkpoint": str(args.checkpoint), "task": args.task, "split": args.split, "data": args.data}
+        source = {"checkpoint": str(args.model), "task": args.task, "split": args.split, "data": args.data}
         result = ship_model(
             model,
             tokenizer,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -101,7 +101,23 @@ def _positive(name: str, value: object, upper: float | None = None) -> float:
 
 @dataclass(frozen=True)
 class AlertSettings:
-    """The thresholds of the alert rules (module docstring). Checked at construction.
+    """The thresholds of the stability alerts (the rules: module docstring), for ``WatchSettings(alerts=...)``.
+    Each head is compared with its own value at the start (step 0, or the reference model).
+
+    Args:
+        logit_multiple: logit growth: a head's largest attention score (before the softmax) above this multiple of
+            its value at the start.
+        logit_bound: logit growth: a head's largest attention score above this value, whatever it was at the start
+            (100, the published QK-clip threshold).
+        entropy_fraction: entropy collapse: a head's attention entropy below this fraction of its value at the
+            start ...
+        entropy_min_drop: ... and fallen by at least this many nats.
+        sink_fraction: [CLS]/[SEP] collapse or desertion: the attention off [CLS] and [SEP] (collapse), or on them
+            (desertion), down to this fraction of its value at the start or less ...
+        sink_min_change: ... and the share of attention on [CLS] and [SEP] moved by at least this much.
+        outlier_multiple: outlier growth: a layer's largest feed-forward activation above this multiple of its
+            value at the start.
+        patience: measured steps in a row a rule must hold before it raises an alert.
 
     Raises:
         ValueError: a threshold out of its range (fractions in (0, 1), multiples > 1, patience >= 1).
@@ -167,9 +183,6 @@ class Alert:
     value: float
     reference: float
     threshold: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     def describe(self) -> str:
         """One line for a warning: which head (or layer), which rule, since when, the value against its reference."""

@@ -10,7 +10,7 @@ Each signal is one number per probe pass (``docs/statistics.md``, "Run health"):
   the number of examples predicted;
 - ``prediction_std``: the standard deviation of the predictions of a regression head (NaN otherwise);
 - ``loss_mean``: the probe set's loss, Σ w_b ℓ_b / Σ w_b; ``loss_std``: the standard deviation of the per-example
-  losses ℓ_b over the labelled examples;
+  losses ℓ_b over the labelled examples; ``loss_examples``: how many labelled examples (w_b > 0) that is;
 - ``prior_loss``: the loss of the best constant prediction on the probe labels, the loss a model that ignores its
   input can reach: the entropy of the label frequencies (single-label classification), their variance
   (regression); NaN otherwise.
@@ -21,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "GRAD_NORM_PREFIX",
     "HEALTH_SERIES",
+    "LOSS_EXAMPLES",
     "LOSS_MEAN",
     "LOSS_STD",
     "PREDICTED",
@@ -41,6 +42,7 @@ PREDICTED = "predicted"
 PREDICTION_STD = "prediction_std"
 LOSS_MEAN = "loss_mean"
 LOSS_STD = "loss_std"
+LOSS_EXAMPLES = "loss_examples"
 PRIOR_LOSS = "prior_loss"
 
 

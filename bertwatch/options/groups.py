@@ -13,7 +13,7 @@ from typing import Any
 
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.core.modes import MODES, check_mode
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, model_source
 from bertwatch.linguistics.syntax import Sentence
 from bertwatch.options.checks import (
     Checked,
@@ -43,8 +43,10 @@ def _on_by_default(help_text: str, flag: str, off_help: str) -> Any:
 
 
 def _reference(name: str, value: Any) -> Any:
-    """None, a saved model's folder (a path) or a model object."""
-    if isinstance(value, (str, os.PathLike)):
+    """None, a saved model's folder (a path; ``"minilm"``: the packaged model's folder) or a model object."""
+    if isinstance(value, str) and path_or_none(name, value):
+        return model_source(value)
+    if isinstance(value, os.PathLike):
         return path_or_none(name, value)
     if value is None or callable(value):
         return value
@@ -56,15 +58,18 @@ class ProbeOptions(Checked):
     """How the probe pass runs, and at which events it runs besides the cadence (``WatchSettings(probing=...)``).
 
     Args:
-        seed: seed of the sample of the evaluation set that becomes the probe set.
+        seed: seed for drawing the probe examples from the evaluation set.
         batch_size: probe examples per forward pass.
-        max_length: the longest probe text measured, in tokens with specials (None: the model's maximum).
+        max_length: probe texts longer than this many tokens ([CLS] and [SEP] included) are cut to it (None: the
+            model's maximum).
         tokenizer: tokenize the probe texts with this instead of the Trainer's.
         data_collator: collate the probe set with this instead of the Trainer's.
-        reference_model: a model (or its folder) whose attention is the drift reference, instead of the model
-            before its first step.
-        cache_reference: keep the reference's maps in ``<output_dir>/bertwatch/reference.pt`` for resumed runs.
-        compat_length: pad maps to this many tokens for ``drift_cosine``, as Kovaleva's notebook did.
+        reference_model: measure drift from this model (a model, a folder, a Hub name or ``"minilm"``) instead of
+            from the model before its first step.
+        cache_reference: save the starting model's attention in ``<output_dir>/bertwatch/reference.pt``, so that a
+            resumed run measures drift from the same start.
+        compat_length: compute ``drift_cosine`` on attention maps padded to this many tokens, to reproduce
+            Kovaleva et al.'s figures.
         at_start: measure at step 0, before the first optimiser step.
         on_evaluate: measure at every evaluation.
         at_end: measure when training ends.
@@ -77,11 +82,11 @@ class ProbeOptions(Checked):
         256
     """
 
-    seed: int = option(0, "seed of the sample of the evaluation set that becomes the probe set", whole(0),
+    seed: int = option(0, "seed for drawing the probe examples from the evaluation set", whole(0),
                        Flag(("--probe-seed",), "int"))  # fmt: skip
     batch_size: int = option(16, "probe examples per forward pass", whole(1), Flag(("--probe-batch-size",), "int"))
     max_length: int | None = option(
-        DEFAULT_MAX_LENGTH, "the longest probe text measured, in tokens with specials",
+        DEFAULT_MAX_LENGTH, "probe texts longer than this many tokens ([CLS] and [SEP] included) are cut to it",
         whole(2, optional=True, meaning=" (or None: the model's maximum)"),
         Flag(("--probe-max-length",), "int_or_none", metavar="N|none"),
     )  # fmt: skip
@@ -92,16 +97,19 @@ class ProbeOptions(Checked):
         None, "collate the probe set with this instead of the Trainer's", callable_or_none("a collator function")
     )
     reference_model: Any = option(
-        None, "a model (or its folder) whose attention is the drift reference, instead of the model before its "
-        "first step", _reference, Flag(("--reference-model",), "str", metavar="PATH"),
+        None, "measure drift from this model (a folder, a Hub name or 'minilm') instead of from the model before its "
+        "first step",
+        _reference, Flag(("--reference-model",), "str", metavar="PATH"),
     )  # fmt: skip
     cache_reference: bool = _on_by_default(
-        "keep the drift reference in <output_dir>/bertwatch/reference.pt",
+        "save the starting model's attention in <output_dir>/bertwatch/reference.pt, so that a resumed run "
+        "measures drift from the same start",
         "--no-cache-reference",
-        "do not keep the drift reference between resumed runs",
+        "do not save the starting model's attention (a resumed run measures drift from where it resumed)",
     )
     compat_length: int | None = option(
-        None, "pad maps to N tokens for drift_cosine, as Kovaleva's notebook did", whole(1, optional=True),
+        None, "compute drift_cosine on attention maps padded to N tokens, to reproduce Kovaleva et al.'s figures",
+        whole(1, optional=True),
         Flag(("--compat-length",), "int"),
     )  # fmt: skip
     at_start: bool = _on_by_default(
@@ -139,8 +147,8 @@ class AblationOptions(Checked):
     """The ablation sweep that ``ablate_on_end=True`` runs when training ends (``WatchSettings(ablation=...)``).
 
     Args:
-        mode: how a head is disabled: ``"uniform"`` (its attention made uniform, Kovaleva) or ``"zero"`` (its
-            output zeroed, Michel).
+        mode: how a head is switched off: ``"uniform"`` (it attends to every token equally, as Kovaleva et al.) or
+            ``"zero"`` (its output is zeroed, as Michel et al.).
         kwargs: keywords of the sweep: ``eval_dataset=`` (default: the Trainer's), then :func:`bertwatch.ablate`'s
             (``metric``, ``n_resamples``, ``batch_size``, ...).
 
@@ -152,20 +160,37 @@ class AblationOptions(Checked):
         {'n_resamples': 200}
     """
 
-    mode: str = option("uniform", "how a head is disabled", _mode, Flag(("--ablation-mode",), "choice", choices=MODES))
+    mode: str = option(
+        "uniform", "how a head is switched off: uniform (it attends to every token equally) or zero (its output is "
+        "zeroed)", _mode, Flag(("--ablation-mode",), "choice", choices=MODES),
+    )  # fmt: skip
     kwargs: Mapping[str, Any] = option(
         None, "keywords of the sweep: eval_dataset=, then bertwatch.ablate()'s (metric, n_resamples, ...)", _keywords,
-        Flag(("--ablation-kwargs",), "json", metavar="JSON"), factory=dict,
+        Flag(("--ablation-kwargs",), "json", metavar="JSON",
+             help="more settings of the sweep as a JSON object of bertwatch.ablate()'s keywords, e.g. "
+             "'{\"n_resamples\": 200}'"), factory=dict,
     )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class WordClassProbe:
-    """UD-annotated sentences for ``BertWatchCallback(word_classes=...)``.
+    """UD-annotated sentences whose word classes bertwatch measures attention to
+    (``WatchSettings(expert=ExpertOptions(word_classes=WordClassProbe(...)))``).
 
-    ``source`` is a CoNLL-U path or ``bertwatch.linguistics.syntax.Sentence`` objects (``read_conllu``,
-    ``parse_conllu``). The first ``num_sentences`` that fit in ``max_length`` word pieces (default: the callback's
-    ``probe_max_length``, capped by the model's positions) are used, ``batch_size`` per forward pass.
+    Args:
+        source: a CoNLL-U path, or ``bertwatch.linguistics.syntax.Sentence`` objects (``read_conllu``,
+            ``parse_conllu``).
+        num_sentences: how many sentences: the first that fit in ``max_length`` word pieces.
+        batch_size: sentences per forward pass.
+        max_length: the longest sentence used, in word pieces (None: ``ProbeOptions.max_length``, capped by the
+            model's positions).
+
+    Raises:
+        ValueError: a count below 1, or ``max_length`` below 3.
+
+    Example:
+        >>> WordClassProbe("en_ewt-ud-dev.conllu", num_sentences=64).num_sentences
+        64
     """
 
     source: str | os.PathLike | Sequence[Sentence]
@@ -210,15 +235,16 @@ class ExpertOptions(Checked):
     """Extra measurements and the machinery behind them (``WatchSettings(expert=...)``); the defaults suit most runs.
 
     Args:
-        integrated_gradients: add captum's integrated-gradients head attribution (``head_attribution_ig``).
-        ig_steps: integration steps of integrated gradients.
-        normalize_importance: divide ``head_importance`` by each layer's L2 norm.
+        integrated_gradients: also measure each head's integrated-gradients attribution (``head_attribution_ig``;
+            needs captum, slower).
+        ig_steps: steps along the integrated-gradients path (more: closer to exact, slower).
+        normalize_importance: scale ``head_importance`` so that each layer's heads have unit L2 norm.
         word_classes: attention to word classes: True (closed word lists on the probe tokens), or UD annotations
             (a CoNLL-U path, a list of ``Sentence`` or a ``WordClassProbe``).
-        head_clusters: log the heads' JS distance map (MDS) at every probe step.
-        cluster_examples: probe examples the head clusters use.
+        head_clusters: at every measured step, log how alike the heads' attention is (the plugin's Clusters view).
+        cluster_examples: probe examples the Clusters view compares the heads on.
         maps_every_n_steps: write the attention maps every N steps (default 4 x ``every_n_steps``, or every
-            fourth budgeted step; always at step 0 and the end).
+            fourth measured step; always at step 0 and the end).
         log_to_trackers: send each statistic's layer means to the Trainer's ``report_to`` trackers.
 
     Raises:
@@ -230,11 +256,20 @@ class ExpertOptions(Checked):
     """
 
     integrated_gradients: bool = option(
-        False, "add captum's integrated-gradients head attribution", switch(), Flag(("--integrated-gradients",), "true")
+        False,
+        "also measure each head's integrated-gradients attribution (head_attribution_ig; needs captum, slower)",
+        switch(),
+        Flag(("--integrated-gradients",), "true"),
     )
-    ig_steps: int = option(20, "integration steps of integrated gradients", whole(1), Flag(("--ig-steps",), "int"))
+    ig_steps: int = option(
+        20, "steps along the integrated-gradients path (more: closer to exact, slower)", whole(1),
+        Flag(("--ig-steps",), "int"),
+    )  # fmt: skip
     normalize_importance: bool = option(
-        False, "divide head_importance by each layer's L2 norm", switch(), Flag(("--normalize-importance",), "true")
+        False,
+        "scale head_importance so that each layer's heads have unit L2 norm (as Michel et al. did)",
+        switch(),
+        Flag(("--normalize-importance",), "true"),
     )
     word_classes: Any = option(
         False, "attention to word classes: True (closed word lists on the probe tokens), or UD annotations "
@@ -245,13 +280,16 @@ class ExpertOptions(Checked):
              "subjects, objects...) of this treebank's sentences, e.g. UD English-EWT dev"),
     )  # fmt: skip
     head_clusters: bool = option(
-        False, "log the heads' JS distance map (MDS) at every probe step", switch(), Flag(("--head-clusters",), "true")
+        False,
+        "at every measured step, log how alike the heads' attention is (the plugin's Clusters view)",
+        switch(),
+        Flag(("--head-clusters",), "true"),
     )
     cluster_examples: int = option(
-        8, "probe examples the head clusters use", whole(1), Flag(("--cluster-examples",), "int")
+        8, "probe examples the Clusters view compares the heads on", whole(1), Flag(("--cluster-examples",), "int")
     )
     maps_every_n_steps: int | None = option(
-        None, "write the attention maps every N steps (default: 4 x every_n_steps, or every fourth budgeted step; "
+        None, "write the attention maps every N steps (default: 4 x every_n_steps, or every fourth measured step; "
         "always at step 0 and the end)", whole(0, optional=True), Flag(("--maps-every-n-steps",), "int"),
     )  # fmt: skip
     log_to_trackers: bool = _on_by_default(
@@ -262,14 +300,18 @@ class ExpertOptions(Checked):
 
 
 _ALERT_HELP = {
-    "logit_multiple": "logit growth: max_logit above this multiple of its reference",
-    "logit_bound": "logit growth: max_logit above this bound (the tau of QK clipping)",
-    "entropy_fraction": "entropy collapse: entropy below this fraction of its reference",
-    "entropy_min_drop": "entropy collapse: and at least this many nats below it",
-    "sink_fraction": "sink collapse / desertion: the share lost keeps at most this fraction",
-    "sink_min_change": "sink collapse / desertion: and [CLS]+[SEP] mass moved by at least this",
-    "outlier_multiple": "outlier growth: a layer's ffn_inf_norm above this multiple of its reference",
-    "patience": "measured steps in a row a rule must hold before an alert",
+    "logit_multiple": "logit growth: a head's largest attention score (before the softmax) above this multiple of "
+    "its value at the start",
+    "logit_bound": "logit growth: a head's largest attention score above this value, whatever it was at the start",
+    "entropy_fraction": "entropy collapse: a head's attention entropy below this fraction of its value at the start",
+    "entropy_min_drop": "entropy collapse: and fallen by at least this many nats",
+    "sink_fraction": "[CLS]/[SEP] collapse or desertion: the attention off [CLS] and [SEP] (collapse), or on them "
+    "(desertion), down to this fraction of its value at the start or less",
+    "sink_min_change": "[CLS]/[SEP] collapse or desertion: and the share of attention on [CLS] and [SEP] moved by at "
+    "least this much",
+    "outlier_multiple": "outlier growth: a layer's largest feed-forward activation above this multiple of its value "
+    "at the start (the outliers that break INT8)",
+    "patience": "measured steps in a row a rule must hold before it raises an alert",
 }
 #: ``AlertSettings`` (``bertwatch.core.alerts``) holds the thresholds and checks them; here are the help and the flag
 #: of each: ``{field: (help, flag)}``, the flag ``--alert-<field>``.
@@ -282,14 +324,19 @@ ALERT_OPTIONS: dict[str, tuple[str, Flag]] = {
 }
 
 _VERDICT_HELP = {
-    "collapse_share": "collapse: at least this share of the probe examples predicted as one class",
-    "spread_fraction": "collapse of a regression head: the predictions' std at most this fraction of step 0's",
-    "vanish_fraction": "vanishing (failing): every lower layer's gradient norm below this fraction of step 0's",
-    "risk_fraction": "at risk: the lower layers' gradient norm below this fraction of step 0's",
-    "lower_share": "the lower layers: this share of the layers, the first ones (at least one)",
-    "stuck_fraction": "stuck: the probe loss at least this fraction of the best constant prediction's",
-    "patience": "probe steps in a row a collapse and a vanishing gradient or stuck loss hold before failing",
-    "alerts_at_risk": "at risk with at least this many stability alerts in force",
+    "collapse_share": "collapse: this share of the probe examples or more predicted as one class",
+    "spread_fraction": "collapse of a regression head: the spread (std) of its predictions down to this fraction of "
+    "step 0's or less",
+    "vanish_fraction": "failing at once: the predictions collapsed and every lower layer's gradient norm below this "
+    "fraction of step 0's",
+    "risk_fraction": "gradient at risk: the lower layers' gradient norm below this fraction of step 0's",
+    "lower_share": "the lower layers, for the gradient rules: this share of the layers from the input side (at "
+    "least one)",
+    "loss_line": "a loss shows learning when its whole interval is below this fraction of the loss of always "
+    "guessing the label frequencies, and not learning when it is at or above it",
+    "hold_share": "failing once a sign of not learning has lasted this share of the run's steps",
+    "confidence": "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)",
+    "alerts_at_risk": "the run is at risk once this many stability alerts are in force, unless it clearly learns",
 }
 #: ``VerdictSettings`` (``bertwatch.core.verdict``) holds the verdict's thresholds and checks them; here are the help
 #: and the flag of each: ``{field: (help, flag)}``, the flag ``--verdict-<field>`` (``layer_gradients``, on by
@@ -300,18 +347,18 @@ VERDICT_OPTIONS: dict[str, tuple[str, Flag]] = {
             help_text,
             Flag(
                 (f"--verdict-{name.replace('_', '-')}",),
-                *(("int",) if name in ("patience", "alerts_at_risk") else ("float", "X")),
+                *(("int",) if name == "alerts_at_risk" else ("float", "X")),
             ),
         )
         for name, help_text in _VERDICT_HELP.items()
     },
     "layer_gradients": (
-        "the gradient pass takes each encoder layer's gradient norm (the vanishing rule reads them; about 1.5x the "
-        "gradient pass's time)",
+        "measure each layer's gradient norm, which the vanishing-gradient rule reads (the gradient statistics then "
+        "take about 1.5x as long)",
         Flag(
             ("--no-verdict-layer-gradients",),
             "false",
-            help="leave the layers' gradient norms out of the gradient pass (the vanishing rule is then silent)",
+            help="do not measure each layer's gradient norm (faster; the vanishing-gradient rule is then silent)",
         ),
     ),
 }

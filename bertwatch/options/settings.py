@@ -162,8 +162,7 @@ class WatchSettings(Checked):
         None, "statistics to measure (default: the callback's own; `bertwatch stats` lists them all)",
         check_stats(ALL_STATS),
         Flag(("--stats",), "names", metavar="A,B",
-             help="statistics to measure, comma-separated (default: all but the opt-in ones; `bertwatch stats` "
-             "lists them)"),
+             help="statistics to measure, comma-separated (default: those `bertwatch stats` marks with *)"),
     )  # fmt: skip
     every_n_steps: int | None = option(
         None, "measure every N optimiser steps (0: only at start, evaluations and end; None: as often as the "
@@ -172,10 +171,11 @@ class WatchSettings(Checked):
              help="measure every N steps (0: only at start, evaluations and end; default: as the budget allows)"),
     )  # fmt: skip
     overhead_budget: float = option(
-        DEFAULT_OVERHEAD_BUDGET, "bertwatch's share of wall time when every_n_steps is None",
+        DEFAULT_OVERHEAD_BUDGET, "the share of the training time bertwatch may take when every_n_steps is None",
         lambda name, value: check_budget(value),
         Flag(("--overhead-budget",), "float", metavar="SHARE",
-             help="bertwatch's share of wall time when --every-n-steps is not given (default 0.02)"),
+             help="the share of the training time bertwatch may take when --every-n-steps is not given "
+             "(default 0.02)"),
     )  # fmt: skip
     logging_dir: str | os.PathLike | None = option(
         None, "the TensorBoard run folder (default: the Trainer's)", path_or_none,
@@ -210,7 +210,7 @@ class WatchSettings(Checked):
     verdict: VerdictSettings = option(
         None,
         "the thresholds of the run verdict (healthy, at risk, failing)",
-        instance_of(VerdictSettings, "VerdictSettings(patience=5)"),
+        instance_of(VerdictSettings, "VerdictSettings(hold_share=0.3)"),
         factory=VerdictSettings,
     )
     ablation: AblationOptions = option(
@@ -238,11 +238,6 @@ class WatchSettings(Checked):
     def names(cls) -> tuple[str, ...]:
         """Every top-level option name, in declaration order."""
         return tuple(f.name for f in dataclasses.fields(cls))
-
-    @classmethod
-    def from_kwargs(cls, **options: Any) -> WatchSettings:
-        """The defaults with ``options`` set; an unknown name is a ``TypeError`` that suggests the closest."""
-        return cls()._replaced(options, stacklevel=3)
 
     def replace(self, **options: Any) -> WatchSettings:
         """A copy with ``options`` changed (checked as the constructor checks them; unknown names refused)."""

@@ -144,7 +144,7 @@ def _alerts_text(alerts: Mapping[str, Any] | None) -> str:
 
 
 def _verdict_text(training: Mapping[str, Any]) -> str | None:
-    """The run's verdict (``core.verdict``) at its last measured step and since when, its reasons as a list, and
+    """The run's verdict (``core.verdict``) at its last judged step and since when, its reasons as a list, and
     the steps that were not healthy; None when the run wrote no verdict."""
     judged = verdict_steps(dict(training))
     if not judged:
@@ -156,14 +156,14 @@ def _verdict_text(training: Mapping[str, Any]) -> str | None:
         if level != levels[-1]:
             break
         since = step
-    text = f" at step {steps[-1]}, the last measured" + (f", since step {since}" if since != steps[-1] else "")
+    text = f" at step {steps[-1]}, the last judged" + (f", since step {since}" if since != steps[-1] else "")
     reasons = "".join(f"<li>{escape(reason)}</li>" for reason in judged[-1][2])
     counts = []
     for level in (2, 1):
         marked = [step for step, have in zip(steps, levels) if have == level]
         if marked:
             listed = ", ".join(str(step) for step in marked[:6]) + (", ..." if len(marked) > 6 else "")
-            counts.append(f"{LEVELS[level]} at {len(marked)} of {len(steps)} measured steps ({listed})")
+            counts.append(f"{LEVELS[level]} at {len(marked)} of {len(steps)} judged steps ({listed})")
     css = ("healthy", "at-risk", "failing")[levels[-1]]
     return (
         f'<span class="run-verdict {css}" id="run-verdict"><b>{LEVELS[levels[-1]]}</b>{escape(text)}</span>'

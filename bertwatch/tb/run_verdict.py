@@ -15,7 +15,8 @@ import numpy as np
 from tensorboard import errors
 from tensorboard.data import provider
 
-from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, PRIOR_LOSS
+from bertwatch.core.health_names import HEALTH_SERIES, PREDICTION_SHARE
+from bertwatch.core.readings import probe_loss, z_value
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, VerdictSettings, lower_gradient_ratio
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import DOWNSAMPLE
@@ -40,23 +41,30 @@ def health_lines(names: list[str], values: np.ndarray, settings: VerdictSettings
     """The run-health signals as the verdict's rules read them, per step (``values`` ``[steps, names]``, the
     first step the reference): ``lowerGradient``, the largest lower layer's gradient norm over its reference
     value (``core.verdict.lower_gradient_ratio``) and ``lowerLayers``, those layers; ``predictionShare``;
-    ``lossRatio``, the probe loss over the loss of the best constant prediction (NaN where the head gives none)."""
+    ``lossRatio``, the probe loss over the loss of the best constant prediction, and ``lossLow``/``lossHigh``, its
+    interval over the same (``core.readings.probe_loss``, the verdict's reading; NaN where the head gives no
+    constant prediction's loss), and ``lossSays``: 1 learning, 0 not learning, null cannot tell."""
     rows = [dict(zip(names, (float(v) for v in row))) for row in np.asarray(values, dtype=np.float64)]
+    empty = ("lowerGradient", "lowerLayers", "predictionShare", "lossRatio", "lossLow", "lossHigh", "lossSays")
     if not rows:
-        return {"lowerGradient": [], "lowerLayers": [], "predictionShare": [], "lossRatio": []}
+        return {name: [] for name in empty}
     reference = rows[0]
     ratios = [lower_gradient_ratio(row, reference, settings.lower_share) for row in rows]
     layers = next((list(layers) for _, layers in ratios if layers), [])
+    z = z_value(settings.confidence)
+    readings = [probe_loss(row, 0, z, settings.loss_line) for row in rows]
 
-    def ratio(row: dict[str, float]) -> float:
-        loss, prior = row.get(LOSS_MEAN, math.nan), row.get(PRIOR_LOSS, math.nan)
-        return loss / prior if math.isfinite(prior) and prior > 0 else math.nan
+    def share_of(value: str) -> list[float]:
+        return f32_list([getattr(r, value) / r.baseline if r is not None else math.nan for r in readings])
 
     return {
         "lowerGradient": f32_list([r for r, _ in ratios]),
         "lowerLayers": layers,
         "predictionShare": f32_list([row.get(PREDICTION_SHARE, math.nan) for row in rows]),
-        "lossRatio": f32_list([ratio(row) for row in rows]),
+        "lossRatio": share_of("value"),
+        "lossLow": share_of("low"),
+        "lossHigh": share_of("high"),
+        "lossSays": [None if r is None or r.learning is None else int(r.learning) for r in readings],
     }
 
 

@@ -1,12 +1,9 @@
-"""Units of bertwatch.callbacks: probe set, reference cache, error containment, run dir, and the shared pass
-checked against plain loops over eager attention."""
+"""Units of bertwatch.callbacks: probe set, reference cache, the callbacks' statistics and cadence, and the shared
+pass checked against plain loops over eager attention (containment: test_safe.py; the run folder: test_context.py)."""
 
 from __future__ import annotations
 
 import math
-import os
-import warnings
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,16 +13,12 @@ import transformers as T
 from bertwatch.callbacks import (
     AttentionDriftCallback,
     BertWatchCallback,
-    BertWatchWarning,
     EntropyCallback,
     GradientImportanceCallback,
     SetupError,
     SpecialTokenMassCallback,
 )
-from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
-from bertwatch.callbacks._safe import contained
 from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, sample_indices
-from bertwatch.heads.capture import UnsupportedModelError
 from bertwatch.options.settings import ProbeSettings
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
@@ -133,40 +126,6 @@ def test_reference_cache_round_trip_in_float16(tmp_path) -> None:
     assert not list(cache.path.parent.glob("*.tmp*"))
 
 
-# ------------------------------------------------------------------------------------------------ containment
-
-
-class _Dummy:
-    def __init__(self, strict: bool, error: Exception) -> None:
-        self.strict, self.error, self.disabled, self.calls = strict, error, False, 0
-
-    def disable(self, message=None):
-        self.disabled = True
-        warnings.warn(message, BertWatchWarning, stacklevel=2)
-
-    @contained("on_step_end")
-    def on_step_end(self):
-        self.calls += 1
-        raise self.error
-
-
-def test_contained_warns_once_and_stops_the_monitor() -> None:
-    dummy = _Dummy(False, RuntimeError("boom"))
-    with pytest.warns(BertWatchWarning, match="_Dummy stopped .* on_step_end: RuntimeError: boom") as record:
-        for _ in range(3):
-            assert dummy.on_step_end() is None
-    assert len(record) == 1 and dummy.calls == 1 and dummy.disabled
-
-
-def test_contained_reraises_when_strict_and_for_setup_errors() -> None:
-    with pytest.raises(RuntimeError, match="boom"):
-        _Dummy(True, RuntimeError("boom")).on_step_end()
-    with pytest.raises(SetupError):
-        _Dummy(False, SetupError("bad config")).on_step_end()
-    with pytest.raises(UnsupportedModelError):
-        _Dummy(False, UnsupportedModelError("gpt2")).on_step_end()
-
-
 # ------------------------------------------------------------------------------------------------ configuration
 
 
@@ -204,25 +163,6 @@ def test_one_watched_run_only_for_equal_probe_settings() -> None:
     a, b = BertWatchCallback(), EntropyCallback()
     assert a.probe_settings == b.probe_settings and hash(a.probe_settings) == hash(b.probe_settings)
     assert EntropyCallback(num_probe_examples=8).probe_settings != a.probe_settings
-
-
-def test_tensorboard_run_dir_resolution(tmp_path, monkeypatch) -> None:
-    from transformers.integrations import TensorBoardCallback
-
-    args = SimpleNamespace(output_dir=str(tmp_path))
-    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
-    assert tensorboard_run_dir(args, TrainerContext(), tmp_path / "x") == str(tmp_path / "x")
-    default = tensorboard_run_dir(args, TrainerContext())
-    assert os.path.dirname(default) == os.path.join(str(tmp_path), "runs")
-    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "env"))
-    assert tensorboard_run_dir(args, TrainerContext()) == str(tmp_path / "env")
-    tb = TensorBoardCallback()
-    handler = SimpleNamespace(callbacks=[tb])
-    tb.logging_dir = None
-    chosen = tensorboard_run_dir(args, TrainerContext(handler=handler))
-    assert tb.logging_dir == chosen  # the TensorBoardCallback writes into the same run
-    tb.tb_writer = SimpleNamespace(log_dir=str(tmp_path / "tbw"))
-    assert tensorboard_run_dir(args, TrainerContext(handler=handler)) == str(tmp_path / "tbw")
 
 
 def test_lazy_exports_from_package_root() -> None:

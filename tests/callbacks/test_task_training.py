@@ -70,7 +70,7 @@ def _masks():
     return unit_masks(LAYERS, HEADS)
 
 
-#: Each head with one disabling mode, both modes over the seven (the other is checked in test_ablation_tasks).
+#: Each head with one disabling mode, both modes over the seven (the other is checked in tests/ablation/test_task_types.py).
 MODES = ("uniform", "zero", "uniform", "zero", "uniform", "zero", "uniform")
 
 

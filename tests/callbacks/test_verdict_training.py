@@ -1,6 +1,7 @@
-"""The run-health signals and the verdict in a training run: the callback's ``health`` history, the ``run_health``
-and ``verdict`` series in the event file, and ``on_alert="stop"`` acting on a failing verdict (a checkpoint saved,
-the run stopped, the reasons in a warning)."""
+"""The run-health signals and the verdict in a training run: the callback's ``health`` history, the evidence it
+hands the verdict (its probe passes, the Trainer's evaluations and logged training loss), the ``run_health`` and
+``verdict`` series in the event file, the verdict replayed from the Trainer's own log equal to the live one, and
+``on_alert="stop"`` acting on a failing verdict (a checkpoint saved, the run stopped, the reasons in a warning)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks import BertWatchCallback, GradientImportanceCallback
 from bertwatch.core.alerts import Alert
+from bertwatch.core.evidence import Constant, Evidence
 from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, grad_norm_name
-from bertwatch.core.verdict import VERDICT_SERIES, VerdictSettings
+from bertwatch.core.verdict import VERDICT_SERIES, VerdictSettings, judge
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.options.groups import ExpertOptions
 from bertwatch.tb.metadata import series_tag, text_tag
@@ -59,12 +61,72 @@ def test_health_is_kept_and_written_with_the_verdict_at_each_probe_step(tmp_path
 
 
 def test_stop_acts_on_a_failing_verdict(tmp_path) -> None:
-    easy = VerdictSettings(collapse_share=0.01, stuck_fraction=0.01, patience=1)  # every step after 0 "fails"
-    with pytest.warns(BertWatchWarning, match="bertwatch verdict at step 2: failing: predictions have collapsed"):
-        callback, trainer = _train(tmp_path, easy, on_alert="stop")
-    assert trainer.state.global_step == 2 and callback.alerting.stop_requested_at == 2
+    """The toy run predicts one class with its losses at the constant prediction's: failing at step 4, once that
+    has held 20% of its 6 steps."""
+    with pytest.warns(BertWatchWarning, match="bertwatch verdict at step 4: failing: 6 of 6 probe predictions"):
+        callback, trainer = _train(tmp_path, on_alert="stop")
+    assert trainer.state.global_step == 4 and callback.alerting.stop_requested_at == 4
     assert callback.alerting.stop_reason == f"verdict: {callback.alerting.verdict.describe()}"
-    assert glob.glob(str(tmp_path / "out" / "checkpoint-2"))
+    assert glob.glob(str(tmp_path / "out" / "checkpoint-4"))
+
+
+class AlertsInForce(TrainerCallback):
+    """After bertwatch's own events, the stability alerts in force at each step it measured (as
+    ``benchmarks/bench_failures.py`` records them)."""
+
+    def __init__(self, callback) -> None:
+        self.callback, self.counts = callback, {}
+
+    def _note(self, state) -> None:
+        for step, _ in self.callback.health:
+            self.counts.setdefault(step, len(self.callback.alerting.alerts))
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._note(state)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._note(state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._note(state)
+
+
+def test_the_live_verdict_is_the_verdict_replayed_from_the_trainers_own_log(tmp_path) -> None:
+    """The callback collects every evaluation and logged training loss; the verdict written at each step is
+    ``judge`` of the evidence rebuilt from the Trainer's ``log_history``, the run-health history and the alerts
+    in force, cut to that step."""
+    callback = BertWatchCallback(every_n_steps=3, num_probe_examples=6, quiet=True, on_alert="none")
+    trainer = toy_trainer(tmp_path / "out", [], eval_strategy="steps", eval_steps=2, logging_steps=1, max_steps=8)
+    callback.set_trainer(trainer)
+    trainer.add_callback(callback)
+    alerts = AlertsInForce(callback)
+    trainer.add_callback(alerts)
+    trainer.train()
+    replayed = Evidence(
+        max_steps=8,
+        eval_constant=Constant.of_labels(trainer.eval_dataset["label"]),
+        train_constant=Constant.of_labels(trainer.train_dataset["label"]),
+    )
+    for entry in trainer.state.log_history:
+        replayed.note_log(entry["step"], entry)
+    for step, health in callback.health:
+        replayed.note_probe(step, health)
+        replayed.note_alerts(step, alerts.counts[step])
+    kept = callback.run_evidence.evidence
+    assert kept.losses == replayed.losses and len(kept.losses) == 8  # every logged training loss
+    assert [s for s, _ in kept.evaluations] == [2, 4, 6, 8] and kept.evaluations == replayed.evaluations
+    assert judge(replayed) == callback.alerting.verdict
+    written = dict(_levels(tmp_path))
+    texts = _texts(tmp_path)
+    assert {0, 3, 6, 8} <= set(written)  # every probe step, and the steps where the level changed
+    for step, level in written.items():
+        verdict = judge(replayed.until(step))
+        assert (level, texts[step]) == (verdict.level, list(verdict.reasons)), step
+    assert any("eval loss" in r for r in callback.alerting.verdict.reasons)
+
+
+def _levels(tmp_path) -> list[tuple[int, int]]:
+    return [(e.step, int(tensor_util.make_ndarray(e.tensor_proto)[0])) for e in _series(tmp_path, VERDICT_SERIES)]
 
 
 class Recorder(TrainerCallback):
@@ -88,13 +150,12 @@ def _tracked(tmp_path, *callbacks) -> tuple[Recorder, list]:
 
 
 def test_each_steps_reasons_are_kept_in_the_verdict_text(tmp_path) -> None:
-    easy = VerdictSettings(collapse_share=0.01, risk_fraction=1.0, vanish_fraction=1.0, patience=2)
-    callback, _ = _train(tmp_path, easy)
+    callback, _ = _train(tmp_path)
     texts = _texts(tmp_path)
     assert sorted(texts) == [step for step, _ in callback.health]
     assert texts[max(texts)] == list(callback.alerting.verdict.reasons)
-    assert texts[0] == []  # step 0 is the reference: healthy, no reasons
-    # at risk at step 2 (a collapse now), failing from step 4 (held for 2 steps): each step keeps its own words
+    assert texts[0] == []  # step 0 is the reference: nothing to judge yet
+    # at risk at step 2 (a collapse now), failing from step 4 (held 20% of training): each step its own words
     assert texts[2] != texts[4] and all(texts[s] for s in texts if s > 0)
     assert any("since step 2" in line for line in texts[4])
 
@@ -134,20 +195,22 @@ def test_no_verdict_reaches_the_trackers_without_log_to_trackers(tmp_path) -> No
 
 
 def test_the_verdict_option_changes_the_verdict(tmp_path) -> None:
-    """The toy run predicts one class with its loss at the prior's: failing by default; with a patience longer
-    than the run it is at risk only, and the thresholds written with the verdict are the ones given."""
+    """The toy run predicts one class with its losses at the constant prediction's: failing from step 4 by default
+    (held 20% of its 6 steps); asked to wait for a sign held as long as the run, at risk at step 4 and failing only
+    at the end, where its predictions are all one class. The thresholds written with the verdict are the ones
+    given."""
     default, _ = _train(tmp_path / "default")
-    patient, _ = _train(tmp_path / "patient", VerdictSettings(patience=10))
-    assert default.alerting.verdict.label == "failing"
-    assert patient.alerting.verdict.label == "at risk"
-    assert patient.alerting.verdict_settings == VerdictSettings(patience=10)
+    patient, _ = _train(tmp_path / "patient", VerdictSettings(hold_share=1.0))
+    assert dict(_levels(tmp_path / "default")) == {0: 0, 2: 1, 4: 2, 6: 2}
+    assert dict(_levels(tmp_path / "patient")) == {0: 0, 2: 1, 4: 1, 6: 2}
+    assert patient.alerting.verdict.reasons[0].endswith("at the end of training: the run ends predicting a constant")
+    assert patient.alerting.verdict_settings == VerdictSettings(hold_share=1.0)
     assert [h for _, h in default.health] == [h for _, h in patient.health]  # the same run, judged otherwise
 
 
 def test_a_callable_on_alert_is_given_alerts_only(tmp_path) -> None:
     given = []
-    easy = VerdictSettings(collapse_share=0.01, stuck_fraction=0.01, patience=1)
-    callback, trainer = _train(tmp_path, easy, on_alert=lambda alerts: given.append(list(alerts)) or "stop")
+    callback, trainer = _train(tmp_path, on_alert=lambda alerts: given.append(list(alerts)) or "stop")
     assert callback.alerting.verdict.label == "failing" and trainer.state.global_step == 6  # not stopped
     assert all(isinstance(alert, Alert) for alerts in given for alert in alerts)
     assert callback.alerting.stop_reason is None

@@ -1,4 +1,6 @@
-"""The verdict's rules on hand-made health histories: a noisy healthy run is never failing, a collapsed run is."""
+"""The verdict on hand-made evidence: a dead run measured three times fails at once; a run whose evaluations beat
+the constant prediction is not at risk for its 32-example probe loss; noisy healthy runs stay healthy; every
+rule at its edge and the words it gives."""
 
 from __future__ import annotations
 
@@ -7,7 +9,9 @@ import math
 import numpy as np
 import pytest
 
+from bertwatch.core.evidence import Constant, Evidence
 from bertwatch.core.health_names import (
+    LOSS_EXAMPLES,
     LOSS_MEAN,
     LOSS_STD,
     PREDICTED,
@@ -17,108 +21,270 @@ from bertwatch.core.health_names import (
     PRIOR_LOSS,
     grad_norm_name,
 )
-from bertwatch.core.verdict import VerdictSettings, judge_run, lower_gradient_ratio
+from bertwatch.core.verdict import VerdictSettings, judge, lower_gradient_ratio
 
 pytestmark = pytest.mark.fast
 
 LAYERS = 6
+LN2 = math.log(2)
 
 
-def _health(share: float, loss: float, norms: list[float], examples: int = 32) -> dict[str, float]:
-    out = {grad_norm_name(l): n for l, n in enumerate(norms)}
-    count = round(share * examples)
-    out.update({PREDICTION_SHARE: count / examples, PREDICTION_COUNT: count, PREDICTED: examples})
-    out.update({PREDICTION_STD: math.nan, LOSS_MEAN: loss, LOSS_STD: 0.1})
+def health(share: float, loss: float, norms: list[float], std: float = 0.1, prior: float = LN2, n: int = 32):
+    """Run-health values of a 6-layer classifier on ``n`` probe examples."""
+    out = {grad_norm_name(layer): value for layer, value in enumerate(norms)}
+    count = round(share * n)
+    out.update({PREDICTION_SHARE: count / n, PREDICTION_COUNT: count, PREDICTED: n, PREDICTION_STD: math.nan})
+    out.update({LOSS_MEAN: loss, LOSS_STD: std, LOSS_EXAMPLES: n, PRIOR_LOSS: prior})
     return out
 
 
-def _noisy_healthy(seed: int, steps: int = 15) -> list[tuple[int, dict[str, float]]]:
-    """Predictions on one class at the start, then mixed; loss falling with noise; gradients up and down."""
-    rng = np.random.default_rng(seed)
-    history = []
-    for k in range(steps):
-        share = 1.0 if k < 2 else float(rng.uniform(0.5, 0.9))
-        loss = 0.69 * (1 - 0.3 * k / steps) * float(rng.uniform(0.93, 1.07))
-        norms = list(rng.lognormal(0.0, 0.8, LAYERS))
-        history.append((20 * k, _health(share, loss, norms)))
-    return history
+def linear_rates(steps: int, peak: float, warmup: float = 0.1) -> list[float]:
+    """The Trainer's linear schedule with warm-up: the learning rate after each step 1..steps."""
+    top = max(1, round(steps * warmup))
+    return [peak * s / top if s < top else peak * (steps - s) / (steps - top) for s in range(1, steps + 1)]
 
 
-def _collapsed(steps: int = 10, at: int = 3) -> list[tuple[int, dict[str, float]]]:
-    """Learning at first, then every probe example on one class, the loss back at ln 2, the lower layers'
-    gradients vanishing."""
-    history = []
-    for k in range(steps):
-        if k < at:
-            history.append((20 * k, _health(0.6, 0.69 - 0.01 * k, [1.0] * LAYERS)))
-        else:
-            fade = 10.0 ** -(k - at + 1)
-            history.append((20 * k, _health(1.0, 0.693, [fade] * 3 + [0.5] * 3)))
-    return history
+def log_losses(e: Evidence, losses: list[float], rates: list[float], every: int = 10) -> None:
+    """Log the mean loss of each ``every`` steps and the learning rate then, as the Trainer's ``on_log``."""
+    for end in range(every, len(losses) + 1, every):
+        e.note_log(end, {"loss": float(np.mean(losses[end - every : end])), "learning_rate": rates[end - 1]})
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_a_noisy_healthy_run_is_never_failing(seed: int) -> None:
-    history = _noisy_healthy(seed)
-    for end in range(1, len(history) + 1):
-        verdict = judge_run(history[:end])
-        assert verdict.level < 2, verdict.describe()
-    assert judge_run(history).level == 0
+def dead_run() -> Evidence:
+    """The issue's run: learning rate 5e-3, 40 steps, the default cadence (step 0, step 20, the end), every probe
+    prediction in one class and the lower layers' gradient at 0.18% of step 0's, 21 alerts in force."""
+    e = Evidence(max_steps=40, eval_constant=None)
+    e.note_probe(0, health(0.72, 0.70, [1.0] * LAYERS, std=0.02))
+    e.note_alerts(0, 0)
+    e.note_probe(20, health(1.0, 0.72, [0.004, 0.003, 0.002, 0.5, 0.5, 0.5], std=0.3))
+    e.note_alerts(20, 14)
+    e.note_probe(40, health(1.0, 0.71, [0.0018, 0.0012, 0.001, 0.4, 0.4, 0.4], std=0.3))
+    e.note_alerts(40, 21)
+    return e
 
 
-def test_a_collapsed_run_is_failing_and_says_why() -> None:
-    history = _collapsed()
-    verdict = judge_run(history)
+def test_a_dead_run_measured_three_times_is_failing_at_once() -> None:
+    e = dead_run()
+    verdict = judge(e)
+    assert verdict.label == "failing" and verdict.step == 40
+    assert verdict.reasons[0] == (
+        "32 of 32 probe predictions in one class and the gradient norm of layers 0-1 at 0.18% of its step-0 value "
+        "at step 40: a run in this state does not learn"
+    )
+    assert "21 stability alerts in force" in verdict.reasons
+    assert judge(e.until(20)).label == "failing"  # already at the second probe pass, whatever the cadence
+    assert judge(e.until(0)).label == "healthy"  # the reference alone says nothing
+
+
+def learning_run(accuracy: float = 0.648) -> Evidence:
+    """The issue's other run: it learned (dev accuracy 0.648 against the majority's 0.523 on 500 examples), but
+    its 32-example probe loss (0.689) sits above the constant prediction's (0.621) with a wide spread."""
+    e = Evidence(max_steps=100, eval_constant=Constant(0.523, 0.692, 500))
+    e.note_probe(0, health(0.72, 0.70, [1.0] * LAYERS, std=0.02, prior=0.621))
+    for step in (20, 40, 60, 80, 100):
+        e.note_probe(step, health(0.66, 0.689, [3.0] * LAYERS, std=0.55, prior=0.621))
+        e.note_evaluation(step, {"eval_loss": 0.64, "eval_accuracy": accuracy, "eval_runtime": 3.1})
+    return e
+
+
+def test_evaluations_that_beat_the_constant_outweigh_a_probe_loss_above_it() -> None:
+    verdict = judge(learning_run())
+    assert verdict.label == "healthy"
+    assert verdict.reasons[0] == (
+        "eval accuracy 0.648 over 500 examples, 0.125 above the majority's 0.523 (95% interval 0.605 to 0.689)"
+    )
+    # the probe loss alone cannot tell: 0.689 ± 0.19 on 32 examples
+    e = learning_run()
+    e.evaluations.clear()
+    verdict = judge(e)
+    assert verdict.label == "healthy" and verdict.reasons == ()
+
+
+def test_an_evaluation_at_the_majority_puts_a_run_at_risk_and_fails_it_once_it_has_held() -> None:
+    e = learning_run(accuracy=0.523)
+    assert judge(e.until(20)).label == "at risk"  # one evaluation, 20% of training in
+    verdict = judge(e.until(40))  # two, 20% of training apart
     assert verdict.label == "failing"
-    text = verdict.describe()
-    assert "predictions have collapsed to one class on 32 of 32 probe examples since step 60" in text
-    assert "the gradient norm of layers 0-1 fell below 1% of its step-0 value" in text
-    assert judge_run(history[:4]).label == "at risk"  # one collapsed step: not yet failing
+    assert verdict.reasons[0].endswith("no better than predicting the majority class since step 20 (20% of training)")
+    assert judge(e).label == "failing"
+    # an evaluation within its interval of the majority's during training: at risk, and it says it cannot tell
+    close = learning_run(accuracy=0.55)
+    verdict = judge(close.until(80))
+    assert verdict.label == "at risk"
+    assert verdict.reasons[0].endswith(
+        "(95% interval 0.506 to 0.593): cannot tell it from predicting the majority class"
+    )
 
 
-def test_collapse_with_a_stuck_loss_alone_is_failing() -> None:
-    history = [(10 * k, _health(1.0, 0.70, [1.0] * LAYERS)) for k in range(5)]
-    history[0] = (0, _health(0.5, 0.70, [1.0] * LAYERS))
-    verdict = judge_run(history)
-    assert verdict.level == 2 and any("probe loss has not fallen" in r for r in verdict.reasons)
+def test_an_evaluation_not_above_the_majority_at_the_end_fails_the_run() -> None:
+    e = learning_run()
+    e.evaluations[-1][1]["eval_accuracy"] = 0.51
+    verdict = judge(e)
+    assert verdict.label == "failing"
+    assert "0.013 below the majority's 0.523" in verdict.reasons[0]
+    assert verdict.reasons[0].endswith("the run ends no better than predicting the majority class")
+    # at the end, an accuracy that cannot be told from the majority's is a failed run (Mosbach et al.'s definition)
+    assert judge(learning_run(accuracy=0.55)).label == "failing"
 
 
-def test_a_loss_that_only_fell_to_the_prior_is_stuck() -> None:
-    """Imbalanced labels (70/30): a run that predicts the majority class lowers its loss from ln 2 to the labels'
-    entropy (0.61) and no further; a run that learns goes below it."""
-    prior = -(0.7 * math.log(0.7) + 0.3 * math.log(0.3))
+def stalled_run(seed: int, steps: int = 150, noise: float = 0.04, level: float = LN2) -> Evidence:
+    """A run whose training loss stays at ln 2 (balanced binary labels) with batch noise while the learning rate
+    warms up and decays; probed at step 0 and the end only (the default cadence of a run that never evaluates)."""
+    rng = np.random.default_rng(seed)
+    e = Evidence(max_steps=steps, train_constant=Constant(0.5, LN2, steps * 16))
+    losses = list(level + noise * rng.standard_normal(steps))
+    log_losses(e, losses, linear_rates(steps, 1e-3))
+    return e
 
-    def point(share: float, loss: float) -> dict[str, float]:
-        return {**_health(share, loss, [1.0] * LAYERS), PRIOR_LOSS: prior}
 
-    collapsed = [(0, point(0.6, 0.69))] + [(10 * k, point(1.0, prior + 0.005)) for k in range(1, 5)]
-    verdict = judge_run(collapsed)
-    assert verdict.level == 2
-    assert any("for the best constant prediction" in reason for reason in verdict.reasons)
-    learning = [(0, point(0.6, 0.69))] + [(10 * k, point(0.7, prior * (1 - 0.05 * k))) for k in range(1, 5)]
-    assert judge_run(learning).level == 0
+def test_a_training_loss_at_its_start_in_the_decay_fails_the_run_once_it_has_held() -> None:
+    e = stalled_run(0)
+    verdict = judge(e)
+    assert verdict.label == "failing"
+    assert verdict.reasons[0].startswith("training loss 0.69")
+    assert "over the last 20% of training, the learning rate falling since step 20" in verdict.reasons[0]
+    assert judge(e.until(20)).label == "healthy"  # warming up: the rate has not fallen yet
+    assert judge(e.until(40)).label == "at risk"  # falling since step 20, but not for 20% of training
+
+
+def test_the_noise_of_the_logged_losses_is_accounted_for() -> None:
+    """A loss that fell 4% with noise ten times larger cannot be told from its start: not "not below it"."""
+    rng = np.random.default_rng(3)
+    steps = 150
+    e = Evidence(max_steps=steps, train_constant=Constant(0.5, LN2, 2400))
+    trend = np.linspace(LN2, 0.96 * LN2, steps)
+    losses = list(trend + 1.2 * rng.standard_normal(steps))  # ± 0.38 a logged mean of 10 steps
+    log_losses(e, losses, linear_rates(steps, 1e-4))
+    verdict = judge(e)
+    assert verdict.label == "healthy" and verdict.reasons == ()
+
+
+def noisy_healthy(seed: int, steps: int = 200, every: int = 20, evaluate: bool = True) -> Evidence:
+    """A run that learns: the probe loss falls around a curve with the spread of 32 examples (sometimes above the
+    constant's early on), the training loss falls with batch noise, the predictions one class at first, the
+    gradients up and down; evaluated (or not) at each probe pass."""
+    rng = np.random.default_rng(seed)
+    e = Evidence(max_steps=steps, train_constant=Constant(0.56, 0.686, steps * 16))
+    if evaluate:
+        e.eval_constant = Constant(0.52, 0.692, 500)
+    curve = lambda s: LN2 * (1 - 0.45 * s / steps)  # noqa: E731
+    batch_losses = [max(0.01, curve(s) + 0.25 * rng.standard_normal()) for s in range(1, steps + 1)]
+    rates = linear_rates(steps, 1e-4)
+    for step in range(0, steps + 1, every):
+        share = 1.0 if step < 2 * every else float(rng.uniform(0.5, 0.85))
+        std = 0.03 if step == 0 else 0.2 + 0.5 * step / steps
+        loss = curve(step) + std / math.sqrt(31) * float(rng.standard_normal())
+        norms = list(rng.lognormal(1.0 if step else 0.0, 0.8, LAYERS))
+        e.note_probe(step, health(share, loss, norms, std=std, prior=0.686))
+        e.note_alerts(step, int(rng.integers(0, 3)) if step > steps // 2 else 0)
+        if evaluate and step:
+            accuracy = min(0.9, 0.52 + 0.3 * step / steps + 0.02 * float(rng.standard_normal()))
+            e.note_evaluation(step, {"eval_accuracy": accuracy, "eval_loss": curve(step)})
+        log_losses(e, batch_losses[:step], rates[:step])
+        e.losses = sorted(dict(e.losses).items())
+        e.rates = sorted(dict(e.rates).items())
+    return e
+
+
+@pytest.mark.parametrize("evaluate", [True, False])
+@pytest.mark.parametrize("seed", range(15))
+def test_noisy_healthy_runs_are_never_failing_and_end_healthy(seed: int, evaluate: bool) -> None:
+    e = noisy_healthy(seed, evaluate=evaluate)
+    for step in sorted({s for s, _ in e.probes} | {s for s, _ in e.losses}):
+        verdict = judge(e.until(step))
+        assert verdict.level < 2, (step, verdict.describe())
+    end = judge(e)
+    assert end.label == "healthy", end.describe()
+    assert end.reasons and end.reasons[0].startswith("eval accuracy" if evaluate else "training loss")
+
+
+def test_a_collapse_with_the_probe_loss_at_the_constant_fails_once_it_has_held() -> None:
+    e = Evidence(max_steps=100)
+    e.note_probe(0, health(0.6, 0.70, [1.0] * LAYERS, std=0.02))
+    for step in (10, 20, 30):
+        e.note_probe(step, health(1.0, 0.694, [0.8] * LAYERS, std=0.01))
+    assert judge(e.until(10)).label == "at risk"  # a collapse now, the loss at the constant's
+    assert judge(e.until(20)).label == "at risk"  # held 10 steps: 10% of training
+    verdict = judge(e)
+    assert verdict.label == "failing"
+    assert verdict.reasons[0] == (
+        "32 of 32 probe predictions in one class and the probe loss not learning since step 10 (20% of training)"
+    )
+
+
+def test_a_run_that_ends_predicting_one_class_fails() -> None:
+    """At the end of training a collapse is the final model predicting a constant: failing, unless an evaluation
+    shows it above the majority class."""
+    e = Evidence(max_steps=80, eval_constant=Constant(0.684, 0.624, 408))
+    e.note_probe(0, health(0.69, 0.694, [1.0] * LAYERS, std=0.02, prior=0.62))
+    e.note_probe(80, health(1.0, 0.717, [1.5] * LAYERS, std=0.4, prior=0.62))  # the loss cannot tell
+    verdict = judge(e)
+    assert verdict.label == "failing"
+    assert verdict.reasons[0] == (
+        "32 of 32 probe predictions in one class at the end of training: the run ends predicting a constant"
+    )
+    assert judge(e.until(0)).label == "healthy"
+    mid = Evidence(max_steps=160, probes=e.probes)  # the same collapse half-way: at risk
+    assert judge(mid).label == "at risk"
+    e.note_evaluation(80, {"eval_accuracy": 0.75})  # 0.75 [0.71, 0.79] over 408 pairs: above the majority's 0.684
+    assert judge(e).label == "healthy" and judge(e).reasons[-1].endswith("(outweighed)")
+
+
+def test_non_finite_values_fail_at_once() -> None:
+    base = health(0.5, 0.7, [1.0] * LAYERS)
+    e = Evidence(max_steps=1000)
+    e.note_probe(0, base)
+    e.note_probe(5, {**base, LOSS_MEAN: math.nan})
+    assert judge(e).label == "failing" and "probe loss is not finite at step 5" in judge(e).reasons[0]
+    e = Evidence(max_steps=1000)
+    e.note_log(10, {"loss": 0.69, "learning_rate": 1e-5})
+    e.note_log(20, {"loss": math.inf, "learning_rate": 2e-5})
+    assert judge(e).reasons == ("the training loss is not finite (inf) at step 20",)
+
+
+def test_alerts_put_a_run_at_risk_unless_it_clearly_learns() -> None:
+    e = Evidence(max_steps=100)
+    e.note_probe(0, health(0.5, 0.7, [1.0] * LAYERS))
+    e.note_probe(10, health(0.6, 0.69, [1.0] * LAYERS, std=0.3))
+    e.note_alerts(10, 3)
+    verdict = judge(e)
+    assert verdict.label == "at risk" and verdict.reasons == ("3 stability alerts in force",)
+    e.note_probe(20, health(0.6, 0.35, [1.0] * LAYERS, std=0.3))  # the probe loss clearly below ln 2
+    e.note_alerts(20, 3)
+    verdict = judge(e)
+    assert verdict.label == "healthy"
+    assert verdict.reasons[-1] == "3 stability alerts in force (outweighed)"
+
+
+def test_a_clear_evaluation_overrules_a_stalled_training_loss() -> None:
+    e = stalled_run(1)
+    e.eval_constant = Constant(0.5, LN2, 872)
+    e.note_evaluation(150, {"eval_accuracy": 0.8})
+    verdict = judge(e)
+    assert verdict.label == "healthy"
+    assert verdict.reasons[0].startswith("eval accuracy 0.800 over 872 examples")
+    assert verdict.reasons[1].endswith("(outweighed)")
 
 
 def test_regression_collapse_reads_the_prediction_spread() -> None:
     def point(std: float, loss: float) -> dict[str, float]:
         return {PREDICTION_SHARE: math.nan, PREDICTION_STD: std, LOSS_MEAN: loss}
 
-    history = [(0, point(1.0, 1.0))] + [(k, point(0.01, 1.0)) for k in range(1, 5)]
-    assert judge_run(history).level == 2
-    assert judge_run([(0, point(1.0, 1.0)), (1, point(0.5, 0.5))]).level == 0
-
-
-def test_non_finite_loss_is_failing_and_alerts_put_a_run_at_risk() -> None:
-    base = _health(0.5, 0.7, [1.0] * LAYERS)
-    assert judge_run([(0, base), (5, {**base, LOSS_MEAN: math.nan})]).level == 2
-    verdict = judge_run([(0, base), (5, base)], alerts=3)
-    assert verdict.level == 1 and verdict.reasons == ("3 stability alerts in force",)
+    e = Evidence(max_steps=10)
+    e.note_probe(0, point(1.0, 1.0))
+    e.note_probe(5, point(0.01, 1.0))
+    verdict = judge(e)
+    assert verdict.label == "at risk"
+    assert verdict.reasons[0].startswith("the probe predictions nearly constant (std 0.01 against 1 at step 0)")
 
 
 def test_signals_a_task_head_cannot_give_leave_their_rules_silent() -> None:
     blank = {grad_norm_name(l): math.nan for l in range(LAYERS)} | {PREDICTION_SHARE: math.nan, LOSS_MEAN: math.nan}
-    assert judge_run([(0, blank), (5, blank), (10, blank), (15, blank)]).level == 0
-    assert judge_run([]) is None
+    e = Evidence(max_steps=20)
+    for step in (0, 5, 10, 15):
+        e.note_probe(step, blank)
+    assert judge(e).label == "healthy"
+    assert judge(Evidence()) is None
 
 
 def test_lower_layers_are_the_first_third() -> None:
@@ -128,9 +294,13 @@ def test_lower_layers_are_the_first_third() -> None:
 
 
 def test_settings_are_checked() -> None:
-    with pytest.raises(ValueError, match="patience"):
-        VerdictSettings(patience=0)
+    with pytest.raises(ValueError, match="alerts_at_risk"):
+        VerdictSettings(alerts_at_risk=0)
     with pytest.raises(ValueError, match="collapse_share"):
         VerdictSettings(collapse_share=1.5)
+    with pytest.raises(ValueError, match="confidence"):
+        VerdictSettings(confidence=1.0)
     with pytest.raises(ValueError, match="vanish_fraction"):
         VerdictSettings(vanish_fraction=0.5, risk_fraction=0.1)
+    with pytest.raises(TypeError, match="layer_gradients"):
+        VerdictSettings(layer_gradients=1)

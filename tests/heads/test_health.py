@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bertwatch.core.health_names import (
+    LOSS_EXAMPLES,
     LOSS_MEAN,
     LOSS_STD,
     PREDICTION_SHARE,
@@ -177,6 +178,7 @@ def test_predictions_and_losses_match_numpy_loops() -> None:
     mean = sum(losses) / len(losses)
     assert got[LOSS_MEAN] == pytest.approx(mean, rel=1e-5)
     assert got[LOSS_STD] == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in losses) / len(losses)), rel=1e-4)
+    assert got[LOSS_EXAMPLES] == len(losses)  # the labelled examples, -100 left out
     assert math.isnan(got[PREDICTION_STD])
     labels = [int(y) for batch in batches for y in batch["labels"] if int(y) != -100]
     shares = [labels.count(c) / len(labels) for c in set(labels)]

@@ -135,6 +135,25 @@ def test_transformed_norms_equal_the_quadratic_form_also_for_a_pruned_head(prune
     assert bool((got[:, 1, 1] < 1e-6).all()) == prune  # layer 1, head 1 moves nothing once pruned
 
 
+def test_a_head_with_non_finite_weights_gets_nan_norms_and_the_others_exact():
+    """A diverged run: one head's output projection holds a NaN. Its factor and norms are NaN (no linear-algebra
+    error stops the pass); every other head's norms are still the quadratic form's."""
+    model = tiny_model("bert")
+    with torch.no_grad():
+        output_projections(model)[0].weight[3, 8] = float("nan")  # layer 0, head 1 (columns 8..15)
+    grams = head_grams(model)
+    factors = gram_factors(grams)
+    assert bool(factors[0, 1].isnan().all())
+    values = torch.randn(2, 3, 4, 5, 8, generator=torch.Generator().manual_seed(1))
+    got = transformed_norms(values, grams, factors).double().numpy()
+    assert np.isnan(got[:, 0, 1]).all()
+    g, v = grams.double().numpy(), values.double().numpy()
+    want = np.sqrt(np.maximum(np.einsum("blhtd,lhde,blhte->blht", v, g, v), 0.0))
+    keep = np.ones(got.shape, dtype=bool)
+    keep[:, 0, 1] = False
+    np.testing.assert_allclose(got[keep], want[keep], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("model_type", ["deberta-v2", "mpnet"])
 def test_monitor_logs_norm_statistics_of_adapter_families_as_the_loop_on_each_example_alone(model_type, tmp_path):
 

@@ -161,6 +161,24 @@ def test_qk_spectral_norm_of_a_zeroed_head_is_zero_and_factors_are_exact():
     assert got[1, 1] == 0.0
 
 
+def test_qk_spectral_norm_of_a_diverged_head_is_nan_and_the_others_exact():
+    """A head with a NaN or infinite query or key weight (a run that diverged) gives NaN, not an error; every other
+    head still equals the full product's largest singular value."""
+    g = torch.Generator().manual_seed(1)
+    w_q, w_k = torch.randn(2, 12, 40, generator=g, dtype=torch.float64), torch.randn(2, 12, 40, generator=g)
+    w_q[0, 5] = float("nan")  # layer 0, head 1
+    w_k[1, 9, 3] = float("inf")  # layer 1, head 2
+    got = qk_spectral_norms(w_q, w_k, heads=3).numpy()
+    for l in range(2):
+        for h in range(3):
+            if (l, h) in ((0, 1), (1, 2)):
+                assert np.isnan(got[l, h]), (l, h)
+                continue
+            rows = slice(4 * h, 4 * h + 4)
+            want = np.linalg.svd(w_q[l, rows].T.numpy() @ w_k[l, rows].double().numpy(), compute_uv=False)[0]
+            assert_float32_close(got[l, h], want, scale=want, roundings=64, eps=EPS64, msg=f"{l},{h}")
+
+
 def test_families_without_known_projections_are_refused():
     """A family bertwatch has no query/key table for raises UnsupportedModelError naming the statistic."""
     model = tiny_encoder("splinter")

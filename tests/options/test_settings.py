@@ -30,6 +30,7 @@ from bertwatch.options.settings import (
     check_options,
     option_specs,
 )
+from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def test_every_old_flat_name_still_works_and_warns_with_the_new_spelling(tmp_pat
     for old, value in OLD_SAMPLES.items():
         group, field = OLD_NAMES[old].split(".")
         cls = next(c for g, c, _ in GROUPS if g == group)
-        for build in (WatchSettings, WatchSettings.from_kwargs, BertWatchCallback, watched):
+        for build in (WatchSettings, WatchSettings().replace, BertWatchCallback, watched):
             with pytest.warns(FutureWarning, match=rf"^{old}= is deprecated: use {group}={cls.__name__}\({field}="):
                 made = build(**{old: value})
             settings = made if isinstance(made, WatchSettings) else made.settings
@@ -112,9 +113,12 @@ def test_strict_is_no_option_any_more() -> None:
     with pytest.warns(FutureWarning, match="offload_stats= is deprecated and ignored: the statistics run on the"):
         BertWatchCallback(offload_stats=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BERTWATCH_STRICT", "1")
-        strict = EntropyCallback()
-    assert strict.strict and strict.alerting.strict and not EntropyCallback().strict
+        patch.setenv("BERTWATCH_STRICT", "1")  # the environment switch of earlier versions: read no more
+        assert not EntropyCallback().strict
+    made = strict(EntropyCallback)  # the tests' switch, around building the callback
+    assert made.strict and made.alerting.strict and not EntropyCallback().strict
+    with_sweep = strict(BertWatchCallback, ablate_on_end=True)
+    assert with_sweep.strict and with_sweep.ablation.strict
 
 
 # ------------------------------------------------------------------------------------------------ names
@@ -123,7 +127,7 @@ def test_strict_is_no_option_any_more() -> None:
 @pytest.mark.fast
 def test_unknown_names_are_refused_with_the_closest_and_the_valid_ones() -> None:
     with pytest.raises(TypeError, match=r"unknown option 'num_mapz' \(did you mean 'num_maps'\?\); valid: probe_texts"):
-        WatchSettings.from_kwargs(num_mapz=2)
+        WatchSettings().replace(num_mapz=2)
     with pytest.raises(TypeError, match=r"'probe_max_lenght' \(did you mean 'probe_max_length', now "
                                         r"probing=ProbeOptions\(max_length=\.\.\.\)\?\)"):  # fmt: skip
         WatchSettings().replace(probe_max_lenght=64)
@@ -238,8 +242,8 @@ WRONG = {  # option (as spelled in option_specs) -> values it refuses
     "alerts.patience": _counts(1),
     **{f"verdict.{name}": st.one_of(st.floats(1.01, 1e6), st.floats(-1e6, 0.0), st.text(), st.booleans())
        for name in ("collapse_share", "spread_fraction", "vanish_fraction", "risk_fraction", "lower_share",
-                    "stuck_fraction")},
-    "verdict.patience": _counts(1),
+                    "loss_line", "hold_share")},
+    "verdict.confidence": st.one_of(st.floats(1.0, 1e6), st.floats(-1e6, 0.0), st.text(), st.booleans()),
     "verdict.alerts_at_risk": _counts(1),
     "ablation.mode": st.one_of(st.text().filter(lambda s: s not in ("uniform", "zero")), st.integers()),
     "ablation.kwargs": st.one_of(st.text(), st.lists(st.text()), st.just({"no_such_keyword": 1})),

@@ -176,3 +176,11 @@ def self_attention_hooks(model: torch.nn.Module, hook_for: Callable[[int], Calla
     finally:
         for handle in handles:
             handle.remove()
+
+
+def tiny_classifier(family: str = "bert") -> T.PreTrainedModel:
+    """A ``tiny_config(family)`` sequence classifier with weights drawn N(0, 0.3²) (seed 0), in eval mode."""
+    config = tiny_config(family)
+    config.initializer_range = 0.3
+    torch.manual_seed(0)
+    return T.AutoModelForSequenceClassification.from_config(config).eval()

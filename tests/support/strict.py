@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
-from bertwatch.callbacks._safe import STRICT_VARIABLE
+from bertwatch.callbacks import _safe
 
 
 def strict(make: Callable[..., Any], *args: Any, **options: Any) -> Any:
-    """``make(*args, **options)`` (a bertwatch callback, or ``bertwatch.watch``) built with ``BERTWATCH_STRICT=1``:
-    the callback re-raises every error, so a test sees it instead of a warning."""
-    with mock.patch.dict(os.environ, {STRICT_VARIABLE: "1"}):
+    """``make(*args, **options)`` (a bertwatch callback, or ``bertwatch.watch``) built with ``_safe.RAISE_ERRORS``
+    on: the callback (and the ablation callback it makes) re-raises every error, so a test sees it instead of a
+    warning. The switch is bertwatch's only for its tests: the library reads no environment variable for it."""
+    with mock.patch.object(_safe, "RAISE_ERRORS", True):
         return make(*args, **options)

@@ -23,6 +23,19 @@ LAYERS, HEADS = 2, 4
 TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 POSITIVE = {"good", "great", "loved", "brilliant", "fun", "funny"}
 
+#: A CoNLL file of two sentences (token, POS, chunk, NER tag), tags of two entity types.
+CONLL_SAMPLE = """-DOCSTART- -X- -X- O
+
+the DT B-NP O
+movie NN I-NP B-PER
+was VBD B-VP I-PER
+good JJ B-ADJP O
+
+a DT B-NP B-LOC
+film NN I-NP I-LOC
+.  . O O
+"""
+
 
 @dataclass(frozen=True)
 class Case:

@@ -29,11 +29,29 @@ from tests.support.tb_helpers import (  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
+#: A run whose drift is measured from a reference model of its own (``reference_model=``): not nil at its first step.
+REFERENCE_RUN = "with-reference-model"
+REFERENCE_STEPS = (0, 100, 200)
+
+
+def reference_drift(step: int) -> dict[str, np.ndarray]:
+    """Drift grids (6 x 12) away from a reference that is not the run's own start: 0.1 at step 0, growing."""
+    base = 0.1 + 0.3 * step / REFERENCE_STEPS[-1]
+    drift = base * (0.5 + np.random.default_rng(step).random((6, 12)))
+    return {"drift_cosine": 1 - drift, "drift_js": 0.4 * drift}
+
+
+def write_reference_run(run_dir) -> None:
+    with SummaryWriter(str(run_dir)) as w:
+        for step in REFERENCE_STEPS:
+            w.add_head_grids(reference_drift(step), step, walltime=1_600_000_000 + step)
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("bw_browser") / "logs"
     write_demo_logdir(root)
+    write_reference_run(root / REFERENCE_RUN)
     with tensorboard_server(root, extra=["--samples_per_plugin=bertwatch=0"]) as base:
         yield base, root
 
@@ -303,13 +321,25 @@ def test_ablation_numbers_equal_the_route(s, shot_dir):
 
 
 def test_drift_compare_and_clusters(s, shot_dir):
+    """Drift from the model at step 0 is nil there: the view shows the latest step, the change over the last logged
+    interval and each layer's mean over the steps, and says why step 0 is not shown."""
     s.tab("drift")
-    s.frame.wait_for_selector("#drift-latest-drift_cosine .cell")
-    latest = s.route("grid", run="finetune-a", tag="bertwatch/heads/drift_cosine")
-    first = s.route("grid", run="finetune-a", tag="bertwatch/heads/drift_cosine", step=STEPS[0])
-    np.testing.assert_array_equal(s.grid_from_page("drift-latest-drift_cosine"), as_array(latest["values"]))
-    np.testing.assert_array_equal(s.grid_from_page("drift-first-drift_cosine"), as_array(first["values"]))
-    assert s.frame.is_visible("#drift-delta-drift_js")
+    s.frame.wait_for_selector("#drift-recent-drift_js .cell")
+    for stat in ("drift_cosine", "drift_js"):
+        tag = f"bertwatch/heads/{stat}"
+        first = as_array(s.route("grid", run="finetune-a", tag=tag, step=STEPS[0])["values"])
+        assert np.allclose(first, 1.0 if stat == "drift_cosine" else 0.0)  # nil, as a real run's step 0
+        latest = as_array(s.route("grid", run="finetune-a", tag=tag)["values"])
+        previous = as_array(s.route("grid", run="finetune-a", tag=tag, step=STEPS[-2])["values"])
+        np.testing.assert_array_equal(s.grid_from_page(f"drift-latest-{stat}"), latest)
+        np.testing.assert_allclose(s.grid_from_page(f"drift-recent-{stat}"), latest - previous, rtol=1e-6, atol=1e-7)
+        assert not s.frame.query_selector(f"#drift-first-{stat}") and not s.frame.query_selector(f"#drift-delta-{stat}")
+        means = s.route("layer_means", run="finetune-a", tag=tag)
+        assert len(s.frame.query_selector_all(f"#drift-means-{stat} path.series")) == len(means["means"]) == 6
+        note = s.frame.text_content(f"#drift-nil-note-{stat}")
+        assert note == "Step 0 is not shown: drift is measured from the model at that step, so it is nil there."
+    panel_titles = s.frame.eval_on_selector_all(".drift-card .panel-title", "els => els.map(e => e.textContent)")
+    assert f"still movingstep {STEPS[-2]} → {STEPS[-1]}" in panel_titles
     assert s.shot("drift", shot_dir).stat().st_size < MAX_PNG_BYTES
 
     s.tab("compare")
@@ -410,3 +440,20 @@ def test_cluster_map_moves_with_the_step_slider(s):
     assert s.frame.eval_on_selector_all("#cluster-scatter .pt", "els => els.length") == 72
     s.frame.select_option("#cluster-select", "bertwatch/clustering/js_mds")
     s.frame.wait_for_function("() => document.querySelector('#cluster-step-slider').closest('.stepper').hidden")
+
+
+def test_drift_against_a_reference_model_shows_the_first_step_too(s, shot_dir):
+    """With a reference model of its own the first step's drift is information: first, latest and the change."""
+    s.frame.select_option("#run-select", REFERENCE_RUN)
+    s.tab("drift")
+    s.frame.wait_for_selector("#drift-delta-drift_js .cell")
+    try:
+        for stat in ("drift_cosine", "drift_js"):
+            first, latest = reference_drift(REFERENCE_STEPS[0])[stat], reference_drift(REFERENCE_STEPS[-1])[stat]
+            np.testing.assert_allclose(s.grid_from_page(f"drift-first-{stat}"), first, rtol=1e-6)
+            np.testing.assert_allclose(s.grid_from_page(f"drift-latest-{stat}"), latest, rtol=1e-6)
+            np.testing.assert_allclose(s.grid_from_page(f"drift-delta-{stat}"), latest - first, rtol=1e-5, atol=1e-6)
+            assert not s.frame.query_selector(f"#drift-nil-note-{stat}")
+        assert s.shot("drift-reference", shot_dir).stat().st_size < MAX_PNG_BYTES
+    finally:
+        s.frame.select_option("#run-select", "finetune-a")

@@ -66,8 +66,14 @@ def test_the_strip_gives_the_level_since_when_and_the_reasons(s, tmp_path) -> No
     assert reasons == [f"at step {risky.step}: at risk", *risky.reasons]
     s.frame.click(f'#verdict-timeline .verdict-step[data-step="{risky.step}"]')  # back to the latest
     # the three charts, each with its thresholds
-    for chart, lines in (("gradient", 2), ("share", 1), ("loss", 1)):
+    for chart, lines in (("gradient", 2), ("share", 1), ("loss", 2)):
         assert len(s.frame.query_selector_all(f"#verdict-chart-{chart} .hline")) == lines
+    loss_labels = s.frame.eval_on_selector_all("#verdict-chart-loss .hline-label", "els => els.map(e => e.textContent)")
+    assert loss_labels == [
+        "the constant prediction's: learning when the band is below",
+        "not learning when the band is above 0.95",
+    ]
+    assert "also weighs the Trainer's evaluations" in s.frame.text_content("#verdict-more")
     labels = s.frame.eval_on_selector_all("#verdict-chart-gradient .hline-label", "els => els.map(e => e.textContent)")
     assert labels == ["at risk < 10%", "vanished < 1%"]
     # the vanishing threshold lies below the at-risk one on the (log) chart
@@ -88,7 +94,11 @@ def test_a_healthy_run_says_so(s) -> None:
     assert not s.frame.query_selector_all(
         "#verdict-timeline .verdict-step.failing, #verdict-timeline .verdict-step.at-risk"
     )
+    reasons = s.frame.eval_on_selector_all("#verdict-reasons li", "els => els.map(e => e.textContent)")
+    assert reasons == list(s.verdicts["healthy"][-1].reasons) and reasons[0].startswith("probe loss 0.347")
+    s.frame.click('#verdict-timeline .verdict-step[data-step="0"]')  # step 0: nothing to judge yet
     assert "no rule holds" in s.frame.text_content("#verdict-reasons")
+    s.frame.click('#verdict-timeline .verdict-step[data-step="0"]')
     assert not s.frame.query_selector_all("#verdict-chart-share .band")
 
 

@@ -1,7 +1,8 @@
 // The run-verdict strip of the Heads view (/verdict): the level now (healthy, at risk, failing) and since which
-// step, its reasons in words, one square per judged step (click one for that step's reasons), and three small
-// charts of the run-health signals the rules read, with the thresholds drawn and the steps at risk or failing
-// shaded. Hidden when the run wrote no verdict.
+// step, its reasons in words (the evidence that decided first), one square per written step (click one for that
+// step's reasons), and three small charts of the probe set's run-health signals the rules read, with the
+// thresholds drawn, the probe loss's interval, and the steps at risk or failing shaded. Hidden when the run wrote
+// no verdict.
 
 import {getJSON, nums, tagsOfKind} from './api.js';
 import {lineChart} from './charts.js';
@@ -86,13 +87,7 @@ export class VerdictStrip {
         ? [h('li', {class: 'description'}, 'no reasons kept for this step')]
         : reasons.length
           ? reasons.map((r) => h('li', {}, r))
-          : [
-              h(
-                'li',
-                {class: 'description'},
-                'no rule holds: the probe predictions, loss and gradients look like a run that learns',
-              ),
-            ];
+          : [h('li', {class: 'description'}, 'no rule holds: nothing the run has shown so far says it is failing')];
     clear(this.reasons).append(...at, ...items);
   }
 
@@ -166,26 +161,52 @@ export class VerdictStrip {
       },
       {
         id: 'verdict-chart-loss',
-        title: 'Probe loss ÷ loss of the best constant prediction',
+        title: `Probe loss ÷ the constant prediction's, with its ${pct(st.confidence)} interval`,
         ys: nums(hv.lossRatio),
+        interval: hv.lossLow ? {lo: nums(hv.lossLow), hi: nums(hv.lossHigh)} : null,
         yFormat: (v) => fmt(v, 3),
-        hlines: [{y: st.stuck_fraction, label: `stuck ≥ ${fmt(st.stuck_fraction, 3)}`, cls: 'fail'}],
+        hlines: [
+          {y: 1, label: "the constant prediction's: learning when the band is below", cls: 'zero'},
+          {
+            y: st.loss_line,
+            label: `not learning when the band is above ${fmt(st.loss_line, 3)}`,
+            cls: 'fail',
+          },
+        ],
       },
     ];
     for (const p of panels) {
       if (!p.ys.some(Number.isFinite)) continue;
-      const finite = p.ys.concat(p.hlines.map((r) => r.y)).filter(Number.isFinite);
+      const spread = p.interval ? p.interval.lo.concat(p.interval.hi) : [];
+      const finite = p.ys
+        .concat(
+          p.hlines.map((r) => r.y),
+          spread,
+        )
+        .filter(Number.isFinite);
+      const interval = p.interval
+        ? [{name: null, color: '#37474f', opacity: 0.15, xs: hv.steps, lo: p.interval.lo, hi: p.interval.hi}]
+        : [];
       const chart = lineChart({
         width,
         height: 170,
         id: p.id,
         series: [{name: p.title, color: '#37474f', xs: hv.steps, ys: p.ys}],
-        bands: this.bands(Math.min(...finite), Math.max(...finite)),
+        bands: this.bands(Math.min(...finite), Math.max(...finite)).concat(interval),
         hlines: p.hlines,
         yFormat: p.yFormat,
         legend: false,
       });
       this.charts.append(h('div', {class: 'verdict-chart'}, h('div', {class: 'card-sub'}, p.title), chart));
     }
+    this.charts.append(
+      h(
+        'div',
+        {class: 'description verdict-more', id: 'verdict-more'},
+        "The charts show the 32-example probe set's signals; the verdict also weighs the Trainer's evaluations " +
+          'and logged training loss against the constant prediction (their curves: the Scalars tab), and the ' +
+          'reasons above say which evidence decided.',
+      ),
+    );
   }
 }

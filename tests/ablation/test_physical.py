@@ -1,5 +1,5 @@
 """Physically pruned models: exact against head-masked (zero mode) models, smaller by exactly the removed rows and
-columns, loadable in a fresh process with plain transformers, trainable, and the CLI end to end."""
+columns, loadable in a fresh process with plain transformers, trainable (the command: tests/cli/test_prune.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from bertwatch.ablation.physical import heads_from_ablation, prune_model, save_p
 from bertwatch.heads.capture import Intervention, UnsupportedModelError, capture, check_supported
 from bertwatch.heads.loading import load_model
 from tests.heads.test_capture_support import ADAPTER_FAMILIES, INTERFACE_FAMILIES, tiny_encoder
-from tests.support.models import hooked_output, padded_batch
+from tests.support.models import hooked_output, padded_batch, tiny_classifier
 
 #: Two layers of four heads: layer 0 keeps heads 0 and 2, layer 1 keeps none (ALBERT: heads 1 and 3 everywhere).
 REMOVE = {0: [1, 3], 1: [0, 1, 2, 3]}
@@ -118,17 +118,8 @@ def test_parameters_shrink_by_exactly_the_removed_rows_and_columns(family: str) 
     assert before - after == removed
 
 
-def _classifier(family: str = "bert") -> T.PreTrainedModel:
-    from tests.support.models import tiny_config
-
-    config = tiny_config(family)
-    config.initializer_range = 0.3
-    torch.manual_seed(0)
-    return T.AutoModelForSequenceClassification.from_config(config).eval()
-
-
 def test_fresh_process_load_gives_the_same_logits(tmp_path: Path) -> None:
-    model = _classifier()
+    model = tiny_classifier()
     remove = {0: [1], 1: [0, 1, 2, 3], 2: [3]}
     pruned = prune_model(model, remove)
     batch = padded_batch()
@@ -157,7 +148,7 @@ def test_fresh_process_load_gives_the_same_logits(tmp_path: Path) -> None:
 
 
 def test_bertwatch_loads_the_folder_and_refuses_to_capture_it(tmp_path: Path) -> None:
-    model = _classifier("roberta")
+    model = tiny_classifier("roberta")
     pruned = prune_model(model, {2: [0, 1]})
     tokenizer_dir = tmp_path / "m"
     save_pruned(pruned, tokenizer_dir)
@@ -173,7 +164,7 @@ def test_bertwatch_loads_the_folder_and_refuses_to_capture_it(tmp_path: Path) ->
 
 @pytest.mark.fast
 def test_bad_input_is_refused_clearly() -> None:
-    model = _classifier()
+    model = tiny_classifier()
     with pytest.raises(ValueError, match="head 4 of layer 0 does not exist"):
         prune_model(model, {0: [4]})
     with pytest.raises(ValueError, match="layer 3 does not exist"):
@@ -234,48 +225,3 @@ def test_pruned_minilm_trains_under_a_trainer(tmp_path: Path) -> None:
     query = "bert.encoder.layer.0.attention.self.query.weight"
     assert model.get_parameter(query).shape[0] == 9 * 32
     assert not torch.equal(before[query], model.get_parameter(query).detach())
-
-
-def test_cli_prunes_saves_and_measures(tmp_path: Path) -> None:
-    from bertwatch.cli.prune import cli_prune, parse_heads
-
-    assert parse_heads("0:1,5;3:all") == {0: [1, 5], 3: [-1]}
-    with pytest.raises(ValueError, match="LAYER:HEAD"):
-        parse_heads("zero:one")
-    model = _classifier()
-    folder = tmp_path / "full"
-    model.save_pretrained(folder)
-    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghij"]))
-    T.BertTokenizer(str(tmp_path / "vocab.txt")).save_pretrained(folder)
-    data = tmp_path / "eval.jsonl"
-    data.write_text(
-        "".join(json.dumps({"text": t, "label": n % 2}) + "\n" for n, t in enumerate("abc def ghi ja bd".split()))
-    )
-    out = tmp_path / "small"
-    code = cli_prune(
-        [
-            "--model",
-            str(folder),
-            "--heads",
-            "0:1;1:all",
-            "--out",
-            str(out),
-            "--data",
-            str(data),
-            "--repeats",
-            "2",
-            "--batch-size",
-            "4",
-        ]
-    )
-    assert code == 0
-    gain = json.loads((out / "pruning_gain.json").read_text())
-    assert gain["parameters"]["full"] > gain["parameters"]["pruned"] > 0
-    assert gain["latency_s"]["pruned"] > 0 and gain["metric"]["num_examples"] == 5
-    assert gain["metric"]["ci_low"] <= gain["metric"]["delta"] <= gain["metric"]["ci_high"]
-    assert cli_prune(["--model", str(folder), "--heads", "0:9", "--out", str(tmp_path / "x")]) == 2
-    from bertwatch.cli.report import cli_report
-
-    assert cli_report([str(out)]) == 0
-    page = (out / "report.html").read_text()
-    assert f"{gain['parameters']['pruned']:,}" in page and "speed-up" in page and "95% CI" in page

@@ -29,7 +29,7 @@ FAST = ["--repeats", "2", "--resamples", "100", "--threads", "1", "--quiet"]
 def test_ship_prints_a_table_and_writes_the_files(inputs, tmp_path: Path, capsys) -> None:
     ckpt, data = inputs
     out = tmp_path / "out"
-    assert main(["ship", str(ckpt), "--data", str(data), "--out", str(out), *FAST]) == 0
+    assert main(["ship", "--model", str(ckpt), "--data", str(data), "--out", str(out), *FAST]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
         f"bertwatch ship: exporting {ckpt} to ONNX as fp32, int8, int8 with the layer its error comes from most (on 40 "
@@ -56,7 +56,19 @@ def test_ship_prunes_from_an_ablation_output(inputs, tmp_path: Path, capsys) -> 
     importance = np.arange(8, dtype=float).reshape(2, 4)[::-1].tolist()  # layer 1 least important
     (ablation / "ablation.json").write_text(json.dumps({"importance": importance}))
     out = tmp_path / "out"
-    argv = ["ship", str(ckpt), "--data", str(data), "--out", str(out), "--limit", "20", "--attribution-examples", "0"]
+    argv = [
+        "ship",
+        "--model",
+        str(ckpt),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--limit",
+        "20",
+        "--attribution-examples",
+        "0",
+    ]
     assert main([*argv, "--prune-from", str(ablation), "--fraction", "0.5", *FAST]) == 0
     printed = capsys.readouterr().out
     assert "as fp32, int8, pruned, pruned+int8 (4 heads removed)" in printed and "export check, pruned" in printed
@@ -71,21 +83,43 @@ def test_ship_prunes_from_an_ablation_output(inputs, tmp_path: Path, capsys) -> 
 def test_errors_say_what_to_do(inputs, tmp_path: Path, capsys, monkeypatch) -> None:
     ckpt, data = inputs
     out = str(tmp_path / "out")
-    assert main(["ship", str(tmp_path / "none"), "--data", str(data), "--out", out]) == 2
+    assert main(["ship", "--model", str(tmp_path / "none"), "--data", str(data), "--out", out]) == 2
     assert "does not exist: pass the folder a Trainer saved" in capsys.readouterr().err
-    assert main(["ship", str(ckpt), "--out", out]) == 2
+    assert main(["ship", "--model", str(ckpt), "--out", out]) == 2
     assert "pass --task GLUE_NAME (read from --glue-dir) or --data FILE" in capsys.readouterr().err
-    assert main(["ship", str(ckpt), "--task", "ner", "--data", str(data), "--out", out]) == 2
+    assert main(["ship", "--model", str(ckpt), "--task", "ner", "--data", str(data), "--out", out]) == 2
     assert "measures sequence classifiers; --task ner is not one" in capsys.readouterr().err
-    assert main(["ship", str(ckpt), "--data", str(data), "--fraction", "0.5", "--out", out]) == 2
+    assert main(["ship", "--model", str(ckpt), "--data", str(data), "--fraction", "0.5", "--out", out]) == 2
     assert "--fraction goes with --prune-from" in capsys.readouterr().err
     encoder = tmp_path / "encoder"
     tokenizer = tiny_tokenizer()
     bert_with_head(T.BertForMaskedLM, tokenizer).save_pretrained(encoder)
     tokenizer.save_pretrained(encoder)
-    assert main(["ship", str(encoder), "--data", str(data), "--out", out]) == 2
+    assert main(["ship", "--model", str(encoder), "--data", str(data), "--out", out]) == 2
     assert "without a sequence-classification head" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
-    assert main(["ship", str(ckpt), "--data", str(data), "--out", out]) == 2
+    assert main(["ship", "--model", str(ckpt), "--data", str(data), "--out", out]) == 2
     assert "pip install 'bertwatch[ship]'" in capsys.readouterr().err
+    assert not Path(out).exists()
+
+
+@pytest.mark.fast
+def test_the_model_is_named_with_model_as_in_every_command_and_the_bare_path_still_works(
+    inputs, tmp_path: Path, capsys
+) -> None:
+    _, data = inputs
+    out = str(tmp_path / "out")
+    missing = str(tmp_path / "none")
+    assert main(["ship", missing, "--data", str(data), "--out", out]) == 2  # the spelling of earlier versions
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"bertwatch ship: the model as a bare argument is deprecated: use --model {missing}"
+    assert f"checkpoint folder {missing!r} does not exist" in err[1]
+    with pytest.raises(SystemExit):
+        main(["ship", "--data", str(data), "--out", out])
+    assert "the following arguments are required: --model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["ship", missing, "--model", missing, "--data", str(data), "--out", out])
+    assert "name the model once" in capsys.readouterr().err
+    assert main(["ship", "--model", "minilm", "--data", str(data), "--out", out]) == 2  # found, then refused
+    assert "BertModel checkpoint without a sequence-classification head" in capsys.readouterr().err
     assert not Path(out).exists()

@@ -1,6 +1,6 @@
 """The ablation sweep: exact against one-configuration-at-a-time evaluation, resumable, distributed, CLI.
 
-Run as a script (``torchrun --nproc_per_node 2 tests/ablation/test_ablation.py OUT``) it is one rank of the distributed test.
+Run as a script (``torchrun --nproc_per_node 2 tests/ablation/test_sweep.py OUT``) it is one rank of the distributed test.
 """
 
 from __future__ import annotations

