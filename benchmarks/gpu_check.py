@@ -312,6 +312,11 @@ def train(shape_name: str, length: int, batch: int, steps: int, watch: str | Non
 # ------------------------------------------------------------------------------------------------ sections
 
 
+#: A training step's seconds without bertwatch by (length, batch), as the memory runs measured it: the long runs of
+#: the overhead section are sized from it.
+STEP_SECONDS: dict[tuple[int, int], float] = {}
+
+
 def memory_and_pass(table: Table, sizes: Sizes, device, dtype) -> None:
     """Section 1: peak memory ratio, pinned pass over a training step, syncs of a pass, at each memory shape."""
     targets = {0: ("1.10", "10"), 1: ("1.05", "10")}
@@ -319,6 +324,7 @@ def memory_and_pass(table: Table, sizes: Sizes, device, dtype) -> None:
         start = time.perf_counter()
         every = max(2, sizes.memory_steps // 4)
         without = train(sizes.shape, length, batch, sizes.memory_steps, None, device, dtype)
+        STEP_SECONDS[(length, batch)] = without["step"]
         with_ = train(sizes.shape, length, batch, sizes.memory_steps, str(every), device, dtype)
         where = f"{sizes.shape} {length} tokens x {batch}"
         seconds = time.perf_counter() - start
@@ -369,18 +375,16 @@ def overhead(table: Table, sizes: Sizes, device, dtype, deadline: float) -> None
     length, batch, _ = sizes.long_steps[0]
     runs = [("short", length, batch, sizes.short_steps)] + [("long", n, b, s) for n, b, s in sizes.long_steps]
     targets = {("long", sizes.long_steps[0][0]): "1.02", ("long", sizes.long_steps[-1][0]): "1.03"}
-    step_s: dict[int, float] = {}
     for k, (kind, length, batch, steps) in enumerate(runs):
         start = time.perf_counter()
         if kind == "long":
             left = deadline - time.perf_counter() - 5.0
             share = left / max(1, len(runs) - k)
-            per_step = step_s.get(length) or _step_seconds(sizes.shape, length, batch, device, dtype)
-            step_s[length] = per_step
+            per_step = STEP_SECONDS.get((length, batch)) or _step_seconds(sizes.shape, length, batch, device, dtype)
             steps = max(sizes.short_steps, min(steps, int(share / (2.2 * per_step))))
         without = train(sizes.shape, length, batch, steps, None, device, dtype)
         with_ = train(sizes.shape, length, batch, steps, "budget", device, dtype)
-        step_s[length] = without["step"]
+        STEP_SECONDS[(length, batch)] = without["step"]
         ratio = with_["wall"] / without["wall"]
         table.add("overhead", f"{kind} run: train() with / without, {sizes.shape} {length} tokens x {batch}, {steps} "
                   f"steps, defaults", f"{ratio:.3f} ({with_['wall']:.1f} / {without['wall']:.1f} s; measured steps "
