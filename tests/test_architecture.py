@@ -524,7 +524,6 @@ WITHOUT_OWN_TEST = {
     "callbacks/publisher.py": "the event files and trackers of a run: tests/callbacks/test_callbacks_training.py, "
     "test_flow.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
-    "core/budget.py": "the overhead budget's cadence: tests/callbacks/test_pacing.py",
     "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
     "core/rules.py": "the behaviour labels and pattern classes: tests/heads/test_patterns.py, tests/tb/test_plugin.py",
     "heads/adapters.py": "DeBERTa and MPNet capture against eager maps: tests/heads/test_capture_support.py",

@@ -19,6 +19,7 @@ RUN = (
     "bertwatch.ablation.settings",
     "bertwatch.ablation.sweep",
     "bertwatch.analysis.text_stats",
+    "bertwatch.callbacks.announce",
     "bertwatch.callbacks.attach",
     "bertwatch.core.alerts",
     "bertwatch.report.alerts_section",

@@ -22,6 +22,7 @@ from bertwatch.callbacks.watch import (
     GradientImportanceCallback,
     SpecialTokenMassCallback,
 )
+from bertwatch.core.warnings import BertWatchAlert
 from bertwatch.options.groups import WordClassProbe
 from bertwatch.options.settings import (
     AblationOptions,
@@ -38,6 +39,7 @@ __all__ = [
     "AlertSettings",
     "AttentionDriftCallback",
     "BertWatchCallback",
+    "BertWatchAlert",
     "BertWatchWarning",
     "EntropyCallback",
     "ExpertOptions",

@@ -151,8 +151,9 @@ class TrainerLink:
 
 def evaluation_steps(args: Any, state: Any) -> tuple[int, ...]:
     """The steps the Trainer will evaluate at in this training, from its ``eval_strategy`` ("steps": every
-    ``eval_steps``, a fraction of ``max_steps`` when below 1; "epoch": at each epoch's end; "no": none); empty when
-    the run's length is unknown."""
+    ``eval_steps``, a fraction of ``max_steps`` when below 1, from ``eval_delay`` on, and the last step, as
+    transformers' ``DefaultFlowCallback`` evaluates at the end; "epoch": at each epoch's end; "no": none); empty
+    when the run's length is unknown."""
     strategy = args.eval_strategy  # an IntervalStrategy, which equals its string
     steps = int(state.max_steps or 0)
     if steps <= 0:
@@ -164,7 +165,8 @@ def evaluation_steps(args: Any, state: Any) -> tuple[int, ...]:
     if strategy != "steps" or every <= 0:
         return ()
     every = math.ceil(every * steps) if every < 1 else int(every)
-    return tuple(range(every, steps + 1, every))
+    delay = args.eval_delay or 0
+    return tuple(s for s in sorted({*range(every, steps + 1, every), steps}) if s >= delay)
 
 
 def _writer_dir(writer: Any) -> Any:

@@ -36,10 +36,12 @@ def _always_raised() -> tuple[type[BaseException], ...]:
 
 
 class Stoppable(Protocol):
-    """What ``contained`` asks of a callback: whether it is stopped, whether errors re-raise, how it stops."""
+    """What ``contained`` asks of a callback: whether it is stopped, whether errors re-raise, how it stops, and how
+    its messages name it (``"bertwatch"`` when ``bertwatch.watch`` made it, else its class)."""
 
     disabled: bool
     strict: bool
+    shown_name: str
 
     def disable(self, message: str | None = None) -> None: ...
 
@@ -63,9 +65,10 @@ def contained(event: str) -> Callable[[F], F]:
             except Exception as err:
                 if self.strict:
                     raise
+                name = "bertwatch" if self.shown_name == "bertwatch" else f"bertwatch: {self.shown_name}"
                 self.disable(
-                    f"bertwatch: {type(self).__name__} stopped after an error in {event}: "
-                    f"{type(err).__name__}: {err}. Training continues without it."
+                    f"{name} stopped after an error in {event} ({type(err).__name__}: {err}); training continues "
+                    "without it."
                 )
                 return None
 

@@ -90,6 +90,7 @@ class AblationCallback(NotATracker, TrainerCallback):
         self.results: dict[str, AblationResult] = {}
         self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
         self.disabled = False
+        self.shown_name = type(self).__name__  # how its warnings name it
         self._link = TrainerLink()
 
     def disable(self, message: str | None = None) -> None:

@@ -1,6 +1,7 @@
 """What a stability alert or a failing verdict does during training: judge a callback's history
-(``bertwatch.core.alerts``, ``bertwatch.core.verdict``), warn, and ask the Trainer to save and stop when
-``on_alert="stop"``.
+(``bertwatch.core.alerts``, ``bertwatch.core.verdict``), say so in ``bertwatch:`` lines (``callbacks.announce``;
+one per new kind of alert, its heads named together) with one ``BertWatchAlert`` warning each (hidden unless a
+filter shows it: ``core.warnings``), and ask the Trainer to save and stop when ``on_alert="stop"``.
 
 The rules read grids the probe pass has already measured, so judging adds no forward pass and changes nothing in
 the training; the only effect on the run is the save-and-stop request (``control.should_save`` and
@@ -18,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.callbacks import announce
 from bertwatch.core.alerts import ALERT_STATS, Alert, AlertSettings, active_alerts
 from bertwatch.core.evidence import Evidence
 from bertwatch.core.verdict import Verdict, VerdictSettings, judge
-from bertwatch.core.warnings import BertWatchWarning
+from bertwatch.core.warnings import BertWatchWarning, warn_alert
 
 __all__ = ["Alerting", "Judgement"]
 
@@ -39,8 +41,9 @@ class Judgement:
 class Alerting:
     """The alert state of one callback over one training run.
 
-    ``on_alert``: ``"warn"`` (one ``BertWatchWarning`` per head and rule), ``"stop"`` (also ask the Trainer to save
-    a checkpoint and stop), ``"none"`` (log only), or a callable given the new alerts (a list of
+    ``on_alert``: ``"warn"`` (a ``bertwatch:`` line, and a ``BertWatchAlert``, per new rule, naming its heads;
+    only where ``speaks``: world process zero, not quiet), ``"stop"`` (also ask the Trainer to save a checkpoint
+    and stop), ``"none"`` (log only), or a callable given the new alerts (a list of
     :class:`~bertwatch.core.alerts.Alert`) that may return ``"stop"``; a callable is given stability alerts only,
     never verdicts (it can read ``verdict``, the last verdict, when called). ``alerts`` holds those in force at the
     last judged step and ``raised`` every alert that was new when raised; ``stop_requested_at`` and ``stop_reason``
@@ -59,6 +62,7 @@ class Alerting:
         self.settings = settings
         self.strict = strict
         self.verdict_settings = verdict or VerdictSettings()
+        self.speaks = True
         self.reset()
 
     def reset(self) -> None:
@@ -107,7 +111,7 @@ class Alerting:
         return Judgement(step, reference_step, tuple(self.alerts), tuple(new))
 
     def act(self, judgement: Judgement, control: Any) -> None:
-        """Warn of the new alerts and, at most once, set ``control.should_save`` and
+        """Say the new alerts (``announce.alert_lines``) and, at most once, set ``control.should_save`` and
         ``control.should_training_stop`` (``on_alert="stop"``, or the callable's answer)."""
         new = list(judgement.new)
         if not new:
@@ -116,9 +120,8 @@ class Alerting:
         if callable(self.on_alert):
             stop = self.on_alert(list(new)) == "stop"
         elif self.on_alert in ("warn", "stop"):
-            for alert in new:
-                what = "; saving a checkpoint and stopping training (on_alert='stop')" if stop else ""
-                warnings.warn(f"bertwatch alert: {alert.describe()}{what}", BertWatchWarning, stacklevel=5)
+            lines = announce.alert_lines(new, judgement.reference_step)
+            self._tell(lines + ([announce.STOPPING] if stop and self.stop_requested_at is None else []))
         if stop and self.stop_requested_at is None:
             self._stop(judgement.step, "; ".join(alert.describe() for alert in new), control)
 
@@ -132,19 +135,27 @@ class Alerting:
         return self.verdict
 
     def act_on_verdict(self, verdict: Verdict, control: Any) -> None:
-        """The first "failing" verdict: one warning with its reasons (``on_alert`` ``"warn"`` or ``"stop"``) and,
+        """The first "failing" verdict: one line with its reasons (``on_alert`` ``"warn"`` or ``"stop"``) and,
         with ``"stop"``, at most once, ``control.should_save`` and ``control.should_training_stop``. A callable
-        ``on_alert`` is given alerts only, not verdicts: a failing verdict warns and stops only with ``"warn"`` and
-        ``"stop"``."""
+        ``on_alert`` is given alerts only, not verdicts: a failing verdict is said and stops only with ``"warn"``
+        and ``"stop"``."""
         if verdict.level < 2 or self._failing_noted or self.on_alert not in ("warn", "stop"):
             return
         self._failing_noted = True
-        stop = self.on_alert == "stop"
-        what = "; saving a checkpoint and stopping training (on_alert='stop')" if stop else ""
-        message = f"bertwatch verdict at step {verdict.step}: {verdict.describe()}{what}"
-        warnings.warn(message, BertWatchWarning, stacklevel=5)
-        if stop and self.stop_requested_at is None:
+        stop = self.on_alert == "stop" and self.stop_requested_at is None
+        self._tell([announce.verdict_line(verdict.step, verdict.describe())] + ([announce.STOPPING] if stop else []))
+        if stop:
             self._stop(verdict.step, f"verdict: {verdict.describe()}", control)
+
+    def _tell(self, lines: list[str]) -> None:
+        """Print ``lines`` as ``bertwatch:`` lines (where this process ``speaks``) and warn each as a
+        ``BertWatchAlert`` (hidden unless a filter shows it), the last line (stopping) with the one before."""
+        if self.speaks:
+            announce.say(lines)
+        if lines[-1] == announce.STOPPING and len(lines) > 1:
+            lines = [*lines[:-2], f"{lines[-2]}; {lines[-1]}"]
+        for line in lines:
+            warn_alert(f"bertwatch: {line}", stacklevel=3)  # the line that acted on the alerts
 
     def _stop(self, step: int, reason: str, control: Any) -> None:
         """Ask the Trainer to save a checkpoint and stop (once), and keep the step and the reason."""

@@ -1,12 +1,15 @@
-"""What bertwatch says while it watches: the lines when watching starts, once step 0 is measured, and at the end.
+"""What bertwatch says while it watches: the lines when watching starts, after the first steps (what the run will
+cost), at a new stability alert or a failing verdict, and at the end.
 
-The lines are built from plain values (``start_lines``, ``cost_line``, ``end_lines``) and printed by ``say`` on
-standard error with the prefix ``bertwatch:``, as W&B prints its ``wandb:`` lines. Only world process zero speaks;
-``quiet=True`` or the environment variable ``BERTWATCH_QUIET=1`` silences it.
+The lines are built from plain values (``start_lines``, ``forecast_line``, ``alert_lines``, ``end_lines``) in the
+words of what the user did (step 0, the evaluations, the end), and printed by ``say`` on standard error with the
+prefix ``bertwatch:``, as W&B prints its ``wandb:`` lines. Only world process zero speaks; ``quiet=True`` or the
+environment variable ``BERTWATCH_QUIET=1`` silences it. The arithmetic of the cost is ``core.budget``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -17,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from bertwatch.callbacks.probe_context import ProbeContext
+from bertwatch.core.alerts import Alert, unit_name
+from bertwatch.core.budget import CostForecast
 from bertwatch.report.changes import reference_value, settled
 from bertwatch.tb.metadata import VIEW_FLAGS
 
@@ -24,14 +29,18 @@ __all__ = [
     "Pinned",
     "RunPlan",
     "RunSummary",
-    "cost_line",
+    "STOPPING",
+    "alert_lines",
     "end_lines",
+    "forecast_line",
+    "percents",
     "quiet",
     "report_command",
     "report_file",
     "run_plan",
     "say",
     "start_lines",
+    "verdict_line",
 ]
 
 #: The environment variable that silences the start and end lines (``1``, ``true``, ``yes``).
@@ -81,7 +90,8 @@ def report_file(path: str) -> str:
 
 @dataclass(frozen=True)
 class Pinned:
-    """The pinned passes of a run: step 0, the evaluations (their steps), the end, and a fixed ``every_n_steps``."""
+    """What a run measures whatever it costs: step 0, the evaluations (their steps), the end, and a fixed
+    ``every_n_steps`` (None: between them the overhead budget decides); ``max_steps`` the run's last step."""
 
     at_start: bool
     evaluations: tuple[int, ...]
@@ -89,19 +99,27 @@ class Pinned:
     every_n_steps: int | None
     max_steps: int
 
-    def events(self) -> tuple[str, ...]:
-        """The pinned events, in words."""
-        each = "the evaluation" if len(self.evaluations) == 1 else "each evaluation"
-        chosen = (("step 0", self.at_start), (each, bool(self.evaluations)), ("the end", self.at_end))
+    @classmethod
+    def of(cls, pinned: Any, evaluations: tuple[int, ...], every_n_steps: int | None, max_steps: int) -> Pinned:
+        """From a pacing's pinned events (``callbacks.pacing.Pinned``: ``at_start``, ``at_end``), the steps the
+        Trainer will evaluate at, the cadence and the last step."""
+        return cls(pinned.at_start, evaluations, pinned.at_end, every_n_steps, max_steps)
+
+    def events(self, counted: bool = False) -> tuple[str, ...]:
+        """The events, in words: ``("step 0", "each evaluation", "the end")``; ``counted``: ``"the 2 evaluations"``
+        and no end apart from an evaluation at the last step (the cost lines' words, each measurement once, the setup
+        counted with step 0)."""
+        n = len(self.evaluations)
+        each = "the evaluation" if n == 1 else (f"the {n} evaluations" if counted else "each evaluation")
+        start = self.at_start or counted
+        end = self.at_end and not (counted and self.max_steps in self.evaluations)
+        chosen = (("step 0", start), (each, bool(self.evaluations)), ("the end", end))
         return tuple(what for what, on in chosen if on)
 
-    def passes(self) -> int:
-        """How many steps the pinned events measure (one pass a step)."""
-        every = self.every_n_steps or 0
-        steps = set(self.evaluations)
-        steps.update(range(every, self.max_steps + 1, every) if every > 0 else ())
-        steps.update(s for s, on in ((0, self.at_start), (self.max_steps, self.at_end and self.max_steps > 0)) if on)
-        return len(steps)
+    def steps(self) -> tuple[int, ...]:
+        """The steps measured after step 0 for an event: the evaluations and the end (the forecast's ``events``)."""
+        end = (self.max_steps,) if self.at_end and self.max_steps > 0 else ()
+        return tuple(sorted(set(self.evaluations) | set(end)))
 
 
 @dataclass(frozen=True)
@@ -156,19 +174,18 @@ def _plural(n: int, word: str) -> str:
 
 
 def start_lines(plan: RunPlan) -> list[str]:
-    """The start lines: what is watched, on which probe set, how often, where the events go and how to see them."""
+    """The start lines: what is watched, on which probe set, when, where the events go and how to see them."""
     cut = f"{plan.cut} cut to {plan.cut_to} tokens" if plan.cut else "none cut"
+    when = list(plan.pinned)
+    if plan.every_n_steps:
+        when.insert(1 if "step 0" in when else 0, f"every {_plural(plan.every_n_steps, 'step')}")
+    measured = f"measured at {_listed(when)}" if when else "measured at no step"
     if plan.every_n_steps is None:
-        cadence = f"as often as {plan.budget:.0%} of the wall time allows"
-    elif plan.every_n_steps == 0:
-        cadence = "only at pinned steps"
-    else:
-        cadence = f"every {_plural(plan.every_n_steps, 'step')}"
-    pinned = f", plus {_listed(plan.pinned)}" if plan.pinned else ""
+        measured += f"{',' if when else ''} and in between as the {plan.budget:.0%} overhead budget allows"
     lines = [
         f"watching {plan.model} ({plan.layers} layers x {plan.heads} heads): {_plural(plan.stats, 'statistic')} "
         f"on {_plural(plan.examples, 'probe example')} from {plan.source} (longest {plan.longest} tokens, {cut}), "
-        f"measured {cadence}{pinned}" + ("; the run verdict is judged at each" if plan.verdict else "")
+        f"{measured}" + ("; each measurement gives a verdict on the run" if plan.verdict else "")
     ]
     if plan.run_dir is not None:
         lines.append(f"events go to {_shown_path(plan.run_dir)}")
@@ -204,26 +221,91 @@ def maps_line(wanted: int, kept: int, longest: int, budget: int) -> str | None:
     )
 
 
-def cost_line(first_pass: float, pinned_passes: int, budgeted: bool, budget: float) -> str:
-    """The line after step 0's pass: what it took, and what the pinned passes will cost in all."""
-    rest = f"; between them bertwatch keeps under {budget:.0%} of the wall time" if budgeted else ""
+def _duration(seconds: float) -> str:
+    """``45 s``, ``3 min``, ``2.5 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 90 * 60 else f"{seconds / 3600:.1f} h"
+
+
+def percents(total: float, parts: Sequence[float], digits: int) -> tuple[str, list[str]]:
+    """``total`` and its ``parts`` (shares, adding up to it) as percentages with ``digits`` decimals that add up as
+    printed: each part rounded down, the units left given to the largest remainders (``["10.7%", "1.9%"]`` for
+    ``12.6%``)."""
+    scale = 100 * 10**digits
+    whole = round(total * scale)
+    floors = [int(np.floor(p * scale)) for p in parts]
+    order = sorted(range(len(parts)), key=lambda i: floors[i] - parts[i] * scale)
+    for i in order[: max(0, whole - sum(floors))]:
+        floors[i] += 1
+    return f"{whole / 10**digits:.{digits}f}%", [f"{f / 10**digits:.{digits}f}%" for f in floors]
+
+
+def _split(shares: tuple[float, float, float], count: int, pinned: Pinned, of: str, digits: int) -> str:
+    """``12.6% of the run: 10.7% for step 0, the evaluation and the end, 1.9% for 3 measurements between them``:
+    ``shares`` (all, the events', those between them), ``count`` the measurements between them, ``pinned`` the
+    events, ``of`` (`` of the run``; `` of that``: a forecast, whose count is "about"); when none was between,
+    ``all for`` the events."""
+    shown, (for_events, for_between) = percents(shares[0], shares[1:], digits)
+    events = _listed(pinned.events(counted=True))
+    if count == 0:
+        return f"{shown}{of}, all for {events}"
+    if pinned.every_n_steps:
+        between = f"the {_plural(count, 'measurement')} every {_plural(pinned.every_n_steps, 'step')}"
+    else:
+        between = f"{'about ' if of == ' of that' else ''}{_plural(count, 'measurement')} between them"
+    return f"{shown}{of}: {for_events} for {events}, {for_between} for {between}"
+
+
+def _over_budget(share: float, budget: float, pinned: Pinned, count: int, tense: str) -> str:
+    """Why nothing was measured between the events under a budget they alone exceed (else nothing)."""
+    if count or pinned.every_n_steps is not None or share <= budget:
+        return ""
+    return f": more than the {budget:.0%} overhead budget, so nothing {tense} measured in between"
+
+
+def forecast_step(first: int, last: int) -> int | None:
+    """The step after which the cost line is said: 5 steps in, or a tenth of a short run (None: a run of one step,
+    or of unknown length, has no pace to tell)."""
+    steps = last - first
+    return first + min(5, max(1, steps // 10)) if steps > 1 else None
+
+
+def forecast_line(start_s: float, step_s: float, steps: int, cost: CostForecast, pinned: Pinned, budget: float) -> str:
+    """The line after the first steps: what step 0 took, how long the run's ``steps`` steps will take at
+    ``step_s`` seconds a step, and bertwatch's expected share (``core.budget.forecast``), split between the events
+    (step 0, the evaluations, the end) and the measurements between them.
+
+    Example:
+        >>> cost = CostForecast(wall_s=220.0, events_s=16.0, between_s=4.0, between=2)
+        >>> print(forecast_line(6.0, 1.0, 200, cost, Pinned(True, (100, 150), True, None, 200), 0.02))
+        setting up and measuring step 0 took 6.0 s; at 1 s a step the run's 200 steps take about 4 min and bertwatch
+        about 9% of that: 7% for step 0, the 2 evaluations and the end, 2% for about 2 measurements between them
+    """
+    shares = cost.shares()
+    split = _split(shares, cost.between, pinned, " of that", 1 if shares[0] < 0.02 else 0)
+    over = _over_budget(shares[0], budget, pinned, cost.between, "is")
     return (
-        f"step 0 measured in {first_pass:.2f} s; the {pinned_passes} pinned pass{'' if pinned_passes == 1 else 'es'} "
-        "of this run will cost "
-        f"about {first_pass * pinned_passes:.1f} s in all{rest}"
+        f"setting up and measuring step 0 took {start_s:.1f} s; at {step_s:.2g} s a step the run's "
+        f"{_plural(steps, 'step')} take about {_duration(cost.wall_s)} and bertwatch about {split}{over}"
     )
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a callback measured, for the end line; ``verdict``: the last verdict on the run in words
-    (``core.verdict.Verdict.describe``), None when none was judged."""
+    """What a callback measured, for the end lines: the measured ``steps``, the ``alerts`` raised, the last
+    ``grids``; bertwatch's ``own_seconds`` and its ``shares`` of the run's wall time (all, the events', those between
+    them), the ``between`` measurements, the events (``pinned``) and the ``budget``; where the ``report`` is; the
+    last ``verdict`` on the run in words (``core.verdict.Verdict.describe``), None when none was judged."""
 
     steps: tuple[int, ...]
     alerts: int
     grids: Mapping[str, np.ndarray]
     own_seconds: float
-    share: float
+    shares: tuple[float, float, float]
+    between: int
+    pinned: Pinned
+    budget: float
     report: str
     verdict: str | None = None
 
@@ -231,15 +313,22 @@ class RunSummary:
     def of(
         cls,
         history: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-        alerts: int,
-        meter: Any,
+        alerting: Any,
+        pacing: Any,
+        pinned: Pinned,
         report: str,
-        verdict: str | None = None,
     ):
-        """From a callback's ``history`` (``(step, grids)`` in order), its alert count, its ``OverheadMeter`` and
-        its last verdict in words."""
-        grids = history[-1][1] if history else {}
-        return cls(tuple(step for step, _ in history), alerts, grids, meter.own, meter.share(), report, verdict)
+        """From a callback's ``history`` (``(step, grids)`` in order), its ``Alerting`` (the alerts raised, the last
+        verdict), its ``ProbePacing`` and the events it planned (``pinned``; those it measured are the pacing's)."""
+        verdict = alerting.verdict.describe() if alerting.verdict is not None else None
+        alerts, grids = len(alerting.raised), history[-1][1] if history else {}
+        measured = pacing.measured("evaluation"), bool(pacing.measured("end"))
+        pinned = dataclasses.replace(pinned, evaluations=measured[0], at_end=measured[1])
+        events, between, count = pacing.spent()
+        wall = pacing.meter.wall()
+        shares = tuple(x / wall if wall > 0 else 0.0 for x in (events + between, events, between))
+        steps = tuple(step for step, _ in history)
+        return cls(steps, alerts, grids, events + between, shares, count, pinned, pacing.meter.budget, report, verdict)
 
 
 def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str] | None:
@@ -259,8 +348,8 @@ def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str] | N
 
 
 def end_lines(summary: RunSummary) -> list[str]:
-    """The end lines: the steps measured, the alerts, the heads that moved most, bertwatch's share; the verdict on
-    the run (when one was judged); the report."""
+    """The end lines: the steps measured, the alerts, the heads that moved most; what bertwatch took, split between
+    the events and the measurements between them; the verdict on the run (when one was judged); the report."""
     steps = summary.steps
     span = f" ({steps[0]} to {steps[-1]})" if len(steps) > 1 else (f" ({steps[0]})" if steps else "")
     moved = moved_most(summary.grids)
@@ -272,6 +361,69 @@ def end_lines(summary: RunSummary) -> list[str]:
         parts.append(f"moved most: {', '.join(moved)}")
     elif moved is not None:
         parts.append("no head moved beyond float32 rounding")
-    parts.append(f"bertwatch took {summary.own_seconds:.1f} s, {summary.share:.1%} of the run")
+    split = _split(summary.shares, summary.between, summary.pinned, " of the run", 1)
+    over = _over_budget(summary.shares[0], summary.budget, summary.pinned, summary.between, "was")
     verdict = [f"verdict: {summary.verdict}"] if summary.verdict else []
-    return ["; ".join(parts), *verdict, f"report: {summary.report}"]
+    return ["; ".join(parts), f"took {summary.own_seconds:.1f} s, {split}{over}", *verdict, f"report: {summary.report}"]
+
+
+#: Each alert quantity in words, for the alert lines.
+_QUANTITY_WORDS = {
+    "max_logit": "largest attention logit",
+    "entropy": "attention entropy",
+    "sink_mass": "attention on [CLS] and [SEP]",
+    "ffn_inf_norm": "largest feed-forward activation",
+}
+#: The most heads an alert line names.
+_NAMED = 8
+
+
+def _severity(alert: Alert) -> float:
+    """How far past its threshold an alert is, in units of the threshold's distance from the reference (a
+    non-finite value is the furthest)."""
+    if not np.isfinite(alert.value) or not np.isfinite(alert.threshold):
+        return float("inf")
+    return abs(alert.value - alert.reference) / max(abs(alert.threshold - alert.reference), 1e-12)
+
+
+def alert_lines(alerts: Sequence[Alert], reference_step: int) -> list[str]:
+    """One line per rule (and first step) of ``alerts``, the new alerts of one step: how many heads (layers, for a
+    layer rule), since when, which (the furthest past the threshold first, up to 8 and how many more), and the
+    furthest one's value against its value at ``reference_step``.
+
+    Example:
+        >>> a = [Alert(5, 9, "logit_growth", "max_logit", 10, 10, 41.0, 5.0, 15.0),
+        ...      Alert(4, 11, "logit_growth", "max_logit", 10, 10, 20.0, 5.0, 15.0)]
+        >>> print(*alert_lines(a, 0))
+        2 heads in alert since step 10: logit growth on L5 H9, L4 H11 (L5 H9: largest attention logit 41, from 5 at
+        step 0)
+    """
+    groups: dict[tuple[str, int], list[Alert]] = {}
+    for alert in alerts:
+        groups.setdefault((alert.rule, alert.since), []).append(alert)
+    lines = []
+    for (rule, since), group in groups.items():
+        group = sorted(group, key=_severity, reverse=True)
+        names = [unit_name(a.layer, a.head) for a in group]
+        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+        shown = ", ".join(names[:_NAMED]) + more
+        worst = group[0]
+        quantity = _QUANTITY_WORDS.get(worst.stat, worst.stat)
+        if np.isfinite(worst.value):
+            detail = f"{names[0]}: {quantity} {worst.value:.3g}, from {worst.reference:.3g} at step {reference_step}"
+        else:
+            detail = f"{names[0]}: {quantity} is {worst.value}"
+        unit = "layer" if worst.head is None else "head"
+        lines.append(
+            f"{_plural(len(group), unit)} in alert since step {since}: {rule.replace('_', ' ')} on {shown} ({detail})"
+        )
+    return lines
+
+
+#: What the alert and verdict lines add when ``on_alert="stop"`` asks the Trainer to stop.
+STOPPING = "saving a checkpoint and stopping training (on_alert='stop')"
+
+
+def verdict_line(step: int, described: str) -> str:
+    """The line of the first "failing" verdict: its step and its words (``Verdict.describe``)."""
+    return f"verdict at step {step}: {described}"

@@ -74,6 +74,7 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
         callback = next((cb for cb in monitors if isinstance(cb, BertWatchCallback)), monitors[0])
     else:
         callback = BertWatchCallback(**settings)
+        callback.shown_name = "bertwatch"  # the user named no class: the lines and warnings say "bertwatch"
         trainer.add_callback(callback)
     for cb in _bertwatch_callbacks(trainer):
         cb.set_trainer(trainer)

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 import torch
 
 from bertwatch.callbacks.publisher import NamedValues
-from bertwatch.core.budget import OverheadMeter, ProbeReason
+from bertwatch.core.budget import CostForecast, OverheadMeter, ProbeReason, forecast
 
 __all__ = ["MapsCadence", "ProbePacing", "ProbeReason"]
 
 #: The ``named_values`` series of the measured steps.
 PROBE_SERIES = "probe_steps"
 _EVENT_REASONS = {"begin": "start", "evaluate": "evaluation", "end": "end"}
+_SETUP = "setup"
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class ProbePacing:
         self.log: list[ProbeReason] = []
         self._noted: dict[int, str] = {}
         self._unwritten: set[int] = set()
+        self._spent: dict[int | str | None, float] = {}  # bertwatch's seconds by the step they were spent on
+        self._events: dict[int, str] = {}  # the steps an event (start, evaluation, end) was due at, for the cost
 
     @property
     def budgeted(self) -> bool:
@@ -69,7 +72,7 @@ class ProbePacing:
         """Training begins at ``first_step``: the wall clock starts and the log empties. ``end_step``: the run's
         last step when the end is measured (the budget then keeps room for that probe, ``OverheadMeter.due``)."""
         self.meter.start(first_step, end_step if self.pinned.at_end else None)
-        self.log, self._noted, self._unwritten = [], {}, set()
+        self.log, self._noted, self._unwritten, self._spent, self._events = [], {}, set(), {}, {}
 
     def due(self, event: str, step: int) -> bool:
         """Whether the callback measures at ``event`` ("begin", "step", "evaluate", "end") and ``step``; a due
@@ -86,6 +89,8 @@ class ProbePacing:
             reason = _EVENT_REASONS.get(event) or ("budget" if self.budgeted else "every_n_steps")
             if self._noted.get(step) in (None, "budget"):
                 self._noted[step] = reason
+            if event in _EVENT_REASONS:
+                self._events.setdefault(step, reason)
         return due
 
     def _step_due(self, step: int) -> bool:
@@ -100,14 +105,43 @@ class ProbePacing:
     def clock(self) -> float:
         return self.meter.clock()
 
-    def charge(self, seconds: float, measured: int | None = None) -> None:
-        """Count ``seconds`` as bertwatch's own time; ``measured``: the step those seconds measured for this
-        callback (the first time), so they are the next probe's cost and the step goes into the log."""
+    def charge(self, seconds: float, measured: int | None = None, setup: bool = False) -> None:
+        """Count ``seconds`` as bertwatch's own time, spent on the step ``measured`` (None: on no measurement), or
+        on the ``setup`` before the first step. The first seconds of a step this callback measured are the next
+        probe's cost, and the step goes into the log."""
         new = measured is not None and measured in self._noted and all(r.step != measured for r in self.log)
+        key = _SETUP if setup else measured
+        self._spent[key] = self._spent.get(key, 0.0) + max(0.0, seconds)
         self.meter.add_own(seconds, probe_step=measured if new else None)
         if new:
             self.log.append(ProbeReason(measured, self._noted[measured], self.meter.share()))
             self._unwritten.add(measured)
+
+    def spent(self) -> tuple[float, float, int]:
+        """``(events, between, count)``: bertwatch's seconds so far on the setup and the events (step 0, the
+        evaluations, the end), and on everything else (the ``count`` measurements between them, budgeted or every
+        ``every_n_steps``, and the checks at other steps). A step measured for an event counts as the event's,
+        whatever else measured it first."""
+        events = sum(s for key, s in self._spent.items() if key == _SETUP or key in self._events)
+        between = [r.step for r in self.log if r.step not in self._events]
+        return events, self.meter.own - events, len(between)
+
+    def forecast(self, step: int, events: tuple[int, ...], last: int) -> tuple[float, float, int, CostForecast]:
+        """``(start_s, step_s, steps, cost)`` with ``step`` steps done: bertwatch's seconds on the setup and the first
+        step's measurement, the mean training step so far, the run's steps to ``last`` and what they will cost
+        (``core.budget.forecast``: each measurement costing what the last did, its judging and writing included;
+        one at each of the ``events``' steps, the evaluations and the end)."""
+        meter = self.meter
+        start_s, step_s = self._spent.get(_SETUP, 0.0) + self._spent.get(meter.first_step, 0.0), meter.step_time(step)
+        pass_s = self._spent.get(meter.last_step, 0.0)
+        after = tuple(s for s in events if s > meter.first_step)
+        cost = forecast((meter.first_step, last), step_s, pass_s, start_s, after, self.every_n_steps, meter.budget)
+        return start_s, step_s, last - meter.first_step, cost
+
+    def measured(self, event: str) -> tuple[int, ...]:
+        """The measured steps an ``event`` (``"start"``, ``"evaluation"``, ``"end"``) was due at (the first event
+        of a step)."""
+        return tuple(r.step for r in self.log if self._events.get(r.step) == event)
 
     def records(self, step: int) -> list[NamedValues]:
         """The measured ``step`` with its reason, as a point of the ``probe_steps`` series (once; empty when

@@ -93,7 +93,9 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.health: list[tuple[int, dict[str, float]]] = []
         self._link = TrainerLink()
         self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
-        self._pinned_passes = 0  # the pinned passes this run will make, for the line after step 0
+        self._forecast_at: int | None = None  # the step after which the cost line is printed
+        self._pinned: announce.Pinned | None = None  # what this run measures whatever it costs, for the cost lines
+        self.shown_name = type(self).__name__  # how messages name it ("bertwatch" when bertwatch.watch made it)
         # the stability alerts and the run verdict (callbacks.alerting) on the run's evidence (callbacks.run_evidence)
         self.alerting, self.run_evidence = Alerting(s.on_alert, s.alerts, self.strict, s.verdict), RunEvidence()
 
@@ -136,12 +138,12 @@ class WatchCallback(NotATracker, TrainerCallback):
     def _member(self, stat_names: frozenset[str], context: ProbeContext) -> Member:
         """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
         required = self.requested is not None
-        return Member(type(self).__name__, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
+        return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
 
     def _resolve_stats(self, context: ProbeContext, watched: WatchedRun) -> frozenset[str]:
         """The statistics this callback can measure in this run: those the model gives (``supported_stats``),
         without the gradient statistics where the probe set or the loss cannot give them (``without_gradients``)."""
-        owner = type(self).__name__
+        owner = self.shown_name
         names = supported_stats(self._stat_names, self.requested is not None, context.encoder, owner)
         if not names & (set(GRADIENT_NAMES) | {IG_NAME}):
             return names
@@ -176,20 +178,20 @@ class WatchCallback(NotATracker, TrainerCallback):
         self.pacing.start(int(state.global_step), last if last > 0 else None)
         start = self.pacing.clock()
         self._begin(model, args, state, kwargs)
-        self.pacing.charge(self.pacing.clock() - start)
+        self.pacing.charge(self.pacing.clock() - start, setup=True)
         context = None if self.disabled or self.watched is None else self.watched.context
         self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
+        self.alerting.speaks = self._speaks
+        evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
+        self._pinned = announce.Pinned.of(self.pacing.pinned, evaluations, self.every_n_steps, last)
         if self._speaks:
-            at_start = self.pacing.pinned.at_start
-            evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
-            pinned = announce.Pinned(at_start, evaluations, self.pacing.pinned.at_end, self.every_n_steps, last)
             budget = self.pacing.meter.budget
             verdict = bool(set(GRADIENT_NAMES) & self.stat_names)
-            plan = announce.run_plan(context, len(self.stat_names), budget, pinned, verdict)
+            plan = announce.run_plan(context, len(self.stat_names), budget, self._pinned, verdict)
             lines = announce.start_lines(plan)
             lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
             announce.say(lines + self._more_lines(context))
-            self._pinned_passes = pinned.passes() if at_start else 0
+            self._forecast_at = announce.forecast_step(int(state.global_step), last)
 
     def _more_lines(self, context: ProbeContext) -> list[str]:
         """Start lines of this callback's own: the size of a large drift reference (BertWatchCallback: also the maps
@@ -228,10 +230,10 @@ class WatchCallback(NotATracker, TrainerCallback):
             )
         if getattr(args, "fp16", False) and set(GRADIENT_NAMES) & names:
             warnings.warn(
-                "bertwatch: with fp16 the gradient pass runs under float16 autocast without the Trainer's loss "
-                "scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller gives layer "
-                "gradient norms of 0 on MiniLM), so the run verdict's vanishing rule can read an underflow as a "
-                "vanished gradient (docs/statistics.md, run health); bf16 has no such floor",
+                "bertwatch: with fp16 the gradient statistics are measured under float16 autocast without the "
+                "Trainer's loss scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller "
+                "gives layer gradient norms of 0 on MiniLM), so the verdict can read an underflow as a vanished "
+                "gradient (docs/statistics.md, run health); bf16 has no such floor",
                 BertWatchWarning,
                 stacklevel=3,
             )
@@ -257,7 +259,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         mine = [(r, grids) for r in results if (grids := r.of(member, self._index)) is not None]
         for result, grids in mine:
             self._record(result.step, grids, result.health_of(member, self._index))
-        self.pacing.charge(self.pacing.clock() - start, mine[-1][0].step if mine else None)
+        step = mine[-1][0].step if mine else None
+        self.pacing.charge(self.pacing.clock() - start, step)
         start = self.pacing.clock()
         for result, _ in mine:
             self._judge(watched, result.event, control)
@@ -265,7 +268,7 @@ class WatchCallback(NotATracker, TrainerCallback):
                 self.run_evidence.note_probe(result.step, self.health[-1][1], len(self.alerting.alerts))
                 self._judge_verdict(result.step, result.event, control)
             watched.publish_records(self.pacing.records(result.step), result.step)
-        self.pacing.charge(self.pacing.clock() - start)
+        self.pacing.charge(self.pacing.clock() - start, step)
 
     def _record(self, step: int, grids: Mapping[str, np.ndarray], health: Mapping[str, float] | None) -> None:
         if self.history and self.history[-1][0] == step:
@@ -299,10 +302,12 @@ class WatchCallback(NotATracker, TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.run_evidence.write(self.watched, self.alerting.verdict_settings, before=int(state.global_step))  # over
         self._drive("begin", state, control)
-        meter = self.pacing.meter
-        if self._pinned_passes and meter.last_cost is not None:  # step 0 is measured: say what the pinned cost
-            announce.say([announce.cost_line(meter.last_cost, self._pinned_passes, self.pacing.budgeted, meter.budget)])
-            self._pinned_passes = 0
+        due = self._forecast_at is not None and state.global_step >= self._forecast_at
+        if due and self.pacing.meter.last_cost is not None:
+            self._forecast_at, start = None, self.pacing.clock()  # what the run will cost, at the pace so far
+            expected = self.pacing.forecast(int(state.global_step), self._pinned.steps(), self._pinned.max_steps)
+            announce.say([announce.forecast_line(*expected, self._pinned, self.pacing.meter.budget)])
+            self.pacing.charge(self.pacing.clock() - start)
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -333,9 +338,8 @@ class WatchCallback(NotATracker, TrainerCallback):
             if not self.disabled:
                 self._after_end(args, state, kwargs)
             if self._speaks and not self.disabled:
-                alerts, hint = len(self.alerting.raised), self._report_hint(args)
-                verdict = self.alerting.verdict.describe() if self.alerting.verdict is not None else None
-                summary = announce.RunSummary.of(self.history, alerts, self.pacing.meter, hint, verdict)
+                hint = self._report_hint(args)
+                summary = announce.RunSummary.of(self.history, self.alerting, self.pacing, self._pinned, hint)
                 announce.say(announce.end_lines(summary))
         finally:
             if self.watched is not None:

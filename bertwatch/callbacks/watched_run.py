@@ -149,7 +149,9 @@ def without_gradients(member: Member, problem: str) -> Member:
         return member
     if member.required or not member.stat_names - gradient:
         raise SetupError(f"{member.name}: {sorted(gradient)} cannot be measured: {problem}")
-    warnings.warn(f"bertwatch: {member.name} skips {sorted(gradient)}: {problem}", BertWatchWarning, stacklevel=4)
+    who = "bertwatch" if member.name == "bertwatch" else f"bertwatch: {member.name}"
+    message = f"{who} skips the gradient statistics ({', '.join(sorted(gradient))}): {problem}"
+    warnings.warn(message, BertWatchWarning, stacklevel=4)
     return replace(member, stat_names=member.stat_names - gradient)
 
 

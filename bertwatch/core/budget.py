@@ -42,7 +42,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_OVERHEAD_BUDGET", "MIN_SPACING", "OverheadMeter", "ProbeReason", "check_budget", "probe_due"]
+__all__ = [
+    "DEFAULT_OVERHEAD_BUDGET",
+    "MIN_SPACING",
+    "CostForecast",
+    "OverheadMeter",
+    "ProbeReason",
+    "check_budget",
+    "forecast",
+    "probe_due",
+]
 
 #: bertwatch's default share of the training run's wall time.
 DEFAULT_OVERHEAD_BUDGET = 0.02
@@ -152,6 +161,82 @@ class OverheadMeter:
         cost, wall = self.last_cost or 0.0, self.wall()
         remaining = end = 0.0
         if self.end_step is not None and self.first_step < step < self.end_step:
-            per_step = max(0.0, wall - self.own) / (step - self.first_step)
-            remaining, end = (self.end_step - step) * per_step, cost
+            remaining, end = (self.end_step - step) * self.step_time(step), cost
         return probe_due(wall, self.own, cost, self.budget, remaining, end)
+
+    def step_time(self, step: int) -> float:
+        """The mean seconds of one optimiser step so far, bertwatch's own time left out, ``step`` steps being done
+        (0 before the first)."""
+        done = step - self.first_step
+        return max(0.0, self.wall() - self.own) / done if done > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class CostForecast:
+    """bertwatch's expected cost over a whole run, in seconds: ``wall_s`` the run's wall time (training and
+    bertwatch), ``events_s`` the setup and the measurements at step 0, the evaluations and the end, ``between_s`` the
+    ``between`` measurements in between (budgeted, or every ``every_n_steps``)."""
+
+    wall_s: float
+    events_s: float
+    between_s: float
+    between: int
+
+    @property
+    def share(self) -> float:
+        """bertwatch's share of the run's wall time."""
+        return self.shares()[0]
+
+    def shares(self) -> tuple[float, float, float]:
+        """``(all, events, between)`` as shares of the wall time (``all`` = ``events`` + ``between``)."""
+        wall = self.wall_s if self.wall_s > 0 else math.inf
+        return (self.events_s + self.between_s) / wall, self.events_s / wall, self.between_s / wall
+
+
+def forecast(
+    steps: tuple[int, int],
+    step_s: float,
+    pass_s: float,
+    start_s: float,
+    events: tuple[int, ...],
+    every_n_steps: int | None,
+    budget: float,
+) -> CostForecast:
+    """bertwatch's cost over a run of optimiser steps ``steps`` = ``(first, last)`` taking ``step_s`` seconds each,
+    bertwatch having spent ``start_s`` before the first (setup and step 0's measurement): one measurement at each
+    step of ``events`` (the evaluations and the end; pinned) and, between them, every ``every_n_steps`` steps or,
+    with ``every_n_steps`` None, where :meth:`OverheadMeter.due` takes one under ``budget``; each measurement costs
+    ``pass_s``. The run is replayed on a simulated clock through the meter itself, so the measurements between are
+    those the rule would take at a steady step time (one check a step: about 0.1 s for 100,000 steps); the Trainer's
+    own evaluation time is not known and left out (the shares come out a little high when evaluations are long).
+
+    Example:
+        >>> f = forecast((0, 200), step_s=1.0, pass_s=2.0, start_s=3.0, events=(100, 200), every_n_steps=None,
+        ...              budget=0.02)
+        >>> round(f.wall_s), f.events_s, f.between  # 200 s of training, 3 + 2 x 2 s of events, nothing fits between
+        (207, 7.0, 0)
+        >>> forecast((0, 2000), 1.0, 2.0, 3.0, (2000,), None, 0.02).between  # 2000 s earn room for 17 more
+        17
+    """
+    first, last = steps
+    now = [0.0]
+    meter = OverheadMeter(budget, clock=lambda: now[0])
+    meter.start(first, last if last in events else None)
+    now[0] = start_s
+    meter.add_own(start_s - min(pass_s, start_s))
+    meter.add_own(min(pass_s, start_s), probe_step=first)
+    events_s, between_s, between = start_s, 0.0, 0
+    pinned = set(events)
+    for step in range(first + 1, last + 1):
+        now[0] += step_s
+        if step in pinned:
+            events_s += pass_s
+        elif (every_n_steps is not None and every_n_steps > 0 and step % every_n_steps == 0) or (
+            every_n_steps is None and meter.due(step)
+        ):
+            between_s, between = between_s + pass_s, between + 1
+        else:
+            continue
+        now[0] += pass_s
+        meter.add_own(pass_s, probe_step=step)
+    return CostForecast(now[0], events_s, between_s, between)

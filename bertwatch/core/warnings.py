@@ -1,13 +1,51 @@
-"""The one warning category of bertwatch, torch-free so that every layer can raise it."""
+"""The one warning category of bertwatch, torch-free so that every layer can raise it.
+
+A stability alert or a failing verdict is printed as a ``bertwatch:`` line (``callbacks.announce``), with no file
+prefix, and also warned as a ``BertWatchAlert``, a ``BertWatchWarning`` that is not shown unless a filter asks for
+it (as Python hides ``DeprecationWarning``), so it is not said twice: ``warnings.simplefilter("always",
+BertWatchAlert)`` shows them as warnings, ``"error"`` raises them, ``pytest.warns(BertWatchWarning)`` records them.
+"""
 
 from __future__ import annotations
 
-__all__ = ["BertWatchWarning", "cut_message"]
+import warnings
+
+__all__ = ["BertWatchAlert", "BertWatchWarning", "cut_message", "warn_alert"]
 
 
 class BertWatchWarning(UserWarning):
     """Something bertwatch measures is incomplete or stopped (a monitor failed, examples cannot be scored as given);
     the training run and the other measurements go on."""
+
+
+class BertWatchAlert(BertWatchWarning):
+    """A new stability alert or a failing verdict, already printed as a ``bertwatch:`` line: hidden unless a
+    warnings filter shows it (module docstring)."""
+
+
+#: The filter that hides a ``BertWatchAlert``, last in ``warnings.filters``: any filter of the user's comes first.
+_HIDDEN = ("ignore", None, BertWatchAlert, None, 0)
+
+
+def warn_alert(message: str, stacklevel: int = 2) -> None:
+    """Warn ``message`` as a ``BertWatchAlert`` (``stacklevel`` as for ``warnings.warn``, from the caller), hidden
+    by a filter placed last, so that any filter of the user's decides first; placed at each call, not at import,
+    because ``warnings.catch_warnings`` and ``warnings.resetwarnings`` drop filters added meanwhile.
+
+    Example:
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warn_alert("bertwatch: 1 head in alert since step 10: ...")
+        >>> caught
+        []
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always", BertWatchWarning)
+        ...     warn_alert("bertwatch: 1 head in alert since step 10: ...")
+        >>> caught[0].category.__name__
+        'BertWatchAlert'
+    """
+    if _HIDDEN not in warnings.filters:
+        warnings.filterwarnings("ignore", category=BertWatchAlert, append=True)
+    warnings.warn(message, BertWatchAlert, stacklevel=stacklevel + 1)
 
 
 def cut_message(count: int, total: int, what: str, length: int, limit: str, recorded: str, remedy: str) -> str:

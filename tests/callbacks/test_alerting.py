@@ -9,12 +9,17 @@ import math
 import os
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, watch
+from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, announce, watch
+from bertwatch.callbacks.alerting import Alerting
+from bertwatch.core.alerts import AlertSettings
+from bertwatch.core.verdict import Verdict
+from bertwatch.core.warnings import BertWatchAlert
 from bertwatch.tb import metadata as md
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 
@@ -73,7 +78,7 @@ def test_a_diverging_run_alerts_before_its_loss_jumps_and_stop_keeps_a_checkpoin
     first_alert = min(a.step for a in cb.alerting.raised)
     # the loss logged at step s is that of the weights after step s - 1: the alerted weights had not jumped yet
     assert first_alert < jump - 1, (first_alert, losses)
-    assert any("bertwatch alert" in str(w.message) for w in caught)
+    assert any(f"in alert since step {first_alert}: " in str(w.message) for w in caught)
     acc = EventAccumulator(glob.glob(str(tmp_path / "warn" / "runs" / "*"))[0], size_guidance={"scalars": 0})
     acc.Reload()
     totals = {e.step: e.value for e in acc.Scalars(md.alerts_scalar_tag("total"))}
@@ -101,3 +106,83 @@ def test_a_stable_run_raises_no_alert(tmp_path) -> None:
     assert cb.alerting.raised == [] and trainer.state.global_step == 12
     assert not [w for w in caught if "alert" in str(w.message)]
     assert not glob.glob(os.path.join(tmp_path, "checkpoint-*"))
+
+
+# ------------------------------------------------------------------------------------------------ what a user reads
+
+
+class _Control:
+    should_save = should_training_stop = False
+
+
+def _grids(max_logit: np.ndarray) -> dict:
+    return {"max_logit": max_logit, "entropy": np.full(max_logit.shape, 2.0)}
+
+
+def _judged_at_10(alerting: Alerting, control=None, heads=11, layers=3, collapsed=(), always=False):
+    """Step 10 of a 3 x 4-head run: ``heads`` heads' max logit past 3x its reference (from the last head back),
+    the entropy of the heads ``collapsed`` fallen; the alerts acted on; the warnings shown (the filters as a user
+    has them, or ``always``)."""
+    reference = np.full((layers, 4), 5.0)
+    now = reference.copy()
+    for i in range(heads):
+        layer, head = divmod(layers * 4 - 1 - i, 4)
+        now[layer, head] = 16.0 + i  # the first past the threshold by least
+    grids = _grids(now)
+    for layer, head in collapsed:
+        grids["entropy"][layer, head] = 0.1
+    with warnings.catch_warnings(record=True) as shown:
+        if always:
+            warnings.simplefilter("always")
+        alerting.act(alerting.judge([(0, _grids(reference)), (10, grids)], resumed=False), control or _Control())
+    return shown
+
+
+@pytest.mark.fast
+def test_new_alerts_are_one_bertwatch_line_per_rule_naming_its_heads_and_a_warning_hidden_by_default(capsys) -> None:
+    shown = _judged_at_10(Alerting("warn", AlertSettings(), strict=False), collapsed=[(0, 0)])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bertwatch: ")]
+    assert lines[0].startswith("bertwatch: 11 heads in alert since step 10: logit growth on L0 H1, L0 H2, L0 H3, ")
+    assert lines[0].split(" (")[0].endswith("and 3 more")  # 8 named, the furthest past the threshold first
+    assert "(L0 H1: largest attention logit 26, from 5 at step 0)" in lines[0]
+    assert lines[1] == (
+        "bertwatch: 1 head in alert since step 10: entropy collapse on L0 H0 (L0 H0: attention entropy 0.1, from 2 "
+        "at step 0)"
+    )
+    assert len(lines) == 2 and shown == [], "a user sees the lines, no warning with a module path"
+    # those who ask for the warnings get one per line, of a category under BertWatchWarning, at their own line
+    recorded = _judged_at_10(Alerting("warn", AlertSettings(), strict=False), collapsed=[(0, 0)], always=True)
+    assert [str(w.message) for w in recorded] == lines
+    assert all(issubclass(w.category, BertWatchAlert) and issubclass(w.category, BertWatchWarning) for w in recorded)
+    assert {w.filename for w in recorded} == {__file__}
+    with warnings.catch_warnings(), pytest.raises(BertWatchAlert):  # and "error" raises them (contained in a run)
+        warnings.simplefilter("error", BertWatchWarning)
+        _judged_at_10(Alerting("warn", AlertSettings(), strict=True))
+
+
+@pytest.mark.fast
+def test_stop_says_it_stops_once_quiet_says_nothing_and_a_callable_is_told_alone(capsys) -> None:
+    control = _Control()
+    stopping = Alerting("stop", AlertSettings(), strict=False)
+    _judged_at_10(stopping, control, heads=2)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1] == f"bertwatch: {announce.STOPPING}" and len(lines) == 2 and control.should_training_stop
+    assert stopping.stop_requested_at == 10 and stopping.stop_reason.startswith("L2 H2: logit growth since step 10")
+    quiet = Alerting("warn", AlertSettings(), strict=False)
+    quiet.speaks = False  # not world process zero, or quiet=True
+    recorded = _judged_at_10(quiet, heads=2, always=True)
+    assert capsys.readouterr().err == "" and len(recorded) == 1
+    given = []
+    told = Alerting(given.append, AlertSettings(), strict=False)
+    recorded = _judged_at_10(told, heads=2, always=True)
+    assert capsys.readouterr().err == "" and recorded == [] and [len(g) for g in given] == [2]
+
+
+@pytest.mark.fast
+def test_the_first_failing_verdict_is_one_line(capsys) -> None:
+    alerting = Alerting("warn", AlertSettings(), strict=False)
+    with warnings.catch_warnings(record=True) as shown:
+        alerting.act_on_verdict(Verdict(20, 2, ("predictions have collapsed",)), _Control())
+        alerting.act_on_verdict(Verdict(30, 2, ("predictions have collapsed",)), _Control())
+    assert capsys.readouterr().err == "bertwatch: verdict at step 20: failing: predictions have collapsed\n"
+    assert shown == []

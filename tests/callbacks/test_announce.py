@@ -1,6 +1,7 @@
-"""What bertwatch says while it watches (callbacks/announce.py): the start lines, the cost line after step 0, the
-end line, on world process zero only and silenced by ``quiet=True`` or ``BERTWATCH_QUIET=1``; the facts in them
-checked against the run (its probe set, its event file, its measured steps and drift)."""
+"""What bertwatch says while it watches (callbacks/announce.py): the start lines, the cost line after the first
+steps, the alert lines, the end lines, on world process zero only and silenced by ``quiet=True`` or
+``BERTWATCH_QUIET=1``; the facts in them checked against the run (its probe set, its event file, its measured steps
+and drift, its cost), and the shares they print adding up as printed."""
 
 from __future__ import annotations
 
@@ -17,11 +18,15 @@ from bertwatch.callbacks.announce import (
     Pinned,
     RunPlan,
     RunSummary,
-    cost_line,
+    alert_lines,
     end_lines,
+    forecast_line,
     moved_most,
+    percents,
     start_lines,
 )
+from bertwatch.core.alerts import Alert
+from bertwatch.core.budget import CostForecast
 from tests.support.tb_helpers import make_wsgi_app
 from tests.support.tiny_trainer import toy_trainer
 
@@ -56,16 +61,22 @@ def test_the_start_lines_say_what_is_watched_where_and_how_to_see_it() -> None:
     first, events, view = start_lines(_plan())
     assert first == (
         "watching BertForSequenceClassification (6 layers x 12 heads): 24 statistics on 32 probe examples from the "
-        "eval set (longest 41 tokens, none cut), measured as often as 2% of the wall time allows, plus step 0, "
-        "each evaluation and the end"
+        "eval set (longest 41 tokens, none cut), measured at step 0, each evaluation and the end, and in between as "
+        "the 2% overhead budget allows"
     )
     assert events == "events go to out/runs/x"
     assert view.startswith("see them live: tensorboard --logdir out/runs --samples_per_plugin=bertwatch=0 ")
     cut = start_lines(_plan(cut=3, every_n_steps=20, pinned=("the end",), run_dir=None))
     assert len(cut) == 1  # off world process zero there is no run directory to show
-    assert "3 cut to 128 tokens" in cut[0] and "measured every 20 steps, plus the end" in cut[0]
+    assert "3 cut to 128 tokens" in cut[0] and cut[0].endswith("measured at every 20 steps and the end")
+    fixed = start_lines(_plan(every_n_steps=20))[0]
+    assert fixed.endswith("measured at step 0, every 20 steps, each evaluation and the end")
+    only = start_lines(_plan(every_n_steps=0, pinned=("step 0", "the end")))[0]
+    assert only.endswith("measured at step 0 and the end")
     judged = start_lines(_plan(verdict=True))[0]
-    assert judged == first + "; the run verdict is judged at each"
+    assert judged == first + "; each measurement gives a verdict on the run"
+    for line in (first, cut[0], fixed, only):
+        assert "pinned" not in line and "wall time" not in line
 
 
 def test_a_run_directory_with_spaces_is_quoted_for_the_shell(tmp_path) -> None:
@@ -75,13 +86,51 @@ def test_a_run_directory_with_spaces_is_quoted_for_the_shell(tmp_path) -> None:
     assert command[command.index("--logdir") + 1] == str(tmp_path / "my runs")
 
 
-def test_pinned_passes_count_every_pinned_event() -> None:
-    assert Pinned(True, (30, 60, 90), True, None, 100).passes() == 5
-    assert Pinned(True, (), True, 25, 100).passes() == 5  # step 0, 25, 50, 75 and 100 (the end)
-    assert Pinned(True, (50, 100), True, 25, 100).passes() == 5  # an evaluation at a measured step adds none
+def _shares(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)%", text)]
+
+
+def test_the_events_are_named_as_the_user_set_them_up() -> None:
+    assert Pinned(True, (30, 60, 90), True, None, 100).events() == ("step 0", "each evaluation", "the end")
+    counted = Pinned(True, (30, 60, 90), True, None, 100).events(counted=True)
+    assert counted == ("step 0", "the 3 evaluations", "the end")
     assert Pinned(False, (50,), False, None, 100).events() == ("the evaluation",)
-    line = cost_line(0.5, 5, True, 0.02)
-    assert "0.50 s" in line and "5 pinned passes" in line and "about 2.5 s" in line and "under 2%" in line
+    assert Pinned(True, (50, 100), True, 25, 100).steps() == (50, 100)  # an evaluation at the end is one measurement
+    assert Pinned(True, (50, 100), True, 25, 100).events(counted=True) == ("step 0", "the 2 evaluations")
+    assert Pinned(True, (), False, None, 100).steps() == ()
+
+
+def test_printed_percentages_add_up_as_printed() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        parts = rng.random(2) * rng.choice([0.001, 0.05, 0.5])
+        digits = int(rng.integers(0, 2))
+        total, shown = percents(float(parts.sum()), parts, digits)
+        printed = [float(x.rstrip("%")) for x in shown]
+        assert round(sum(printed), digits) == float(total.rstrip("%")), (parts, total, shown)
+        assert all(abs(p - 100 * q) < 10**-digits for p, q in zip(printed, parts)), (parts, shown)
+    assert percents(0.126, (0.107, 0.019), 1) == ("12.6%", ["10.7%", "1.9%"])
+
+
+def test_the_forecast_line_gives_the_run_length_and_the_share_split_between_events_and_the_rest() -> None:
+    pinned = Pinned(True, (100, 150), True, None, 200)
+    cost = CostForecast(wall_s=220.0, events_s=16.0, between_s=4.0, between=2)
+    line = forecast_line(6.0, 1.0, 200, cost, pinned, 0.02)
+    assert line.startswith(
+        "setting up and measuring step 0 took 6.0 s; at 1 s a step the run's 200 steps take about 4 min"
+    )
+    total, events, between = _shares(line)
+    assert (total, events, between) == (9, 7, 2) and events + between == total
+    assert "for step 0, the 2 evaluations and the end" in line and "for about 2 measurements between them" in line
+    over = forecast_line(6.0, 1.0, 50, CostForecast(70.0, 14.0, 0.0, 0), pinned, 0.02)
+    assert over.endswith(
+        "bertwatch about 20% of that, all for step 0, the 2 evaluations and the end: more than the 2% overhead "
+        "budget, so nothing is measured in between"
+    )
+    fixed = forecast_line(1.0, 0.5, 100, CostForecast(60.0, 4.0, 6.0, 9), Pinned(True, (), True, 10, 100), 0.02)
+    assert "7% for step 0 and the end, 10% for the 9 measurements every 10 steps" in fixed
+    small = forecast_line(1.0, 1.0, 5000, CostForecast(5000.0, 10.0, 40.0, 40), pinned, 0.02)
+    assert _shares(small) == [1.0, 0.2, 0.8], "under 2% the shares keep a decimal"
 
 
 def test_the_heads_that_moved_most_are_the_largest_drifts() -> None:
@@ -98,26 +147,68 @@ def test_the_heads_that_moved_most_are_the_largest_drifts() -> None:
     noise = {"drift_js": np.array([[1e-8, 2e-8], [0.0, 3e-8]], dtype=np.float32)}
     assert moved_most(noise) == []
     assert moved_most({"drift_cosine": np.array([[0.99999994, 1.0]], dtype=np.float32)}) == []
-    summary = RunSummary((0, 12), 0, noise, 0.1, 0.01, "r")
+    summary = _summary((0, 12), 0, noise)
     assert "no head moved beyond float32 rounding" in end_lines(summary)[0]
 
 
-def test_the_end_line_counts_steps_and_alerts() -> None:
-    from bertwatch.callbacks.announce import RunSummary
+def _summary(steps, alerts, grids, shares=(0.031, 0.025, 0.006), between=2, verdict=None, **pinned):
+    events = dict(at_start=True, evaluations=(10,), at_end=True, every_n_steps=None, max_steps=steps[-1])
+    events.update(pinned)
+    return RunSummary(
+        steps, alerts, grids, 1.5, shares, between, Pinned(**events), 0.02, "bertwatch report out", verdict
+    )
 
+
+def test_the_end_lines_count_steps_and_alerts_and_split_the_cost() -> None:
     grids = {"drift_js": np.array([[0.0, 0.25]])}
-    summary = RunSummary((0, 10, 20), 2, grids, 1.5, 0.031, "bertwatch report out")
-    line, report = end_lines(summary)
-    assert line == (
-        "measured 3 steps (0 to 20); 2 stability alerts; moved most: L0 H1 (JS 0.25); "
-        "bertwatch took 1.5 s, 3.1% of the run"
+    line, cost, report = end_lines(_summary((0, 10, 20), 2, grids))
+    assert line == "measured 3 steps (0 to 20); 2 stability alerts; moved most: L0 H1 (JS 0.25)"
+    assert cost == (
+        "took 1.5 s, 3.1% of the run: 2.5% for step 0, the evaluation and the end, 0.6% for 2 measurements between them"
     )
     assert report == "report: bertwatch report out"
+    over = end_lines(_summary((0, 10, 20), 0, grids, shares=(0.148, 0.148, 0.0), between=0))[1]
+    assert over == (
+        "took 1.5 s, 14.8% of the run, all for step 0, the evaluation and the end: more than the 2% overhead budget, "
+        "so nothing was measured in between"
+    )
+    fixed = end_lines(_summary((0, 5, 10, 20), 0, grids, shares=(0.1, 0.04, 0.06), between=3, every_n_steps=5))[1]
+    assert fixed.endswith("4.0% for step 0, the evaluation and the end, 6.0% for the 3 measurements every 5 steps")
+    rounded = end_lines(_summary((0, 20), 0, grids, shares=(0.126, 0.1074, 0.0186), between=1))[1]
+    assert _shares(rounded) == [12.6, 10.7, 1.9] and rounded.endswith(" 1.9% for 1 measurement between them")
 
 
 def test_the_end_lines_give_the_verdict_when_there_is_one() -> None:
-    summary = RunSummary((0, 10), 0, {}, 1.0, 0.01, "r", verdict="failing: predictions have collapsed")
-    assert end_lines(summary)[1] == "verdict: failing: predictions have collapsed"
+    summary = _summary((0, 10), 0, {}, verdict="failing: predictions have collapsed")
+    assert end_lines(summary)[2] == "verdict: failing: predictions have collapsed"
+
+
+def _alert(layer, head, rule="logit_growth", value=30.0, since=10, stat="max_logit"):
+    return Alert(layer, head, rule, stat, since, since, value, 5.0, 15.0)
+
+
+def test_an_alert_line_names_every_head_of_its_rule_or_says_how_many_more() -> None:
+    few = [_alert(1, 2, value=20.0), _alert(5, 9, value=41.0), _alert(0, 3, value=16.0)]
+    assert alert_lines(few, 0) == [
+        "3 heads in alert since step 10: logit growth on L5 H9, L1 H2, L0 H3 (L5 H9: largest attention logit 41, "
+        "from 5 at step 0)"
+    ]
+    many = [_alert(layer, head, value=16.0 + layer + head / 100) for layer in range(3) for head in range(4)]
+    (line,) = alert_lines(many, 0)
+    assert line.startswith("12 heads in alert since step 10: logit growth on L2 H3, L2 H2, L2 H1, L2 H0, L1 H3, ")
+    assert len(re.findall(r"L\d H\d", line.split(" (")[0])) == 8 and line.split(" (")[0].endswith(" and 4 more")
+    mixed = [
+        _alert(0, 1, "entropy_collapse", 0.3, stat="entropy"),
+        _alert(4, None, "outlier_growth", 230.0, stat="ffn_inf_norm"),
+        _alert(2, 2, value=float("nan"), rule="non_finite"),
+        _alert(3, 3, since=20),
+    ]
+    lines = alert_lines(mixed, 0)
+    assert len(lines) == 4, "one line per rule and first step"
+    assert lines[0].startswith("1 head in alert since step 10: entropy collapse on L0 H1 (L0 H1: attention entropy 0.3")
+    assert lines[1].startswith("1 layer in alert since step 10: outlier growth on L4 (L4: largest feed-forward ")
+    assert lines[2] == "1 head in alert since step 10: non finite on L2 H2 (L2 H2: largest attention logit is nan)"
+    assert lines[3].startswith("1 head in alert since step 20: logit growth on L3 H3")
 
 
 def _run(tmp_path, **options):
@@ -129,18 +220,31 @@ def _run(tmp_path, **options):
     return callback
 
 
-def test_a_training_run_speaks_at_its_start_after_step_0_and_at_its_end(tmp_path, capsys, monkeypatch) -> None:
+def test_a_training_run_speaks_at_its_start_after_its_first_steps_and_at_its_end(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     callback = _run(tmp_path)
     lines = _lines(capsys.readouterr().err)
-    assert len(lines) == 7, lines
-    first, events, view, cost, end, verdict, report = lines
+    (first, events, view, forecast), (end, cost, verdict, report) = lines[:4], lines[-4:]
+    said = lines[4:-4]  # as they happened: new alerts, and the first failing verdict (this toy run fails)
+    assert all(" in alert since step " in line or line.startswith("verdict at step ") for line in said), said
+    failing = [line for line in said if line.startswith("verdict at step ")]
+    assert len(failing) == (callback.alerting.verdict.level == 2), said
     assert first.startswith("watching BertForSequenceClassification (2 layers x 4 heads): ")
     assert f"{len(callback.stat_names)} statistics on 6 probe examples from the eval set" in first
-    assert "measured every 3 steps, plus step 0, each evaluation and the end" in first
-    assert cost.startswith("step 0 measured in ") and "3 pinned passes" in cost  # steps 0, 3 and 6
+    assert "measured at step 0, every 3 steps, each evaluation and the end" in first
+    assert forecast.startswith("setting up and measuring step 0 took ") and "the run's 6 steps take about " in forecast
+    assert "for step 0 and the 2 evaluations" in forecast  # evaluations at 3 and 6, the last step's the end's
     steps = [step for step, _ in callback.history]
     assert end.startswith(f"measured {len(steps)} steps ({steps[0]} to {steps[-1]}); 0 stability alerts; moved most: ")
+    # the cost is the callback's own time against the run's, all of it on the events (every 3 steps = evaluations,
+    # the last of which is the end's)
+    meter = callback.pacing.meter
+    events_s, between_s, count = callback.pacing.spent()
+    assert events_s + between_s == pytest.approx(meter.own) and count == 0
+    assert cost.startswith(f"took {meter.own:.1f} s, ") and cost.endswith(
+        " of the run, all for step 0 and the 2 evaluations"
+    )
+    assert meter.own / meter.wall() <= _shares(cost)[0] / 100 + 5e-4  # the clock has run on since the end line
     assert report == "report: bertwatch report out   (writes out/report.html)"
     assert verdict == f"verdict: {callback.alerting.verdict.describe()}"
     assert [step for step, _ in callback.health] == steps  # the gradient pass ran at every measured step
@@ -156,6 +260,19 @@ def test_a_training_run_speaks_at_its_start_after_step_0_and_at_its_end(tmp_path
     _, mux, _ = make_wsgi_app(command[2])
     tags = mux.Runs()[os.path.relpath(run_dir, command[2])]["tensors"]
     assert "bertwatch/heads/cls_mass" in tags or any(tag.startswith("bertwatch/") for tag in tags)
+
+
+def test_the_cost_lines_count_the_evaluations_the_trainer_makes(tmp_path, capsys) -> None:
+    callback = BertWatchCallback(num_probe_examples=4)
+    trainer = toy_trainer(tmp_path / "out", [], eval_strategy="steps", eval_steps=4, max_steps=6)
+    callback.set_trainer(trainer)
+    trainer.add_callback(callback)
+    trainer.train()
+    assert callback.pacing.measured("evaluation") == (4, 6)  # transformers evaluates at the last step too
+    lines = _lines(capsys.readouterr().err)
+    forecast = next(line for line in lines if line.startswith("setting up and measuring step 0 took"))
+    assert "for step 0 and the 2 evaluations" in forecast
+    assert "for step 0 and the 2 evaluations" in next(line for line in lines if line.startswith("took "))
 
 
 def test_quiet_and_the_environment_variable_silence_it(tmp_path, capsys, monkeypatch) -> None:

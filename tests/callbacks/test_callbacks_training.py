@@ -204,7 +204,9 @@ def test_an_error_inside_bertwatch_is_one_warning_and_training_goes_on(tmp_path,
         warnings.simplefilter("always")
         _, watched, losses = _train(tmp_path / "d", [a, b], eval_strategy="no")
     ours = [w for w in caught if issubclass(w.category, BertWatchWarning)]
-    assert len(ours) == 1 and "on_train_begin: RuntimeError: collator broke" in str(ours[0].message)
+    assert len(ours) == 1 and "stopped after an error in on_train_begin (RuntimeError: collator broke)" in str(
+        ours[0].message
+    )
     assert a.disabled and b.disabled and a.history == [] and losses == plain_losses
 
     strict_cb = strict(EntropyCallback, every_n_steps=2, num_probe_examples=4)

@@ -96,7 +96,9 @@ def test_a_refusal_in_a_later_batch_drops_the_defaults_gradients_and_measures_th
 ) -> None:
     defaults = BertWatchCallback(**PROBE)
     run = _Run(tmp_path / "a", defaults, monkeypatch, unlabelled_second_batch=True)
-    with pytest.warns(BertWatchWarning, match=rf"BertWatchCallback skips \[.*head_importance.*\]: {REFUSAL}"):
+    with pytest.warns(
+        BertWatchWarning, match=rf"BertWatchCallback skips the gradient statistics \(.*head_importance.*\): {REFUSAL}"
+    ):
         run.trainer.train()
     assert run.checks == []
     assert run.trainer.state.global_step == 1

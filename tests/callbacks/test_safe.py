@@ -15,6 +15,7 @@ from bertwatch.heads.capture import UnsupportedModelError
 class _Dummy:
     def __init__(self, strict: bool, error: Exception) -> None:
         self.strict, self.error, self.disabled, self.calls = strict, error, False, 0
+        self.shown_name = "_Dummy"
 
     def disable(self, message=None):
         self.disabled = True
@@ -28,7 +29,8 @@ class _Dummy:
 
 def test_contained_warns_once_and_stops_the_monitor() -> None:
     dummy = _Dummy(False, RuntimeError("boom"))
-    with pytest.warns(BertWatchWarning, match="_Dummy stopped .* on_step_end: RuntimeError: boom") as record:
+    match = r"^bertwatch: _Dummy stopped after an error in on_step_end \(RuntimeError: boom\); training continues"
+    with pytest.warns(BertWatchWarning, match=match) as record:
         for _ in range(3):
             assert dummy.on_step_end() is None
     assert len(record) == 1 and dummy.calls == 1 and dummy.disabled

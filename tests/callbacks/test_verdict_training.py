@@ -63,7 +63,7 @@ def test_health_is_kept_and_written_with_the_verdict_at_each_probe_step(tmp_path
 def test_stop_acts_on_a_failing_verdict(tmp_path) -> None:
     """The toy run predicts one class with its losses at the constant prediction's: failing at step 4, once that
     has held 20% of its 6 steps."""
-    with pytest.warns(BertWatchWarning, match="bertwatch verdict at step 4: failing: 6 of 6 probe predictions"):
+    with pytest.warns(BertWatchWarning, match="bertwatch: verdict at step 4: failing: 6 of 6 probe predictions"):
         callback, trainer = _train(tmp_path, on_alert="stop")
     assert trainer.state.global_step == 4 and callback.alerting.stop_requested_at == 4
     assert callback.alerting.stop_reason == f"verdict: {callback.alerting.verdict.describe()}"

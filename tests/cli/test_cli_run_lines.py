@@ -1,6 +1,7 @@
-"""``bertwatch run`` on a script that never imports bertwatch says what it watches when training starts and what it
-measured when it ends; the ``tensorboard`` command of its start lines, pasted as printed, shows the run (its logdir
-goes through the plugin's own loader)."""
+"""``bertwatch run`` on a script that never imports bertwatch says what it watches when training starts, what the
+run will cost after its first step, its alerts as they come and what it measured when it ends, every line prefixed
+``bertwatch:`` and none a Python warning; the ``tensorboard`` command of its start lines, pasted as printed, shows
+the run (its logdir goes through the plugin's own loader)."""
 
 from __future__ import annotations
 
@@ -59,10 +60,22 @@ def test_bertwatch_run_prints_the_start_and_end_lines_and_a_command_that_shows_t
     assert "8 probe examples from the eval set" in lines[0]
     assert lines[1].startswith("events go to out/runs/")
     assert lines[2].startswith("see them live: tensorboard --logdir out/runs ")
-    assert lines[3].startswith("step 0 measured in ")
-    assert re.match(r"measured 3 steps \(0 to 4\); \d+ stability alerts?; moved most: L\d H\d \(JS ", lines[-3])
+    assert re.match(
+        r"setting up and measuring step 0 took [0-9.]+ s; at [0-9.e-]+ s a step the run's 4 steps take about ", lines[3]
+    )
+    assert "for step 0 and the 2 evaluations" in lines[3]  # at steps 2 and 4, the last step's the end's
+    assert re.match(r"measured 3 steps \(0 to 4\); \d+ stability alerts?; moved most: L\d H\d \(JS ", lines[-4])
+    took = (
+        r"took [0-9.]+ s, [0-9.]+% of the run, all for step 0 and the 2 evaluations: more than the 2% overhead budget"
+    )
+    assert re.match(took, lines[-3]), lines  # on 4 steps of a tiny model the measurements are most of the run
     assert re.match(r"verdict: (healthy|at risk|failing)", lines[-2])
     assert lines[-1].startswith("report: bertwatch report out ")
+    alerts = int(re.search(r"(\d+) stability alerts?", lines[-4]).group(1))
+    said = [line for line in lines[4:-4] if " in alert since step " in line]
+    heads = sum(int(line.split(" ", 1)[0]) for line in said)
+    assert heads == alerts, "every alert is in one of the lines, each head once"
+    assert "BertWatchWarning" not in done.stderr and "BertWatchAlert" not in done.stderr, "no warning of bertwatch's"
     command = shlex.split(lines[2].removeprefix("see them live: ").split("   ")[0])
     logdir = tmp_path / command[command.index("--logdir") + 1]
     _, mux, _ = make_wsgi_app(logdir)
