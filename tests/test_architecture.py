@@ -529,7 +529,6 @@ WITHOUT_OWN_TEST = {
     "callbacks/probe_context.py": "what a run gives the probe pass: tests/callbacks/test_probe_pass.py",
     "callbacks/publisher.py": "the event files and trackers of a run: tests/callbacks/test_callbacks_training.py, "
     "test_flow.py",
-    "callbacks/reference.py": "the drift reference and its cache: tests/callbacks/test_callbacks.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
     "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
     "core/rules.py": "the behaviour labels and pattern classes: tests/heads/test_patterns.py, tests/tb/test_plugin.py",

@@ -14,6 +14,7 @@ missing is read here, with its default, by a named function (:func:`tokenizer_of
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import weakref
@@ -26,10 +27,24 @@ __all__ = [
     "TrainerLink",
     "config_value",
     "evaluation_steps",
+    "mixed_precision",
     "tensorboard_run_dir",
     "tokenizer_of",
     "tokenizer_value",
 ]
+
+
+def mixed_precision(device: Any, dtype: Any) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` to ``dtype`` on ``device``'s type (no-op for None or where autocast refuses it): the
+    training's mixed precision (``probe_context.autocast_dtype``) for a pass bertwatch makes through a model."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    import torch
+
+    try:
+        return torch.autocast(device.type, dtype=dtype)
+    except (RuntimeError, ValueError):
+        return contextlib.nullcontext()
 
 
 def tokenizer_of(processing_class: Any) -> Any:

@@ -202,10 +202,10 @@ def reference_line(total_bytes: int, examples: int, longest: int) -> str | None:
     if total_bytes <= LARGE_REFERENCE:
         return None
     return (
-        f"the drift reference of the {examples} probe examples (up to {longest} tokens) takes "
-        f"{total_bytes / 2**30:.1f} GiB (their float16 maps, on the model's device and in <output_dir>/bertwatch/"
-        "reference.pt); fewer or shorter probe examples shrink it (num_probe_examples=, "
-        "probing=ProbeOptions(max_length=...) for texts)"
+        f"the drift reference of the {examples} probe examples (up to {longest} tokens) is "
+        f"{total_bytes / 2**30:.1f} GiB of float16 maps, kept in host memory (none on a GPU; on a CPU a frozen copy "
+        "of the model instead when that is smaller) and in <output_dir>/bertwatch/reference.pt; fewer or shorter "
+        "probe examples shrink it (num_probe_examples=, probing=ProbeOptions(max_length=...) for texts)"
     )
 
 

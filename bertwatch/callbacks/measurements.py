@@ -1,7 +1,8 @@
 """The statistic families of the probe pass, each one pluggable ``Measurement``.
 
 A measurement names the statistics it gives, says what the shared no-grad forward must record for them
-(``CaptureNeeds``) and when its own work runs in a batch (``stage``), and measures one probe batch at a time:
+(``CaptureNeeds``) and when its own work runs in a unit of probe rows (``stage``; ``callbacks.probe_units``), and
+measures one unit at a time, reading nothing back to the host (the pass copies its results once, at its end):
 per example ``{name: [batch, layers, heads]}`` (``heads.aggregate`` then averages examples into ``[layers, heads]``
 grids, and the measurement may finish them). Adding a family of statistics is one class and one entry in
 ``MEASUREMENTS``; the watched run plans and runs every pass from that tuple (``callbacks.probe_pass``).
@@ -24,7 +25,7 @@ from bertwatch.core.stat_names import OUTLIER_FFN_NAMES
 from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
-from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, supports_norms
+from bertwatch.heads.norms import NORM_NAMES, head_factors, norm_stats, supports_norms
 from bertwatch.heads.outliers import OUTLIER_NAMES, OutlierAccumulator, RecordedActivations, ffn_outputs
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.sharding import is_sharded
@@ -53,7 +54,7 @@ __all__ = [
     "measurement_of",
 ]
 
-#: When a measurement's work runs in a probe batch: ``"before"`` the shared forward (its own passes, whose maps
+#: When a measurement's work runs in a unit of probe rows: ``"before"`` the shared forward (its own passes, whose maps
 #: may spare the shared forward: ``Measured.attentions``), ``"forward"`` on the shared forward's recording, or
 #: ``"after"`` it, once its tensors are freed (its own passes).
 Stage = Literal["before", "forward", "after"]
@@ -61,7 +62,7 @@ Stage = Literal["before", "forward", "after"]
 
 @dataclass(frozen=True)
 class CaptureNeeds:
-    """What the shared no-grad forward of a probe batch must record; the union of the due measurements' needs.
+    """What the shared no-grad forward of a unit must record; the union of the due measurements' needs.
 
     ``maps``: the attention probabilities (``ProbeBatch.attentions``); ``values``: each layer's value states and
     each head's context (``ProbeBatch.capture.values`` / ``.contexts``); ``hidden_states``: the encoder's hidden
@@ -114,26 +115,29 @@ class CaptureNeeds:
 
 @dataclass(frozen=True)
 class ProbeBatch:
-    """One probe batch as the measurements see it, on the model's device.
+    """One unit of probe rows as the measurements see it (``callbacks.probe_units``), on the model's device.
 
-    ``index``: its place among the probe batches; ``start``: the probe row of its first example; ``inputs``: the
-    collated batch (label fields included); ``roles``: its token roles ``[rows, T]``. On the ``"forward"`` stage
+    ``index``: the probe batch its rows are from; ``rows``: their probe rows (over the whole probe set); ``inputs``:
+    the collated rows (label fields included); ``roles``: their token roles ``[rows, T]``; ``checking``: the pass is
+    the run's loss check (its measurements may read values back to refuse the loss). On the ``"forward"`` stage
     also ``attentions`` ``[rows, layers, heads, T, T]``, the ``capture`` that recorded them (when they came from a
-    ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: this
-    batch's cropped reference maps, one ``[layers, heads, n_b, n_b]`` per example, when drift is measured;
+    ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: the
+    drift reference's maps of the same rows, padded like ``attentions`` (zero at pad positions), when drift is
+    measured;
     ``activations``: the forward calls' activations (``heads.outliers.RecordedActivations``) when the shared forward
     or the gradient pass recorded them (``CaptureNeeds.activations``).
     """
 
     index: int
-    start: int
+    rows: tuple[int, ...]
     inputs: Mapping[str, Tensor]
     roles: TokenRoles
     attentions: Tensor | None = None
     capture: Capture | RecordedStates | None = None
     outputs: Any = None
-    reference: Sequence[Tensor] | None = None
+    reference: Tensor | None = None
     activations: RecordedActivations | None = None
+    checking: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,8 @@ class MeasurementPass(Protocol):
     """One measurement's work over one probe pass (made by :meth:`Measurement.start`)."""
 
     def measure(self, batch: ProbeBatch) -> Mapping[str, Tensor] | Measured:
-        """Per example ``{name: [rows, layers, heads]}`` of one batch (NaN where a statistic is undefined)."""
+        """Per example ``{name: [rows, layers, heads]}`` of one unit (NaN where a statistic is undefined), on the
+        device."""
         ...
 
     def finish(self, grids: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -186,8 +191,10 @@ class MeasurementPass(Protocol):
         added here)."""
         ...
 
-    # A pass may also have ``health() -> {name: float}``: the run-health signals it measured over the whole probe
-    # set (``core.health_names``; the gradient statistics' pass has it). ``probe_pass.execute`` reads it when there.
+    # A pass may also have ``health() -> {name: scalar tensor}``: the run-health signals it measured over the whole
+    # probe set (``core.health_names``; the gradient statistics' pass has it), and ``references() -> {name: value}``:
+    # what it took for later passes to compare with (the outlier statistics' top dimensions). ``probe_pass.execute``
+    # reads them when there.
 
 
 @runtime_checkable
@@ -215,7 +222,8 @@ class _Pass:
 
     measure_batch: Callable[[ProbeBatch], Mapping[str, Tensor] | Measured]
     finish_grids: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None
-    health_values: Callable[[], dict[str, float]] | None = None
+    health_values: Callable[[], dict[str, Tensor]] | None = None
+    kept: Callable[[], dict[str, Any]] | None = None
 
     def measure(self, batch: ProbeBatch) -> Mapping[str, Tensor] | Measured:
         return self.measure_batch(batch)
@@ -223,9 +231,14 @@ class _Pass:
     def finish(self, grids: dict[str, Tensor]) -> dict[str, Tensor]:
         return grids if self.finish_grids is None else self.finish_grids(grids)
 
-    def health(self) -> dict[str, float]:
-        """The run-health signals of the pass (``core.health_names``), empty when it measures none."""
+    def health(self) -> dict[str, Tensor]:
+        """The run-health signals of the pass (``core.health_names``) as scalars on the device, empty when it
+        measures none."""
         return {} if self.health_values is None else self.health_values()
+
+    def references(self) -> dict[str, Any]:
+        """What the pass took for the next passes to compare with (``PassResult.references``), empty for none."""
+        return {} if self.kept is None else self.kept()
 
 
 class MapStatistics:
@@ -256,18 +269,18 @@ class NormStatistics:
         return CaptureNeeds(maps=True, values=True)
 
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
-        grams = head_grams(context.encoder)
+        factors = head_factors(context.encoder)  # once a pass: the weights do not change within it
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
             cap = batch.capture
-            return norm_stats(batch.attentions, cap.values, grams, batch.roles, names, cap.contexts)
+            return norm_stats(batch.attentions, cap.values, None, batch.roles, names, cap.contexts, factors=factors)
 
         return _Pass(measure)
 
 
 class GradientStatistics:
     """Michel's head importance and Clark's attention gradients (``heads.importance.gradient_stats``), from one
-    gated forward and backward per batch whose maps spare the shared forward; the same pass gives the run-health
+    gated forward and backward per unit whose maps spare the shared forward; the same pass gives the run-health
     signals (``heads.health``: the encoder layers' gradient norms unless ``layer_gradients`` is off, the
     predictions, the probe loss), read by the pass's ``health()``."""
 
@@ -280,7 +293,7 @@ class GradientStatistics:
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         _require_labels(context)
         model, loss = context.encoder, context.loss.arguments()
-        blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per batch
+        blocks = shared.blocks and supports_mixing(model)  # 2·rows·layers·T·d numbers per unit
         # a sharded model's parameters are flat shards of other layers' weights: no per-layer norms there
         layer_gradients = context.settings.layer_gradients and not is_sharded(model)
         health = HealthAccumulator.for_model(model, context.layers, layer_gradients)
@@ -289,7 +302,7 @@ class GradientStatistics:
             with context.autocast():
                 grads, attn, *states = gradient_stats(
                     model, batch.inputs, batch.roles, return_states=True, record_blocks=blocks,
-                    record_logits=shared.logits, health=health, **loss,
+                    record_logits=shared.logits, health=health, split=False, check_loss=batch.checking, **loss,
                 )  # fmt: skip
             return Measured({name: grads[name] for name in names}, attn, RecordedStates(*states))
 
@@ -298,7 +311,7 @@ class GradientStatistics:
                 grids = {**grids, "head_importance": normalize_by_layer(grids["head_importance"])}
             return grids
 
-        return _Pass(measure, finish, health.values)
+        return _Pass(measure, finish, health.device_values)
 
 
 class IntegratedGradientsStatistic:
@@ -388,8 +401,9 @@ class OutlierStatistics:
     ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no forward of
     their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its own token
     ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's hidden
-    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions are kept in
-    ``ProbeContext.outlier_reference`` for ``outlier_dim_overlap``."""
+    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in its
+    ``references()`` (``"outlier_dims"``, on the device), which the watched run keeps in
+    ``ProbeContext.outlier_reference`` for the later passes' ``outlier_dim_overlap``."""
 
     names = OUTLIER_NAMES
     stage: Stage = "forward"
@@ -399,21 +413,23 @@ class OutlierStatistics:
 
     def start(self, names: tuple[str, ...], context: ProbeContext, shared: CaptureNeeds) -> MeasurementPass:
         found = OutlierAccumulator(context.layers, names, context.tokenizer)
+        taken: dict[str, Any] = {}
 
         def measure(batch: ProbeBatch) -> Mapping[str, Tensor]:
             if batch.activations is not None and batch.activations.complete:
-                found.add_calls(batch.activations)
+                found.add_calls(batch.activations, batch.roles)
             else:  # a family whose layers bertwatch does not hook: the shared forward's hidden states
                 found.add_hidden(batch.outputs.hidden_states, batch.roles)
             return {}
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
-            measured, dims = found.grids(context.outlier_reference.get("top_dims"))
-            if dims:
-                context.outlier_reference.setdefault("top_dims", dims)
+            reference = context.outlier_reference.get("top_dims")
+            measured, dims = found.grids(reference)
+            if dims is not None and reference is None:
+                taken["outlier_dims"] = dims
             return {**grids, **measured}
 
-        return _Pass(measure, finish)
+        return _Pass(measure, finish, kept=lambda: dict(taken))
 
 
 def _require_labels(context: ProbeContext) -> None:

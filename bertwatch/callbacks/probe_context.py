@@ -1,10 +1,11 @@
 """What a training run gives the probe pass, gathered once at ``on_train_begin``: ``ProbeContext``.
 
-The encoder (held weakly), the probe set, the tokenizer, the device and the training's mixed precision, the loss
-of the gradient statistics, the drift reference, the event writer and the trackers (world process zero only),
-and the Trainer's arguments and state. The watched run builds it with :func:`build_probe_context` and hands it to
-the measurements (``callbacks.measurements``), the riders and the callbacks' setup checks; nothing in it
-changes during the run except the reference maps, which the first pass takes.
+The encoder (held weakly), the probe set and its units on the model's device (``callbacks.probe_units``), the
+tokenizer, the device and the training's mixed precision, the loss of the gradient statistics, the drift reference,
+the event writer and the trackers (world process zero only), and the Trainer's arguments and state. The watched run
+builds it with :func:`build_probe_context` and hands it to the measurements (``callbacks.measurements``), the riders
+and the callbacks' setup checks; nothing in it changes during the run except the references the passes take
+(the drift reference, the outlier statistics' top dimensions), which the watched run keeps from their results.
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from typing import Any
 
 import torch
 
-from bertwatch.callbacks._context import TrainerContext, config_value, tensorboard_run_dir, tokenizer_of
+from bertwatch.callbacks._context import (
+    TrainerContext,
+    config_value,
+    mixed_precision,
+    tensorboard_run_dir,
+    tokenizer_of,
+)
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
+from bertwatch.callbacks.probe_units import ProbeUnit, plan_units
 from bertwatch.callbacks.reference import DriftReference, check_reference_model
 from bertwatch.callbacks.tracking import is_tracker
 from bertwatch.callbacks.trainer_loss import GradientLoss, gradient_loss
@@ -42,16 +50,6 @@ def autocast_dtype(args: Any) -> torch.dtype | None:
     return None
 
 
-def mixed_precision(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` to ``dtype`` on ``device``'s type (no-op for None or where autocast refuses it)."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    try:
-        return torch.autocast(device.type, dtype=dtype)
-    except (RuntimeError, ValueError):
-        return contextlib.nullcontext()
-
-
 @dataclass(frozen=True, eq=False)
 class ProbeContext:
     """One training run as the probe pass sees it (module doc). Built by :func:`build_probe_context`.
@@ -64,6 +62,7 @@ class ProbeContext:
 
     encoder_ref: Callable[[], torch.nn.Module | None]
     probe: ProbeSet
+    units: tuple[ProbeUnit, ...]
     probe_source: str
     tokenizer: Any
     device: torch.device
@@ -81,7 +80,8 @@ class ProbeContext:
     writer: Any = None
     run_dir: str | None = None
     trackers: tuple[Any, ...] = ()
-    #: What the first pass measuring the activation outliers kept as their reference: ``{"top_dims": [[d, ...]]}``.
+    #: What the first pass measuring the activation outliers took as their reference: ``{"top_dims": [layers, 3]}``
+    #: (long, on the device).
     outlier_reference: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -197,8 +197,9 @@ def build_probe_context(
         context: what is known of the Trainer (``callbacks._context``): datasets, collator, callbacks.
 
     Returns:
-        The run's ``ProbeContext``; the probe set is collated, the reference loaded when resuming, and on world
-        process zero the event writer opened in the Trainer's TensorBoard run.
+        The run's ``ProbeContext``; the probe set is collated and its units put on the model's device, the
+        reference loaded when resuming, and on world process zero the event writer opened in the Trainer's
+        TensorBoard run.
 
     Raises:
         SetupError: a model whose weights are sharded in a way the pass cannot follow, a probe set that cannot
@@ -221,7 +222,8 @@ def build_probe_context(
     reference = DriftReference(cache, probe, shape, device, save=settings.cache_reference and world_zero)
     resumed = int(state.global_step) > 0
     if resumed:
-        reference.resume(int(state.global_step), settings.reference_model is not None)
+        reference.resume(int(state.global_step), settings.reference_model is not None, unwrapped.model,
+                         autocast_dtype(args), tuple(args.label_names or ()))  # fmt: skip
     writer, run_dir = None, None
     if world_zero:
         from bertwatch.tb.summary import SummaryWriter
@@ -237,6 +239,7 @@ def build_probe_context(
     return ProbeContext(
         encoder_ref=weakref.ref(unwrapped.model),
         probe=probe,
+        units=plan_units(probe, unwrapped.model, device, *shape),
         probe_source=source,
         tokenizer=tokenizer,
         device=device,

@@ -1,12 +1,16 @@
 """One probe pass, planned then executed: ``plan_pass`` decides, ``execute`` runs.
 
 ``plan_pass`` reads what the due callbacks want (their statistics, the maps to keep) and what the step already
-measured, and returns a ``ProbePlan``: which statistics each measurement gives (``callbacks.measurements``), how many probe
-examples' maps to keep, whether the drift reference is taken in this pass or from the reference model, and the
-riders on it (``callbacks.riders``). ``execute`` runs the plan over the probe batches, once each: per batch the ``"before"``
-measurements (own passes), one shared no-grad forward recording what the plan needs (``CaptureNeeds``), the
-``"forward"`` measurements and the riders on it, then the ``"after"`` measurements; it returns values
-(``PassResult``) and writes nothing (``callbacks.publisher`` does).
+measured, and returns a ``ProbePlan``: which statistics each measurement gives (``callbacks.measurements``), how
+many probe examples' maps to keep, whether the drift reference is taken in this pass or from the reference model,
+and the riders on it (``callbacks.riders``). ``execute`` runs the plan over the probe set's units (rows of one probe
+batch run together, ``callbacks.probe_units``), once each: per unit the ``"before"`` measurements (own passes), one
+shared no-grad forward recording what the plan needs (``CaptureNeeds``; skipped when the gradient pass recorded it
+all), the drift reference's maps of the same rows (``callbacks.reference``), the ``"forward"`` measurements and the
+riders on it, then the ``"after"`` measurements. Everything stays on the model's device until the pass's end, where
+its grids, run-health signals and kept maps go to the host in one copy: the only read back of the pass (the start's
+loss check and the opt-in riders, integrated gradients and mixing maps read more). It returns values
+(``PassResult``, with the references it took) and writes nothing (``callbacks.publisher`` and the watched run do).
 
 When a callback watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
 their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing_model.mixing_maps`` on those rows alone),
@@ -16,11 +20,12 @@ so that the plugin's measure selector has them beside the weights at the same st
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,13 +40,14 @@ from bertwatch.callbacks.measurements import (
     ProbeBatch,
     RecordedStates,
 )
-from bertwatch.callbacks.probe_set import crop_maps
+from bertwatch.callbacks.probe_units import ProbeUnit
 from bertwatch.callbacks.publisher import RiderOutput
+from bertwatch.callbacks.reference import MapsReference, ModelReference, ReferenceTaking
 from bertwatch.callbacks.riders import Rider
 from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
 from bertwatch.heads.capture import capture
-from bertwatch.heads.length_groups import crop_rows
+from bertwatch.heads.host import reads_free
 from bertwatch.heads.mixing import rollout
 from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
 from bertwatch.heads.outliers import record_activations
@@ -52,7 +58,15 @@ from bertwatch.options.settings import ALL_STATS
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.callbacks.probe_context import ProbeContext
 
-__all__ = ["LIVE_MEASURES", "LossRefused", "PassResult", "ProbePlan", "execute", "plan_pass", "written_measures"]
+__all__ = [
+    "LIVE_MEASURES",
+    "LossRefused",
+    "PassResult",
+    "ProbePlan",
+    "execute",
+    "plan_pass",
+    "written_measures",
+]
 
 #: The measures whose maps the kept examples get beside their weights while a mixing statistic is watched: every
 #: mixing measure but value zeroing, which costs L·n forward passes of an n-token example
@@ -61,7 +75,7 @@ LIVE_MEASURES: tuple[str, ...] = tuple(m for m in MIXING_MEASURES if m not in ("
 
 
 class LossRefused(Exception):
-    """A loss-checking pass (``ProbePlan.check_loss``) stopped at probe batch ``batch``: a ``"before"``
+    """A loss-checking pass (``ProbePlan.check_loss``) stopped in probe batch ``batch``: a ``"before"``
     measurement's pass refused the run's loss (``error``, the ``LossSetupError`` saying why)."""
 
     def __init__(self, error: LossSetupError, batch: int) -> None:
@@ -188,14 +202,17 @@ class PassResult:
     """What a pass measured: the statistics' ``grids`` ``{name: [layers, heads]}`` (plan order, float32 numpy),
     the riders' ``summaries``, the kept ``examples`` ``(tokens, maps [L, H, n, n], segments)`` and, with
     ``ProbePlan.mixing_maps``, the same examples' maps of the other measures ``{measure: examples}`` (same tokens and
-    order; maps ``[L, H, n, n]`` for ``norms``, ``[L, n, n]`` for the per-layer measures) and ``health``, the
-    run-health signals of the gradient pass over the whole probe set (``core.health_names``; empty without it)."""
+    order; maps ``[L, H, n, n]`` for ``norms``, ``[L, n, n]`` for the per-layer measures), ``health``, the
+    run-health signals of the gradient pass over the whole probe set (``core.health_names``; empty without it), and
+    ``references``: what this pass took for the next ones to compare with (``"drift"``: the drift reference's
+    ``ReferenceTaking``; ``"outlier_dims"``: each layer's top activation dimensions), for the watched run to keep."""
 
     grids: dict[str, np.ndarray] = field(default_factory=dict)
     summaries: tuple[RiderOutput, ...] = ()
     examples: tuple[tuple, ...] = ()
     measure_examples: dict[str, tuple[tuple, ...]] = field(default_factory=dict)
     health: dict[str, float] = field(default_factory=dict)
+    references: dict[str, Any] = field(default_factory=dict)
 
     def all_grids(self) -> dict[str, np.ndarray]:
         """The statistics' grids, then the riders' grids."""
@@ -206,82 +223,128 @@ class PassResult:
 
 
 class _Collected:
-    """What the batches of one pass add up to: per-example values, kept examples, the reference being taken.
+    """What the units of one pass add up to, on the device: per-example values, kept examples' maps by probe row.
 
     ``forward``: the ``"forward"`` measurements' values, kept apart (they are aggregated after the others)."""
 
     def __init__(self) -> None:
         self.per_example: dict[str, list[Tensor]] = defaultdict(list)
         self.forward: dict[str, list[Tensor]] = defaultdict(list)
-        self.examples: list[tuple] = []
-        self.measure_examples: dict[str, list[tuple]] = defaultdict(list)
-        self.reference: list[Tensor] = []
+        self.examples: dict[int, Tensor] = {}
+        self.measure_examples: dict[str, dict[int, Tensor]] = defaultdict(dict)
 
     def add(self, values: Mapping[str, Tensor]) -> None:
         for name, value in values.items():
             self.per_example[name].append(value)
 
 
+Drift = ReferenceTaking | MapsReference | ModelReference
+
+
 def execute(plan: ProbePlan, context: ProbeContext) -> PassResult:
-    """Run ``plan`` over the probe set of ``context`` (module doc); the reference maps it takes are kept in
-    ``context.reference``. The model is left as it was (``heads.capture``)."""
-    if plan.reference_from_model:
-        context.reference.from_model(context.settings.reference_model)
-    building = plan.build_reference and not context.reference.ready
+    """Run ``plan`` over the probe set of ``context`` (module doc). The model is left as it was
+    (``heads.capture``); a reference the pass takes is returned (``PassResult.references``), not kept."""
+    taking = None
+    if plan.reference_from_model or (plan.build_reference and not context.reference.ready):
+        source = context.settings.reference_model if plan.reference_from_model else None
+        taking = ReferenceTaking(context.encoder, context.probe, (context.layers, context.heads), context.device,
+                                 context.autocast_dtype, context.label_names, source)  # fmt: skip
+    drift: Drift | None = taking if taking is not None else context.reference.current
     passes = [(m.stage, m.start(names, context, plan.needs)) for m, names in plan.work]
     collected = _Collected()
-    for k in range(len(context.probe.batches)):
-        _run_batch(plan, context, passes, k, building, collected)
-    if building:
-        context.reference.keep(collected.reference)
+    for unit in context.units:
+        _run_unit(plan, context, passes, unit, drift if (taking or plan.uses_reference) else None, collected)
     summaries = tuple(rider.finish() for rider in plan.riders)
-    measure_examples = {
-        m: tuple(collected.measure_examples[m]) for m in LIVE_MEASURES if m in collected.measure_examples
-    }
-    health: dict[str, float] = {}
-    for _, measurement_pass in passes:
-        values = getattr(measurement_pass, "health", None)
-        health.update(values() if callable(values) else {})
     grids = _grids(plan, passes, collected)
-    return PassResult(grids, summaries, tuple(collected.examples), measure_examples, health)
+    health: dict[str, Tensor] = {}
+    references: dict[str, Any] = {"drift": taking} if taking is not None else {}
+    for _, measurement_pass in passes:
+        health.update(_called(measurement_pass, "health"))
+        references.update(_called(measurement_pass, "references"))
+    examples = sorted(collected.examples.items())
+    measured = {m: sorted(collected.measure_examples[m].items()) for m in LIVE_MEASURES
+                if m in collected.measure_examples}  # fmt: skip
+    tensors = [*grids.values(), *health.values(), *(t for _, t in examples),
+               *(t for rows in measured.values() for _, t in rows)]  # fmt: skip
+    host = iter(_to_host(tensors))
+    grids = {name: next(host).float().numpy() for name in grids}
+    health_values = {name: _number(next(host)) for name in health}
+    probe = context.probe
+    kept = tuple((probe.tokens[row], next(host).float(), probe.segments[row]) for row, _ in examples)
+    measure_examples = {m: tuple((probe.tokens[row], next(host).float(), probe.segments[row]) for row, _ in rows)
+                        for m, rows in measured.items()}  # fmt: skip
+    return PassResult(grids, summaries, kept, measure_examples, health_values, references)
 
 
-def _grids(
-    plan: ProbePlan, passes: Sequence[tuple[str, MeasurementPass]], collected: _Collected
-) -> dict[str, np.ndarray]:
-    """The pass's grids ``{name: [layers, heads]}`` in plan order, float32 numpy: the per-example values
+def _number(value: Tensor) -> float:
+    """A scalar read back as a Python float, NaN as ``math.nan`` itself (records of undefined signals compare equal)."""
+    number = float(value)
+    return number if number == number else math.nan
+
+
+def _called(measurement_pass: MeasurementPass, method: str) -> dict[str, Any]:
+    """What a measurement pass's optional ``method`` (``health``, ``references``) gives, empty without it."""
+    values = getattr(measurement_pass, method, None)
+    return dict(values()) if callable(values) else {}
+
+
+def _to_host(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """``tensors`` on the host, read back from their device in one copy: their bytes laid end to end in one buffer
+    (each part's start aligned to 8 bytes), copied once, then viewed back as each tensor's dtype and shape.
+    Tensors the host reads for free (``heads.host.reads_free``) are returned as they are.
+
+    Example:
+        >>> a, b = torch.arange(3.0), torch.tensor([[True, False]])
+        >>> [t.tolist() for t in _to_host([a, b])]
+        [[0.0, 1.0, 2.0], [[True, False]]]
+    """
+    away = [k for k, t in enumerate(tensors) if not reads_free(t.device)]
+    out = list(tensors)
+    if not away:
+        return out
+    device = tensors[away[0]].device
+    parts, spans, offset = [], [], 0
+    for k in away:
+        raw = tensors[k].detach().contiguous().reshape(-1).view(torch.uint8)
+        pad = -raw.numel() % 8
+        parts.append(raw if not pad else torch.cat([raw, torch.zeros(pad, dtype=torch.uint8, device=device)]))
+        spans.append((offset, raw.numel()))
+        offset += raw.numel() + pad
+    flat = torch.cat(parts).cpu()
+    for k, (start, size) in zip(away, spans):
+        tensor = tensors[k]
+        out[k] = flat[start : start + size].view(tensor.dtype).reshape(tensor.shape)
+    return out
+
+
+def _grids(plan: ProbePlan, passes: Sequence[tuple[str, MeasurementPass]], collected: _Collected) -> dict[str, Tensor]:
+    """The pass's grids ``{name: [layers, heads]}`` in plan order, on the device: the per-example values
     aggregated, then each measurement's ``finish``."""
     values = {**collected.per_example, **collected.forward}
     grids = aggregate({n: torch.cat(v) for n, v in values.items()})
     for (_, names), (_, measurement_pass) in zip(plan.work, passes):
         grids.update(measurement_pass.finish({n: grids[n] for n in names if n in grids}))
-    return {n: grids[n].detach().float().cpu().numpy() for n in plan.names if n in grids}
+    return {n: grids[n].detach() for n in plan.names if n in grids}
 
 
 def _measure_forward(passes: Sequence[tuple[str, MeasurementPass]], batch: ProbeBatch, collected: _Collected) -> None:
-    """The ``"forward"`` measurements of one batch, their values into ``collected.forward``."""
+    """The ``"forward"`` measurements of one unit, their values into ``collected.forward``."""
     for stage, measurement_pass in passes:
         if stage == "forward":
             for name, value in measurement_pass.measure(batch).items():
                 collected.forward[name].append(value)
 
 
-def _run_batch(
+def _run_unit(
     plan: ProbePlan,
     context: ProbeContext,
     passes: Sequence[tuple[str, MeasurementPass]],
-    k: int,
-    building: bool,
+    unit: ProbeUnit,
+    drift: Drift | None,
     collected: _Collected,
 ) -> None:
-    """Probe batch ``k`` through every stage of the plan."""
-    probe = context.probe
-    batch = ProbeBatch(
-        index=k,
-        start=probe.first_row(k),
-        inputs={key: v.to(context.device) for key, v in probe.batches[k].items()},
-        roles=probe.roles[k].to(context.device),
-    )
+    """Unit ``unit`` through every stage of the plan."""
+    batch = ProbeBatch(unit.batch, unit.rows, unit.inputs, unit.roles, checking=plan.check_loss)
     attn = states = None
     for stage, measurement_pass in passes:
         if stage == "before":
@@ -290,7 +353,7 @@ def _run_batch(
                     out = measurement_pass.measure(batch)
             except LossSetupError as err:
                 if plan.check_loss:
-                    raise LossRefused(err, k) from err
+                    raise LossRefused(err, unit.batch) from err
                 raise
             if isinstance(out, Measured):
                 attn = out.attentions if out.attentions is not None else attn
@@ -299,11 +362,13 @@ def _run_batch(
                     states = replace(states, activations=recorded)  # every row once: no forward of their own
                 out = out.values
             collected.add(out)
-    if plan.shared_forward or len(collected.examples) < plan.num_maps:
-        shared = replace(batch, attentions=attn, capture=states)
-        if attn is None and not plan.shared_forward:
-            shared = _leading_rows(shared, plan.num_maps - len(collected.examples))
-        _on_forward(plan, context, passes, shared, building, collected)
+    wanted = [k for k, row in enumerate(unit.rows) if row < plan.num_maps and row not in collected.examples]
+    if plan.shared_forward or wanted:
+        shared, part = replace(batch, attentions=attn, capture=states), unit
+        if attn is None and not plan.shared_forward:  # only the kept rows' maps: run those rows alone
+            part = unit.select(wanted)
+            shared = replace(shared, rows=part.rows, inputs=part.inputs, roles=part.roles)
+        _on_forward(plan, context, passes, shared, part, drift, collected)
     del attn, states
     for stage, measurement_pass in passes:
         if stage == "after":
@@ -316,28 +381,19 @@ def _recording(needs: CaptureNeeds, context: ProbeContext) -> contextlib.Abstrac
     return record_activations(context.encoder) if needs.activations else contextlib.nullcontext(None)
 
 
-def _leading_rows(batch: ProbeBatch, rows: int) -> ProbeBatch:
-    """The batch's first ``rows`` rows, for a forward that only keeps examples' maps (every input with a batch
-    dimension sliced; a multiple-choice batch, whose rows are choices, is left whole)."""
-    ids = batch.inputs["input_ids"]
-    if rows >= int(ids.shape[0]) or ids.dim() != 2:
-        return batch
-    inputs = crop_rows(batch.inputs, torch.arange(rows), int(ids.shape[1]), None)
-    return replace(batch, inputs=inputs, roles=batch.roles.select(slice(0, rows)))
-
-
 def _on_forward(
     plan: ProbePlan,
     context: ProbeContext,
     passes: Sequence[tuple[str, MeasurementPass]],
     batch: ProbeBatch,
-    building: bool,
+    unit: ProbeUnit,
+    drift: Drift | None,
     collected: _Collected,
 ) -> None:
     """The shared no-grad forward (skipped when a ``"before"`` pass gave the maps and recorded everything else
-    needed: ``RecordedStates.unmet``), then the ``"forward"`` measurements, the riders, the reference and the kept
-    examples."""
-    needs, cap, outputs = plan.needs, None, None
+    needed: ``RecordedStates.unmet``), then the reference's maps of the same rows, the ``"forward"`` measurements,
+    the riders and the kept examples."""
+    needs = plan.needs
     unmet = needs if batch.capture is None else batch.capture.unmet(needs)
     if batch.attentions is None or unmet.beyond_maps:
         model = context.encoder
@@ -348,47 +404,52 @@ def _on_forward(
     elif isinstance(batch.capture, RecordedStates):  # the gradient pass recorded them
         batch = replace(batch, activations=batch.capture.activations)
     attn, roles = batch.attentions, batch.roles
-    if building:
-        collected.reference.extend(m.to(torch.float16) for m in crop_maps(attn, roles.real))
-    if plan.uses_reference:
-        batch = replace(
-            batch, reference=context.reference.batch(batch.index, collected.reference if building else None)
-        )
+    if isinstance(drift, ReferenceTaking):
+        batch = replace(batch, reference=drift.for_unit(unit, attn))
+    elif drift is not None:
+        batch = replace(batch, reference=drift.for_unit(unit))
     _measure_forward(passes, batch, collected)
     for rider in plan.riders:
-        rider.consume(batch.start, attn, roles)
-    probe, examples = context.probe, collected.examples
-    first, kept = len(examples), max(0, plan.num_maps - len(examples))
-    for maps in crop_maps(attn[:kept], roles.real):
-        index = len(examples)
-        examples.append((probe.tokens[index], maps.float().cpu(), probe.segments[index]))
-    if plan.mixing_maps and kept:
-        for measure, per_example in _measure_maps(context, batch, attn, kept).items():
-            for index, maps in enumerate(per_example, start=first):
-                collected.measure_examples[measure].append((probe.tokens[index], maps, probe.segments[index]))
+        rider.consume(unit.rows, attn, roles)
+    kept = [k for k, row in enumerate(unit.rows) if row < plan.num_maps and row not in collected.examples]
+    if not kept:
+        return
+    cropped = unit.crop(attn)
+    for k in kept:
+        collected.examples[unit.rows[k]] = cropped[k]
+    if plan.mixing_maps:
+        for measure, per_row in _measure_maps(context, batch, unit, attn, kept).items():
+            collected.measure_examples[measure].update(per_row)
 
 
-def _measure_maps(context: ProbeContext, batch: ProbeBatch, attn: Tensor, rows: int) -> dict[str, list[Tensor]]:
-    """The first ``rows`` examples of ``batch``'s maps of each of ``written_measures``, cropped to each example's real
-    tokens like the weights, float32 on the CPU: ``norms`` ``[L, H, n, n]``, the others ``[L, n, n]``.
+def _measure_maps(
+    context: ProbeContext, batch: ProbeBatch, unit: ProbeUnit, attn: Tensor, kept: Sequence[int]
+) -> dict[str, dict[int, Tensor]]:
+    """The unit's rows at places ``kept``: their maps of each of ``written_measures``, cut to each row's real tokens
+    like the weights, by probe row: ``norms`` ``[L, H, n, n]``, the others ``[L, n, n]``.
 
     ``mixing_maps`` runs one float32 forward per example alone (no autocast: the decomposition is exact in float32),
-    its trailing padding cut (the decomposition costs T² per layer; a statistic never depends on padding); rollout
+    cut to its real tokens (the decomposition costs T² per layer; a statistic never depends on padding); rollout
     alone is composed from the shared forward's maps ``attn`` ``[rows, L, H, T, T]``.
     """
-    model, real = context.encoder, batch.roles.real[:rows].bool()
+    model, real = context.encoder, batch.roles.real.bool()
     measures = written_measures(model)
     if measures == ("rollout",):
-        rolled = rollout(attn[:rows].float(), real)
-        return {"rollout": [x.float().cpu() for x in crop_maps(rolled, real)]}
+        rolled = unit.crop(rollout(attn.float(), real))
+        return {"rollout": {unit.rows[k]: rolled[k] for k in kept}}
     inputs, length = context.model_inputs(batch.inputs), real.shape[1]
-    out: dict[str, list[Tensor]] = {m: [] for m in measures}
-    for row in range(rows):
-        end = int(real[row].nonzero().max()) + 1 if real[row].any() else 1
-        alone = {k: v[row : row + 1, :end] if v.dim() >= 2 and v.shape[1] == length else v[row : row + 1]
-                 for k, v in inputs.items()}  # fmt: skip
-        keep = real[row : row + 1, :end]
+    out: dict[str, dict[int, Tensor]] = {m: {} for m in measures}
+    for k in kept:
+        end = unit.lengths[k] if unit.positions[k] is None else length
+        alone = {key: v[k : k + 1, :end] if v.dim() >= 2 and v.shape[1] == length else v[k : k + 1]
+                 for key, v in inputs.items()}  # fmt: skip
+        keep = real[k : k + 1, :end]
         maps = mixing_maps(model, alone, keep)
         for m in measures:
-            out[m].append(crop_maps(maps[m], keep)[0].float().cpu())
+            whole = maps[m][0]
+            where = unit.positions[k]
+            n = unit.lengths[k]
+            out[m][unit.rows[k]] = (
+                whole[..., :n, :n] if where is None else whole.index_select(-2, where).index_select(-1, where)
+            )
     return out

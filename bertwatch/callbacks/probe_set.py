@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 _LABEL_KEYS = ("labels", "label", "label_ids")
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass
@@ -391,7 +391,9 @@ def crop_maps(attn: Tensor, real: Tensor) -> list[Tensor]:
 
 
 class ReferenceCache:
-    """The reference model's cropped probe maps in float16 under ``<output_dir>/bertwatch/reference.pt``.
+    """The drift reference under ``<output_dir>/bertwatch/reference.pt``: the cropped probe maps in float16
+    (:meth:`save`, matched to a probe set by its fingerprint) or a frozen model's weights (:meth:`save_model`, for a
+    reference kept as a model: any probe set).
 
     A resumed run loads it, so drift is still measured from the pretrained model, not from the checkpoint.
     """
@@ -400,29 +402,43 @@ class ReferenceCache:
         self.path = Path(path)
 
     def save(self, maps: Sequence[Tensor], fingerprint: str, layers: int, heads: int, source: str) -> None:
-        """Write atomically (a temporary file, then a rename): a reader never sees half a file."""
+        """Write the maps atomically (a temporary file, then a rename): a reader never sees half a file."""
+        maps = [m.detach().to("cpu", torch.float16).contiguous() for m in maps]
+        self._write({"kind": "maps", "fingerprint": fingerprint, "maps": maps}, layers, heads, source)
+
+    def save_model(self, state: dict[str, Tensor], layers: int, heads: int, source: str) -> None:
+        """Write a frozen model's weights (``state_dict``) atomically."""
+        state = {k: v.detach().to("cpu") for k, v in state.items()}
+        self._write({"kind": "model", "state": state}, layers, heads, source)
+
+    def _write(self, payload: dict[str, Any], layers: int, heads: int, source: str) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "version": CACHE_VERSION,
-            "fingerprint": fingerprint,
-            "layers": int(layers),
-            "heads": int(heads),
-            "source": source,
-            "maps": [m.detach().to("cpu", torch.float16).contiguous() for m in maps],
-        }
+        payload = {"version": CACHE_VERSION, "layers": int(layers), "heads": int(heads), "source": source, **payload}
         tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
         torch.save(payload, tmp)
         os.replace(tmp, self.path)
 
-    def load(self, fingerprint: str, layers: int, heads: int) -> list[Tensor] | None:
-        """The cached maps if the file exists and was made for this probe set and model shape, else None."""
+    def _read(self, layers: int, heads: int, kind: str) -> dict[str, Any] | None:
+        """The cache's payload if it exists, is of ``kind`` and was made for this model shape, else None."""
         if not self.path.is_file():
             return None
         payload = torch.load(self.path, map_location="cpu", weights_only=True)
         if (
-            payload.get("version") != CACHE_VERSION
-            or payload.get("fingerprint") != fingerprint
+            payload.get("version") not in (1, CACHE_VERSION)
+            or payload.get("kind", "maps") != kind
             or (payload.get("layers"), payload.get("heads")) != (layers, heads)
         ):
             return None
+        return payload
+
+    def load(self, fingerprint: str, layers: int, heads: int) -> list[Tensor] | None:
+        """The cached maps if the file holds maps made for this probe set and model shape, else None."""
+        payload = self._read(layers, heads, "maps")
+        if payload is None or payload.get("fingerprint") != fingerprint:
+            return None
         return list(payload["maps"])
+
+    def load_model(self, layers: int, heads: int) -> dict[str, Tensor] | None:
+        """The cached weights if the file holds a model of this shape's, else None."""
+        payload = self._read(layers, heads, "model")
+        return None if payload is None else dict(payload["state"])

@@ -59,8 +59,8 @@ EMBEDDING_NAME = "js_mds_training"
 class Rider(Protocol):
     """What rides on one probe pass: sees its batches' maps, returns a ``RiderOutput``."""
 
-    def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
-        """See a batch's maps ``[rows, layers, heads, T, T]`` whose first row is probe row ``start``."""
+    def consume(self, rows: Sequence[int], attn: Tensor, roles: TokenRoles) -> None:
+        """See a unit's maps ``[rows, layers, heads, T, T]``, of the probe rows ``rows`` (in that order)."""
         ...
 
     def finish(self) -> RiderOutput:
@@ -104,10 +104,10 @@ class WordClassPass:
         self.tokens = tokens
         self.accumulator = StatsAccumulator()
 
-    def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
-        """Add a batch ``[B, L, H, T, T]`` whose first example is probe example ``start``."""
+    def consume(self, rows: Sequence[int], attn: Tensor, roles: TokenRoles) -> None:
+        """Add a unit ``[B, L, H, T, T]`` of the probe examples ``rows``."""
         real = roles.real.bool().cpu()
-        masks = _masks(self.tokens[start : start + attn.shape[0]], real)
+        masks = _masks([self.tokens[r] for r in rows], real)
         values = class_attention(attn, roles.real, masks)
         per_example = {f"wordclass_{name}": value for name, value in values.items()}
         for name, value in cls_targets(attn, roles.cls, masks).items():
@@ -135,11 +135,12 @@ class HeadClusterPass:
         self.track = track
         self.num_examples = num_examples
 
-    def consume(self, start: int, attn: Tensor, roles: TokenRoles) -> None:
-        take = max(0, min(attn.shape[0], self.num_examples - start))
+    def consume(self, rows: Sequence[int], attn: Tensor, roles: TokenRoles) -> None:
+        take = [k for k, row in enumerate(rows) if row < self.num_examples]
         if take:
-            lengths = roles.real[:take].sum(-1).tolist()
-            self.distances.add_batch(attn[:take].detach().float().cpu(), lengths)
+            index = torch.tensor(take, device=attn.device)
+            lengths = roles.real.index_select(0, index).sum(-1).tolist()
+            self.distances.add_batch(attn.index_select(0, index).detach().float().cpu(), lengths)
 
     def finish(self) -> RiderOutput:
         """The heads' map as the embedding ``js_mds_training`` (no grids)."""

@@ -269,6 +269,7 @@ class WatchedRun:
             context.reference.warn_resumed(int(context.state.global_step))
         result = self._checked(plan, event, step, due) if event == "begin" and step == 0 else self._execute(plan)
         if result is not None:
+            self._keep_references(result)
             self._grids.update(result.all_grids())
             self.publisher.publish(
                 step, result.grids, self._grids, result.summaries, result.examples, result.measure_examples
@@ -282,6 +283,15 @@ class WatchedRun:
         if senders and event != "end":  # by on_train_end the trackers have closed their runs
             self.publisher.send_layer_means(step, self._grids, set().union(*(m.stat_names for m in senders)))
         return StepResult(step, event, due, dict(self._grids), dict(self._health))
+
+    def _keep_references(self, result: PassResult) -> None:
+        """Keep what the pass took for the later passes to compare with: the drift reference (cached on disk by
+        ``DriftReference.keep``) and the outlier statistics' top dimensions."""
+        context = self.context
+        if result.references.get("drift") is not None:
+            context.reference.keep(result.references["drift"])
+        if result.references.get("outlier_dims") is not None:
+            context.outlier_reference.setdefault("top_dims", result.references["outlier_dims"])
 
     def _plan(self, event: str, step: int, due: frozenset[int], riders: Sequence[Rider] | None = None) -> ProbePlan:
         members, context = self.members, self.context

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,7 +186,7 @@ class UDWordClassPass:
         self.context = context
         self.data = data
 
-    def consume(self, start: int, attn: Tensor, roles: Any) -> None:
+    def consume(self, rows: Sequence[int], attn: Tensor, roles: Any) -> None:
         """The probe set's maps are not annotated: nothing to take from them."""
 
     def shares(self) -> dict[str, np.ndarray]:

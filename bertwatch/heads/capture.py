@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,10 +43,12 @@ __all__ = [
 
 
 def check_supported(model: nn.Module) -> None:
-    """Raise UnsupportedModelError, naming the model type and what to do, unless bertwatch can capture the
-    attention of the encoder inside ``model`` exactly (verified by a short pass against eager attention, once
-    per encoder class and configuration)."""
+    """Raise UnsupportedModelError, naming the model type and what to do, unless bertwatch can capture the attention of
+    the encoder inside ``model`` exactly (verified by a short pass against eager attention, once per encoder class and
+    configuration; an encoder asked again with the same configuration object is not re-read: a pass asks often)."""
     encoder = unwrap(model).model
+    if _SUPPORTED.get(encoder) is encoder.config:
+        return
     model_type = model_family(encoder, type(encoder).__name__)
     if getattr(encoder.config, KEPT_HEADS_KEY, None) is not None:
         raise UnsupportedModelError(
@@ -64,6 +67,7 @@ def check_supported(model: nn.Module) -> None:
         problem = _VERIFIED[key] = _verify(base)
     if problem is not None:
         raise UnsupportedModelError(problem)
+    _SUPPORTED[encoder] = encoder.config
 
 
 def model_shape(model: nn.Module) -> tuple[int, int]:
@@ -97,30 +101,19 @@ class Capture:
         record_values: bool = False,
         record_logits: bool = False,
     ) -> None:
-        self.num_layers = num_layers
-        self.record_logits = record_logits
-        self._logits: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.num_layers, self.num_heads, self.record, self.keep_graph = num_layers, num_heads, record, keep_graph
+        self.record_logits, self.record_values = record_logits, record_values
+        self.intervention, self.gates = intervention, gates
         self._pairs: tuple | None = None  # (mask, scores' shape, counted_pairs of them): layers share one mask
-        self.record_values = record_values
-        self._values: list[torch.Tensor] = []
-        self._contexts: list[torch.Tensor | None] = []
-        self.keep_graph = keep_graph
-        self.num_heads = num_heads
-        self.record = record
-        self.intervention = intervention
-        self.gates = gates
-        self.start_layer = 0
-        self._calls = 0
-        self._maps: list[torch.Tensor] = []
+        self.reset()
 
     def reset(self, start_layer: int = 0) -> None:
         """Start a new forward pass whose first attention call is layer ``start_layer``."""
-        self.start_layer = start_layer
-        self._calls = 0
-        self._maps = []
-        self._values = []
-        self._contexts = []
-        self._logits = []
+        self.start_layer, self._calls = start_layer, 0
+        self._maps: list[torch.Tensor] = []
+        self._values: list[torch.Tensor] = []
+        self._contexts: list[torch.Tensor | None] = []
+        self._logits: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @property
     def attentions(self) -> torch.Tensor | None:
@@ -409,14 +402,15 @@ def _open(encoder: nn.Module, cap: Capture, train_mode: bool = False) -> Iterato
             module.training = training
 
 
-#: Per encoder class and configuration: None when capture was verified exact, else why not (the error message).
+#: Per encoder class and configuration: None when capture was verified exact, else why not (the error message); and
+#: each encoder that passed :func:`check_supported`, with its configuration object.
 _VERIFIED: dict[tuple[type, str], str | None] = {}
+_SUPPORTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _config_key(config: Any) -> str:
     """The configuration's public settings: a class whose attention path depends on them is verified per variant.
-    ``problem_type`` is left out: a sequence classifier writes it at its first labelled forward, and it is the
-    task head's, never the attention's."""
+    ``problem_type`` is left out: a classifier writes it at its first labelled forward (the head's, not attention's)."""
     settings = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k != "problem_type"}
     return json.dumps(settings, sort_keys=True, default=str)
 

@@ -108,18 +108,6 @@ def _examples_alone(model: nn.Module, batch: Mapping[str, torch.Tensor], real: t
     return [length_groups.crop_rows(batch, torch.tensor([b]), lengths[b], kind) for b in range(size)]
 
 
-def _length_groups(
-    model: nn.Module, batch: Mapping[str, torch.Tensor], real: torch.Tensor | None
-) -> list[tuple[torch.Tensor, dict]] | None:
-    """``batch``'s length groups as the gradient pass runs them: ``[(row indices [g], the rows cropped)]``, or None
-    to run it whole (:func:`bertwatch.heads.length_groups.groups_for`)."""
-    kind = head_kind(model)
-    groups = None if real is None else length_groups.groups_for(batch, real, kind, next(model.parameters()).device)
-    if groups is None:
-        return None
-    return [(rows, length_groups.crop_rows(batch, rows, width, kind)) for rows, width in groups]
-
-
 def _example_passes(
     model: nn.Module,
     batch: Mapping[str, torch.Tensor],
@@ -164,6 +152,7 @@ def _gated_pass(
     blocks: bool = False,
     logits: bool = True,
     health: HealthAccumulator | None = None,
+    check: bool = True,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
     """One gated forward and backward: gate gradients ``[rows, layers, heads]``, map gradients per layer, the
     per-example factors that make the model's batch loss each example's own (None with ``loss_fn``), the maps.
@@ -173,7 +162,8 @@ def _gated_pass(
     ``states``: a list that receives the pass's value states, contexts and logit summary (``Capture.values``,
     ``.contexts``, and with ``logits`` ``.logit_summary``: the scores are taken before the gates, so all are exact
     under them) and, with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing_model.BlockRecorder` (a gate of 1
-    leaves every product exact, so the blocks are those of the plain forward)."""
+    leaves every product exact, so the blocks are those of the plain forward). ``check``: compare the model's loss
+    with the one bertwatch computes (``task_heads.model_loss``; it reads both back to the host)."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
     kind = None if loss_fn is not None else check_loss_inputs(model, batch)
@@ -190,7 +180,7 @@ def _gated_pass(
             total, scale = losses.sum(), None
         else:
             outputs = model(**_model_inputs(batch, label_fields(kind)))
-            total, scale = model_loss(model, outputs, batch, kind)
+            total, scale = model_loss(model, outputs, batch, kind, check=check)
         maps = [cap.layer(l) for l in range(layers)]
         params = health.flat_parameters if health is not None else []
         grads = torch.autograd.grad(total, [gates, *maps, *params], allow_unused=bool(params))
@@ -214,64 +204,14 @@ def _add_health(
     if losses is None:
         start = len(health.losses)
         health.add_model_outputs(outputs, batch)
-        weight = float(health.weights[start].sum())  # the model's loss is the weighted mean: Σ w ℓ = W · L
+        weight: torch.Tensor | float = health.weights[
+            start
+        ].sum()  # the model's loss is the weighted mean: Σ w ℓ = W · L
     else:
         weight = float(losses.shape[0])  # loss_fn's total is already the sum Σ ℓ
         health.add_outputs(outputs, batch, losses, torch.ones_like(losses))
     if param_grads:
-        factor = weight if losses is None else 1.0
-        health.add_gradients([None if g is None else g * factor for g in param_grads], weight)
-
-
-def _grouped_pass(
-    model: nn.Module,
-    batch: Mapping[str, torch.Tensor],
-    real: torch.Tensor,
-    rows: int,
-    states: list | None,
-    gated: Callable,
-) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
-    """``gated(batch, rows, states=...)`` (:func:`_gated_pass` with its loss and recording options bound) run per length
-    group (:mod:`bertwatch.heads.length_groups`: on CPU, rows of similar real length together, each group cropped to
-    its longest row) and merged back in row order, padded to T with zeros (maps, their gradients, value states,
-    contexts, block inputs); the whole batch at once where splitting does not pay or would not be exact. Each
-    group's factors make its loss each of its examples' own, as for a batch."""
-    groups = _length_groups(model, batch, real)
-    if groups is None:
-        return gated(batch, rows, states=states)
-    length = int(batch["input_ids"].shape[1])
-    parts = []
-    for indices, cropped in groups:
-        kept: list | None = [] if states is not None else None
-        gate, maps_grad, scale, maps = gated(cropped, len(indices), states=kept)
-        parts.append((gate, [g.detach() for g in maps_grad], scale, [m.detach() for m in maps], kept))
-    index = [g for g, _ in groups]
-
-    def merge(items: list, layout: str) -> torch.Tensor:
-        return length_groups.merge_rows(items, index, rows, length, layout)
-
-    gate_grad = merge([p[0] for p in parts], "rows")
-    scale = None if parts[0][2] is None else merge([p[2] for p in parts], "rows")
-    layers = len(parts[0][1])
-    map_grads = [merge([p[1][l] for p in parts], "maps") for l in range(layers)]
-    maps = [merge([p[3][l] for p in parts], "maps") for l in range(layers)]
-    if states is not None:
-        states.extend(_merged_states([p[4] for p in parts], merge, layers))
-    return gate_grad, map_grads, scale, maps
-
-
-def _merged_states(kept: list[list], merge: Callable[[list, str], torch.Tensor], layers: int) -> list:
-    """The groups' ``(values, contexts, logit summary, blocks)`` merged (each None or empty where a group lacks it)."""
-    values, contexts, summaries, recorders = zip(*kept)
-    merged_values = None if any(v is None for v in values) else merge(list(values), "states")
-    merged_contexts = None if any(c is None for c in contexts) else merge(list(contexts), "states")
-    names = set(summaries[0]) if all(set(s) == set(summaries[0]) for s in summaries) else set()
-    summary = {name: merge([s[name] for s in summaries], "rows") for name in sorted(names)}
-    blocks = None
-    if all(r is not None and r.complete for r in recorders):
-        residuals = merge([r.residuals for r in recorders], "states")
-        blocks = length_groups.MergedBlocks(layers, residuals, merge([r.mixed for r in recorders], "states"))
-    return [merged_values, merged_contexts, summary, blocks]
+        health.add_gradients(param_grads, weight, scale=weight if losses is None else 1.0)
 
 
 def check_gradients(
@@ -298,7 +238,7 @@ def check_gradients(
                 for example in _examples_alone(model, whole, real):
                     _one_loss(example_loss, example)
             continue
-        groups = _length_groups(model, whole, real)
+        groups = length_groups.batch_groups(model, whole, real)
         if loss_fn is None:  # the model's own loss is each example's own in any group: check what the pass runs
             for _, part in groups or [(None, whole)]:
                 _check_batch(model, part, None)
@@ -367,6 +307,8 @@ def gradient_stats(
     record_blocks: bool = False,
     record_logits: bool = True,
     health: HealthAccumulator | None = None,
+    split: bool = True,
+    check_loss: bool = True,
 ) -> dict[str, torch.Tensor] | tuple:
     """Per-example gradient statistics from one forward and one backward pass, ``{name: [batch, layers, heads]}``.
 
@@ -392,7 +334,11 @@ def gradient_stats(
     cropped to its real tokens; everything comes back in the batch's row order and shape, zero at the pad positions
     past a row's group (which no statistic reads). ``health`` (a :class:`bertwatch.heads.health.HealthAccumulator`)
     gets the run-health signals of the same pass: losses, predictions and, with its parameters, the gradient of
-    the encoder layers' parameters (one ``torch.autograd.grad`` call with the gates and maps).
+    the encoder layers' parameters (one ``torch.autograd.grad`` call with the gates and maps). ``split=False`` runs the
+    batch whole (a caller that planned its groups itself: the probe pass); ``check_loss=False`` skips comparing the
+    model's loss with the one bertwatch computes (the probe pass checks it once, at the run's start), so nothing is
+    read back to the host. The maps' gradients are reduced a layer at a time, and the maps stacked a layer at a time
+    as their list empties, so the pass holds about one copy of the maps and one of their gradients at most.
     """
     rows = roles.real.shape[0]
     group = _choices(batch)
@@ -403,14 +349,18 @@ def gradient_stats(
     else:
         kept = states if return_states else None
         gated = functools.partial(
-            _gated_pass, model, loss_fn=loss_fn, blocks=record_blocks, logits=record_logits, health=health
-        )
-        gate_grad, map_grads, scale, maps = _grouped_pass(model, batch, roles.real, rows, kept, gated)
+            _gated_pass, model, loss_fn=loss_fn, blocks=record_blocks, logits=record_logits, health=health,
+            check=check_loss,
+        )  # fmt: skip
+        if split:
+            gate_grad, map_grads, scale, maps = length_groups.grouped_pass(model, batch, roles.real, rows, kept, gated)
+        else:
+            gate_grad, map_grads, scale, maps = gated(batch, rows, states=kept)
     size = rows // group
     roles = roles.to(gate_grad.device)
     real = roles.real.float()
     queries = real.sum(-1).clamp_min(1)
-    per_key = (torch.stack(map_grads, dim=1).float().abs() * real[:, None, None, :, None]).sum(-2)
+    per_key = _key_gradients(map_grads, real)
     factor = torch.ones(size, device=gate_grad.device) if scale is None else scale.float()
     importance = gate_grad.float().reshape(size, group, *gate_grad.shape[1:]).sum(1).abs()
     out = {"head_importance": (importance * factor[:, None, None]).detach()}
@@ -423,9 +373,33 @@ def gradient_stats(
         value = total * factor[:, None, None] / cells.clamp_min(1)[:, None, None]
         out[f"attn_grad_{name}"] = torch.where(cells[:, None, None] > 0, value, torch.nan).detach()
     if return_states:
-        return out, torch.stack([m.detach() for m in maps], dim=1), *states
+        return out, _stacked(maps), *states
     if return_attentions:
-        return out, torch.stack([m.detach() for m in maps], dim=1)
+        return out, _stacked(maps)
+    return out
+
+
+def _key_gradients(map_grads: list, real: torch.Tensor) -> torch.Tensor:
+    """Σ_{i real} |∂L/∂A[i, j]| of every key, ``[rows, layers, heads, T]`` float32, from the per-layer gradients
+    ``[rows, heads, T, T]``; each layer's entry of ``map_grads`` is dropped once reduced."""
+    first = map_grads[0]
+    out = torch.empty(first.shape[0], len(map_grads), *first.shape[1:-2], first.shape[-1], device=first.device)
+    queries = real[:, None, :, None]  # [rows, 1, T (query), 1]
+    for layer in range(len(map_grads)):
+        grad, map_grads[layer] = map_grads[layer], None
+        torch.sum(grad.float().abs() * queries, dim=-2, out=out[:, layer])
+        del grad
+    return out
+
+
+def _stacked(maps: list) -> torch.Tensor:
+    """The per-layer maps ``[rows, heads, T, T]`` as one detached ``[rows, layers, heads, T, T]``, each layer's entry
+    of ``maps`` dropped once copied (never a second copy of every layer)."""
+    first = maps[0]
+    out = first.new_empty(first.shape[0], len(maps), *first.shape[1:])
+    for layer in range(len(maps)):
+        out[:, layer].copy_(maps[layer].detach())
+        maps[layer] = None
     return out
 
 

@@ -11,23 +11,29 @@ loss over its real tokens are the same (up to float rounding) in any group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional
 
 from bertwatch.heads.mixing_model import BlockRecorder
+from bertwatch.heads.task_heads import head_kind
 
 __all__ = [
     "FORWARD_COST",
     "MergedBlocks",
+    "batch_groups",
     "crop_rows",
+    "grouped_pass",
     "groups_for",
+    "labelled_rows",
     "merge_rows",
+    "merged_states",
     "pad_tokens",
     "plan_groups",
+    "splits",
     "widths",
 ]
 
@@ -102,13 +108,18 @@ def plan_groups(lengths: Sequence[int], forward_cost: float = FORWARD_COST) -> l
     return groups[::-1]
 
 
+def splits(device: torch.device) -> bool:
+    """Whether a gradient pass on ``device`` pays to run in length groups (``_SPLIT_DEVICES``)."""
+    return device.type in _SPLIT_DEVICES
+
+
 def groups_for(
     batch: Mapping[str, Any], real: Tensor, kind: str | None, device: torch.device
 ) -> list[tuple[Tensor, int]] | None:
     """The length groups of a batch on ``device``: ``[(row indices [g] long, width)]``, or None to run it whole
     (a device not in ``_SPLIT_DEVICES``, a batch :func:`widths` cannot crop, one group, or a group whose every
     example is unlabelled, which the model's loss refuses)."""
-    if device.type not in _SPLIT_DEVICES:
+    if not splits(device):
         return None
     lengths = widths(batch, real, kind)
     if lengths is None:
@@ -116,13 +127,13 @@ def groups_for(
     groups = plan_groups(lengths, FORWARD_COST)
     if len(groups) < 2:
         return None
-    labelled = _labelled(batch, len(lengths))
+    labelled = labelled_rows(batch, len(lengths))
     if any(not any(labelled[r] for r in rows) for rows in groups):
         return None
     return [(torch.tensor(rows, dtype=torch.long), max(lengths[r] for r in rows)) for rows in groups]
 
 
-def _labelled(batch: Mapping[str, Any], rows: int) -> list[bool]:
+def labelled_rows(batch: Mapping[str, Any], rows: int) -> list[bool]:
     """Per row whether the model's loss counts it (integer ``labels`` not all -100; float labels always)."""
     labels = batch.get("labels")
     if not isinstance(labels, Tensor) or labels.is_floating_point() or labels.dim() == 0:
@@ -189,3 +200,65 @@ class MergedBlocks(BlockRecorder):
     @property
     def mixed(self) -> Tensor:
         return self._merged[1]
+
+
+def batch_groups(
+    model: nn.Module, batch: Mapping[str, torch.Tensor], real: torch.Tensor | None
+) -> list[tuple[torch.Tensor, dict]] | None:
+    """``batch``'s length groups as the gradient pass runs them: ``[(row indices [g], the rows cropped)]``, or None
+    to run it whole (:func:`groups_for`)."""
+    kind = head_kind(model)
+    groups = None if real is None else groups_for(batch, real, kind, next(model.parameters()).device)
+    if groups is None:
+        return None
+    return [(rows, crop_rows(batch, rows, width, kind)) for rows, width in groups]
+
+
+def grouped_pass(
+    model: nn.Module,
+    batch: Mapping[str, torch.Tensor],
+    real: torch.Tensor,
+    rows: int,
+    states: list | None,
+    gated: Callable,
+) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
+    """``gated(batch, rows, states=...)`` (``heads.importance``'s gated pass with its loss and recording options bound)
+    run per length group (on CPU, rows of similar real length together, each group cropped to its longest row) and merged back in row order, padded to T with zeros (maps, their gradients, value states,
+    contexts, block inputs); the whole batch at once where splitting does not pay or would not be exact. Each
+    group's factors make its loss each of its examples' own, as for a batch."""
+    groups = batch_groups(model, batch, real)
+    if groups is None:
+        return gated(batch, rows, states=states)
+    length = int(batch["input_ids"].shape[1])
+    parts = []
+    for indices, cropped in groups:
+        kept: list | None = [] if states is not None else None
+        gate, maps_grad, scale, maps = gated(cropped, len(indices), states=kept)
+        parts.append((gate, [g.detach() for g in maps_grad], scale, [m.detach() for m in maps], kept))
+    index = [g for g, _ in groups]
+
+    def merge(items: list, layout: str) -> torch.Tensor:
+        return merge_rows(items, index, rows, length, layout)
+
+    gate_grad = merge([p[0] for p in parts], "rows")
+    scale = None if parts[0][2] is None else merge([p[2] for p in parts], "rows")
+    layers = len(parts[0][1])
+    map_grads = [merge([p[1][l] for p in parts], "maps") for l in range(layers)]
+    maps = [merge([p[3][l] for p in parts], "maps") for l in range(layers)]
+    if states is not None:
+        states.extend(merged_states([p[4] for p in parts], merge, layers))
+    return gate_grad, map_grads, scale, maps
+
+
+def merged_states(kept: list[list], merge: Callable[[list, str], torch.Tensor], layers: int) -> list:
+    """The groups' ``(values, contexts, logit summary, blocks)`` merged (each None or empty where a group lacks it)."""
+    values, contexts, summaries, recorders = zip(*kept)
+    merged_values = None if any(v is None for v in values) else merge(list(values), "states")
+    merged_contexts = None if any(c is None for c in contexts) else merge(list(contexts), "states")
+    names = set(summaries[0]) if all(set(s) == set(summaries[0]) for s in summaries) else set()
+    summary = {name: merge([s[name] for s in summaries], "rows") for name in sorted(names)}
+    blocks = None
+    if all(r is not None and r.complete for r in recorders):
+        residuals = merge([r.residuals for r in recorders], "states")
+        blocks = MergedBlocks(layers, residuals, merge([r.mixed for r in recorders], "states"))
+    return [merged_values, merged_contexts, summary, blocks]

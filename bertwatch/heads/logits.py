@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from bertwatch.core.stat_names import LOGIT_NAMES
+from bertwatch.heads.host import reads_free
 
 #: Most score elements reduced at once on CPU (a chunk of examples whose deviations stay in cache).
 _CPU_CHUNK = 1 << 21
@@ -92,12 +93,12 @@ def pair_blocks(pairs: Tensor | None, batch: int, length: int) -> list[tuple[int
 
     Returns:
         ``batch`` entries; :func:`logit_summary` reduces an example with a block over a slice of its scores, with
-        no mask. Blocks are looked for on CPU only: elsewhere reading the mask back would stall the device, and
-        the masked path is a few kernels for the whole batch.
+        no mask. Blocks are looked for where host reads are free only (``heads.host.reads_free``): elsewhere reading
+        the mask back would stall the device, and the masked path is a few kernels for the whole batch.
     """
     if pairs is None:
         return [(0, length)] * batch
-    if pairs.shape[1] != 1 or pairs.device.type != "cpu":
+    if pairs.shape[1] != 1 or not reads_free(pairs.device):
         return [None] * batch
     allowed = pairs[:, 0].expand(batch, length, length)
     real = allowed.any(dim=-1)  # [batch, T]: queries with a counted pair

@@ -12,8 +12,9 @@ added once after the heads are summed, so it belongs to no head. With A the head
 
 Inputs: ``attn`` ``[batch, layers, heads, T, T]`` and ``values`` ``[batch, layers, heads, T, d_head]`` from one
 ``capture(model, record_values=True)`` pass, the per-head Gram matrices ``[layers, heads, d_head, d_head]`` of
-:func:`head_grams`. ‖f‖² = v G v with G = W_O^hᵀ W_O^h = R Rᵀ, so the output projection is never applied to every key:
-‖f‖ = ‖v R‖ with R d×d.
+:func:`head_grams`. ‖f‖² = v G v with G = W_O^hᵀ W_O^h = R Rᵀ, so on the CPU the output projection is never applied to
+every key: ‖f‖ = ‖v R‖ with R d×d (its Cholesky factor). On a GPU, where asking whether a factorisation succeeded
+would stall the device, R is W_O^h itself (:func:`head_factors`).
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from torch import Tensor, nn
 from bertwatch.core.families import model_family
 from bertwatch.core.stat_names import NORM_NAMES
 from bertwatch.heads.capture import UnsupportedModelError, model_shape
+from bertwatch.heads.host import reads_free
 from bertwatch.heads.roles import TokenRoles
 
 __all__ = [
     "NORM_NAMES",
     "attention_blocks",
     "gram_factors",
+    "head_factors",
     "head_grams",
     "norm_stats",
     "output_projections",
@@ -43,6 +46,7 @@ __all__ = [
 
 
 _NORM_CHUNK = 1 << 20
+_WIDE_CHUNK = 1 << 24
 _BERT_LIKE = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "ernie", "mobilebert")
 
 
@@ -137,7 +141,8 @@ def _applied_weight(linear: nn.Module) -> Tensor:
         return weight.full_tensor() if hasattr(weight, "full_tensor") else weight
     base = getattr(linear, "base_layer", linear)
     like = base.weight
-    points = torch.cat([torch.zeros(1, base.in_features), torch.eye(base.in_features)]).to(like.device, like.dtype)
+    eye = torch.eye(base.in_features, device=like.device, dtype=like.dtype)  # made there: no copy from the host
+    points = torch.cat([torch.zeros_like(eye[:1]), eye])
     modes = {m: m.training for m in linear.modules()}
     linear.eval()
     try:
@@ -184,18 +189,34 @@ def supports_norms(model: nn.Module) -> bool:
     return True
 
 
-def head_grams(model: nn.Module) -> Tensor:
-    """G[l, h] = W_O^hᵀ W_O^h ``[layers, heads, d_head, d_head]`` (float32), W_O^h the head's input columns of layer
-    l's output projection."""
+def _head_weights(model: nn.Module) -> Tensor:
+    """W_O^h ``[layers, heads, d_head, out]`` (float32): each head's input columns of its layer's output projection,
+    transposed (an adapter's update included)."""
     _, heads = model_shape(model)
-    grams = []
+    per_layer = []
     for linear in output_projections(model):
         weight = _applied_weight(linear).float()  # [out, heads * d_head], an adapter's update included
         if weight.shape[1] % heads:
             raise UnsupportedModelError(f"an output projection of {weight.shape[1]} inputs does not split into {heads}")
-        per_head = weight.reshape(weight.shape[0], heads, -1).transpose(0, 1)  # [heads, out, d_head]
-        grams.append(per_head.transpose(1, 2) @ per_head)
-    return torch.stack(grams)
+        per_layer.append(weight.reshape(weight.shape[0], heads, -1).permute(1, 2, 0))  # [heads, d_head, out]
+    return torch.stack(per_layer)
+
+
+def head_grams(model: nn.Module) -> Tensor:
+    """G[l, h] = W_O^hᵀ W_O^h ``[layers, heads, d_head, d_head]`` (float32), W_O^h the head's input columns of layer
+    l's output projection."""
+    weights = _head_weights(model)
+    return weights @ weights.mT
+
+
+def head_factors(model: nn.Module) -> Tensor:
+    """R ``[layers, heads, d_head, k]`` with R Rᵀ = :func:`head_grams`, for :func:`norm_stats`' ``factors``: where
+    the host reads a tensor for free (``heads.host.reads_free``), the head-sized factors of :func:`gram_factors`
+    (k = d_head: a d×d product per vector); elsewhere each head's own W_O^h (k = the projection's width), which
+    needs no factorisation and so nothing read back from the device (:func:`gram_factors` asks whether every
+    Cholesky factorisation succeeded)."""
+    weights = _head_weights(model)
+    return gram_factors(weights @ weights.mT) if reads_free(weights.device) else weights
 
 
 def gram_factors(grams: Tensor) -> Tensor:
@@ -215,13 +236,17 @@ def gram_factors(grams: Tensor) -> Tensor:
 
 def transformed_norms(values: Tensor, grams: Tensor, factors: Tensor | None = None) -> Tensor:
     """‖f_h(x_j)‖ = sqrt(v G v): values ``[batch, layers, heads, T, d]``, grams ``[layers, heads, d, d]`` ->
-    ``[batch, layers, heads, T]``. ``factors``: :func:`gram_factors` of ``grams`` when already computed.
+    ``[batch, layers, heads, T]``. ``factors``: any R ``[layers, heads, d, k]`` with R Rᵀ = G, when already computed
+    (:func:`gram_factors`, :func:`head_factors`).
 
     Taken a few examples at a time, so the product v·R stays in cache between the matmul and the norm (on CPU this
-    is about 1.7× faster than one product of the whole batch)."""
+    is about 1.7× faster than one product of the whole batch); with factors wider than a head (k > d), one layer of
+    a few examples at a time, so the ``[.., k]`` products stay small."""
     if factors is None:
         factors = gram_factors(grams)
     factors = factors.to(values.device).contiguous()
+    if factors.shape[-1] != values.shape[-1]:
+        return _wide_norms(values, factors)
     out = torch.empty(values.shape[:-1], device=values.device)
     step = max(1, _NORM_CHUNK // values[:1].numel())
     product = torch.empty(min(step, len(values)), *values.shape[1:], device=values.device)
@@ -232,21 +257,37 @@ def transformed_norms(values: Tensor, grams: Tensor, factors: Tensor | None = No
     return out
 
 
+def _wide_norms(values: Tensor, factors: Tensor) -> Tensor:
+    """:func:`transformed_norms` with factors ``[layers, heads, d, k]`` wider than a head: ‖v R‖ a layer and a few
+    examples at a time (products of at most ``_WIDE_CHUNK`` elements)."""
+    out = torch.empty(values.shape[:-1], device=values.device)
+    step = max(1, _WIDE_CHUNK // max(1, values.shape[2] * values.shape[3] * factors.shape[-1]))
+    for layer in range(values.shape[1]):
+        for start in range(0, len(values), step):
+            v = values[start : start + step, layer]
+            part = torch.matmul(v if v.dtype == torch.float32 else v.float(), factors[layer])
+            torch.linalg.vector_norm(part, dim=-1, out=out[start : start + len(v), layer])
+    return out
+
+
 def norm_stats(
     attn: Tensor,
     values: Tensor,
-    grams: Tensor,
+    grams: Tensor | None,
     roles: TokenRoles,
     names: Iterable[str] = NORM_NAMES,
     contexts: Tensor | None = None,
+    factors: Tensor | None = None,
 ) -> dict[str, Tensor]:
     """``{name: [batch, layers, heads]}`` for NORM_NAMES from attn ``[B, L, H, T, T]``, values ``[B, L, H, T, d]``
-    and grams ``[L, H, d, d]``; pad queries and keys are ignored, NaN for an example without real tokens.
+    and grams ``[L, H, d, d]`` (or their ``factors``); pad queries and keys are ignored, NaN for an example without real tokens.
 
     ``contexts`` ``[B, L, H, T, d]``: Σ_j A[i, j] v_j as the capture pass recorded it (``Capture.contexts``),
     which saves recomputing it for ``norm_ratio``. The model's context also runs over pad keys, but a real query
     gives them exactly zero weight under the attention mask, so it equals the sum over real keys (to float
-    rounding); without ``contexts`` the sum is taken over real keys here.
+    rounding); without ``contexts`` the sum is taken over real keys here. ``factors``: the grams' factors
+    (:func:`head_factors`, for a probe pass that measures many batches with the same weights), else
+    :func:`gram_factors` of ``grams``.
     """
     names = list(names)
     unknown = [n for n in names if n not in NORM_NAMES]
@@ -260,7 +301,7 @@ def norm_stats(
     real = roles.real.to(device).bool()
     keys = real[:, None, None, :].float()
     a = attn if attn.dtype == torch.float32 else attn.float()
-    factors = gram_factors(grams).to(device)
+    factors = (gram_factors(grams) if factors is None else factors).to(device)
     norms = transformed_norms(values, grams, factors) * keys  # [B, L, H, T]
     masks = [real] + [m.to(device).bool() & real for m in (roles.cls, roles.sep, roles.punct)]
     rows = torch.stack([norms * m[:, None, None, :] for m in masks], dim=-2)  # [B, L, H, 4, T]

@@ -63,71 +63,91 @@ _FFN: dict[str, tuple[str, str]] = {
 
 
 class OutlierMoments:
-    """The running sums of one layer's activations (``add`` batch by batch), and the statistics (``result``)."""
+    """The running sums of one layer's activations (``add`` batch by batch) on their device, and the statistics:
+    :meth:`summary` as tensors on that device (read back nowhere), :meth:`result` as numbers on the host."""
 
     def __init__(self, threshold: float = OUTLIER_THRESHOLD) -> None:
         self.threshold = threshold
-        self.count = 0
-        self.sums = torch.zeros(4, dtype=torch.float64)  # Σx, Σx², Σx³, Σx⁴ about zero
-        self.dim_max: Tensor | None = None
-        self.outliers = 0
-        self.mass = torch.zeros(2, dtype=torch.float64)  # outliers' Σ|x|: all, on delimiters
-        self.role_max = torch.full((len(ROLES),), math.nan, dtype=torch.float64)  # max |x| per role (ROLES)
+        #: float64 [8]: components counted, Σx, Σx², Σx³, Σx⁴ about zero, outliers, their Σ|x|, on delimiters.
+        self.totals: Tensor | None = None
+        self.dim_max: Tensor | None = None  # max |x| per dimension
+        self.role_max: Tensor | None = None  # max |x| per role (ROLES), -inf before a token of the role
 
     def add(self, x: Tensor, real: Tensor, delimiters: Tensor, roles: TokenRoles | None = None) -> None:
         """``x`` ``[rows, T, d]``; ``real`` and ``delimiters`` ``[rows, T]`` (bool); with ``roles`` (the same rows)
         also each role's max |x| (``ROLES``). The sums run in float64 on ``x``'s device (on the CPU for a device
-        without float64, such as MPS); the running totals stay on the CPU."""
+        without float64, such as MPS), the pad tokens masked, never dropped (which would read their count back)."""
         x = x.detach()
         if x.device.type == "mps":
             x, real, delimiters = x.cpu(), real.cpu(), delimiters.cpu()
             roles = None if roles is None else roles.to("cpu")
         real = real.to(x.device).bool()
-        values = x.double()[real]  # [tokens, d]
-        on_delimiter = delimiters.to(x.device).bool()[real]  # [tokens]
-        if roles is not None:
-            self._add_roles(values, roles.to(x.device), real)
-        self.count += values.numel()
+        d = x.shape[-1]
+        values = x.to(torch.float64, copy=True).masked_fill_(~real[..., None], 0.0).reshape(-1)  # the one copy
         square = values * values
-        sums = torch.stack([values.sum(), square.sum(), (square * values).sum(), (square * square).sum()])
-        self.sums += sums.cpu()
-        magnitude = values.abs()
-        dim_max = magnitude.amax(0).cpu() if len(magnitude) else torch.zeros(x.shape[-1], dtype=torch.float64)
-        self.dim_max = dim_max if self.dim_max is None else torch.maximum(self.dim_max, dim_max)
+        moments = [values.sum(), square.sum(), torch.dot(square, values), torch.dot(square, square)]
+        del square
+        magnitude = values.abs_()  # the values are not needed any more
         big = magnitude >= self.threshold
-        self.outliers += int(big.sum())
-        self.mass += torch.stack([(magnitude * big).sum(), (magnitude * big)[on_delimiter].sum()]).cpu()
+        outlying = (magnitude * big).view(*real.shape, d).sum(-1)  # each token's outliers' Σ|x|, [rows, T]
+        on_delimiter = delimiters.to(x.device).bool() & real
+        totals = torch.stack([
+            real.sum(dtype=torch.float64) * d, *moments, big.sum(dtype=torch.float64), outlying.sum(),
+            (outlying * on_delimiter).sum(),
+        ])  # fmt: skip
+        dim_max = magnitude.view(-1, d).amax(0)
+        magnitude = magnitude.view(*real.shape, d)
+        self.totals = totals if self.totals is None else self.totals + totals
+        self.dim_max = dim_max if self.dim_max is None else torch.maximum(self.dim_max, dim_max)
+        if roles is not None and x.shape[-1]:
+            role_max = _role_max(magnitude.amax(-1), roles.to(x.device), real)
+            self.role_max = role_max if self.role_max is None else torch.maximum(self.role_max, role_max)
 
-    def _add_roles(self, values: Tensor, roles: TokenRoles, real: Tensor) -> None:
-        """Each role's max |x| over the real tokens ``values`` ``[tokens, d]`` (NaN-aware running max)."""
-        cls, sep, punct = (mask.bool()[real] for mask in (roles.cls, roles.sep, roles.punct))
-        token_max = values.abs().amax(-1) if values.shape[-1] else values.new_zeros(len(values))
-        for k, mask in enumerate((cls, sep, punct, ~(cls | sep | punct))):
-            if bool(mask.any()):
-                now = token_max[mask].max().cpu()
-                self.role_max[k] = now if math.isnan(float(self.role_max[k])) else torch.maximum(self.role_max[k], now)
+    def summary(self) -> dict[str, Tensor] | None:
+        """``inf_norm``, ``kurtosis``, ``outlier_share``, ``delimiter_share`` (float64 scalars), ``top_dims`` (long
+        ``[3]``, or fewer dimensions), ``role_inf_norms`` (float64 ``[ROLES]``) and ``tokens`` (whether any real
+        token was seen: every value is NaN, the top dimensions meaningless, without), on the sums' device; None
+        before any batch."""
+        if self.totals is None or self.dim_max is None:
+            return None
+        n, t = self.totals[0], self.totals
+        mean = t[1] / n
+        m2 = t[2] / n - mean**2
+        m4 = (t[4] - 4 * mean * t[3] + 6 * mean**2 * t[2]) / n - 3 * mean**4
+        seen = n > 0
+        role = self.role_max if self.role_max is not None else torch.full((len(ROLES),), -math.inf, device=n.device)
+        return {
+            "inf_norm": torch.where(seen, self.dim_max.amax(), torch.nan),
+            "kurtosis": torch.where(seen & (m2 > 0), m4 / m2**2, torch.nan),
+            "outlier_share": torch.where(seen, t[5] / n, torch.nan),
+            "delimiter_share": torch.where(seen & (t[6] > 0), t[7] / t[6], torch.nan),
+            "top_dims": torch.argsort(self.dim_max, descending=True, stable=True)[:3],
+            "role_inf_norms": torch.where(torch.isinf(role), torch.nan, role.double()),
+            "tokens": seen,
+        }
 
     def result(self) -> dict[str, Any]:
-        """``inf_norm``, ``kurtosis``, ``outlier_share``, ``delimiter_share``, ``top_dims`` (module doc)."""
-        if self.count == 0 or self.dim_max is None:
+        """``inf_norm``, ``kurtosis``, ``outlier_share``, ``delimiter_share``, ``top_dims``, ``role_inf_norms``
+        (module doc), read back to the host at once."""
+        found = self.summary()
+        if found is None:
             return {"inf_norm": math.nan, "kurtosis": math.nan, "outlier_share": math.nan,
                     "delimiter_share": math.nan, "top_dims": [],
                     "role_inf_norms": dict.fromkeys(ROLES, math.nan)}  # fmt: skip
-        n = self.count
-        mean = float(self.sums[0]) / n
-        m2 = float(self.sums[1]) / n - mean**2
-        m4 = (
-            float(self.sums[3]) - 4 * mean * float(self.sums[2]) + 6 * mean**2 * float(self.sums[1])
-        ) / n - 3 * mean**4
-        total, on_delimiters = (float(v) for v in self.mass)
-        return {
-            "inf_norm": float(self.dim_max.max()),
-            "kurtosis": m4 / m2**2 if m2 > 0 else math.nan,
-            "outlier_share": self.outliers / n,
-            "delimiter_share": on_delimiters / total if total > 0 else math.nan,
-            "top_dims": [int(d) for d in torch.argsort(self.dim_max, descending=True, stable=True)[:3]],
-            "role_inf_norms": {role: float(v) for role, v in zip(ROLES, self.role_max, strict=True)},
-        }
+        names = ("inf_norm", "kurtosis", "outlier_share", "delimiter_share")
+        flat = torch.cat([torch.stack([found[n] for n in names]), found["role_inf_norms"],
+                          found["top_dims"].double(), found["tokens"].double()[None]]).cpu().tolist()  # fmt: skip
+        roles = flat[len(names) : len(names) + len(ROLES)]
+        dims = [int(d) for d in flat[len(names) + len(ROLES) : -1]] if flat[-1] else []
+        return {**dict(zip(names, flat)), "top_dims": dims, "role_inf_norms": dict(zip(ROLES, roles, strict=True))}
+
+
+def _role_max(token_max: Tensor, roles: TokenRoles, real: Tensor) -> Tensor:
+    """Each role's max over its real tokens of ``token_max`` ``[rows, T]`` (``ROLES``), float64 ``[4]``; -inf for a
+    role without tokens."""
+    cls, sep, punct = (mask.bool() & real for mask in (roles.cls, roles.sep, roles.punct))
+    masks = torch.stack([cls, sep, punct, real & ~(cls | sep | punct)])  # [4, rows, T]
+    return torch.where(masks, token_max.double(), -math.inf).reshape(len(ROLES), -1).amax(-1)
 
 
 def ffn_outputs(model: nn.Module) -> list[nn.Module] | None:
@@ -182,36 +202,40 @@ def activation_outliers(
 def outlier_grids(
     ffn: Sequence[OutlierMoments] | None,
     residual: Sequence[OutlierMoments] | None,
-    reference_dims: Sequence[Sequence[int]] | None,
+    reference_dims: Tensor | None,
     names: Collection[str] = OUTLIER_NAMES,
-) -> tuple[dict[str, Tensor], list[list[int]]]:
+) -> tuple[dict[str, Tensor], Tensor | None]:
     """The outlier statistics ``names`` (``core.stat_names.OUTLIER_NAMES``) of one probe pass as ``[layers, 1]``
-    float64 grids, from each layer's moments of the feed-forward output (``ffn``) and of the residual stream
-    (``residual``), None where a stream was not measured (its names are left out); and each layer's top dimensions
-    of the residual stream (``top_dims``; empty without it).
+    float64 grids on the sums' device (nothing read back), from each layer's moments of the feed-forward output
+    (``ffn``) and of the residual stream (``residual``), None where a stream was not measured (its names are left
+    out); and each layer's top dimensions of the residual stream (long ``[layers, 3]``; None without it).
 
     ``outlier_dim_overlap`` is the share of a layer's top-3 dimensions also in ``reference_dims``' top-3 of that
-    layer (NaN without a reference); ``outlier_dim`` the top one (NaN without tokens).
+    layer (``[layers, 3]``; NaN without a reference); ``outlier_dim`` the top one (NaN without tokens).
     """
-    results = {where: [m.result() for m in found] for where, found in (("ffn", ffn), ("residual", residual)) if found}
-    columns: dict[str, list[float]] = {}
-    for where in results:
-        columns[f"{where}_inf_norm"] = [r["inf_norm"] for r in results[where]]
-        columns[f"{where}_kurtosis"] = [r["kurtosis"] for r in results[where]]
-    if "residual" not in results:
-        return {n: torch.tensor(columns[n], dtype=torch.float64)[:, None] for n in names if n in columns}, []
-    res = results["residual"]
-    dims = [r["top_dims"] for r in res]
-    columns["outlier_share"] = [r["outlier_share"] for r in res]
-    columns["delimiter_share"] = [r["delimiter_share"] for r in res]
-    columns["outlier_dim"] = [float(d[0]) if d else math.nan for d in dims]
-    columns["outlier_dim_overlap"] = [
-        len(set(now) & set(reference_dims[layer])) / len(now) if reference_dims is not None and now else math.nan
-        for layer, now in enumerate(dims)
-    ]
-    for role in ROLES:
-        columns[f"{role}_inf_norm"] = [r["role_inf_norms"][role] for r in res]
-    grids = {n: torch.tensor(columns[n], dtype=torch.float64)[:, None] for n in OUTLIER_NAMES if n in columns}
+    summaries = {where: [m.summary() for m in found] for where, found in (("ffn", ffn), ("residual", residual))
+                 if found and all(m.totals is not None for m in found)}  # fmt: skip
+    columns: dict[str, Tensor] = {}
+    for where, layers in summaries.items():
+        columns[f"{where}_inf_norm"] = torch.stack([s["inf_norm"] for s in layers])
+        columns[f"{where}_kurtosis"] = torch.stack([s["kurtosis"] for s in layers])
+    dims = None
+    if "residual" in summaries:
+        res = summaries["residual"]
+        dims = torch.stack([s["top_dims"] for s in res])
+        seen = torch.stack([s["tokens"] for s in res])
+        columns["outlier_share"] = torch.stack([s["outlier_share"] for s in res])
+        columns["delimiter_share"] = torch.stack([s["delimiter_share"] for s in res])
+        columns["outlier_dim"] = torch.where(seen, dims[:, 0].double(), torch.nan)
+        if reference_dims is None:
+            columns["outlier_dim_overlap"] = torch.full_like(columns["outlier_dim"], torch.nan)
+        else:
+            shared = (dims[:, :, None] == reference_dims.to(dims.device)[:, None, :]).any(-1).double().mean(-1)
+            columns["outlier_dim_overlap"] = torch.where(seen, shared, torch.nan)
+        roles = torch.stack([s["role_inf_norms"] for s in res])  # [layers, ROLES]
+        for k, role in enumerate(ROLES):
+            columns[f"{role}_inf_norm"] = roles[:, k]
+    grids = {n: columns[n].double()[:, None] for n in OUTLIER_NAMES if n in columns}
     return {n: grids[n] for n in names if n in grids}, dims
 
 
@@ -323,12 +347,15 @@ class OutlierAccumulator:
         if self.ffn is not None and ffn_out is not None:
             self.ffn[layer].add(ffn_out, roles.real, delimiters)
 
-    def add_calls(self, recorded: RecordedActivations) -> None:
-        """Every call of a complete recording (``RecordedActivations.complete``)."""
+    def add_calls(self, recorded: RecordedActivations, roles: TokenRoles | None = None) -> None:
+        """Every call of a complete recording (``RecordedActivations.complete``). ``roles``: the token roles of a
+        recording of one call (the probe pass knows them for its rows; found from each call's token ids
+        otherwise, which copies the tokenizer's special ids to the device)."""
+        known = roles if len(recorded.calls) == 1 else None
         for call in recorded.calls:
             ids = call.inputs["input_ids"]
             mask, segments = call.inputs.get("attention_mask"), call.inputs.get("token_type_ids")
-            roles = token_roles(ids, mask, self.tokenizer, segments).to(ids.device)
+            roles = known if known is not None else token_roles(ids, mask, self.tokenizer, segments).to(ids.device)
             for layer in range(self.layers):
                 self._add(layer, call.ffn[layer], call.layers[layer], roles)
 
@@ -339,8 +366,9 @@ class OutlierAccumulator:
         for layer in range(self.layers):
             self._add(layer, None, hidden_states[layer + 1], roles)
 
-    def grids(self, reference_dims: Sequence[Sequence[int]] | None) -> tuple[dict[str, Tensor], list[list[int]]]:
-        """:func:`outlier_grids` of the pass (``outlier_dim_overlap`` 1 without a reference: the pass is its own)."""
+    def grids(self, reference_dims: Tensor | None) -> tuple[dict[str, Tensor], Tensor | None]:
+        """:func:`outlier_grids` of the pass (``outlier_dim_overlap`` 1 without a reference: the pass is its own),
+        on the device, with the top dimensions (the next passes' reference)."""
         grids, dims = outlier_grids(self.ffn, self.residual, reference_dims, self.names)
         if reference_dims is None and "outlier_dim_overlap" in grids:
             grids["outlier_dim_overlap"] = torch.ones_like(grids["outlier_dim_overlap"])

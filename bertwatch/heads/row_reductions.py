@@ -4,9 +4,12 @@ logs, drift against a reference), taken in one blocked pass over a batch of maps
 Shapes: ``attn`` ``[batch, layers, heads, T, T]`` (query, key), padded; results are per query row,
 ``[batch, layers, heads, T]`` (``[batch, layers, heads, 3, T]`` for "query" and "cosine"); pad rows hold finite values
 the statistics ignore. The pass reads ``attn`` (and the reference) once, in blocks of at most ``_CPU_BLOCK`` elements
-on CPU (``_DEVICE_BLOCK`` elsewhere), with cache-sized scratch reused across blocks: a fresh full-size temporary costs more in page faults than the arithmetic, and a block still
-in cache is cheap to pass over several times. On CPU an example whose real tokens are a prefix is cut to its n real
-tokens first, so a short example in a long batch costs (n / T)² of a full one.
+on CPU (``_DEVICE_BLOCK`` elsewhere: its scratch buffers stay within a few hundred MiB on a GPU), with cache-sized
+scratch reused across blocks: a fresh full-size temporary costs more in page faults than the arithmetic, and a block
+still in cache is cheap to pass over several times. On CPU an example whose real tokens are a prefix is cut to its n
+real tokens first, so a short example in a long batch costs (n / T)² of a full one; finding the cut reads the token
+roles on the host, which elsewhere (``heads.host.reads_free``) would stall the device, so there examples share
+masked blocks and nothing is read back.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bertwatch.heads.host import reads_free
 from bertwatch.heads.roles import TokenRoles
 
 __all__ = ["ENTROPY_SMOOTHING", "JS_SMOOTHING", "PASSES", "RowReductions"]
@@ -29,10 +33,8 @@ JS_SMOOTHING = 0.999
 PASSES = ("query", "entropy", "intra", "cosine", "js")
 
 _CPU_BLOCK = 1 << 19
-_DEVICE_BLOCK = 1 << 26
+_DEVICE_BLOCK = 1 << 24
 _LN2 = math.log(2.0)
-#: Devices swept one example at a time, cut to its real tokens (elsewhere several examples share a block, masked).
-_PER_EXAMPLE = ("cpu",)
 _SCRATCH = {"query": 0, "entropy": 2, "intra": 1, "cosine": 1, "js": 3}
 
 
@@ -139,7 +141,7 @@ class RowReductions:
     @property
     def _log2(self) -> bool:
         """Whether entropy's logarithm is taken in base 2 by NumPy (on CPU: twice torch's speed there)."""
-        return self.a.device.type == "cpu"
+        return reads_free(self.a.device)
 
     def _finish_rows(self, out: dict[str, Tensor]) -> None:
         """The factors every block's rows share, applied once to the whole result instead of block by block:
@@ -154,14 +156,15 @@ class RowReductions:
     def _plan(self, batch: int, maps: int, length: int) -> list[tuple[slice, int, int]]:
         """The blocks: (examples, key/query length kept, maps per block). Maps of one example first, in even
         blocks, so a cropped reference is one copy per block; on CPU one example per block, cut to its real
-        tokens when they are a prefix."""
-        limit = _CPU_BLOCK if self.a.device.type == "cpu" else _DEVICE_BLOCK
+        tokens when they are a prefix (elsewhere several examples a block, masked: no host read)."""
+        host = reads_free(self.a.device)
+        limit = _CPU_BLOCK if host else _DEVICE_BLOCK
 
         def map_step(n: int) -> int:
             per_block = max(1, limit // (n * n))
             return -(-maps // -(-maps // per_block))
 
-        if self.a.device.type not in _PER_EXAMPLE:
+        if not host:
             step = min(batch, max(1, (limit // (length * length)) // maps))
             return [(slice(b, b + step), length, map_step(length)) for b in range(0, batch, step)]
         self.layout = self._example_layout()
@@ -176,7 +179,8 @@ class RowReductions:
         same-segment key masks `[B, 1, T, T]`."""
         context = {"entropy": self.smoothing_fill(ENTROPY_SMOOTHING), "js": self.smoothing_fill(JS_SMOOTHING)}
         if "query" in passes:
-            first_cls = torch.nn.functional.one_hot(self.cls.float().argmax(-1), self.a.shape[-1]).float()
+            positions = torch.arange(self.a.shape[-1], device=self.a.device)
+            first_cls = (positions == self.cls.float().argmax(-1)[:, None]).float()  # one-hot, nothing read back
             weights = torch.stack([self.realf, self.sep.float(), first_cls * self.has_cls[:, None]], dim=1)
             context["weights"] = weights[:, None]
         if "intra" in passes and self.segment is not None:

@@ -161,13 +161,14 @@ def weighted_losses(
 
 
 def model_loss(
-    model: nn.Module, outputs: Any, batch: Mapping[str, torch.Tensor], kind: str | None = None
+    model: nn.Module, outputs: Any, batch: Mapping[str, torch.Tensor], kind: str | None = None, check: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's own loss (a scalar with its graph) and the per-example factors ``Σw / w_b`` ``[batch]`` that
     turn its gradient into example b's own (NaN for an example with no labelled item).
 
-    Refuses a model that returned no loss, or whose loss is not the weighted mean of :func:`weighted_losses`
-    (a custom loss: pass ``loss_fn=``)."""
+    Refuses a model that returned no loss, or (with ``check``, which reads both losses back to the host) a batch
+    with no labelled item or whose loss is not the weighted mean of :func:`weighted_losses` (a custom loss: pass
+    ``loss_fn=``)."""
     kind = kind or check_loss_inputs(model, batch)
     loss = getattr(outputs, "loss", None)
     if loss is None:
@@ -179,6 +180,16 @@ def model_loss(
     problem = problem_type(model, labels) if kind == "sequence-classification" else None
     losses, weights = weighted_losses(outputs, batch, problem, kind)
     total = weights.sum()
+    if check:
+        _check_model_loss(model, loss, losses, weights, total, kind)
+    scale = torch.where(weights > 0, total / weights.clamp_min(1e-30), torch.nan)
+    return loss, scale
+
+
+def _check_model_loss(
+    model: nn.Module, loss: torch.Tensor, losses: torch.Tensor, weights: torch.Tensor, total: torch.Tensor, kind: str
+) -> None:
+    """:func:`model_loss`'s refusals: no labelled item, or a loss that is not the weighted mean of ``losses``."""
     if float(total) == 0:
         raise LossSetupError("no example of the batch has a labelled item (all labels are -100)")
     expected = float((losses * weights).sum().detach() / total)
@@ -188,8 +199,6 @@ def model_loss(
             f"{type(model).__name__}'s loss ({value:.6g}) is not the {kind} loss bertwatch knows "
             f"({expected:.6g}; a custom or weighted loss?): pass loss_fn=(outputs, batch) -> per-example loss"
         )
-    scale = torch.where(weights > 0, total / weights.clamp_min(1e-30), torch.nan)
-    return loss, scale
 
 
 def fixed_mask(

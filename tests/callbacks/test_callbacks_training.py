@@ -17,6 +17,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
 import bertwatch.callbacks.measurements as measurements_module
+import bertwatch.callbacks.reference as reference_module
 from bertwatch.callbacks import (
     AttentionDriftCallback,
     BertWatchCallback,
@@ -69,9 +70,14 @@ def _same_weights(a, b):
 
 
 @pytest.mark.parametrize(
-    "overrides", [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}], ids=["plain", "grad-accum", "bf16"]
+    "overrides",
+    [{}, {"gradient_accumulation_steps": 2}, {"bf16": True}, {"keeping": "model"}],
+    ids=["plain", "grad-accum", "bf16", "reference-kept-as-a-frozen-model"],
 )
-def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, overrides) -> None:
+def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, monkeypatch, overrides) -> None:
+    overrides = dict(overrides)
+    if overrides.pop("keeping", None) == "model":
+        monkeypatch.setattr(reference_module, "_keeps_model", lambda *_: True)
     _, plain, plain_losses = _train(tmp_path / "a", [], **overrides)
     everything = strict(
         BertWatchCallback,
@@ -249,7 +255,11 @@ def test_probe_texts_without_labels_skip_gradient_statistics_by_default(tmp_path
     assert "head_importance" not in cb.latest and "entropy" in cb.latest
 
 
-def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path) -> None:
+@pytest.mark.parametrize("keeping", ["maps", "model"])
+def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path, monkeypatch, keeping) -> None:
+    """The reference is cached as it is kept (its maps, or the frozen copy's weights) and a resumed run compares
+    with it, not with its checkpoint."""
+    monkeypatch.setattr(reference_module, "_keeps_model", lambda *_: keeping == "model")
     first = strict(AttentionDriftCallback, every_n_steps=2, num_probe_examples=8)
     _train(tmp_path, [first], eval_strategy="no", save_strategy="steps", save_steps=2, learning_rate=3e-2)
     assert (tmp_path / "bertwatch" / "reference.pt").is_file()
@@ -258,6 +268,9 @@ def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path) -> N
         warnings.simplefilter("error", BertWatchWarning)
         _train(tmp_path, [resumed], eval_strategy="no", learning_rate=3e-2, resume=str(tmp_path / "checkpoint-2"))
     assert "cache" in resumed.watched.context.reference.source
+    kept = first.watched.context.reference
+    assert (kept.cache.load_model(*kept.shape) is not None) == (keeping == "model")
+    assert (kept.cache.load(kept.probe.fingerprint, *kept.shape) is not None) == (keeping == "maps")
     assert [s for s, _ in resumed.history] == [4, 6]
     original = dict(first.history)
     assert 1 - original[2]["drift_cosine"].mean() > 1e-3  # the checkpoint differs clearly from the reference
@@ -274,15 +287,24 @@ def test_resumed_run_measures_drift_from_the_pretrained_reference(tmp_path) -> N
     assert not np.allclose(1 - step4, 1 - original[4]["drift_cosine"], rtol=1e-2)  # drift from step 2, not 0
 
 
-def test_reference_model_can_be_named(tmp_path) -> None:
+def test_reference_model_can_be_named(tmp_path, monkeypatch) -> None:
+    """Its maps kept, or the model itself kept and run unit by unit: the same drift (to float16 rounding)."""
     tok = tiny_tokenizer()
     other = tiny_bert(tok, seed=5)
     with torch.no_grad():
         for layer in other.bert.encoder.layer:
             layer.attention.self.query.weight.mul_(30)  # peaked attention, unlike the near-uniform trained model
-    cb = strict(AttentionDriftCallback, every_n_steps=3, num_probe_examples=8, reference_model=other)
-    _train(tmp_path, [cb], eval_strategy="no")
-    assert cb.history[0][0] == 0 and cb.history[0][1]["drift_cosine"].mean() < 0.999
+    histories = {}
+    for keeping in ("maps", "model"):
+        monkeypatch.setattr(reference_module, "_keeps_model", lambda *_, k=keeping: k == "model")
+        cb = strict(AttentionDriftCallback, every_n_steps=3, num_probe_examples=8, reference_model=other)
+        _train(tmp_path / keeping, [cb], eval_strategy="no")
+        assert cb.history[0][0] == 0 and cb.history[0][1]["drift_cosine"].mean() < 0.999
+        histories[keeping] = cb.history
+    assert [s for s, _ in histories["maps"]] == [s for s, _ in histories["model"]]
+    for (_, maps), (_, model) in zip(histories["maps"], histories["model"]):
+        for name in ("drift_cosine", "drift_js"):
+            np.testing.assert_allclose(model[name], maps[name], rtol=2e-3, atol=1e-4, err_msg=name)
 
 
 def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path, capsys) -> None:

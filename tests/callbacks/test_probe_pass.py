@@ -5,7 +5,9 @@ plugged in as one measurement (its grid checked against a float64 loop over each
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Collection
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -171,7 +173,11 @@ def test_the_default_statistics_and_the_cheap_mixing_ones_cost_one_forward_per_p
     model, monitor = _attached(tok, tmp_path, names)
     calls = []
     handle = model.register_forward_pre_hook(lambda *_: calls.append(1))
-    plan = plan_pass("step", 3, names, names, reference_ready=False)
+    start = execute(plan_pass("begin", 0, DRIFT_NAMES, names, reference_ready=False), monitor.context)
+    assert not monitor.context.reference.ready  # the pass returns the reference it took; the watched run keeps it
+    monitor.context.reference.keep(start.references["drift"])
+    calls.clear()
+    plan = plan_pass("step", 3, names, names, reference_ready=True)
     assert plan.needs.blocks
     one = execute(plan, monitor.context)
     batches = len(monitor.context.probe.batches)
@@ -200,12 +206,8 @@ def test_the_gradient_pass_records_the_blocks_and_the_logit_summary_only_for_a_s
     for names, recorded, logits in cases:
         plan = plan_pass("step", 3, names, names, reference_ready=True)
         gradients = next(m for m, _ in plan.work if m.stage == "before")
-        batch = ProbeBatch(
-            index=0,
-            start=0,
-            inputs=dict(monitor.context.probe.batches[0]),
-            roles=monitor.context.probe.roles[0],
-        )
+        unit = monitor.context.units[0]
+        batch = ProbeBatch(index=0, rows=unit.rows, inputs=unit.inputs, roles=unit.roles)
         states = gradients.start(GRADIENT_NAMES, monitor.context, plan.needs).measure(batch).states
         assert (states.blocks is not None) == recorded, names
         assert bool(states.logit_summary) == logits, names
@@ -304,3 +306,78 @@ def test_a_new_family_is_one_measurement_and_its_grid_is_the_loop_on_each_exampl
     assert [[result.grids["cls_entropy"][l, h] for h in range(heads)] for l in range(layers)] == [
         [np.float32(l + h / 100) for h in range(heads)] for l in range(layers)
     ]
+
+
+# ------------------------------------------------------------------------------------------------ host reads
+
+
+class _HostReads:
+    """Counts the calls of bertwatch's own code that read a tensor's values back to the host (on a GPU each waits
+    for the device): ``.item()``, ``.cpu()``, ``.tolist()``, ``.numpy()``, ``float(t)``, ``int(t)``, ``bool(t)``,
+    ``.nonzero()``. A call counts when the first frame outside torch that made it is in the ``bertwatch`` package
+    (the model's own forward, in transformers, reads its mask back once: not bertwatch's to count)."""
+
+    METHODS = ("item", "cpu", "tolist", "numpy", "__float__", "__int__", "__bool__", "nonzero")
+
+    def __init__(self, monkeypatch) -> None:
+        import bertwatch
+
+        self.root = str(Path(bertwatch.__file__).resolve().parent)
+        self.torch_root = str(Path(torch.__file__).resolve().parent)
+        self.calls: list[tuple[str, str]] = []
+        self.on = False
+        for name in self.METHODS:
+            monkeypatch.setattr(torch.Tensor, name, self._counting(name, getattr(torch.Tensor, name)))
+
+    def _counting(self, name, original):
+        def counted(tensor, *args, **kwargs):
+            if self.on:
+                frame = sys._getframe(1)
+                while frame is not None and frame.f_code.co_filename.startswith(self.torch_root):
+                    frame = frame.f_back
+                where = "" if frame is None else frame.f_code.co_filename
+                if where.startswith(self.root):
+                    self.calls.append((name, f"{Path(where).name}:{frame.f_lineno}"))
+            return original(tensor, *args, **kwargs)
+
+        return counted
+
+    def during(self, fn):
+        self.calls, self.on = [], True
+        try:
+            return fn()
+        finally:
+            self.on = False
+
+
+def _pass_reads(tok, tmp_path, texts: int, reads: _HostReads) -> tuple[list, int]:
+    """The host reads of one pass at the defaults over ``texts`` probe texts in batches of 2 (the drift reference
+    taken at the start, so the pass streams it), and how many units it ran."""
+    texts = [{"text": t["text"], "label": t["label"]} for t in toy_texts(texts, seed=4)]
+    names = BertWatchCallback.default_stats
+    _, monitor = _attached(tok, tmp_path, names, texts)
+    start = execute(plan_pass("begin", 0, names, names), monitor.context)
+    monitor.context.reference.keep(start.references["drift"])
+    monitor.context.outlier_reference.setdefault("top_dims", start.references["outlier_dims"])
+    plan = plan_pass("step", 3, names, names, reference_ready=True)
+    result = reads.during(lambda: execute(plan, monitor.context))
+    units = len(monitor.context.units)
+    monitor.close()
+    assert set(result.grids) == set(names) and result.health
+    return reads.calls, units
+
+
+def test_a_pass_reads_back_to_the_host_once_whatever_its_number_of_batches(tok, tmp_path, monkeypatch):
+    """With the CPU taken for a device whose reads stall it (``heads.host.HOST_DEVICES`` emptied: the path a GPU
+    takes), a pass at the defaults over 3 probe batches and one over 8 read the same values back, in one copy
+    (``.cpu()`` once): nothing is read per batch. The calls after that copy read host tensors (grids to numpy)."""
+    import bertwatch.heads.host as host
+
+    monkeypatch.setattr(host, "HOST_DEVICES", ())
+    reads = _HostReads(monkeypatch)
+    few, few_units = _pass_reads(tok, tmp_path / "few", 6, reads)
+    many, many_units = _pass_reads(tok, tmp_path / "many", 16, reads)
+    assert many_units > few_units >= 3
+    assert sorted(few) == sorted(many), (few, many)
+    copies = [where for name, where in many if name == "cpu"]
+    assert len(copies) == 1 and copies[0].startswith("probe_pass.py:")  # _to_host's one copy

@@ -35,7 +35,7 @@ def test_word_class_attention_matches_a_loop():
     attn = torch.rand(2, 2, 3, 6, 6, generator=g)
     attn = attn / attn.sum(-1, keepdim=True)
     consumer = WordClassPass(tokens)
-    consumer.consume(0, attn, roles)
+    consumer.consume((0, 1), attn, roles)
     grids = consumer.finish().grids
     want = {}
     for name in ("pron", "subj", "obj", "neg"):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import bertwatch.heads.host as host
 import bertwatch.heads.row_reductions as row_reductions
 import bertwatch.heads.stats as stats
 from bertwatch.heads.roles import TokenRoles, token_roles
@@ -146,7 +147,7 @@ def test_blocking_does_not_change_results(monkeypatch, block, per_example):
     want = compute_stats(attn, roles, reference=ref)
     monkeypatch.setattr(row_reductions, "_CPU_BLOCK", block)
     monkeypatch.setattr(row_reductions, "_DEVICE_BLOCK", block)
-    monkeypatch.setattr(row_reductions, "_PER_EXAMPLE", ("cpu",) if per_example else ())
+    monkeypatch.setattr(host, "HOST_DEVICES", ("cpu",) if per_example else ())  # () : the device path
     got = compute_stats(attn, roles, reference=ref)
     for name in want:
         assert_float32_close(got[name], want[name], msg=name)

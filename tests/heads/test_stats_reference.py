@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import bertwatch.heads.host as host
 import bertwatch.heads.row_reductions as row_reductions
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 from tests.support.tolerance import assert_float32_close
@@ -31,7 +32,7 @@ def test_cropped_reference_matches_the_loop_on_padded_maps(monkeypatch, seed, bl
     attn, roles = random_case(seed)
     assert not bool(roles.real[:, 0].all()) and bool(roles.real[:, 0].any())  # offset spans and prefixes
     ref = other_maps(attn, seed + 50)
-    monkeypatch.setattr(row_reductions, "_PER_EXAMPLE", ("cpu",) if per_example else ())
+    monkeypatch.setattr(host, "HOST_DEVICES", ("cpu",) if per_example else ())  # () : the device path
     if block is not None:
         monkeypatch.setattr(row_reductions, "_CPU_BLOCK", block)
         monkeypatch.setattr(row_reductions, "_DEVICE_BLOCK", block)
