@@ -21,5 +21,5 @@ def model_family(model_or_config: Any, default: str = "") -> str:
         >>> model_family(SimpleNamespace(model_type="deberta_v2"))
         'deberta-v2'
     """
-    config = getattr(model_or_config, "config", model_or_config)
-    return str(getattr(config, "model_type", default)).replace("_", "-")
+    config = getattr(model_or_config, "config", model_or_config)  # a config itself, or a DDP wrapper, has no config
+    return str(getattr(config, "model_type", default)).replace("_", "-")  # a custom module's config may have none
