@@ -334,7 +334,7 @@ def row_bytes(config: Any, length: int, dtype_bytes: int) -> int:
     scores, float32 softmax, probabilities and intervention temporaries ``[heads, L, L]`` and the hidden-size
     tensors (query, key, value, context, output, residual, intermediate) ``[L, ...]``."""
     heads, hidden = int(config.num_attention_heads), int(config.hidden_size)
-    intermediate = int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden)  # DistilBertConfig: none
+    intermediate = int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden)  # DistilBertConfig has none
     attention = heads * length * length * (3 * dtype_bytes + 4)
     states = length * (6 * hidden + intermediate) * dtype_bytes
     return attention + states
