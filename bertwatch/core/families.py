@@ -22,4 +22,5 @@ def model_family(model_or_config: Any, default: str = "") -> str:
         'deberta-v2'
     """
     config = getattr(model_or_config, "config", model_or_config)  # a config itself, or a DDP wrapper, has no config
-    return str(getattr(config, "model_type", default)).replace("_", "-")  # a custom module's config may have none
+    # a module not from transformers (or a DDP wrapper) has no model_type: the default
+    return str(getattr(config, "model_type", default)).replace("_", "-")
