@@ -7,9 +7,11 @@ Each failure names the modules or functions that break the rule.
 from __future__ import annotations
 
 import ast
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -255,6 +257,47 @@ def test_long_functions_say_why():
     assert not bad, (
         f"functions over {MAX_FUNCTION_LINES} lines without '{LONG_REASON} ...' in their docstring "
         "(split them into named steps, or give the reason):\n" + "\n".join(bad)
+    )
+
+
+#: ``getattr(x, name, default)`` calls allowed in bertwatch/: each reads an attribute a real object may lack.
+MAX_DEFAULT_GETATTRS = 40
+_TOOL_COMMENTS = ("# noqa", "# type:", "# pragma")  # comments for tools, not for readers
+
+
+def _comment_lines(source: str) -> set[int]:
+    lines = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT and not token.string.startswith(_TOOL_COMMENTS):
+            lines.add(token.start[0])
+    return lines
+
+
+def test_getattr_with_a_default_is_rare_and_says_which_object_lacks_the_attribute():
+    """A default hides a misspelt or renamed attribute: bertwatch reads an attribute directly where every object it
+    gets has it (a transformers config answers ``num_attention_heads`` for every family), asks one function where
+    families spell it differently (``heads.pruned_modeling.head_counts``), and keeps ``getattr(x, name, default)``
+    only where a real object may lack the attribute, with a comment on its line or the line above naming it."""
+    calls, bare = [], []
+    for path in package_files():
+        source = path.read_text()
+        comments = _comment_lines(source)
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"):
+                continue
+            if len(node.args) != 3:
+                continue
+            where = f"{relative(path)}:{node.lineno}"
+            calls.append(where)
+            if not comments & set(range(node.lineno - 1, node.end_lineno + 1)):
+                bare.append(where)
+    assert len(calls) <= MAX_DEFAULT_GETATTRS, (
+        f"{len(calls)} getattr(x, name, default) calls in bertwatch/, over {MAX_DEFAULT_GETATTRS}: read the attribute "
+        "directly where every object has it, or ask the one function that answers the question:\n" + "\n".join(calls)
+    )
+    assert not bare, (
+        "getattr(x, name, default) without a comment (on its line or the line above) saying which real object may "
+        "lack the attribute:\n" + "\n".join(bare)
     )
 
 

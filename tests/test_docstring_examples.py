@@ -55,6 +55,7 @@ RUN = (
     "bertwatch.heads.logits",
     "bertwatch.heads.stability",
     "bertwatch.heads.stats",
+    "bertwatch.heads.task_heads",
     "bertwatch.ship.delimiters",
     "bertwatch.ship.layer_error",
     "bertwatch.ship.measure",

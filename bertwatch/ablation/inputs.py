@@ -89,7 +89,8 @@ def warn_cut(cut: int, total: int, length: int, requested: int) -> None:
     warnings.warn(message, BertWatchWarning, stacklevel=3)
 
 
-def _rows(examples: Any) -> list[dict[str, Any]]:
+def example_rows(examples: Any) -> list[dict[str, Any]]:
+    """The examples (a list of dicts, a ``datasets.Dataset`` or any sequence of mappings) as a list of dicts."""
     if isinstance(examples, Mapping):
         raise TypeError("pass a list of examples or a dataset, not a single dict")
     if hasattr(examples, "column_names") and callable(getattr(examples, "to_list", None)):  # datasets.Dataset
@@ -137,7 +138,7 @@ def prepare_examples(
     """Token ids (and segment ids) per example, unpadded, the labels ``[n]``, and how many texts were cut to the
     length measured (``max_length`` capped by the model's maximum; one ``BertWatchWarning`` when any was).
     Tokenized examples (``input_ids``) are never cut."""
-    rows = _rows(examples)
+    rows = example_rows(examples)
     if not rows:
         raise ValueError("the evaluation set is empty: the sweep needs labelled examples to score each configuration")
     labels = [_label_of(r, i) for i, r in enumerate(rows)]

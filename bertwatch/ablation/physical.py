@@ -115,7 +115,7 @@ def prune_model(model: Any, heads: Mapping[Any, Sequence[int]]) -> Any:
             f"cannot prune heads of a {model.config.model_type!r} model: supported families are "
             f"{', '.join(sorted(pm.FAMILIES))}"
         )
-    if getattr(model.config, pm.KEPT_HEADS_KEY, None) is not None:
+    if pm.recorded_heads(model.config) is not None:
         raise ValueError("this model is already pruned: prune the original model, removing all the heads at once")
     kept = _kept(model.config, heads)
     pruned = pm.shrink(copy.deepcopy(model), kept)
@@ -132,7 +132,7 @@ def _auto_classes(model: Any) -> dict[str, str]:
     names = {type(model).__name__, type(model.base_model).__name__}
     found: dict[str, str] = {}
     for mapping, auto in _AUTO.items():
-        name = getattr(modeling_auto, mapping, {}).get(model_type)
+        name = getattr(modeling_auto, mapping).get(model_type)
         if name in names and auto not in found:
             found[auto] = name
     return found
@@ -159,7 +159,7 @@ def save_pruned(model: Any, folder: str | Path, tokenizer: Any = None) -> Path:
         >>> save_pruned(prune_model(model, {0: [1]}), "small/", tokenizer)
         >>> AutoModelForSequenceClassification.from_pretrained("small/", trust_remote_code=True)
     """
-    if getattr(model.config, pm.KEPT_HEADS_KEY, None) is None:
+    if pm.recorded_heads(model.config) is None:
         raise ValueError("this model was not pruned by bertwatch's prune_model; prune it first")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

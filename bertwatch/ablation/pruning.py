@@ -28,7 +28,7 @@ def first_change(mask: np.ndarray, previous: np.ndarray | None) -> int:
 
 def _layer_bytes(data: EvalData, runner: Runner) -> int:
     """Memory to keep one layer's hidden states for the whole evaluation set (float32)."""
-    hidden = int(getattr(runner.model.config, "hidden_size", 0) or getattr(runner.model.config, "dim", 0))
+    hidden = int(runner.model.config.hidden_size)  # DistilBertConfig maps it to dim
     return sum(b.inputs["input_ids"].numel() for shard in data.shards for b in shard) * hidden * 4
 
 

@@ -100,10 +100,12 @@ _PROJECTIONS = (("attention.self", ("query", "key", "value")), ("attention", ("q
 def _projections(layer: nn.Module) -> tuple[nn.Module, tuple[str, ...]] | None:
     """The module holding a layer's query/key/value projections and their names (BERT-style or DistilBERT)."""
     for path, names in _PROJECTIONS:
-        owner = layer
-        for part in path.split("."):
-            owner = getattr(owner, part, None)
-        if owner is not None and all(isinstance(getattr(owner, n, None), nn.Linear) for n in names):
+        try:
+            owner = layer.get_submodule(path)
+            linears = [owner.get_submodule(n) for n in names]
+        except AttributeError:  # not this layout
+            continue
+        if all(isinstance(linear, nn.Linear) for linear in linears):
             return owner, names
     return None
 
@@ -129,9 +131,11 @@ def _tiled_projections(layer: nn.Module, copies: int) -> Iterator[None]:
 def _layer_list(model: nn.Module, num_layers: int) -> nn.ModuleList | None:
     if model_family(model.config) not in _REUSE_TYPES:
         return None
-    base = getattr(model, "base_model", model)
-    holder = getattr(base, "encoder", None) or getattr(base, "transformer", None)
-    layers = getattr(holder, "layer", None)
+    path = "transformer.layer" if model_family(model.config) == "distilbert" else "encoder.layer"
+    try:
+        layers = model.base_model.get_submodule(path)
+    except AttributeError:  # a wrapper's base_model (peft's tuner around a task model) holds no layer list
+        return None
     if isinstance(layers, nn.ModuleList) and len(layers) == num_layers:
         return layers
     return None
@@ -143,17 +147,7 @@ def _first_token_layer(model: nn.Module, layers: nn.ModuleList | None) -> nn.Mod
     last = layers[-1]
     if all(hasattr(last, a) for a in ("sa_layer_norm", "ffn", "output_layer_norm", "attention")):
         return _FirstTokenDistilLayer(last)
-    attention = getattr(last, "attention", None)
-    if (
-        hasattr(last, "feed_forward_chunk")
-        and hasattr(attention, "self")
-        and hasattr(attention, "output")
-        and not getattr(attention, "is_cross_attention", False)
-        and not getattr(last, "add_cross_attention", False)
-        and not getattr(last, "is_decoder", False)
-    ):
-        return _FirstTokenBertLayer(last)
-    return None
+    return _FirstTokenBertLayer(last) if supports(last) else None
 
 
 class Runner:
@@ -183,7 +177,7 @@ class Runner:
     def outputs(self, output: Any, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """The head's outputs as one tensor: ``logits``, QA's start and end logits stacked ``[B, T, 2]``, or the
         masked-LM token NLL; token-level outputs padded (with zeros) to ``pad_to`` positions."""
-        start = getattr(output, "start_logits", None)
+        start = getattr(output, "start_logits", None)  # only a question-answering head's output has them
         logits = torch.stack([start, output.end_logits], dim=-1) if start is not None else output.logits
         if self.token_nll:
             labels = inputs["labels"]
@@ -340,7 +334,7 @@ def row_bytes(config: Any, length: int, dtype_bytes: int) -> int:
     scores, float32 softmax, probabilities and intervention temporaries ``[heads, L, L]`` and the hidden-size
     tensors (query, key, value, context, output, residual, intermediate) ``[L, ...]``."""
     heads, hidden = int(config.num_attention_heads), int(config.hidden_size)
-    intermediate = int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden)
+    intermediate = int(getattr(config, "intermediate_size", 4 * hidden) or 4 * hidden)  # DistilBertConfig has none
     attention = heads * length * length * (3 * dtype_bytes + 4)
     states = length * (6 * hidden + intermediate) * dtype_bytes
     return attention + states

@@ -28,27 +28,34 @@ from torch.nn import functional as F
 from bertwatch.core.modes import check_mode
 from bertwatch.heads.logits import allowed_keys
 
+#: Where a BERT-style layer says it cross-attends or decodes: (submodule path, flag).
+_DECODER_FLAGS = (
+    ("attention", "is_cross_attention"),
+    ("", "add_cross_attention"),
+    ("", "is_decoder"),
+    ("attention.self", "is_decoder"),
+)
+
 
 def supports(layer: nn.Module) -> bool:
     """Whether ``layer`` is a BERT-style self-attention encoder layer :class:`SkippingLayer` reproduces: Q/K/V
     projections in ``attention.self``, ``attention.output`` with dense/dropout/LayerNorm, ``feed_forward_chunk``,
     no cross-attention and no decoder cache."""
-    attention = getattr(layer, "attention", None)
-    own = getattr(attention, "self", None)
-    out = getattr(attention, "output", None)
+    try:
+        own, out = layer.get_submodule("attention.self"), layer.get_submodule("attention.output")
+        linears = [own.get_submodule(n) for n in ("query", "key", "value")] + [out.get_submodule("dense")]
+        norm = out.get_submodule("LayerNorm")
+    except AttributeError:  # not laid out as BERT's layer
+        return False
     return (
         hasattr(layer, "feed_forward_chunk")
-        and own is not None
-        and all(isinstance(getattr(own, n, None), nn.Linear) for n in ("query", "key", "value"))
+        and all(isinstance(linear, nn.Linear) for linear in linears)
         and hasattr(own, "attention_head_size")
         and hasattr(own, "scaling")
-        and isinstance(getattr(out, "dense", None), nn.Linear)
-        and isinstance(getattr(out, "LayerNorm", None), nn.LayerNorm)
+        and isinstance(norm, nn.LayerNorm)
         and hasattr(out, "dropout")
-        and not getattr(attention, "is_cross_attention", False)
-        and not getattr(layer, "add_cross_attention", False)
-        and not getattr(layer, "is_decoder", False)
-        and not getattr(own, "is_decoder", False)
+        # BERT's layers carry all four flags; a layer of another family laid out like BERT's may lack them
+        and not any(getattr(layer.get_submodule(path), flag, False) for path, flag in _DECODER_FLAGS)
     )
 
 

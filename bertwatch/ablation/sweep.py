@@ -301,7 +301,7 @@ def _result_config(p: SweepSetup, num_configurations: int) -> dict[str, Any]:
     """What the result records about how it was computed."""
     s, model = p.settings, p.model
     return {
-        "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
+        "model": model.config._name_or_path or type(model).__name__,
         "model_type": model_family(model.config),
         "layers": p.num_layers,
         "heads": p.num_heads,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertwatch.ablation.inputs import prepare_examples, warn_cut, was_cut
+from bertwatch.ablation.inputs import example_rows, prepare_examples, warn_cut, was_cut
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.data.task_metrics import (
@@ -28,7 +28,7 @@ from bertwatch.data.task_metrics import (
 )
 from bertwatch.heads.layout import real_tokens
 from bertwatch.heads.loading import max_input_length
-from bertwatch.heads.task_heads import example_mask, head_kind, original_ids, problem_type
+from bertwatch.heads.task_heads import example_mask, head_kind, label_names, original_ids, problem_type
 
 __all__ = [
     "TASK_TYPES",
@@ -123,9 +123,7 @@ def resolve_task(model: nn.Module, task: str | None) -> Task:
     if wanted is not None and wanted != actual:
         _refuse(name, actual, wanted)
     if actual == "token-classification":
-        id2label = getattr(model.config, "id2label", None) or {}
-        names = tuple(str(id2label.get(i, id2label.get(str(i), i))) for i in range(int(model.config.num_labels)))
-        return Task(actual, label_names=names)
+        return Task(actual, label_names=label_names(model.config))
     return Task(actual)
 
 
@@ -134,12 +132,6 @@ def _refuse(name: str, actual: str | None, wanted: str) -> Task:
         f"task {wanted!r} does not fit {name}, a {actual} model: pass the task type of its head "
         f"({actual}) or load the checkpoint with the head the task needs"
     )
-
-
-def _rows(examples: Any) -> list[dict[str, Any]]:
-    if hasattr(examples, "column_names") and callable(getattr(examples, "to_list", None)):
-        return [dict(row) for row in examples.to_list()]
-    return [dict(row) for row in examples]
 
 
 def _accepts(model: nn.Module) -> set[str]:
@@ -196,7 +188,7 @@ def _qa_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_length:
     """SQuAD-style rows (``question``, ``context``, ``answers: {text, answer_start}``): question and context
     tokenised together, the context cut to fit; the gold span's tokens are the importance pass's labels (the
     [CLS] token when the answer was cut off) and the gold texts are what the metric compares with."""
-    if tokenizer is None or not getattr(tokenizer, "is_fast", False):
+    if tokenizer is None or not getattr(tokenizer, "is_fast", False):  # MistralCommonBackend has no is_fast
         raise ValueError("question answering needs the model's fast tokenizer (for character offsets)")
     length = max_input_length(model, tokenizer, max_length)
     keep_types = "token_type_ids" in _accepts(model)
@@ -286,10 +278,10 @@ def _choice_examples(model: nn.Module, rows: list[dict], tokenizer: Any, max_len
 def _mlm_examples(model: nn.Module, rows: list[dict], tokenizer: Any, task: Task, max_length: int) -> TaskExamples:
     """Masked LM: texts (``text``) or ``input_ids``, each with a fixed, seeded mask (:func:`example_mask`, seeded by
     ``task.seed`` and the example's position), so every configuration is scored on the same masked tokens."""
-    mask_id = getattr(tokenizer, "mask_token_id", None)
+    mask_id = None if tokenizer is None else tokenizer.mask_token_id
     if mask_id is None:
         raise ValueError("masked-LM scoring needs the model's tokenizer (with a mask token)")
-    specials = list(getattr(tokenizer, "all_special_ids", []))
+    specials = list(tokenizer.all_special_ids)
     length = max_input_length(model, tokenizer, max_length)
     keep_types = "token_type_ids" in _accepts(model)
     features, labels, cut = [], [], 0
@@ -332,7 +324,7 @@ def prepare_task_examples(
     """Token classification and QA examples; None for the sequence-level tasks (``inputs.prepare_examples``)."""
     if task.type not in ("token-classification", "question-answering", "multiple-choice", "masked-lm"):
         return None
-    rows = _rows(examples)
+    rows = example_rows(examples)
     if not rows:
         raise ValueError("the evaluation set is empty: the sweep needs labelled examples to score each configuration")
     if task.type == "token-classification":
@@ -397,7 +389,7 @@ def check_task_head(model: nn.Module, task: str | None) -> tuple[bool, int]:
     """(regression, number of outputs); clear errors for models the sweep cannot score and for a GLUE task whose
     labels do not fit the head."""
     resolved = resolve_task(model, task)
-    num_labels = int(getattr(model.config, "num_labels", 0))
+    num_labels = int(model.config.num_labels)
     if resolved.glue is not None:
         from bertwatch.data.glue import glue_task
 

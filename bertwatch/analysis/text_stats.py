@@ -98,9 +98,8 @@ def analyze(
     from bertwatch.heads.stats import behaviour_label_lists, pattern_classes
 
     examples = _examples(texts)
-    name = (
-        model if isinstance(model, (str, Path)) else getattr(getattr(model, "config", None), "_name_or_path", "model")
-    )
+    config = None if isinstance(model, (str, Path)) else getattr(model, "config", None)  # a DDP wrapper has none
+    name = model if isinstance(model, (str, Path)) else "model" if config is None else config._name_or_path
     model, tokenizer, ref_model = _models(model, tokenizer, reference, device)
     layers, heads = model_shape(model)
     length = max_input_length(model, tokenizer, max_length)

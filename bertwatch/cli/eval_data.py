@@ -12,7 +12,6 @@ __all__ = [
     "MINILM_HELP",
     "add_eval_arguments",
     "add_model_argument",
-    "label_names",
     "read_examples",
     "task_type",
 ]
@@ -79,17 +78,11 @@ def task_type(args: argparse.Namespace) -> str:
     return "sequence-classification"
 
 
-def label_names(model: Any) -> list[str]:
-    """The model's class names by id (``config.id2label``; the id itself where a name is missing)."""
-    id2label = getattr(model.config, "id2label", None) or {}
-    count = int(getattr(model.config, "num_labels", 0) or 0)
-    return [str(id2label.get(i, id2label.get(str(i), i))) for i in range(count)]
-
-
 def read_examples(args: argparse.Namespace, kind: str, model: Any) -> list:
     """The examples of ``--task`` / ``--data`` for the task type ``kind`` (from :func:`task_type`)."""
     from bertwatch.data import files
     from bertwatch.data.glue import load_glue
+    from bertwatch.heads.task_heads import label_names
 
     if args.data is None:
         return load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
@@ -98,8 +91,10 @@ def read_examples(args: argparse.Namespace, kind: str, model: Any) -> list:
         "question-answering": lambda: files.read_squad(args.data, limit=args.limit),
         "multiple-choice": lambda: files.read_multiple_choice(args.data, limit=args.limit),
         "masked-lm": lambda: files.read_lines(args.data, limit=args.limit),
-        "multi-label": lambda: files.read_multilabel(args.data, label_names(model), limit=args.limit),
+        "multi-label": lambda: files.read_multilabel(args.data, list(label_names(model.config)), limit=args.limit),
         "regression": lambda: files.read_labelled_texts(args.data, regression=True, limit=args.limit),
-        "sequence-classification": lambda: files.read_labelled_texts(args.data, label_names(model), limit=args.limit),
+        "sequence-classification": lambda: files.read_labelled_texts(
+            args.data, list(label_names(model.config)), limit=args.limit
+        ),
     }
     return readers[kind]()

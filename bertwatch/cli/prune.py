@@ -12,6 +12,7 @@ from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_mo
 from bertwatch.cli.eval_data import add_model_argument
 from bertwatch.heads.loading import checkpoint_head, load_model
 from bertwatch.heads.pruned_modeling import head_counts
+from bertwatch.heads.task_heads import label_names
 
 __all__ = ["cli_prune", "expand_heads", "parse_heads"]
 
@@ -93,8 +94,7 @@ def cli_prune(argv: Sequence[str]) -> int:
             from bertwatch.data.glue import load_glue
 
             if args.data is not None:
-                id2label = getattr(model.config, "id2label", None) or {}
-                names = [str(id2label.get(i, i)) for i in range(int(model.config.num_labels))]
+                names = list(label_names(model.config))
                 examples = files.read_labelled_texts(args.data, names, limit=args.limit)
             else:
                 examples = load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)

@@ -21,5 +21,6 @@ def model_family(model_or_config: Any, default: str = "") -> str:
         >>> model_family(SimpleNamespace(model_type="deberta_v2"))
         'deberta-v2'
     """
-    config = getattr(model_or_config, "config", model_or_config)
+    config = getattr(model_or_config, "config", model_or_config)  # a config itself, or a DDP wrapper, has no config
+    # a module not from transformers (or a DDP wrapper) has no model_type: the default
     return str(getattr(config, "model_type", default)).replace("_", "-")

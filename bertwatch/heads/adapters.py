@@ -97,7 +97,7 @@ class DropoutHookAdapter:
         handles whose ``remove()`` undoes it all."""
         handles: list[RemovableHandle] = []
         for module in self.modules(model):
-            dropout = getattr(module, "dropout", None)
+            dropout = getattr(module, "dropout", None)  # an attention class a newer transformers rewrote may lack it
             if not isinstance(dropout, nn.Dropout):
                 raise TypeError(
                     f"{self.attention_class} has no nn.Dropout 'dropout'; the {self.model_type} adapter is stale"

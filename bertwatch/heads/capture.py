@@ -22,8 +22,9 @@ from torch import nn
 from bertwatch.core.families import model_family
 from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.intervention import Intervention
+from bertwatch.heads.layout import pad_token_id
 from bertwatch.heads.logits import LOGIT_NAMES, allowed_keys, counted_pairs, logit_summary
-from bertwatch.heads.pruned_modeling import KEPT_HEADS_KEY
+from bertwatch.heads.pruned_modeling import recorded_heads
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.unwrap import UnsupportedModelError, unwrap
@@ -50,16 +51,17 @@ def check_supported(model: nn.Module) -> None:
     if _SUPPORTED.get(encoder) is encoder.config:
         return
     model_type = model_family(encoder, type(encoder).__name__)
-    if getattr(encoder.config, KEPT_HEADS_KEY, None) is not None:
+    if recorded_heads(encoder.config) is not None:
         raise UnsupportedModelError(
             "this model was physically pruned by 'bertwatch prune' (its layers keep different numbers of heads); "
             "bertwatch's capture needs every layer's heads: watch or ablate the unpruned model, or fine-tune the "
             "pruned one without bertwatch's callbacks"
         )
-    if getattr(encoder.config, "is_encoder_decoder", False) or getattr(encoder.config, "is_decoder", False):
+    # DistilBertConfig, AlbertConfig, DebertaV2Config... have no is_decoder (every config has is_encoder_decoder)
+    if encoder.config.is_encoder_decoder or getattr(encoder.config, "is_decoder", False):
         raise UnsupportedModelError(f"bertwatch watches encoders; this {model_type!r} model is configured as a decoder")
-    base = getattr(encoder, "base_model", None)  # the bare encoder: task heads (multiple choice) reshape inputs,
-    if is_sharded(encoder) or not isinstance(base, nn.Module) or getattr(base, "config", None) is None:
+    base = encoder.base_model  # the bare encoder: task heads (multiple choice) reshape inputs,
+    if is_sharded(encoder) or not hasattr(base, "config"):
         base = encoder  # but a sharded model gathers its weights only when called from its root
     key = (type(base), _config_key(base.config))
     problem = _VERIFIED.get(key, "unverified")
@@ -287,7 +289,7 @@ def _register() -> None:
 
 
 def _user_implementation(model: nn.Module) -> str | None:
-    return getattr(model.config, "_attn_implementation", None)
+    return model.config._attn_implementation
 
 
 @contextlib.contextmanager
@@ -353,8 +355,8 @@ def capture(
     """
     num_layers, num_heads = model_shape(model)
     for name, spec in (
-        ("uniform", getattr(intervention, "uniform", None)),
-        ("scale", getattr(intervention, "scale", None)),
+        ("uniform", intervention.uniform if intervention is not None else None),
+        ("scale", intervention.scale if intervention is not None else None),
         ("gates", gates),
     ):
         if spec is not None and tuple(spec.shape[-2:]) != (num_layers, num_heads):
@@ -426,12 +428,11 @@ _SUPPORT_HINT = (
 def _probe_inputs(encoder: nn.Module) -> dict[str, torch.Tensor]:
     """Two short sequences, the second right-padded, with ids that are neither padding nor outside the vocabulary."""
     config = encoder.config
-    vocab = int(getattr(config, "vocab_size", 0) or 100)
+    vocab = int(getattr(config, "vocab_size", 0) or 100)  # a config of a model without token ids has none
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(min(5, vocab - 1), vocab, (2, 7), generator=g)
-    pad = getattr(config, "pad_token_id", None)
-    if pad is not None:
-        ids = ids.masked_fill(ids == pad, (int(pad) + 1) % vocab)
+    pad = pad_token_id(None, config)
+    ids = ids.masked_fill(ids == pad, (pad + 1) % vocab)
     mask = torch.ones_like(ids)
     mask[1, 5:] = 0
     device = next(encoder.parameters()).device
@@ -470,7 +471,7 @@ def _verify(encoder: nn.Module) -> str | None:
             encoder.set_attn_implementation(previous)
         for module, training in modes.items():
             module.training = training
-    expected = getattr(eager, "attentions", None)
+    expected = getattr(eager, "attentions", None)  # a plain tuple when the config sets return_dict=False
     if not expected or cap.attentions is None or len(cap._maps) != len(expected) or len(expected) != layers:
         return f"{what} does not route its attention through transformers' AttentionInterface. {_SUPPORT_HINT}"
     low = any(t.dtype in (torch.float16, torch.bfloat16) for t in (expected[0], *cap._maps))  # mixed precision

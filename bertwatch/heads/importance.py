@@ -85,7 +85,7 @@ def _size(batch: Mapping[str, torch.Tensor]) -> int:
 
 def _one_loss(example_loss: ExampleLoss, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """``example_loss`` on one example, checked to be one value (``LossSetupError`` otherwise)."""
-    name = getattr(example_loss, "name", "example_loss")
+    name = getattr(example_loss, "name", "example_loss")  # a user's plain function has no name
     try:
         loss = example_loss(inputs)
     except LossSetupError:

@@ -51,7 +51,7 @@ def pad_token_id(tokenizer: Any, config: Any = None) -> int:
         0
     """
     for source in (tokenizer, config):
-        pad = getattr(source, "pad_token_id", None)
+        pad = getattr(source, "pad_token_id", None)  # None for either; a transformers 5 config may not declare it
         if pad is not None:
             return int(pad)
     return 0
@@ -101,7 +101,7 @@ def pad_features(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[
 def pad_examples(features: Sequence[Mapping[str, Any]], tokenizer: Any) -> dict[str, Tensor]:
     """Tokenized examples as one padded batch: padded by the tokenizer when it has a pad token, else on the right
     with :func:`pad_token_id` (:func:`pad_features`); either way the padding is masked."""
-    if getattr(tokenizer, "pad_token_id", None) is None:
+    if tokenizer is None or tokenizer.pad_token_id is None:
         return pad_features([dict(f) for f in features], pad_token_id(tokenizer))
     return dict(tokenizer.pad(list(features), padding=True, return_tensors="pt"))
 

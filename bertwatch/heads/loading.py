@@ -32,11 +32,11 @@ def max_input_length(
 ) -> int:
     """The longest input (pieces with specials) to use: ``requested`` (else ``default``; ``None`` = the model's
     maximum), capped by what the model's position table and the tokenizer accept; asking for more warns."""
-    config = getattr(model, "config", None)
-    limit = int(getattr(config, "max_position_embeddings", 0) or 512)
+    config = getattr(model, "config", None)  # a module not from transformers has none: BERT's 512
+    limit = int(config.max_position_embeddings or 512) if config is not None else 512
     if model_family(config) in _OFFSET_POSITIONS:
         limit -= 2
-    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    tokenizer_limit = None if tokenizer is None else tokenizer.model_max_length
     if isinstance(tokenizer_limit, int) and 0 < tokenizer_limit < limit:
         limit = tokenizer_limit
     if requested is None:
@@ -116,14 +116,14 @@ def _load_classifier(source: str, config: Any, head: str = "sequence-classificat
 
     suffix = TASK_HEADS[head]
     auto = getattr(transformers, f"AutoModel{suffix}")
-    architectures = getattr(config, "architectures", None) or []
+    architectures = config.architectures or []
     if architectures and not any(a.endswith(suffix) for a in architectures):
         raise ValueError(
             f"{source} is a {', '.join(architectures)} checkpoint without a {head} head; "
             f"fine-tune it on the task first (AutoModel{suffix} + Trainer) and pass that checkpoint"
         )
     model, info = _from_pretrained(auto, source, config, output_loading_info=True, **kwargs)
-    prefix = getattr(model, "base_model_prefix", "")
+    prefix = model.base_model_prefix
     missing = [k for k in info.get("missing_keys", []) if not k.startswith(prefix + ".")]
     if missing:
         raise ValueError(
@@ -138,7 +138,7 @@ def _from_pretrained(auto: Any, source: str, config: Any, **kwargs: Any) -> Any:
     modelling code (``bertwatch.heads.pruned_modeling``), so loading it runs no code from the folder."""
     from bertwatch.heads import pruned_modeling
 
-    if getattr(config, pruned_modeling.KEPT_HEADS_KEY, None) is None:
+    if pruned_modeling.recorded_heads(config) is None:
         return auto.from_pretrained(source, **kwargs)
     try:
         base = auto._model_mapping[type(config)]
@@ -152,7 +152,7 @@ def checkpoint_head(name_or_path: str) -> str:
     :data:`TASK_HEADS` its ``architectures`` name, else ``"encoder"``."""
     from transformers import AutoConfig
 
-    architectures = getattr(AutoConfig.from_pretrained(model_source(str(name_or_path))), "architectures", None) or []
+    architectures = AutoConfig.from_pretrained(model_source(str(name_or_path))).architectures or []
     for head, suffix in TASK_HEADS.items():
         if any(a.endswith(suffix) for a in architectures):
             return head

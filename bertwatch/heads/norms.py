@@ -89,7 +89,7 @@ def _layer_modules(model: nn.Module, part: str, what: str) -> list[nn.Module]:
     that need it) for a family bertwatch does not know."""
     num_layers, _ = model_shape(model)
     model_type = model_family(model.config)
-    base = getattr(model, "base_model", model)
+    base = model.base_model
     paths = _BLOCKS.get(model_type)
     shared = model_type == "albert" and model.config.num_hidden_groups == 1 and model.config.inner_group_num == 1
     path = None if paths is None else paths[1 + _PARTS.index(part)]
@@ -139,7 +139,7 @@ def _applied_weight(linear: nn.Module) -> Tensor:
     if type(linear) is nn.Linear:
         weight = linear.weight.detach()
         return weight.full_tensor() if hasattr(weight, "full_tensor") else weight
-    base = getattr(linear, "base_layer", linear)
+    base = getattr(linear, "base_layer", linear)  # peft's LoRA layers hold the pretrained linear map there
     like = base.weight
     eye = torch.eye(base.in_features, device=like.device, dtype=like.dtype)  # made there: no copy from the host
     points = torch.cat([torch.zeros_like(eye[:1]), eye])

@@ -155,7 +155,7 @@ def ffn_outputs(model: nn.Module) -> list[nn.Module] | None:
     paths = _FFN.get(model_family(model.config))
     if paths is None:
         return None
-    base = getattr(model, "base_model", model)
+    base = model.base_model
     try:
         found = [layer.get_submodule(paths[1]) for layer in base.get_submodule(paths[0])]
     except AttributeError:
@@ -246,7 +246,7 @@ def layer_modules(model: nn.Module) -> list[nn.Module] | None:
     if paths is None:
         return None
     try:
-        found = list(getattr(model, "base_model", model).get_submodule(paths[0]))
+        found = list(model.base_model.get_submodule(paths[0]))
     except AttributeError:
         return None
     return found if len(found) == model_shape(model)[0] else None

@@ -75,23 +75,27 @@ def family(config: Any) -> str:
     """The family name of ``config`` as FAMILIES spells it (``model_type`` with dashes): the rule of
     ``bertwatch.core.families.model_family``, written here again only because this file may import nothing of
     bertwatch (it is copied into pruned model folders)."""
-    return str(getattr(config, "model_type", "")).replace("_", "-")
+    return str(config.model_type).replace("_", "-")
 
 
 def head_counts(config: Any) -> tuple[int, int, int]:
-    """(layers, heads per layer, head size) of the unpruned ``config``."""
-    layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layers", 0))
-    heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_heads", 0))
-    width = int(getattr(config, "true_hidden_size", 0) if family(config) == "mobilebert" else 0)
-    width = width or int(getattr(config, "hidden_size", 0) or getattr(config, "dim", 0))
-    size = int(getattr(config, "attention_head_size", 0) or 0) or width // heads
-    return layers, heads, size
+    """(layers, heads per layer, head size) of the unpruned ``config``: the one reading of an encoder's shape from
+    any supported configuration (DistilBERT's ``n_layers``/``n_heads``/``dim`` answer to the common names through
+    its ``attribute_map``; MobileBERT's attention works on its ``true_hidden_size``)."""
+    layers, heads = int(config.num_hidden_layers), int(config.num_attention_heads)
+    width = int(config.true_hidden_size if family(config) == "mobilebert" else config.hidden_size)
+    return layers, heads, width // heads
+
+
+def recorded_heads(config: Any) -> dict[str, list[int]] | None:
+    """The kept heads ``config`` records (``{str(layer): [head, ...]}``), or None for a model never pruned."""
+    return getattr(config, KEPT_HEADS_KEY, None)  # only the config of a pruned folder has this key
 
 
 def kept_heads(config: Any) -> dict[int, list[int]]:
     """The kept heads per layer recorded in ``config`` (every layer, every head when it records none)."""
     layers, heads, _ = head_counts(config)
-    recorded = getattr(config, KEPT_HEADS_KEY, None) or {}
+    recorded = recorded_heads(config) or {}
     return {layer: [int(h) for h in recorded.get(str(layer), range(heads))] for layer in range(layers)}
 
 
@@ -218,6 +222,7 @@ def shrink(model: nn.Module, kept: dict[int, list[int]]) -> nn.Module:
         chunks = 3 if len(projections) == 1 else 1
         rows = _rows(keep, heads, size, chunks)
         for projection in projections:
+            # DeBERTa-v2 has pos_key_proj / pos_query_proj only when it does not share the content projections
             if isinstance(getattr(attention, projection, None), nn.Linear):
                 setattr(attention, projection, _cut(getattr(attention, projection), rows, 0))
         _set(layer, out_path, _cut(_get(layer, out_path), _rows(keep, heads, size, 1), 1))

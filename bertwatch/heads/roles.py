@@ -55,7 +55,7 @@ class TokenRoles:
 def _special_id(tokenizer: Any, primary: str, fallback: str) -> int | None:
     """The id of `primary` (e.g. cls_token_id), else of `fallback` (bos/eos for RoBERTa-style tokenizers)."""
     for attr in (primary, fallback):
-        value = getattr(tokenizer, attr, None)
+        value = getattr(tokenizer, attr)  # every transformers tokenizer answers each *_token_id (None when unset)
         if value is not None:
             return int(value)
     return None
@@ -63,7 +63,7 @@ def _special_id(tokenizer: Any, primary: str, fallback: str) -> int | None:
 
 def _punct_ids(tokenizer: Any) -> list[int]:
     """Ids of the vocabulary tokens that are "." or "," (also "▁." / "Ġ," style variants decoding to them)."""
-    unk = getattr(tokenizer, "unk_token_id", None)
+    unk = tokenizer.unk_token_id
     ids: set[int] = set()
     for mark in _PUNCT:
         for prefix in _PREFIXES:

@@ -123,7 +123,7 @@ def content_scale(model: nn.Module, d_head: int) -> float:
     config = model.config
     factor = 1
     if model_family(config) == "deberta-v2":
-        factor += sum(term in (getattr(config, "pos_att_type", None) or ()) for term in ("c2p", "p2c"))
+        factor += sum(term in (config.pos_att_type or ()) for term in ("c2p", "p2c"))
     return 1.0 / math.sqrt(d_head * factor)
 
 

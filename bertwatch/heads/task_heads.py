@@ -28,6 +28,7 @@ __all__ = [
     "fixed_mask",
     "head_kind",
     "label_fields",
+    "label_names",
     "model_loss",
     "per_example_loss",
     "problem_type",
@@ -71,13 +72,28 @@ def label_fields(kind: str | None) -> tuple[str, ...]:
     return ("start_positions", "end_positions") if kind == "question-answering" else ("labels",)
 
 
+def label_names(config: Any) -> tuple[str, ...]:
+    """A classifier's class names by id from ``config.id2label`` (keyed by int, or by str as a config read by hand
+    may be), the id itself where a name is missing.
+
+    Example:
+        >>> from transformers import PretrainedConfig
+        >>> config = PretrainedConfig()
+        >>> config.id2label = {0: "neg", 2: "pos"}  # two classes, the second named under another id
+        >>> label_names(config)
+        ('neg', '1')
+    """
+    id2label = config.id2label or {}
+    return tuple(str(id2label.get(i, id2label.get(str(i), i))) for i in range(int(config.num_labels)))
+
+
 def problem_type(model: nn.Module, labels: torch.Tensor | None = None) -> str:
     """A sequence classifier's problem type as its forward decides it: the config's, else regression for one
     output, single-label for integer labels, multi-label otherwise."""
     config = model.config
-    if getattr(config, "problem_type", None):
+    if config.problem_type:
         return str(config.problem_type)
-    if int(getattr(config, "num_labels", 2)) == 1:
+    if int(config.num_labels) == 1:
         return "regression"
     if labels is None or not labels.is_floating_point():
         return "single_label_classification"
@@ -170,7 +186,7 @@ def model_loss(
     with no labelled item or whose loss is not the weighted mean of :func:`weighted_losses` (a custom loss: pass
     ``loss_fn=``)."""
     kind = kind or check_loss_inputs(model, batch)
-    loss = getattr(outputs, "loss", None)
+    loss = getattr(outputs, "loss", None)  # a bare encoder's output has no loss field
     if loss is None:
         raise LossSetupError(
             f"{type(model).__name__} returned no loss for a batch with {', '.join(label_fields(kind))}: pass "

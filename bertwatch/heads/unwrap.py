@@ -91,12 +91,14 @@ def _sentence_transformer(model: Any) -> tuple[nn.Module, Any] | None:
         return None
     if not isinstance(model, SentenceTransformer):
         return None
+    # only sentence-transformers' Transformer module holds an auto_model
     inner = [m for m in model.modules() if isinstance(getattr(m, "auto_model", None), nn.Module)]
     if len(inner) != 1:
         raise UnsupportedModelError(
             f"this SentenceTransformer has {len(inner)} transformer modules; bertwatch watches exactly one encoder. "
             "Pass the encoder you want watched (its module's .auto_model) and its tokenizer instead"
         )
+    # a custom module with an auto_model may carry no tokenizer, nor then the SentenceTransformer (it asks module 0)
     return inner[0].auto_model, getattr(inner[0], "tokenizer", None) or getattr(model, "tokenizer", None)
 
 
@@ -137,6 +139,7 @@ def unwrap(model: Any) -> Unwrapped:
                 inner, tokenizer = found
         if inner is None:
             inner = _parallel_inner(current)
+        # only torch.compile's OptimizedModule holds an _orig_mod
         if inner is None and isinstance(getattr(current, "_orig_mod", None), nn.Module):
             inner = current._orig_mod  # torch.compile's OptimizedModule
         if inner is None:

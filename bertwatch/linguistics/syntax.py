@@ -149,7 +149,7 @@ def encode(
     ``unaligned`` (a word the tokenizer turns into no piece, or no special token at either end). With ``keep``,
     stops once that many are kept: the counts are then those of the sentences before the last one kept.
     """
-    if not getattr(tokenizer, "is_fast", False):
+    if not getattr(tokenizer, "is_fast", False):  # MistralCommonBackend has no is_fast
         raise ValueError("probe-syntax needs a fast tokenizer (word_ids() gives the word alignment)")
     kept: list[Encoded] = []
     skipped = {"too_long": 0, "unaligned": 0}

@@ -72,7 +72,7 @@ def check_classifier(model: Any) -> None:
             "fine-tuned with AutoModelForSequenceClassification (its config.json names a ...ForSequenceClassification)"
         )
     config = model.config
-    kind = getattr(config, "problem_type", None) or ("regression" if int(config.num_labels) == 1 else None)
+    kind = config.problem_type or ("regression" if int(config.num_labels) == 1 else None)
     if kind in ("regression", "multi_label_classification"):
         raise ValueError(
             f"bertwatch ship compares class predictions; this classifier's problem type is {kind}. "
@@ -125,7 +125,7 @@ def export_onnx(
     encoded = tokenizer(list(texts), padding=True, return_tensors="pt")
     names = input_names(model, encoded)
     axes = {name: {0: "batch", 1: "sequence"} for name in names}
-    previous = getattr(model.config, "_attn_implementation", None)
+    previous = model.config._attn_implementation
     swapped = previous not in ("sdpa", "eager")
     if swapped:  # bertwatch's capture, flash attention: a plain implementation for the graph
         model.set_attn_implementation("sdpa")

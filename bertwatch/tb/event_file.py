@@ -47,6 +47,7 @@ def _crc32c():
         import google_crc32c
     except ImportError:
         return None
+    # older google-crc32c releases have no implementation attribute
     return google_crc32c.value if getattr(google_crc32c, "implementation", None) == "c" else None
 
 

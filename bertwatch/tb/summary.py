@@ -303,8 +303,9 @@ class SummaryWriter:
         Only the writer's public ``get_logdir()`` (or ``log_dir``) is read; the torch writer is never written to,
         flushed or closed. :meth:`close` closes bertwatch's own file.
         """
+        # torch's SummaryWriter has get_logdir(); a writer of another library may hold only log_dir, or neither
         get_logdir = getattr(writer, "get_logdir", None)
-        logdir = get_logdir() if callable(get_logdir) else getattr(writer, "log_dir", None)
+        logdir = get_logdir() if callable(get_logdir) else getattr(writer, "log_dir", None)  # or only log_dir
         if not isinstance(logdir, (str, os.PathLike)):
             raise TypeError(
                 f"expected a torch.utils.tensorboard.SummaryWriter (with get_logdir()), got {type(writer).__name__}"

@@ -46,12 +46,6 @@ def test_a_task_type_reads_its_file_and_says_which_when_it_is_missing() -> None:
         eval_data.task_type(_args("imdb"))
 
 
-def test_class_names_by_id_with_the_id_where_a_name_is_missing() -> None:
-    model = SimpleNamespace(config=SimpleNamespace(id2label={0: "neg", "2": "pos"}, num_labels=3))
-    assert eval_data.label_names(model) == ["neg", "1", "pos"]
-    assert eval_data.label_names(SimpleNamespace(config=SimpleNamespace())) == []
-
-
 def test_the_examples_come_from_the_reader_of_the_task_type(tmp_path: Path) -> None:
     text = tmp_path / "text.txt"
     text.write_text("one line\n\nanother line\nthird\n", encoding="utf-8")

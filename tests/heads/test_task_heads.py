@@ -10,7 +10,7 @@ import transformers as T
 
 from bertwatch.heads.importance import gradient_stats
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.task_heads import LossSetupError, fixed_mask, head_kind, model_loss
+from bertwatch.heads.task_heads import LossSetupError, fixed_mask, head_kind, label_names, model_loss
 
 LAYERS, HEADS = 2, 4
 
@@ -212,3 +212,14 @@ def test_integrated_gradients_of_multiple_choice_share_a_gate_between_choices() 
 
     on, off = losses(np.zeros((LAYERS, HEADS), bool)), losses(np.ones((LAYERS, HEADS), bool))
     np.testing.assert_allclose(got.sum((1, 2)).numpy(), on - off, rtol=1e-4, atol=1e-6)
+
+
+def test_class_names_by_id_with_the_id_where_a_name_is_missing() -> None:
+    assert label_names(_config(id2label={0: "neg", 1: "pos"})) == ("neg", "pos")
+    assert label_names(_config()) == ("LABEL_0", "LABEL_1")  # transformers' default names of two classes
+    gap = _config()
+    gap.id2label = {0: "neg", 2: "pos"}  # two classes, the second named under another id
+    assert label_names(gap) == ("neg", "1")
+    by_hand = _config()
+    by_hand.id2label = {"0": "neg", "1": "pos"}  # ids set as strings, as read from JSON by hand
+    assert label_names(by_hand) == ("neg", "pos")
