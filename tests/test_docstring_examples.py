@@ -29,7 +29,7 @@ RUN = (
     "bertwatch.report.ship_section",
     "bertwatch.callbacks.measurements",
     "bertwatch.callbacks.probe_pass",
-    "bertwatch.options.checks",
+    "bertwatch.core.schema",
     "bertwatch.options.groups",
     "bertwatch.options.settings",
     "bertwatch.cli.list_stats",

@@ -20,10 +20,7 @@ from typing import Any, NamedTuple
 
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.budget import DEFAULT_OVERHEAD_BUDGET, check_budget
-from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
-from bertwatch.core.verdict import VerdictSettings
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
-from bertwatch.options.checks import (
+from bertwatch.core.schema import (
     Checked,
     Flag,
     callable_or_none,
@@ -38,7 +35,10 @@ from bertwatch.options.checks import (
     switch,
     whole,
 )
-from bertwatch.options.groups import ALERT_OPTIONS, VERDICT_OPTIONS, AblationOptions, ExpertOptions, ProbeOptions
+from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
+from bertwatch.core.verdict import VerdictSettings
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
+from bertwatch.options.groups import AblationOptions, ExpertOptions, ProbeOptions
 
 __all__ = [
     "ALL_STATS",
@@ -303,7 +303,9 @@ OLD_NAMES: dict[str, str | None] = {
     **{f"probe_{n}": f"probing.{n}" for n in ("seed", "batch_size", "max_length")},
     **{n: f"probing.{n}" for n in ("tokenizer", "data_collator", "reference_model", "cache_reference")},
     **{n: f"probing.{n}" for n in ("compat_length", "at_start", "on_evaluate", "at_end")},
-    **{f"alert_{n}": f"alerts.{n}" for n in ALERT_OPTIONS if n != "outlier_multiple"},  # newer than flat names
+    **{
+        f"alert_{f.name}": f"alerts.{f.name}" for f in dataclasses.fields(AlertSettings) if f.name != "outlier_multiple"
+    },  # newer than flat names
     "ablation_mode": "ablation.mode",
     "ablation_kwargs": "ablation.kwargs",
     **{f.name: f"expert.{f.name}" for f in dataclasses.fields(ExpertOptions)},
@@ -426,14 +428,6 @@ def option_specs() -> list[OptionSpec]:
     specs = [OptionSpec(None, f.name, _default(f), f.metadata["help"], f.metadata["flags"])
              for f in dataclasses.fields(WatchSettings) if f.name not in _GROUP_CLASS]  # fmt: skip
     for group, cls, _ in GROUPS:
-        for f in dataclasses.fields(cls):
-            if cls is AlertSettings:
-                help_text, flags = ALERT_OPTIONS[f.name][0], (ALERT_OPTIONS[f.name][1],)
-            elif cls is VerdictSettings:
-                if f.name not in VERDICT_OPTIONS:
-                    continue
-                help_text, flags = VERDICT_OPTIONS[f.name][0], (VERDICT_OPTIONS[f.name][1],)
-            else:
-                help_text, flags = f.metadata["help"], f.metadata["flags"]
-            specs.append(OptionSpec(group, f.name, _default(f), help_text, flags))
+        specs += [OptionSpec(group, f.name, _default(f), f.metadata["help"], f.metadata["flags"])
+                  for f in dataclasses.fields(cls)]  # fmt: skip
     return specs

@@ -1,8 +1,10 @@
 """How a monitoring option is declared and checked: its field (default, help, flags, check) and the checks.
 
-Every option of :mod:`bertwatch.options.settings` is a dataclass field made by :func:`option`; its metadata holds
-the help text, the command-line flags ``bertwatch run`` builds from it and the check that ``Checked.__post_init__``
-runs on it. Each check takes the option's name as a user spells it (``"every_n_steps"``,
+Every option of bertwatch (the fields of ``options.settings.WatchSettings``, of its nested values in
+``options.groups``, and of ``core.alerts.AlertSettings`` and ``core.verdict.VerdictSettings``) is a dataclass field
+made by :func:`option`; its metadata holds the help text, the command-line flags ``bertwatch run`` builds from it
+and the check that ``Checked`` runs on it at construction. The declaration lives here, in the lowest layer, so that
+the alert and verdict thresholds are declared beside the rules that read them, like every other option. Each check takes the option's name as a user spells it (``"every_n_steps"``,
 ``"ProbeOptions.batch_size"``) and the value, and returns the value to keep or raises a ``TypeError`` /
 ``ValueError`` that names the option and says what to pass. Values compare by value (plain data) or by identity
 (any other object, such as a tokenizer or a model), since bertwatch cannot tell whether two objects would give the
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import numbers
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -31,6 +34,7 @@ __all__ = [
     "check_stats",
     "frozen_value",
     "instance_of",
+    "number",
     "option",
     "path_or_none",
     "sized_dataset",
@@ -197,6 +201,34 @@ def whole(lowest: int | None = None, optional: bool = False, meaning: str = "") 
         if lowest is not None and value < lowest:
             raise ValueError(f"{name} must be >= {lowest}{meaning}, got {value}")
         return int(value)
+
+    return check
+
+
+def number(above: float = 0.0, *, below: float | None = None, at_most: float | None = None) -> Check:
+    """A finite number (kept as a float) greater than ``above``, and below ``below`` or at most ``at_most`` when
+    given.
+
+    Example:
+        >>> number(0.0, below=1.0)("AlertSettings.sink_fraction", 1.5)
+        Traceback (most recent call last):
+        ValueError: AlertSettings.sink_fraction must be a number in (0, 1), got 1.5
+    """
+    if below is not None:
+        shown = f"a number in ({above:g}, {below:g})"
+    elif at_most is not None:
+        shown = f"a number in ({above:g}, {at_most:g}]"
+    else:
+        shown = f"a finite number > {above:g}"
+
+    def check(name: str, value: Any) -> float:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a number, not {value!r}")
+        real = float(value)
+        inside = (below is None or real < below) and (at_most is None or real <= at_most)
+        if not math.isfinite(real) or real <= above or not inside:
+            raise ValueError(f"{name} must be {shown}, got {value!r}")
+        return real
 
     return check
 

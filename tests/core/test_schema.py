@@ -1,4 +1,4 @@
-"""How an option is checked (``options.checks``): each check keeps a good value (converted where a user's spelling
+"""How an option is checked (``core.schema``): each check keeps a good value (converted where a user's spelling
 differs, ``20.0`` steps are 20) and refuses a bad one with an error that names the option and says what to pass;
 settings values compare plain data by value and objects by identity."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertwatch.options import checks as C
+from bertwatch.core import schema as C
 
 pytestmark = pytest.mark.fast
 
