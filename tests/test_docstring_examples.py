@@ -31,6 +31,7 @@ RUN = (
     "bertwatch.callbacks.probe_pass",
     "bertwatch.core.schema",
     "bertwatch.options.groups",
+    "bertwatch.options.old_names",
     "bertwatch.options.settings",
     "bertwatch.cli.list_stats",
     "bertwatch.callbacks.watch",

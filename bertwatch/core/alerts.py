@@ -96,7 +96,7 @@ def _threshold(flag: str, default: float, help_text: str, check: Check) -> Any:
     return option(default, help_text, check, Flag((flag,), "float", metavar="X"))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class AlertSettings(Checked):
     """The thresholds of the stability alerts (the rules: module docstring), for ``WatchSettings(alerts=...)``.
     Each head is compared with its own value at the start (step 0, or the reference model).

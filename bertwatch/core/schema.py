@@ -32,6 +32,7 @@ __all__ = [
     "check_options",
     "check_probe_texts",
     "check_stats",
+    "default_of",
     "frozen_value",
     "instance_of",
     "number",
@@ -69,6 +70,11 @@ def option(default: Any, help: str, check: Check | None, *flags: Flag, factory: 
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """A field's default (made by its factory, if it has one)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 class _Same:
@@ -111,8 +117,17 @@ def frozen_value(value: Any) -> Any:
 
 
 class Checked:
-    """A frozen settings value whose fields were made with :func:`option`: each field's check runs at
-    construction, and two values are equal when their fields are (objects by identity)."""
+    """A frozen settings value whose fields were made with :func:`option`, built from keywords only: an unknown
+    name is refused with the closest (:func:`check_options`), each field's check runs, and two values are equal when
+    their fields are (objects by identity). A subclass is a ``@dataclass(frozen=True, eq=False, init=False)``; its
+    ``__post_init__`` (after ``super().__post_init__()``) checks what spans fields."""
+
+    def __init__(self, **options: Any) -> None:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        check_options(options, [f.name for f in fields], type(self).__name__, self.renamed())
+        for f in fields:
+            object.__setattr__(self, f.name, options[f.name] if f.name in options else default_of(f))
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         owner = type(self).option_prefix()
@@ -120,6 +135,11 @@ class Checked:
             check = f.metadata.get("check")
             if check is not None:
                 object.__setattr__(self, f.name, check(owner + f.name, getattr(self, f.name)))
+
+    @classmethod
+    def renamed(cls) -> Mapping[str, str]:
+        """Old option names and their new spelling, for the error that refuses an unknown name (none here)."""
+        return {}
 
     @classmethod
     def option_prefix(cls) -> str:

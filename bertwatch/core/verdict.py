@@ -67,7 +67,7 @@ def _fraction(flag: str, default: float, help_text: str, below: float | None = N
     return option(default, help_text, check, Flag((flag,), "float", metavar="X"))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class VerdictSettings(Checked):
     """The thresholds of the run verdict (the rules: module doc; ``docs/callbacks.md`` justifies each default), for
     ``WatchSettings(verdict=...)``.

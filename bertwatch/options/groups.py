@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertwatch.ablation.settings import AblationSettings
+from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.modes import MODES, check_mode
 from bertwatch.core.schema import (
     Checked,
@@ -23,10 +24,12 @@ from bertwatch.core.schema import (
     switch,
     whole,
 )
+from bertwatch.core.verdict import VerdictSettings
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, model_source
 from bertwatch.linguistics.syntax import Sentence
 
 __all__ = [
+    "GROUPS",
     "AblationOptions",
     "ExpertOptions",
     "ProbeOptions",
@@ -51,7 +54,7 @@ def _reference(name: str, value: Any) -> Any:
     raise TypeError(f"{name} must be a model or a saved model's folder (a path), or None, not {type(value).__name__}")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ProbeOptions(Checked):
     """How the probe pass runs, and at which events it runs besides the cadence (``WatchSettings(probing=...)``).
 
@@ -140,7 +143,7 @@ def _keywords(name: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class AblationOptions(Checked):
     """The ablation sweep that ``ablate_on_end=True`` runs when training ends (``WatchSettings(ablation=...)``).
 
@@ -228,7 +231,7 @@ def _word_classes(name: str, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ExpertOptions(Checked):
     """Extra measurements and the machinery behind them (``WatchSettings(expert=...)``); the defaults suit most runs.
 
@@ -295,3 +298,14 @@ class ExpertOptions(Checked):
         "--no-trackers",
         "do not send the layer means to the Trainer's report_to trackers",
     )
+
+
+#: The nested values of ``WatchSettings``: (its field, the value's class, the title of its group in
+#: ``bertwatch run --help-all``).
+GROUPS: tuple[tuple[str, type, str], ...] = (
+    ("probing", ProbeOptions, "probe tuning"),
+    ("alerts", AlertSettings, "stability alerts"),
+    ("verdict", VerdictSettings, "run verdict"),
+    ("ablation", AblationOptions, "ablation at the end"),
+    ("expert", ExpertOptions, "expert"),
+)

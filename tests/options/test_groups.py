@@ -65,6 +65,13 @@ def test_word_classes_from_every_form_a_user_gives() -> None:
         WordClassProbe("dev.conllu", max_length=2)
 
 
+def test_an_unknown_name_in_a_nested_value_gets_the_closest() -> None:
+    with pytest.raises(TypeError, match=r"^ProbeOptions: unknown option 'sed' \(did you mean 'seed'\?\); valid: seed"):
+        ProbeOptions(sed=1)
+    with pytest.raises(TypeError, match=r"^AlertSettings: unknown option 'patiense' \(did you mean 'patience'\?\)"):
+        AlertSettings(patiense=2)
+
+
 def test_every_alert_and_verdict_threshold_has_its_help_and_its_flag() -> None:
     for f in dataclasses.fields(AlertSettings):
         (flag,) = f.metadata["flags"]
