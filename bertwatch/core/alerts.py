@@ -129,54 +129,38 @@ class AlertSettings(Checked):
     """
 
     logit_multiple: float = _threshold(
-        "--alert-logit-multiple",
-        3.0,
-        "logit growth: a head's largest attention score (before the softmax) above this multiple of its value "
-        "at the start",
-        number(1.0),
-    )
+        "--alert-logit-multiple", 3.0, "logit growth: a head's largest attention score (before the softmax) above "
+        "this multiple of its value at the start", number(1.0),
+    )  # fmt: skip
     logit_bound: float = _threshold(
-        "--alert-logit-bound",
-        100.0,
-        "logit growth: a head's largest attention score above this value, whatever it was at the start",
-        number(0.0),
-    )
+        "--alert-logit-bound", 100.0,
+        "logit growth: a head's largest attention score above this value, whatever it was at the start", number(0.0),
+    )  # fmt: skip
     entropy_fraction: float = _threshold(
-        "--alert-entropy-fraction",
-        0.5,
-        "entropy collapse: a head's attention entropy below this fraction of its value at the start",
-        number(0.0, below=1.0),
-    )
+        "--alert-entropy-fraction", 0.5, "entropy collapse: a head's attention entropy below this fraction of its "
+        "value at the start", number(0.0, below=1.0),
+    )  # fmt: skip
     #: A near-zero reference entropy is not a collapse signal: the fall must also be this large.
     entropy_min_drop: float = _threshold(
         "--alert-entropy-min-drop", 0.25, "entropy collapse: and fallen by at least this many nats", number(0.0)
     )
     sink_fraction: float = _threshold(
-        "--alert-sink-fraction",
-        0.1,
-        "[CLS]/[SEP] collapse or desertion: the attention off [CLS] and [SEP] (collapse), or on them "
-        "(desertion), down to this fraction of its value at the start or less",
+        "--alert-sink-fraction", 0.1, "[CLS]/[SEP] collapse or desertion: the attention off [CLS] and [SEP] "
+        "(collapse), or on them (desertion), down to this fraction of its value at the start or less",
         number(0.0, below=1.0),
-    )
+    )  # fmt: skip
     sink_min_change: float = _threshold(
-        "--alert-sink-min-change",
-        0.2,
-        "[CLS]/[SEP] collapse or desertion: and the share of attention on [CLS] and [SEP] moved by at least this much",
-        number(0.0, below=1.0),
-    )
+        "--alert-sink-min-change", 0.2, "[CLS]/[SEP] collapse or desertion: and the share of attention on [CLS] and "
+        "[SEP] moved by at least this much", number(0.0, below=1.0),
+    )  # fmt: skip
     outlier_multiple: float = _threshold(
-        "--alert-outlier-multiple",
-        2.0,
-        "outlier growth: a layer's largest feed-forward activation above this multiple of its value at the "
-        "start (the outliers that break INT8)",
-        number(1.0),
-    )
+        "--alert-outlier-multiple", 2.0, "outlier growth: a layer's largest feed-forward activation above this "
+        "multiple of its value at the start (the outliers that break INT8)", number(1.0),
+    )  # fmt: skip
     patience: int = option(
-        1,
-        "measured steps in a row a rule must hold before it raises an alert",
-        whole(1),
+        1, "measured steps in a row a rule must hold before it raises an alert", whole(1),
         Flag(("--alert-patience",), "int"),
-    )
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

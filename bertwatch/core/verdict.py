@@ -107,58 +107,42 @@ class VerdictSettings(Checked):
         "--verdict-collapse-share", 0.95, "collapse: this share of the probe examples or more predicted as one class"
     )
     spread_fraction: float = _fraction(
-        "--verdict-spread-fraction",
-        0.05,
+        "--verdict-spread-fraction", 0.05,
         "collapse of a regression head: the spread (std) of its predictions down to this fraction of step 0's or less",
-    )
+    )  # fmt: skip
     vanish_fraction: float = _fraction(
-        "--verdict-vanish-fraction",
-        0.01,
-        "failing at once: the predictions collapsed and every lower layer's gradient norm below this fraction of "
-        "step 0's",
-    )
+        "--verdict-vanish-fraction", 0.01, "failing at once: the predictions collapsed and every lower layer's "
+        "gradient norm below this fraction of step 0's",
+    )  # fmt: skip
     risk_fraction: float = _fraction(
-        "--verdict-risk-fraction",
-        0.1,
-        "gradient at risk: the lower layers' gradient norm below this fraction of step 0's",
-    )
+        "--verdict-risk-fraction", 0.1, "gradient at risk: the lower layers' gradient norm below this fraction of "
+        "step 0's",
+    )  # fmt: skip
     lower_share: float = _fraction(
-        "--verdict-lower-share",
-        1 / 3,
+        "--verdict-lower-share", 1 / 3,
         "the lower layers, for the gradient rules: this share of the layers from the input side (at least one)",
-    )
+    )  # fmt: skip
     loss_line: float = _fraction(
-        "--verdict-loss-line",
-        0.95,
-        "a loss shows learning when its whole interval is below this fraction of the loss of always guessing the "
-        "label frequencies, and not learning when it is at or above it",
-    )
+        "--verdict-loss-line", 0.95, "a loss shows learning when its whole interval is below this fraction of the "
+        "loss of always guessing the label frequencies, and not learning when it is at or above it",
+    )  # fmt: skip
     hold_share: float = _fraction(
         "--verdict-hold-share", 0.2, "failing once a sign of not learning has lasted this share of the run's steps"
     )
     confidence: float = _fraction(
-        "--verdict-confidence",
-        0.95,
-        "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)",
-        below=1.0,
-    )
+        "--verdict-confidence", 0.95,
+        "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)", below=1.0,
+    )  # fmt: skip
     alerts_at_risk: int = option(
-        1,
-        "the run is at risk once this many stability alerts are in force, unless it clearly learns",
-        whole(1),
+        1, "the run is at risk once this many stability alerts are in force, unless it clearly learns", whole(1),
         Flag(("--verdict-alerts-at-risk",), "int"),
-    )
+    )  # fmt: skip
     layer_gradients: bool = option(
-        True,
-        "measure each layer's gradient norm, which the vanishing-gradient rule reads (the gradient statistics then "
-        "take about 1.5x as long)",
-        switch(),
-        Flag(
-            ("--no-verdict-layer-gradients",),
-            "false",
-            help="do not measure each layer's gradient norm (faster; the vanishing-gradient rule is then silent)",
-        ),
-    )
+        True, "measure each layer's gradient norm, which the vanishing-gradient rule reads (the gradient statistics "
+        "then take about 1.5x as long)", switch(),
+        Flag(("--no-verdict-layer-gradients",), "false",
+             help="do not measure each layer's gradient norm (faster; the vanishing-gradient rule is then silent)"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -275,6 +275,17 @@ def test_probe_settings_are_a_projection_of_the_watch_settings() -> None:
 # ------------------------------------------------------------------------------------------------ docs
 
 
+@pytest.mark.fast
+def test_every_settings_value_the_readme_names_is_importable_from_bertwatch() -> None:
+    import bertwatch
+
+    named = set(re.findall(r"\b([A-Z]\w*(?:Settings|Options))\(", (ROOT / "README.md").read_text(encoding="utf-8")))
+    assert named >= {"ProbeOptions", "AlertSettings", "AblationOptions", "ExpertOptions"}, named
+    values = (WatchSettings, ProbeOptions, AlertSettings, VerdictSettings, AblationOptions, ExpertOptions)
+    assert all(getattr(bertwatch, cls.__name__) is cls for cls in values)
+    assert named <= set(dir(bertwatch)), named - set(dir(bertwatch))
+
+
 def _table_row(spec) -> str:
     flags = ", ".join(f"`{name}`" for flag in spec.flags for name in flag.names) or "(Python only)"
     default = {} if spec.default == {} else spec.default
