@@ -601,6 +601,12 @@ class Declared:
     made_by_option: bool
 
 
+def built_by_checked(cls: ast.ClassDef) -> bool:
+    """``@dataclass(..., init=False)``: the class is built by ``Checked.__init__`` (names checked, then values)."""
+    return any(isinstance(d, ast.Call) and any(k.arg == "init" and isinstance(k.value, ast.Constant)
+               and k.value.value is False for k in d.keywords) for d in cls.decorator_list)  # fmt: skip
+
+
 def settings_fields() -> list[Declared]:
     """Every field of every settings value (a class deriving from ``Checked``) and every field made with
     ``option()`` anywhere in bertwatch/, read from the source."""
@@ -610,6 +616,8 @@ def settings_fields() -> list[Declared]:
         makers = option_makers(tree)
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
             checked = any(isinstance(b, ast.Name) and b.id == "Checked" for b in cls.bases)
+            if checked and not built_by_checked(cls):
+                found.append(Declared(f"{relative(path)}:{cls.name}", "__init__", (), False))
             for stmt in cls.body:
                 if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
                     continue
@@ -623,12 +631,16 @@ def settings_fields() -> list[Declared]:
 
 def test_every_option_is_declared_once_with_option():
     """One schema: every field of a settings value is made by ``option()`` (its type, default, help, check and flags
-    in one place: no second list of the same options, such as a probe part re-declared by hand), no field name is
-    declared in two settings values, and no flag is declared twice."""
+    in one place: no second list of the same options, such as a probe part re-declared by hand) and every settings
+    value is built by ``Checked`` (``@dataclass(..., init=False)``; listed as ``.__init__`` otherwise), no field
+    name is declared in two settings values, and no flag is declared twice."""
     fields = settings_fields()
     assert len({d.where for d in fields}) >= 6, "the settings values were not found"
     plain = [f"{d.where}.{d.field}" for d in fields if not d.made_by_option]
-    assert not plain, "settings fields not declared with option() (declare them, or derive them):\n" + "\n".join(plain)
+    assert not plain, (
+        "settings fields not declared with option(), or values not built by Checked (`.__init__`: add init=False):\n"
+        + "\n".join(plain)
+    )
     owners: dict[str, list[str]] = {}
     for d in fields:
         owners.setdefault(d.field, []).append(d.where)

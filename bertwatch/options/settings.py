@@ -40,8 +40,6 @@ from bertwatch.core.verdict import VerdictSettings
 from bertwatch.options.groups import GROUPS, AblationOptions, ExpertOptions, ProbeOptions
 from bertwatch.options.old_names import OLD_NAMES, RENAMED, fold_old_names
 
-_GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
-
 __all__ = [
     "ALL_STATS",
     "COMMON_OPTIONS",
@@ -64,6 +62,8 @@ __all__ = [
     "option_specs",
 ]
 
+
+_GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
 
 #: The string values of ``on_alert`` (a callable is the other choice).
 ON_ALERT_CHOICES: tuple[str, ...] = ("warn", "stop", "none")
