@@ -615,3 +615,105 @@ def test_most_modules_have_their_own_test_file_and_the_others_say_where_they_are
     )
     share = 1 - len(without) / len(modules)
     assert share >= MODULE_TEST_SHARE, f"{len(modules) - len(without)} of {len(modules)} modules have a test file"
+
+
+# ------------------------------------------------------------------------------------------------ one schema
+
+
+def called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def option_makers(tree: ast.Module) -> set[str]:
+    """``option`` and this module's functions that return ``option(...)`` (``_threshold``, ``_on_by_default``)."""
+    makers = {"option"}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name != "option":
+            returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)]
+            if any(called_name(r) == "option" for r in returns):
+                makers.add(node.name)
+    return makers
+
+
+@dataclass(frozen=True)
+class Declared:
+    where: str  # "bertwatch/core/alerts.py:AlertSettings"
+    field: str
+    flags: tuple[str, ...]  # the flag names (string constants "--...") in its declaration
+    made_by_option: bool
+
+
+def built_by_checked(cls: ast.ClassDef) -> bool:
+    """``@dataclass(..., init=False)``: the class is built by ``Checked.__init__`` (names checked, then values)."""
+    return any(isinstance(d, ast.Call) and any(k.arg == "init" and isinstance(k.value, ast.Constant)
+               and k.value.value is False for k in d.keywords) for d in cls.decorator_list)  # fmt: skip
+
+
+def settings_fields() -> list[Declared]:
+    """Every field of every settings value (a class deriving from ``Checked``) and every field made with
+    ``option()`` anywhere in bertwatch/, read from the source."""
+    found = []
+    for path in package_files():
+        tree = ast.parse(path.read_text())
+        makers = option_makers(tree)
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            checked = any(isinstance(b, ast.Name) and b.id == "Checked" for b in cls.bases)
+            if checked and not built_by_checked(cls):
+                found.append(Declared(f"{relative(path)}:{cls.name}", "__init__", (), False))
+            for stmt in cls.body:
+                if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                    continue
+                made = isinstance(stmt.value, ast.Call) and called_name(stmt.value) in makers
+                if made or checked:
+                    flags = tuple(n.value for n in ast.walk(stmt.value or stmt) if isinstance(n, ast.Constant)
+                                  and isinstance(n.value, str) and n.value.startswith("--"))  # fmt: skip
+                    found.append(Declared(f"{relative(path)}:{cls.name}", stmt.target.id, flags, made))
+    return found
+
+
+def test_every_option_is_declared_once_with_option():
+    """One schema: every field of a settings value is made by ``option()`` (its type, default, help, check and flags
+    in one place: no second list of the same options, such as a probe part re-declared by hand) and every settings
+    value is built by ``Checked`` (``@dataclass(..., init=False)``; listed as ``.__init__`` otherwise), no field
+    name is declared in two settings values, and no flag is declared twice."""
+    fields = settings_fields()
+    assert len({d.where for d in fields}) >= 6, "the settings values were not found"
+    plain = [f"{d.where}.{d.field}" for d in fields if not d.made_by_option]
+    assert not plain, (
+        "settings fields not declared with option(), or values not built by Checked (`.__init__`: add init=False):\n"
+        + "\n".join(plain)
+    )
+    owners: dict[str, list[str]] = {}
+    for d in fields:
+        owners.setdefault(d.field, []).append(d.where)
+    twice = sorted(f"{name}: {', '.join(where)}" for name, where in owners.items() if len(where) > 1)
+    assert not twice, "options declared in two places (one is the option, the other a copy):\n" + "\n".join(twice)
+    flags = [flag for d in fields for flag in d.flags]
+    assert len(flags) == len(set(flags)), sorted({f for f in flags if flags.count(f) > 1})
+
+
+def test_no_help_text_outside_option():
+    """An option's help is written in its ``option()`` call only: no module-level table in options/ or core/ named
+    for help, or keyed by option names with sentences for values."""
+    names = {d.field for d in settings_fields()}
+    bad = []
+    for path in python_files("bertwatch/options", "bertwatch/core"):
+        for node in ast.parse(path.read_text()).body:
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            named = [t.id for t in targets if isinstance(t, ast.Name)]
+            value = getattr(node, "value", None)
+            if any("HELP" in n.upper() for n in named):
+                bad.append(f"{relative(path)}:{node.lineno} {named[0]}")
+            elif isinstance(value, ast.Dict):
+                keyed = [k.value for k, v in zip(value.keys, value.values) if isinstance(k, ast.Constant)
+                         and k.value in names and isinstance(v, ast.Constant) and " " in str(v.value)]  # fmt: skip
+                if keyed:
+                    bad.append(f"{relative(path)}:{node.lineno} {named[0] if named else ''} ({', '.join(keyed)})")
+    assert not bad, "help texts outside option() (move each into its option's declaration):\n" + "\n".join(bad)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bertwatch.callbacks.watch import BertWatchCallback, WatchCallback
-from bertwatch.options.settings import WatchSettings, new_spelling
+from bertwatch.options.settings import callback_settings
 
 __all__ = ["watch", "watching_trainers"]
 
@@ -64,7 +64,6 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
         >>> watch(trainer) is callback
         True
     """
-    settings = _new_spelling(settings, stacklevel=2)
     monitors = [cb for cb in _bertwatch_callbacks(trainer) if isinstance(cb, WatchCallback)]
     if monitors and settings:
         raise ValueError(
@@ -73,7 +72,10 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
     if monitors:
         callback = next((cb for cb in monitors if isinstance(cb, BertWatchCallback)), monitors[0])
     else:
-        callback = BertWatchCallback(**settings)
+        given = callback_settings(
+            "bertwatch.watch", BertWatchCallback.options, settings.pop("settings", None), settings, 2
+        )
+        callback = BertWatchCallback(settings=given)
         callback.shown_name = "bertwatch"  # the user named no class: the lines and warnings say "bertwatch"
         trainer.add_callback(callback)
     for cb in _bertwatch_callbacks(trainer):
@@ -89,8 +91,9 @@ def watching_trainers(**settings: Any) -> Iterator[list[WatchCallback]]:
     """
     from transformers import Trainer
 
-    settings = _new_spelling(settings, stacklevel=3)  # the user's `with` line, through contextlib
-    BertWatchCallback(**settings)
+    given = callback_settings(
+        "watching_trainers", BertWatchCallback.options, settings.pop("settings", None), settings, 3
+    )
     original = Trainer.__dict__["__init__"]
     attached: list[WatchCallback] = []
 
@@ -98,16 +101,10 @@ def watching_trainers(**settings: Any) -> Iterator[list[WatchCallback]]:
     def init_and_watch(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         has_one = any(isinstance(cb, WatchCallback) for cb in _bertwatch_callbacks(self))
-        attached.append(watch(self) if has_one else watch(self, **settings))
+        attached.append(watch(self) if has_one else watch(self, settings=given))
 
     Trainer.__init__ = init_and_watch
     try:
         yield attached
     finally:
         Trainer.__init__ = original
-
-
-def _new_spelling(settings: dict[str, Any], stacklevel: int) -> dict[str, Any]:
-    """``settings`` with the old flat names in their new place, warned about at ``stacklevel`` from here."""
-    base = settings.get("settings")
-    return new_spelling(settings, base if isinstance(base, WatchSettings) else WatchSettings(), stacklevel + 1)

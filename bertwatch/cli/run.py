@@ -72,7 +72,7 @@ def _flag_dest(spelled: str, index: int) -> str:
 
 
 def _flag_arguments(flag: Any, spec: Any) -> dict[str, Any]:
-    """argparse keywords for one flag of an option (``options.checks.Flag``): the help is the flag's own,
+    """argparse keywords for one flag of an option (``core.schema.Flag``): the help is the flag's own,
     else the option's with its default."""
     help_text = flag.help or spec.help
     if flag.kind in ("true", "false"):

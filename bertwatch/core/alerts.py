@@ -23,11 +23,13 @@ them. A layer rule's alert has ``head`` None; in :func:`alert_table` it sits in 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from bertwatch.core.schema import Check, Checked, Flag, number, option, whole
 
 __all__ = [
     "ALERT_RULES",
@@ -89,18 +91,13 @@ RULE_STATS: dict[str, tuple[str, ...]] = {rule: QUANTITY_STATS[quantity] for rul
 ALERT_STATS: frozenset[str] = frozenset(s for stats in RULE_STATS.values() for s in stats)
 
 
-def _positive(name: str, value: object, upper: float | None = None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number, not {value!r}")
-    number = float(value)
-    if not math.isfinite(number) or number <= 0 or (upper is not None and number >= upper):
-        bound = f" and < {upper}" if upper is not None else ""
-        raise ValueError(f"{name} must be a finite number > 0{bound}, got {value!r}")
-    return number
+def _threshold(flag: str, default: float, help_text: str, check: Check) -> Any:
+    """A threshold of the alerts, set with ``flag`` in ``bertwatch run``."""
+    return option(default, help_text, check, Flag((flag,), "float", metavar="X"))
 
 
-@dataclass(frozen=True)
-class AlertSettings:
+@dataclass(frozen=True, eq=False, init=False)
+class AlertSettings(Checked):
     """The thresholds of the stability alerts (the rules: module docstring), for ``WatchSettings(alerts=...)``.
     Each head is compared with its own value at the start (step 0, or the reference model).
 
@@ -128,42 +125,42 @@ class AlertSettings:
         0.3
         >>> AlertSettings(logit_multiple=0.5)
         Traceback (most recent call last):
-        ValueError: logit_multiple must be > 1 (a multiple of the reference), got 0.5
+        ValueError: AlertSettings.logit_multiple must be a finite number > 1, got 0.5
     """
 
-    #: ``max_logit`` above this multiple of its (positive) reference is logit growth.
-    logit_multiple: float = 3.0
-    #: ``max_logit`` above this is logit growth whatever the reference (τ = 100, the published QK-clip threshold).
-    logit_bound: float = 100.0
-    #: ``entropy`` below this fraction of its reference is collapse ...
-    entropy_fraction: float = 0.5
-    #: ... when it also fell by at least this many nats (a near-zero reference entropy is not a collapse signal).
-    entropy_min_drop: float = 0.25
-    #: The share that collapsed (non-sink share for collapse, sink share for desertion) kept at most this fraction ...
-    sink_fraction: float = 0.1
-    #: ... and the sink mass moved by at least this much.
-    sink_min_change: float = 0.2
-    #: A layer's ``ffn_inf_norm`` above this multiple of its (positive) reference is outlier growth.
-    outlier_multiple: float = 2.0
-    #: Consecutive measured steps a rule must hold before its head is in alert.
-    patience: int = 1
-
-    def __post_init__(self) -> None:
-        set_ = object.__setattr__
-        set_(self, "logit_multiple", _positive("logit_multiple", self.logit_multiple))
-        if self.logit_multiple <= 1:
-            raise ValueError(f"logit_multiple must be > 1 (a multiple of the reference), got {self.logit_multiple}")
-        set_(self, "logit_bound", _positive("logit_bound", self.logit_bound))
-        set_(self, "outlier_multiple", _positive("outlier_multiple", self.outlier_multiple))
-        if self.outlier_multiple <= 1:
-            raise ValueError(f"outlier_multiple must be > 1 (a multiple of the reference), got {self.outlier_multiple}")
-        set_(self, "entropy_fraction", _positive("entropy_fraction", self.entropy_fraction, 1.0))
-        set_(self, "entropy_min_drop", _positive("entropy_min_drop", self.entropy_min_drop))
-        set_(self, "sink_fraction", _positive("sink_fraction", self.sink_fraction, 1.0))
-        set_(self, "sink_min_change", _positive("sink_min_change", self.sink_min_change, 1.0))
-        if isinstance(self.patience, bool) or not isinstance(self.patience, (int, np.integer)) or self.patience < 1:
-            raise ValueError(f"patience must be a whole number >= 1, got {self.patience!r}")
-        set_(self, "patience", int(self.patience))
+    logit_multiple: float = _threshold(
+        "--alert-logit-multiple", 3.0, "logit growth: a head's largest attention score (before the softmax) above "
+        "this multiple of its value at the start", number(1.0),
+    )  # fmt: skip
+    logit_bound: float = _threshold(
+        "--alert-logit-bound", 100.0,
+        "logit growth: a head's largest attention score above this value, whatever it was at the start", number(0.0),
+    )  # fmt: skip
+    entropy_fraction: float = _threshold(
+        "--alert-entropy-fraction", 0.5, "entropy collapse: a head's attention entropy below this fraction of its "
+        "value at the start", number(0.0, below=1.0),
+    )  # fmt: skip
+    #: A near-zero reference entropy is not a collapse signal: the fall must also be this large.
+    entropy_min_drop: float = _threshold(
+        "--alert-entropy-min-drop", 0.25, "entropy collapse: and fallen by at least this many nats", number(0.0)
+    )
+    sink_fraction: float = _threshold(
+        "--alert-sink-fraction", 0.1, "[CLS]/[SEP] collapse or desertion: the attention off [CLS] and [SEP] "
+        "(collapse), or on them (desertion), down to this fraction of its value at the start or less",
+        number(0.0, below=1.0),
+    )  # fmt: skip
+    sink_min_change: float = _threshold(
+        "--alert-sink-min-change", 0.2, "[CLS]/[SEP] collapse or desertion: and the share of attention on [CLS] and "
+        "[SEP] moved by at least this much", number(0.0, below=1.0),
+    )  # fmt: skip
+    outlier_multiple: float = _threshold(
+        "--alert-outlier-multiple", 2.0, "outlier growth: a layer's largest feed-forward activation above this "
+        "multiple of its value at the start (the outliers that break INT8)", number(1.0),
+    )  # fmt: skip
+    patience: int = option(
+        1, "measured steps in a row a rule must hold before it raises an alert", whole(1),
+        Flag(("--alert-patience",), "int"),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

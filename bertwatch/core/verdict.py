@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import Any
 
 from bertwatch.core.evidence import Evidence
 from bertwatch.core.health_names import (
@@ -44,6 +45,7 @@ from bertwatch.core.health_names import (
     layer_of,
 )
 from bertwatch.core.readings import evaluation, probe_loss, training_loss, z_value
+from bertwatch.core.schema import Checked, Flag, number, option, switch, whole
 
 __all__ = ["LEVELS", "VERDICT_SERIES", "Verdict", "VerdictSettings", "judge", "lower_gradient_ratio"]
 
@@ -59,8 +61,14 @@ Health = Mapping[str, float]
 _RANK = {"evaluation": 3, "training loss": 2, "probe": 1, "alerts": 0}
 
 
-@dataclass(frozen=True)
-class VerdictSettings:
+def _fraction(flag: str, default: float, help_text: str, below: float | None = None) -> Any:
+    """A share or fraction of the verdict, in (0, 1] (below ``below`` when given), set with ``flag``."""
+    check = number(0.0, below=below) if below is not None else number(0.0, at_most=1.0)
+    return option(default, help_text, check, Flag((flag,), "float", metavar="X"))
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class VerdictSettings(Checked):
     """The thresholds of the run verdict (the rules: module doc; ``docs/callbacks.md`` justifies each default), for
     ``WatchSettings(verdict=...)``.
 
@@ -83,7 +91,7 @@ class VerdictSettings:
             gradient pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rules are silent.
 
     Raises:
-        TypeError: ``layer_gradients`` not True or False.
+        TypeError: a value that is not a number, or ``layer_gradients`` not True or False.
         ValueError: a fraction outside (0, 1], ``confidence`` of 1, a count below 1, or ``vanish_fraction`` above
             ``risk_fraction``.
 
@@ -92,35 +100,54 @@ class VerdictSettings:
         0.3
         >>> VerdictSettings(vanish_fraction=0.5)
         Traceback (most recent call last):
-        ValueError: vanish_fraction must not exceed risk_fraction
+        ValueError: VerdictSettings.vanish_fraction must not exceed risk_fraction
     """
 
-    collapse_share: float = 0.95
-    spread_fraction: float = 0.05
-    vanish_fraction: float = 0.01
-    risk_fraction: float = 0.1
-    lower_share: float = 1 / 3
-    loss_line: float = 0.95
-    hold_share: float = 0.2
-    confidence: float = 0.95
-    alerts_at_risk: int = 1
-    layer_gradients: bool = True
+    collapse_share: float = _fraction(
+        "--verdict-collapse-share", 0.95, "collapse: this share of the probe examples or more predicted as one class"
+    )
+    spread_fraction: float = _fraction(
+        "--verdict-spread-fraction", 0.05,
+        "collapse of a regression head: the spread (std) of its predictions down to this fraction of step 0's or less",
+    )  # fmt: skip
+    vanish_fraction: float = _fraction(
+        "--verdict-vanish-fraction", 0.01, "failing at once: the predictions collapsed and every lower layer's "
+        "gradient norm below this fraction of step 0's",
+    )  # fmt: skip
+    risk_fraction: float = _fraction(
+        "--verdict-risk-fraction", 0.1, "gradient at risk: the lower layers' gradient norm below this fraction of "
+        "step 0's",
+    )  # fmt: skip
+    lower_share: float = _fraction(
+        "--verdict-lower-share", 1 / 3,
+        "the lower layers, for the gradient rules: this share of the layers from the input side (at least one)",
+    )  # fmt: skip
+    loss_line: float = _fraction(
+        "--verdict-loss-line", 0.95, "a loss shows learning when its whole interval is below this fraction of the "
+        "loss of always guessing the label frequencies, and not learning when it is at or above it",
+    )  # fmt: skip
+    hold_share: float = _fraction(
+        "--verdict-hold-share", 0.2, "failing once a sign of not learning has lasted this share of the run's steps"
+    )
+    confidence: float = _fraction(
+        "--verdict-confidence", 0.95,
+        "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)", below=1.0,
+    )  # fmt: skip
+    alerts_at_risk: int = option(
+        1, "the run is at risk once this many stability alerts are in force, unless it clearly learns", whole(1),
+        Flag(("--verdict-alerts-at-risk",), "int"),
+    )  # fmt: skip
+    layer_gradients: bool = option(
+        True, "measure each layer's gradient norm, which the vanishing-gradient rule reads (the gradient statistics "
+        "then take about 1.5x as long)", switch(),
+        Flag(("--no-verdict-layer-gradients",), "false",
+             help="do not measure each layer's gradient norm (faster; the vanishing-gradient rule is then silent)"),
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "layer_gradients":
-                if not isinstance(value, bool):
-                    raise TypeError(f"layer_gradients must be True or False, not {value!r}")
-            elif f.name == "alerts_at_risk":
-                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"{f.name} must be an integer >= 1, got {value!r}")
-            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise ValueError(f"{f.name} must be a number in (0, 1], got {value!r}")
-        if self.confidence >= 1:
-            raise ValueError(f"confidence must be below 1, got {self.confidence!r}")
+        super().__post_init__()
         if self.vanish_fraction > self.risk_fraction:
-            raise ValueError("vanish_fraction must not exceed risk_fraction")
+            raise ValueError("VerdictSettings.vanish_fraction must not exceed risk_fraction")
 
 
 @dataclass(frozen=True)

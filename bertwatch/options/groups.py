@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertwatch.ablation.settings import AblationSettings
+from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.modes import MODES, check_mode
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, model_source
-from bertwatch.linguistics.syntax import Sentence
-from bertwatch.options.checks import (
+from bertwatch.core.schema import (
     Checked,
     Flag,
     callable_or_none,
@@ -25,10 +24,12 @@ from bertwatch.options.checks import (
     switch,
     whole,
 )
+from bertwatch.core.verdict import VerdictSettings
+from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, model_source
+from bertwatch.linguistics.syntax import Sentence
 
 __all__ = [
-    "ALERT_OPTIONS",
-    "VERDICT_OPTIONS",
+    "GROUPS",
     "AblationOptions",
     "ExpertOptions",
     "ProbeOptions",
@@ -53,7 +54,7 @@ def _reference(name: str, value: Any) -> Any:
     raise TypeError(f"{name} must be a model or a saved model's folder (a path), or None, not {type(value).__name__}")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ProbeOptions(Checked):
     """How the probe pass runs, and at which events it runs besides the cadence (``WatchSettings(probing=...)``).
 
@@ -142,7 +143,7 @@ def _keywords(name: str, value: Any) -> dict[str, Any]:
     return dict(value)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class AblationOptions(Checked):
     """The ablation sweep that ``ablate_on_end=True`` runs when training ends (``WatchSettings(ablation=...)``).
 
@@ -230,7 +231,7 @@ def _word_classes(name: str, value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ExpertOptions(Checked):
     """Extra measurements and the machinery behind them (``WatchSettings(expert=...)``); the defaults suit most runs.
 
@@ -299,66 +300,12 @@ class ExpertOptions(Checked):
     )
 
 
-_ALERT_HELP = {
-    "logit_multiple": "logit growth: a head's largest attention score (before the softmax) above this multiple of "
-    "its value at the start",
-    "logit_bound": "logit growth: a head's largest attention score above this value, whatever it was at the start",
-    "entropy_fraction": "entropy collapse: a head's attention entropy below this fraction of its value at the start",
-    "entropy_min_drop": "entropy collapse: and fallen by at least this many nats",
-    "sink_fraction": "[CLS]/[SEP] collapse or desertion: the attention off [CLS] and [SEP] (collapse), or on them "
-    "(desertion), down to this fraction of its value at the start or less",
-    "sink_min_change": "[CLS]/[SEP] collapse or desertion: and the share of attention on [CLS] and [SEP] moved by at "
-    "least this much",
-    "outlier_multiple": "outlier growth: a layer's largest feed-forward activation above this multiple of its value "
-    "at the start (the outliers that break INT8)",
-    "patience": "measured steps in a row a rule must hold before it raises an alert",
-}
-#: ``AlertSettings`` (``bertwatch.core.alerts``) holds the thresholds and checks them; here are the help and the flag
-#: of each: ``{field: (help, flag)}``, the flag ``--alert-<field>``.
-ALERT_OPTIONS: dict[str, tuple[str, Flag]] = {
-    name: (
-        help_text,
-        Flag((f"--alert-{name.replace('_', '-')}",), *(("int",) if name == "patience" else ("float", "X"))),
-    )
-    for name, help_text in _ALERT_HELP.items()
-}
-
-_VERDICT_HELP = {
-    "collapse_share": "collapse: this share of the probe examples or more predicted as one class",
-    "spread_fraction": "collapse of a regression head: the spread (std) of its predictions down to this fraction of "
-    "step 0's or less",
-    "vanish_fraction": "failing at once: the predictions collapsed and every lower layer's gradient norm below this "
-    "fraction of step 0's",
-    "risk_fraction": "gradient at risk: the lower layers' gradient norm below this fraction of step 0's",
-    "lower_share": "the lower layers, for the gradient rules: this share of the layers from the input side (at "
-    "least one)",
-    "loss_line": "a loss shows learning when its whole interval is below this fraction of the loss of always "
-    "guessing the label frequencies, and not learning when it is at or above it",
-    "hold_share": "failing once a sign of not learning has lasted this share of the run's steps",
-    "confidence": "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)",
-    "alerts_at_risk": "the run is at risk once this many stability alerts are in force, unless it clearly learns",
-}
-#: ``VerdictSettings`` (``bertwatch.core.verdict``) holds the verdict's thresholds and checks them; here are the help
-#: and the flag of each: ``{field: (help, flag)}``, the flag ``--verdict-<field>`` (``layer_gradients``, on by
-#: default, has ``--no-verdict-layer-gradients``).
-VERDICT_OPTIONS: dict[str, tuple[str, Flag]] = {
-    **{
-        name: (
-            help_text,
-            Flag(
-                (f"--verdict-{name.replace('_', '-')}",),
-                *(("int",) if name == "alerts_at_risk" else ("float", "X")),
-            ),
-        )
-        for name, help_text in _VERDICT_HELP.items()
-    },
-    "layer_gradients": (
-        "measure each layer's gradient norm, which the vanishing-gradient rule reads (the gradient statistics then "
-        "take about 1.5x as long)",
-        Flag(
-            ("--no-verdict-layer-gradients",),
-            "false",
-            help="do not measure each layer's gradient norm (faster; the vanishing-gradient rule is then silent)",
-        ),
-    ),
-}
+#: The nested values of ``WatchSettings``: (its field, the value's class, the title of its group in
+#: ``bertwatch run --help-all``).
+GROUPS: tuple[tuple[str, type, str], ...] = (
+    ("probing", ProbeOptions, "probe tuning"),
+    ("alerts", AlertSettings, "stability alerts"),
+    ("verdict", VerdictSettings, "run verdict"),
+    ("ablation", AblationOptions, "ablation at the end"),
+    ("expert", ExpertOptions, "expert"),
+)

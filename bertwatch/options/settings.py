@@ -11,25 +11,22 @@ rest (``probing=ProbeOptions(...)``, ``alerts=AlertSettings(...)``, ``verdict=Ve
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.budget import DEFAULT_OVERHEAD_BUDGET, check_budget
-from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
-from bertwatch.core.verdict import VerdictSettings
-from bertwatch.heads.loading import DEFAULT_MAX_LENGTH
-from bertwatch.options.checks import (
+from bertwatch.core.schema import (
     Checked,
     Flag,
     callable_or_none,
     check_options,
     check_probe_texts,
     check_stats,
+    default_of,
     frozen_value,
     instance_of,
     option,
@@ -38,7 +35,10 @@ from bertwatch.options.checks import (
     switch,
     whole,
 )
-from bertwatch.options.groups import ALERT_OPTIONS, VERDICT_OPTIONS, AblationOptions, ExpertOptions, ProbeOptions
+from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
+from bertwatch.core.verdict import VerdictSettings
+from bertwatch.options.groups import GROUPS, AblationOptions, ExpertOptions, ProbeOptions
+from bertwatch.options.old_names import OLD_NAMES, RENAMED, fold_old_names
 
 __all__ = [
     "ALL_STATS",
@@ -53,38 +53,17 @@ __all__ = [
     "Flag",
     "OptionSpec",
     "ProbeOptions",
+    "PROBE_PART",
     "ProbeSettings",
     "VerdictSettings",
     "WatchSettings",
     "callback_settings",
     "check_options",
-    "new_spelling",
     "option_specs",
 ]
 
 
-@dataclass(frozen=True, eq=False)
-class ProbeSettings(Checked):
-    """Everything that decides what a probe pass computes; callbacks with equal settings in one run share
-    its watched run (``callbacks.watched_run.join``). Built from a ``WatchSettings`` with :meth:`WatchSettings.probe`."""
-
-    texts: Sequence[Any] | None = None
-    dataset: Any = None
-    tokenizer: Any = None
-    collator: Callable | None = None
-    num_examples: int = 32
-    seed: int = 0
-    batch_size: int = 16
-    max_length: int | None = DEFAULT_MAX_LENGTH
-    reference_model: Any = None
-    cache_reference: bool = True
-    logging_dir: str | os.PathLike | None = None
-    loss_fn: Callable | None = None
-    ig_steps: int = 20
-    normalize_importance: bool = False
-    compat_length: int | None = None
-    layer_gradients: bool = True
-
+_GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
 
 #: The string values of ``on_alert`` (a callable is the other choice).
 ON_ALERT_CHOICES: tuple[str, ...] = ("warn", "stop", "none")
@@ -97,7 +76,7 @@ def _on_alert(name: str, value: Any) -> Any:
     raise kind(f"{name} must be one of {', '.join(map(repr, ON_ALERT_CHOICES))} or a callable(alerts), not {value!r}")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class WatchSettings(Checked):
     """Every monitoring option of bertwatch's callbacks, ``watch()`` and ``bertwatch run``, in one checked value.
 
@@ -226,60 +205,108 @@ class WatchSettings(Checked):
     def option_prefix(cls) -> str:
         return ""
 
+    def __init__(self, **options: Any) -> None:
+        """The options by name; the flat names of earlier versions are folded into their new place first
+        (:func:`~bertwatch.options.old_names.fold_old_names`, with a ``FutureWarning`` each)."""
+        self._fill(options, stacklevel=2)
+
+    @classmethod
+    def _made(cls, options: Mapping[str, Any], stacklevel: int) -> WatchSettings:
+        """``WatchSettings(**options)`` built for a caller of bertwatch's own: the warnings of old names at
+        ``stacklevel``, as for ``warnings.warn`` called where this is called."""
+        made = cls.__new__(cls)
+        made._fill(options, stacklevel + 1)
+        return made
+
+    def _fill(self, options: Mapping[str, Any], stacklevel: int) -> None:
+        """The one way the fields are set: old names folded (``stacklevel`` as for ``_made``), then the names and
+        values checked (``Checked``)."""
+        super().__init__(**fold_old_names(options, stacklevel + 1))
+
+    @classmethod
+    def renamed(cls) -> Mapping[str, str]:
+        return RENAMED
+
     def __getattr__(self, name: str) -> Any:
         """The value of an old flat name (``settings.probe_seed``), with the ``FutureWarning`` of its new spelling."""
-        if name not in OLD_NAMES or OLD_NAMES[name] is None:
+        if OLD_NAMES.get(name) is None:
             raise AttributeError(f"'WatchSettings' object has no attribute {name!r}")
-        group, field = OLD_NAMES[name].split(".")
-        warnings.warn(f"settings.{name} is deprecated: use settings.{group}.{field}", FutureWarning, stacklevel=2)
-        return getattr(getattr(self, group), field)
+        warnings.warn(f"settings.{name} is deprecated: use settings.{OLD_NAMES[name]}", FutureWarning, stacklevel=2)
+        return self.value(OLD_NAMES[name])
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """Every top-level option name, in declaration order."""
         return tuple(f.name for f in dataclasses.fields(cls))
 
+    def value(self, spelled: str) -> Any:
+        """The value of one option: ``"every_n_steps"``, or ``"probing.seed"`` for a field of a nested value."""
+        found: Any = self
+        for name in spelled.split("."):
+            found = getattr(found, name)
+        return found
+
     def replace(self, **options: Any) -> WatchSettings:
         """A copy with ``options`` changed (checked as the constructor checks them; unknown names refused)."""
-        return self._replaced(options, stacklevel=3)
+        return self._replaced(options, stacklevel=2)
 
-    def _replaced(self, options: dict[str, Any], stacklevel: int) -> WatchSettings:
-        options = new_spelling(options, self, stacklevel=stacklevel)
-        check_options(options, self.names(), renamed=_RENAMED)
-        return dataclasses.replace(self, **options) if options else self
+    def _replaced(self, options: Mapping[str, Any], stacklevel: int) -> WatchSettings:
+        if not options:
+            return self
+        return self._made({**{name: getattr(self, name) for name in self.names()}, **options}, stacklevel + 1)
 
     def probe(self) -> ProbeSettings:
         """The part of these settings that decides the probe pass (shared between callbacks when equal)."""
-        p, e = self.probing, self.expert
-        return ProbeSettings(
-            texts=self.probe_texts,
-            dataset=self.probe_dataset,
-            tokenizer=p.tokenizer,
-            collator=p.data_collator,
-            num_examples=self.num_probe_examples,
-            seed=p.seed,
-            batch_size=p.batch_size,
-            max_length=p.max_length,
-            reference_model=p.reference_model,
-            cache_reference=p.cache_reference,
-            logging_dir=self.logging_dir,
-            loss_fn=self.loss_fn,
-            ig_steps=e.ig_steps,
-            normalize_importance=e.normalize_importance,
-            compat_length=p.compat_length,
-            layer_gradients=self.verdict.layer_gradients,
-        )
+        return ProbeSettings(**{name: self.value(spelled) for name, spelled in PROBE_PART.items()})
 
 
-#: The nested values: (field of WatchSettings, its class, the title of its group in ``bertwatch run --help``).
-GROUPS: tuple[tuple[str, type, str], ...] = (
-    ("probing", ProbeOptions, "probe tuning"),
-    ("alerts", AlertSettings, "stability alerts"),
-    ("verdict", VerdictSettings, "run verdict"),
-    ("ablation", AblationOptions, "ablation at the end"),
-    ("expert", ExpertOptions, "expert"),
+def _field(spelled: str) -> dataclasses.Field:
+    """The field that declares an option spelled ``"loss_fn"`` or ``"probing.seed"``."""
+    *group, name = spelled.split(".")
+    owner = _GROUP_CLASS[group[0]] if group else WatchSettings
+    return next(f for f in dataclasses.fields(owner) if f.name == name)
+
+
+#: What decides what a probe pass computes: each field of ``ProbeSettings`` and the option of ``WatchSettings`` it
+#: is (``"group.field"``: a nested value's field), whose default, check and help it takes.
+PROBE_PART: dict[str, str] = {
+    "texts": "probe_texts",
+    "dataset": "probe_dataset",
+    "tokenizer": "probing.tokenizer",
+    "collator": "probing.data_collator",
+    "num_examples": "num_probe_examples",
+    "seed": "probing.seed",
+    "batch_size": "probing.batch_size",
+    "max_length": "probing.max_length",
+    "reference_model": "probing.reference_model",
+    "cache_reference": "probing.cache_reference",
+    "logging_dir": "logging_dir",
+    "loss_fn": "loss_fn",
+    "ig_steps": "expert.ig_steps",
+    "normalize_importance": "expert.normalize_importance",
+    "compat_length": "probing.compat_length",
+    "layer_gradients": "verdict.layer_gradients",
+}
+
+
+def _projection(name: str, part: Mapping[str, str], doc: str) -> type:
+    """A frozen settings value whose fields are the options ``part`` names (field -> option), each with the
+    option's type, default, check and help."""
+    fields = [(field, _field(spelled).type, dataclasses.field(default=default_of(_field(spelled)),
+               metadata=_field(spelled).metadata)) for field, spelled in part.items()]  # fmt: skip
+    namespace = {"__module__": __name__, "__doc__": doc}
+    return dataclasses.make_dataclass(name, fields, bases=(Checked,), namespace=namespace, frozen=True, eq=False,
+                                      init=False)  # fmt: skip
+
+
+ProbeSettings = _projection(
+    "ProbeSettings",
+    PROBE_PART,
+    """Everything that decides what a probe pass computes: a projection of ``WatchSettings`` (``PROBE_PART``).
+    Callbacks with equal probe settings in one run share its watched run (``callbacks.watched_run.join``). Built
+    from a ``WatchSettings`` with :meth:`WatchSettings.probe`, or by keywords, checked as their options are.""",
 )
-_GROUP_CLASS = {name: cls for name, cls, _ in GROUPS}
+
 
 #: The options every callback takes (``WatchCallback.options``): the front's probe, cadence and logging options,
 #: how the probe pass runs, and the tracker switch (``"group.field"``: one field of a nested value).
@@ -298,66 +325,12 @@ COMMON_OPTIONS: tuple[str, ...] = (
     "expert.log_to_trackers",
 )
 
-#: The flat names of earlier versions: old name -> its new place ``"group.field"`` (None: no longer an option).
-OLD_NAMES: dict[str, str | None] = {
-    **{f"probe_{n}": f"probing.{n}" for n in ("seed", "batch_size", "max_length")},
-    **{n: f"probing.{n}" for n in ("tokenizer", "data_collator", "reference_model", "cache_reference")},
-    **{n: f"probing.{n}" for n in ("compat_length", "at_start", "on_evaluate", "at_end")},
-    **{f"alert_{n}": f"alerts.{n}" for n in ALERT_OPTIONS if n != "outlier_multiple"},  # newer than flat names
-    "ablation_mode": "ablation.mode",
-    "ablation_kwargs": "ablation.kwargs",
-    **{f.name: f"expert.{f.name}" for f in dataclasses.fields(ExpertOptions)},
-    "strict": None,
-    "offload_stats": None,
-}
-#: Why each retired option (``OLD_NAMES`` None) is ignored.
-_RETIRED = {
-    "strict": "an error inside bertwatch costs one warning and training goes on",
-    "offload_stats": "the statistics run on the training thread, as fast as a worker thread on a CPU and faster "
-    "than a side CUDA stream on a GPU (docs/performance.md)",
-}
-
-
-def _spelling(group: str, field: str, value: Any = ...) -> str:
-    """``probing=ProbeOptions(seed=1)``: how a nested option is written (``...`` for an object's value)."""
-    plain = value is None or isinstance(value, (bool, int, float, str, os.PathLike))
-    shown = repr(os.fspath(value) if isinstance(value, os.PathLike) else value) if plain else "..."
-    return f"{group}={_GROUP_CLASS[group].__name__}({field}={shown})"
-
-
-_RENAMED = {old: _spelling(*new.split(".")) for old, new in OLD_NAMES.items() if new}
-
-
-def new_spelling(options: dict[str, Any], base: WatchSettings, stacklevel: int = 1) -> dict[str, Any]:
-    """``options`` with each old flat name folded into its nested value (taken from ``options``, else from
-    ``base``), after a ``FutureWarning`` that gives the new spelling (``stacklevel`` as for ``warnings.warn``
-    called where this is called). A retired option (``strict``, ``offload_stats``) is dropped with its warning."""
-    options = dict(options)
-    for old in [name for name in options if name in OLD_NAMES]:
-        value = options.pop(old)
-        new = OLD_NAMES[old]
-        if new is None:
-            warnings.warn(
-                f"{old}= is deprecated and ignored: {_RETIRED[old]}", FutureWarning, stacklevel=stacklevel + 1
-            )
-            continue
-        group, field = new.split(".")
-        spelled = _spelling(group, field, value)
-        warnings.warn(f"{old}= is deprecated: use {spelled}", FutureWarning, stacklevel=stacklevel + 1)
-        nested = options.get(group, getattr(base, group))
-        if not isinstance(nested, _GROUP_CLASS[group]):
-            continue  # the nested value's own check names the problem
-        try:
-            options[group] = dataclasses.replace(nested, **{field: value})
-        except (TypeError, ValueError) as err:
-            raise type(err)(f"{old}={value!r:.40} (now {spelled}): {err}") from None
-    return options
-
 
 def callback_settings(
     owner: str, valid: Sequence[str], settings: Any, options: dict[str, Any], stacklevel: int = 1
 ) -> WatchSettings:
-    """The settings of a callback: ``settings`` (None: the defaults) with ``options`` replacing its fields.
+    """The settings of a callback: ``settings`` (None: the defaults) with ``options`` replacing its fields; the
+    warnings of old names at ``stacklevel``, as for ``warnings.warn`` called where this is called.
 
     ``valid`` lists the options the callback takes: top-level names, and ``"group.field"`` for the fields of a
     nested value it takes only some of. An option it does not take (a top-level name, an old flat name or a field
@@ -367,38 +340,15 @@ def callback_settings(
         raise TypeError(f"settings must be a WatchSettings, e.g. settings=WatchSettings(every_n_steps=20), not "
                         f"{type(base).__name__}")  # fmt: skip
     tops = list(dict.fromkeys(name.split(".")[0] for name in valid))
-
-    def taken(old: str) -> bool:  # an old flat name this callback takes (strict: taken, and dropped)
-        new = OLD_NAMES[old]
-        return new is None or new.split(".")[0] in valid or new in valid
-
-    check_options([name for name in options if name not in OLD_NAMES or not taken(name)], tops, owner, _RENAMED)
-    options = new_spelling(options, base, stacklevel=stacklevel + 1)
+    moved = {old: new for old, new in OLD_NAMES.items() if new is None or new.split(".")[0] in valid or new in valid}
+    check_options([name for name in options if name not in moved], tops, owner, RENAMED)
+    made = base._replaced(options, stacklevel + 1)
     for group, cls, _ in GROUPS:
-        given = options.get(group)
-        if group in valid or not isinstance(given, cls):
-            continue
-        before = getattr(base, group)
-        changed = [f.name for f in dataclasses.fields(cls)
-                   if frozen_value(getattr(given, f.name)) != frozen_value(getattr(before, f.name))]  # fmt: skip
-        check_options([f"{group}.{name}" for name in changed], [n for n in valid if n.startswith(group + ".")], owner)
-    return base.replace(**options)
-
-
-def _accepting_old_names(init: Callable[..., None]) -> Callable[..., None]:
-    """``WatchSettings.__init__`` that also takes the old flat names (``probe_seed=1``), with their warnings."""
-
-    @functools.wraps(init)
-    def __init__(self: WatchSettings, *args: Any, **options: Any) -> None:
-        if any(name in OLD_NAMES for name in options):
-            defaults = WatchSettings()
-            options = new_spelling(options, defaults, stacklevel=2)
-        init(self, *args, **options)
-
-    return __init__
-
-
-WatchSettings.__init__ = _accepting_old_names(WatchSettings.__init__)  # type: ignore[method-assign]
+        if group not in valid:
+            changed = [f.name for f in dataclasses.fields(cls)
+                       if frozen_value(made.value(f"{group}.{f.name}")) != frozen_value(base.value(f"{group}.{f.name}"))]  # fmt: skip
+            check_options([f"{group}.{n}" for n in changed], [n for n in valid if n.startswith(group + ".")], owner)
+    return made
 
 
 class OptionSpec(NamedTuple):
@@ -417,23 +367,11 @@ class OptionSpec(NamedTuple):
         return self.name if self.group is None else f"{self.group}.{self.name}"
 
 
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-
-
 def option_specs() -> list[OptionSpec]:
     """Every option, the front first, then each nested value's (``GROUPS`` order)."""
-    specs = [OptionSpec(None, f.name, _default(f), f.metadata["help"], f.metadata["flags"])
+    specs = [OptionSpec(None, f.name, default_of(f), f.metadata["help"], f.metadata["flags"])
              for f in dataclasses.fields(WatchSettings) if f.name not in _GROUP_CLASS]  # fmt: skip
     for group, cls, _ in GROUPS:
-        for f in dataclasses.fields(cls):
-            if cls is AlertSettings:
-                help_text, flags = ALERT_OPTIONS[f.name][0], (ALERT_OPTIONS[f.name][1],)
-            elif cls is VerdictSettings:
-                if f.name not in VERDICT_OPTIONS:
-                    continue
-                help_text, flags = VERDICT_OPTIONS[f.name][0], (VERDICT_OPTIONS[f.name][1],)
-            else:
-                help_text, flags = f.metadata["help"], f.metadata["flags"]
-            specs.append(OptionSpec(group, f.name, _default(f), help_text, flags))
+        specs += [OptionSpec(group, f.name, default_of(f), f.metadata["help"], f.metadata["flags"])
+                  for f in dataclasses.fields(cls)]  # fmt: skip
     return specs

@@ -4,6 +4,7 @@ plugin's route, the report and the warnings."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -21,7 +22,6 @@ from bertwatch.core.alerts import (
     alert_table,
     episodes,
 )
-from bertwatch.options.groups import ALERT_OPTIONS
 from bertwatch.options.settings import WatchSettings
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
@@ -99,7 +99,8 @@ def test_the_multiple_is_checked_and_carried_by_watch_settings() -> None:
         with pytest.raises(ValueError, match="outlier_multiple"):
             AlertSettings(outlier_multiple=bad)
     assert WatchSettings(alerts=AlertSettings(outlier_multiple=4.0)).alerts.outlier_multiple == 4.0
-    assert ALERT_OPTIONS["outlier_multiple"][1].names == ("--alert-outlier-multiple",)
+    (flag,) = next(f for f in dataclasses.fields(AlertSettings) if f.name == "outlier_multiple").metadata["flags"]
+    assert flag.names == ("--alert-outlier-multiple",)
     assert "outlier_growth" in ALERT_RULES and LAYER_RULES == {"outlier_growth"}
 
 

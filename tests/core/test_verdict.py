@@ -303,4 +303,4 @@ def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="vanish_fraction"):
         VerdictSettings(vanish_fraction=0.5, risk_fraction=0.1)
     with pytest.raises(TypeError, match="layer_gradients"):
-        VerdictSettings(layer_gradients=1)
+        VerdictSettings(layer_gradients="yes")

@@ -13,8 +13,6 @@ from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.verdict import VerdictSettings
 from bertwatch.linguistics.syntax import Sentence
 from bertwatch.options.groups import (
-    ALERT_OPTIONS,
-    VERDICT_OPTIONS,
     AblationOptions,
     ExpertOptions,
     ProbeOptions,
@@ -67,26 +65,30 @@ def test_word_classes_from_every_form_a_user_gives() -> None:
         WordClassProbe("dev.conllu", max_length=2)
 
 
+def test_an_unknown_name_in_a_nested_value_gets_the_closest() -> None:
+    with pytest.raises(TypeError, match=r"^ProbeOptions: unknown option 'sed' \(did you mean 'seed'\?\); valid: seed"):
+        ProbeOptions(sed=1)
+    with pytest.raises(TypeError, match=r"^AlertSettings: unknown option 'patiense' \(did you mean 'patience'\?\)"):
+        AlertSettings(patiense=2)
+
+
 def test_every_alert_and_verdict_threshold_has_its_help_and_its_flag() -> None:
-    assert list(ALERT_OPTIONS) == [f.name for f in dataclasses.fields(AlertSettings)]
-    assert list(VERDICT_OPTIONS) == [f.name for f in dataclasses.fields(VerdictSettings)]
-    for name, (help_text, flag) in ALERT_OPTIONS.items():
-        assert flag.names == (f"--alert-{name.replace('_', '-')}",) and help_text
-        assert flag.kind == ("int" if name == "patience" else "float")
-    for name, (help_text, flag) in VERDICT_OPTIONS.items():
+    for f in dataclasses.fields(AlertSettings):
+        (flag,) = f.metadata["flags"]
+        assert flag.names == (f"--alert-{f.name.replace('_', '-')}",) and f.metadata["help"]
+        assert flag.kind == ("int" if f.name == "patience" else "float")
+    for f in dataclasses.fields(VerdictSettings):
+        (flag,) = f.metadata["flags"]
         expected = (
-            "--no-verdict-layer-gradients" if name == "layer_gradients" else f"--verdict-{name.replace('_', '-')}"
+            "--no-verdict-layer-gradients" if f.name == "layer_gradients" else f"--verdict-{f.name.replace('_', '-')}"
         )
-        assert flag.names == (expected,) and help_text
+        assert flag.names == (expected,) and f.metadata["help"]
 
 
 def test_the_help_is_in_a_users_words() -> None:
     """No name from the code where a user reads the help: the options' own help, the flags' and the thresholds'."""
-    texts = [
-        f.metadata["help"] for cls in (ProbeOptions, AblationOptions, ExpertOptions) for f in dataclasses.fields(cls)
-    ]
-    texts += [flag.help for cls in (ProbeOptions, AblationOptions, ExpertOptions) for f in dataclasses.fields(cls)
-              for flag in f.metadata["flags"] if flag.help]  # fmt: skip
-    texts += [help_text for help_text, _ in (*ALERT_OPTIONS.values(), *VERDICT_OPTIONS.values())]
+    groups = (ProbeOptions, AlertSettings, VerdictSettings, AblationOptions, ExpertOptions)
+    texts = [f.metadata["help"] for cls in groups for f in dataclasses.fields(cls)]
+    texts += [flag.help for cls in groups for f in dataclasses.fields(cls) for flag in f.metadata["flags"] if flag.help]
     for jargon in ("tau", "QK", "MDS", "max_logit", "ffn_inf_norm", "budgeted", "pinned", "episode"):
         assert not [t for t in texts if jargon in t], jargon

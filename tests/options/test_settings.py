@@ -1,25 +1,24 @@
-"""``WatchSettings``: a front of a dozen options and four nested values, every input checked at construction (a
-property test feeds every option wrong types and out-of-range values), the old flat names still accepted with a
-``FutureWarning`` giving the new spelling, the docs' option tables matching the fields, and monitors shared by
-equal settings (by value, not by list object)."""
+"""``WatchSettings``: a front of a dozen options and five nested values, every input checked at construction (a
+property test feeds every option wrong types and out-of-range values), the probe part a projection of its fields,
+the docs' option tables matching the fields, and monitors shared by equal settings (by value, not by list object).
+The old flat names: ``test_old_names.py``."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from pathlib import Path
 
 import pytest
-import transformers as T
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bertwatch.callbacks import BertWatchCallback, EntropyCallback, GradientImportanceCallback, watch
+from bertwatch.callbacks import BertWatchCallback, EntropyCallback, GradientImportanceCallback
+from bertwatch.core.schema import default_of
 from bertwatch.options.settings import (
     ALL_STATS,
     GROUPS,
-    OLD_NAMES,
+    PROBE_PART,
     AblationOptions,
     AlertSettings,
     ExpertOptions,
@@ -30,8 +29,7 @@ from bertwatch.options.settings import (
     check_options,
     option_specs,
 )
-from tests.support.strict import strict
-from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer
+from tests.support.tiny_trainer import tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONT = [f.name for f in dataclasses.fields(WatchSettings)]
@@ -47,78 +45,6 @@ def test_the_front_is_small_and_the_rest_is_nested() -> None:
     assert (s.probing, s.alerts, s.verdict, s.ablation, s.expert) == (
         ProbeOptions(), AlertSettings(), VerdictSettings(), AblationOptions(), ExpertOptions())  # fmt: skip
     assert "strict" not in FRONT and all("strict" not in [f.name for f in dataclasses.fields(c)] for _, c, _ in GROUPS)
-
-
-# ------------------------------------------------------------------------------------------------ old flat names
-
-
-def _new_place(settings: WatchSettings, old: str):
-    group, field = OLD_NAMES[old].split(".")
-    return getattr(getattr(settings, group), field)
-
-
-OLD_SAMPLES = {  # an old flat name -> a value other than its default
-    "probe_seed": 3, "probe_batch_size": 4, "probe_max_length": 64, "tokenizer": tiny_tokenizer,
-    "data_collator": print, "reference_model": "some/model", "cache_reference": False, "compat_length": 200,
-    "at_start": False, "on_evaluate": False, "at_end": False, "alert_logit_multiple": 4.0, "alert_logit_bound": 50.0,
-    "alert_entropy_fraction": 0.3, "alert_entropy_min_drop": 0.5, "alert_sink_fraction": 0.2,
-    "alert_sink_min_change": 0.3, "alert_patience": 3, "ablation_mode": "zero", "ablation_kwargs": {"n_resamples": 9},
-    "integrated_gradients": True, "ig_steps": 5, "normalize_importance": True, "word_classes": True,
-    "head_clusters": True, "cluster_examples": 3, "maps_every_n_steps": 7,
-    "log_to_trackers": False,
-}  # fmt: skip
-
-
-@pytest.mark.fast
-def test_every_old_flat_name_still_works_and_warns_with_the_new_spelling(tmp_path: Path) -> None:
-    assert set(OLD_SAMPLES) == {old for old, new in OLD_NAMES.items() if new is not None}
-    watched = _watching(tmp_path)
-    for old, value in OLD_SAMPLES.items():
-        group, field = OLD_NAMES[old].split(".")
-        cls = next(c for g, c, _ in GROUPS if g == group)
-        for build in (WatchSettings, WatchSettings().replace, BertWatchCallback, watched):
-            with pytest.warns(FutureWarning, match=rf"^{old}= is deprecated: use {group}={cls.__name__}\({field}="):
-                made = build(**{old: value})
-            settings = made if isinstance(made, WatchSettings) else made.settings
-            assert _new_place(settings, old) == value, (old, build)
-            with pytest.warns(FutureWarning, match=rf"settings.{old} is deprecated: use settings.{group}.{field}"):
-                assert getattr(settings, old) == value
-    with pytest.warns(FutureWarning, match=r"^probe_seed= is deprecated: use probing=ProbeOptions\(seed=1\)$"):
-        assert EntropyCallback(probe_seed=1).probe_settings.seed == 1
-
-
-@pytest.mark.fast
-def test_old_names_merge_into_the_nested_value_given_and_point_at_the_callers_line() -> None:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cb = BertWatchCallback(probing=ProbeOptions(batch_size=4), probe_seed=2, alert_patience=3)
-        s = WatchSettings(expert=ExpertOptions(head_clusters=True), ig_steps=4)
-        given = WatchSettings(alerts=AlertSettings(patience=5))
-        replaced = given.replace(alert_entropy_fraction=0.3)
-    assert [Path(w.filename).name for w in caught] == [Path(__file__).name] * 4, [w.filename for w in caught]
-    assert all(w.category is FutureWarning for w in caught)
-    assert cb.settings.probing == ProbeOptions(batch_size=4, seed=2) and cb.settings.alerts.patience == 3
-    assert s.expert == ExpertOptions(head_clusters=True, ig_steps=4)
-    assert replaced.alerts == AlertSettings(patience=5, entropy_fraction=0.3)
-    with pytest.warns(FutureWarning, match="probe_max_length"):
-        with pytest.raises(ValueError, match=r"probe_max_length=1 \(now probing=ProbeOptions\(max_length=1\)\)"):
-            WatchSettings(probe_max_length=1)
-
-
-@pytest.mark.fast
-def test_strict_is_no_option_any_more() -> None:
-    with pytest.warns(FutureWarning, match="strict= is deprecated and ignored"):
-        cb = BertWatchCallback(strict=True)
-    assert cb.strict is False and cb.alerting.strict is False
-    with pytest.warns(FutureWarning, match="offload_stats= is deprecated and ignored: the statistics run on the"):
-        BertWatchCallback(offload_stats=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("BERTWATCH_STRICT", "1")  # the environment switch of earlier versions: read no more
-        assert not EntropyCallback().strict
-    made = strict(EntropyCallback)  # the tests' switch, around building the callback
-    assert made.strict and made.alerting.strict and not EntropyCallback().strict
-    with_sweep = strict(BertWatchCallback, ablate_on_end=True)
-    assert with_sweep.strict and with_sweep.ablation.strict
 
 
 # ------------------------------------------------------------------------------------------------ names
@@ -323,7 +249,41 @@ def test_equal_settings_in_different_list_objects_are_equal_probe_settings() -> 
     assert EntropyCallback(probe_texts=["good film", "dull plot"]).probe_settings != a.probe_settings  # tokenizer
 
 
+@pytest.mark.fast
+def test_probe_settings_are_a_projection_of_the_watch_settings() -> None:
+    """Each field of ``ProbeSettings`` is an option of ``WatchSettings``: its default, check and help are that
+    option's, and ``probe()`` copies its value."""
+    fields = {f.name: f for f in dataclasses.fields(ProbeSettings)}
+    assert list(fields) == list(PROBE_PART)
+    for name, spelled in PROBE_PART.items():
+        group, _, option = spelled.rpartition(".")
+        owner = next(c for g, c, _ in GROUPS if g == group) if group else WatchSettings
+        source = next(f for f in dataclasses.fields(owner) if f.name == option)
+        assert dict(fields[name].metadata) == dict(source.metadata) and fields[name].default == default_of(source)
+    s = WatchSettings(
+        probe_texts=["a good film"], logging_dir="runs/a", probing=ProbeOptions(seed=3, compat_length=100),
+        expert=ExpertOptions(ig_steps=5), verdict=VerdictSettings(layer_gradients=False),
+    )  # fmt: skip
+    probe = s.probe()
+    assert all(getattr(probe, name) == s.value(spelled) for name, spelled in PROBE_PART.items())
+    assert probe.seed == 3 and probe.ig_steps == 5 and probe.layer_gradients is False
+    assert ProbeSettings() == WatchSettings().probe() and s.replace(num_maps=1, quiet=True).probe() == probe
+    with pytest.raises(ValueError, match=r"^ProbeSettings.batch_size must be >= 1, got 0$"):
+        ProbeSettings(batch_size=0)
+
+
 # ------------------------------------------------------------------------------------------------ docs
+
+
+@pytest.mark.fast
+def test_every_settings_value_the_readme_names_is_importable_from_bertwatch() -> None:
+    import bertwatch
+
+    named = set(re.findall(r"\b([A-Z]\w*(?:Settings|Options))\(", (ROOT / "README.md").read_text(encoding="utf-8")))
+    assert named >= {"ProbeOptions", "AlertSettings", "AblationOptions", "ExpertOptions"}, named
+    values = (WatchSettings, ProbeOptions, AlertSettings, VerdictSettings, AblationOptions, ExpertOptions)
+    assert all(getattr(bertwatch, cls.__name__) is cls for cls in values)
+    assert named <= set(dir(bertwatch)), named - set(dir(bertwatch))
 
 
 def _table_row(spec) -> str:
@@ -345,15 +305,3 @@ def test_the_docs_option_tables_list_every_option_as_the_settings_declare_it() -
 
 def _help(group: str) -> str:
     return next(f.metadata["help"] for f in dataclasses.fields(WatchSettings) if f.name == group)
-
-
-def _watching(tmp_path: Path):
-    """``watch(trainer, **options)`` on one real Trainer, whose bertwatch callback is removed again after each call."""
-    trainer = T.Trainer(model=tiny_bert(tiny_tokenizer()), args=T.TrainingArguments(str(tmp_path), report_to="none"))
-
-    def watched(**options):
-        callback = watch(trainer, **options)
-        trainer.remove_callback(callback)
-        return callback
-
-    return watched

@@ -1,4 +1,4 @@
-"""How an option is checked (``options.checks``): each check keeps a good value (converted where a user's spelling
+"""How an option is checked (``core.schema``): each check keeps a good value (converted where a user's spelling
 differs, ``20.0`` steps are 20) and refuses a bad one with an error that names the option and says what to pass;
 settings values compare plain data by value and objects by identity."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertwatch.options import checks as C
+from bertwatch.core import schema as C
 
 pytestmark = pytest.mark.fast
 
@@ -36,6 +36,20 @@ def test_a_whole_number_from_an_int_or_a_whole_float_at_least_its_lowest() -> No
         check("n", True)
     with pytest.raises(ValueError, match=r"^n must be >= 1 \(1 = every step\), got 0$"):
         check("n", 0)
+
+
+def test_a_number_is_finite_and_inside_its_range() -> None:
+    fraction, multiple = C.number(0.0, below=1.0), C.number(1.0)
+    assert fraction("f", np.float32(0.5)) == 0.5 and type(multiple("m", 3)) is float
+    assert C.number(0.0, at_most=1.0)("s", 1) == 1.0
+    for bad in (0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"^f must be a number in \(0, 1\), got"):
+            fraction("f", bad)
+    with pytest.raises(ValueError, match=r"^m must be a finite number > 1, got inf$"):
+        multiple("m", float("inf"))
+    for bad in ("2", True, None):
+        with pytest.raises(TypeError, match=r"^m must be a number, not"):
+            multiple("m", bad)
 
 
 def test_paths_callables_and_instances() -> None:
@@ -95,14 +109,18 @@ def test_unknown_option_names_get_the_closest_and_an_old_names_new_spelling() ->
     C.check_options(["stats"], ["num_maps", "stats"])  # all known: nothing raised
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class _Demo(C.Checked):
     count: int = C.option(1, "how many", C.whole(1), C.Flag(("--count",), "int"))
     thing: object = C.option(None, "any object", None)
 
 
 def test_a_checked_value_runs_its_checks_and_compares_data_by_value_objects_by_identity() -> None:
-    assert _Demo(count=4.0).count == 4
+    assert _Demo(count=4.0).count == 4 and _Demo() == _Demo(count=1, thing=None)
+    with pytest.raises(
+        TypeError, match=r"^_Demo: unknown option 'cont' \(did you mean 'count'\?\); valid: count, thing$"
+    ):
+        _Demo(cont=2)
     with pytest.raises(ValueError, match=r"^_Demo.count must be >= 1, got 0$"):  # the option named as a user spells it
         _Demo(count=0)
     field = next(f for f in dataclasses.fields(_Demo) if f.name == "count")

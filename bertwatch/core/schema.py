@@ -1,8 +1,10 @@
 """How a monitoring option is declared and checked: its field (default, help, flags, check) and the checks.
 
-Every option of :mod:`bertwatch.options.settings` is a dataclass field made by :func:`option`; its metadata holds
-the help text, the command-line flags ``bertwatch run`` builds from it and the check that ``Checked.__post_init__``
-runs on it. Each check takes the option's name as a user spells it (``"every_n_steps"``,
+Every option of bertwatch (the fields of ``options.settings.WatchSettings``, of its nested values in
+``options.groups``, and of ``core.alerts.AlertSettings`` and ``core.verdict.VerdictSettings``) is a dataclass field
+made by :func:`option`; its metadata holds the help text, the command-line flags ``bertwatch run`` builds from it
+and the check that ``Checked`` runs on it at construction. The declaration lives here, in the lowest layer, so that
+the alert and verdict thresholds are declared beside the rules that read them, like every other option. Each check takes the option's name as a user spells it (``"every_n_steps"``,
 ``"ProbeOptions.batch_size"``) and the value, and returns the value to keep or raises a ``TypeError`` /
 ``ValueError`` that names the option and says what to pass. Values compare by value (plain data) or by identity
 (any other object, such as a tokenizer or a model), since bertwatch cannot tell whether two objects would give the
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import numbers
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -29,8 +32,10 @@ __all__ = [
     "check_options",
     "check_probe_texts",
     "check_stats",
+    "default_of",
     "frozen_value",
     "instance_of",
+    "number",
     "option",
     "path_or_none",
     "sized_dataset",
@@ -65,6 +70,11 @@ def option(default: Any, help: str, check: Check | None, *flags: Flag, factory: 
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """A field's default (made by its factory, if it has one)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
 class _Same:
@@ -107,8 +117,17 @@ def frozen_value(value: Any) -> Any:
 
 
 class Checked:
-    """A frozen settings value whose fields were made with :func:`option`: each field's check runs at
-    construction, and two values are equal when their fields are (objects by identity)."""
+    """A frozen settings value whose fields were made with :func:`option`, built from keywords only: an unknown
+    name is refused with the closest (:func:`check_options`), each field's check runs, and two values are equal when
+    their fields are (objects by identity). A subclass is a ``@dataclass(frozen=True, eq=False, init=False)``; its
+    ``__post_init__`` (after ``super().__post_init__()``) checks what spans fields."""
+
+    def __init__(self, **options: Any) -> None:
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        check_options(options, [f.name for f in fields], type(self).__name__, self.renamed())
+        for f in fields:
+            object.__setattr__(self, f.name, options[f.name] if f.name in options else default_of(f))
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         owner = type(self).option_prefix()
@@ -116,6 +135,11 @@ class Checked:
             check = f.metadata.get("check")
             if check is not None:
                 object.__setattr__(self, f.name, check(owner + f.name, getattr(self, f.name)))
+
+    @classmethod
+    def renamed(cls) -> Mapping[str, str]:
+        """Old option names and their new spelling, for the error that refuses an unknown name (none here)."""
+        return {}
 
     @classmethod
     def option_prefix(cls) -> str:
@@ -197,6 +221,34 @@ def whole(lowest: int | None = None, optional: bool = False, meaning: str = "") 
         if lowest is not None and value < lowest:
             raise ValueError(f"{name} must be >= {lowest}{meaning}, got {value}")
         return int(value)
+
+    return check
+
+
+def number(above: float = 0.0, *, below: float | None = None, at_most: float | None = None) -> Check:
+    """A finite number (kept as a float) greater than ``above``, and below ``below`` or at most ``at_most`` when
+    given.
+
+    Example:
+        >>> number(0.0, below=1.0)("AlertSettings.sink_fraction", 1.5)
+        Traceback (most recent call last):
+        ValueError: AlertSettings.sink_fraction must be a number in (0, 1), got 1.5
+    """
+    if below is not None:
+        shown = f"a number in ({above:g}, {below:g})"
+    elif at_most is not None:
+        shown = f"a number in ({above:g}, {at_most:g}]"
+    else:
+        shown = f"a finite number > {above:g}"
+
+    def check(name: str, value: Any) -> float:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a number, not {value!r}")
+        real = float(value)
+        inside = (below is None or real < below) and (at_most is None or real <= at_most)
+        if not math.isfinite(real) or real <= above or not inside:
+            raise ValueError(f"{name} must be {shown}, got {value!r}")
+        return real
 
     return check
 
