@@ -30,6 +30,7 @@ __all__ = [
     "RunPlan",
     "RunSummary",
     "STOPPING",
+    "Speaker",
     "alert_lines",
     "end_lines",
     "forecast_line",
@@ -427,3 +428,36 @@ STOPPING = "saving a checkpoint and stopping training (on_alert='stop')"
 def verdict_line(step: int, described: str) -> str:
     """The line of the first "failing" verdict: its step and its words (``Verdict.describe``)."""
     return f"verdict at step {step}: {described}"
+
+
+class Speaker:
+    """What one callback says over a run: the start lines, the cost line after the first steps, the end lines.
+    ``speaks``: world process zero and not quiet; ``pinned``: what the run measures whatever it costs."""
+
+    def __init__(self) -> None:
+        self.speaks = False
+        self.pinned: Pinned | None = None
+        self._forecast_at: int | None = None  # the step after which the cost line is printed
+
+    def start(self, plan: RunPlan | None, pinned: Pinned, first: bool, more: list[str], step: int) -> None:
+        """The start lines of ``plan`` (None: it does not speak); where the events go only from the run's
+        ``first`` callback; ``more`` the callback's own lines."""
+        self.pinned, self.speaks = pinned, plan is not None
+        if plan is not None:
+            lines = start_lines(plan)
+            say((lines if first else lines[:1]) + more)
+            self._forecast_at = forecast_step(step, pinned.max_steps)
+
+    def forecast(self, step: int, pacing: Any) -> None:
+        """The cost line, once, at the first step at or after the forecast's step with a measured cost."""
+        if self._forecast_at is None or step < self._forecast_at or pacing.meter.last_cost is None:
+            return
+        self._forecast_at, start = None, pacing.clock()  # what the run will cost, at the pace so far
+        expected = pacing.forecast(step, self.pinned.steps(), self.pinned.max_steps)
+        say([forecast_line(*expected, self.pinned, pacing.meter.budget)])
+        pacing.charge(pacing.clock() - start)
+
+    def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, pacing: Any, report: str):
+        """The end lines (:class:`RunSummary`)."""
+        if self.speaks:
+            say(end_lines(RunSummary.of(history, alerting, pacing, self.pinned, report)))
