@@ -82,7 +82,6 @@ def warn_stopped(message: str) -> None:
     warnings.warn(message, BertWatchWarning, stacklevel=4)
 
 
-
 def init_depth(cls: type, base: type) -> int:
     """The ``__init__`` frames between the code that builds a ``cls`` and the end of ``base.__init__``: base's own
     and one for each class from ``cls`` up to ``base`` that defines one (each calls the next with ``super()``). A

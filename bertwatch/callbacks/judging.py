@@ -65,11 +65,11 @@ class RunJudge:
                 f"{name}: on_alert, alerts and verdict differ from another bertwatch callback's on this run, which "
                 "judges once: give them the same"
             )
-        if judging is not None or strict and not self.strict:
-            self.judging, self.strict = judging or self.judging, self.strict or strict
-            j = self.judging or Judging()
-            self.alerting = Alerting(j.on_alert, j.alerts, self.strict, j.verdict)
-        self.alerting.speaks = self.alerting.speaks or speaks
+        speaks = self.alerting.speaks or speaks
+        self.judging, self.strict = judging or self.judging, self.strict or strict
+        j = self.judging or Judging()
+        self.alerting = Alerting(j.on_alert, j.alerts, self.strict, j.verdict)
+        self.alerting.speaks = speaks
 
     def after_pass(self, run: WatchedRun, result: StepResult, control: Any) -> None:
         """Judge a probe pass's result: the alerts where a member due measures an alert statistic, the verdict where

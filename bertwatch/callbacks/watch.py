@@ -23,6 +23,7 @@ from bertwatch.callbacks.members import Member, Riding, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
+from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.callbacks.watched_run import join
 from bertwatch.callbacks.word_classes import prepare_word_classes
@@ -70,7 +71,9 @@ class WatchCallback(NotATracker, TrainerCallback):
         lists this callback's options."""
         if stats is not None:
             options["stats"] = stats
-        s = callback_settings(type(self).__name__, self.options, settings, options, stacklevel=1 + init_depth(type(self), WatchCallback))
+        s = callback_settings(
+            type(self).__name__, self.options, settings, options, stacklevel=1 + init_depth(type(self), WatchCallback)
+        )
         self.settings, requested = s, s.stats
         ig_taken = "expert" in self.options or "expert.integrated_gradients" in self.options
         if requested is None and s.expert.integrated_gradients and ig_taken:
@@ -108,6 +111,11 @@ class WatchCallback(NotATracker, TrainerCallback):
     def alerting(self) -> Alerting | None:
         """The run's alerts and verdict (``callbacks.alerting.Alerting``; None before the run)."""
         return None if self.watched is None else self.watched.judge.alerting
+
+    @property
+    def run_evidence(self) -> RunEvidence | None:
+        """What the run's verdict read (``callbacks.run_evidence``; None before the run)."""
+        return None if self.watched is None else self.watched.judge.evidence
 
     @property
     def latest(self) -> dict[str, np.ndarray]:

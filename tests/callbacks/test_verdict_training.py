@@ -112,7 +112,7 @@ def test_the_live_verdict_is_the_verdict_replayed_from_the_trainers_own_log(tmp_
     for step, health in callback.health:
         replayed.note_probe(step, health)
         replayed.note_alerts(step, alerts.counts[step])
-    kept = callback.watched.judge.evidence.evidence
+    kept = callback.run_evidence.evidence
     assert kept.losses == replayed.losses and len(kept.losses) == 8  # every logged training loss
     assert [s for s, _ in kept.evaluations] == [2, 4, 6, 8] and kept.evaluations == replayed.evaluations
     assert judge(replayed) == callback.alerting.verdict
