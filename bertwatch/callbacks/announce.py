@@ -210,6 +210,14 @@ def reference_line(total_bytes: int, examples: int, longest: int) -> str | None:
     )
 
 
+def reference_lines(context: ProbeContext) -> list[str]:
+    """The line on the size of a large drift reference of the run's probe set (none when it is small)."""
+    info = context.probe.length_info()
+    total = sum(context.probe.maps_bytes(context.layers, context.heads))
+    line = reference_line(total, int(info["examples"] or 0), int(info["longest"] or 0))
+    return [line] if line else []
+
+
 def maps_line(wanted: int, kept: int, longest: int, budget: int) -> str | None:
     """The line saying that fewer examples' maps are written than asked for (None when all are): ``kept`` of
     ``wanted`` fit in ``budget`` bytes a step, the probe examples being up to ``longest`` tokens long."""
@@ -439,14 +447,21 @@ class Speaker:
         self.pinned: Pinned | None = None
         self._forecast_at: int | None = None  # the step after which the cost line is printed
 
-    def start(self, plan: RunPlan | None, pinned: Pinned, first: bool, more: list[str], step: int) -> None:
-        """The start lines of ``plan`` (None: it does not speak); where the events go only from the run's
-        ``first`` callback; ``more`` the callback's own lines."""
-        self.pinned, self.speaks = pinned, plan is not None
-        if plan is not None:
-            lines = start_lines(plan)
+    def start(
+        self, context: ProbeContext, member: Any, pacing: Any, evaluations: tuple[int, ...], speaks: bool, first: bool,
+        more: list[str],
+    ) -> None:  # fmt: skip
+        """The start lines of a callback that ``speaks``: what ``member`` measures with its ``pacing`` (the
+        Trainer evaluating at ``evaluations``), where the events go only from the run's ``first`` callback, and the
+        callback's own lines (``more``)."""
+        step, last = pacing.meter.first_step, int(context.state.max_steps or 0)
+        self.pinned = Pinned.of(pacing.pinned, evaluations, pacing.every_n_steps, last)
+        self.speaks = speaks
+        if speaks:
+            budget, names = pacing.meter.budget, member.stat_names
+            lines = start_lines(run_plan(context, len(names), budget, self.pinned, member.gives_health))
             say((lines if first else lines[:1]) + more)
-            self._forecast_at = forecast_step(step, pinned.max_steps)
+            self._forecast_at = forecast_step(step, last)
 
     def forecast(self, step: int, pacing: Any) -> None:
         """The cost line, once, at the first step at or after the forecast's step with a measured cost."""

@@ -15,8 +15,8 @@ import numpy as np
 from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
-from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
-from bertwatch.callbacks._safe import SetupError, contained, init_depth, raising_errors, warn_stopped
+from bertwatch.callbacks._context import TrainerContext, evaluation_steps
+from bertwatch.callbacks._safe import OwnCallback, SetupError, contained, init_depth
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.judging import Judging
 from bertwatch.callbacks.members import Member, Riding, resolve, setup_warnings
@@ -47,7 +47,7 @@ SPECIAL_TOKEN_STATS = ("cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_
 ENTROPY_STATS = ("entropy", "cls_entropy")
 
 
-class WatchCallback(NotATracker, TrainerCallback):
+class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
     """Shared machinery: cadence, statistics, membership of the run's probe pass, error containment.
 
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
@@ -71,10 +71,9 @@ class WatchCallback(NotATracker, TrainerCallback):
         lists this callback's options."""
         if stats is not None:
             options["stats"] = stats
-        s = callback_settings(
-            type(self).__name__, self.options, settings, options, stacklevel=1 + init_depth(type(self), WatchCallback)
-        )
-        self.settings, requested = s, s.stats
+        level = 1 + init_depth(type(self), WatchCallback)  # the user's line, past the subclasses' __init__
+        self.settings = s = callback_settings(type(self).__name__, self.options, settings, options, stacklevel=level)
+        requested = s.stats
         ig_taken = "expert" in self.options or "expert.integrated_gradients" in self.options
         if requested is None and s.expert.integrated_gradients and ig_taken:
             requested = self.default_stats + (IG_NAME,)
@@ -83,23 +82,12 @@ class WatchCallback(NotATracker, TrainerCallback):
         # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
         pinned = Pinned(s.probing.at_start, s.probing.on_evaluate, s.probing.at_end)
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
-        self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
-        self.probe_settings, self.disabled, self.watched = s.probe(), False, None
+        super().__init__()
+        self.probe_settings, self.watched = s.probe(), None
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
         self.health: list[tuple[int, dict[str, float]]] = []
-        self._index, self._link, self._speaker = -1, TrainerLink(), announce.Speaker()
-        self.shown_name = type(self).__name__  # how messages name it ("bertwatch" when bertwatch.watch made it)
+        self._index, self._speaker = -1, announce.Speaker()
         self._stat_names = frozenset(self.requested or self.default_stats)
-
-    def set_trainer(self, trainer: Any) -> None:
-        """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
-        TensorBoardCallback before any evaluation. ``bertwatch.watch(trainer)`` and ``bertwatch run`` call it."""
-        self._link.set(trainer)
-
-    @property
-    def trainer(self) -> Any:
-        """The Trainer given with :meth:`set_trainer` (None when the callback was only put in ``callbacks=``)."""
-        return self._link.trainer
 
     @property
     def stat_names(self) -> frozenset[str]:
@@ -123,10 +111,8 @@ class WatchCallback(NotATracker, TrainerCallback):
         return dict(self.history[-1][1]) if self.history else {}
 
     def disable(self, message: str | None = None) -> None:
-        """Stop this callback for the rest of the run (with its one warning)."""
-        self.disabled = True
-        if message:
-            warn_stopped(message)
+        """Stop this callback for the rest of the run (with its one warning), and leave its run."""
+        super().disable(message)
         if self.watched is not None:
             self.watched.leave(self._index)
 
@@ -139,8 +125,7 @@ class WatchCallback(NotATracker, TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if kwargs.get("model") is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
-        last, step = int(state.max_steps or 0), int(state.global_step)
-        self.pacing.start(step, last if last > 0 else None)
+        self.pacing.start(int(state.global_step), int(state.max_steps or 0) or None)
         start, self.history, self.health, self._index = self.pacing.clock(), [], [], -1
         context = self._link.context(kwargs)
         self.watched = join(kwargs["model"], self.probe_settings, args, state, kwargs, context)
@@ -155,20 +140,13 @@ class WatchCallback(NotATracker, TrainerCallback):
         setup_warnings(member, args, context.bound)
         self.pacing.charge(self.pacing.clock() - start, setup=True)
         evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
-        pinned = announce.Pinned.of(self.pacing.pinned, evaluations, self.every_n_steps, last)
-        plan = announce.run_plan(probe, len(member.stat_names), self.pacing.meter.budget, pinned, member.gives_health)
         first = self.watched.announce_once()
-        self._speaker.start(plan if speaks else None, pinned, first, self._more_lines(probe, first), step)
+        self._speaker.start(probe, member, self.pacing, evaluations, speaks, first, self._more_lines(probe, first))
 
     def _more_lines(self, context: ProbeContext, first: bool) -> list[str]:
         """Start lines of this callback's own: the size of a large drift reference, from the run's ``first``
         callback (BertWatchCallback: also the maps it cannot keep)."""
-        if not first or not self.stat_names & set(DRIFT_NAMES):
-            return []
-        info = context.probe.length_info()
-        total = sum(context.probe.maps_bytes(context.layers, context.heads))
-        line = announce.reference_line(total, int(info["examples"] or 0), int(info["longest"] or 0))
-        return [line] if line else []
+        return announce.reference_lines(context) if first and self.stat_names & set(DRIFT_NAMES) else []
 
     def _report_hint(self, args: Any) -> str:
         """Where the run's report is, or how to make it."""

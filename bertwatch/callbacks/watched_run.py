@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -35,9 +35,7 @@ from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
 from bertwatch.callbacks.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
 from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher, StepText
 from bertwatch.callbacks.riders import Rider
-from bertwatch.core.alerts import Alert
 from bertwatch.core.health_names import HEALTH_SERIES
-from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
 from bertwatch.heads.importance import GRADIENT_NAMES
 from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from bertwatch.tb.metadata import PROBE_MODEL_KEY
@@ -55,9 +53,6 @@ HEALTH_DESCRIPTION = (
     "examples predicted as the most frequent class (or the predictions' std for regression), the probe loss's "
     "mean and std"
 )
-#: What the ``verdict`` series and text say of themselves.
-VERDICT_DESCRIPTION = "The run's verdict: level 0 healthy, 1 at risk, 2 failing (bertwatch.core.verdict)"
-VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
 
 
 @dataclass(frozen=True)
@@ -147,9 +142,9 @@ class WatchedRun:
             self.failed = True
             raise
         self.context = run
-        self.judge.evidence.begin(self.state, trainer)
         probe = {**run.probe.length_info(), PROBE_MODEL_KEY: run.model_name}  # recorded with the run's grids
         self.publisher = Publisher(run.writer, run.trackers, args, self.state, run.event, run.probe.roles, probe)
+        self.judge.open(run, self.publisher, self.state, trainer)
         self.begin_pending = not run.resumed
         self.maps_budget = MAPS_BYTES
         self.maps_fit = run.probe.maps_that_fit(run.layers, run.heads, self.maps_budget)
@@ -181,7 +176,7 @@ class WatchedRun:
         if self.failed or self.context is None:
             raise RuntimeError("bertwatch already failed in this run")
         if event == "begin":
-            self.judge.write(self, before=step)
+            self.judge.write(before=step)
         events = ["begin", event] if self.begin_pending and event != "begin" else [event]
         for ev in events:
             key = (ev, step)
@@ -196,9 +191,9 @@ class WatchedRun:
             except BaseException:
                 self.failed = True
                 raise
-            self.judge.after_pass(self, self._results[key], control)
+            self.judge.after_pass(self.members, self._results[key], control)
         if event == "end":
-            self.judge.write(self)
+            self.judge.write()
         out = [r for key, r in self._results.items() if (index, key) not in self._delivered]
         self._delivered.update((index, (r.event, r.step)) for r in out)
         return out
@@ -299,27 +294,6 @@ class WatchedRun:
 
     # ---------------------------------------------------------------------------------------------- writing
 
-    def publish_alerts(self, alerts: Sequence[Alert], step: int, reference_step: int, to_trackers: bool) -> None:
-        """Write the stability alerts in force at ``step`` (``Publisher.publish_alerts``)."""
-        context = self.context
-        self.publisher.publish_alerts(alerts, context.layers, context.heads, step, reference_step, to_trackers)
-
-    def publish_verdict(self, verdict: Verdict, settings: VerdictSettings) -> None:
-        """Write the verdict at its step: the ``verdict`` series (its level: 0 healthy, 1 at risk, 2 failing) and
-        its reasons as the ``verdict`` text (one a line, kept at every step; the levels' names and ``settings``,
-        the thresholds, in its metadata)."""
-        text = StepText(
-            VERDICT_SERIES, verdict.reasons, VERDICT_TEXT, {"levels": list(LEVELS), "settings": asdict(settings)}
-        )
-        level = NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, VERDICT_DESCRIPTION)
-        self.publish_records([level, text], verdict.step)
-
-    def send_verdict(self, verdict: Verdict, health: Mapping[str, float]) -> None:
-        """The verdict's level and ``health``, its step's run-health signals, to the trackers
-        (``Publisher.send_verdict``)."""
-        if self.publisher is not None:
-            self.publisher.send_verdict(verdict.level, health)
-
     def publish_records(self, records: Sequence[NamedValues | StepText | HeadEmbedding], step: int) -> None:
         """Write records made outside a probe pass (the ``probe_steps`` points)."""
         if records and self.publisher is not None:
@@ -331,7 +305,7 @@ class WatchedRun:
         if self.publisher is not None:
             self.publisher.flush()
         if self.context is not None:
-            self.judge.note_log(self, step, logs, control)
+            self.judge.note_log(self.members, step, logs, control)
 
     def evaluate(self, step: int, metrics: Any, trainer: TrainerContext, index: int, control: Any) -> list[StepResult]:
         """An ``on_evaluate``: its metrics noted as evidence, the evaluation's pass (:meth:`handle`), and the
@@ -339,7 +313,7 @@ class WatchedRun:
         new = self.judge.note_evaluation(step, metrics, trainer)
         results = self.handle("evaluate", step, index, control)
         if new:
-            self.judge.judge_metrics(self, step, control)
+            self.judge.judge_metrics(self.members, step, control)
         return results
 
     def leave(self, index: int) -> None:
