@@ -182,7 +182,7 @@ class AblationCallback(OwnCallback, NotATracker, TrainerCallback):
     def write_report(self, args: Any, writer: Any = None) -> None:
         """The run's report (:meth:`report`) from everything under the output folder and this sweep's results;
         each mode folder's own report.html then points to it."""
-        flush = getattr(writer, "flush", None)
+        flush = getattr(writer, "flush", None)  # writer is None where the run has no TensorBoard writer
         if callable(flush):
             flush()  # the summaries written so far are read back from the event files
         path = self.report(args)

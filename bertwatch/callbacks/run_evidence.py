@@ -23,7 +23,7 @@ def constant_of(dataset: Any) -> Constant | None:
     """The best constant prediction on a dataset's class labels: its label column (a ``datasets`` table's
     ``label``, ``labels`` or ``label_ids``), or the same key of each row of a plain list of dicts; None where it has
     neither (a dataset that builds its rows on access is not read through) or its labels are not classes."""
-    names = getattr(dataset, "column_names", None)
+    names = getattr(dataset, "column_names", None)  # a datasets.Dataset has it; a list or torch Dataset has not
     try:
         if isinstance(names, (list, tuple)):
             column = next((c for c in _LABEL_COLUMNS if c in names), None)

@@ -25,7 +25,7 @@ from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker
-from bertwatch.callbacks.watched_run import join
+from bertwatch.callbacks.watched_run import join, keep_results
 from bertwatch.callbacks.word_classes import prepare_word_classes
 from bertwatch.core.stat_names import DEFAULT_STATS
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
@@ -161,26 +161,12 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         watched, step = self.watched, int(state.global_step)
         if watched is None or self._index < 0 or watched.failed:
             return None if watched is None or self._index < 0 else self.disable()
-        start = self.pacing.clock()
-        if event == "evaluate":
-            results = watched.evaluate(step, metrics, self._link.context(kwargs), self._index, control)
-        else:
-            results = watched.handle(event, step, self._index, control)
-        member = watched.members[self._index]
-        mine = [(r, grids) for r in results if (grids := r.of(member, self._index)) is not None]
-        for result, grids in mine:
-            self._record(result.step, grids, result.health_of(member, self._index))
-        self.pacing.charge(self.pacing.clock() - start, mine[-1][0].step if mine else None)
-        for result, _ in mine:
-            watched.publish_records(self.pacing.records(result.step), result.step)
-
-    def _record(self, step: int, grids: Mapping[str, np.ndarray], health: Mapping[str, float] | None) -> None:
-        if self.history and self.history[-1][0] == step:
-            self.history[-1][1].update(grids)
-        else:
-            self.history.append((step, dict(grids)))
-        if health and not (self.health and self.health[-1][0] == step):
-            self.health.append((step, dict(health)))
+        start, evaluation = self.pacing.clock(), None if kwargs is None else (metrics, self._link.context(kwargs))
+        results = watched.handle(event, step, self._index, control, evaluation)
+        steps = keep_results(results, watched.members[self._index], self._index, self.history, self.health)
+        self.pacing.charge(self.pacing.clock() - start, steps[-1] if steps else None)
+        for measured in steps:
+            watched.publish_records(self.pacing.records(measured), measured)
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

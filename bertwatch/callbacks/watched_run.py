@@ -40,7 +40,7 @@ from bertwatch.heads.importance import GRADIENT_NAMES
 from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from bertwatch.tb.metadata import PROBE_MODEL_KEY
 
-__all__ = ["MAPS_BYTES", "WatchedRun", "StepResult", "join"]
+__all__ = ["MAPS_BYTES", "WatchedRun", "StepResult", "join", "keep_results"]
 
 #: The most attention-map bytes a step writes (float16, the kept examples' weights): the maps of 4 probe examples
 #: of 128 tokens at bert-base's 144 heads take 19 MB; of one 512-token example 75 MB, whose writing took seconds
@@ -79,6 +79,31 @@ class StepResult:
         if index not in self.due or not self.health or not member.gives_health:
             return None
         return dict(self.health)
+
+
+def keep_results(
+    results: Sequence[StepResult],
+    member: Member,
+    index: int,
+    history: list[tuple[int, dict[str, np.ndarray]]],
+    health: list[tuple[int, dict[str, float]]],
+) -> list[int]:
+    """Keep ``member``'s part of ``results`` (it is member ``index`` of its run): its grids in ``history`` (one
+    entry a step, merged), the run-health signals in ``health`` (once a step); returns the steps it was due at."""
+    steps = []
+    for result in results:
+        grids = result.of(member, index)
+        if grids is None:
+            continue
+        steps.append(result.step)
+        if history and history[-1][0] == result.step:
+            history[-1][1].update(grids)
+        else:
+            history.append((result.step, dict(grids)))
+        signals = result.health_of(member, index)
+        if signals and not (health and health[-1][0] == result.step):
+            health.append((result.step, dict(signals)))
+    return steps
 
 
 #: The watched runs, held as long as a callback holds its own (a run that never ended goes with its callbacks).
@@ -168,15 +193,19 @@ class WatchedRun:
 
     # ---------------------------------------------------------------------------------------------- events
 
-    def handle(self, event: str, step: int, index: int, control: Any = None) -> list[StepResult]:
+    def handle(
+        self, event: str, step: int, index: int, control: Any = None, evaluation: tuple[Any, Any] | None = None
+    ) -> list[StepResult]:
         """Handle ``event`` at ``step`` once for all members (a pending begin pass first; a "begin" that is not
         pending does nothing), each new result judged (``callbacks.judging``; ``control`` the Trainer's, for a
         stop); returns the results member ``index`` has not had yet, oldest first. A step's begin writes the
-        verdict of the steps before; the end writes the last."""
+        verdict of the steps before; the end writes the last. ``evaluation``: ``on_evaluate``'s metrics and
+        ``TrainerContext``, noted as evidence before the pass, the verdict judged again after it on new metrics."""
         if self.failed or self.context is None:
             raise RuntimeError("bertwatch already failed in this run")
         if event == "begin":
             self.judge.write(before=step)
+        new = evaluation is not None and self.judge.note_evaluation(step, *evaluation)
         events = ["begin", event] if self.begin_pending and event != "begin" else [event]
         for ev in events:
             key = (ev, step)
@@ -194,6 +223,8 @@ class WatchedRun:
             self.judge.after_pass(self.members, self._results[key], control)
         if event == "end":
             self.judge.write()
+        if new:
+            self.judge.judge_metrics(self.members, step, control)
         out = [r for key, r in self._results.items() if (index, key) not in self._delivered]
         self._delivered.update((index, (r.event, r.step)) for r in out)
         return out
@@ -306,15 +337,6 @@ class WatchedRun:
             self.publisher.flush()
         if self.context is not None:
             self.judge.note_log(self.members, step, logs, control)
-
-    def evaluate(self, step: int, metrics: Any, trainer: TrainerContext, index: int, control: Any) -> list[StepResult]:
-        """An ``on_evaluate``: its metrics noted as evidence, the evaluation's pass (:meth:`handle`), and the
-        verdict on new metrics."""
-        new = self.judge.note_evaluation(step, metrics, trainer)
-        results = self.handle("evaluate", step, index, control)
-        if new:
-            self.judge.judge_metrics(self.members, step, control)
-        return results
 
     def leave(self, index: int) -> None:
         """Member ``index`` is done with this run; the last one closes the writer and frees the reference maps."""
