@@ -322,15 +322,17 @@ class RunSummary:
     def of(
         cls,
         history: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-        alerting: Any,
+        raised: Sequence[Alert],
+        verdict: Any,
         pacing: Any,
         pinned: Pinned,
         report: str,
     ):
-        """From a callback's ``history`` (``(step, grids)`` in order), its ``Alerting`` (the alerts raised, the last
-        verdict), its ``ProbePacing`` and the events it planned (``pinned``; those it measured are the pacing's)."""
-        verdict = alerting.verdict.describe() if alerting.verdict is not None else None
-        alerts, grids = len(alerting.raised), history[-1][1] if history else {}
+        """From a callback's ``history`` (``(step, grids)`` in order), the alerts raised on its statistics, the last
+        verdict (None: none, or the callback gives no run-health signals), its ``ProbePacing`` and the events it
+        planned (``pinned``; those it measured are the pacing's)."""
+        verdict = verdict.describe() if verdict is not None else None
+        alerts, grids = len(raised), history[-1][1] if history else {}
         measured = pacing.measured("evaluation"), bool(pacing.measured("end"))
         pinned = dataclasses.replace(pinned, evaluations=measured[0], at_end=measured[1])
         events, between, count = pacing.spent()
@@ -472,7 +474,11 @@ class Speaker:
         say([forecast_line(*expected, self.pinned, pacing.meter.budget)])
         pacing.charge(pacing.clock() - start)
 
-    def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, pacing: Any, report: str):
-        """The end lines (:class:`RunSummary`)."""
+    def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, member: Any, pacing: Any,
+            report: str) -> None:  # fmt: skip
+        """The end lines (:class:`RunSummary`) of a callback: the run's judgement (``alerting``) as far as it
+        concerns ``member``: the alerts on its statistics, the verdict where it gives the run-health signals."""
         if self.speaks:
-            say(end_lines(RunSummary.of(history, alerting, pacing, self.pinned, report)))
+            raised = [a for a in alerting.raised if a.stat in member.stat_names]
+            verdict = alerting.verdict if member.gives_health else None
+            say(end_lines(RunSummary.of(history, raised, verdict, pacing, self.pinned, report)))

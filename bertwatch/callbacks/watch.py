@@ -194,7 +194,8 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
             self._drive("end", state)
             if not self.disabled:
                 self._after_end(args, state, kwargs)
-                self._speaker.end(self.history, self.alerting, self.pacing, self._report_hint(args))
+                member, hint = self.watched.members[self._index], self._report_hint(args)
+                self._speaker.end(self.history, self.alerting, member, self.pacing, hint)
         finally:
             self.watched.leave(self._index)
 
