@@ -376,6 +376,33 @@ def test_no_stack_walking():
     assert not bad, "call-stack walking in bertwatch/ (pass what is needed as arguments):\n" + "\n".join(bad)
 
 
+def callback_modules() -> list[Path]:
+    """The modules of bertwatch/callbacks that define a Trainer callback (a class with ``TrainerCallback`` or a
+    ``...Callback`` among its bases)."""
+    found = []
+    for path in sorted((PACKAGE / "callbacks").glob("*.py")):
+        classes = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)]
+        bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for c in classes for b in c.bases}
+        if any(name.endswith("Callback") for name in bases):
+            found.append(path)
+    return found
+
+
+def test_no_callback_judges():
+    """The run judges the alerts and the verdict once per probe step (callbacks/judging.py); a callback only reads
+    what was judged."""
+    modules = callback_modules()
+    assert any(p.name == "watch.py" for p in modules), [p.name for p in modules]
+    bad = []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+                if name.startswith("judge") or name.startswith("_judge"):
+                    bad.append(f"{relative(path)}:{node.lineno} {name}()")
+    assert not bad, "callbacks that judge (leave it to the run, callbacks/judging.py):\n" + "\n".join(bad)
+
+
 def no_torch_after(code: str) -> None:
     check = f"{code}\nimport sys\nheavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
     check += "assert not heavy, heavy\n"

@@ -50,20 +50,20 @@ def mixed_precision(device: Any, dtype: Any) -> contextlib.AbstractContextManage
 def tokenizer_of(processing_class: Any) -> Any:
     """The tokenizer of a Trainer's ``processing_class``: a processor's ``tokenizer`` (a multimodal processor holds
     one), else the processing class itself (a tokenizer, or None)."""
-    return getattr(processing_class, "tokenizer", processing_class)
+    return getattr(processing_class, "tokenizer", processing_class)  # a tokenizer has no .tokenizer; a processor has
 
 
 def tokenizer_value(tokenizer: Any, name: str, default: Any = None) -> Any:
     """A tokenizer attribute that not every tokenizer class has (``pad_token_id``, ``padding_side``,
     ``mask_token_id``, ``all_special_ids``, ``model_max_length``, ``is_fast``: the tokenizer backends differ), else
     ``default``."""
-    return getattr(tokenizer, name, default)
+    return getattr(tokenizer, name, default)  # slow, fast and custom tokenizer classes each lack some of these
 
 
 def config_value(model: Any, name: str, default: Any = None) -> Any:
     """A model's config attribute that differs between architectures (``max_position_embeddings``,
     ``problem_type``, ``_name_or_path``), else ``default`` (also for a model without a config)."""
-    return getattr(getattr(model, "config", None), name, default)
+    return getattr(getattr(model, "config", None), name, default)  # a bare nn.Module has no config; configs differ
 
 
 def _first(dataset: Any) -> Any:
@@ -171,7 +171,7 @@ def evaluation_steps(args: Any, state: Any) -> tuple[int, ...]:
 
 def _writer_dir(writer: Any) -> Any:
     """Where a TensorBoard writer writes: ``log_dir`` (torch's ``SummaryWriter``) or ``logdir`` (tensorboardX's)."""
-    return getattr(writer, "log_dir", None) or getattr(writer, "logdir", None)
+    return getattr(writer, "log_dir", None) or getattr(writer, "logdir", None)  # each writer class has one of them
 
 
 def tensorboard_run_dir(args: Any, context: TrainerContext, explicit: str | os.PathLike | None = None) -> str:

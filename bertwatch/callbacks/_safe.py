@@ -7,9 +7,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from bertwatch.callbacks._context import TrainerLink
 from bertwatch.core.warnings import BertWatchWarning
 
-__all__ = ["RAISE_ERRORS", "BertWatchWarning", "SetupError", "Stoppable", "contained", "raising_errors"]
+__all__ = [
+    "RAISE_ERRORS",
+    "BertWatchWarning",
+    "OwnCallback",
+    "SetupError",
+    "Stoppable",
+    "contained",
+    "init_depth",
+    "raising_errors",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,3 +90,40 @@ def contained(event: str) -> Callable[[F], F]:
 def warn_stopped(message: str) -> None:
     """Emit the one warning of a stopped monitor."""
     warnings.warn(message, BertWatchWarning, stacklevel=4)
+
+
+def init_depth(cls: type, base: type) -> int:
+    """The ``__init__`` frames between the code that builds a ``cls`` and the end of ``base.__init__``: base's own
+    and one for each class from ``cls`` up to ``base`` that defines one (each calls the next with ``super()``). A
+    warning from ``base.__init__`` at ``stacklevel=1 + init_depth(...)`` points at the user's line."""
+    mro = cls.__mro__
+    return 1 + sum("__init__" in vars(c) for c in mro[: mro.index(base)])
+
+
+class OwnCallback:
+    """What bertwatch's Trainer callbacks share: their errors contained (:func:`contained`; ``strict``: re-raised,
+    set by the tests' switch when built), a stop with one warning (:meth:`disable`), the name their messages give
+    (``shown_name``: ``"bertwatch"`` when ``bertwatch.watch`` made it, else its class), and the Trainer given with
+    :meth:`set_trainer` (weakly held; ``trainer``)."""
+
+    def __init__(self) -> None:
+        self.strict = raising_errors()
+        self.disabled = False
+        self.shown_name = type(self).__name__
+        self._link = TrainerLink()
+
+    def set_trainer(self, trainer: Any) -> None:
+        """Give the callback its Trainer (weakly held), so it sees the eval set, the collator, ``compute_metrics``
+        and the TensorBoard run before any evaluation. ``bertwatch.watch(trainer)`` and ``bertwatch run`` call it."""
+        self._link.set(trainer)
+
+    @property
+    def trainer(self) -> Any:
+        """The Trainer given with :meth:`set_trainer` (None when the callback was only put in ``callbacks=``)."""
+        return self._link.trainer
+
+    def disable(self, message: str | None = None) -> None:
+        """Stop this callback for the rest of the run (with its one warning)."""
+        self.disabled = True
+        if message:
+            warn_stopped(message)

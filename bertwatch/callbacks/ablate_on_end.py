@@ -12,8 +12,8 @@ from transformers import TrainerCallback
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.sweep import ablate
 from bertwatch.ablation.task_types import check_task_head, sweep_examples
-from bertwatch.callbacks._context import TrainerContext, TrainerLink, tensorboard_run_dir, tokenizer_of
-from bertwatch.callbacks._safe import SetupError, contained, raising_errors, warn_stopped
+from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir, tokenizer_of
+from bertwatch.callbacks._safe import OwnCallback, SetupError, contained
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.core.modes import check_mode
 from bertwatch.report.result import AblationResult
@@ -56,7 +56,7 @@ def _first_examples(dataset: Any, count: int) -> list[Any] | None:
     return [dataset[i] for i in range(min(count, len(dataset)))]
 
 
-class AblationCallback(NotATracker, TrainerCallback):
+class AblationCallback(OwnCallback, NotATracker, TrainerCallback):
     """Runs the ablation sweep on the evaluation set when training ends.
 
     Summaries go to the Trainer's TensorBoard run (``bertwatch/ablation/{mode}/...``); JSON and CSV to
@@ -91,20 +91,7 @@ class AblationCallback(NotATracker, TrainerCallback):
         self.logdir = logdir
         self.ablate_kwargs = ablate_kwargs
         self.results: dict[str, AblationResult] = {}
-        self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
-        self.disabled = False
-        self.shown_name = type(self).__name__  # how its warnings name it
-        self._link = TrainerLink()
-
-    def disable(self, message: str | None = None) -> None:
-        """Give up the sweep for this run (with its one warning)."""
-        self.disabled = True
-        if message:
-            warn_stopped(message)
-
-    def set_trainer(self, trainer: Any) -> None:
-        """Give the callback its Trainer (weakly held): its eval set, ``compute_metrics`` and TensorBoard run."""
-        self._link.set(trainer)
+        super().__init__()
 
     def eval_set(self, context: TrainerContext) -> Any:
         """The evaluation set to disable heads on: the explicit one, else the Trainer's (None if unknown)."""
@@ -195,7 +182,7 @@ class AblationCallback(NotATracker, TrainerCallback):
     def write_report(self, args: Any, writer: Any = None) -> None:
         """The run's report (:meth:`report`) from everything under the output folder and this sweep's results;
         each mode folder's own report.html then points to it."""
-        flush = getattr(writer, "flush", None)
+        flush = getattr(writer, "flush", None)  # writer is None where the run has no TensorBoard writer
         if callable(flush):
             flush()  # the summaries written so far are read back from the event files
         path = self.report(args)

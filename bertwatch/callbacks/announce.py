@@ -30,6 +30,7 @@ __all__ = [
     "RunPlan",
     "RunSummary",
     "STOPPING",
+    "Speaker",
     "alert_lines",
     "end_lines",
     "forecast_line",
@@ -209,6 +210,14 @@ def reference_line(total_bytes: int, examples: int, longest: int) -> str | None:
     )
 
 
+def reference_lines(context: ProbeContext) -> list[str]:
+    """The line on the size of a large drift reference of the run's probe set (none when it is small)."""
+    info = context.probe.length_info()
+    total = sum(context.probe.maps_bytes(context.layers, context.heads))
+    line = reference_line(total, int(info["examples"] or 0), int(info["longest"] or 0))
+    return [line] if line else []
+
+
 def maps_line(wanted: int, kept: int, longest: int, budget: int) -> str | None:
     """The line saying that fewer examples' maps are written than asked for (None when all are): ``kept`` of
     ``wanted`` fit in ``budget`` bytes a step, the probe examples being up to ``longest`` tokens long."""
@@ -313,15 +322,17 @@ class RunSummary:
     def of(
         cls,
         history: Sequence[tuple[int, Mapping[str, np.ndarray]]],
-        alerting: Any,
+        raised: Sequence[Alert],
+        verdict: Any,
         pacing: Any,
         pinned: Pinned,
         report: str,
     ):
-        """From a callback's ``history`` (``(step, grids)`` in order), its ``Alerting`` (the alerts raised, the last
-        verdict), its ``ProbePacing`` and the events it planned (``pinned``; those it measured are the pacing's)."""
-        verdict = alerting.verdict.describe() if alerting.verdict is not None else None
-        alerts, grids = len(alerting.raised), history[-1][1] if history else {}
+        """From a callback's ``history`` (``(step, grids)`` in order), the alerts raised on its statistics, the last
+        verdict (None: none, or the callback gives no run-health signals), its ``ProbePacing`` and the events it
+        planned (``pinned``; those it measured are the pacing's)."""
+        verdict = verdict.describe() if verdict is not None else None
+        alerts, grids = len(raised), history[-1][1] if history else {}
         measured = pacing.measured("evaluation"), bool(pacing.measured("end"))
         pinned = dataclasses.replace(pinned, evaluations=measured[0], at_end=measured[1])
         events, between, count = pacing.spent()
@@ -427,3 +438,47 @@ STOPPING = "saving a checkpoint and stopping training (on_alert='stop')"
 def verdict_line(step: int, described: str) -> str:
     """The line of the first "failing" verdict: its step and its words (``Verdict.describe``)."""
     return f"verdict at step {step}: {described}"
+
+
+class Speaker:
+    """What one callback says over a run: the start lines, the cost line after the first steps, the end lines.
+    ``speaks``: world process zero and not quiet; ``pinned``: what the run measures whatever it costs."""
+
+    def __init__(self) -> None:
+        self.speaks = False
+        self.pinned: Pinned | None = None
+        self._forecast_at: int | None = None  # the step after which the cost line is printed
+
+    def start(
+        self, context: ProbeContext, member: Any, pacing: Any, evaluations: tuple[int, ...], speaks: bool, first: bool,
+        more: list[str],
+    ) -> None:  # fmt: skip
+        """The start lines of a callback that ``speaks``: what ``member`` measures with its ``pacing`` (the
+        Trainer evaluating at ``evaluations``), where the events go only from the run's ``first`` callback, and the
+        callback's own lines (``more``)."""
+        step, last = pacing.meter.first_step, int(context.state.max_steps or 0)
+        self.pinned = Pinned.of(pacing.pinned, evaluations, pacing.every_n_steps, last)
+        self.speaks = speaks
+        if speaks:
+            budget, names = pacing.meter.budget, member.stat_names
+            lines = start_lines(run_plan(context, len(names), budget, self.pinned, member.gives_health))
+            say((lines if first else lines[:1]) + more)
+            self._forecast_at = forecast_step(step, last)
+
+    def forecast(self, step: int, pacing: Any) -> None:
+        """The cost line, once, at the first step at or after the forecast's step with a measured cost."""
+        if self._forecast_at is None or step < self._forecast_at or pacing.meter.last_cost is None:
+            return
+        self._forecast_at, start = None, pacing.clock()  # what the run will cost, at the pace so far
+        expected = pacing.forecast(step, self.pinned.steps(), self.pinned.max_steps)
+        say([forecast_line(*expected, self.pinned, pacing.meter.budget)])
+        pacing.charge(pacing.clock() - start)
+
+    def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, member: Any, pacing: Any,
+            report: str) -> None:  # fmt: skip
+        """The end lines (:class:`RunSummary`) of a callback: the run's judgement (``alerting``) as far as it
+        concerns ``member``: the alerts on its statistics, the verdict where it gives the run-health signals."""
+        if self.speaks:
+            raised = [a for a in alerting.raised if a.stat in member.stat_names]
+            verdict = alerting.verdict if member.gives_health else None
+            say(end_lines(RunSummary.of(history, raised, verdict, pacing, self.pinned, report)))

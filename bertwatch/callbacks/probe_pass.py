@@ -284,7 +284,7 @@ def _number(value: Tensor) -> float:
 
 def _called(measurement_pass: MeasurementPass, method: str) -> dict[str, Any]:
     """What a measurement pass's optional ``method`` (``health``, ``references``) gives, empty without it."""
-    values = getattr(measurement_pass, method, None)
+    values = getattr(measurement_pass, method, None)  # the protocol's optional methods: most passes have neither
     return dict(values()) if callable(values) else {}
 
 

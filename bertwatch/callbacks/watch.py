@@ -8,7 +8,6 @@ misconfiguration (unsupported model, empty probe set) fails loudly at ``on_train
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,16 +15,17 @@ import numpy as np
 from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
-from bertwatch.callbacks._context import TrainerContext, TrainerLink, evaluation_steps
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError, contained, raising_errors, warn_stopped
+from bertwatch.callbacks._context import TrainerContext, evaluation_steps
+from bertwatch.callbacks._safe import OwnCallback, SetupError, contained, init_depth
 from bertwatch.callbacks.alerting import Alerting
-from bertwatch.callbacks.measurements import supported_stats
+from bertwatch.callbacks.judging import Judging
+from bertwatch.callbacks.members import Member, Riding, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.run_evidence import RunEvidence
-from bertwatch.callbacks.tracking import NotATracker, reported_trackers
-from bertwatch.callbacks.watched_run import Member, Riding, WatchedRun, join, loss_problem, without_gradients
+from bertwatch.callbacks.tracking import NotATracker
+from bertwatch.callbacks.watched_run import join, keep_results
 from bertwatch.callbacks.word_classes import prepare_word_classes
 from bertwatch.core.stat_names import DEFAULT_STATS
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
@@ -47,14 +47,15 @@ SPECIAL_TOKEN_STATS = ("cls_mass", "sep_mass", "punct_mass", "sep_to_sep", "sep_
 ENTROPY_STATS = ("entropy", "cls_entropy")
 
 
-class WatchCallback(NotATracker, TrainerCallback):
+class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
     """Shared machinery: cadence, statistics, membership of the run's probe pass, error containment.
 
     ``history`` holds ``(step, {stat: [layers, heads] array})`` for every step this callback measured, on every
     process (only world process zero writes event files); ``health`` holds ``(step, {signal: value})``, the
-    run-health signals of the steps its gradient statistics were measured (``core.health_names``), and
-    ``alerting.verdict`` the last verdict on the run (``core.verdict``). ``log_to_trackers`` (default on) also
-    sends each statistic's layer means to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
+    run-health signals of the steps its gradient statistics were measured (``core.health_names``). The run judges
+    the alerts and the verdict once for all its callbacks (``callbacks.judging``): ``alerting.verdict`` is the last
+    verdict on the run (``core.verdict``). ``log_to_trackers`` (default on) also sends each statistic's layer means
+    to the Trainer's ``report_to`` trackers (``bertwatch.callbacks.tracking``).
     """
 
     default_stats: tuple[str, ...] = ()
@@ -70,55 +71,39 @@ class WatchCallback(NotATracker, TrainerCallback):
         lists this callback's options."""
         if stats is not None:
             options["stats"] = stats
-        overrides = sum("__init__" in vars(c) for c in type(self).__mro__[: type(self).__mro__.index(WatchCallback)])
-        s = callback_settings(type(self).__name__, self.options, settings, options, stacklevel=2 + overrides)
-        self.settings = s
+        level = 1 + init_depth(type(self), WatchCallback)  # the user's line, past the subclasses' __init__
+        self.settings = s = callback_settings(type(self).__name__, self.options, settings, options, stacklevel=level)
         requested = s.stats
         ig_taken = "expert" in self.options or "expert.integrated_gradients" in self.options
         if requested is None and s.expert.integrated_gradients and ig_taken:
             requested = self.default_stats + (IG_NAME,)
         self.requested = None if requested is None else tuple(requested)
-        self._stat_names = frozenset(self.requested or self.default_stats)
-        self.every_n_steps = s.every_n_steps
+        self.every_n_steps, self.log_to_trackers = s.every_n_steps, s.expert.log_to_trackers
         # overhead budget (callbacks/pacing.py): every_n_steps=None spaces the step probes by the budget
         pinned = Pinned(s.probing.at_start, s.probing.on_evaluate, s.probing.at_end)
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
-        self.strict = raising_errors()  # re-raise errors instead of containing them (the tests' switch)
-        self.log_to_trackers = s.expert.log_to_trackers
-        self.probe_settings = s.probe()
-        self.disabled = False
-        self.watched: WatchedRun | None = None
-        self._index = -1  # this callback's place in the watched run (``WatchedRun.add``)
+        super().__init__()
+        self.probe_settings, self.watched = s.probe(), None
         self.history: list[tuple[int, dict[str, np.ndarray]]] = []
         self.health: list[tuple[int, dict[str, float]]] = []
-        self._link = TrainerLink()
-        self._speaks = False  # this run prints its start and end lines (world process zero, not quiet)
-        self._forecast_at: int | None = None  # the step after which the cost line is printed
-        self._pinned: announce.Pinned | None = None  # what this run measures whatever it costs, for the cost lines
-        self.shown_name = type(self).__name__  # how messages name it ("bertwatch" when bertwatch.watch made it)
-        # the stability alerts and the run verdict (callbacks.alerting) on the run's evidence (callbacks.run_evidence)
-        self.alerting, self.run_evidence = Alerting(s.on_alert, s.alerts, self.strict, s.verdict), RunEvidence()
-
-    def set_trainer(self, trainer: Any) -> None:
-        """Give the callback its Trainer (weakly held), so it sees the eval set, the collator and the
-        TensorBoardCallback before any evaluation. ``bertwatch.watch(trainer)`` and ``bertwatch run`` call it."""
-        self._link.set(trainer)
-
-    @property
-    def trainer(self) -> Any:
-        """The Trainer given with :meth:`set_trainer` (None when the callback was only put in ``callbacks=``)."""
-        return self._link.trainer
+        self._index, self._speaker = -1, announce.Speaker()
+        self._stat_names = frozenset(self.requested or self.default_stats)
 
     @property
     def stat_names(self) -> frozenset[str]:
-        """The statistics this callback measures (in a run: those its model and probe set give)."""
-        if self.watched is not None and self._index >= 0:
-            return self.watched.members[self._index].stat_names
-        return self._stat_names
+        """The statistics this callback measures (in a run: those its model, probe set and loss give)."""
+        in_run = self.watched is not None and self._index >= 0
+        return self.watched.members[self._index].stat_names if in_run else self._stat_names
 
-    @stat_names.setter
-    def stat_names(self, names: frozenset[str]) -> None:
-        self._stat_names = frozenset(names)
+    @property
+    def alerting(self) -> Alerting | None:
+        """The run's alerts and verdict (``callbacks.alerting.Alerting``; None before the run)."""
+        return None if self.watched is None else self.watched.judge.alerting
+
+    @property
+    def run_evidence(self) -> RunEvidence | None:
+        """What the run's verdict read (``callbacks.run_evidence``; None before the run)."""
+        return None if self.watched is None else self.watched.judge.evidence
 
     @property
     def latest(self) -> dict[str, np.ndarray]:
@@ -126,188 +111,67 @@ class WatchCallback(NotATracker, TrainerCallback):
         return dict(self.history[-1][1]) if self.history else {}
 
     def disable(self, message: str | None = None) -> None:
-        """Stop this callback for the rest of the run (with its one warning)."""
-        self.disabled = True
-        if message:
-            warn_stopped(message)
+        """Stop this callback for the rest of the run (with its one warning), and leave its run."""
+        super().disable(message)
         if self.watched is not None:
             self.watched.leave(self._index)
 
-    # ------------------------------------------------------------------------------------------ setup
-
-    def _member(self, stat_names: frozenset[str], context: ProbeContext) -> Member:
+    def _member(self, stat_names: frozenset[str], context: ProbeContext | None) -> Member:
         """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
         required = self.requested is not None
         return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
 
-    def _resolve_stats(self, context: ProbeContext, watched: WatchedRun) -> frozenset[str]:
-        """The statistics this callback can measure in this run: those the model gives (``supported_stats``),
-        without the gradient statistics where the probe set or the loss cannot give them (``without_gradients``)."""
-        owner = self.shown_name
-        names = supported_stats(self._stat_names, self.requested is not None, context.encoder, owner)
-        if not names & (set(GRADIENT_NAMES) | {IG_NAME}):
-            return names
-        problem = self._gradient_problem(context, watched)
-        if problem is None:
-            context.loss.announce()
-            return names
-        probe = Member(owner, names, self.pacing, self.requested is not None)
-        return without_gradients(probe, problem).stat_names
-
-    def _gradient_problem(self, context: ProbeContext, watched: WatchedRun) -> str | None:
-        """Why the probe set cannot give gradient statistics (the loss ``callbacks.trainer_loss`` chose is refused,
-        or the probe examples lack labels), or None. The loss on the probe batches themselves is checked by the
-        watched's start pass before the first optimiser step, or now where the run has none (resumed)."""
-        loss = context.loss
-        if loss.problem is not None:
-            return loss.problem
-        if loss.loss_fn is None and not context.probe.has_labels:
-            return (
-                "the probe examples have no labels (gradient statistics need labels or loss_fn=): probe with "
-                "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
-                "loss_fn=(outputs, batch) -> per-example loss"
-            )
-        return None if watched.begin_pending else loss_problem(context)
-
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        model = kwargs.get("model")
-        if model is None:
+        if kwargs.get("model") is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
-        last = int(state.max_steps or 0)
-        self.pacing.start(int(state.global_step), last if last > 0 else None)
-        start = self.pacing.clock()
-        self._begin(model, args, state, kwargs)
+        self.pacing.start(int(state.global_step), int(state.max_steps or 0) or None)
+        start, self.history, self.health, self._index = self.pacing.clock(), [], [], -1
+        context = self._link.context(kwargs)
+        self.watched = join(kwargs["model"], self.probe_settings, args, state, kwargs, context)
+        if self.watched.failed:
+            return self.disable()
+        probe = self.watched.context
+        self._check_setup(args, state, probe, context)
+        member = resolve(self._member(self._stat_names, probe), probe, not self.watched.begin_pending)
+        speaks = probe.world_zero and not announce.quiet(self.settings.quiet)
+        judging = Judging(self.settings.on_alert, self.settings.alerts, self.settings.verdict)
+        self._index = self.watched.add(member, judging if "on_alert" in self.options else None, self.strict, speaks)
+        setup_warnings(member, args, context.bound)
         self.pacing.charge(self.pacing.clock() - start, setup=True)
-        context = None if self.disabled or self.watched is None else self.watched.context
-        self._speaks = context is not None and context.world_zero and not announce.quiet(self.settings.quiet)
-        self.alerting.speaks = self._speaks
         evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
-        self._pinned = announce.Pinned.of(self.pacing.pinned, evaluations, self.every_n_steps, last)
-        if self._speaks:
-            budget = self.pacing.meter.budget
-            verdict = bool(set(GRADIENT_NAMES) & self.stat_names)
-            plan = announce.run_plan(context, len(self.stat_names), budget, self._pinned, verdict)
-            lines = announce.start_lines(plan)
-            lines = lines if self._index == 0 else lines[:1]  # where the events go: once a run
-            announce.say(lines + self._more_lines(context))
-            self._forecast_at = announce.forecast_step(int(state.global_step), last)
+        first = self.watched.announce_once()
+        self._speaker.start(probe, member, self.pacing, evaluations, speaks, first, self._more_lines(probe, first))
 
-    def _more_lines(self, context: ProbeContext) -> list[str]:
-        """Start lines of this callback's own: the size of a large drift reference (BertWatchCallback: also the maps
-        it cannot keep)."""
-        if self._index != 0 or not self.stat_names & set(DRIFT_NAMES):
-            return []
-        info = context.probe.length_info()
-        total = sum(context.probe.maps_bytes(context.layers, context.heads))
-        line = announce.reference_line(total, int(info["examples"] or 0), int(info["longest"] or 0))
-        return [line] if line else []
+    def _more_lines(self, context: ProbeContext, first: bool) -> list[str]:
+        """Start lines of this callback's own: the size of a large drift reference, from the run's ``first``
+        callback (BertWatchCallback: also the maps it cannot keep)."""
+        return announce.reference_lines(context) if first and self.stat_names & set(DRIFT_NAMES) else []
 
     def _report_hint(self, args: Any) -> str:
         """Where the run's report is, or how to make it."""
         return announce.report_command(str(args.output_dir))
 
-    def _begin(self, model: Any, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
-        self.history, self.health, self._index = [], [], -1
-        self.alerting.reset()
-        context = self._link.context(kwargs)
-        self.run_evidence.begin(state, context)
-        self.watched = join(model, self.probe_settings, args, state, kwargs, context)
-        if self.watched.failed:
-            self.disable()
-            return
-        probe = self.watched.context
-        names = self._resolve_stats(probe, self.watched)
-        self._check_setup(args, state, probe, context)
-        self._index = self.watched.add(self._member(names, probe))
-        if self.log_to_trackers and not context.bound and reported_trackers(args):
-            warnings.warn(
-                f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
-                "attached with bertwatch.watch(trainer) (or bertwatch run); from callbacks=[...] they go to "
-                "TensorBoard only",
-                BertWatchWarning,
-                stacklevel=3,
-            )
-        if getattr(args, "fp16", False) and set(GRADIENT_NAMES) & names:
-            warnings.warn(
-                "bertwatch: with fp16 the gradient statistics are measured under float16 autocast without the "
-                "Trainer's loss scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller "
-                "gives layer gradient norms of 0 on MiniLM), so the verdict can read an underflow as a vanished "
-                "gradient (docs/statistics.md, run health); bf16 has no such floor",
-                BertWatchWarning,
-                stacklevel=3,
-            )
-
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         """Fail at on_train_begin on a configuration that could only fail later."""
 
-    # ------------------------------------------------------------------------------------------ events
-
-    def _drive(self, event: str, state: Any, control: Any = None) -> None:
-        """Have the run's watched handle ``event`` (the pass runs once, for every callback due), then take this
-        callback's results: its history and health, its alerts and verdict (``callbacks.alerting``) and the
-        ``probe_steps`` points."""
-        watched = self.watched
-        if watched is None or self._index < 0:
-            return
-        if watched.failed:
-            self.disable()
-            return
-        start = self.pacing.clock()
-        results = watched.handle(event, int(state.global_step), self._index)
-        member = watched.members[self._index]
-        mine = [(r, grids) for r in results if (grids := r.of(member, self._index)) is not None]
-        for result, grids in mine:
-            self._record(result.step, grids, result.health_of(member, self._index))
-        step = mine[-1][0].step if mine else None
-        self.pacing.charge(self.pacing.clock() - start, step)
-        start = self.pacing.clock()
-        for result, _ in mine:
-            self._judge(watched, result.event, control)
-            if self.health and self.health[-1][0] == result.step:
-                self.run_evidence.note_probe(result.step, self.health[-1][1], len(self.alerting.alerts))
-                self._judge_verdict(result.step, result.event, control)
-            watched.publish_records(self.pacing.records(result.step), result.step)
-        self.pacing.charge(self.pacing.clock() - start, step)
-
-    def _record(self, step: int, grids: Mapping[str, np.ndarray], health: Mapping[str, float] | None) -> None:
-        if self.history and self.history[-1][0] == step:
-            self.history[-1][1].update(grids)
-        else:
-            self.history.append((step, dict(grids)))
-        if health and not (self.health and self.health[-1][0] == step):
-            self.health.append((step, dict(health)))
-
-    def _judge_verdict(self, step: int, event: str, control: Any) -> None:
-        """The verdict after new evidence at ``step`` (``event``: a probe pass's, "log" or "metrics") by a callback that
-        measures the run-health signals: acted on, written once the step is over (``callbacks.run_evidence``)."""
-        if self.watched is not None and set(GRADIENT_NAMES) & self.stat_names:
-            probed = event not in ("log", "metrics") and self.health and self.health[-1][0] == step
-            health, writer = self.health[-1] if probed else None, self.watched.verdict_writer() == self._index
-            send = self.log_to_trackers and event != "end"
-            self.run_evidence.judge(self.alerting, self.watched, writer, health, send, control)
-
-    def _judge(self, watched: WatchedRun, event: str, control: Any) -> None:
-        """The stability alerts of the newest step: written by the watched run's alert writer, acted on here."""
-        with self.alerting.contained():
-            judgement = self.alerting.judge(self.history, watched.context.resumed)
-            if judgement is None:
-                return
-            if watched.alert_writer() == self._index:
-                to_trackers = self.log_to_trackers and event != "end"
-                watched.publish_alerts(judgement.alerts, judgement.step, judgement.reference_step, to_trackers)
-            self.alerting.act(judgement, control)
+    def _drive(self, event: str, state: Any, control: Any = None, metrics: Any = None, kwargs: Any = None) -> None:
+        """Have the run handle ``event`` (the pass runs and is judged once, for every callback due), then take this
+        callback's results into its history and health, and write its ``probe_steps`` points."""
+        watched, step = self.watched, int(state.global_step)
+        if watched is None or self._index < 0 or watched.failed:
+            return None if watched is None or self._index < 0 else self.disable()
+        start, evaluation = self.pacing.clock(), None if kwargs is None else (metrics, self._link.context(kwargs))
+        results = watched.handle(event, step, self._index, control, evaluation)
+        steps = keep_results(results, watched.members[self._index], self._index, self.history, self.health)
+        self.pacing.charge(self.pacing.clock() - start, steps[-1] if steps else None)
+        for measured in steps:
+            watched.publish_records(self.pacing.records(measured), measured)
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.run_evidence.write(self.watched, self.alerting.verdict_settings, before=int(state.global_step))  # over
         self._drive("begin", state, control)
-        due = self._forecast_at is not None and state.global_step >= self._forecast_at
-        if due and self.pacing.meter.last_cost is not None:
-            self._forecast_at, start = None, self.pacing.clock()  # what the run will cost, at the pace so far
-            expected = self.pacing.forecast(int(state.global_step), self._pinned.steps(), self._pinned.max_steps)
-            announce.say([announce.forecast_line(*expected, self._pinned, self.pacing.meter.budget)])
-            self.pacing.charge(self.pacing.clock() - start)
+        self._speaker.forecast(int(state.global_step), self.pacing)
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -315,18 +179,12 @@ class WatchCallback(NotATracker, TrainerCallback):
 
     @contained("on_evaluate")
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        step, context = int(state.global_step), self._link.context(kwargs)
-        new = self.run_evidence.note_evaluation(step, kwargs.get("metrics"), context)
-        self._drive("evaluate", state, control)
-        if new:
-            self._judge_verdict(step, "metrics", control)  # no probe pass judged them
+        self._drive("evaluate", state, control, kwargs.get("metrics"), kwargs)
 
     @contained("on_log")
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        if self.watched is not None:
-            self.watched.flush()
-            if self.run_evidence.note_log(int(state.global_step), logs):
-                self._judge_verdict(int(state.global_step), "log", control)
+        if self.watched is not None and not self.watched.failed:
+            self.watched.on_log(int(state.global_step), logs, control)
 
     @contained("on_train_end")
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -334,16 +192,12 @@ class WatchCallback(NotATracker, TrainerCallback):
             return
         try:
             self._drive("end", state)
-            self.run_evidence.write(self.watched, self.alerting.verdict_settings)
             if not self.disabled:
                 self._after_end(args, state, kwargs)
-            if self._speaks and not self.disabled:
-                hint = self._report_hint(args)
-                summary = announce.RunSummary.of(self.history, self.alerting, self.pacing, self._pinned, hint)
-                announce.say(announce.end_lines(summary))
+                member, hint = self.watched.members[self._index], self._report_hint(args)
+                self._speaker.end(self.history, self.alerting, member, self.pacing, hint)
         finally:
-            if self.watched is not None:
-                self.watched.leave(self._index)
+            self.watched.leave(self._index)
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         """Work after the last measurement (the ablation sweep of BertWatchCallback)."""
@@ -480,11 +334,11 @@ class BertWatchCallback(WatchCallback):
         except SetupError as err:
             raise SetupError(f"ablate_on_end=True: {err}") from err
 
-    def _more_lines(self, context: ProbeContext) -> list[str]:
+    def _more_lines(self, context: ProbeContext, first: bool) -> list[str]:
         longest = int(context.probe.length_info()["longest"] or 0)
         watched = self.watched
         line = announce.maps_line(self.num_maps, min(self.num_maps, watched.maps_fit), longest, watched.maps_budget)
-        return super()._more_lines(context) + ([line] if line else [])
+        return super()._more_lines(context, first) + ([line] if line else [])
 
     def _report_hint(self, args: Any) -> str:
         if self.ablation_result is None:

@@ -7,84 +7,45 @@ measures and when, fixed at setup. Data flows one way, down:
 
 - at each event the first callback to arrive calls :meth:`WatchedRun.handle`; it asks each member's pacing
   whether it is due (``callbacks.pacing``), plans the pass (``probe_pass.plan_pass``), runs it
-  (``probe_pass.execute``), writes it (``callbacks.publisher``) and keeps the ``StepResult``, which every callback
-  of that event reads;
-- nothing here calls a callback: what a callback does with a result (its history, its alerts) it does itself.
+  (``probe_pass.execute``), writes it (``callbacks.publisher``), judges it once (the alerts and the verdict,
+  ``callbacks.judging``) and keeps the ``StepResult``, which every callback of that event reads into its history;
+- nothing here calls a callback.
 
 The run's first pass, at the first step's begin, also checks the gradient statistics' loss on the probe batches
 (its own gradient pass where it can be that check), before the first optimiser step; a refusal takes the gradient
-statistics out of the members (:func:`without_gradients`) and the pass runs again without them. The pass never
+statistics out of the members (``members.without_gradients``) and the pass runs again without them. The pass never
 changes the user's training: eval mode, restored RNG and attention implementation (``bertwatch.heads.capture``),
 ``torch.no_grad`` for maps, ``torch.autograd.grad`` on gates for gradients, and its own copy of the probe batches.
 """
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from bertwatch.callbacks._context import TrainerContext
-from bertwatch.callbacks._safe import SetupError
-from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
+from bertwatch.callbacks.judging import Judging, RunJudge
+from bertwatch.callbacks.members import Member, loss_problem, refusal, without_gradients
 from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
 from bertwatch.callbacks.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
 from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher, StepText
-from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
-from bertwatch.core.alerts import ALERT_STATS, Alert
+from bertwatch.callbacks.riders import Rider
 from bertwatch.core.health_names import HEALTH_SERIES
-from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
-from bertwatch.core.warnings import BertWatchWarning
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
-from bertwatch.heads.task_heads import LossSetupError
+from bertwatch.heads.importance import GRADIENT_NAMES
 from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from bertwatch.tb.metadata import PROBE_MODEL_KEY
 
-__all__ = ["MAPS_BYTES", "Member", "WatchedRun", "StepResult", "join", "loss_problem", "without_gradients"]
+__all__ = ["MAPS_BYTES", "WatchedRun", "StepResult", "join", "keep_results"]
 
 #: The most attention-map bytes a step writes (float16, the kept examples' weights): the maps of 4 probe examples
 #: of 128 tokens at bert-base's 144 heads take 19 MB; of one 512-token example 75 MB, whose writing took seconds
 #: on the GPU benchmark. Only the first examples whose maps fit together are kept.
 MAPS_BYTES = 32 * 2**20
-
-_GRADIENT_STATS = frozenset(GRADIENT_NAMES) | {IG_NAME}
-
-
-@dataclass(frozen=True)
-class Riding:
-    """What rides on a member's passes (``callbacks.riders``): word classes by token rules, head clusters
-    (``track``, from the first ``cluster_examples`` examples), word classes on UD sentences (``annotated``)."""
-
-    word_classes: bool = False
-    track: ClusterTrack | None = None
-    cluster_examples: int = 8
-    annotated: Any = None
-
-    def riders(self, context: ProbeContext) -> list[Rider]:
-        return riders_for(context, self.word_classes, self.track, self.cluster_examples, self.annotated)
-
-
-@dataclass
-class Member:
-    """One callback's part in its run's passes, fixed at setup: ``name`` (for messages), the statistics it
-    measures (``stat_names``; ``required``: asked for by name, so a refused loss is an error), when (``pacing``),
-    the maps it keeps (``maps``), what rides on its passes (``riding``), whether its layer means go to the
-    trackers (``log_to_trackers``). ``active``: False once it stopped."""
-
-    name: str
-    stat_names: frozenset[str]
-    pacing: ProbePacing
-    required: bool = False
-    maps: MapsCadence | None = None
-    riding: Riding = field(default_factory=Riding)
-    log_to_trackers: bool = True
-    active: bool = True
-
 
 #: What the ``run_health`` series says of itself (``core.health_names`` defines each value).
 HEALTH_DESCRIPTION = (
@@ -92,9 +53,6 @@ HEALTH_DESCRIPTION = (
     "examples predicted as the most frequent class (or the predictions' std for regression), the probe loss's "
     "mean and std"
 )
-#: What the ``verdict`` series and text say of themselves.
-VERDICT_DESCRIPTION = "The run's verdict: level 0 healthy, 1 at risk, 2 failing (bertwatch.core.verdict)"
-VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
 
 
 @dataclass(frozen=True)
@@ -118,45 +76,40 @@ class StepResult:
     def health_of(self, member: Member, index: int) -> dict[str, float] | None:
         """The run-health signals for ``member`` (one that measures the gradient statistics, due at this event), or
         None."""
-        if index not in self.due or not self.health or not member.stat_names & set(GRADIENT_NAMES):
+        if index not in self.due or not self.health or not member.gives_health:
             return None
         return dict(self.health)
 
 
-def loss_problem(context: ProbeContext) -> str | None:
-    """Why the gradient statistics cannot take the run's loss on its probe set (``heads.importance.check_gradients``:
-    one forward of each probe batch as the gradient pass runs it), or None."""
-    try:
-        check_gradients(context.encoder, context.probe.batches, **context.loss.arguments())
-    except LossSetupError as err:
-        return _refusal(context, err)
-    return None
-
-
-def _refusal(context: ProbeContext, err: LossSetupError) -> str:
-    """What a refusal of the run's loss says, naming the Trainer's loss when the statistics take that."""
-    example_loss = context.loss.example_loss
-    if example_loss is not None:
-        return f"{err} (the Trainer's loss: {example_loss.reason}); pass loss_fn= to use another loss"
-    return str(err)
-
-
-def without_gradients(member: Member, problem: str) -> Member:
-    """``member`` without its gradient statistics, which cannot be measured (``problem`` says why): a
-    ``SetupError`` when they were asked for by name or are all it measures, else one warning."""
-    gradient = member.stat_names & _GRADIENT_STATS
-    if not member.active or not gradient:
-        return member
-    if member.required or not member.stat_names - gradient:
-        raise SetupError(f"{member.name}: {sorted(gradient)} cannot be measured: {problem}")
-    who = "bertwatch" if member.name == "bertwatch" else f"bertwatch: {member.name}"
-    message = f"{who} skips the gradient statistics ({', '.join(sorted(gradient))}): {problem}"
-    warnings.warn(message, BertWatchWarning, stacklevel=4)
-    return replace(member, stat_names=member.stat_names - gradient)
+def keep_results(
+    results: Sequence[StepResult],
+    member: Member,
+    index: int,
+    history: list[tuple[int, dict[str, np.ndarray]]],
+    health: list[tuple[int, dict[str, float]]],
+) -> list[int]:
+    """Keep ``member``'s part of ``results`` (it is member ``index`` of its run): its grids in ``history`` (one
+    entry a step, merged), the run-health signals in ``health`` (once a step); returns the steps it was due at."""
+    steps = []
+    for result in results:
+        grids = result.of(member, index)
+        if grids is None:
+            continue
+        steps.append(result.step)
+        if history and history[-1][0] == result.step:
+            history[-1][1].update(grids)
+        else:
+            history.append((result.step, dict(grids)))
+        signals = result.health_of(member, index)
+        if signals and not (health and health[-1][0] == result.step):
+            health.append((result.step, dict(signals)))
+    return steps
 
 
 #: The watched runs, held as long as a callback holds its own (a run that never ended goes with its callbacks).
 _RUNS: weakref.WeakValueDictionary[tuple[int, ProbeSettings], WatchedRun] = weakref.WeakValueDictionary()
+#: The runs whose build failed, held (they hold no model) so that the run's other callbacks find them failed, until
+#: the Trainer's state that keys them goes.
 _FAILED: dict[tuple[int, ProbeSettings], WatchedRun] = {}
 
 
@@ -175,7 +128,8 @@ def join(
         try:
             watched.open(model, args, event, trainer)
         except BaseException:
-            _FAILED[key] = watched  # held (it holds no model), so the run's other callbacks find it failed
+            _FAILED[key] = watched
+            weakref.finalize(state, _FAILED.pop, key, None)
             raise
     return watched
 
@@ -199,6 +153,8 @@ class WatchedRun:
         self._health: dict[str, float] = {}
         self._riders_taken: set[int] = set()  # the members whose riders rode this step's pass
         self._delivered: set[tuple[int, tuple[str, int]]] = set()
+        self.judge = RunJudge()
+        self._announced = False
 
     @property
     def state(self) -> Any:
@@ -213,32 +169,43 @@ class WatchedRun:
         self.context = run
         probe = {**run.probe.length_info(), PROBE_MODEL_KEY: run.model_name}  # recorded with the run's grids
         self.publisher = Publisher(run.writer, run.trackers, args, self.state, run.event, run.probe.roles, probe)
+        self.judge.open(run, self.publisher, self.state, trainer)
         self.begin_pending = not run.resumed
         self.maps_budget = MAPS_BYTES
         self.maps_fit = run.probe.maps_that_fit(run.layers, run.heads, self.maps_budget)
 
-    def add(self, member: Member) -> int:
-        """Take ``member`` into the run's passes; returns its index (``StepResult.of``)."""
+    def add(self, member: Member, judging: Judging | None = None, strict: bool = False, speaks: bool = False) -> int:
+        """Take ``member`` into the run's passes, and its part in the judging (``RunJudge.take``); returns its index
+        (``StepResult.of``)."""
+        self.judge.take(judging, strict, speaks, member.name)
         self.members.append(member)
         return len(self.members) - 1
 
-    def verdict_writer(self) -> int | None:
-        """The index of the member that writes the run's verdict: the first active one with a gradient statistic
-        (the run-health signals come from the gradient pass)."""
-        return next((i for i, m in enumerate(self.members) if m.active and set(GRADIENT_NAMES) & m.stat_names), None)
+    @property
+    def active(self) -> list[Member]:
+        """The members that have not stopped."""
+        return [m for m in self.members if m.active]
 
-    def alert_writer(self) -> int | None:
-        """The index of the member that writes the run's alert table: the first active one with an alert
-        statistic."""
-        return next((i for i, m in enumerate(self.members) if m.active and ALERT_STATS & m.stat_names), None)
+    def announce_once(self) -> bool:
+        """True the first time it is asked (where the events go is said once a run)."""
+        first, self._announced = not self._announced, True
+        return first
 
     # ---------------------------------------------------------------------------------------------- events
 
-    def handle(self, event: str, step: int, index: int) -> list[StepResult]:
+    def handle(
+        self, event: str, step: int, index: int, control: Any = None, evaluation: tuple[Any, Any] | None = None
+    ) -> list[StepResult]:
         """Handle ``event`` at ``step`` once for all members (a pending begin pass first; a "begin" that is not
-        pending does nothing); returns the results member ``index`` has not had yet, oldest first."""
+        pending does nothing), each new result judged (``callbacks.judging``; ``control`` the Trainer's, for a
+        stop); returns the results member ``index`` has not had yet, oldest first. A step's begin writes the
+        verdict of the steps before; the end writes the last. ``evaluation``: ``on_evaluate``'s metrics and
+        ``TrainerContext``, noted as evidence before the pass, the verdict judged again after it on new metrics."""
         if self.failed or self.context is None:
             raise RuntimeError("bertwatch already failed in this run")
+        if event == "begin":
+            self.judge.write(before=step)
+        new = evaluation is not None and self.judge.note_evaluation(step, *evaluation)
         events = ["begin", event] if self.begin_pending and event != "begin" else [event]
         for ev in events:
             key = (ev, step)
@@ -253,6 +220,11 @@ class WatchedRun:
             except BaseException:
                 self.failed = True
                 raise
+            self.judge.after_pass(self.members, self._results[key], control)
+        if event == "end":
+            self.judge.write()
+        if new:
+            self.judge.judge_metrics(self.members, step, control)
         out = [r for key, r in self._results.items() if (index, key) not in self._delivered]
         self._delivered.update((index, (r.event, r.step)) for r in out)
         return out
@@ -335,7 +307,7 @@ class WatchedRun:
         refusal the members lose their gradient statistics (:func:`without_gradients`) and the pass is planned
         anew."""
         context = self.context
-        if not any(_GRADIENT_STATS & m.stat_names for m in self.members if m.active):
+        if not any(m.gradients for m in self.active):
             return self._execute(plan)
         gradients = bool(set(plan.names) & set(GRADIENT_NAMES))
         single = not plan.riders or len(context.probe.batches) == 1
@@ -343,7 +315,7 @@ class WatchedRun:
             try:
                 return execute(replace(plan, check_loss=True), context)
             except LossRefused as refused:
-                problem: str | None = _refusal(context, refused.error)
+                problem: str | None = refusal(context, refused.error)
         else:
             problem = loss_problem(context)
         if problem is None:
@@ -353,35 +325,18 @@ class WatchedRun:
 
     # ---------------------------------------------------------------------------------------------- writing
 
-    def publish_alerts(self, alerts: Sequence[Alert], step: int, reference_step: int, to_trackers: bool) -> None:
-        """Write the stability alerts in force at ``step`` (``Publisher.publish_alerts``)."""
-        context = self.context
-        self.publisher.publish_alerts(alerts, context.layers, context.heads, step, reference_step, to_trackers)
-
-    def publish_verdict(self, verdict: Verdict, settings: VerdictSettings) -> None:
-        """Write the verdict at its step: the ``verdict`` series (its level: 0 healthy, 1 at risk, 2 failing) and
-        its reasons as the ``verdict`` text (one a line, kept at every step; the levels' names and ``settings``,
-        the thresholds, in its metadata)."""
-        text = StepText(
-            VERDICT_SERIES, verdict.reasons, VERDICT_TEXT, {"levels": list(LEVELS), "settings": asdict(settings)}
-        )
-        level = NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, VERDICT_DESCRIPTION)
-        self.publish_records([level, text], verdict.step)
-
-    def send_verdict(self, verdict: Verdict, health: Mapping[str, float]) -> None:
-        """The verdict's level and ``health``, its step's run-health signals, to the trackers
-        (``Publisher.send_verdict``)."""
-        if self.publisher is not None:
-            self.publisher.send_verdict(verdict.level, health)
-
     def publish_records(self, records: Sequence[NamedValues | StepText | HeadEmbedding], step: int) -> None:
         """Write records made outside a probe pass (the ``probe_steps`` points)."""
         if records and self.publisher is not None:
             self.publisher.publish_records(records, step)
 
-    def flush(self) -> None:
+    def on_log(self, step: int, logs: Mapping[str, Any] | None, control: Any) -> None:
+        """An ``on_log``: the event file flushed, the logged values noted as evidence (once, whichever callback of
+        the run hands them on)."""
         if self.publisher is not None:
             self.publisher.flush()
+        if self.context is not None:
+            self.judge.note_log(self.members, step, logs, control)
 
     def leave(self, index: int) -> None:
         """Member ``index`` is done with this run; the last one closes the writer and frees the reference maps."""

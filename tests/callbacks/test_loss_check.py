@@ -6,6 +6,7 @@ start pass cannot make it."""
 from __future__ import annotations
 
 import copy
+import importlib
 
 import numpy as np
 import pytest
@@ -13,12 +14,14 @@ import torch
 import torch.nn.functional as F
 import transformers as T
 
+import bertwatch.callbacks.members as members_module
 import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError
-from bertwatch.callbacks.watch import WatchCallback
 from bertwatch.heads.importance import GRADIENT_NAMES
 from tests.support.models import bert_with_head
 from tests.support.tiny_trainer import tiny_tokenizer, toy_dataset, training_args
+
+watch_module = importlib.import_module("bertwatch.callbacks.watch")  # the package's `watch` is the function
 
 pytestmark = pytest.mark.fast
 
@@ -37,20 +40,20 @@ def _probe(tok, unlabelled_second_batch: bool = False):
 
 class _Run:
     """A one-step training run of a tiny BERT classifier with ``callback``; counts the check's own forwards
-    (``watched.check_gradients``), each with whether the weights were still the initial ones then."""
+    (``members.check_gradients``), each with whether the weights were still the initial ones then."""
 
     def __init__(self, out, callback, monkeypatch, unlabelled_second_batch: bool = False, steps: int = 1) -> None:
         tok = tiny_tokenizer()
         self.model = bert_with_head(T.BertForSequenceClassification, tok, 2, 4, seed=3, scale=0.25, num_labels=2)
         self.initial = copy.deepcopy(self.model)
         self.checks: list[bool] = []
-        real = watched_module.check_gradients
+        real = members_module.check_gradients
 
         def counted(*args, **kwargs):
             self.checks.append(self.untrained())
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(watched_module, "check_gradients", counted)
+        monkeypatch.setattr(members_module, "check_gradients", counted)
         self.trainer = T.Trainer(
             model=self.model,
             args=training_args(str(out), max_steps=steps),
@@ -81,7 +84,7 @@ def test_the_start_pass_makes_the_check_and_measures_what_the_checks_own_forward
     assert run.checks == []
     assert set(GRADIENT_NAMES) <= set(folded.history[0][1])
     # the check at setup, by its own forward, and a start pass that only measures
-    monkeypatch.setattr(WatchCallback, "_gradient_problem", lambda self, c, s: watched_module.loss_problem(c))
+    monkeypatch.setattr(watch_module, "resolve", lambda member, c, _: members_module.resolve(member, c, True))
     monkeypatch.setattr(watched_module.WatchedRun, "_checked", lambda self, plan, *_: self._execute(plan))
     own = BertWatchCallback(**PROBE)
     run = _Run(tmp_path / "b", own, monkeypatch)

@@ -3,13 +3,18 @@ once, and the attention maps kept within the bytes a step may write."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import bertwatch.callbacks.watched_run as watched_module
-from bertwatch.callbacks import BertWatchCallback, watch
+from bertwatch.callbacks import BertWatchCallback, SetupError, watch
+from bertwatch.callbacks._context import TrainerContext
+from bertwatch.callbacks.watched_run import join
 from bertwatch.options.settings import ProbeSettings
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts, toy_trainer
@@ -100,3 +105,19 @@ def test_a_run_that_never_ended_is_forgotten_with_its_callbacks(tmp_path) -> Non
     del member, again
     gc.collect()
     assert run() is None
+
+
+def test_a_failed_run_goes_with_the_trainer_state_that_keys_it(tmp_path) -> None:
+    """A run whose build failed stays, so that the run's other callbacks find it failed, and no longer than the
+    Trainer's state: no registry that only grows."""
+    tok = tiny_tokenizer()
+    args = T.TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    state, model, settings = T.TrainerState(), tiny_bert(tok), ProbeSettings(logging_dir=str(tmp_path / "run"))
+    with pytest.raises(SetupError):  # no probe texts, dataset or eval set
+        join(model, settings, args, state, {"processing_class": tok}, TrainerContext())
+    failed = join(model, settings, args, state, {"processing_class": tok}, TrainerContext())
+    assert failed.failed  # the second callback of the run finds it failed, without a second build
+    gone = weakref.ref(failed)
+    del failed, state
+    gc.collect()
+    assert gone() is None

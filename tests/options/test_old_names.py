@@ -94,14 +94,14 @@ def test_old_names_given_to_watch_warn_once_each_at_the_users_line(tmp_path: Pat
 def test_strict_is_no_option_any_more() -> None:
     with pytest.warns(FutureWarning, match="strict= is deprecated and ignored"):
         cb = BertWatchCallback(strict=True)
-    assert cb.strict is False and cb.alerting.strict is False
+    assert cb.strict is False
     with pytest.warns(FutureWarning, match="offload_stats= is deprecated and ignored: the statistics run on the"):
         BertWatchCallback(offload_stats=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BERTWATCH_STRICT", "1")  # the environment switch of earlier versions: read no more
         assert not EntropyCallback().strict
     made = strict(EntropyCallback)  # the tests' switch, around building the callback
-    assert made.strict and made.alerting.strict and not EntropyCallback().strict
+    assert made.strict and not EntropyCallback().strict
     with_sweep = strict(BertWatchCallback, ablate_on_end=True)
     assert with_sweep.strict and with_sweep.ablation.strict
 

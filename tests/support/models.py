@@ -126,8 +126,9 @@ class OneMember:
 
     def __init__(self, model, settings, names: Collection[str], args, state, event, maps: int = 0) -> None:
         from bertwatch.callbacks._context import TrainerContext
+        from bertwatch.callbacks.members import Member
         from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
-        from bertwatch.callbacks.watched_run import Member, join
+        from bertwatch.callbacks.watched_run import join
 
         self.watched = join(model, settings, args, state, event, TrainerContext())
         cadence = MapsCadence(maps, 1, fixed=True) if maps else None

@@ -1,0 +1,181 @@
+"""The run's judging, once per probe step for every callback of the run: the stability alerts of the newest step
+(``callbacks.alerting`` on ``core.alerts``) and the verdict on all the evidence so far (``callbacks.run_evidence``
+on ``core.verdict``), written by the run and acted on once (``on_alert``).
+
+A callback takes no part in it beyond declaring what it measures (``callbacks.members``) and, where it takes the
+alert options, with what settings (:class:`Judging`): a run judges with one set of settings, so two callbacks of one
+run that give different ones are a ``SetupError`` before the first step.
+
+A step's verdict is final once the step is over (its log and evaluation come after its probe pass), so the last
+one judged at a step is written when the next step begins or training ends; it is written at every step with
+run-health signals and wherever the level changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bertwatch.callbacks._safe import SetupError
+from bertwatch.callbacks.alerting import Alerting
+from bertwatch.callbacks.members import Member
+from bertwatch.callbacks.publisher import NamedValues, Publisher, StepText
+from bertwatch.callbacks.run_evidence import RunEvidence
+from bertwatch.core.alerts import ALERT_STATS, AlertSettings
+from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
+
+if TYPE_CHECKING:
+    from bertwatch.callbacks.probe_context import ProbeContext
+    from bertwatch.callbacks.watched_run import StepResult
+
+#: What the ``verdict`` series and text say of themselves.
+VERDICT_DESCRIPTION = "The run's verdict: level 0 healthy, 1 at risk, 2 failing (bertwatch.core.verdict)"
+VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
+
+__all__ = ["Judging", "RunJudge"]
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What a stability alert or a failing verdict does (``on_alert``) and the thresholds (``alerts``,
+    ``verdict``)."""
+
+    on_alert: Any = "warn"
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    verdict: VerdictSettings = field(default_factory=VerdictSettings)
+
+
+class RunJudge:
+    """The alerts and the verdict of one run: ``alerting`` (the alerts in force, those raised, the last
+    verdict, the stop asked for), ``evidence`` (what the verdict reads), ``history`` (``(step, {alert statistic:
+    [layers, heads]})`` of every step judged). It writes through the run's ``publisher`` (:meth:`open`) and reads
+    the run's ``members``, handed to each call."""
+
+    def __init__(self) -> None:
+        self.context: ProbeContext | None = None
+        self.publisher: Publisher | None = None
+        self.judging: Judging | None = None
+        self.strict = False
+        self.alerting = Alerting("warn", AlertSettings(), False, VerdictSettings())
+        self.alerting.speaks = False
+        self.evidence = RunEvidence()
+        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+        self._open: tuple[Verdict, bool] | None = None
+        self._written_level: int | None = None
+        self._noted: tuple[Any, Any] = (None, None)  # the last on_log logs and on_evaluate metrics noted
+
+    def open(self, context: ProbeContext, publisher: Publisher, state: Any, trainer: Any) -> None:
+        """The run is built: its context, its writer, and the evidence of its start (``RunEvidence.begin``)."""
+        self.context, self.publisher = context, publisher
+        self.evidence.begin(state, trainer)
+
+    def take(self, judging: Judging | None, strict: bool, speaks: bool, name: str) -> None:
+        """A callback's part in the judging: its settings (None: it takes none), whether its errors re-raise and
+        whether it prints (any callback of the run that prints makes the alert lines printed)."""
+        if judging is not None and self.judging is not None and judging != self.judging:
+            raise SetupError(
+                f"{name}: on_alert, alerts and verdict differ from another bertwatch callback's on this run, which "
+                "judges once: give them the same"
+            )
+        speaks = self.alerting.speaks or speaks
+        self.judging, self.strict = judging or self.judging, self.strict or strict
+        j = self.judging or Judging()
+        self.alerting = Alerting(j.on_alert, j.alerts, self.strict, j.verdict)
+        self.alerting.speaks = speaks
+
+    def after_pass(self, members: Sequence[Member], result: StepResult, control: Any) -> None:
+        """Judge a probe pass's result: the alerts where a member due measures an alert statistic, the verdict where
+        one due gave the run-health signals."""
+        due = [members[i] for i in sorted(result.due)]
+        alert_names = ALERT_STATS & frozenset().union(*(m.stat_names for m in due))
+        grids = {n: g for n, g in result.grids.items() if n in alert_names}
+        if grids:
+            if self.history and self.history[-1][0] == result.step:
+                self.history[-1][1].update(grids)
+            else:
+                self.history.append((result.step, grids))
+            self._alerts(members, result.event, control)
+        if result.health and any(m.gives_health for m in due):
+            self.evidence.note_probe(result.step, result.health, len(self.alerting.alerts))
+            self._verdict(members, result.step, (result.step, result.health), result.event, control)
+
+    def note_log(self, members: Sequence[Member], step: int, logs: Mapping[str, Any] | None, control: Any) -> None:
+        """One ``on_log`` (each callback of the run hands it on; noted once)."""
+        if logs is not None and logs is self._noted[0]:
+            return
+        self._noted = (logs, self._noted[1])
+        if self.evidence.note_log(step, logs):
+            self._verdict(members, step, None, "log", control)
+
+    def note_evaluation(self, step: int, metrics: Mapping[str, Any] | None, context: Any) -> bool:
+        """``on_evaluate``'s metrics, noted once; whether they were new (then :meth:`judge_metrics` after the
+        evaluation's pass)."""
+        if metrics is not None and metrics is self._noted[1]:
+            return False
+        self._noted = (self._noted[0], metrics)
+        return self.evidence.note_evaluation(step, metrics, context)
+
+    def judge_metrics(self, members: Sequence[Member], step: int, control: Any) -> None:
+        """The verdict after an evaluation's new metrics (no probe pass judged them)."""
+        self._verdict(members, step, None, "metrics", control)
+
+    def write(self, before: int | None = None) -> None:
+        """Write the verdict of a step that is over: step ``before`` or an earlier one (None: every step, at the
+        end)."""
+        if self._open is not None and (before is None or self._open[0].step <= before):
+            self._flush()
+
+    def _alerts(self, members: Sequence[Member], event: str, control: Any) -> None:
+        """The stability alerts of the newest step: written (``Publisher.publish_alerts``), and acted on."""
+        with self.alerting.contained():
+            judgement = self.alerting.judge(self.history, self.context.resumed)
+            if judgement is None:
+                return
+            senders = [m for m in members if m.active and m.log_to_trackers and ALERT_STATS & m.stat_names]
+            layers, heads, step = self.context.layers, self.context.heads, judgement.step
+            to_trackers = event != "end" and bool(senders)
+            self.publisher.publish_alerts(judgement.alerts, layers, heads, step, judgement.reference_step, to_trackers)
+            self.alerting.act(judgement, control)
+
+    def _verdict(
+        self,
+        members: Sequence[Member],
+        step: int,
+        health: tuple[int, Mapping[str, float]] | None,
+        event: str,
+        control: Any,
+    ) -> None:
+        """The verdict after new evidence at ``step`` (``event``: a probe pass's, "log" or "metrics"), where a member
+        gives the run-health signals: kept to be written once the step is over, sent to the trackers at a step with
+        run-health signals (``health``), acted on."""
+        health_members = [m for m in members if m.active and m.gives_health]
+        if not health_members:
+            return
+        with self.alerting.contained():
+            verdict = self.alerting.judge_verdict(self.evidence.evidence)
+            if verdict is None:
+                return
+            measured = health is not None and health[0] == verdict.step
+            if self._open is not None and self._open[0].step < verdict.step:
+                self._flush()
+            self._open = (verdict, measured or (self._open is not None and self._open[1]))
+            if measured and event != "end" and any(m.log_to_trackers for m in health_members):
+                self.publisher.send_verdict(verdict.level, health[1])
+            self.alerting.act_on_verdict(verdict, control)
+
+    def _flush(self) -> None:
+        """Write the last verdict judged at its step, where that step has run-health signals or the level changed
+        since the last written: the ``verdict`` series (its level: 0 healthy, 1 at risk, 2 failing) and its reasons
+        as the ``verdict`` text (one a line, kept at every step; the levels' names and the thresholds in its
+        metadata)."""
+        verdict, probed = self._open
+        self._open = None
+        if probed or verdict.level != self._written_level:
+            self._written_level = verdict.level
+            meta = {"levels": list(LEVELS), "settings": asdict(self.alerting.verdict_settings)}
+            text = StepText(VERDICT_SERIES, verdict.reasons, VERDICT_TEXT, meta)
+            level = NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, VERDICT_DESCRIPTION)
+            self.publisher.publish_records([level, text], verdict.step)

@@ -1,0 +1,146 @@
+"""What one callback brings to its run's passes (a ``Member``), fixed at ``on_train_begin``: the statistics it
+measures once the model, the probe set and the loss have had their say (:func:`resolve`), when, and what rides on
+its passes. The home of the rule "does this member measure gradients?" (:attr:`Member.gradients`: the statistics
+that need a loss; :attr:`Member.gives_health`: it runs the gradient pass that gives the run-health signals).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bertwatch.callbacks._safe import SetupError
+from bertwatch.callbacks.measurements import supported_stats
+from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
+from bertwatch.callbacks.probe_context import ProbeContext
+from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
+from bertwatch.callbacks.tracking import reported_trackers
+from bertwatch.core.warnings import BertWatchWarning
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
+from bertwatch.heads.task_heads import LossSetupError
+
+__all__ = ["GRADIENT_STATS", "Member", "Riding", "loss_problem", "resolve", "without_gradients"]
+
+#: The statistics that need a loss on the probe set (the gradient pass's and integrated gradients).
+GRADIENT_STATS = frozenset(GRADIENT_NAMES) | {IG_NAME}
+
+
+@dataclass(frozen=True)
+class Riding:
+    """What rides on a member's passes (``callbacks.riders``): word classes by token rules, head clusters
+    (``track``, from the first ``cluster_examples`` examples), word classes on UD sentences (``annotated``)."""
+
+    word_classes: bool = False
+    track: ClusterTrack | None = None
+    cluster_examples: int = 8
+    annotated: Any = None
+
+    def riders(self, context: ProbeContext) -> list[Rider]:
+        return riders_for(context, self.word_classes, self.track, self.cluster_examples, self.annotated)
+
+
+@dataclass
+class Member:
+    """One callback's part in its run's passes, fixed at setup: ``name`` (for messages), the statistics it
+    measures (``stat_names``; ``required``: asked for by name, so a refused loss is an error), when (``pacing``),
+    the maps it keeps (``maps``), what rides on its passes (``riding``), whether its layer means go to the
+    trackers (``log_to_trackers``). ``active``: False once it stopped."""
+
+    name: str
+    stat_names: frozenset[str]
+    pacing: ProbePacing
+    required: bool = False
+    maps: MapsCadence | None = None
+    riding: Riding = field(default_factory=Riding)
+    log_to_trackers: bool = True
+    active: bool = True
+
+    @property
+    def gradients(self) -> frozenset[str]:
+        """The statistics it measures that need a loss on the probe set."""
+        return self.stat_names & GRADIENT_STATS
+
+    @property
+    def gives_health(self) -> bool:
+        """Whether its passes run the gradient pass, which gives the run-health signals the verdict reads."""
+        return bool(self.stat_names & frozenset(GRADIENT_NAMES))
+
+
+def loss_problem(context: ProbeContext) -> str | None:
+    """Why the gradient statistics cannot take the run's loss on its probe set (``heads.importance.check_gradients``:
+    one forward of each probe batch as the gradient pass runs it), or None."""
+    try:
+        check_gradients(context.encoder, context.probe.batches, **context.loss.arguments())
+    except LossSetupError as err:
+        return refusal(context, err)
+    return None
+
+
+def refusal(context: ProbeContext, err: LossSetupError) -> str:
+    """What a refusal of the run's loss says, naming the Trainer's loss when the statistics take that."""
+    example_loss = context.loss.example_loss
+    if example_loss is not None:
+        return f"{err} (the Trainer's loss: {example_loss.reason}); pass loss_fn= to use another loss"
+    return str(err)
+
+
+def without_gradients(member: Member, problem: str) -> Member:
+    """``member`` without its gradient statistics, which cannot be measured (``problem`` says why): a
+    ``SetupError`` when they were asked for by name or are all it measures, else one warning."""
+    gradient = member.gradients
+    if not member.active or not gradient:
+        return member
+    if member.required or not member.stat_names - gradient:
+        raise SetupError(f"{member.name}: {sorted(gradient)} cannot be measured: {problem}")
+    who = "bertwatch" if member.name == "bertwatch" else f"bertwatch: {member.name}"
+    message = f"{who} skips the gradient statistics ({', '.join(sorted(gradient))}): {problem}"
+    warnings.warn(message, BertWatchWarning, stacklevel=4)
+    return replace(member, stat_names=member.stat_names - gradient)
+
+
+def resolve(member: Member, context: ProbeContext, check_loss_now: bool) -> Member:
+    """``member`` with the statistics it can measure in this run: those the model gives (``supported_stats``),
+    without the gradient statistics where the probe set or the loss cannot give them (:func:`without_gradients`).
+    The loss on the probe batches themselves is checked by the run's start pass before the first optimiser step,
+    or now (``check_loss_now``) where the run has none (resumed)."""
+    names = supported_stats(member.stat_names, member.required, context.encoder, member.name)
+    member = replace(member, stat_names=names)
+    if not member.gradients:
+        return member
+    loss = context.loss
+    problem = loss.problem
+    if problem is None and loss.loss_fn is None and not context.probe.has_labels:
+        problem = (
+            "the probe examples have no labels (gradient statistics need labels or loss_fn=): probe with "
+            "labelled examples (the eval set, probe_dataset=, or probe_texts= as dicts with a 'label'), or pass "
+            "loss_fn=(outputs, batch) -> per-example loss"
+        )
+    if problem is None and check_loss_now:
+        problem = loss_problem(context)
+    if problem is None:
+        loss.announce()
+        return member
+    return without_gradients(member, problem)
+
+
+def setup_warnings(member: Member, args: Any, bound: bool) -> None:
+    """The warnings of a member's setup: layer means that cannot reach the ``report_to`` trackers (the callback
+    not ``bound`` to its Trainer), gradient statistics under fp16 autocast."""
+    if member.log_to_trackers and not bound and reported_trackers(args):
+        warnings.warn(
+            f"bertwatch: the layer means reach {', '.join(reported_trackers(args))} only when bertwatch is "
+            "attached with bertwatch.watch(trainer) (or bertwatch run); from callbacks=[...] they go to "
+            "TensorBoard only",
+            BertWatchWarning,
+            stacklevel=5,
+        )
+    if args.fp16 and member.gives_health:
+        warnings.warn(
+            "bertwatch: with fp16 the gradient statistics are measured under float16 autocast without the "
+            "Trainer's loss scaling: gradients far below their usual size underflow (a loss 1e-5 times smaller "
+            "gives layer gradient norms of 0 on MiniLM), so the verdict can read an underflow as a vanished "
+            "gradient (docs/statistics.md, run health); bf16 has no such floor",
+            BertWatchWarning,
+            stacklevel=5,
+        )
