@@ -293,10 +293,14 @@ def _word_classes(settings: _DemoSettings) -> Any:
 def _report(out: Path) -> Path:
     """``bertwatch report`` over the demo folder."""
     from bertwatch.cli.report import cli_report
+    from bertwatch.report.run_report import pointer_page
 
     report = out / "report.html"
     cli_report([str(out), "--out", str(report)])
-    _say(f"report: {report}")
+    training_report = out / "model" / "report.html"  # the one the end of training named: now sends here
+    if training_report.is_file():
+        pointer_page(training_report, report)
+    _say(f"report: {report}" + (f" ({training_report} now points to it)" if training_report.is_file() else ""))
     return report
 
 

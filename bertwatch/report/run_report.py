@@ -84,10 +84,10 @@ def write_run_report(
     path.parent.mkdir(parents=True, exist_ok=True)
     glance = [ship_glance(p) for p in ships]
     atomic_write(path, build_html(found, training, alpha=alpha, extra_sections=extra, glance=glance))
-    line = (
-        f"ablation modes: {', '.join(r.mode for r in found) or 'none'}; {len(training['grids'])} training grids, "
-        f"{len(training['series'])} series" + (f"; {len(ships)} ship table(s)" if ships else "") + f" -> {path}"
-    )
+    parts = [f"the ablation ({', '.join(r.mode for r in found)})"] if found else ["no ablation"]
+    parts.append(f"{len(training['grids'])} head statistics and {len(training['series'])} run charts over training")
+    parts += [f"the ship table{'s' if len(ships) > 1 else ''}"] if ships else []
+    line = ", ".join(parts) + f" -> {path}"
     return RunReport(path, line)
 
 

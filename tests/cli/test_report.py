@@ -22,7 +22,7 @@ def test_cli_report_combines_ablation_json_and_training_grids(tmp_path: Path, ca
     # ablation (2: layer bars and the pruning curve, again in the verdict; Δ per head is HTML) + one figure per grid
     # (2) + the trajectories of the two families' cards (Spread, Special tokens)
     assert page.count("data:image/png;base64,") == 2 + 1 + 2 + 2
-    assert "2 training grids" in capsys.readouterr().out
+    assert "2 head statistics and" in capsys.readouterr().out
 
 
 def test_cli_report_says_what_is_missing(tmp_path: Path, capsys) -> None:

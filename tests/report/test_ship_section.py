@@ -100,7 +100,7 @@ def test_the_section_shows_the_printed_table_and_readings_escaped(tmp_path) -> N
 def test_bertwatch_report_adds_the_ship_table_of_a_folder(tmp_path, capsys) -> None:
     (tmp_path / "ship.json").write_text(json.dumps(_result()), encoding="utf-8")
     assert main(["report", str(tmp_path)]) == 0
-    assert "1 ship table(s)" in capsys.readouterr().out
+    assert "the ship table ->" in capsys.readouterr().out
     page = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "Will it ship?" in page and "model.int8.onnx" in page
     # the first table says it in one line, linked to the section
