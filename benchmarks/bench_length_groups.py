@@ -29,10 +29,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import default_glue_dir, sst2_dataset  # noqa: E402
 
-from bertwatch.callbacks.probe_set import build_probe_set  # noqa: E402
 from bertwatch.heads import length_groups  # noqa: E402
 from bertwatch.heads.importance import gradient_stats  # noqa: E402
 from bertwatch.heads.roles import TokenRoles  # noqa: E402
+from bertwatch.probe.probe_set import build_probe_set  # noqa: E402
 
 #: A forward cost no split can beat: one group, the whole batch.
 _WHOLE = 10**9

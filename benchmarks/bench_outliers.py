@@ -34,11 +34,11 @@ def cost(opts: argparse.Namespace) -> dict:
 
     from bertwatch.callbacks import BertWatchCallback
     from bertwatch.callbacks._context import TrainerContext
-    from bertwatch.callbacks.probe_pass import execute, plan_pass
     from bertwatch.callbacks.watched_run import join
     from bertwatch.core.stat_names import OUTLIER_NAMES
     from bertwatch.data.glue import load_glue
     from bertwatch.options.settings import ProbeSettings
+    from bertwatch.probe.probe_pass import execute, plan_pass
 
     torch.set_num_threads(opts.threads)
     path = minilm_path()

@@ -16,10 +16,10 @@ import time
 
 import torch
 
-from bertwatch.callbacks.probe_set import build_probe_set, crop_maps
 from bertwatch.heads.capture import capture
 from bertwatch.heads.loading import load_model
 from bertwatch.heads.stats import STAT_NAMES, compute_stats
+from bertwatch.probe.probe_set import build_probe_set, crop_maps
 
 
 def _texts(long: int) -> list[str]:

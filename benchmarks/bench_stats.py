@@ -142,7 +142,6 @@ def _recorded_scores(model: torch.nn.Module, batch: dict) -> list[tuple[torch.Te
 def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argparse.Namespace) -> dict[str, tuple]:
     """Interleaved timings of the capture forward, the weight-based and the norm-based statistics on one batch."""
     from bertwatch.callbacks.monitor import MAP_STATS
-    from bertwatch.callbacks.probe_set import crop_maps
     from bertwatch.callbacks.watch import BertWatchCallback
     from bertwatch.heads.capture import Capture, capture
     from bertwatch.heads.mixing_model import BlockRecorder, block_weights, mixing_stats, record_blocks
@@ -150,6 +149,7 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
     from bertwatch.heads.roles import token_roles
     from bertwatch.heads.stability import head_qk_spectral_norms
     from bertwatch.heads.stats import compute_stats
+    from bertwatch.probe.probe_set import crop_maps
 
     batch = {k: v.to(args.device) for k, v in batch.items()}
     roles = token_roles(batch["input_ids"], batch["attention_mask"], tokenizer, batch.get("token_type_ids"))

@@ -245,7 +245,7 @@ class SyncProbe:
         self.callback = _Probe()
 
     def one_pass(self) -> None:
-        from bertwatch.callbacks.probe_pass import execute, plan_pass
+        from bertwatch.probe.probe_pass import execute, plan_pass
 
         context = self.watcher.watched.context
         names = self.watcher.stat_names

@@ -34,8 +34,9 @@ LAYERS = {
     "analysis": 6,
     "options": 7,
     "ship": 7,
-    "callbacks": 8,
-    "cli": 9,
+    "probe": 8,
+    "callbacks": 9,
+    "cli": 10,
 }
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
@@ -594,9 +595,11 @@ WITHOUT_OWN_TEST = {
     "ablation/scoring.py": "every task's metric in the sweep, against a plain evaluation: tests/ablation/test_task_types.py",
     "ablation/store.py": "the partial.jsonl resume: tests/ablation/test_sweep.py; the split: tests/callbacks/test_fsdp.py",
     "callbacks/attach.py": "watch() and watching_trainers(): tests/options/test_settings.py, tests/cli/test_run.py",
-    "callbacks/measurements.py": "the statistics of a probe pass: tests/callbacks/test_probe_pass.py, "
-    "test_outlier_pass.py",
-    "callbacks/probe_context.py": "what a run gives the probe pass: tests/callbacks/test_probe_pass.py",
+    "probe/measurements.py": "the statistics of a probe pass: tests/probe/test_probe_pass.py, "
+    "tests/callbacks/test_outlier_pass.py",
+    "probe/probe_context.py": "what a run gives the probe pass: tests/probe/test_probe_pass.py",
+    "probe/records.py": "the Rider protocol and the riders' values: tests/probe/test_probe_pass.py (a rider on a pass), "
+    "tests/callbacks/test_riders.py, test_word_classes.py",
     "callbacks/publisher.py": "the event files and trackers of a run: tests/callbacks/test_callbacks_training.py, "
     "test_flow.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",

@@ -7,14 +7,13 @@ the keyword arguments every Trainer event carries (``model``, ``processing_class
 once the Trainer has evaluated, and not the ``TensorBoardCallback``. Every lookup has an explicit argument that
 overrides it.
 
-The one module that adapts to what differs between Trainer, tokenizer and model versions: an attribute that may be
-missing is read here, with its default, by a named function (:func:`tokenizer_of`, :func:`tokenizer_value`,
-:func:`config_value`); everywhere else the Trainer's arguments, state and attributes are read directly.
+What differs between Trainer versions is adapted here (:func:`tokenizer_of`; a tokenizer's or a config's attribute
+that may be missing: ``probe.adapt``); everywhere else the Trainer's arguments, state and attributes are read
+directly.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import weakref
@@ -25,45 +24,16 @@ from typing import Any
 __all__ = [
     "TrainerContext",
     "TrainerLink",
-    "config_value",
     "evaluation_steps",
-    "mixed_precision",
     "tensorboard_run_dir",
     "tokenizer_of",
-    "tokenizer_value",
 ]
-
-
-def mixed_precision(device: Any, dtype: Any) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` to ``dtype`` on ``device``'s type (no-op for None or where autocast refuses it): the
-    training's mixed precision (``probe_context.autocast_dtype``) for a pass bertwatch makes through a model."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    import torch
-
-    try:
-        return torch.autocast(device.type, dtype=dtype)
-    except (RuntimeError, ValueError):
-        return contextlib.nullcontext()
 
 
 def tokenizer_of(processing_class: Any) -> Any:
     """The tokenizer of a Trainer's ``processing_class``: a processor's ``tokenizer`` (a multimodal processor holds
     one), else the processing class itself (a tokenizer, or None)."""
     return getattr(processing_class, "tokenizer", processing_class)  # a tokenizer has no .tokenizer; a processor has
-
-
-def tokenizer_value(tokenizer: Any, name: str, default: Any = None) -> Any:
-    """A tokenizer attribute that not every tokenizer class has (``pad_token_id``, ``padding_side``,
-    ``mask_token_id``, ``all_special_ids``, ``model_max_length``, ``is_fast``: the tokenizer backends differ), else
-    ``default``."""
-    return getattr(tokenizer, name, default)  # slow, fast and custom tokenizer classes each lack some of these
-
-
-def config_value(model: Any, name: str, default: Any = None) -> Any:
-    """A model's config attribute that differs between architectures (``max_position_embeddings``,
-    ``problem_type``, ``_name_or_path``), else ``default`` (also for a model without a config)."""
-    return getattr(getattr(model, "config", None), name, default)  # a bare nn.Module has no config; configs differ
 
 
 def _first(dataset: Any) -> Any:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from bertwatch.callbacks._context import TrainerLink
-from bertwatch.core.warnings import BertWatchWarning
+from bertwatch.core.warnings import BertWatchWarning, SetupError
 
 __all__ = [
     "RAISE_ERRORS",
@@ -33,10 +33,6 @@ RAISE_ERRORS = False
 def raising_errors() -> bool:
     """Whether a callback built now re-raises its errors (:data:`RAISE_ERRORS`, the tests' switch)."""
     return RAISE_ERRORS
-
-
-class SetupError(ValueError):
-    """bertwatch was configured in a way it cannot work with; raised at ``on_train_begin``, never contained."""
 
 
 def _always_raised() -> tuple[type[BaseException], ...]:

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.core.alerts import Alert, unit_name
 from bertwatch.core.budget import CostForecast
+from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.report.changes import reference_value, settled
 from bertwatch.tb.metadata import VIEW_FLAGS
 

@@ -22,14 +22,15 @@ import numpy as np
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.members import Member
-from bertwatch.callbacks.publisher import NamedValues, Publisher, StepText
+from bertwatch.callbacks.publisher import Publisher
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.core.alerts import ALERT_STATS, AlertSettings
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
+from bertwatch.probe.records import NamedValues, StepText
 
 if TYPE_CHECKING:
-    from bertwatch.callbacks.probe_context import ProbeContext
     from bertwatch.callbacks.watched_run import StepResult
+    from bertwatch.probe.probe_context import ProbeContext
 
 #: What the ``verdict`` series and text say of themselves.
 VERDICT_DESCRIPTION = "The run's verdict: level 0 healthy, 1 at risk, 2 failing (bertwatch.core.verdict)"

@@ -11,14 +11,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bertwatch.callbacks._safe import SetupError
-from bertwatch.callbacks.measurements import supported_stats
 from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
-from bertwatch.callbacks.probe_context import ProbeContext
-from bertwatch.callbacks.riders import ClusterTrack, Rider, riders_for
+from bertwatch.callbacks.riders import ClusterTrack, riders_for
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
+from bertwatch.probe.measurements import supported_stats
+from bertwatch.probe.probe_context import ProbeContext
+from bertwatch.probe.records import Rider
 
 __all__ = ["GRADIENT_STATS", "Member", "Riding", "loss_problem", "resolve", "without_gradients"]
 

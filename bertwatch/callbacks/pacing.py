@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bertwatch.callbacks.publisher import NamedValues
 from bertwatch.core.budget import CostForecast, OverheadMeter, ProbeReason, forecast
+from bertwatch.probe.records import NamedValues
 
 __all__ = ["MapsCadence", "ProbePacing", "ProbeReason"]
 

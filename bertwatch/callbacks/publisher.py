@@ -12,7 +12,6 @@ from __future__ import annotations
 import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,51 +28,9 @@ from bertwatch.core.alerts import Alert, alert_counts
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.core.stat_names import ALL_STATS
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
+from bertwatch.probe.records import HeadEmbedding, NamedValues, RiderOutput, StepText
 
-__all__ = ["HeadEmbedding", "NamedValues", "Publisher", "RiderOutput", "StepText"]
-
-
-@dataclass(frozen=True)
-class NamedValues:
-    """A named-values series point: ``values`` under the plugin's ``tag``, described by ``description``."""
-
-    tag: str
-    values: Mapping[str, float]
-    description: str
-
-
-@dataclass(frozen=True)
-class StepText:
-    """Lines of text of one step under the plugin's ``bertwatch/text/{name}``, kept at every step (a tag's
-    description is kept from its first write only), with ``content`` (JSON values) in the tag's metadata."""
-
-    name: str
-    lines: tuple[str, ...]
-    description: str
-    content: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class HeadEmbedding:
-    """A 2-D map of the heads (``coords`` ``[layers * heads, 2]``) logged as the embedding ``name``."""
-
-    name: str
-    coords: np.ndarray
-    layers: int
-    heads: int
-
-
-@dataclass(frozen=True)
-class RiderOutput:
-    """What a rider of one probe pass returns: ``{name: [layers, heads]}`` grids and other records.
-
-    ``on_probe_set``: the grids were measured on the probe set (they are written with its length info), not on
-    sentences of the rider's own.
-    """
-
-    grids: Mapping[str, np.ndarray] = field(default_factory=dict)
-    records: tuple[NamedValues | StepText | HeadEmbedding, ...] = ()
-    on_probe_set: bool = True
+__all__ = ["Publisher"]
 
 
 class Publisher:

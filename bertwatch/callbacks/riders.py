@@ -19,25 +19,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks.publisher import HeadEmbedding, RiderOutput
 from bertwatch.callbacks.word_classes import UDWordClassPass, WordClassBatches
 from bertwatch.core.stat_names import RULE_CLASSES
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.linguistics.clustering import HeadDistances, mds_embedding, procrustes_align
 from bertwatch.linguistics.wordclass import NEGATION_WORDS, class_attention, cls_targets
+from bertwatch.probe.records import HeadEmbedding, Rider, RiderOutput
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.callbacks.probe_context import ProbeContext
+    from bertwatch.probe.probe_context import ProbeContext
 
 __all__ = [
-    "Rider",
     "ClusterTrack",
     "HeadClusterPass",
     "WordClassPass",
@@ -53,19 +52,6 @@ OTHER_PRONOUNS = frozenset(
     | {"those", "someone", "something", "anyone", "anything", "everyone", "everything"}
 )
 EMBEDDING_NAME = "js_mds_training"
-
-
-@runtime_checkable
-class Rider(Protocol):
-    """What rides on one probe pass: sees its batches' maps, returns a ``RiderOutput``."""
-
-    def consume(self, rows: Sequence[int], attn: Tensor, roles: TokenRoles) -> None:
-        """See a unit's maps ``[rows, layers, heads, T, T]``, of the probe rows ``rows`` (in that order)."""
-        ...
-
-    def finish(self) -> RiderOutput:
-        """What the rider found in the pass, as values (nothing is written here)."""
-        ...
 
 
 def _word(token: str) -> str:

@@ -14,20 +14,16 @@ so each example's loss is taken without it.
 from __future__ import annotations
 
 import copy
-import logging
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from bertwatch.callbacks._context import config_value
-from bertwatch.heads.importance import ExampleLoss
+from bertwatch.probe.adapt import config_value
+from bertwatch.probe.probe_context import GradientLoss
 
-__all__ = ["GradientLoss", "gradient_loss"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["gradient_loss"]
 
 
 def _trainer_loss_difference(trainer: Any) -> str | None:
@@ -72,25 +68,6 @@ class _TrainerExampleLoss:
         sandbox.log = lambda *args, **kwargs: None
         loss = sandbox.compute_loss(sandbox.model, dict(inputs))
         return loss[0] if isinstance(loss, tuple) else loss
-
-
-@dataclass(frozen=True)
-class GradientLoss:
-    """The loss the gradient statistics take (at most one of ``loss_fn`` and ``example_loss``; neither = the
-    model's own), what it is in words, and why it cannot be taken (``problem``, refused at setup) or None."""
-
-    loss_fn: Callable | None = None
-    example_loss: ExampleLoss | None = None
-    description: str = "the model's own loss"
-    problem: str | None = None
-
-    def arguments(self) -> dict[str, Any]:
-        """The keyword arguments of ``heads.importance``'s functions for this loss."""
-        return {"loss_fn": self.loss_fn, "example_loss": self.example_loss}
-
-    def announce(self) -> None:
-        """Say once, at setup, which loss the gradient statistics use (``logging``, INFO)."""
-        logger.info("bertwatch: the gradient statistics use %s", self.description)
 
 
 def gradient_loss(loss_fn: Callable | None, trainer: Any, args: Any, model: Any) -> GradientLoss:

@@ -21,7 +21,6 @@ from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.judging import Judging
 from bertwatch.callbacks.members import Member, Riding, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
-from bertwatch.callbacks.probe_context import ProbeContext
 from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker
@@ -33,6 +32,7 @@ from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.options.groups import word_class_option
 from bertwatch.options.settings import COMMON_OPTIONS, WatchSettings, callback_settings
+from bertwatch.probe.probe_context import ProbeContext
 
 __all__ = [
     "WatchCallback",

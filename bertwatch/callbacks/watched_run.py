@@ -31,13 +31,14 @@ import torch
 from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.judging import Judging, RunJudge
 from bertwatch.callbacks.members import Member, loss_problem, refusal, without_gradients
-from bertwatch.callbacks.probe_context import ProbeContext, build_probe_context
-from bertwatch.callbacks.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
-from bertwatch.callbacks.publisher import HeadEmbedding, NamedValues, Publisher, StepText
-from bertwatch.callbacks.riders import Rider
+from bertwatch.callbacks.probe_setup import build_probe_context
+from bertwatch.callbacks.publisher import Publisher
 from bertwatch.core.health_names import HEALTH_SERIES
 from bertwatch.heads.importance import GRADIENT_NAMES
 from bertwatch.options.settings import ALL_STATS, ProbeSettings
+from bertwatch.probe.probe_context import ProbeContext
+from bertwatch.probe.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
+from bertwatch.probe.records import HeadEmbedding, NamedValues, Rider, StepText
 from bertwatch.tb.metadata import PROBE_MODEL_KEY
 
 __all__ = ["MAPS_BYTES", "WatchedRun", "StepResult", "join", "keep_results"]

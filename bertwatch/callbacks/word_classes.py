@@ -25,9 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks._context import config_value, tokenizer_value
 from bertwatch.callbacks._safe import SetupError
-from bertwatch.callbacks.publisher import NamedValues, RiderOutput
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.capture import capture
 from bertwatch.heads.layout import pad_token_id
@@ -43,9 +41,11 @@ from bertwatch.linguistics.wordclass import (
     uniform_class_share,
 )
 from bertwatch.options.groups import WordClassProbe
+from bertwatch.probe.adapt import config_value, tokenizer_value
+from bertwatch.probe.records import NamedValues, RiderOutput
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.callbacks.probe_context import ProbeContext
+    from bertwatch.probe.probe_context import ProbeContext
 
 __all__ = [
     "SHARE_PREFIX",

@@ -20,7 +20,7 @@ import numbers
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -119,8 +119,12 @@ def frozen_value(value: Any) -> Any:
 class Checked:
     """A frozen settings value whose fields were made with :func:`option`, built from keywords only: an unknown
     name is refused with the closest (:func:`check_options`), each field's check runs, and two values are equal when
-    their fields are (objects by identity). A subclass is a ``@dataclass(frozen=True, eq=False, init=False)``; its
-    ``__post_init__`` (after ``super().__post_init__()``) checks what spans fields."""
+    their fields are (objects by identity). A subclass is a ``@dataclass(frozen=True, eq=False, init=False)``; a
+    rule across fields is declared, not coded: ``not_above = (("a", "b"),)`` refuses a value whose ``a`` exceeds its
+    ``b`` (so the schema never calls back into the module that declares a value)."""
+
+    #: Pairs ``(low, high)`` of field names: ``low`` must not exceed ``high``.
+    not_above: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, **options: Any) -> None:
         fields = dataclasses.fields(self)  # type: ignore[arg-type]
@@ -135,6 +139,9 @@ class Checked:
             check = f.metadata.get("check")
             if check is not None:
                 object.__setattr__(self, f.name, check(owner + f.name, getattr(self, f.name)))
+        for low, high in self.not_above:
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{type(self).__name__}.{low} must not exceed {high}")
 
     @classmethod
     def renamed(cls) -> Mapping[str, str]:

@@ -144,10 +144,7 @@ class VerdictSettings(Checked):
              help="do not measure each layer's gradient norm (faster; the vanishing-gradient rule is then silent)"),
     )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.vanish_fraction > self.risk_fraction:
-            raise ValueError("VerdictSettings.vanish_fraction must not exceed risk_fraction")
+    not_above = (("vanish_fraction", "risk_fraction"),)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The one warning category of bertwatch, torch-free so that every layer can raise it.
+"""The one warning category of bertwatch and its setup error, torch-free so that every layer can raise them.
 
 A stability alert or a failing verdict is printed as a ``bertwatch:`` line (``callbacks.announce``), with no file
 prefix, and also warned as a ``BertWatchAlert``, a ``BertWatchWarning`` that is not shown unless a filter asks for
@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import warnings
 
-__all__ = ["BertWatchAlert", "BertWatchWarning", "cut_message", "warn_alert"]
+__all__ = ["BertWatchAlert", "BertWatchWarning", "SetupError", "cut_message", "warn_alert"]
 
 
 class BertWatchWarning(UserWarning):
     """Something bertwatch measures is incomplete or stopped (a monitor failed, examples cannot be scored as given);
     the training run and the other measurements go on."""
+
+
+class SetupError(ValueError):
+    """bertwatch was configured in a way it cannot work with; raised before the first training step (the callbacks'
+    ``on_train_begin``), never contained."""
 
 
 class BertWatchAlert(BertWatchWarning):

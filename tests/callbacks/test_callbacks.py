@@ -18,8 +18,8 @@ from bertwatch.callbacks import (
     SetupError,
     SpecialTokenMassCallback,
 )
-from bertwatch.callbacks.probe_set import ReferenceCache, build_probe_set, crop_maps, sample_indices
 from bertwatch.options.settings import ProbeSettings
+from bertwatch.probe.probe_set import ReferenceCache, build_probe_set, crop_maps, sample_indices
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts
 

@@ -16,8 +16,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-import bertwatch.callbacks.measurements as measurements_module
-import bertwatch.callbacks.reference as reference_module
+import bertwatch.probe.measurements as measurements_module
+import bertwatch.probe.reference as reference_module
 from bertwatch.callbacks import (
     AttentionDriftCallback,
     BertWatchCallback,

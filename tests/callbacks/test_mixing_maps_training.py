@@ -17,9 +17,9 @@ from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
 from bertwatch.callbacks import BertWatchCallback, watch
-from bertwatch.callbacks.probe_pass import LIVE_MEASURES, written_measures
 from bertwatch.core.stat_names import MIXING_MEASURES
 from bertwatch.heads.mixing_model import mixing_maps
+from bertwatch.probe.probe_pass import LIVE_MEASURES, written_measures
 from tests.support.models import tiny_model
 from tests.support.strict import strict
 from tests.support.tb_helpers import make_wsgi_app

@@ -1,4 +1,4 @@
-"""The activation outliers measured live on the probe pass (``callbacks.measurements.OutlierStatistics``) against a
+"""The activation outliers measured live on the probe pass (``probe.measurements.OutlierStatistics``) against a
 float64 loop over each example alone, unpadded (sentence pairs included, probe batches padded), at a first step and
 after the weights moved; and the feed-forward hooks are gone after a pass, also after one that failed."""
 
@@ -12,12 +12,12 @@ import torch
 import transformers as T
 
 from bertwatch.callbacks._safe import SetupError
-from bertwatch.callbacks.measurements import supported_stats
-from bertwatch.callbacks.probe_pass import execute, plan_pass
 from bertwatch.callbacks.tracking import layer_mean_logs, tracker_key
 from bertwatch.core.stat_names import GRADIENT_NAMES, OUTLIER_NAMES
 from bertwatch.heads.outliers import OUTLIER_THRESHOLD, ffn_outputs, layer_modules
 from bertwatch.options.settings import ProbeSettings
+from bertwatch.probe.measurements import supported_stats
+from bertwatch.probe.probe_pass import execute, plan_pass
 from bertwatch.report.events import read_run
 from tests.support.alone_oracle import eager_copy
 from tests.support.models import OneMember, tiny_model

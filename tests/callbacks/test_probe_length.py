@@ -15,7 +15,7 @@ import transformers as T
 from werkzeug.test import Client
 
 from bertwatch.callbacks import BertWatchWarning, EntropyCallback, SetupError, watch
-from bertwatch.callbacks.probe_set import build_probe_set
+from bertwatch.probe.probe_set import build_probe_set
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
 from bertwatch.tb import metadata as md

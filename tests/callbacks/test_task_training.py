@@ -119,8 +119,8 @@ def test_every_head_fine_tunes_with_gradient_statistics_and_an_exact_ablation(tm
 def test_masked_lm_probe_masks_are_fixed_and_seeded_whatever_the_collator_draws(tmp_path) -> None:
     """The MLM probe set holds the seeded masks of its examples (the same ones the sweep scores), not the
     collator's random ones: identical whatever the global RNG, [MASK] where a label is, the token as label."""
-    from bertwatch.callbacks.probe_set import build_probe_set
     from bertwatch.heads.task_heads import example_mask
+    from bertwatch.probe.probe_set import build_probe_set
 
     tokenizer = tiny_tokenizer()
     model = model_for(next(c for c in CASES if c.name == "masked-lm"), tokenizer)

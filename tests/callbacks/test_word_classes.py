@@ -17,7 +17,6 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 from bertwatch.callbacks import BertWatchCallback, SetupError, WordClassProbe
-from bertwatch.callbacks.probe_context import autocast_dtype, mixed_precision
 from bertwatch.callbacks.word_classes import (
     SHARE_PREFIX,
     UDWordClassPass,
@@ -28,6 +27,7 @@ from bertwatch.cli.demo import UD_DEV, UD_SENTENCES, ud_dev_file
 from bertwatch.linguistics.syntax import parse_conllu, read_conllu
 from bertwatch.linguistics.wordclass import UD_CLASSES, ud_classes
 from bertwatch.options.groups import word_class_option
+from bertwatch.probe.adapt import autocast_dtype, mixed_precision
 from bertwatch.tb import metadata as md
 from tests.support.tiny_trainer import SPECIAL, WORDS, tiny_bert, toy_trainer
 from tests.support.tolerance import assert_float32_close

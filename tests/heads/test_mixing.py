@@ -380,19 +380,16 @@ def test_watch_refuses_requested_mixing_statistics_on_a_pre_ln_family_and_keeps_
     tok = T.BertTokenizer(vocab=vocab, model_input_names=["input_ids", "attention_mask"])
     config = tiny_config_sized("modernbert", len(tok))
     model = T.AutoModelForSequenceClassification.from_config(config).eval()
-    names = ["sep_mass_alti", "sep_mass_rollout", "cls_mass"]
-    callback = strict(
-        BertWatchCallback, names if requested else None, probe_texts=toy_texts(3), logging_dir=str(tmp_path / "run")
-    )
+    names = ("sep_mass_alti", "sep_mass_rollout", "cls_mass")
+    # not requested: a callback whose defaults they are, dropped quietly on this family, rollout kept
+    kind = BertWatchCallback if requested else type("MixingDefaults", (BertWatchCallback,), {"default_stats": names})
+    callback = strict(kind, names if requested else None, probe_texts=toy_texts(3), logging_dir=str(tmp_path / "run"))
     args = T.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     events = {"model": model, "processing_class": tok}
     if requested:
         with pytest.raises(SetupError, match="pre-LN"):
             callback.on_train_begin(args, T.TrainerState(), T.TrainerControl(), **events)
     else:
-        callback.stat_names = frozenset(names)  # as if they were defaults: dropped quietly, rollout kept
-        callback.requested = None
-        callback.default_stats = tuple(names)
         callback.on_train_begin(args, T.TrainerState(), T.TrainerControl(), **events)
         assert callback.stat_names == {"sep_mass_rollout", "cls_mass"}
     callback.disable()

@@ -14,11 +14,11 @@ import transformers as T
 
 from bertwatch.ablation.inputs import prepare_examples
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.probe_set import text_examples
 from bertwatch.heads.adapters import ADAPTERS
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
 from bertwatch.heads.unwrap import UnsupportedInputError, input_names, select_inputs, unwrap
 from bertwatch.options.settings import ProbeSettings
+from bertwatch.probe.probe_set import text_examples
 from tests.support.models import OneMember
 from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args

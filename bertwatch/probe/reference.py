@@ -1,7 +1,7 @@
 """The drift reference of one training run: what every drift statistic compares the trained model's maps with.
 
 By default the model's own maps on the probe set before its first optimiser step; with ``reference_model=`` those
-of that model. The probe pass asks for them one unit of rows at a time (``callbacks.probe_units``), so the device
+of that model. The probe pass asks for them one unit of rows at a time (``probe.probe_units``), so the device
 never holds the whole probe set's maps; the reference is kept in whichever of two ways costs the device less:
 
 * ``MapsReference``: each probe row's maps cut to its real tokens, in float16, in host memory (pinned on a GPU, so
@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks._context import config_value, mixed_precision
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError
-from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache
-from bertwatch.callbacks.probe_units import ProbeUnit
+from bertwatch.core.warnings import BertWatchWarning, SetupError
 from bertwatch.heads.capture import capture, model_shape
 from bertwatch.heads.sharding import is_sharded
 from bertwatch.heads.unwrap import select_inputs, unwrap
+from bertwatch.probe.adapt import config_value, mixed_precision
+from bertwatch.probe.probe_set import ProbeSet, ReferenceCache
+from bertwatch.probe.probe_units import ProbeUnit
 
 __all__ = ["DriftReference", "MapsReference", "ModelReference", "ReferenceTaking", "check_reference_model"]
 

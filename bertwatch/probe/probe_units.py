@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks.probe_set import ProbeSet
 from bertwatch.heads.length_groups import FORWARD_COST, crop_rows, labelled_rows, plan_groups, splits, widths
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import head_kind
+from bertwatch.probe.probe_set import ProbeSet
 
 __all__ = ["UNIT_MAPS_BYTES", "ProbeUnit", "plan_units"]
 

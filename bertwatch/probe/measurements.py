@@ -1,11 +1,11 @@
 """The statistic families of the probe pass, each one pluggable ``Measurement``.
 
 A measurement names the statistics it gives, says what the shared no-grad forward must record for them
-(``CaptureNeeds``) and when its own work runs in a unit of probe rows (``stage``; ``callbacks.probe_units``), and
+(``CaptureNeeds``) and when its own work runs in a unit of probe rows (``stage``; ``probe.probe_units``), and
 measures one unit at a time, reading nothing back to the host (the pass copies its results once, at its end):
 per example ``{name: [batch, layers, heads]}`` (``heads.aggregate`` then averages examples into ``[layers, heads]``
 grids, and the measurement may finish them). Adding a family of statistics is one class and one entry in
-``MEASUREMENTS``; the watched run plans and runs every pass from that tuple (``callbacks.probe_pass``).
+``MEASUREMENTS``; the watched run plans and runs every pass from that tuple (``probe.probe_pass``).
 
 "Measurement" and not "group": a group is a menu heading of the plugin (``core.stat_names.STAT_GROUPS``).
 """
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks._safe import SetupError
 from bertwatch.core.stat_names import OUTLIER_FFN_NAMES
+from bertwatch.core.warnings import SetupError
 from bertwatch.heads.health import HealthAccumulator
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
 from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
@@ -39,8 +39,8 @@ from bertwatch.heads.stability import (
 from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.callbacks.probe_context import ProbeContext
     from bertwatch.heads.capture import Capture
+    from bertwatch.probe.probe_context import ProbeContext
 
 __all__ = [
     "CaptureNeeds",
@@ -115,7 +115,7 @@ class CaptureNeeds:
 
 @dataclass(frozen=True)
 class ProbeBatch:
-    """One unit of probe rows as the measurements see it (``callbacks.probe_units``), on the model's device.
+    """One unit of probe rows as the measurements see it (``probe.probe_units``), on the model's device.
 
     ``index``: the probe batch its rows are from; ``rows``: their probe rows (over the whole probe set); ``inputs``:
     the collated rows (label fields included); ``roles``: their token roles ``[rows, T]``; ``checking``: the pass is

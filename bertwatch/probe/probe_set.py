@@ -18,15 +18,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks._context import tokenizer_value
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError
-from bertwatch.core.warnings import cut_message
+from bertwatch.core.warnings import BertWatchWarning, SetupError, cut_message
 from bertwatch.heads.layout import LayoutError, pad_examples, right_align
 from bertwatch.heads.loading import DEFAULT_MAX_LENGTH, max_input_length
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.roles import TokenRoles, token_roles
 from bertwatch.heads.task_heads import IGNORE_INDEX, example_mask, head_kind, original_ids
 from bertwatch.heads.unwrap import input_names, unwrap
+from bertwatch.probe.adapt import tokenizer_value
 
 __all__ = [
     "ProbeSet",

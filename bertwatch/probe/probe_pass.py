@@ -1,12 +1,12 @@
 """One probe pass, planned then executed: ``plan_pass`` decides, ``execute`` runs.
 
 ``plan_pass`` reads what the due callbacks want (their statistics, the maps to keep) and what the step already
-measured, and returns a ``ProbePlan``: which statistics each measurement gives (``callbacks.measurements``), how
+measured, and returns a ``ProbePlan``: which statistics each measurement gives (``probe.measurements``), how
 many probe examples' maps to keep, whether the drift reference is taken in this pass or from the reference model,
 and the riders on it (``callbacks.riders``). ``execute`` runs the plan over the probe set's units (rows of one probe
-batch run together, ``callbacks.probe_units``), once each: per unit the ``"before"`` measurements (own passes), one
+batch run together, ``probe.probe_units``), once each: per unit the ``"before"`` measurements (own passes), one
 shared no-grad forward recording what the plan needs (``CaptureNeeds``; skipped when the gradient pass recorded it
-all), the drift reference's maps of the same rows (``callbacks.reference``), the ``"forward"`` measurements and the
+all), the drift reference's maps of the same rows (``probe.reference``), the ``"forward"`` measurements and the
 riders on it, then the ``"after"`` measurements. Everything stays on the model's device until the pass's end, where
 its grids, run-health signals and kept maps go to the host in one copy: the only read back of the pass (the start's
 loss check and the opt-in riders, integrated gradients and mixing maps read more). It returns values
@@ -31,19 +31,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.callbacks.measurements import (
-    MEASUREMENTS,
-    CaptureNeeds,
-    Measured,
-    Measurement,
-    MeasurementPass,
-    ProbeBatch,
-    RecordedStates,
-)
-from bertwatch.callbacks.probe_units import ProbeUnit
-from bertwatch.callbacks.publisher import RiderOutput
-from bertwatch.callbacks.reference import MapsReference, ModelReference, ReferenceTaking
-from bertwatch.callbacks.riders import Rider
 from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
 from bertwatch.heads.capture import capture
@@ -54,9 +41,21 @@ from bertwatch.heads.outliers import record_activations
 from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.options.settings import ALL_STATS
+from bertwatch.probe.measurements import (
+    MEASUREMENTS,
+    CaptureNeeds,
+    Measured,
+    Measurement,
+    MeasurementPass,
+    ProbeBatch,
+    RecordedStates,
+)
+from bertwatch.probe.probe_units import ProbeUnit
+from bertwatch.probe.records import Rider, RiderOutput
+from bertwatch.probe.reference import MapsReference, ModelReference, ReferenceTaking
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bertwatch.callbacks.probe_context import ProbeContext
+    from bertwatch.probe.probe_context import ProbeContext
 
 __all__ = [
     "LIVE_MEASURES",
@@ -172,7 +171,7 @@ def plan_pass(
             owner.setdefault(name, measurement)
     unmeasured = [n for n in names if n not in owner]
     if unmeasured:
-        raise ValueError(f"no measurement gives {unmeasured}; add one to callbacks.measurements.MEASUREMENTS")
+        raise ValueError(f"no measurement gives {unmeasured}; add one to probe.measurements.MEASUREMENTS")
     work = tuple((m, tuple(n for n in names if owner[n] is m)) for m in measurements)
     drift_missing = any(n in DRIFT_NAMES for n in names)
     begin_reference = event == "begin" and bool(set(DRIFT_NAMES) & set(watched))

@@ -1,113 +1,37 @@
-"""What a training run gives the probe pass, gathered once at ``on_train_begin``: ``ProbeContext``.
+"""The probe pass's context gathered from the Trainer: ``build_probe_context`` at ``on_train_begin``.
 
-The encoder (held weakly), the probe set and its units on the model's device (``callbacks.probe_units``), the
-tokenizer, the device and the training's mixed precision, the loss of the gradient statistics, the drift reference,
-the event writer and the trackers (world process zero only), and the Trainer's arguments and state. The watched run
-builds it with :func:`build_probe_context` and hands it to the measurements (``callbacks.measurements``), the riders
-and the callbacks' setup checks; nothing in it changes during the run except the references the passes take
-(the drift reference, the outlier statistics' top dimensions), which the watched run keeps from their results.
+What the Trainer gives is read here (``callbacks._context``): the probe examples (``probe_texts=``,
+``probe_dataset=``, else the eval set, else the training set), the tokenizer and collator, the loss the gradient
+statistics take (``callbacks.trainer_loss``), the TensorBoard run and the trackers; what the probe pass then
+needs is built below it (``probe.probe_set``, ``probe.probe_units``, ``probe.reference``) into a
+``probe.probe_context.ProbeContext``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from bertwatch.callbacks._context import (
-    TrainerContext,
-    config_value,
-    mixed_precision,
-    tensorboard_run_dir,
-    tokenizer_of,
-)
-from bertwatch.callbacks._safe import BertWatchWarning, SetupError
-from bertwatch.callbacks.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
-from bertwatch.callbacks.probe_units import ProbeUnit, plan_units
-from bertwatch.callbacks.reference import DriftReference, check_reference_model
+from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir, tokenizer_of
 from bertwatch.callbacks.tracking import is_tracker
-from bertwatch.callbacks.trainer_loss import GradientLoss, gradient_loss
+from bertwatch.callbacks.trainer_loss import gradient_loss
+from bertwatch.core.warnings import BertWatchWarning, SetupError
 from bertwatch.heads.capture import model_shape
 from bertwatch.heads.sharding import ShardingError, check_sharding
 from bertwatch.heads.unwrap import Unwrapped, select_inputs, unwrap
 from bertwatch.options.settings import ProbeSettings
+from bertwatch.probe.adapt import autocast_dtype
+from bertwatch.probe.probe_context import ProbeContext
+from bertwatch.probe.probe_set import ProbeSet, ReferenceCache, build_probe_set, text_examples
+from bertwatch.probe.probe_units import plan_units
+from bertwatch.probe.reference import DriftReference, check_reference_model
 
-__all__ = ["ProbeContext", "autocast_dtype", "build_probe_context", "mixed_precision"]
-
-
-def autocast_dtype(args: Any) -> torch.dtype | None:
-    """The training's mixed-precision dtype from its ``TrainingArguments`` (``bf16``, ``fp16``), or None."""
-    if args.bf16:
-        return torch.bfloat16
-    if args.fp16:
-        return torch.float16
-    return None
-
-
-@dataclass(frozen=True, eq=False)
-class ProbeContext:
-    """One training run as the probe pass sees it (module doc). Built by :func:`build_probe_context`.
-
-    ``event`` holds the keyword arguments of the Trainer's ``on_train_begin`` other than ``args``, ``state`` and
-    ``control`` (handed on to the trackers); ``resumed``: the run started from a checkpoint (global step > 0);
-    ``probe_source``: where the probe examples come from, in words ("the eval set", "probe_texts", ...).
-    ``writer`` and ``run_dir`` are None and ``trackers`` empty on every process but world process zero.
-    """
-
-    encoder_ref: Callable[[], torch.nn.Module | None]
-    probe: ProbeSet
-    units: tuple[ProbeUnit, ...]
-    probe_source: str
-    tokenizer: Any
-    device: torch.device
-    autocast_dtype: torch.dtype | None
-    layers: int
-    heads: int
-    settings: ProbeSettings
-    loss: GradientLoss
-    reference: DriftReference
-    args: Any
-    state: Any
-    event: Mapping[str, Any]
-    world_zero: bool
-    resumed: bool
-    writer: Any = None
-    run_dir: str | None = None
-    trackers: tuple[Any, ...] = ()
-    #: What the first pass measuring the activation outliers took as their reference: ``{"top_dims": [layers, 3]}``
-    #: (long, on the device).
-    outlier_reference: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def model_name(self) -> str:
-        """The encoder's folder or Hub name (``config._name_or_path``), else its class name."""
-        encoder = self.encoder
-        name = config_value(encoder, "_name_or_path", "") or ""
-        return str(name) or type(encoder).__name__
-
-    @property
-    def encoder(self) -> torch.nn.Module | None:
-        """The transformers model inside the Trainer's model (``bertwatch.heads.unwrap``), as trained."""
-        return self.encoder_ref()
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The training's mixed precision, for every pass bertwatch makes through the model (the statistics are
-        taken in float32 afterwards)."""
-        return mixed_precision(self.device, self.autocast_dtype)
-
-    @property
-    def label_names(self) -> tuple[str, ...]:
-        return tuple(self.args.label_names or ())
-
-    def model_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The entries of a probe batch the encoder is called with (labels left out)."""
-        return select_inputs(self.encoder, batch, self.label_names)
+__all__ = ["build_probe_context"]
 
 
 def _tokenizer(settings: ProbeSettings, event: Mapping[str, Any], unwrapped: Unwrapped) -> Any:

@@ -16,7 +16,11 @@ import transformers as T
 
 import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.measurements import (
+from bertwatch.callbacks.riders import WordClassPass
+from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.stats import DRIFT_NAMES
+from bertwatch.options.settings import ALL_STATS, ProbeSettings
+from bertwatch.probe.measurements import (
     MEASUREMENTS,
     CaptureNeeds,
     Measurement,
@@ -24,12 +28,9 @@ from bertwatch.callbacks.measurements import (
     ProbeBatch,
     measurement_of,
 )
-from bertwatch.callbacks.probe_context import ProbeContext
-from bertwatch.callbacks.probe_pass import execute, plan_pass
-from bertwatch.callbacks.riders import Rider, WordClassPass
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads.stats import DRIFT_NAMES
-from bertwatch.options.settings import ALL_STATS, ProbeSettings
+from bertwatch.probe.probe_context import ProbeContext
+from bertwatch.probe.probe_pass import execute, plan_pass
+from bertwatch.probe.records import Rider
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 from tests.support.tolerance import assert_float32_close

@@ -1,6 +1,5 @@
-"""The probe set (callbacks/probe_set.py) where a user's setup departs from the usual: a tokenizer without a pad
-token is measured exactly (each example against the float64 oracle of it alone), and a run whose event file
-cannot be written is refused before any step, with what to do."""
+"""The probe set (probe/probe_set.py) where a user's setup departs from the usual: a tokenizer without a pad
+token is measured exactly (each example against the float64 oracle of it alone)."""
 
 from __future__ import annotations
 
@@ -11,9 +10,9 @@ import pytest
 import torch
 import transformers as T
 
-from bertwatch.callbacks import BertWatchCallback, ProbeOptions, SetupError
-from bertwatch.callbacks.probe_set import build_probe_set
+from bertwatch.callbacks import BertWatchCallback, ProbeOptions
 from bertwatch.heads.stats import STAT_NAMES
+from bertwatch.probe.probe_set import build_probe_set
 from tests.support.alone_oracle import alone_grids
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 from tests.support.tolerance import assert_float32_close
@@ -77,42 +76,3 @@ def test_a_tokenizer_without_a_pad_token_is_measured_as_each_example_alone(tmp_p
     for name in STAT_NAMES:
         value = np.asarray(got[name], dtype=np.float64)
         assert_float32_close(value, want[name], scale=float(np.nanmax(np.abs(want[name]), initial=1.0)), msg=name)
-
-
-@pytest.mark.parametrize(
-    ("option", "refusal"),
-    [
-        ("logging_dir", r"cannot write its event file in .*a file/runs.*pass logging_dir="),
-        ("reference_model", r"reference_model .*a file/model.* cannot be loaded .*pass the folder of a saved model"),
-    ],
-)
-def test_a_setup_bertwatch_cannot_use_is_refused_before_any_step(tmp_path, option, refusal) -> None:
-    """An event folder under a file (unwritable, even for root) and a reference model path that holds no model."""
-    blocker = tmp_path / "a file"
-    blocker.write_text("not a folder")
-    options = {
-        "logging_dir": {"logging_dir": str(blocker / "runs")},
-        "reference_model": {"probing": ProbeOptions(reference_model=str(blocker / "model"))},
-    }[option]
-    tok = tiny_tokenizer()
-    trainer = T.Trainer(
-        model=tiny_bert(tok),
-        args=training_args(str(tmp_path / "out"), max_steps=2),
-        train_dataset=toy_dataset(tok, 8, 0),
-        eval_dataset=toy_dataset(tok, 4, 1),
-        processing_class=tok,
-        data_collator=T.DataCollatorWithPadding(tok),
-    )
-    steps: list[int] = []
-
-    class Steps(T.TrainerCallback):
-        def on_step_begin(self, args, state, control, **kwargs):
-            steps.append(state.global_step)
-
-    callback = BertWatchCallback(num_probe_examples=4, **options)
-    callback.set_trainer(trainer)
-    trainer.add_callback(callback)
-    trainer.add_callback(Steps())
-    with pytest.raises(SetupError, match=refusal):
-        trainer.train()
-    assert steps == []

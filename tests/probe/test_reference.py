@@ -8,12 +8,12 @@ import pytest
 import torch
 import transformers as T
 
-import bertwatch.callbacks.reference as reference
+import bertwatch.probe.reference as reference
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.probe_pass import execute, plan_pass
-from bertwatch.callbacks.probe_set import ReferenceCache
 from bertwatch.heads.capture import capture
 from bertwatch.options.settings import ProbeSettings
+from bertwatch.probe.probe_pass import execute, plan_pass
+from bertwatch.probe.probe_set import ReferenceCache
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 from tests.support.tolerance import assert_float32_close

@@ -9,10 +9,10 @@ import pytest
 import torch
 import transformers as T
 
-import bertwatch.callbacks.probe_units as units_module
+import bertwatch.probe.probe_units as units_module
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.probe_pass import execute, plan_pass
 from bertwatch.options.settings import ProbeSettings
+from bertwatch.probe.probe_pass import execute, plan_pass
 from tests.support.models import OneMember
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 from tests.support.tolerance import assert_float32_close
