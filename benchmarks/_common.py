@@ -53,3 +53,15 @@ def train_quietly(trainer) -> float:
         warnings.simplefilter("ignore")
         trainer.train()
     return time.perf_counter() - start
+
+
+def peak_mib(device: str) -> float:
+    """The peak memory of this process so far in MiB: on CUDA ``torch.cuda.max_memory_allocated``, on a CPU the
+    peak resident set (``ru_maxrss``, KiB on Linux)."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import minilm_path  # noqa: E402
+from _common import minilm_path, peak_mib  # noqa: E402
 
 _STORY = "the film opens slowly , and the actors , all of them good , carry a thin plot to its end ."
 
@@ -59,8 +59,6 @@ class StepClock:
 
 def worker(opts: argparse.Namespace) -> dict:
     """One fine-tuning run; its peak memory, step times and (with the callback) its passes' seconds."""
-    import resource
-
     import torch
     import transformers as T
     from bench_overhead import _Timed
@@ -100,10 +98,7 @@ def worker(opts: argparse.Namespace) -> dict:
         start = time.perf_counter()
         trainer.train()
         wall = time.perf_counter() - start
-    if opts.device == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2**20
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_mib(opts.device)
     return {
         "callback": opts.callback,
         "wall_s": wall,

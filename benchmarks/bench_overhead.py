@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import default_glue_dir, sst2_dataset  # noqa: E402
+from _common import default_glue_dir, peak_mib, sst2_dataset  # noqa: E402
 
 
 def _default_model() -> str:
@@ -96,8 +96,6 @@ class _Timed:
 
 def worker(opts: argparse.Namespace) -> dict:
     """One fine-tuning run; returns wall time of ``train()`` and peak memory."""
-    import resource
-
     import torch
     import transformers as T
 
@@ -150,10 +148,7 @@ def worker(opts: argparse.Namespace) -> dict:
         if device == "cuda":
             torch.cuda.synchronize()
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    if device == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2**20
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_mib(device)
     return {
         "callback": opts.callback,
         "wall_s": wall,

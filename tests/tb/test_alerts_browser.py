@@ -13,7 +13,7 @@ import pytest
 from bertwatch.core.alerts import active_alerts  # noqa: E402
 from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import MAX_PNG_BYTES, STEPS, L, synthetic_grids, tensorboard_server
-from tests.tb.test_plugin_browser import Session, browser, shot_dir  # noqa: F401 (fixtures)
+from tests.tb.test_plugin_browser import browser, open_session, shot_dir  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
@@ -42,16 +42,11 @@ def s(browser, tmp_path_factory):  # noqa: F811
     root = tmp_path_factory.mktemp("bw_alerts") / "logs"
     _write_runs(root)
     with tensorboard_server(root, extra=["--samples_per_plugin=bertwatch=0"]) as base:
-        page = browser.new_page()
-        sess = Session(page, None, base, root)
-        page.on("pageerror", lambda e: sess.errors.append(str(e)))
-        page.goto(base + "/#bertwatch")
-        sess.frame = page.wait_for_selector("iframe", timeout=30000).content_frame()
-        sess.frame.wait_for_selector("#heads-heatmap .cell", timeout=30000)
+        sess = open_session(browser, base, root)
         sess.frame.select_option("#run-select", "diverging")
         sess.wait_step(STEPS[-1])
         yield sess
-        page.close()
+        sess.page.close()
         assert not sess.errors, sess.errors
 
 
