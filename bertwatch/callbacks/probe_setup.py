@@ -55,7 +55,7 @@ def _probe_dataset(settings: ProbeSettings, context: TrainerContext) -> tuple[An
         why = (
             "the Trainer has no eval_dataset"
             if context.bound
-            else "bertwatch cannot see the Trainer's eval_dataset before its first evaluation (the callback was "
+            else "the Trainer's eval_dataset cannot be seen before its first evaluation (the callback was "
             "only placed in callbacks=[...]; attach it with bertwatch.watch(trainer) to use the eval set)"
         )
         warnings.warn(

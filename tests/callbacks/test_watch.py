@@ -109,7 +109,7 @@ def test_watching_trainers_attaches_to_every_trainer_and_restores_init_on_error(
 
 def test_callback_only_in_callbacks_uses_the_event_arguments(tmp_path) -> None:
     cb = strict(EntropyCallback, every_n_steps=3, num_probe_examples=4)
-    with pytest.warns(BertWatchWarning, match="cannot see the Trainer's eval_dataset"):
+    with pytest.warns(BertWatchWarning, match="the Trainer's eval_dataset cannot be seen"):
         _trainer(tmp_path / "a", callbacks=[cb], with_eval=False).train()
     assert [s for s, _ in cb.history] == [0, 3, 6] and cb.trainer is None
     with pytest.raises(SetupError, match=r"bertwatch.watch\(trainer\)"), warnings.catch_warnings():
