@@ -24,7 +24,8 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
   decay, ``alerts_at_risk`` stability alerts in force; each outweighed by clear learning from evidence at least as
   strong and as recent (an evaluation over the eval set > the logged training loss > the 32-example probe set >
   the stability alerts).
-- **healthy** otherwise; its reasons give the evidence of learning.
+- **healthy** otherwise; its reasons give the evidence of learning, or say that there is none yet (``NOTHING_YET``:
+  no trouble seen, but nothing shows learning either).
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ __all__ = ["LEVELS", "VERDICT_SERIES", "Verdict", "VerdictSettings", "judge", "l
 
 #: The verdict's levels, by number (the ``verdict`` series' ``level``).
 LEVELS: tuple[str, ...] = ("healthy", "at risk", "failing")
+#: The reason of a "healthy" verdict that has no evidence of learning: no trouble seen, and nothing to tell yet.
+NOTHING_YET = (
+    "no evidence yet of learning or of trouble (no evaluation, logged training loss or probe loss clearly below the "
+    "constant prediction's)"
+)
 #: The named-values series the verdict is written as.
 VERDICT_SERIES = "verdict"
 
@@ -412,4 +418,4 @@ def _weigh(step: int, findings: list[_Finding]) -> Verdict:
     if standing:
         return Verdict(step, 1, tuple(f.text for f in standing + by_rank))
     weighed = [f"{f.text} (outweighed)" for f in risks]
-    return Verdict(step, 0, tuple(f.text for f in by_rank) + tuple(weighed))
+    return Verdict(step, 0, tuple(f.text for f in by_rank) + tuple(weighed) if by_rank else (NOTHING_YET,))

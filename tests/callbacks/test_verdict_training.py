@@ -18,7 +18,7 @@ from bertwatch.callbacks import BertWatchCallback, GradientImportanceCallback
 from bertwatch.core.alerts import Alert
 from bertwatch.core.evidence import Constant, Evidence
 from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, grad_norm_name
-from bertwatch.core.verdict import VERDICT_SERIES, VerdictSettings, judge
+from bertwatch.core.verdict import NOTHING_YET, VERDICT_SERIES, VerdictSettings, judge
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.options.groups import ExpertOptions
 from bertwatch.tb.metadata import series_tag, text_tag
@@ -154,7 +154,7 @@ def test_each_steps_reasons_are_kept_in_the_verdict_text(tmp_path) -> None:
     texts = _texts(tmp_path)
     assert sorted(texts) == [step for step, _ in callback.health]
     assert texts[max(texts)] == list(callback.alerting.verdict.reasons)
-    assert texts[0] == []  # step 0 is the reference: nothing to judge yet
+    assert texts[0] == [NOTHING_YET]  # step 0 is the reference: nothing to tell yet, and the words say so
     # at risk at step 2 (a collapse now), failing from step 4 (held 20% of training): each step its own words
     assert texts[2] != texts[4] and all(texts[s] for s in texts if s > 0)
     assert any("since step 2" in line for line in texts[4])

@@ -21,7 +21,7 @@ from bertwatch.core.health_names import (
     PRIOR_LOSS,
     grad_norm_name,
 )
-from bertwatch.core.verdict import VerdictSettings, judge, lower_gradient_ratio
+from bertwatch.core.verdict import NOTHING_YET, VerdictSettings, judge, lower_gradient_ratio
 
 pytestmark = pytest.mark.fast
 
@@ -73,7 +73,7 @@ def test_a_dead_run_measured_three_times_is_failing_at_once() -> None:
     )
     assert "21 stability alerts in force" in verdict.reasons
     assert judge(e.until(20)).label == "failing"  # already at the second probe pass, whatever the cadence
-    assert judge(e.until(0)).label == "healthy"  # the reference alone says nothing
+    assert judge(e.until(0)).reasons == (NOTHING_YET,)  # the reference alone says nothing: "healthy" says so
 
 
 def learning_run(accuracy: float = 0.648) -> Evidence:
@@ -97,7 +97,7 @@ def test_evaluations_that_beat_the_constant_outweigh_a_probe_loss_above_it() -> 
     e = learning_run()
     e.evaluations.clear()
     verdict = judge(e)
-    assert verdict.label == "healthy" and verdict.reasons == ()
+    assert verdict.label == "healthy" and verdict.reasons == (NOTHING_YET,)
 
 
 def test_an_evaluation_at_the_majority_puts_a_run_at_risk_and_fails_it_once_it_has_held() -> None:
@@ -156,7 +156,7 @@ def test_the_noise_of_the_logged_losses_is_accounted_for() -> None:
     losses = list(trend + 1.2 * rng.standard_normal(steps))  # ± 0.38 a logged mean of 10 steps
     log_losses(e, losses, linear_rates(steps, 1e-4))
     verdict = judge(e)
-    assert verdict.label == "healthy" and verdict.reasons == ()
+    assert verdict.label == "healthy" and verdict.reasons == (NOTHING_YET,)
 
 
 def noisy_healthy(seed: int, steps: int = 200, every: int = 20, evaluate: bool = True) -> Evidence:
