@@ -58,8 +58,9 @@ def alerts_section(alerts: Mapping[str, Any] | None) -> str:
     active = sum(1 for e in episodes if e["active"])
     header = ["head or layer", "rule", "since step", "", "value (last in alert)", "reference", "threshold"]
     return (
-        head + f"<p><strong>{len(episodes)} alert episode{'s' if len(episodes) != 1 else ''}</strong>, {active} still "
-        "in force at the last measured step.</p>"
+        head
+        + f"<p><strong>{len(episodes)} alert{'s' if len(episodes) != 1 else ''}</strong> (a head or layer in alert "
+        f"from a step until it recovered), {active} still in force at the last measured step.</p>"
         + "<table><thead><tr>"
         + "".join(f"<th>{html.escape(h)}</th>" for h in header)
         + "</tr></thead><tbody>"

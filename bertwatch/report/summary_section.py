@@ -144,7 +144,7 @@ def _alerts_text(alerts: Mapping[str, Any] | None) -> str:
     if not episodes:
         return "none fired"
     active = sum(1 for e in episodes if e["active"])
-    return f'<a href="#alerts">{len(episodes)} episode{"s" if len(episodes) != 1 else ""}, {active} still in force</a>'
+    return f'<a href="#alerts">{len(episodes)} alert{"s" if len(episodes) != 1 else ""}, {active} still in force</a>'
 
 
 def _verdict_text(training: Mapping[str, Any]) -> str | None:

@@ -230,7 +230,7 @@ def test_table_episodes_and_the_plugin_route(tmp_path) -> None:
     assert training["alerts"]["steps"] == steps and training["alerts"]["reference_step"] == 0
     page = build_html([], training)
     section = page[page.index('<h2 id="alerts">') :]
-    assert "3 alert episodes</strong>, 1 still in force" in section
+    assert "3 alerts</strong> (a head or layer in alert from a step until it recovered), 1 still in force" in section
     rows = re.findall(r"<tr><td>(L\d H\d)</td><td><code>(\w+)</code>.*?</td><td>(\d+)</td><td>([^<]*)</td>", section)
     assert rows == [
         ("L1 H2", "sink_collapse", "30", "still in alert"),

@@ -64,7 +64,7 @@ def test_the_strip_lists_the_routes_alerts_and_a_click_draws_the_reference(s, sh
     assert [tuple(i[:4]) for i in items] == [(*COLLAPSED, "entropy_collapse", 150), (*SINK, "sink_collapse", 250)]
     assert re.fullmatch(r"L1 H4 entropy collapse · since 150", items[0][4])
     assert re.fullmatch(r"L3 H2 sink collapse · since 250 – 250", items[1][4])
-    assert "1 head in alert at step 300, 2 episodes in all" in s.frame.text_content("#alert-summary")
+    assert "1 head in alert at step 300, 2 alerts in all" in s.frame.text_content("#alert-summary")
 
     s.frame.select_option("#stat-select", "cls_mass")
     s.frame.click('#alert-items .alert-item[data-rule="entropy_collapse"]')

@@ -69,7 +69,7 @@ export class AlertStrip {
       h('b', {}, 'Stability alerts'),
       ' · ',
       episodes.length
-        ? `${unitsText(episodes.filter((e) => e.active))} in alert at step ${fmtStep(last)}, ${episodes.length} episode${episodes.length === 1 ? '' : 's'} in all`
+        ? `${unitsText(episodes.filter((e) => e.active))} in alert at step ${fmtStep(last)}, ${episodes.length} alert${episodes.length === 1 ? '' : 's'} in all`
         : `none in ${d.steps.length} judged step${d.steps.length === 1 ? '' : 's'}`,
       ` (reference: step ${fmtStep(d.referenceStep ?? 0)})`,
     );
