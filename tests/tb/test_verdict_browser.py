@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bertwatch.core.verdict import NOTHING_YET
 from bertwatch.tb.summary import SummaryWriter
 from tests.support.tb_helpers import MAX_PNG_BYTES, STEPS, synthetic_grids, tensorboard_server
 from tests.tb.test_plugin_browser import Session, browser  # noqa: F401 (fixtures)
@@ -96,8 +97,8 @@ def test_a_healthy_run_says_so(s) -> None:
     )
     reasons = s.frame.eval_on_selector_all("#verdict-reasons li", "els => els.map(e => e.textContent)")
     assert reasons == list(s.verdicts["healthy"][-1].reasons) and reasons[0].startswith("probe loss 0.347")
-    s.frame.click('#verdict-timeline .verdict-step[data-step="0"]')  # step 0: nothing to judge yet
-    assert "no rule holds" in s.frame.text_content("#verdict-reasons")
+    s.frame.click('#verdict-timeline .verdict-step[data-step="0"]')  # step 0: nothing to tell yet, and it says so
+    assert NOTHING_YET in s.frame.text_content("#verdict-reasons")
     s.frame.click('#verdict-timeline .verdict-step[data-step="0"]')
     assert not s.frame.query_selector_all("#verdict-chart-share .band")
 
