@@ -305,7 +305,8 @@ class RunSummary:
     """What a callback measured, for the end lines: the measured ``steps``, the ``alerts`` raised, the last
     ``grids``; bertwatch's ``own_seconds`` and its ``shares`` of the run's wall time (all, the events', those between
     them), the ``between`` measurements, the events (``pinned``) and the ``budget``; where the ``report`` is; the
-    last ``verdict`` on the run in words (``core.verdict.Verdict.describe``), None when none was judged."""
+    last ``verdict`` on the run in words (``core.verdict.Verdict.describe``), None when none was judged;
+    ``after_training``: the seconds of the ablation after the last measurement, left out of the shares' wall time."""
 
     steps: tuple[int, ...]
     alerts: int
@@ -317,6 +318,7 @@ class RunSummary:
     budget: float
     report: str
     verdict: str | None = None
+    after_training: float = 0.0
 
     @classmethod
     def of(
@@ -327,6 +329,7 @@ class RunSummary:
         pacing: Any,
         pinned: Pinned,
         report: str,
+        after_training: float = 0.0,
     ):
         """From a callback's ``history`` (``(step, grids)`` in order), the alerts raised on its statistics, the last
         verdict (None: none, or the callback gives no run-health signals), its ``ProbePacing`` and the events it
@@ -336,10 +339,13 @@ class RunSummary:
         measured = pacing.measured("evaluation"), bool(pacing.measured("end"))
         pinned = dataclasses.replace(pinned, evaluations=measured[0], at_end=measured[1])
         events, between, count = pacing.spent()
-        wall = pacing.meter.wall()
+        wall = pacing.meter.wall() - after_training
         shares = tuple(x / wall if wall > 0 else 0.0 for x in (events + between, events, between))
         steps = tuple(step for step, _ in history)
-        return cls(steps, alerts, grids, events + between, shares, count, pinned, pacing.meter.budget, report, verdict)
+        budget = pacing.meter.budget
+        return cls(
+            steps, alerts, grids, events + between, shares, count, pinned, budget, report, verdict, after_training
+        )
 
 
 def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str] | None:
@@ -375,7 +381,9 @@ def end_lines(summary: RunSummary) -> list[str]:
     split = _split(summary.shares, summary.between, summary.pinned, " of the run", 1)
     over = _over_budget(summary.shares[0], summary.budget, summary.pinned, summary.between, "was")
     verdict = [f"verdict: {summary.verdict}"] if summary.verdict else []
-    return ["; ".join(parts), f"took {summary.own_seconds:.1f} s, {split}{over}", *verdict, f"report: {summary.report}"]
+    after = f"; then the ablation after training took {summary.after_training / 60:.1f} min"
+    took = f"took {summary.own_seconds:.1f} s, {split}{over}" + (after if summary.after_training >= 1.0 else "")
+    return ["; ".join(parts), took, *verdict, f"report: {summary.report}"]
 
 
 #: Each alert quantity in words, for the alert lines.
@@ -475,10 +483,11 @@ class Speaker:
         pacing.charge(pacing.clock() - start)
 
     def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, member: Any, pacing: Any,
-            report: str) -> None:  # fmt: skip
+            report: str, after_training: float = 0.0) -> None:  # fmt: skip
         """The end lines (:class:`RunSummary`) of a callback: the run's judgement (``alerting``) as far as it
         concerns ``member``: the alerts on its statistics, the verdict where it gives the run-health signals."""
         if self.speaks:
             raised = [a for a in alerting.raised if a.stat in member.stat_names]
             verdict = alerting.verdict if member.gives_health else None
-            say(end_lines(RunSummary.of(history, raised, verdict, pacing, self.pinned, report)))
+            summary = RunSummary.of(history, raised, verdict, pacing, self.pinned, report, after_training)
+            say(end_lines(summary))

@@ -193,9 +193,11 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         try:
             self._drive("end", state)
             if not self.disabled:
+                start = self.pacing.clock()
                 self._after_end(args, state, kwargs)
+                after = self.pacing.clock() - start  # the ablation: left out of the run's wall time, said apart
                 member, hint = self.watched.members[self._index], self._report_hint(args)
-                self._speaker.end(self.history, self.alerting, member, self.pacing, hint)
+                self._speaker.end(self.history, self.alerting, member, self.pacing, hint, after)
         finally:
             self.watched.leave(self._index)
 

@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -176,6 +177,22 @@ def test_the_end_lines_count_steps_and_alerts_and_split_the_cost() -> None:
     assert fixed.endswith("4.0% for step 0, the evaluation and the end, 6.0% for the 3 measurements every 5 steps")
     rounded = end_lines(_summary((0, 20), 0, grids, shares=(0.126, 0.1074, 0.0186), between=1))[1]
     assert _shares(rounded) == [12.6, 10.7, 1.9] and rounded.endswith(" 1.9% for 1 measurement between them")
+
+
+def test_the_ablation_after_training_is_left_out_of_the_share_and_said_apart() -> None:
+    """bertwatch's seconds are a share of the training, not of training plus the ablation sweep that follows it
+    (which would make them look several times smaller); the sweep's minutes get their own words."""
+    meter = SimpleNamespace(wall=lambda: 160.0, budget=0.02)  # 100 s of training, then 60 s of ablation
+    pacing = SimpleNamespace(measured=lambda event: (10,) if event == "evaluation" else (20,), meter=meter)
+    pacing.spent = lambda: (3.0, 1.0, 2)
+    events = Pinned(at_start=True, evaluations=(10,), at_end=True, every_n_steps=None, max_steps=20)
+    summary = RunSummary.of([(0, {}), (20, {})], [], None, pacing, events, "report", after_training=60.0)
+    assert summary.shares == pytest.approx((0.04, 0.03, 0.01))
+    cost = end_lines(summary)[1]
+    assert cost.startswith("took 4.0 s, 4.0% of the run") and cost.endswith(
+        "; then the ablation after training took 1.0 min"
+    )
+    assert "ablation" not in end_lines(RunSummary.of([(0, {}), (20, {})], [], None, pacing, events, "report"))[1]
 
 
 def test_the_end_lines_give_the_verdict_when_there_is_one() -> None:
