@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.support.models import lively, tiny_model  # noqa: E402
 from tests.support.tiers import fast_subset
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts  # noqa: E402
 from tests.support.tolerance import assert_float32_close, pearson_scale
+from tests.support.torchrun import torchrun
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
@@ -486,12 +486,6 @@ def test_minilm_sweep_equals_independent_evaluation() -> None:
         np.testing.assert_allclose(got[config.id], expected, atol=1e-5, rtol=1e-5, err_msg=config.id)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _distributed_run(out_dir: str) -> None:
     """One rank: the tiny sweep, split across the processes; rank 0 writes ablation.json."""
     tokenizer, examples = _toy(30, seed=2)
@@ -515,21 +509,7 @@ def _distributed_run(out_dir: str) -> None:
 @pytest.mark.distributed
 def test_two_processes_give_the_single_process_result(tmp_path: Path) -> None:
     env = {**os.environ, **OFFLINE, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        "1",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        __file__,
-        str(tmp_path / "two"),
-    ]
+    command = torchrun(__file__, str(tmp_path / "two"))
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=170)
     except subprocess.TimeoutExpired as err:

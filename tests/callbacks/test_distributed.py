@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.support.torchrun import torchrun
+
 HELPER = Path(__file__).resolve().parents[1] / "support" / "dist_train.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.distributed
@@ -32,21 +26,7 @@ def test_two_process_gloo_training_with_the_callback(tmp_path) -> None:
         "TOKENIZERS_PARALLELISM": "false",
     }
     env.pop("TENSORBOARD_LOGGING_DIR", None)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        "1",
-        "--nproc_per_node",
-        "2",
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(_free_port()),
-        str(HELPER),
-        str(tmp_path),
-    ]
+    command = torchrun(str(HELPER), str(tmp_path))
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150)
     except subprocess.TimeoutExpired as err:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +16,10 @@ import torch
 
 from bertwatch.heads.sharding import ShardingError, check_sharding, is_sharded, is_zero3
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer
+from tests.support.torchrun import torchrun
 
 HELPER = Path(__file__).resolve().parents[1] / "support" / "fsdp_train.py"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env() -> dict[str, str]:
@@ -56,9 +50,7 @@ def test_fsdp2_training_gives_the_single_process_grids(tmp_path: Path) -> None:
     sharded, single = tmp_path / "fsdp", tmp_path / "single"
     sharded.mkdir()
     single.mkdir()
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]
-    launcher += ["--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
-    _run([*launcher, str(HELPER), str(sharded)], "the 2-process FSDP2 run")
+    _run(torchrun(str(HELPER), str(sharded)), "the 2-process FSDP2 run")
     _run([sys.executable, str(HELPER), str(single), "single"], "the single-process run")
 
     info = [json.loads((sharded / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -124,10 +116,8 @@ def test_sharded_sweep_resumes_after_a_rank_dies_even_on_another_machine(tmp_pat
     from tests.support.tiny_trainer import toy_texts
 
     out = tmp_path / "two"
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2"]
-    launcher += ["--master_addr", "127.0.0.1"]
     crashed = subprocess.run(
-        [*launcher, "--master_port", str(_free_port()), str(HELPER), str(out), "sweep", "die"],
+        torchrun(str(HELPER), str(out), "sweep", "die"),
         env=_env(),
         capture_output=True,
         text=True,
@@ -139,7 +129,7 @@ def test_sharded_sweep_resumes_after_a_rank_dies_even_on_another_machine(tmp_pat
     assert len(before) == configs and {json.loads(r)["shard"] for r in before} == {0}
 
     # resumed with rank 1 blind to rank 0's partial.jsonl (another machine): it gets rank 0's view
-    _run([*launcher, "--master_port", str(_free_port()), str(HELPER), str(out), "sweep", "apart"], "the resumed sweep")
+    _run(torchrun(str(HELPER), str(out), "sweep", "apart"), "the resumed sweep")
     assert not (out / "elsewhere").exists()
     rows = [json.loads(r) for r in (out / "partial.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * configs and len({(r["shard"], r["key"]) for r in rows}) == 4 * configs

@@ -8,7 +8,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from bertwatch.cli import main
 from bertwatch.cli.run import run_parser, settings_from_options
 from bertwatch.options.settings import GROUPS, ExpertOptions, ProbeOptions, WatchSettings, option_specs
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
+from tests.support.torchrun import torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -151,15 +151,11 @@ def test_bertwatch_run_dash_m_runs_a_module_as_python_does(tmp_path) -> None:
 @pytest.mark.distributed
 def test_torchrun_two_processes_through_bertwatch_run(tmp_path) -> None:
     model_dir, script = _setup(tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = _run(
-        tmp_path,
-        "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-        "--master_port", str(port), "-m", "bertwatch", "run", "--every-n-steps", "2", "--num-probe-examples", "4",
+    launch = torchrun(
+        "-m", "bertwatch", "run", "--every-n-steps", "2", "--num-probe-examples", "4",
         str(script), str(model_dir), str(tmp_path / "out"), "0",
     )  # fmt: skip
+    proc = _run(tmp_path, *launch[1:])  # _run gives the interpreter
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert sum(line.startswith("ARGV ") for line in proc.stdout.splitlines()) == 2  # each rank ran the script
     files = glob.glob(str(tmp_path / "out" / "runs" / "*" / "*.bertwatch"))

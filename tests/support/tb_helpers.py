@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import pytest
 from bertwatch.core import rules
 from bertwatch.tb.metadata import PATTERN_SERIES, WORD_CLASS_SERIES
 from bertwatch.tb.summary import SummaryWriter
+from tests.support.torchrun import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -340,12 +340,6 @@ def make_wsgi_app(logdir, samples=0):
 
 # ------------------------------------------------------------------------------------------------------
 # A real tensorboard process
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url, timeout=10):
