@@ -1,23 +1,16 @@
-"""The report side of ``bench_failures.py``: the evidence a live ``BertWatchCallback`` had at a step, replayed from a
-run's record (``core.evidence.Evidence``), the verdict on it (``core.verdict.judge``), and the figures over runs
-with bootstrap intervals.
-
-A record keeps the Trainer's log of every step (``logging_steps=1``); the replay keeps what a user logging every
-``logging_steps`` steps would have had: at each multiple of it, the mean of the step losses since the log before
-(the Trainer's own logged ``loss``) and the learning rate then; the evaluations as logged (``eval_score`` is the
-accuracy on SST-2, MRPC and RTE: read as ``eval_accuracy``); the run-health values and alerts of the steps
-bertwatch measured; the constant prediction on the dev set (from its labels) and on the examples trained on.
+"""The report side of ``bench_failures.py``: the verdict replayed on what a run had shown by a step (its record
+keeps the evidence the live ``BertWatchCallback`` read: ``core.evidence.Evidence.as_dict``), the baselines read at
+the same step, the outcome from the unseen dev half, and the figures over runs with bootstrap intervals.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import cache
 
 import numpy as np
 
-from bertwatch.core.evidence import Constant, Evidence
+from bertwatch.core.evidence import Evidence
 from bertwatch.core.verdict import VerdictSettings, judge
 
 #: The fractions of training at which each score is read, then the end.
@@ -59,69 +52,51 @@ def learned_by_score(task: str, predictions: Sequence[int], labels: Sequence[int
     return metric(task)(np.asarray(predictions), np.asarray(labels)) >= majority_score(task, labels) + LEARNED_MARGIN
 
 
-@cache
-def _train_labels(task: str, glue_dir: str | None) -> tuple[int, ...]:
-    from bertwatch.data.glue import load_glue
-
-    return tuple(int(r["label"]) for r in load_glue(task, "train", glue_dir))
-
-
-def train_constant(record: dict, glue_dir: str | None) -> Constant | None:
-    """The constant prediction on the examples the run trained on (the first ``steps`` × 16 of the training set,
-    fewer on a small set, whose last 32 are the probe set)."""
-    labels = _train_labels(record["task"], glue_dir)
-    used = min(record["steps"] * BATCH, len(labels) - PROBE)
-    return Constant.of_labels(labels[:used])
-
-
-def evidence_at(record: dict, step: int, logging_steps: int = 10, constant: Constant | None = None) -> Evidence:
-    """What the live callback had at ``step`` of the recorded run, its Trainer logging every ``logging_steps``
-    steps (module doc); ``constant``: the constant prediction on the examples trained on."""
-    evidence = Evidence(max_steps=int(record["steps"]), train_constant=constant)
-    evidence.eval_constant = Constant.of_labels(record["dev_labels"])
-    per_step = {int(h["step"]): h for h in record["log_history"] if "loss" in h}
-    for end in range(logging_steps, step + 1, logging_steps):
-        window = [per_step[k]["loss"] for k in range(end - logging_steps + 1, end + 1) if k in per_step]
-        if window:
-            evidence.note_log(end, {"loss": sum(window) / len(window), "learning_rate": per_step[end]["learning_rate"]})
-    for h in record["log_history"]:
-        if "eval_loss" in h and int(h["step"]) <= step:
-            metrics = {k: v for k, v in h.items() if k.startswith("eval_")}
-            if record["task"] != "cola" and "eval_score" in metrics:
-                metrics["eval_accuracy"] = metrics.pop("eval_score")
-            evidence.note_evaluation(int(h["step"]), metrics)
-    for at, health in record["health"]:
-        if at <= step:
-            evidence.note_probe(at, health)
-    for at, count in record["alerts"]:
-        if at <= step:
-            evidence.note_alerts(at, count)
-    evidence.evaluations.sort(key=lambda row: row[0])
-    return evidence
-
-
 def at_fraction(record: dict, fraction: float) -> int:
     """The step at ``fraction`` of the run (the step its early dev predictions were taken at)."""
     return max(1, round(record["steps"] * fraction))
 
 
-def scores(
-    record: dict, fraction: float | None, settings: VerdictSettings, logging_steps: int, glue_dir: str | None
-) -> dict[str, float]:
+def evidence_of(record: dict) -> Evidence:
+    """The evidence the live verdict read, as the run recorded it (``Evidence.as_dict``)."""
+    return Evidence.from_dict(record["evidence"])
+
+
+def verdict_at(record: dict, step: int, settings: VerdictSettings | None = None):
+    """The verdict replayed on what the run had shown by ``step`` (``core.verdict.judge``)."""
+    return judge(evidence_of(record).until(step), settings)
+
+
+def loss_trend_score(evidence: Evidence, step: int, hold: float) -> float:
+    """The plain training-loss trend rule: the least-squares slope of the losses logged over the last ``hold``
+    steps up to ``step`` (the higher, the less the loss falls); NaN with fewer than three."""
+    window = [(s, v) for s, v in evidence.losses if step - hold < s <= step and math.isfinite(v)]
+    if len(window) < 3:
+        return math.nan
+    x = np.array([s for s, _ in window], dtype=np.float64)
+    y = np.array([v for _, v in window], dtype=np.float64)
+    x -= x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum()) if (x * x).sum() > 0 else math.nan
+
+
+def scores(record: dict, fraction: float | None, settings: VerdictSettings) -> dict[str, float]:
     """Each failure score of one run at ``fraction`` of its training (None: the end), higher = more likely
-    failed: the verdict's level, the early dev score's distance below the majority's (Dodge et al.'s baseline),
-    the last logged training loss, and the verdict recorded live (the probe-count verdict the runs were made with)."""
+    failed: the verdict's rank (its level, ties broken by its evidence of learning), the early dev score's
+    distance below the majority's on the seen dev half (Dodge et al.'s baseline), the last logged training loss,
+    the training loss's trend over the last ``hold_share`` of training, and the verdict the run judged live."""
     step = record["steps"] if fraction is None else at_fraction(record, fraction)
-    evidence = evidence_at(record, step, logging_steps, train_constant(record, glue_dir))
+    evidence = evidence_of(record).until(step)
     verdict = judge(evidence, settings)
-    out = {"verdict": float(verdict.level) if verdict is not None else 0.0}
-    live = [level for at, level, _ in record["live_verdicts"] if at <= step]
-    out["recorded verdict"] = float(live[-1]) if live else 0.0
-    early = record["early"].get(str(step)) if fraction is not None else record["final"]
+    out = {"verdict": verdict.rank if verdict is not None else math.nan}
+    out["level"] = float(verdict.level) if verdict is not None else math.nan
+    live = [level for at, level, *_ in record["live_verdicts"] if at <= step]
+    out["live verdict"] = float(live[-1]) if live else math.nan
+    early = record["early"].get(str(step)) if fraction is not None else None
     if early is not None:
-        y = np.asarray(record["dev_labels"])
+        y = np.asarray(record["seen_labels"])
         out["dev score"] = -(metric(record["task"])(np.asarray(early), y) - majority_score(record["task"], y))
     out["training loss"] = evidence.losses[-1][1] if evidence.losses else math.nan
+    out["loss trend"] = loss_trend_score(evidence, step, settings.hold_share * record["steps"])
     return out
 
 

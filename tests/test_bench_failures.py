@@ -64,22 +64,31 @@ def test_a_run_learned_when_it_is_five_points_above_the_majority(bench) -> None:
     assert not bench.learned_by_score("rte", predictions, labels)
 
 
-def test_the_replay_logs_every_ten_steps_as_the_trainer_would(replay) -> None:
+def test_the_replay_judges_what_the_run_had_shown_by_each_step(replay) -> None:
+    from bertwatch.core.evidence import Constant, Evidence
+    from bertwatch.core.verdict import judge
+
     rng = np.random.default_rng(0)
-    losses = rng.uniform(0.3, 0.9, 37)
-    rates = np.linspace(1e-4, 0, 37)
-    log = [{"loss": float(l), "learning_rate": float(r), "step": k + 1} for k, (l, r) in enumerate(zip(losses, rates))]
-    log.insert(20, {"eval_loss": 0.6, "eval_score": 0.7, "eval_runtime": 1.0, "step": 20})
-    record = {"steps": 37, "task": "rte", "dev_labels": [0, 1, 1], "log_history": log, "health": [[0, {"loss_mean": 0.7}]],
-              "alerts": [[0, 0]]}  # fmt: skip
-    e = replay.evidence_at(record, 35)
-    assert [s for s, _ in e.losses] == [10, 20, 30]
-    for step, value in e.losses:  # the mean of the step losses since the log before, as the Trainer logs it
-        assert value == pytest.approx(float(np.mean(losses[step - 10 : step])), rel=1e-12)
-    assert e.rates == [(s, float(rates[s - 1])) for s in (10, 20, 30)]
-    assert e.evaluations == [(20, {"eval_loss": 0.6, "eval_accuracy": 0.7})]  # eval_score is accuracy here
-    assert e.max_steps == 37 and e.eval_constant.share == 2 / 3
-    assert replay.evidence_at(record, 19).evaluations == []
+    e = Evidence(max_steps=40, train_constant=Constant(0.5, math.log(2), 640))
+    for step in range(1, 41):
+        e.note_log(step, {"loss": 0.7 + 0.3 * step / 40 + 0.02 * float(rng.standard_normal()), "learning_rate": 1e-3})
+    record = {"steps": 40, "evidence": e.as_dict()}
+    for step in (5, 12, 40):
+        assert replay.verdict_at(record, step) == judge(e.until(step))
+    assert replay.verdict_at(record, 40).label == "failing"
+
+
+def test_the_loss_trend_baseline_is_a_least_squares_slope(replay) -> None:
+    from bertwatch.core.evidence import Evidence
+
+    rng = np.random.default_rng(1)
+    e = Evidence()
+    values = rng.uniform(0.3, 0.9, 30)
+    for step, value in enumerate(values, start=1):
+        e.note_log(step, {"loss": float(value)})
+    slope = np.polyfit(np.arange(21, 31, dtype=np.float64), values[20:30], 1)[0]  # the last 10 steps up to step 30
+    assert replay.loss_trend_score(e, 30, 10) == pytest.approx(slope, rel=1e-9)
+    assert math.isnan(replay.loss_trend_score(e, 2, 10))  # two logs: no trend
 
 
 def test_a_run_fails_when_it_is_not_above_the_majority_class(bench) -> None:

@@ -66,7 +66,8 @@ class Alerting:
         self.reset()
 
     def reset(self) -> None:
-        self.disabled = False
+        self.disabled = False  # the alerts, after an error in judging them
+        self.verdict_disabled = False  # the verdict, after an error in judging it
         self.alerts: list[Alert] = []
         self.raised: list[Alert] = []
         self.stop_requested_at: int | None = None
@@ -75,20 +76,26 @@ class Alerting:
         self._judged_step: int | None = None
         self._reference_noted = False
         self.verdict: Verdict | None = None
+        self.verdict_told = False  # the end lines have said the last verdict (once a run)
         self._failing_noted = False
 
     @contextlib.contextmanager
-    def contained(self) -> Iterator[None]:
-        """An error inside turns the alerts off with one warning (re-raised when strict)."""
+    def contained(self, part: str = "alerts") -> Iterator[None]:
+        """An error inside turns ``part`` off ("alerts": the stability alerts; "verdict": the run verdict) with one
+        warning (re-raised when strict); the other part goes on."""
         try:
             yield
         except Exception as err:
             if self.strict:
                 raise
-            self.disabled = True
+            if part == "verdict":
+                self.verdict_disabled = True
+            else:
+                self.disabled = True
+            what = "run verdict" if part == "verdict" else "stability alerts"
             warnings.warn(
-                f"bertwatch: the stability alerts stopped after an error ({type(err).__name__}: {err}); training "
-                "and the other measurements continue.",
+                f"bertwatch: the {what} stopped after an error ({type(err).__name__}: {err}); training and the "
+                "other measurements continue.",
                 BertWatchWarning,
                 stacklevel=4,
             )
@@ -128,8 +135,8 @@ class Alerting:
     def judge_verdict(self, evidence: Evidence) -> Verdict | None:
         """The verdict on all of the run's ``evidence`` so far (``core.verdict.judge``: its probe passes, the alerts
         in force, evaluations, logged training loss), kept in ``verdict``. None when there is no evidence or the
-        alerts are off."""
-        if self.disabled or evidence.step is None:
+        verdict was turned off by an error (the alerts' errors leave it on)."""
+        if self.verdict_disabled or evidence.step is None:
             return None
         self.verdict = judge(evidence, self.verdict_settings)
         return self.verdict

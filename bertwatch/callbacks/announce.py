@@ -319,6 +319,7 @@ class RunSummary:
     report: str
     verdict: str | None = None
     after_training: float = 0.0
+    in_force: int | None = None
 
     @classmethod
     def of(
@@ -330,10 +331,12 @@ class RunSummary:
         pinned: Pinned,
         report: str,
         after_training: float = 0.0,
+        in_force: int | None = None,
     ):
         """From a callback's ``history`` (``(step, grids)`` in order), the alerts raised on its statistics, the last
         verdict (None: none, or the callback gives no run-health signals), its ``ProbePacing`` and the events it
-        planned (``pinned``; those it measured are the pacing's)."""
+        planned (``pinned``; those it measured are the pacing's); ``in_force``: the alerts on its statistics still in
+        force at the end (the count the verdict reads)."""
         verdict = verdict.describe() if verdict is not None else None
         alerts, grids = len(raised), history[-1][1] if history else {}
         measured = pacing.measured("evaluation"), bool(pacing.measured("end"))
@@ -344,8 +347,9 @@ class RunSummary:
         steps = tuple(step for step, _ in history)
         budget = pacing.meter.budget
         return cls(
-            steps, alerts, grids, events + between, shares, count, pinned, budget, report, verdict, after_training
-        )
+            steps, alerts, grids, events + between, shares, count, pinned, budget, report, verdict, after_training,
+            in_force,
+        )  # fmt: skip
 
 
 def moved_most(grids: Mapping[str, np.ndarray], count: int = 3) -> list[str] | None:
@@ -372,7 +376,7 @@ def end_lines(summary: RunSummary) -> list[str]:
     moved = moved_most(summary.grids)
     parts = [
         f"measured {_plural(len(steps), 'step')}{span}",
-        _plural(summary.alerts, "stability alert"),
+        _plural(summary.alerts, "stability alert") + _in_force(summary),
     ]
     if moved:
         parts.append(f"moved most: {', '.join(moved)}")
@@ -384,6 +388,13 @@ def end_lines(summary: RunSummary) -> list[str]:
     after = f"; then the ablation after training took {summary.after_training / 60:.1f} min"
     took = f"took {summary.own_seconds:.1f} s, {split}{over}" + (after if summary.after_training >= 1.0 else "")
     return ["; ".join(parts), took, *verdict, f"report: {summary.report}"]
+
+
+def _in_force(summary: RunSummary) -> str:
+    """How many of the alerts raised are still in force at the end (what the verdict counts), where not all."""
+    if summary.in_force is None or not summary.alerts or summary.in_force == summary.alerts:
+        return ""
+    return f" raised, {summary.in_force} still in force at the end"
 
 
 #: Each alert quantity in words, for the alert lines.
@@ -488,6 +499,8 @@ class Speaker:
         concerns ``member``: the alerts on its statistics, the verdict where it gives the run-health signals."""
         if self.speaks:
             raised = [a for a in alerting.raised if a.stat in member.stat_names]
-            verdict = alerting.verdict if member.gives_health else None
-            summary = RunSummary.of(history, raised, verdict, pacing, self.pinned, report, after_training)
+            in_force = sum(1 for a in alerting.alerts if a.stat in member.stat_names)
+            verdict = alerting.verdict if member.gives_health and not alerting.verdict_told else None
+            alerting.verdict_told = alerting.verdict_told or verdict is not None  # said once, by one callback
+            summary = RunSummary.of(history, raised, verdict, pacing, self.pinned, report, after_training, in_force)
             say(end_lines(summary))

@@ -21,6 +21,7 @@ import numpy as np
 
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.alerting import Alerting
+from bertwatch.callbacks.loss_tap import LossTap, every_for, learning_rate
 from bertwatch.callbacks.members import Member
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.callbacks.run_evidence import RunEvidence
@@ -33,7 +34,11 @@ if TYPE_CHECKING:
     from bertwatch.probe.probe_context import ProbeContext
 
 #: What the ``verdict`` series and text say of themselves.
-VERDICT_DESCRIPTION = "The run's verdict: level 0 healthy, 1 at risk, 2 failing (bertwatch.core.verdict)"
+VERDICT_DESCRIPTION = (
+    "The run's verdict: level 0 healthy, 1 at risk, 2 failing; known 0 where nothing showed learning yet (cannot "
+    "tell); evidence: the strongest-ranked reading's distance on the learning side of its line, in standard errors "
+    "(bertwatch.core.verdict)"
+)
 VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
 
 __all__ = ["Judging", "RunJudge"]
@@ -67,11 +72,29 @@ class RunJudge:
         self._open: tuple[Verdict, bool] | None = None
         self._written_level: int | None = None
         self._noted: tuple[Any, Any] = (None, None)  # the last on_log logs and on_evaluate metrics noted
+        self.tap: LossTap | None = None
+        self._rate_from: tuple[Any, Any] = (None, None)  # the Trainer's scheduler and optimizer
 
-    def open(self, context: ProbeContext, publisher: Publisher, state: Any, trainer: Any) -> None:
-        """The run is built: its context, its writer, and the evidence of its start (``RunEvidence.begin``)."""
+    def open(self, context: ProbeContext, publisher: Publisher, state: Any, trainer: Any, model: Any) -> None:
+        """The run is built: its context, its writer, the evidence of its start (``RunEvidence.begin``) and the
+        loss tap on ``model`` (``callbacks.loss_tap``)."""
         self.context, self.publisher = context, publisher
         self.evidence.begin(state, trainer)
+        self.tap = LossTap(model, every_for(self.evidence.evidence.max_steps))
+        self._rate_from = (trainer.event.get("lr_scheduler"), trainer.event.get("optimizer"))
+
+    def note_step(self, members: Sequence[Member], step: int, control: Any) -> None:
+        """A training step is over: its loss joins the tap's window; a full window is noted and judged."""
+        if self.tap is None or not self.tap.end_step(step, learning_rate(*self._rate_from)):
+            return
+        if self.evidence.note_losses(self.tap.read()):
+            self._verdict(members, step, None, "log", control)
+
+    def close(self) -> None:
+        """The run is over: the loss tap comes off the model."""
+        if self.tap is not None:
+            self.tap.close()
+            self.tap, self._rate_from = None, (None, None)
 
     def take(self, judging: Judging | None, strict: bool, speaks: bool, name: str) -> None:
         """A callback's part in the judging: its settings (None: it takes none), whether its errors re-raise and
@@ -155,7 +178,7 @@ class RunJudge:
         health_members = [m for m in members if m.active and m.gives_health]
         if not health_members:
             return
-        with self.alerting.contained():
+        with self.alerting.contained("verdict"):
             verdict = self.alerting.judge_verdict(self.evidence.evidence)
             if verdict is None:
                 return
@@ -178,5 +201,6 @@ class RunJudge:
             self._written_level = verdict.level
             meta = {"levels": list(LEVELS), "settings": asdict(self.alerting.verdict_settings)}
             text = StepText(VERDICT_SERIES, verdict.reasons, VERDICT_TEXT, meta)
-            level = NamedValues(VERDICT_SERIES, {"level": float(verdict.level)}, VERDICT_DESCRIPTION)
+            values = {"level": float(verdict.level), "known": float(verdict.known), "evidence": verdict.evidence}
+            level = NamedValues(VERDICT_SERIES, values, VERDICT_DESCRIPTION)
             self.publisher.publish_records([level, text], verdict.step)

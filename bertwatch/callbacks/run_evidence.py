@@ -8,7 +8,7 @@ Held by the run's judge (``callbacks.judging``), which judges it. Torch-free.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bertwatch.callbacks._context import TrainerContext
@@ -37,10 +37,12 @@ def constant_of(dataset: Any) -> Constant | None:
 
 
 class RunEvidence:
-    """One run's evidence (``evidence``)."""
+    """One run's evidence (``evidence``); ``tapped``: the training loss comes from the model's own outputs
+    (``callbacks.loss_tap``), and the Trainer's logged loss and learning rate are no longer read."""
 
     def __init__(self) -> None:
         self.evidence = Evidence()
+        self.tapped = False
 
     def begin(self, state: Any, context: TrainerContext) -> None:
         """Training begins: the run's length, the constant prediction on the training and eval sets."""
@@ -56,10 +58,20 @@ class RunEvidence:
         self.evidence.note_probe(step, health)
         self.evidence.note_alerts(step, alerts)
 
+    def note_losses(self, windows: Sequence[tuple[int, float, float | None]]) -> bool:
+        """The loss tap's windows ``(step, mean training loss, learning rate)``; whether there were any."""
+        for step, loss, rate in windows:
+            self.tapped = True
+            self.evidence.note_log(step, {"loss": loss} if rate is None else {"loss": loss, "learning_rate": rate})
+        return bool(windows)
+
     def note_log(self, step: int, logs: Mapping[str, Any] | None) -> bool:
         """One ``on_log``; whether it brought evidence (a training loss or an evaluation's values)."""
         before = (len(self.evidence.losses), self.evidence.evaluations[-1:])
-        self.evidence.note_log(step, logs or {})
+        logs = logs or {}
+        if self.tapped:
+            logs = {k: v for k, v in logs.items() if k not in ("loss", "learning_rate")}
+        self.evidence.note_log(step, logs)
         return before != (len(self.evidence.losses), self.evidence.evaluations[-1:])
 
     def note_evaluation(self, step: int, metrics: Mapping[str, Any] | None, context: TrainerContext) -> bool:

@@ -170,7 +170,7 @@ class WatchedRun:
         self.context = run
         probe = {**run.probe.length_info(), PROBE_MODEL_KEY: run.model_name}  # recorded with the run's grids
         self.publisher = Publisher(run.writer, run.trackers, args, self.state, run.event, run.probe.roles, probe)
-        self.judge.open(run, self.publisher, self.state, trainer)
+        self.judge.open(run, self.publisher, self.state, trainer, model)
         self.begin_pending = not run.resumed
         self.maps_budget = MAPS_BYTES
         self.maps_fit = run.probe.maps_that_fit(run.layers, run.heads, self.maps_budget)
@@ -206,6 +206,8 @@ class WatchedRun:
             raise RuntimeError("bertwatch already failed in this run")
         if event == "begin":
             self.judge.write(before=step)
+        if event == "step":
+            self.judge.note_step(self.members, step, control)
         new = evaluation is not None and self.judge.note_evaluation(step, *evaluation)
         events = ["begin", event] if self.begin_pending and event != "begin" else [event]
         for ev in events:
@@ -345,6 +347,7 @@ class WatchedRun:
             self.members[index].active = False
         if any(m.active for m in self.members):
             return
+        self.judge.close()
         if self.publisher is not None:
             self.publisher.close()
         if self.context is not None:

@@ -24,17 +24,36 @@ from statistics import NormalDist
 from bertwatch.core.evidence import Constant
 from bertwatch.core.health_names import LOSS_EXAMPLES, LOSS_MEAN, LOSS_STD, PREDICTED, PRIOR_LOSS
 
-__all__ = ["ACCURACY_KEYS", "Z95", "Reading", "evaluation", "probe_loss", "training_loss", "wilson", "z_value"]
+__all__ = [
+    "ACCURACY_KEYS",
+    "MATTHEWS_KEYS",
+    "Z95",
+    "Reading",
+    "confidence_of",
+    "evaluation",
+    "interval_words",
+    "loss_noise",
+    "loss_trend",
+    "probe_loss",
+    "training_loss",
+    "wilson",
+    "z_value",
+]
 
 #: The ``eval_*`` names read as accuracy (compared with the majority class's share).
 ACCURACY_KEYS = ("eval_accuracy", "eval_acc")
+#: The ``eval_*`` names read as Matthews correlation (compared with 0, any constant prediction's).
+MATTHEWS_KEYS = ("eval_matthews_correlation", "eval_matthews", "eval_mcc")
 
 
 @dataclass(frozen=True)
 class Reading:
     """One piece of evidence at ``step`` (``source``: "probe loss", "eval accuracy", "eval loss", "training
     loss"): ``value``, its interval ``low``..``high``, the constant prediction's ``baseline``, ``learning`` (True,
-    False or None: cannot tell) and the words."""
+    False or None: cannot tell), the words, and ``evidence``: how far the value lies on the learning side of the
+    line it is judged against, in standard errors (a loss: (``loss_line`` × baseline − value) / its standard
+    error; an accuracy: (value − the majority's share) / the majority's binomial standard error); NaN where the
+    standard error is 0 or unknown."""
 
     source: str
     step: int
@@ -44,6 +63,12 @@ class Reading:
     baseline: float
     learning: bool | None
     text: str
+    evidence: float = math.nan
+
+    @property
+    def failure_score(self) -> float:
+        """``-evidence``: the higher, the less this reading shows learning (NaN where it has no measure)."""
+        return -self.evidence
 
 
 def z_value(confidence: float) -> float:
@@ -53,6 +78,24 @@ def z_value(confidence: float) -> float:
 
 #: The normal quantile of a 95% interval, the readings' default.
 Z95 = z_value(0.95)
+
+
+def confidence_of(z: float) -> float:
+    """The two-sided confidence of the normal quantile ``z`` (0.95 at 1.96): the inverse of :func:`z_value`."""
+    return 2 * NormalDist().cdf(z) - 1
+
+
+def interval_words(z: float) -> str:
+    """``95% interval`` for the normal quantile ``z`` (the confidence actually used, rounded to a whole percent
+    unless that would hide it: ``99.5% interval``)."""
+    confidence = 100 * confidence_of(z)
+    shown = f"{confidence:.0f}" if abs(confidence - round(confidence)) < 0.05 else f"{confidence:.1f}"
+    return f"{shown}% interval"
+
+
+def _standardised(distance: float, error: float) -> float:
+    """``distance`` / ``error``, NaN where the error is not positive."""
+    return distance / error if _finite(error) and error > 0 else math.nan
 
 
 def wilson(share: float, n: int, z: float) -> tuple[float, float]:
@@ -88,10 +131,12 @@ def probe_loss(health: Mapping[str, float], step: int = 0, z: float = Z95, loss_
         n = health.get(PREDICTED)
     if not (_finite(mean) and _finite(prior) and prior > 0 and _finite(std) and _finite(n) and n >= 2):
         return None
-    half = z * std / math.sqrt(n - 1)
+    error = std / math.sqrt(n - 1)
+    half = z * error
     says, words = _loss_says(mean - half, mean + half, prior, loss_line)
     text = f"probe loss {mean:.3f} ± {half:.3f} ({int(n)} examples) against {prior:.3f} for the constant prediction: {words}"
-    return Reading("probe loss", step, mean, mean - half, mean + half, prior, says, text)
+    evidence = _standardised(loss_line * prior - mean, error)
+    return Reading("probe loss", step, mean, mean - half, mean + half, prior, says, text, evidence)
 
 
 def evaluation(
@@ -103,7 +148,9 @@ def evaluation(
     loss_line: float = 0.95,
 ) -> Reading | None:
     """An evaluation against the constant prediction on the eval set: its accuracy (``ACCURACY_KEYS``) against
-    the majority class's share, with Wilson's interval over the eval set's examples; else its ``eval_loss``
+    the majority class's share, with Wilson's interval over the eval set's examples; else its Matthews correlation
+    (``MATTHEWS_KEYS``) against 0 ± z/√n (the spread of the correlation of predictions that ignore the labels);
+    else its ``eval_loss``
     against the label entropy, the standard error from the spread of the per-example probe losses at the same step
     (``probe``: its run-health values); None without the eval set's labels or a value to compare."""
     if constant is None:
@@ -115,23 +162,34 @@ def evaluation(
         m = constant.share
         says = True if low > m else (False if accuracy <= m else None)
         side = f"{accuracy - m:.3f} above" if accuracy > m else f"{m - accuracy:.3f} below"
-        text = (
-            f"eval accuracy {accuracy:.3f} over {n} examples, {side} the majority's {m:.3f} (95% interval "
-            f"{low:.3f} to {high:.3f})"
-        )
+        bounds = f"({interval_words(z)} {low:.3f} to {high:.3f})"
+        text = f"eval accuracy {accuracy:.3f} over {n} examples, {side} the majority's {m:.3f} {bounds}"
         if accuracy == m:
-            text = f"eval accuracy {accuracy:.3f} over {n} examples, the majority's share (95% interval {low:.3f} to {high:.3f})"
-        return Reading("eval accuracy", step, accuracy, low, high, m, says, text)
+            text = f"eval accuracy {accuracy:.3f} over {n} examples, the majority's share {bounds}"
+        evidence = _standardised(accuracy - m, math.sqrt(m * (1 - m) / n))
+        return Reading("eval accuracy", step, accuracy, low, high, m, says, text, evidence)
+    matthews = next((metrics[k] for k in MATTHEWS_KEYS if _finite(metrics.get(k))), None)
+    if matthews is not None and n >= 2:
+        error = 1 / math.sqrt(n)  # a constant's, or any prediction independent of the labels': about 1/√n
+        low, high = max(-1.0, matthews - z * error), min(1.0, matthews + z * error)
+        says = True if low > 0 else (False if matthews <= 0 else None)
+        text = (
+            f"eval Matthews correlation {matthews:.3f} over {n} examples against 0 for any constant prediction "
+            f"({interval_words(z)} {low:.3f} to {high:.3f})"
+        )
+        return Reading("eval Matthews", step, matthews, low, high, 0.0, says, text, matthews / error)
     loss, std = metrics.get("eval_loss"), (probe or {}).get(LOSS_STD)
     if not (_finite(loss) and _finite(std) and constant.entropy > 0 and n >= 2):
         return None
-    half = z * std / math.sqrt(n - 1)
+    error = std / math.sqrt(n - 1)
+    half = z * error
     says, words = _loss_says(loss - half, loss + half, constant.entropy, loss_line)
     text = (
         f"eval loss {loss:.3f} ± {half:.3f} ({n} examples, the spread of the probe losses) against "
         f"{constant.entropy:.3f} for the constant prediction: {words}"
     )
-    return Reading("eval loss", step, loss, loss - half, loss + half, constant.entropy, says, text)
+    evidence = _standardised(loss_line * constant.entropy - loss, error)
+    return Reading("eval loss", step, loss, loss - half, loss + half, constant.entropy, says, text, evidence)
 
 
 def loss_noise(losses: Sequence[float]) -> float:
@@ -176,10 +234,34 @@ def training_loss(
     if _finite(constant) and constant > 0:
         baseline, against = constant, f"{constant:.3f} for the constant prediction (its start: {start:.3f})"
         spread = 1 / len(window)
-    half = z * noise * math.sqrt(spread)
+    error = noise * math.sqrt(spread)
+    half = z * error
     says, words = _loss_says(mean - half, mean + half, baseline, loss_line)
     first, last = window[0][0], window[-1][0]
     span = f"step {last}" if first == last else f"steps {first}-{last}"
     logs = "1 log" if len(window) == 1 else f"{len(window)} logs"
     text = f"training loss {mean:.3f} ± {half:.3f} ({logs}, {span}) against {against}: {words}"
-    return Reading("training loss", last, mean, mean - half, mean + half, baseline, says, text)
+    evidence = _standardised(loss_line * baseline - mean, error)
+    return Reading("training loss", last, mean, mean - half, mean + half, baseline, says, text, evidence)
+
+
+def loss_trend(losses: Sequence[tuple[int, float]], since: int, noise: float) -> tuple[float, float]:
+    """The least-squares slope (loss per step) of the losses logged after step ``since``, and its standard error
+    from ``noise``, the standard deviation of one logged loss (:func:`loss_noise`): noise / √Σ(step − mean
+    step)²; NaN for both with fewer than three logs after ``since``.
+
+    Example:
+        >>> slope, error = loss_trend([(10, 0.70), (20, 0.66), (30, 0.62), (40, 0.58)], 0, 0.01)
+        >>> round(slope, 6), round(error, 6)
+        (-0.004, 0.000447)
+    """
+    window = [(s, v) for s, v in losses if s > since]
+    if len(window) < 3 or not _finite(noise):
+        return math.nan, math.nan
+    mean_step = sum(s for s, _ in window) / len(window)
+    mean_loss = sum(v for _, v in window) / len(window)
+    spread = sum((s - mean_step) ** 2 for s, _ in window)
+    if spread <= 0:
+        return math.nan, math.nan
+    slope = sum((s - mean_step) * (v - mean_loss) for s, v in window) / spread
+    return slope, noise / math.sqrt(spread)

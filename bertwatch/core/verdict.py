@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bertwatch.core.evidence import Evidence
@@ -45,23 +45,42 @@ from bertwatch.core.health_names import (
     PRIOR_LOSS,
     layer_of,
 )
-from bertwatch.core.readings import evaluation, probe_loss, training_loss, z_value
+from bertwatch.core.readings import evaluation, loss_noise, loss_trend, probe_loss, training_loss, z_value
 from bertwatch.core.schema import Checked, Flag, number, option, switch, whole
 
-__all__ = ["LEVELS", "VERDICT_SERIES", "Verdict", "VerdictSettings", "judge", "lower_gradient_ratio"]
+__all__ = [
+    "CANNOT_TELL",
+    "LEVELS",
+    "NOTHING_AT_END",
+    "NOTHING_YET",
+    "VERDICT_SERIES",
+    "Verdict",
+    "VerdictSettings",
+    "judge",
+    "lower_gradient_ratio",
+]
 
 #: The verdict's levels, by number (the ``verdict`` series' ``level``).
 LEVELS: tuple[str, ...] = ("healthy", "at risk", "failing")
 #: The reason of a "healthy" verdict that has no evidence of learning: no trouble seen, and nothing to tell yet.
 NOTHING_YET = (
-    "no evidence yet of learning or of trouble (no evaluation, logged training loss or probe loss clearly below the "
-    "constant prediction's)"
+    "cannot tell yet: no evidence of learning or of trouble (no evaluation, logged training loss or probe loss "
+    "clearly below the constant prediction's)"
+)
+#: The label of a "healthy" level that no evidence of learning backs.
+CANNOT_TELL = "cannot tell"
+#: The reason of a run that ended with nothing showing learning or trouble.
+NOTHING_AT_END = (
+    "cannot tell without an evaluation: nothing showed learning or trouble (no evaluation, and neither the logged "
+    "training loss nor the probe loss clearly below the constant prediction's); evaluate on labelled data to know"
 )
 #: The named-values series the verdict is written as.
 VERDICT_SERIES = "verdict"
 
 Health = Mapping[str, float]
 
+#: The fewest logged training losses after the warm-up that can make a run failing before its end.
+MIN_LOGS = 5
 #: How much each source weighs when learning outweighs a risk: an evaluation over the eval set, the logged
 #: training loss, the probe set, the stability alerts.
 _RANK = {"evaluation": 3, "training loss": 2, "probe": 1, "alerts": 0}
@@ -156,15 +175,28 @@ class VerdictSettings(Checked):
 @dataclass(frozen=True)
 class Verdict:
     """The verdict at ``step``: ``level`` (an index of ``LEVELS``) and the ``reasons`` in words, the evidence that
-    decided first."""
+    decided first; ``known``: False for a "healthy" level that no evidence of learning backs (its label is then
+    "cannot tell"); ``evidence``: how far the strongest-ranked reading (an evaluation, else the training loss, else
+    the probe loss) lies on the learning side of its line, in standard errors (``core.readings.Reading``), NaN
+    without one. ``rank`` orders runs from the most to the least likely to fail."""
 
     step: int
     level: int
     reasons: tuple[str, ...] = ()
+    known: bool = True
+    evidence: float = math.nan
 
     @property
     def label(self) -> str:
-        return LEVELS[self.level]
+        return CANNOT_TELL if self.level == 0 and not self.known else LEVELS[self.level]
+
+    @property
+    def rank(self) -> float:
+        """A failure score: the level, ties broken by the evidence against learning (``level`` + a share in (0,
+        1) that grows as ``evidence`` falls; a half where it is unknown). The higher, the likelier the run fails."""
+        if not math.isfinite(self.evidence):
+            return self.level + 0.5
+        return self.level + 1 / (1 + math.exp(max(-50.0, min(50.0, self.evidence / 2))))
 
     def describe(self) -> str:
         """``failing: reason; reason`` (the label alone without reasons)."""
@@ -181,6 +213,7 @@ class _Finding:
     since: int
     text: str
     final: bool = False
+    evidence: float = math.nan
 
 
 def _finite(value: float | None) -> bool:
@@ -297,7 +330,10 @@ def _probe_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | Non
     if _finite(ratio) and ratio < s.risk_fraction:
         out.append(_Finding("risk", "probe", step, f"{gradient} at step {step}"))
     if reading is not None and reading.learning is not None:
-        out.append(_Finding("learning" if reading.learning else "risk", "probe", step, reading.text))
+        kind = "learning" if reading.learning else "risk"
+        out.append(_Finding(kind, "probe", step, reading.text, evidence=reading.evidence))
+    elif reading is not None:
+        out.append(_Finding("unsure", "probe", step, reading.text, evidence=reading.evidence))
     return out
 
 
@@ -311,8 +347,13 @@ def _evaluation_findings(e: Evidence, s: VerdictSettings, z: float, hold: float 
     if not readings:
         return []
     newest = readings[-1]
+    found = _evaluation_finding(e, newest, readings, hold)
+    return [replace(found, evidence=newest.evidence)]
+
+
+def _evaluation_finding(e: Evidence, newest: Any, readings: list, hold: float | None) -> _Finding:
     if newest.learning is True:
-        return [_Finding("learning", "evaluation", newest.step, newest.text)]
+        return _Finding("learning", "evaluation", newest.step, newest.text)
     since = newest.step
     for r in reversed(readings[:-1] if newest.learning is False else []):
         if r.learning is not False:
@@ -320,12 +361,12 @@ def _evaluation_findings(e: Evidence, s: VerdictSettings, z: float, hold: float 
         since = r.step
     what = "predicting the majority class" if newest.source == "eval accuracy" else "the constant prediction"
     if e.max_steps is not None and newest.step >= e.max_steps:
-        return [_Finding("failing", "evaluation", since, f"{newest.text}: the run ends no better than {what}")]
+        return _Finding("failing", "evaluation", since, f"{newest.text}: the run ends no better than {what}")
     if newest.learning is False and hold is not None and newest.step - since >= hold:
         text = f"{newest.text}: no better than {what} since step {since}"
-        return [_Finding("failing", "evaluation", since, text + _share(newest.step - since, e.max_steps))]
+        return _Finding("failing", "evaluation", since, text + _share(newest.step - since, e.max_steps))
     words = "cannot tell it from" if newest.learning is None else "no better than"
-    return [_Finding("risk", "evaluation", newest.step, f"{newest.text}: {words} {what}")]
+    return _Finding("risk", "evaluation", newest.step, f"{newest.text}: {words} {what}")
 
 
 def _loss_constant(e: Evidence) -> float | None:
@@ -339,36 +380,56 @@ def _loss_constant(e: Evidence) -> float | None:
 
 
 def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
-    """The logged training loss over the last ``hold`` steps against its start or the constant prediction's
-    loss; not below it, with the learning rate falling since before those steps, fails the run."""
+    """The logged training loss over the last ``hold`` steps (at least ``MIN_LOGS`` logs) against the constant
+    prediction's loss (else its own first log). Learning when clearly below ``loss_line`` × it. Not below it: no
+    finding while the learning rate still warms up; failing at the end of training, or before it once the loss's
+    interval has been at or above the constant prediction's own loss for ``hold`` steps and ``MIN_LOGS`` logs
+    after the warm-up without clearly falling; at risk otherwise. The schedule's own decay is never evidence."""
     step = e.step
     if step is None or len(e.losses) < 3:
         return []
     since = step - hold if hold is not None else e.losses[-3][0]
+    if sum(1 for s_, _ in e.losses if s_ > since) < MIN_LOGS:
+        since = e.losses[-MIN_LOGS - 1][0] if len(e.losses) > MIN_LOGS else e.losses[0][0]
     reading = training_loss(e.losses, since, _loss_constant(e), z, s.loss_line)
-    if reading is None or reading.learning is None:
+    if reading is None:
         return []
+    if reading.learning is None:
+        return [_Finding("unsure", "training loss", reading.step, reading.text, evidence=reading.evidence)]
     if reading.learning:
-        return [_Finding("learning", "training loss", reading.step, reading.text)]
-    peak = _peak_step(e.rates)
-    if peak is None:
-        return []  # still warming up (or a constant rate): a loss at its start says nothing yet
-    if hold is not None and peak <= since:
-        text = f"{reading.text} over the last {_span(hold, e.max_steps)}, the learning rate falling since step {peak}"
-        return [_Finding("failing", "training loss", int(since), text)]
-    return [
-        _Finding("risk", "training loss", reading.step, f"{reading.text}, the learning rate falling since step {peak}")
-    ]
+        return [_Finding("learning", "training loss", reading.step, reading.text, evidence=reading.evidence)]
+    ended = e.max_steps is not None and step >= e.max_steps
+    if ended:
+        text = f"{reading.text} at the end of training: the run ends without learning its training set"
+        return [_Finding("failing", "training loss", int(since), text, evidence=reading.evidence)]
+    warmed = _warm_up_end(e.rates)
+    if warmed is None:
+        return []  # still warming up: a loss at its start says nothing yet
+    after = [(s_, v) for s_, v in e.losses if s_ > max(since, warmed)]
+    slope, error = loss_trend(e.losses, max(since, warmed), loss_noise([v for _, v in e.losses]))
+    falling = _finite(slope) and slope + z * error < 0
+    span = step - max(since, warmed)
+    above = reading.low >= reading.baseline  # worse than ignoring the input, not only short of the line
+    if hold is not None and span >= hold and len(after) >= MIN_LOGS and above and not falling:
+        text = (
+            f"{reading.text}, at or above it over the last {_span(span, e.max_steps)} after the warm-up "
+            f"({len(after)} logs), and not falling"
+        )
+        return [_Finding("failing", "training loss", int(since), text, evidence=reading.evidence)]
+    trend = ", falling" if falling else ""
+    return [_Finding("risk", "training loss", reading.step, f"{reading.text}{trend}", evidence=reading.evidence)]
 
 
-def _peak_step(rates: Sequence[tuple[int, float]]) -> int | None:
-    """The step of the highest logged learning rate when the newest is below it (the rate is decaying); else None."""
+def _warm_up_end(rates: Sequence[tuple[int, float]]) -> int | None:
+    """The step the logged learning rate reached its highest value, once a later log shows it no longer rising
+    (it decays, or holds: a constant schedule); None while it still rises or with fewer than two logs."""
     if len(rates) < 2:
         return None
     top = max(rate for _, rate in rates)
-    if not rates[-1][1] < top:
+    if rates[-1][1] > rates[-2][1]:
         return None
-    return next(step for step, rate in rates if rate == top)
+    peak = next(step for step, rate in rates if rate == top)
+    return peak if peak < rates[-1][0] else None
 
 
 def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdict | None:
@@ -398,10 +459,21 @@ def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdic
         findings.append(
             _Finding("risk", "alerts", alerts[0], f"{count} stability alert{'' if count == 1 else 's'} in force")
         )
-    return _weigh(step, findings)
+    ended = evidence.max_steps is not None and step >= evidence.max_steps
+    return _weigh(step, findings, ended)
 
 
-def _weigh(step: int, findings: list[_Finding]) -> Verdict:
+def _strongest_evidence(findings: list[_Finding]) -> float:
+    """The evidence of the strongest-ranked reading with a measure (the newest of its rank)."""
+    measured = [f for f in findings if _finite(f.evidence)]
+    if not measured:
+        return math.nan
+    return max(measured, key=lambda f: (_RANK[f.source], f.since)).evidence
+
+
+def _weigh(step: int, findings: list[_Finding], ended: bool = False) -> Verdict:
+    evidence = _strongest_evidence(findings)
+    findings = [f for f in findings if f.kind != "unsure"]
     learning = [f for f in findings if f.kind == "learning"]
     clear_eval = [f.since for f in learning if f.source == "evaluation"]
     failing = [f for f in findings if f.kind == "failing" and (f.final or not any(e >= f.since for e in clear_eval))]
@@ -414,8 +486,10 @@ def _weigh(step: int, findings: list[_Finding]) -> Verdict:
     standing = [f for f in risks if not outweighed(f)]
     by_rank = sorted(learning, key=lambda f: -_RANK[f.source])
     if failing:
-        return Verdict(step, 2, tuple(f.text for f in failing + standing))
+        return Verdict(step, 2, tuple(f.text for f in failing + standing), evidence=evidence)
     if standing:
-        return Verdict(step, 1, tuple(f.text for f in standing + by_rank))
+        return Verdict(step, 1, tuple(f.text for f in standing + by_rank), evidence=evidence)
     weighed = [f"{f.text} (outweighed)" for f in risks]
-    return Verdict(step, 0, tuple(f.text for f in by_rank) + tuple(weighed) if by_rank else (NOTHING_YET,))
+    if by_rank:
+        return Verdict(step, 0, tuple(f.text for f in by_rank) + tuple(weighed), evidence=evidence)
+    return Verdict(step, 0, (NOTHING_AT_END if ended else NOTHING_YET,), known=False, evidence=evidence)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.core.verdict import LEVELS
+from bertwatch.core.verdict import CANNOT_TELL, LEVELS, NOTHING_AT_END, NOTHING_YET
 from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats, family_leaders
 from bertwatch.report.events import verdict_steps
 from bertwatch.report.figures import trajectory_figure
@@ -169,8 +169,10 @@ def _verdict_text(training: Mapping[str, Any]) -> str | None:
             listed = ", ".join(str(step) for step in marked[:6]) + (", ..." if len(marked) > 6 else "")
             counts.append(f"{LEVELS[level]} at {len(marked)} of {len(steps)} judged steps ({listed})")
     css = ("healthy", "at-risk", "failing")[levels[-1]]
+    unknown = levels[-1] == 0 and tuple(judged[-1][2]) in ((NOTHING_YET,), (NOTHING_AT_END,))
+    label = CANNOT_TELL if unknown else LEVELS[levels[-1]]
     return (
-        f'<span class="run-verdict {css}" id="run-verdict"><b>{LEVELS[levels[-1]]}</b>{escape(text)}</span>'
+        f'<span class="run-verdict {css}" id="run-verdict"><b>{label}</b>{escape(text)}</span>'
         + (f'<ul class="verdict-reasons">{reasons}</ul>' if reasons else "")
         + (f'<span class="verdict-counts"><br>{escape("; ".join(counts).capitalize())}</span>' if counts else "")
     )

@@ -17,7 +17,7 @@ from tensorboard.data import provider
 
 from bertwatch.core.health_names import HEALTH_SERIES, PREDICTION_SHARE
 from bertwatch.core.readings import probe_loss, z_value
-from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, VerdictSettings, lower_gradient_ratio
+from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings, lower_gradient_ratio
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import DOWNSAMPLE
 from bertwatch.tb.series import f32_list
@@ -112,6 +112,8 @@ def run_verdict(queries, ctx, eid, run: str) -> dict[str, Any]:
     keep = [i for i, v in enumerate(column) if np.isfinite(v) and 0 <= int(v) < len(LEVELS)]
     steps = [int(series.steps[i]) for i in keep]
     levels = [int(column[i]) for i in keep]
+    known = series.values[:, names.index("known")] if "known" in names else np.ones(len(column))
+    labels = [CANNOT_TELL if levels[k] == 0 and known[i] == 0 else LEVELS[levels[k]] for k, i in enumerate(keep)]
     if not steps:
         raise errors.NotFoundError("no verdict in run %r" % run)
     texts, content = _texts(queries, ctx, eid, run)
@@ -132,7 +134,7 @@ def run_verdict(queries, ctx, eid, run: str) -> dict[str, Any]:
         "now": {
             "step": steps[-1],
             "level": levels[-1],
-            "label": LEVELS[levels[-1]],
+            "label": labels[-1],
             "since": since_step(steps, levels),
             "reasons": reasons[-1],
         },

@@ -56,6 +56,7 @@ def _watch(trainer: T.Trainer, case, mode: str) -> bertwatch.BertWatchCallback:
         ablate_on_end=True,
         ablation_mode=mode,
         ablation_kwargs=kwargs,
+        on_alert="none",  # 4 steps of a tiny model may well end failing: the verdict is not what this test checks
     )
 
 
