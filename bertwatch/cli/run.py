@@ -215,6 +215,20 @@ def _from_script(trace: Any, script: str) -> Any:
     return start if start is not None else trace
 
 
+def _said_if_unwatched(attached: list[Any], file: str, status: int) -> int:
+    """``status``, the script's own exit status, after one line on stderr when the script built no ``Trainer``:
+    nothing was watched, and how to watch it (on the main process of a distributed run only)."""
+    if not attached and os.environ.get("RANK", "0") == "0":
+        print(
+            f"bertwatch: {os.path.basename(file)} built no transformers Trainer in this process, so nothing was "
+            "watched.\nbertwatch: to watch a run, build a Trainer in the script (bertwatch run watches every one it "
+            "builds) or call bertwatch.watch(trainer) where one is built; a loop without a Trainer can use "
+            "bertwatch's Python API (examples/plain_pytorch_loop.py)",
+            file=sys.stderr,
+        )
+    return status
+
+
 def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0: str, settings: dict[str, Any]) -> int:
     """``run()`` inside :func:`~bertwatch.callbacks.attach.watching_trainers` (``settings``: ``BertWatchCallback``
     keyword arguments) with ``sys.argv`` and ``sys.path[0]`` set as Python sets them for ``file``; its exit status.
@@ -228,12 +242,13 @@ def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0:
         sys.path[0] = path0
     else:
         sys.path.insert(0, path0)
+    attached: list[Any] = []
     try:
-        with watching_trainers(**settings):
+        with watching_trainers(**settings) as attached:
             run()
-        return 0
+        return _said_if_unwatched(attached, file, 0)
     except SystemExit as stop:
-        return _exit_status(stop.code)
+        return _said_if_unwatched(attached, file, _exit_status(stop.code))
     except KeyboardInterrupt:
         raise
     except BaseException:

@@ -309,3 +309,19 @@ def test_a_value_the_settings_refuse_is_a_usage_error_before_the_script_runs(tmp
             main(["run", *words, str(script)])
         err = capsys.readouterr().err
         assert stop.value.code == 2 and message in err and "the script ran" not in err, err
+
+
+@pytest.mark.fast
+def test_a_script_that_builds_no_trainer_is_told_nothing_was_watched(tmp_path, capsys) -> None:
+    script = tmp_path / "no_trainer.py"
+    script.write_text("import sys\nprint('trained by hand')\nsys.exit(int(sys.argv[1]))\n")
+    for code in (0, 3):
+        assert main(["run", str(script), str(code)]) == code  # the script's own exit status
+        out, err = capsys.readouterr()
+        assert out == "trained by hand\n"
+        lines = err.splitlines()
+        assert (
+            lines[0]
+            == "bertwatch: no_trainer.py built no transformers Trainer in this process, so nothing was watched."
+        )
+        assert "bertwatch.watch(trainer)" in lines[1] and len(lines) == 2, lines
