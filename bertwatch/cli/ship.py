@@ -111,7 +111,7 @@ def _metric(task: str) -> str:
 
 def _load(args: argparse.Namespace):
     """The checkpoint, its tokenizer, the examples and the metric; errors say what to pass."""
-    from bertwatch.heads.loading import load_model, model_source
+    from bertwatch.heads.loading import load_model, local_folder
     from bertwatch.ship.export import check_classifier, require_onnx
 
     require_onnx()  # before the model loads: the one missing piece a user installs
@@ -121,11 +121,7 @@ def _load(args: argparse.Namespace):
         args.task = "sequence-classification"
     if eval_data.task_type(args) != "sequence-classification":
         raise ValueError(f"bertwatch ship measures sequence classifiers; --task {args.task} is not one")
-    if not Path(model_source(args.model)).is_dir():
-        raise FileNotFoundError(
-            f"checkpoint folder {args.model!r} does not exist: pass the folder a Trainer saved "
-            "(save_model / save_pretrained) with config.json and the weights"
-        )
+    local_folder(args.model)  # ship exports a folder: a Hub name is not enough
     model, tokenizer = load_model(args.model, head="sequence-classification")
     check_classifier(model)
     return model, tokenizer, eval_data.read_examples(args, "sequence-classification", model), _metric(args.task)
