@@ -233,8 +233,10 @@ def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0:
     """``run()`` inside :func:`~bertwatch.callbacks.attach.watching_trainers` (``settings``: ``BertWatchCallback``
     keyword arguments) with ``sys.argv`` and ``sys.path[0]`` set as Python sets them for ``file``; its exit status.
     An uncaught exception is reported as Python would (through ``sys.excepthook``, from ``file``'s first frame on)
-    and gives 1; ``sys.argv`` and ``sys.path`` are restored."""
+    and gives 1, except bertwatch's refusal of a model it does not watch: its message alone, and 2. ``sys.argv`` and
+    ``sys.path`` are restored."""
     from bertwatch.callbacks.attach import watching_trainers
+    from bertwatch.heads.unwrap import UnsupportedModelError
 
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = argv
@@ -251,6 +253,9 @@ def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0:
         return _said_if_unwatched(attached, file, _exit_status(stop.code))
     except KeyboardInterrupt:
         raise
+    except UnsupportedModelError as error:  # bertwatch's refusal says what to do: a traceback would bury it
+        print(f"bertwatch run: error: {error}", file=sys.stderr)
+        return 2
     except BaseException:
         kind, value, trace = sys.exc_info()
         trace = _from_script(trace, file)
