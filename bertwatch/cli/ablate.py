@@ -13,6 +13,7 @@ import torch
 from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
 from bertwatch.cli import eval_data
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.eval_data import DATA_FILES, add_eval_arguments
 from bertwatch.core.modes import MODES
 from bertwatch.core.removable import DEFAULT_DELTA
@@ -20,7 +21,7 @@ from bertwatch.heads.loading import load_model
 
 
 def _ablate_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch ablate",
         description="Disable every head and every layer of a fine-tuned checkpoint (and prune it by importance); "
         "write ablation.json, ablation.csv, report.html and TensorBoard summaries with bootstrap intervals.",

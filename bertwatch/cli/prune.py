@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
 from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.eval_data import add_model_argument
 from bertwatch.heads.loading import checkpoint_head, load_model
 from bertwatch.heads.pruned_modeling import head_counts
@@ -43,7 +44,7 @@ def expand_heads(heads: dict[int, list[int]], num_heads: int) -> dict[int, list[
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch prune",
         description="Remove attention heads physically (Q/K/V rows, output columns; whole attention blocks when "
         "a layer loses every head) and save a folder that loads with AutoModel...from_pretrained(DIR, "

@@ -22,13 +22,15 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bertwatch.cli.argv import command_parser
+
 __all__ = ["cli_run", "run_module", "run_script", "run_parser", "settings_from_options"]
 
 
 def run_parser(show_all: bool = False) -> argparse.ArgumentParser:
     """The parser of ``bertwatch run``: every flag of every option parses; its help (``--help``) shows the front
     options a run sets, and ``--help-all`` (``show_all``) every option, in the groups of the nested values."""
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch run",
         description="Run a training script unchanged, with bertwatch attached to every transformers Trainer it "
         "creates. Options go before the script; everything after the script (or after --) is the script's own.",
@@ -102,6 +104,8 @@ def _shown(default: Any) -> str:
 
 class _OldFlag(argparse.Action):
     """A flag of an earlier version: says what to write instead, then does what the new flag does (if anything)."""
+
+    suggested = False  # never the "did you mean" of a misspelt flag (``cli.argv``)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
         instead, _ = _OLD_FLAGS[option_string or ""]

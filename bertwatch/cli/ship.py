@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertwatch.cli import eval_data
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.prune import expand_heads, parse_heads
 
 __all__ = ["cli_ship"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch ship",
         usage="bertwatch ship --model MODEL (--task TASK | --data FILE) [OPTIONS]",
         description="Export a fine-tuned sequence classifier to ONNX, quantize it to INT8 (and prune heads with "
