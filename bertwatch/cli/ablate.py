@@ -119,11 +119,10 @@ def summary_lines(result, out: str) -> str:
 
     best = np.nanargmax(result.heads[..., 1])
     l, h = divmod(int(best), result.shape[1])
-    label = result.metrics[0]["label"] if result.metrics else result.metric
     lines = answer_lines(result) or [result.resolution().clause()]
     return (
         f"bertwatch ablate: {result.task} [{result.task_type}]: {result.description}\n"
-        f"  mode {result.mode}, {result.num_examples} examples, baseline {label} ({result.metric}) "
+        f"  mode {result.mode}, {result.num_examples} examples, baseline {result.metric_label} ({result.metric}) "
         f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (L{l} H{h}, "
         f"p={result.heads[l, h, 4]:.3f})\n"
         + f"  {'pruning' if result.pruning else 'resolution'}: {lines[0]}\n"

@@ -130,6 +130,7 @@ def _load(args: argparse.Namespace):
 
 def cli_ship(argv: Sequence[str]) -> int:
     """``bertwatch ship --model CHECKPOINT (--task GLUE | --data FILE) [--heads SPEC | --prune-from DIR --fraction F]``."""
+    from bertwatch.core.task_names import metric_label
     from bertwatch.heads.loading import max_input_length
     from bertwatch.heads.pruned_modeling import head_counts
     from bertwatch.report.ship_section import batch_phrase
@@ -161,7 +162,8 @@ def cli_ship(argv: Sequence[str]) -> int:
         served = batch_phrase({"batch_size": args.serve_batch, "sorted": False})
         print(
             f"bertwatch ship: exporting {args.model} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
-            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric}, {served}) -> {args.out}",
+            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric_label(metric)}, {served}) -> "
+            f"{args.out}",
             flush=True,
         )
         source = {"checkpoint": str(args.model), "task": args.task, "split": args.split, "data": args.data}
