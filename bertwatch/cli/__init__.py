@@ -12,6 +12,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
+from bertwatch.cli.argv import command_parser, unknown_command
+
 __all__ = ["main"]
 
 _DELEGATED = {
@@ -41,7 +43,7 @@ def _command(name: str) -> Callable[[Sequence[str]], int]:
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch",
         description="Watch the attention heads of a BERT-family encoder: statistics, ablation, TensorBoard.",
         epilog="Run 'bertwatch COMMAND --help' for a command's options.",
@@ -68,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in _DELEGATED:
-        parser.error(f"unknown command {name!r}")
+        parser.error(unknown_command(name, list(_DELEGATED)))
     if name == "run":  # a script run by `bertwatch run` keeps Python's own warning filters and format
         return _run_command(name, rest)
     previous_format = warnings.formatwarning

@@ -13,6 +13,7 @@ import torch
 from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
 from bertwatch.cli import eval_data
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.eval_data import DATA_FILES, add_eval_arguments
 from bertwatch.core.modes import MODES
 from bertwatch.core.removable import DEFAULT_DELTA
@@ -20,7 +21,7 @@ from bertwatch.heads.loading import load_model
 
 
 def _ablate_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch ablate",
         description="Disable every head and every layer of a fine-tuned checkpoint (and prune it by importance); "
         "write ablation.json, ablation.csv, report.html and TensorBoard summaries with bootstrap intervals.",
@@ -118,11 +119,10 @@ def summary_lines(result, out: str) -> str:
 
     best = np.nanargmax(result.heads[..., 1])
     l, h = divmod(int(best), result.shape[1])
-    label = result.metrics[0]["label"] if result.metrics else result.metric
     lines = answer_lines(result) or [result.resolution().clause()]
     return (
         f"bertwatch ablate: {result.task} [{result.task_type}]: {result.description}\n"
-        f"  mode {result.mode}, {result.num_examples} examples, baseline {label} ({result.metric}) "
+        f"  mode {result.mode}, {result.num_examples} examples, baseline {result.metric_label} ({result.metric}) "
         f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (L{l} H{h}, "
         f"p={result.heads[l, h, 4]:.3f})\n"
         + f"  {'pruning' if result.pruning else 'resolution'}: {lines[0]}\n"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.eval_data import add_model_argument
 
 __all__ = ["cli_analyze"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch analyze",
         description="Compute every per-head attention statistic of a model on a file of texts.",
     )

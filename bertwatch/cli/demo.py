@@ -10,7 +10,6 @@ measures attention to nouns, verbs, subjects, objects, … on the first 32 dev s
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import socket
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertwatch.cli.argv import command_parser
 from bertwatch.core.modes import MODES
 from bertwatch.tb.metadata import VIEW_FLAGS
 
@@ -319,7 +319,7 @@ def _show(tensorboard: Any, url: str | None, runs: Path) -> None:
 
 def cli_demo(argv: Sequence[str]) -> int:
     """``bertwatch demo`` command line."""
-    parser = argparse.ArgumentParser(prog="bertwatch demo", description=__doc__.splitlines()[0])
+    parser = command_parser(prog="bertwatch demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="demo_out", help="output folder (default demo_out)")
     parser.add_argument(
         "--data",

@@ -5,8 +5,9 @@ The names, families and definitions come from ``bertwatch.core.stat_names`` (tor
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
+
+from bertwatch.cli.argv import command_parser
 
 __all__ = ["LEGEND", "cli_stats", "stats_listing"]
 
@@ -37,7 +38,7 @@ def stats_listing() -> str:
 
 
 def cli_stats(argv: Sequence[str]) -> int:
-    argparse.ArgumentParser(
+    command_parser(
         prog="bertwatch stats",
         description="List every statistic bertwatch measures, by family, with a one-line definition; * marks the "
         "ones measured by default. Give the names to --stats (bertwatch run) or stats=[...] (Python); "

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.eval_data import add_model_argument
 from bertwatch.heads.loading import load_model, max_input_length
 from bertwatch.linguistics.outputs import best_grid, relation_marks, safe_tag, wordclass_json, write_json
@@ -46,7 +47,7 @@ _MAIN_RELATIONS = (
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = command_parser(
         prog="bertwatch probe-syntax",
         description="Clark's syntactic heads and probes, Kovaleva's word-class and [CLS] analyses, and head "
         "clustering of one encoder on a CoNLL-U treebank.",

@@ -9,7 +9,9 @@ from collections.abc import Sequence
 
 from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
 from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.eval_data import add_model_argument
+from bertwatch.core.task_names import metric_label
 from bertwatch.heads.loading import checkpoint_head, load_model
 from bertwatch.heads.pruned_modeling import head_counts
 from bertwatch.heads.task_heads import label_names
@@ -43,7 +45,7 @@ def expand_heads(heads: dict[int, list[int]], num_heads: int) -> dict[int, list[
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch prune",
         description="Remove attention heads physically (Q/K/V rows, output columns; whole attention blocks when "
         "a layer loses every head) and save a folder that loads with AutoModel...from_pretrained(DIR, "
@@ -131,7 +133,7 @@ def summary(gain: dict) -> str:
     m = gain.get("metric")
     if m:
         lines.append(
-            f"{m['metric']} on {m['num_examples']} examples: {m['full']:.4f} -> {m['pruned']:.4f} "
+            f"{metric_label(m['metric'])} on {m['num_examples']} examples: {m['full']:.4f} -> {m['pruned']:.4f} "
             f"(delta {m['delta']:+.4f}, 95% CI [{m['ci_low']:+.4f}, {m['ci_high']:+.4f}])"
         )
     return "\n".join(lines)

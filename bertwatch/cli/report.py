@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from bertwatch.cli.argv import command_parser
 from bertwatch.report.run_report import write_run_report
 
 
 def _report_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch report",
         description="Build one self-contained HTML report from a run: first what happened to the heads (drift, the "
         "largest change of each family of statistics, the heads the loss depends on, the ablation's verdict), then "

@@ -22,13 +22,15 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bertwatch.cli.argv import command_parser
+
 __all__ = ["cli_run", "run_module", "run_script", "run_parser", "settings_from_options"]
 
 
 def run_parser(show_all: bool = False) -> argparse.ArgumentParser:
     """The parser of ``bertwatch run``: every flag of every option parses; its help (``--help``) shows the front
     options a run sets, and ``--help-all`` (``show_all``) every option, in the groups of the nested values."""
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch run",
         description="Run a training script unchanged, with bertwatch attached to every transformers Trainer it "
         "creates. Options go before the script; everything after the script (or after --) is the script's own.",
@@ -102,6 +104,8 @@ def _shown(default: Any) -> str:
 
 class _OldFlag(argparse.Action):
     """A flag of an earlier version: says what to write instead, then does what the new flag does (if anything)."""
+
+    suggested = False  # never the "did you mean" of a misspelt flag (``cli.argv``)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
         instead, _ = _OLD_FLAGS[option_string or ""]
@@ -215,12 +219,28 @@ def _from_script(trace: Any, script: str) -> Any:
     return start if start is not None else trace
 
 
+def _said_if_unwatched(attached: list[Any], file: str, status: int) -> int:
+    """``status``, the script's own exit status, after one line on stderr when the script built no ``Trainer``:
+    nothing was watched, and how to watch it (on the main process of a distributed run only)."""
+    if not attached and os.environ.get("RANK", "0") == "0":
+        print(
+            f"bertwatch: {os.path.basename(file)} built no transformers Trainer in this process, so nothing was "
+            "watched.\nbertwatch: to watch a run, build a Trainer in the script (bertwatch run watches every one it "
+            "builds) or call bertwatch.watch(trainer) where one is built; a loop without a Trainer can use "
+            "bertwatch's Python API (examples/plain_pytorch_loop.py)",
+            file=sys.stderr,
+        )
+    return status
+
+
 def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0: str, settings: dict[str, Any]) -> int:
     """``run()`` inside :func:`~bertwatch.callbacks.attach.watching_trainers` (``settings``: ``BertWatchCallback``
     keyword arguments) with ``sys.argv`` and ``sys.path[0]`` set as Python sets them for ``file``; its exit status.
     An uncaught exception is reported as Python would (through ``sys.excepthook``, from ``file``'s first frame on)
-    and gives 1; ``sys.argv`` and ``sys.path`` are restored."""
+    and gives 1, except bertwatch's refusal of a model it does not watch: its message alone, and 2. ``sys.argv`` and
+    ``sys.path`` are restored."""
     from bertwatch.callbacks.attach import watching_trainers
+    from bertwatch.heads.unwrap import UnsupportedModelError
 
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = argv
@@ -228,14 +248,18 @@ def _as_python_would(run: Callable[[], None], file: str, argv: list[str], path0:
         sys.path[0] = path0
     else:
         sys.path.insert(0, path0)
+    attached: list[Any] = []
     try:
-        with watching_trainers(**settings):
+        with watching_trainers(**settings) as attached:
             run()
-        return 0
+        return _said_if_unwatched(attached, file, 0)
     except SystemExit as stop:
-        return _exit_status(stop.code)
+        return _said_if_unwatched(attached, file, _exit_status(stop.code))
     except KeyboardInterrupt:
         raise
+    except UnsupportedModelError as error:  # bertwatch's refusal says what to do: a traceback would bury it
+        print(f"bertwatch run: error: {error}", file=sys.stderr)
+        return 2
     except BaseException:
         kind, value, trace = sys.exc_info()
         trace = _from_script(trace, file)

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bertwatch.cli import eval_data
+from bertwatch.cli.argv import command_parser
 from bertwatch.cli.prune import expand_heads, parse_heads
 
 __all__ = ["cli_ship"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = command_parser(
         prog="bertwatch ship",
         usage="bertwatch ship --model MODEL (--task TASK | --data FILE) [OPTIONS]",
         description="Export a fine-tuned sequence classifier to ONNX, quantize it to INT8 (and prune heads with "
@@ -111,7 +112,7 @@ def _metric(task: str) -> str:
 
 def _load(args: argparse.Namespace):
     """The checkpoint, its tokenizer, the examples and the metric; errors say what to pass."""
-    from bertwatch.heads.loading import load_model, model_source
+    from bertwatch.heads.loading import load_model, local_folder
     from bertwatch.ship.export import check_classifier, require_onnx
 
     require_onnx()  # before the model loads: the one missing piece a user installs
@@ -121,11 +122,7 @@ def _load(args: argparse.Namespace):
         args.task = "sequence-classification"
     if eval_data.task_type(args) != "sequence-classification":
         raise ValueError(f"bertwatch ship measures sequence classifiers; --task {args.task} is not one")
-    if not Path(model_source(args.model)).is_dir():
-        raise FileNotFoundError(
-            f"checkpoint folder {args.model!r} does not exist: pass the folder a Trainer saved "
-            "(save_model / save_pretrained) with config.json and the weights"
-        )
+    local_folder(args.model)  # ship exports a folder: a Hub name is not enough
     model, tokenizer = load_model(args.model, head="sequence-classification")
     check_classifier(model)
     return model, tokenizer, eval_data.read_examples(args, "sequence-classification", model), _metric(args.task)
@@ -133,6 +130,7 @@ def _load(args: argparse.Namespace):
 
 def cli_ship(argv: Sequence[str]) -> int:
     """``bertwatch ship --model CHECKPOINT (--task GLUE | --data FILE) [--heads SPEC | --prune-from DIR --fraction F]``."""
+    from bertwatch.core.task_names import metric_label
     from bertwatch.heads.loading import max_input_length
     from bertwatch.heads.pruned_modeling import head_counts
     from bertwatch.report.ship_section import batch_phrase
@@ -164,7 +162,8 @@ def cli_ship(argv: Sequence[str]) -> int:
         served = batch_phrase({"batch_size": args.serve_batch, "sorted": False})
         print(
             f"bertwatch ship: exporting {args.model} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
-            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric}, {served}) -> {args.out}",
+            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric_label(metric)}, {served}) -> "
+            f"{args.out}",
             flush=True,
         )
         source = {"checkpoint": str(args.model), "task": args.task, "split": args.split, "data": args.data}

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from bertwatch.core.task_names import metric_label
+
 __all__ = ["Resolution", "examples_text", "round_up", "typical_half_width"]
 
 #: The round values :func:`round_up` picks from, per power of ten.
@@ -135,13 +137,14 @@ class Resolution:
     def one_example_words(self) -> str:
         """``"one example is 0.0078"``, ``"one example moves F1 by up to 0.012"``, ``"leaving one example out moves
         Pearson by up to 0.031"``, or that it is not known."""
+        label = metric_label(self.metric)  # a key ("f1") or a label ("F1") reads as its label
         if self.one_example is None:
-            return f"one example's share of {self.metric} is not known"
+            return f"one example's share of {label} is not known"
         if self.how == "left out":
-            return f"leaving one example out moves {self.metric} by up to {_short(self.one_example)}"
+            return f"leaving one example out moves {label} by up to {_short(self.one_example)}"
         if math.isclose(self.one_example, 1 / max(1, self.examples), rel_tol=1e-9):
             return f"one example is {_short(self.one_example)}"
-        return f"one example moves {self.metric} by up to {_short(self.one_example)}"
+        return f"one example moves {label} by up to {_short(self.one_example)}"
 
     def width_words(self) -> str:
         """``"the 95% intervals are about ±0.037"``, ``"the 95% interval where the answer stops is ±0.039"``,

@@ -32,6 +32,7 @@ __all__ = [
     "check_options",
     "check_probe_texts",
     "check_stats",
+    "closest",
     "default_of",
     "frozen_value",
     "instance_of",
@@ -164,6 +165,18 @@ class Checked:
         return hash(self.frozen())
 
 
+def closest(word: str, candidates: Collection[str]) -> str | None:
+    """The one of ``candidates`` a misspelt ``word`` most likely meant (``difflib``'s closest match), or None: the
+    "did you mean" of every refused name, in Python and on the command line.
+
+    Example:
+        >>> closest("every_n_step", ["stats", "every_n_steps"])
+        'every_n_steps'
+    """
+    found = difflib.get_close_matches(word, list(candidates), n=1)
+    return found[0] if found else None
+
+
 def check_options(
     options: Collection[str],
     valid: Sequence[str],
@@ -187,9 +200,9 @@ def check_options(
         if name in renamed:  # an old name the owner does not take in its new place either
             parts.append(f"'{name}' (now {renamed[name]})")
             continue
-        close = difflib.get_close_matches(name, [*valid, *renamed], n=1)
-        now = f", now {renamed[close[0]]}" if close and close[0] in renamed else ""
-        parts.append(f"'{name}'" + (f" (did you mean '{close[0]}'{now}?)" if close else ""))
+        close = closest(name, [*valid, *renamed])
+        now = f", now {renamed[close]}" if close in renamed else ""
+        parts.append(f"'{name}'" + (f" (did you mean '{close}'{now}?)" if close else ""))
     raise TypeError(
         f"{owner}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(parts)}; valid: {', '.join(valid)}"
     )
@@ -368,8 +381,8 @@ def check_stats(valid: Sequence[str]) -> Check:
             if not isinstance(item, str):
                 raise TypeError(f"{name} holds {type(item).__name__} {item!r}: statistic names are strings")
             if item not in valid:
-                close = difflib.get_close_matches(item, valid, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                close = closest(item, valid)
+                hint = f" (did you mean '{close}'?)" if close else ""
                 raise ValueError(
                     f"{name}: unknown bertwatch statistic '{item}'{hint}; valid (`bertwatch stats` explains them): "
                     f"{', '.join(valid)}"

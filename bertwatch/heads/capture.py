@@ -27,7 +27,7 @@ from bertwatch.heads.logits import LOGIT_NAMES, allowed_keys, counted_pairs, log
 from bertwatch.heads.pruned_modeling import recorded_heads
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.unwrap import UnsupportedModelError, unwrap
+from bertwatch.heads.unwrap import UnsupportedModelError, not_watched, unwrap
 
 IMPLEMENTATION = "bertwatch"
 
@@ -59,7 +59,9 @@ def check_supported(model: nn.Module) -> None:
         )
     # DistilBertConfig, AlbertConfig, DebertaV2Config... have no is_decoder (every config has is_encoder_decoder)
     if encoder.config.is_encoder_decoder or getattr(encoder.config, "is_decoder", False):
-        raise UnsupportedModelError(f"bertwatch watches encoders; this {model_type!r} model is configured as a decoder")
+        raise not_watched(
+            f"this {model_type!r} model is configured as a decoder (is_decoder); bertwatch watches encoders"
+        )
     base = encoder.base_model  # the bare encoder: task heads (multiple choice) reshape inputs,
     if is_sharded(encoder) or not hasattr(base, "config"):
         base = encoder  # but a sharded model gathers its weights only when called from its root
@@ -68,7 +70,7 @@ def check_supported(model: nn.Module) -> None:
     if problem == "unverified":
         problem = _VERIFIED[key] = _verify(base)
     if problem is not None:
-        raise UnsupportedModelError(problem)
+        raise not_watched(problem)
     _SUPPORTED[encoder] = encoder.config
 
 
@@ -418,10 +420,8 @@ def _config_key(config: Any) -> str:
 
 
 _SUPPORT_HINT = (
-    "bertwatch supports encoders whose attention goes through transformers' AttentionInterface, and "
-    "DeBERTa-v2/v3 and MPNet through adapters (bertwatch.heads.adapters). For this family, add a "
-    "DropoutHookAdapter to bertwatch.heads.adapters.ADAPTERS if its attention module ends in "
-    "softmax -> self.dropout -> probs @ value, or fine-tune a supported encoder"
+    "A DropoutHookAdapter in bertwatch.heads.adapters.ADAPTERS would add this family if its attention module ends in "
+    "softmax -> self.dropout -> probs @ value"
 )
 
 
@@ -490,5 +490,5 @@ def _verify(encoder: nn.Module) -> str | None:
     if out.shape != ref.shape or not torch.allclose(out, ref, atol=10 * tol, rtol=10 * tol):
         return f"{what}: the model's outputs change under bertwatch's capture. {_SUPPORT_HINT}"
     if bool((expected[0, :, :, 0, 1:] == 0).all()):
-        return f"bertwatch watches bidirectional encoders; {what} attends causally (each token sees only earlier ones)"
+        return f"{what} attends causally (each token sees only earlier ones); bertwatch watches bidirectional encoders"
     return None

@@ -6,13 +6,23 @@ messages, the packaged-MiniLM alias and the check that a fine-tuned head was rea
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 from bertwatch.core.families import model_family
 
-__all__ = ["DEFAULT_MAX_LENGTH", "MINILM_ALIASES", "checkpoint_head", "load_model", "max_input_length", "model_source"]
+__all__ = [
+    "DEFAULT_MAX_LENGTH",
+    "MINILM_ALIASES",
+    "checkpoint_head",
+    "load_model",
+    "local_folder",
+    "max_input_length",
+    "model_source",
+    "resolve_model",
+]
 
 #: Tokens per example when the caller asks for none (Clark et al. used segments of at most 128 tokens).
 DEFAULT_MAX_LENGTH = 128
@@ -70,6 +80,56 @@ def model_source(name: str) -> str:
     return name
 
 
+#: A folder the Trainer writes (``save_strategy``): a name with such a part is a local path, never a Hub model.
+_CHECKPOINT_PART = re.compile(r"checkpoint-\d+")
+
+
+def _looks_local(source: str) -> bool:
+    """Whether ``source`` can only mean a local folder, not a Hub model (``org/name``): something of that name
+    exists here, or it starts with ``.``, ``/`` or ``~``, has more than one ``/`` (or a backslash), has a
+    ``checkpoint-N`` part, or its first part is a folder here (``out/model`` when ``out/`` exists)."""
+    if source.startswith((".", "/", "~")) or "\\" in source or Path(source).expanduser().exists():
+        return True
+    parts = source.split("/")
+    if len(parts) > 2 or any(_CHECKPOINT_PART.fullmatch(part) for part in parts):
+        return True
+    return len(parts) == 2 and Path(parts[0]).is_dir()
+
+
+def local_folder(name: str, *, path_only: bool = False) -> Path:
+    """The model folder ``name`` (``"minilm"``: the packaged model's) as a path; FileNotFoundError naming it as
+    missing (with the checkpoint folders its parent holds) when it is not a folder here. ``path_only``: the message
+    adds that a name like this one is a path, never looked up on the Hub (:func:`resolve_model`)."""
+    path = Path(model_source(str(name))).expanduser()
+    if path.is_dir():
+        return path
+    what, where = ("is a file, not a folder", "") if path.exists() else ("no such folder", _beside(path))
+    hub = "; a name like this one is a local path, so the Hub was not asked" if path_only else ""
+    raise FileNotFoundError(
+        f"{what}: {name}{where}. Pass the folder a Trainer or save_pretrained() wrote (config.json and the "
+        f"weights), e.g. OUTPUT_DIR/checkpoint-N{hub}"
+    )
+
+
+def _beside(path: Path) -> str:
+    """Where a missing folder was looked for, or the ``checkpoint-N`` folders its parent holds (the last few)."""
+    if path.parent == Path() or not path.parent.is_dir():
+        return f" (looked in {Path.cwd()})" if not path.is_absolute() else ""
+    found = [p.name for p in path.parent.iterdir() if p.is_dir() and _CHECKPOINT_PART.fullmatch(p.name)]
+    if not found:
+        return f" ({path.parent}/ holds no checkpoint-N folder)"
+    found.sort(key=lambda n: int(n.split("-")[1]))
+    shown = ", ".join(found[-4:]) if len(found) <= 4 else f"{len(found)} checkpoints, the last {', '.join(found[-4:])}"
+    return f" ({path.parent}/ holds {shown})"
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Where a model named by a user loads from (:func:`model_source`), checked: a name that can only be a local
+    folder (:func:`_looks_local`) and is missing raises FileNotFoundError saying so, before any call to the Hub."""
+    source = model_source(str(name_or_path))
+    return str(local_folder(source, path_only=True)) if _looks_local(source) else source
+
+
 def load_model(name_or_path: str, device: Any = None, *, head: str = "encoder", **kwargs: Any) -> tuple[Any, Any]:
     """A model (eval mode) and its tokenizer from a local folder, a Hub name or ``"minilm"``.
 
@@ -78,10 +138,7 @@ def load_model(name_or_path: str, device: Any = None, *, head: str = "encoder", 
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    source = model_source(str(name_or_path))
-    looks_local = source.startswith((".", "/", "~")) or source.count("/") > 1
-    if looks_local and not Path(source).expanduser().is_dir():
-        raise FileNotFoundError(f"model folder {name_or_path!r} does not exist")
+    source = resolve_model(name_or_path)
     try:
         config = AutoConfig.from_pretrained(source)
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -152,7 +209,8 @@ def checkpoint_head(name_or_path: str) -> str:
     :data:`TASK_HEADS` its ``architectures`` name, else ``"encoder"``."""
     from transformers import AutoConfig
 
-    architectures = AutoConfig.from_pretrained(model_source(str(name_or_path))).architectures or []
+    source = resolve_model(name_or_path)
+    architectures = AutoConfig.from_pretrained(source).architectures or []
     for head, suffix in TASK_HEADS.items():
         if any(a.endswith(suffix) for a in architectures):
             return head

@@ -21,6 +21,7 @@ __all__ = [
     "KNOWN_WRAPPERS",
     "UnsupportedInputError",
     "UnsupportedModelError",
+    "not_watched",
     "Unwrapped",
     "input_names",
     "select_inputs",
@@ -42,6 +43,22 @@ _MAX_DEPTH = 8
 
 class UnsupportedModelError(ValueError):
     """bertwatch cannot capture this model's attention exactly (or cannot find the encoder in it)."""
+
+
+#: What follows the cause when bertwatch does not watch a model's family: the families it watches, where their list
+#: is, and how to train the model without bertwatch.
+NOT_WATCHED = (
+    "bertwatch watches BERT-family encoders (bert, roberta, deberta-v2/v3, electra, modernbert, ...; the list is "
+    "under 'Supported models' in bertwatch's README and docs/faq.md).\n"
+    "To train this model without bertwatch, remove bertwatch.watch(trainer) or the BertWatchCallback from the "
+    "script, or run it with python instead of bertwatch run"
+)
+
+
+def not_watched(cause: str) -> UnsupportedModelError:
+    """The error for a model whose family bertwatch does not watch: ``cause`` on the first line, then
+    :data:`NOT_WATCHED`."""
+    return UnsupportedModelError(f"{cause}.\n{NOT_WATCHED}")
 
 
 class UnsupportedInputError(UnsupportedModelError):

@@ -45,8 +45,10 @@ def check_reference_model(reference_model: Any) -> None:
         return
     from transformers import AutoConfig
 
+    from bertwatch.heads.loading import resolve_model
+
     try:
-        AutoConfig.from_pretrained(reference_model)
+        AutoConfig.from_pretrained(resolve_model(os.fspath(reference_model)))
     except (OSError, ValueError) as err:
         raise SetupError(
             f"reference_model {os.fspath(reference_model)!r} cannot be loaded ({type(err).__name__}: {err}); pass "

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bertwatch.core.task_names import metric_label
+
 __all__ = ["GAIN_FILE", "gain_files", "gain_section"]
 
 #: Written by ``bertwatch prune`` beside the pruned model: parameters, latency, throughput, metric.
@@ -43,7 +45,7 @@ def gain_section(path: Path) -> str:
     if metric:
         rows.append(
             (
-                f"{metric['metric']} ({metric['num_examples']} examples)",
+                f"{metric_label(metric['metric'])} ({metric['num_examples']} examples)",
                 _num(metric["full"], ".4f"),
                 _num(metric["pruned"], ".4f"),
                 f"Δ {_num(metric['delta'], '+.4f')}, 95% CI [{_num(metric['ci_low'], '+.4f')}, "

@@ -63,8 +63,8 @@ def _delta_grid(result: AblationResult, alpha: float) -> str:
     p = result.heads[..., 4]
     q = benjamini_hochberg(p.ravel()).reshape(p.shape)
     greater = bool(result.config.get("greater_is_better", True))
-    return f"<h3>Δ {escape(result.metric)} when one head is disabled ({escape(result.mode)})</h3>" + change_grid(
-        result.heads, _marks(p, q, alpha).tolist(), result.metric, greater, f"heads-{result.mode}", q
+    return f"<h3>Δ {escape(result.metric_label)} when one head is disabled ({escape(result.mode)})</h3>" + change_grid(
+        result.heads, _marks(p, q, alpha).tolist(), result.metric_label, greater, f"heads-{result.mode}", q
     )
 
 
@@ -83,7 +83,7 @@ def _layer_bars(result: AblationResult) -> str:
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(xs)
     ax.set_xlabel("layer disabled")
-    ax.set_ylabel(f"Δ {result.metric}")
+    ax.set_ylabel(f"Δ {result.metric_label}")
     ax.set_title(f"whole layers ({result.mode}), 95% bootstrap intervals")
     ax.grid(axis="y", alpha=0.3)
     return _png(fig)
@@ -129,7 +129,7 @@ def _top_heads(result: AblationResult, alpha: float, count: int = 10) -> str:
             for l, h in units_sorted
         ]
 
-    header = ["head", result.metric, "Δ", "95% interval", "p", "q (BH)"]
+    header = ["head", result.metric_label, "Δ", "95% interval", "p", "q (BH)"]
     hurt = sorted(units, key=lambda u: (delta[u], u))[:count]
     helped = sorted(units, key=lambda u: (-delta[u], u))[:count]
     return (
@@ -142,7 +142,7 @@ def _top_heads(result: AblationResult, alpha: float, count: int = 10) -> str:
 
 def _section(result: AblationResult, alpha: float) -> str:
     parts = [
-        f"<h2>Mode <code>{escape(result.mode)}</code>: {escape(_label(result))} on {result.num_examples} examples"
+        f"<h2>Mode <code>{escape(result.mode)}</code>: {escape(result.metric_label)} on {result.num_examples} examples"
         f"{' of ' + escape(result.task) if result.task else ''}</h2>"
     ]
     parts.append(_task_paragraph(result))
@@ -157,7 +157,7 @@ def _section(result: AblationResult, alpha: float) -> str:
     parts.append(image(_layer_bars(result), "layer bars"))
     parts.append(
         table(
-            ["layer", result.metric, "Δ", "95% interval", "p"],
+            ["layer", result.metric_label, "Δ", "95% interval", "p"],
             [
                 [f"L{l}", number(r[0]), number(r[1]), f"[{number(r[2])}, {number(r[3])}]", number(r[4], 3)]
                 for l, r in enumerate(result.layers)
@@ -179,15 +179,11 @@ def _section(result: AblationResult, alpha: float) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _label(result: AblationResult) -> str:
-    return result.metrics[0]["label"] if result.metrics else result.metric
-
-
 def _task_paragraph(result: AblationResult) -> str:
     """The task type and every metric measured (the compared one first): label, key, baseline value, definition."""
     task = f"Task: <b>{escape(result.description)}</b>. " if result.description else ""
     head = (
-        f'<p class="task">{task}Baseline {escape(_label(result))} = '
+        f'<p class="task">{task}Baseline {escape(result.metric_label)} = '
         f"<b>{number(result.baseline)}</b>; Δ below is in this metric.</p>"
     )
     rows = []
@@ -209,7 +205,7 @@ def _keep_best_section(result: AblationResult) -> str:
         )
         parts.append(
             table(
-                ["layer", "best head", result.metric, "Δ", "95% interval", "p"],
+                ["layer", "best head", result.metric_label, "Δ", "95% interval", "p"],
                 [
                     [
                         f"L{b['layer']}",
@@ -273,7 +269,7 @@ def _pruning_section(result: AblationResult) -> str:
     header = [
         "heads pruned",
         "fraction",
-        result.metric,
+        result.metric_label,
         "Δ [95% interval]",
         "p",
         "iterative Δ",

@@ -11,10 +11,6 @@ from bertwatch.report.result import CURVE_COLUMNS, AblationResult
 __all__ = ["answer_lines", "curves_figure"]
 
 
-def _label(result: AblationResult) -> str:
-    return result.metrics[0]["label"] if result.metrics else result.metric
-
-
 def answer_lines(result: AblationResult) -> list[str]:
     """The pruning answers (:func:`bertwatch.core.removable.answer_lines`): the headline with what the evaluation
     set resolves, then one line per order. Empty when the sweep ran no pruning curve.
@@ -26,7 +22,7 @@ def answer_lines(result: AblationResult) -> list[str]:
     if not result.pruning:
         return []
     total = result.shape[0] * result.shape[1]
-    return core_answer_lines(result.removable_json(), total, _label(result))
+    return core_answer_lines(result.removable_json(), total, result.metric_label)
 
 
 def curves_figure(result: AblationResult) -> bytes:
@@ -69,7 +65,7 @@ def curves_figure(result: AblationResult) -> bytes:
     if found["importance"] is not None and found["importance"].step >= 0:
         ax.axvline(100 * found["importance"].fraction, color="#08519c", ls=":", lw=1)
     ax.set_xlabel("heads pruned (%)")
-    ax.set_ylabel(f"Δ {_label(result)}")
+    ax.set_ylabel(f"Δ {result.metric_label}")
     ax.set_title(f"pruning orders ({result.mode}), Δ against the unpruned model")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

@@ -16,7 +16,7 @@ from bertwatch.core.jsonable import finite_or_none
 from bertwatch.core.removable import DEFAULT_DELTA, Removable, removable
 from bertwatch.core.resolution import Resolution, typical_half_width
 from bertwatch.core.significance import ABLATION_FIELDS as FIELDS
-from bertwatch.core.task_names import describe, metric_entries
+from bertwatch.core.task_names import describe, metric_entries, metric_label
 
 __all__ = ["CURVE_COLUMNS", "FIELDS", "FORMAT_VERSION", "AblationResult", "atomic_write"]
 
@@ -110,6 +110,12 @@ class AblationResult:
             self.one_example, self.one_example_how = 1.0 / self.num_examples, "flip"
 
     @property
+    def metric_label(self) -> str:
+        """The compared metric as every printed line names it: its ``label`` in :attr:`metrics` (``"F1"`` for
+        ``"f1"``, from :mod:`bertwatch.core.task_names`)."""
+        return self.metrics[0]["label"] if self.metrics else metric_label(self.metric)
+
+    @property
     def description(self) -> str:
         """``"token classification · entity F1 (seqeval), token accuracy"``: the task type and the metrics."""
         return describe(self.task_type, self.metrics)
@@ -191,7 +197,7 @@ class AblationResult:
             source = f"the median of the {self.heads[..., 0].size} single heads"
         return Resolution(
             examples=int(self.num_examples),
-            metric=self.metrics[0]["label"] if self.metrics else self.metric,
+            metric=self.metric_label,
             one_example=self.one_example,
             how=self.one_example_how,
             half_width=width or None,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bertwatch.core.resolution import Resolution, typical_half_width
+from bertwatch.core.task_names import metric_label
 
 __all__ = [
     "SHIP_FILE",
@@ -23,6 +24,7 @@ __all__ = [
     "outlier_lines",
     "ship_columns",
     "ship_files",
+    "ship_metric",
     "ship_glance",
     "ship_readings",
     "ship_resolution",
@@ -52,6 +54,12 @@ def _change(row: Mapping[str, Any]) -> str:
     if not (_defined(row["ci_low"]) and _defined(row["ci_high"])):
         return f"{row['delta']:+.4f}"
     return f"{row['delta']:+.4f} [{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
+
+
+def ship_metric(result: Mapping[str, Any]) -> str:
+    """The metric of ``ship.json`` as every line and table names it (``"F1"`` for ``"f1"``:
+    :func:`bertwatch.core.task_names.metric_label`, as the ablation and the plugin name it)."""
+    return metric_label(str(result["metric"]))
 
 
 def _batching(result: Mapping[str, Any], figure: str = "metric") -> Mapping[str, Any]:
@@ -97,7 +105,7 @@ def _column(batching: Mapping[str, Any]) -> str:
 def batching_lines(result: Mapping[str, Any]) -> list[str]:
     """At which batch the metric was measured, and for every variant how many predictions differ when the same
     examples run in length-sorted batches of 32 (dynamic INT8 computes its activation scales per batch)."""
-    served, metric = _batching(result), result["metric"]
+    served, metric = _batching(result), ship_metric(result)
     rows = [row for row in result["variants"] if row.get("sorted_batches")]
     if not rows:
         return [f"{metric} measured {batch_words(served)}; this ship.json records no other batching"]
@@ -131,7 +139,7 @@ def ship_columns(result: Mapping[str, Any]) -> list[tuple[str, list[str], str]]:
         ("variant", [r["name"] for r in rows], "<"),
         ("file", [r["file"] for r in rows], "<"),
         ("size MB", [f"{r['size_mb']:.1f}" if r["size_mb"] >= 1 else f"{r['size_mb']:.3f}" for r in rows], ">"),
-        (f"{result['metric']}, {_column(_batching(result))}", [f"{r['value']:.4f}" for r in rows], ">"),
+        (f"{ship_metric(result)}, {_column(_batching(result))}", [f"{r['value']:.4f}" for r in rows], ">"),
         (f"change vs fp32 [{level} CI]", [_change(r) for r in rows], "<"),
         ("same prediction", [f"{r['agreement']:.1%}" for r in rows], ">"),
         ("batch 1 ms", [f"{r['latency_ms']:.2f}" for r in rows], ">"),
@@ -163,7 +171,7 @@ def ship_readings(result: Mapping[str, Any]) -> list[str]:
     reference = result["variants"][0]
     level = f"{result['confidence']:.0%}"
     batched = batch_phrase(_batching(result))
-    return [_reading(row, reference, result["metric"], level, batched) for row in result["variants"][1:]]
+    return [_reading(row, reference, ship_metric(result), level, batched) for row in result["variants"][1:]]
 
 
 def ship_resolution(result: Mapping[str, Any]) -> list[str]:
@@ -174,9 +182,11 @@ def ship_resolution(result: Mapping[str, Any]) -> list[str]:
     if not rows:
         return []
     n, metric = int(result["num_examples"]), str(result["metric"])
-    one = 1.0 / n if metric in ("accuracy", "exact_match") else None  # other metrics: no fixed share
+    one, how = result.get("one_example"), str(result.get("one_example_how") or "")
+    if "one_example" not in result and metric == "accuracy":  # a ship.json written before it recorded the share
+        one, how = 1.0 / n, "flip"
     width = typical_half_width([r["ci_low"] for r in rows], [r["ci_high"] for r in rows])
-    found = Resolution(n, metric, one, "flip" if one else "", width, "the variants against fp32", result["confidence"])
+    found = Resolution(n, metric, one, how, width, "the variants against fp32", result["confidence"])
     return [f"resolution: {found.clause()}"]
 
 
@@ -293,7 +303,7 @@ def mixed_offer(result: Mapping[str, Any]) -> str | None:
     mixed = next((r for name, r in rows.items() if layer is not None and name.startswith("int8, layer")), None)
     if mixed is None or "int8" not in rows:
         return None
-    int8, fp32, metric = rows["int8"], rows["fp32"], result["metric"]
+    int8, fp32, metric = rows["int8"], rows["fp32"], ship_metric(result)
     batched = batch_phrase(_batching(result))
     cost = (
         f"{fp32['latency_ms'] / mixed['latency_ms']:.2f}x faster than fp32 at batch 1 "
@@ -389,7 +399,7 @@ def ship_section(path: Path) -> str:
     return (
         f'<h2 id="{_anchor(path)}">Will it ship? {html.escape(str(result.get("checkpoint", path.parent.name)))} in '
         "ONNX Runtime</h2>"
-        f"<p>{int(result['num_examples'])} examples of {html.escape(str(source))}, {html.escape(result['metric'])} "
+        f"<p>{int(result['num_examples'])} examples of {html.escape(str(source))}, {html.escape(ship_metric(result))} "
         f"{html.escape(batch_phrase(_batching(result)))} with its paired-bootstrap {result['confidence']:.0%} interval "
         "against fp32; ONNX Runtime "
         f"{html.escape(str(runtime['onnxruntime']))} on the CPU{html.escape(pruned)} "

@@ -111,14 +111,14 @@ def _verdict_card(result: AblationResult) -> str:
         if rows:
             name, row = min(rows, key=lambda r: r[1][1] if greater else -r[1][1])
             lines.append(
-                f"disabling {name} costs most: Δ {escape(result.metric)} {number(row[1])} "
+                f"disabling {name} costs most: Δ {escape(result.metric_label)} {number(row[1])} "
                 f"[{number(row[2])}, {number(row[3])}]{_within_noise(row)}"
             )
     if not result.pruning:  # the headline of the pruning answer says it otherwise
         lines.append(escape(result.resolution().clause()))
     sentence = (
         f"Each head and layer disabled ({escape(result.mode)}) on {result.num_examples} examples, baseline "
-        f"{escape(result.metric)} {number(result.baseline)}: how many heads can go, and what the costliest cost."
+        f"{escape(result.metric_label)} {number(result.baseline)}: how many heads can go, and what the costliest cost."
     )
     body = "<br>".join(lines) or "no single head could be measured"
     figure = image(b64(curves_figure(result)), "pruning orders", "traj") if result.pruning else ""
@@ -217,7 +217,7 @@ def _glance(
         rows.append(
             (
                 f"ablation ({escape(r.mode)})",
-                f"{r.num_examples} examples, baseline {escape(r.metric)} {number(r.baseline)}",
+                f"{r.num_examples} examples, baseline {escape(r.metric_label)} {number(r.baseline)}",
             )
         )
     rows.extend(more)

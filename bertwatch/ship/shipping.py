@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.ablation.scoring import make_metric, one_example_change
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.ship import runtime
 from bertwatch.ship.delimiters import OUTLIER_EXAMPLES
@@ -171,8 +172,9 @@ def ship_model(
         ``outliers`` (the float32 model's activation outliers per layer and its heads' delimiter mass on the first
         256 examples: ``ship.delimiters.float_side``),
         ``attribution`` (each layer's share of the INT8 error, ``ship.layer_error.layer_attribution``, and
-        ``kept_fp32``, the mixed variant's layer; None with ``attribution_examples=0``), the settings and the
-        runtime.
+        ``kept_fp32``, the mixed variant's layer; None with ``attribution_examples=0``), ``one_example`` and
+        ``one_example_how`` (the largest change of the metric one example makes on the fp32 predictions, by the
+        ablation's rule: ``bertwatch.ablation.scoring.one_example_change``), the settings and the runtime.
 
     Raises:
         ValueError: not a single-label classifier, an empty or unlabelled evaluation set, a bad head.
@@ -216,6 +218,7 @@ def ship_model(
         served[REFERENCE], others, labels, metric, options.n_resamples, options.seed, options.confidence, REFERENCE
     )
     dependence = batch_dependence(served, predictions["sorted"], labels, metric)
+    one_example, how = one_example_change(make_metric(None, None, metric, labels, False), logits["served"][REFERENCE])
     rows = [
         {**_row(name, path, logits["served"], timings), **compared[name], "sorted_batches": dependence[name]}
         for name, (_, path) in written.items()
@@ -225,6 +228,8 @@ def ship_model(
         **dict(source or {}),
         "metric": metric,
         "num_examples": len(labels),
+        "one_example": one_example,  # the ablation's rule: the largest change one example's prediction makes
+        "one_example_how": how,
         **_settings(options, batch, ort.__version__),
         "batching": _batching(options, attribution is not None),
         "removed_heads": {str(layer): sorted(h) for layer, h in sorted(heads.items())} if heads else None,

@@ -16,6 +16,7 @@ from bertwatch.report.ship_section import (
     mixed_offer,
     outlier_lines,
     ship_columns,
+    ship_metric,
     ship_readings,
     ship_resolution,
 )
@@ -52,7 +53,7 @@ def format_table(result: Mapping[str, Any]) -> str:
     """
     runtime, timing = result["runtime"], result["timing"]
     lines = [
-        f"{result['num_examples']} examples, {result['metric']} with its paired-bootstrap "
+        f"{result['num_examples']} examples, {ship_metric(result)} with its paired-bootstrap "
         f"{result['confidence']:.0%} interval against fp32 ({result['n_resamples']} resamples); ONNX Runtime "
         f"{runtime['onnxruntime']}, CPU, {_threads(runtime['threads'])}",
         f"batch 1: median ms over {timing['repeats']} single examples; batch {timing['batch_size']}: examples per "

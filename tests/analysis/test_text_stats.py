@@ -79,7 +79,7 @@ def test_analyze_errors_exit_non_zero(tmp_path: Path, minilm_path: str, capsys: 
     texts = tmp_path / "t.txt"
     texts.write_text("hello\n", encoding="utf-8")
     assert main(["analyze", "--model", str(tmp_path / "no-model"), "--texts", str(texts), "--out", "x"]) == 2
-    assert "model folder" in capsys.readouterr().err
+    assert f"no such folder: {tmp_path / 'no-model'}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["analyze", "--texts", str(texts)])
 

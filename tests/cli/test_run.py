@@ -309,3 +309,46 @@ def test_a_value_the_settings_refuse_is_a_usage_error_before_the_script_runs(tmp
             main(["run", *words, str(script)])
         err = capsys.readouterr().err
         assert stop.value.code == 2 and message in err and "the script ran" not in err, err
+
+
+@pytest.mark.fast
+def test_a_script_that_builds_no_trainer_is_told_nothing_was_watched(tmp_path, capsys) -> None:
+    script = tmp_path / "no_trainer.py"
+    script.write_text("import sys\nprint('trained by hand')\nsys.exit(int(sys.argv[1]))\n")
+    for code in (0, 3):
+        assert main(["run", str(script), str(code)]) == code  # the script's own exit status
+        out, err = capsys.readouterr()
+        assert out == "trained by hand\n"
+        lines = err.splitlines()
+        assert (
+            lines[0]
+            == "bertwatch: no_trainer.py built no transformers Trainer in this process, so nothing was watched."
+        )
+        assert "bertwatch.watch(trainer)" in lines[1] and len(lines) == 2, lines
+
+
+GPT2_SCRIPT = """
+import transformers as T
+
+model = T.GPT2ForSequenceClassification(T.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, pad_token_id=0))
+data = [{"input_ids": [1, 2, 3, 4], "attention_mask": [1, 1, 1, 1], "labels": i % 2} for i in range(8)]
+args = T.TrainingArguments("out", max_steps=2, per_device_train_batch_size=4, report_to="none", use_cpu=True,
+                           disable_tqdm=True, save_strategy="no")
+T.Trainer(model=model, args=args, train_dataset=data).train()
+print("trained")
+"""
+
+
+def test_a_model_bertwatch_does_not_watch_is_refused_in_a_few_lines_that_say_what_to_do(tmp_path) -> None:
+    (tmp_path / "gpt2.py").write_text(GPT2_SCRIPT)
+    refused = _run(tmp_path, "-m", "bertwatch", "run", "gpt2.py")
+    assert refused.returncode == 2 and "trained" not in refused.stdout
+    assert "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    said = refused.stderr[refused.stderr.index("bertwatch run: error: ") :].splitlines()
+    assert len(said) == 3, said
+    assert said[0] == (
+        "bertwatch run: error: GPT2Model (model type 'gpt2') attends causally (each token sees only earlier ones); "
+        "bertwatch watches bidirectional encoders."
+    )
+    assert "'Supported models' in bertwatch's README" in said[1]
+    assert said[2].startswith("To train this model without bertwatch") and "python instead of bertwatch run" in said[2]

@@ -93,7 +93,9 @@ def test_errors_say_what_to_do(inputs, tmp_path: Path, capsys, monkeypatch) -> N
     ckpt, data = inputs
     out = str(tmp_path / "out")
     assert main(["ship", "--model", str(tmp_path / "none"), "--data", str(data), "--out", out]) == 2
-    assert "does not exist: pass the folder a Trainer saved" in capsys.readouterr().err
+    assert f"no such folder: {tmp_path / 'none'} ({tmp_path}/ holds no checkpoint-N folder). Pass the folder a " in (
+        capsys.readouterr().err
+    )
     assert main(["ship", "--model", str(ckpt), "--out", out]) == 2
     assert "pass --task GLUE_NAME (read from --glue-dir) or --data FILE" in capsys.readouterr().err
     assert main(["ship", "--model", str(ckpt), "--task", "ner", "--data", str(data), "--out", out]) == 2
@@ -122,7 +124,7 @@ def test_the_model_is_named_with_model_as_in_every_command_and_the_bare_path_sti
     assert main(["ship", missing, "--data", str(data), "--out", out]) == 2  # the spelling of earlier versions
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"bertwatch ship: the model as a bare argument is deprecated: use --model {missing}"
-    assert f"checkpoint folder {missing!r} does not exist" in err[1]
+    assert f"no such folder: {missing}" in err[1]
     with pytest.raises(SystemExit):
         main(["ship", "--data", str(data), "--out", out])
     assert "the following arguments are required: --model" in capsys.readouterr().err

@@ -72,8 +72,12 @@ def test_unsupported_models_name_their_type_and_what_to_do() -> None:
     with pytest.raises(UnsupportedModelError, match="PreTrainedModel"):
         model_shape(torch.nn.Linear(2, 2))
     gpt2 = T.GPT2Model(T.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=20))
-    with pytest.raises(UnsupportedModelError, match="gpt2.*causally"):
+    with pytest.raises(UnsupportedModelError, match="gpt2.*causally") as refused:
         model_shape(gpt2)
+    cause, families, train_on = str(refused.value).splitlines()  # the cause, what bertwatch watches, what to do
+    assert "bidirectional encoders" in cause
+    assert "bert, roberta" in families and "'Supported models' in bertwatch's README" in families
+    assert train_on.startswith("To train this model without bertwatch, remove bertwatch.watch(trainer)")
 
 
 def test_nested_capture_is_refused() -> None:

@@ -40,7 +40,9 @@ def test_the_readings_say_one_examples_share_and_the_interval_width() -> None:
 def test_a_metric_without_a_fixed_share_says_so_and_no_interval_says_nothing(tmp_path) -> None:
     result = _result()
     result["metric"] = "matthews_correlation"
-    assert "one example's share of matthews_correlation is not known" in ship_resolution(result)[0]
+    assert "one example's share of Matthews correlation is not known" in ship_resolution(result)[0]  # an old file
+    result["one_example"], result["one_example_how"] = 0.0213, "flip"  # what ship.json records now
+    assert "one example moves Matthews correlation by up to 0.021;" in ship_resolution(result)[0]
     for row in result["variants"]:
         row["ci_low"] = row["ci_high"] = None
     assert ship_resolution(result) == []
