@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.callbacks import announce
+from bertwatch.callbacks.alert_lines import STOPPING, alert_lines, verdict_line
 from bertwatch.core.alerts import ALERT_STATS, Alert, AlertSettings, active_alerts
 from bertwatch.core.evidence import Evidence
 from bertwatch.core.verdict import Verdict, VerdictSettings, judge
@@ -118,7 +119,7 @@ class Alerting:
         return Judgement(step, reference_step, tuple(self.alerts), tuple(new))
 
     def act(self, judgement: Judgement, control: Any) -> None:
-        """Say the new alerts (``announce.alert_lines``) and, at most once, set ``control.should_save`` and
+        """Say the new alerts (``alert_lines``) and, at most once, set ``control.should_save`` and
         ``control.should_training_stop`` (``on_alert="stop"``, or the callable's answer)."""
         new = list(judgement.new)
         if not new:
@@ -127,8 +128,8 @@ class Alerting:
         if callable(self.on_alert):
             stop = self.on_alert(list(new)) == "stop"
         elif self.on_alert in ("warn", "stop"):
-            lines = announce.alert_lines(new, judgement.reference_step)
-            self._tell(lines + ([announce.STOPPING] if stop and self.stop_requested_at is None else []))
+            lines = alert_lines(new, judgement.reference_step)
+            self._tell(lines + ([STOPPING] if stop and self.stop_requested_at is None else []))
         if stop and self.stop_requested_at is None:
             self._stop(judgement.step, "; ".join(alert.describe() for alert in new), control)
 
@@ -150,7 +151,7 @@ class Alerting:
             return
         self._failing_noted = True
         stop = self.on_alert == "stop" and self.stop_requested_at is None
-        self._tell([announce.verdict_line(verdict.step, verdict.describe())] + ([announce.STOPPING] if stop else []))
+        self._tell([verdict_line(verdict.step, verdict.describe())] + ([STOPPING] if stop else []))
         if stop:
             self._stop(verdict.step, f"verdict: {verdict.describe()}", control)
 
@@ -159,7 +160,7 @@ class Alerting:
         ``BertWatchAlert`` (hidden unless a filter shows it), the last line (stopping) with the one before."""
         if self.speaks:
             announce.say(lines)
-        if lines[-1] == announce.STOPPING and len(lines) > 1:
+        if lines[-1] == STOPPING and len(lines) > 1:
             lines = [*lines[:-2], f"{lines[-2]}; {lines[-1]}"]
         for line in lines:
             warn_alert(f"bertwatch: {line}", stacklevel=3)  # the line that acted on the alerts

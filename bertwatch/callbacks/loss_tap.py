@@ -56,6 +56,7 @@ def learning_rate(scheduler: Any, optimizer: Any) -> float | None:
 
 
 def _loss_of(output: Any) -> torch.Tensor | None:
+    # a ModelOutput is a Mapping; a plain tuple or tensor output has no loss attribute
     loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
     if isinstance(loss, torch.Tensor) and loss.dim() == 0 and loss.is_floating_point():
         return loss.detach()

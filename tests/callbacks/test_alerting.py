@@ -15,7 +15,8 @@ import torch
 import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, announce, watch
+from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, watch
+from bertwatch.callbacks.alert_lines import STOPPING
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.verdict import Verdict
@@ -166,7 +167,7 @@ def test_stop_says_it_stops_once_quiet_says_nothing_and_a_callable_is_told_alone
     stopping = Alerting("stop", AlertSettings(), strict=False)
     _judged_at_10(stopping, control, heads=2)
     lines = capsys.readouterr().err.splitlines()
-    assert lines[-1] == f"bertwatch: {announce.STOPPING}" and len(lines) == 2 and control.should_training_stop
+    assert lines[-1] == f"bertwatch: {STOPPING}" and len(lines) == 2 and control.should_training_stop
     assert stopping.stop_requested_at == 10 and stopping.stop_reason.startswith("L2 H2: logit growth since step 10")
     quiet = Alerting("warn", AlertSettings(), strict=False)
     quiet.speaks = False  # not world process zero, or quiet=True
@@ -186,3 +187,20 @@ def test_the_first_failing_verdict_is_one_line(capsys) -> None:
         alerting.act_on_verdict(Verdict(30, 2, ("predictions have collapsed",)), _Control())
     assert capsys.readouterr().err == "bertwatch: verdict at step 20: failing: predictions have collapsed\n"
     assert shown == []
+
+
+def test_an_error_in_judging_the_alerts_leaves_the_verdict_on(recwarn) -> None:
+    from bertwatch.core.evidence import Evidence
+
+    alerting = Alerting("warn", AlertSettings(), strict=False)
+    with alerting.contained():
+        raise RuntimeError("a grid went missing")
+    assert alerting.disabled and not alerting.verdict_disabled
+    assert "the stability alerts stopped after an error" in str(recwarn.pop(BertWatchWarning).message)
+    evidence = Evidence(max_steps=10)
+    evidence.note_log(5, {"loss": 0.7, "learning_rate": 1e-4})
+    assert alerting.judge_verdict(evidence) is not None  # the verdict goes on
+    with alerting.contained("verdict"):
+        raise RuntimeError("boom")
+    assert alerting.verdict_disabled and alerting.judge_verdict(evidence) is None
+    assert "the run verdict stopped after an error" in str(recwarn.pop(BertWatchWarning).message)

@@ -19,7 +19,6 @@ from bertwatch.callbacks.announce import (
     Pinned,
     RunPlan,
     RunSummary,
-    alert_lines,
     end_lines,
     forecast_line,
     moved_most,
@@ -75,7 +74,7 @@ def test_the_start_lines_say_what_is_watched_where_and_how_to_see_it() -> None:
     only = start_lines(_plan(every_n_steps=0, pinned=("step 0", "the end")))[0]
     assert only.endswith("measured at step 0 and the end")
     judged = start_lines(_plan(verdict=True))[0]
-    assert judged == first + "; each measurement gives a verdict on the run"
+    assert judged == first + "; the run verdict reads every step's training loss and each measurement's probe loss"
     for line in (first, cut[0], fixed, only):
         assert "pinned" not in line and "wall time" not in line
 
@@ -204,30 +203,6 @@ def _alert(layer, head, rule="logit_growth", value=30.0, since=10, stat="max_log
     return Alert(layer, head, rule, stat, since, since, value, 5.0, 15.0)
 
 
-def test_an_alert_line_names_every_head_of_its_rule_or_says_how_many_more() -> None:
-    few = [_alert(1, 2, value=20.0), _alert(5, 9, value=41.0), _alert(0, 3, value=16.0)]
-    assert alert_lines(few, 0) == [
-        "3 heads in alert since step 10: logit growth on L5 H9, L1 H2, L0 H3 (L5 H9: largest attention logit 41, "
-        "from 5 at step 0)"
-    ]
-    many = [_alert(layer, head, value=16.0 + layer + head / 100) for layer in range(3) for head in range(4)]
-    (line,) = alert_lines(many, 0)
-    assert line.startswith("12 heads in alert since step 10: logit growth on L2 H3, L2 H2, L2 H1, L2 H0, L1 H3, ")
-    assert len(re.findall(r"L\d H\d", line.split(" (")[0])) == 8 and line.split(" (")[0].endswith(" and 4 more")
-    mixed = [
-        _alert(0, 1, "entropy_collapse", 0.3, stat="entropy"),
-        _alert(4, None, "outlier_growth", 230.0, stat="ffn_inf_norm"),
-        _alert(2, 2, value=float("nan"), rule="non_finite"),
-        _alert(3, 3, since=20),
-    ]
-    lines = alert_lines(mixed, 0)
-    assert len(lines) == 4, "one line per rule and first step"
-    assert lines[0].startswith("1 head in alert since step 10: entropy collapse on L0 H1 (L0 H1: attention entropy 0.3")
-    assert lines[1].startswith("1 layer in alert since step 10: outlier growth on L4 (L4: largest feed-forward ")
-    assert lines[2] == "1 head in alert since step 10: non finite on L2 H2 (L2 H2: largest attention logit is nan)"
-    assert lines[3].startswith("1 head in alert since step 20: logit growth on L3 H3")
-
-
 def _run(tmp_path, **options):
     callback = BertWatchCallback(every_n_steps=3, num_probe_examples=6, **options)
     trainer = toy_trainer(tmp_path / "out", [], eval_strategy="steps", eval_steps=3)
@@ -316,3 +291,14 @@ def test_a_large_drift_reference_gets_a_line_with_its_size_and_what_shrinks_it()
     line = announce.reference_line(large, 32, 512)
     assert line is not None and "2.2 GiB" in line and "32 probe examples (up to 512 tokens)" in line
     assert "num_probe_examples=" in line
+
+
+def test_the_end_line_says_how_many_alerts_are_still_in_force_the_count_the_verdict_reads() -> None:
+    meter = SimpleNamespace(wall=lambda: 100.0, budget=0.02)
+    pacing = SimpleNamespace(measured=lambda event: (), meter=meter, spent=lambda: (1.0, 0.0, 0))
+    events = Pinned(at_start=True, evaluations=(), at_end=True, every_n_steps=None, max_steps=20)
+    raised = [_alert(0, 0), _alert(1, 1), _alert(2, 2, rule="entropy_collapse", stat="entropy")]
+    some = RunSummary.of([(0, {}), (20, {})], raised, None, pacing, events, "report", in_force=1)
+    assert end_lines(some)[0] == "measured 2 steps (0 to 20); 3 stability alerts raised, 1 still in force at the end"
+    every = RunSummary.of([(0, {}), (20, {})], raised, None, pacing, events, "report", in_force=3)
+    assert end_lines(every)[0] == "measured 2 steps (0 to 20); 3 stability alerts"

@@ -12,7 +12,16 @@ from scipy.stats import norm
 
 from bertwatch.core.evidence import Constant
 from bertwatch.core.health_names import LOSS_EXAMPLES, LOSS_MEAN, LOSS_STD, PREDICTED, PRIOR_LOSS
-from bertwatch.core.readings import evaluation, loss_noise, probe_loss, training_loss, wilson, z_value
+from bertwatch.core.readings import (
+    evaluation,
+    interval_words,
+    loss_noise,
+    loss_trend,
+    probe_loss,
+    training_loss,
+    wilson,
+    z_value,
+)
 
 pytestmark = pytest.mark.fast
 
@@ -100,3 +109,50 @@ def test_the_training_loss_reads_its_recent_logs_against_the_constant_prediction
     falling = [(10 * k, 0.69 * 0.9**k) for k in range(1, 9)]
     assert training_loss(falling, since=50, constant=0.693).learning is True
     assert training_loss(losses[:2], since=0, constant=0.693) is None  # too few logs for their noise
+
+
+def test_each_readings_evidence_is_its_distance_past_the_line_in_standard_errors() -> None:
+    constant = Constant(share=0.523, entropy=0.692, examples=500)
+    up = evaluation(100, {"eval_accuracy": 0.648}, constant)
+    assert up.evidence == pytest.approx((0.648 - 0.523) / math.sqrt(0.523 * 0.477 / 500), rel=1e-12)
+    rng = np.random.default_rng(2)
+    losses = rng.gamma(2.0, 0.3, 32)
+    health = {LOSS_MEAN: losses.mean(), LOSS_STD: losses.std(), LOSS_EXAMPLES: 32.0, PRIOR_LOSS: 0.693}
+    error = losses.std(ddof=1) / math.sqrt(32)
+    assert probe_loss(health).evidence == pytest.approx((0.95 * 0.693 - losses.mean()) / error, rel=1e-9)
+    logged = [(10 * k, 0.69 - 0.01 * k + 0.003 * (-1) ** k) for k in range(1, 11)]
+    reading = training_loss(logged, 60, 0.693)
+    window = [v for s, v in logged[1:] if s > 60]
+    noise = loss_noise([v for _, v in logged])
+    assert reading.evidence == pytest.approx((0.95 * 0.693 - np.mean(window)) / (noise / math.sqrt(4)), rel=1e-9)
+    assert reading.failure_score == -reading.evidence
+
+
+def test_an_evaluation_reads_matthews_correlation_against_zero() -> None:
+    constant = Constant(share=0.7, entropy=0.61, examples=400)
+    up = evaluation(9, {"eval_matthews_correlation": 0.2, "eval_loss": 0.9}, constant)
+    assert up.source == "eval Matthews" and up.learning is True  # 0.2 ± 1.96/20 = [0.102, 0.298]
+    assert (up.low, up.high) == pytest.approx((0.2 - 1.959963984540054 / 20, 0.2 + 1.959963984540054 / 20))
+    assert up.evidence == pytest.approx(0.2 * 20)
+    assert evaluation(9, {"eval_mcc": 0.05}, constant).learning is None
+    assert evaluation(9, {"eval_matthews_correlation": 0.0}, constant).learning is False  # any constant's
+
+
+def test_interval_words_give_the_confidence_used() -> None:
+    assert interval_words(z_value(0.95)) == "95% interval"
+    assert interval_words(z_value(0.9)) == "90% interval"
+    assert interval_words(z_value(0.995)) == "99.5% interval"
+    constant = Constant(share=0.523, entropy=0.692, examples=500)
+    assert "(90% interval" in evaluation(1, {"eval_accuracy": 0.6}, constant, z=z_value(0.9)).text
+
+
+def test_the_loss_trend_is_a_least_squares_slope_with_its_standard_error() -> None:
+    rng = np.random.default_rng(5)
+    steps = np.arange(1, 41)
+    values = 0.7 - 0.002 * steps + 0.01 * rng.standard_normal(40)
+    logged = list(zip(steps.tolist(), values.tolist()))
+    slope, error = loss_trend(logged, 20, 0.01)
+    x = steps[steps > 20].astype(np.float64)
+    assert slope == pytest.approx(np.polyfit(x, values[steps > 20], 1)[0], rel=1e-9)
+    assert error == pytest.approx(0.01 / math.sqrt(((x - x.mean()) ** 2).sum()), rel=1e-12)
+    assert all(math.isnan(v) for v in loss_trend(logged[:2], 0, 0.01))

@@ -352,3 +352,28 @@ def test_settings_are_checked() -> None:
         VerdictSettings(vanish_fraction=0.5, risk_fraction=0.1)
     with pytest.raises(TypeError, match="layer_gradients"):
         VerdictSettings(layer_gradients="yes")
+
+
+def test_the_rank_orders_by_level_then_by_the_evidence_against_learning() -> None:
+    from bertwatch.core.verdict import Verdict
+
+    ranks = [
+        Verdict(1, 0, evidence=5.0).rank,
+        Verdict(1, 0, evidence=0.0).rank,
+        Verdict(1, 0).rank,  # no measure: the middle of its level
+        Verdict(1, 0, evidence=-3.0).rank,
+        Verdict(1, 1, evidence=4.0).rank,
+        Verdict(1, 2, evidence=9.0).rank,
+        Verdict(1, 2, evidence=-9.0).rank,
+    ]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks) - 1  # evidence 0 and none both sit at +0.5
+    assert all(0 <= r - level < 1 for r, level in zip(ranks, (0, 0, 0, 0, 1, 2, 2)))
+
+
+def test_the_verdicts_evidence_is_the_strongest_ranked_reading() -> None:
+    e = learning_run()  # evaluations and a probe loss
+    verdict = judge(e)
+    n, m, accuracy = 500, 0.523, 0.648
+    assert verdict.evidence == pytest.approx((accuracy - m) / math.sqrt(m * (1 - m) / n), rel=1e-9)
+    e.evaluations.clear()  # the probe loss alone: its own evidence, even where it cannot tell
+    assert judge(e).evidence == pytest.approx((0.95 * 0.621 - 0.689) / (0.55 / math.sqrt(31)), rel=1e-9)
