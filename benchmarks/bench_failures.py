@@ -203,35 +203,43 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
 #: The protocol the records were made under: the verdict frozen at the commit named in docs/performance.md, then
 #: every run recorded; the dev set split into a seen half (the Trainer's eval set) and an unseen half (the outcome).
 PROTOCOL = 2
-#: What the runs are drawn from (:func:`configs`): CoLA and QNLI were never used to choose the verdict's rules.
-TASKS = ("sst2", "mrpc", "rte", "cola", "qnli")
-STEPS = (30, 60, 100)
-BATCHES = (8, 16)
-LENGTHS = (32, 64)
+#: What the runs are drawn from (:func:`configs`), by ``--draw``: "wide", every task in turn with short runs and
+#: short sequences; "learning", SST-2 a third of the time and longer runs, so that more runs learn and both outcomes
+#: are represented. CoLA and QNLI were never used to choose the verdict's rules.
+DRAWS = {
+    "wide": {"tasks": ("sst2", "mrpc", "rte", "cola", "qnli"), "steps": (30, 60, 100), "batches": (8, 16),
+             "lengths": (32, 64), "lrs": (1e-5, 5e-3)},
+    "learning": {"tasks": ("sst2", "qnli", "mrpc", "sst2", "cola", "rte"), "steps": (60, 100, 150),
+                 "batches": (16,), "lengths": (48, 64), "lrs": (1e-5, 3e-3)},
+}  # fmt: skip
+TASKS = DRAWS["wide"]["tasks"]
 SCHEDULES = ("linear", "cosine", "constant")
-LR_RANGE = (1e-5, 5e-3)
+BATCHES = (8, 16)
+LENGTHS = (32, 48, 64)
 
 
-def configs(count: int, tasks: tuple[str, ...] = TASKS, first: int = 0) -> list[dict]:
-    """Runs ``first`` .. ``first + count - 1``, each drawn from its own index (so any prefix is a fair sample and
-    runs add up over sittings): the task in turn, a learning rate log-uniform in ``LR_RANGE``, a length from
-    ``STEPS``, a batch size, a sequence length and a schedule, the seed = the index; the runs of every other round
-    of the tasks evaluate on the seen dev half every 20% of their steps, the rest never evaluate."""
+def configs(count: int, first: int = 0, draw: str = "wide") -> list[dict]:
+    """Runs ``first`` .. ``first + count - 1`` of ``draw`` (``DRAWS``), each drawn from its own index (so any
+    prefix is a fair sample and runs add up over sittings): the task in turn, a learning rate log-uniform in the
+    draw's range, a length, a batch size, a sequence length and a schedule, the seed = the index; the runs of every
+    other round of the tasks evaluate on the seen dev half every 20% of their steps, the rest never evaluate."""
+    d = DRAWS[draw]
     out = []
     for i in range(first, first + count):
-        rng = np.random.default_rng([13, i])
-        low, high = (math.log10(x) for x in LR_RANGE)
+        rng = np.random.default_rng([13, i] if draw == "wide" else [17, i])
+        low, high = (math.log10(x) for x in d["lrs"])
         out.append(
             {
                 "index": i,
-                "task": tasks[i % len(tasks)],
+                "draw": draw,
+                "task": d["tasks"][i % len(d["tasks"])],
                 "seed": i,
                 "lr": float(f"{10 ** rng.uniform(low, high):.2g}"),
-                "steps": int(rng.choice(STEPS)),
-                "batch": int(rng.choice(BATCHES)),
-                "max_length": int(rng.choice(LENGTHS)),
+                "steps": int(rng.choice(d["steps"])),
+                "batch": int(rng.choice(d["batches"])),
+                "max_length": int(rng.choice(d["lengths"])),
                 "schedule": str(rng.choice(SCHEDULES)),
-                "evaluate": 0.2 if (i // len(tasks)) % 2 == 0 else 0.0,
+                "evaluate": 0.2 if (i // len(d["tasks"])) % 2 == 0 else 0.0,
             }
         )
     return out
@@ -239,8 +247,9 @@ def configs(count: int, tasks: tuple[str, ...] = TASKS, first: int = 0) -> list[
 
 def run_key(config: dict, opts: argparse.Namespace) -> str:
     c = config
+    draw = "" if c.get("draw", "wide") == "wide" else f"|{c['draw']}"
     return (
-        f"v{PROTOCOL}|{c['task']}|seed={c['seed']}|lr={c['lr']:g}|steps={c['steps']}|batch={c['batch']}"
+        f"v{PROTOCOL}{draw}|{c['task']}|seed={c['seed']}|lr={c['lr']:g}|steps={c['steps']}|batch={c['batch']}"
         f"|len={c['max_length']}|{c['schedule']}|eval={c['evaluate']:g}|dev={opts.dev_size}"
         + ("" if opts.device == "cpu" else f"|{opts.device}")
     )
@@ -259,6 +268,7 @@ SLICES = (
     *((f"{s} schedule", lambda r, s=s: r["schedule"] == s) for s in SCHEDULES),
     *((f"batch {b}", lambda r, b=b: r["batch"] == b) for b in BATCHES),
     *((f"{n} tokens", lambda r, n=n: r["max_length"] == n) for n in LENGTHS),
+    *((f'drawn "{d}"', lambda r, d=d: r.get("draw", "wide") == d) for d in DRAWS),
 )  # fmt: skip
 POINTS = (*FRACTIONS, None)  # None: the end of training
 SCORES = ("verdict", "dev score", "training loss", "loss trend", "level")
@@ -365,7 +375,7 @@ def health_cost(opts: argparse.Namespace, rounds: int = 7) -> list[str]:
     path = minilm_path()
     tok = T.AutoTokenizer.from_pretrained(path)
     model = T.AutoModelForSequenceClassification.from_pretrained(path, num_labels=2).eval()
-    rows = load_glue(opts.tasks.split(",")[0], "dev", opts.glue_dir, limit=PROBE)
+    rows = load_glue("sst2", "dev", opts.glue_dir, limit=PROBE)
     batches = []
     for start in range(0, PROBE, BATCH):
         part = rows[start : start + BATCH]
@@ -401,7 +411,7 @@ def _in_parallel(todo: list[dict], opts: argparse.Namespace) -> None:
     import shlex
     import subprocess
 
-    same = ["--tasks", opts.tasks, "--out", opts.out, "--device", opts.device, "--threads", str(opts.threads),
+    same = ["--draw", opts.draw, "--out", opts.out, "--device", opts.device, "--threads", str(opts.threads),
             "--dev-size", str(opts.dev_size), "--logging-steps", str(opts.logging_steps), "--no-report"]  # fmt: skip
     if opts.glue_dir:
         same += ["--glue-dir", opts.glue_dir]
@@ -418,9 +428,7 @@ def _in_parallel(todo: list[dict], opts: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--glue-dir", default=default_glue_dir())
-    parser.add_argument(
-        "--tasks", default=",".join(TASKS), help="comma-separated, taken in turn: sst2, mrpc, rte, cola"
-    )
+    parser.add_argument("--draw", choices=tuple(DRAWS), default="wide", help="what the runs are drawn from")
     parser.add_argument(
         "--runs",
         default="0-99",
@@ -448,9 +456,7 @@ def main() -> None:
     done = {json.loads(line)["key"] for line in out.read_text().splitlines() if line.strip()} if out.exists() else set()
     if not opts.report:
         first, last = (int(x) for x in opts.runs.split("-")) if "-" in opts.runs else (int(opts.runs),) * 2
-        todo = [
-            c for c in configs(last - first + 1, tuple(opts.tasks.split(",")), first) if run_key(c, opts) not in done
-        ]
+        todo = [c for c in configs(last - first + 1, first, opts.draw) if run_key(c, opts) not in done]
         if opts.jobs > 1:
             _in_parallel(todo, opts)
         for config in todo if opts.jobs == 1 else ():
