@@ -1,26 +1,30 @@
-"""Will this fine-tune fail? Fine-tunes of the packaged MiniLM on SST-2, MRPC and RTE drawn from their index
-(learning rate log-uniform in 1e-5..5e-3, 40 to 300 steps, the seed = the index; every other run evaluates on dev
-every 20% of its steps; every fifth is measured every 10 steps, the rest at ``BertWatchCallback``'s default
-cadence), each labelled from its final dev score; the verdict (``core.verdict``) replayed on each run's evidence
-at 10%, 20% and 30% of training and at the end, against two baselines read at the same step: the dev score
-(Dodge et al. 2020's early stopping) and the training loss.
+"""Will this fine-tune fail? Fine-tunes of the packaged MiniLM drawn from their index (``--draw``: the task in
+turn, SST-2, MRPC, RTE, CoLA and QNLI; a learning rate log-uniform over a range from too low to learn in a short
+run to far too high; the length, batch size, sequence length and schedule, linear, cosine or constant; the seed =
+the index; every other round of the tasks evaluates every 20% of its steps), each watched by
+``BertWatchCallback()`` at its defaults and labelled from its final score on dev examples it never saw; the
+verdict (``core.verdict``) replayed on each run's recorded evidence at 10%, 20% and 30% of training and at the end,
+against three baselines read at the same step: the early dev score (Dodge et al. 2020's early stopping), the last
+logged training loss and its least-squares trend.
 
-    nice python benchmarks/bench_failures.py --runs 0-149 --out failures.jsonl   # resumable, one line a run
+    nice python benchmarks/bench_failures.py --draw learning --runs 0-99 --jobs 2 --threads 1 --out failures.jsonl
     python benchmarks/bench_failures.py --out failures.jsonl --report            # the figures of what finished
 
-A run **failed** when its final dev score is not better than the majority class's beyond chance: the 95% paired
-bootstrap interval (``--boot`` resamples of the dev examples) of (run's score − majority's score) reaches 0
-(accuracy). It **learned** when its final dev score is at least 5 points above the majority's. Each record keeps
-the raw evidence (the Trainer's log of every step, the run-health values, alerts in force and reason of each
-measured step, the dev predictions at 10/20/30%), so the verdict is replayed as the live callback would have seen
-it with the Trainer logging every ``--logging-steps`` steps (``_failures_replay``). Figures, each with a 95%
-bootstrap interval over runs: the ROC AUC of the verdict's level, of the early dev score's distance below the
-majority's and of the last logged training loss as failure scores at 10/20/30%; at the end, the recall of
-"failing" on the failed runs and the share of the runs that learned that end "at risk" or worse (false alarms);
-by cadence, by evaluation, by task, by index parity, and on the runs recorded after the verdict's defaults were
-chosen (``--held-out-after``: the first 92 lines of the file they were chosen on). Training: linear
-schedule, 10% warm-up, AdamW, batch 16, ``steps`` × 16 training examples (a smaller set is gone round again),
-sequences cut to ``--max-length``; the probe set: 32 training examples the run never trains on.
+The protocol: the verdict's rules are frozen at a named commit before any run is recorded, and the figures are of
+those runs only. Each task's dev set is shuffled once and split into two halves of at most ``--dev-size`` / 2: the
+*seen* half is the Trainer's ``eval_dataset`` (what an evaluating run, bertwatch and the early dev score read), the
+*unseen* half defines the outcome and nothing else reads it (QNLI has no training file here: its dev set gives the
+training rows too). A run **failed** when its final score on the unseen half (accuracy; Matthews correlation on
+CoLA) is not better than the majority class's beyond chance: the 95% paired bootstrap interval (``--boot``
+resamples) of (run's score − majority's) reaches 0. It **learned** when it is at least 5 points above the
+majority's. Each record keeps the evidence the live verdict read (``Evidence.as_dict``: every step's training
+loss from the loss tap, the run-health values and alerts of each probe pass, the evaluations) and the verdict it
+judged live at each step, so the replay is checked against the live verdict. Figures, each with a 95% bootstrap
+interval over runs: the ROC AUC of the verdict's rank (its level, ties broken by its evidence of learning) and of
+each baseline as failure scores at 10/20/30%; at the end, the recall of "failing" on the failed runs and the
+share of the runs that learned that end "at risk" or worse (false alarms); slice by slice. Training: AdamW, 10%
+warm-up (none with the constant schedule), ``steps`` × batch training examples (a smaller set is gone round
+again); the probe set: 32 training examples the run never trains on.
 """
 
 from __future__ import annotations
