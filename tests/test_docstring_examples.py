@@ -21,6 +21,7 @@ RUN = (
     "bertwatch.analysis.text_stats",
     "bertwatch.callbacks.announce",
     "bertwatch.callbacks.attach",
+    "bertwatch.callbacks.trial_pruning",
     "bertwatch.core.alerts",
     "bertwatch.report.alerts_section",
     "bertwatch.report.changes",
