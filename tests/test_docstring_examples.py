@@ -26,6 +26,7 @@ RUN = (
     "bertwatch.report.alerts_section",
     "bertwatch.report.changes",
     "bertwatch.report.html",
+    "bertwatch.report.sweep_table",
     "bertwatch.report.markup",
     "bertwatch.report.ship_section",
     "bertwatch.probe.measurements",
