@@ -1,10 +1,12 @@
 """Every run of a sweep side by side (``bertwatch sweep LOGDIR``): each run's verdict now, its history as a strip,
 its setting where the Trainer logged it, ranked worst first, and the failing runs still training, to stop now.
 
-A run is a folder that holds a bertwatch event file (``*.bertwatch``); its verdict is read from the ``verdict``
-series and text (``report.events.read_series_and_texts``, ``verdict_steps``), its setting (learning rate, seed,
-``max_steps``) and whether it ended from the Trainer's own event files beside it (``report.events.trainer_run``:
-``report_to="tensorboard"``). Ranked by ``core.verdict.Verdict.rank`` (the level, ties broken by the evidence).
+A run is one training (one ``trainer.train()``): one bertwatch event file (``*.bertwatch``), named by its folder
+(and its place among the folder's bertwatch files, ``folder#2``, where trials of ``hyperparameter_search`` without
+``hp_name`` share one folder). Its verdict is read from the ``verdict`` series and text
+(``report.events.read_series_and_texts``, ``verdict_steps``), its setting (learning rate, seed, ``max_steps``) and
+whether it ended from the Trainer's own event file of the same name without ``.bertwatch``
+(``report.events.trainer_run``: ``report_to="tensorboard"``; else the folder's Trainer files by their order). Ranked by ``core.verdict.Verdict.rank`` (the level, ties broken by the evidence).
 Torch-free.
 """
 
@@ -34,7 +36,7 @@ def _is_bertwatch_file(path: Path) -> bool:
 
 
 def find_runs(root: str | Path) -> list[Path]:
-    """The folders under ``root`` (itself included) that hold a bertwatch event file, sorted.
+    """The bertwatch event files under ``root`` (a run each), sorted by folder, then by name (their start).
 
     Raises:
         FileNotFoundError: ``root`` does not exist (the message says what to pass).
@@ -42,12 +44,13 @@ def find_runs(root: str | Path) -> list[Path]:
     top = Path(root)
     if not top.exists():
         raise FileNotFoundError(f"{top} does not exist; pass the log folder the sweep's runs write under")
-    return sorted({p.parent for p in top.rglob("*tfevents*") if _is_bertwatch_file(p)})
+    return sorted((p for p in top.rglob("*tfevents*") if _is_bertwatch_file(p)), key=lambda p: (p.parent, p.name))
 
 
 @dataclass(frozen=True)
 class SweepRun:
-    """One run of a sweep: ``name`` (its folder under the log folder), ``verdict`` (the last judged, with its
+    """One run of a sweep: ``name`` (its folder under the log folder, ``#n`` for the n-th run of a folder),
+    ``verdict`` (the last judged, with its
     reasons), ``history`` (``(step, label)`` of every judged step), its setting as the Trainer logged it
     (``learning_rate``, ``seed``, ``max_steps``; None where it did not), and ``ended``: the Trainer logged the
     end of its training."""
@@ -76,11 +79,24 @@ def _number(value: Any, kind: type) -> Any:
         return None
 
 
-def read_run_verdict(folder: Path, root: Path) -> SweepRun | None:
-    """The :class:`SweepRun` of one run folder; None when its bertwatch files hold no verdict (no gradient
-    statistics measured)."""
-    files = sorted(p for p in folder.iterdir() if _is_bertwatch_file(p))
-    training = read_series_and_texts(files)
+def _trainer_files(file: Path, siblings: Sequence[Path]) -> list[Path]:
+    """The Trainer's event files of the run of bertwatch ``file`` (``siblings``: the bertwatch files of its folder,
+    sorted): the one of its name without ``.bertwatch``; else every Trainer file of the folder where ``file`` is
+    its only run, or the one at its place where the folder holds as many Trainer files as runs; else none."""
+    own = file.with_name(file.name.removesuffix(".bertwatch"))
+    if own.is_file():
+        return [own]
+    folder = file.parent
+    trainers = sorted(p for p in folder.iterdir() if p.is_file() and "tfevents" in p.name and not _is_bertwatch_file(p))
+    if len(siblings) == 1:
+        return trainers
+    return [trainers[list(siblings).index(file)]] if len(trainers) == len(siblings) else []
+
+
+def read_run_verdict(file: Path, name: str, siblings: Sequence[Path] = ()) -> SweepRun | None:
+    """The :class:`SweepRun` of one bertwatch event ``file`` called ``name`` (``siblings``: the bertwatch files of
+    its folder, sorted; none: it alone); None when it holds no verdict (no gradient statistics measured)."""
+    training = read_series_and_texts([file])
     judged = verdict_steps(training)
     if not judged:
         return None
@@ -91,11 +107,11 @@ def read_run_verdict(folder: Path, root: Path) -> SweepRun | None:
     evidence = float(column.get("evidence", {}).get(step, math.nan))
     verdict = Verdict(step, level, tuple(reasons), bool(known.get(step, 1)), evidence)
     history = tuple((s, Verdict(s, lv, known=bool(known.get(s, 1))).label) for s, lv, _ in judged)
-    trainer = trainer_run(sorted(p for p in folder.iterdir() if "tfevents" in p.name and not _is_bertwatch_file(p)))
+    trainer = trainer_run(_trainer_files(file, list(siblings) or [file]))
     args = trainer["args"]
     max_steps = _number(args.get("max_steps"), int)
     return SweepRun(
-        name=str(folder.relative_to(root)) if folder != root else folder.name,
+        name=name,
         verdict=verdict,
         history=history,
         learning_rate=_number(args.get("learning_rate"), float),
@@ -118,7 +134,15 @@ def read_sweep(root: str | Path) -> list[SweepRun]:
         []
     """
     top = Path(root)
-    runs = [run for folder in find_runs(top) if (run := read_run_verdict(folder, top)) is not None]
+    files = find_runs(top)
+    runs = []
+    for folder in dict.fromkeys(file.parent for file in files):
+        own = [file for file in files if file.parent == folder]
+        shown = str(folder.relative_to(top)) if folder != top else folder.name
+        for number, file in enumerate(own, 1):
+            name = shown if len(own) == 1 else f"{shown}#{number}"
+            run = read_run_verdict(file, name, own)
+            runs += [run] if run is not None else []
     return sorted(runs, key=lambda r: (-r.verdict.rank, r.name))
 
 
@@ -162,8 +186,8 @@ def sweep_lines(runs: Sequence[SweepRun], root: str, reason_width: int = 70) -> 
         rows.append((str(number), run.name, label, step, strip(run.history), _shown(run.learning_rate),
                      _shown(run.seed), reason))  # fmt: skip
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [f"{len(runs)} runs under {root}, worst first (* still training or stopped early; history: + healthy, "
-             "? cannot tell, ! at risk, X failing)", ""]  # fmt: skip
+    lines = [f"{len(runs)} runs under {root}, worst first (*: the Trainer has not logged its end: still training, "
+             "or killed; history: + healthy, ? cannot tell, ! at risk, X failing)", ""]  # fmt: skip
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
     lines.append("")
     lines += _stop_lines(stop_now(runs))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
@@ -44,8 +45,9 @@ def _write_run(folder, history, learning_rate=None, seed=None, ended=False) -> N
 
 @pytest.fixture
 def sweep_dir(tmp_path):
-    """Twelve runs: three failing still training (at steps 20, 30 and 40), one failing that ended, two at risk,
-    three healthy, two that cannot tell yet, and one without the Trainer's logs; and a folder with no verdict."""
+    """Fourteen runs: three failing still training (at steps 20, 30 and 40), one failing that ended, two at risk,
+    three healthy, two that cannot tell yet, one without the Trainer's logs, two trials sharing a folder (one pruned,
+    one healthy); and a folder with no verdict."""
     root = tmp_path / "logs"
     dull = "the probe loss not learning since step 0"
     for i, step in enumerate((20, 30, 40)):
@@ -63,16 +65,25 @@ def sweep_dir(tmp_path):
         _write_run(root / f"young-{i}", [(0, 0, 0, math.nan, NOTHING_YET)], learning_rate=3e-5, seed=30 + i)
     _write_run(root / "no-trainer-logs", [(0, 0, 0, math.nan, NOTHING_YET), (50, 2, 1, -1.0, "collapsed")])
     (root / "empty").mkdir()
+    # two trials of hyperparameter_search without hp_name: one folder, a bertwatch and a Trainer file each
+    _write_run(root / "trials", [(0, 0, 0, math.nan, NOTHING_YET), (8, 2, 1, -6.0, "diverged")], 0.5, 40, True)
+    time.sleep(1.1)  # event files are named by the second they start in
+    _write_run(root / "trials", [(0, 0, 0, math.nan, NOTHING_YET), (20, 0, 1, 4.0, "learns")], 1e-5, 41)
     return root
 
 
 def test_every_run_is_ranked_worst_first_with_its_setting_and_strip(sweep_dir) -> None:
     runs = read_sweep(sweep_dir)
-    assert len(runs) == 12
+    assert len(runs) == 14
     ranks = [run.verdict.rank for run in runs]
     assert ranks == sorted(ranks, reverse=True)
-    assert [run.verdict.label for run in runs[:5]] == ["failing"] * 5
-    assert runs[0].name == "lr-high-2"  # the lowest evidence of the failing runs: the likeliest to fail
+    assert [run.verdict.label for run in runs[:6]] == ["failing"] * 6
+    assert runs[0].name == "trials#1"  # the lowest evidence of the failing runs: the likeliest to fail
+    trials = {run.name: run for run in runs if run.name.startswith("trials")}
+    assert [(r.learning_rate, r.seed, r.verdict.step, r.ended) for r in trials.values()] == [
+        (0.5, 40, 8, True),
+        (1e-5, 41, 20, False),
+    ]  # each trial of the shared folder with its own Trainer file
     high = {run.name: run for run in runs}["lr-high-1"]
     assert (high.learning_rate, high.seed, high.max_steps, high.ended) == (2e-3, 1, MAX_STEPS, False)
     assert high.verdict == Verdict(30, 2, ("failing 1",), True, -4.0)
@@ -81,7 +92,10 @@ def test_every_run_is_ranked_worst_first_with_its_setting_and_strip(sweep_dir) -
     assert good.verdict.label == "healthy" and strip(good.history) == "?!++" and good.ended
     young = {run.name: run for run in runs}["young-0"]
     assert young.verdict.label == "cannot tell" and strip(young.history) == "?"
-    assert [run.name for run in runs[-5:]] == ["young-0", "young-1", "nested/good-0", "nested/good-1", "nested/good-2"]
+    # the healthy runs by their evidence, the strongest last
+    assert [run.name for run in runs[-6:]] == [
+        "young-0", "young-1", "trials#2", "nested/good-0", "nested/good-1", "nested/good-2"
+    ]  # fmt: skip
     bare = {run.name: run for run in runs}["no-trainer-logs"]
     assert (bare.learning_rate, bare.seed, bare.max_steps, bare.steps_left) == (None, None, None, None)
 
@@ -91,10 +105,11 @@ def test_the_command_prints_the_table_and_the_runs_to_stop(sweep_dir, capsys) ->
     out = capsys.readouterr().out
     print(out)  # shown with -s: what a user reads
     lines = out.splitlines()
-    assert lines[0].startswith(f"bertwatch sweep: 12 runs under {sweep_dir}, worst first")
-    rows = [line.split() for line in lines[3:15]]
-    assert [row[0] for row in rows] == [str(n) for n in range(1, 13)]
-    assert rows[0][1:6] == ["lr-high-2", "failing", "*", "40/100", "?!X"]
+    assert lines[0].startswith(f"bertwatch sweep: 14 runs under {sweep_dir}, worst first")
+    rows = [line.split() for line in lines[3:17]]
+    assert [row[0] for row in rows] == [str(n) for n in range(1, 15)]
+    assert rows[0][1:5] == ["trials#1", "failing", "8/100", "?X"]  # ended: no mark
+    assert rows[1][1:6] == ["lr-high-2", "failing", "*", "40/100", "?!X"]
     assert "stop these now: lr-high-2 (60 steps left), lr-high-1 (70 steps left), lr-high-0 (80 steps left), " in out
     assert "no-trainer-logs (? steps left)" in out and "ended-failing (" not in out  # it ended: nothing to save
     assert "saves 210 training steps and the unknown rest of 1 (no max_steps logged)" in out
@@ -104,7 +119,7 @@ def test_json_gives_the_same_table(sweep_dir, capsys) -> None:
     assert main(["sweep", str(sweep_dir), "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert [r["run"] for r in table["runs"]] == [r.name for r in read_sweep(sweep_dir)]
-    first = table["runs"][0]
+    first = table["runs"][1]
     assert (first["label"], first["step"], first["strip"], first["learning_rate"], first["seed"]) == (
         "failing", 40, "?!X", 3e-3, 2,
     )  # fmt: skip
