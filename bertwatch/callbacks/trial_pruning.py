@@ -87,7 +87,8 @@ class PruneFailing(OwnCallback, NotATracker, TrainerCallback):
         self.pruned_at, self.reason = step, verdict.describe()
         control.should_training_stop = True
         if state.is_world_process_zero and not announce.quiet(self.monitor.settings.quiet):
-            announce.say([f"pruning this trial at step {step} of {state.max_steps}: the verdict is failing"])
+            announce.say([f"pruning this trial at step {step} of {state.max_steps} (the verdict is failing): training "
+                          "stops after this step, then train() raises optuna.TrialPruned"])  # fmt: skip
 
     @contained("on_step_end")
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
