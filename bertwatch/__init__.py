@@ -2,7 +2,7 @@
 
 ``import bertwatch`` is cheap: it imports neither torch nor transformers. The public names below are
 loaded on first use, so TensorBoard can import the plugin without paying for the model stack: the entry points
-(``watch``, ``analyze``, ``ablate``, the callbacks) and every settings value they take (``WatchSettings`` and its
+(``watch``, ``prune_failing``, ``analyze``, ``ablate``, the callbacks) and every settings value they take (``WatchSettings`` and its
 nested ``ProbeOptions``, ``AlertSettings``, ``VerdictSettings``, ``AblationOptions``, ``ExpertOptions``, and
 ``WordClassProbe``).
 """
@@ -29,6 +29,7 @@ _LAZY = {
     "AblationCallback": "bertwatch.callbacks",
     "ablate": "bertwatch.ablation.sweep",
     "watch": "bertwatch.callbacks.attach",
+    "prune_failing": "bertwatch.callbacks.trial_pruning",
     "WatchSettings": "bertwatch.options.settings",
     "ProbeOptions": "bertwatch.options.groups",
     "AblationOptions": "bertwatch.options.groups",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover
         SpecialTokenMassCallback,
     )
     from bertwatch.callbacks.attach import watch
+    from bertwatch.callbacks.trial_pruning import prune_failing
     from bertwatch.core.alerts import AlertSettings
     from bertwatch.core.verdict import VerdictSettings
     from bertwatch.heads.intervention import Intervention

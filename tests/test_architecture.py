@@ -623,6 +623,7 @@ WITHOUT_OWN_TEST = {
     "tb/layer_outliers.py": "the /outliers route: tests/callbacks/test_outlier_pass.py, tests/tb/test_outliers_browser.py",
     "tb/queries.py": "every route's body: tests/tb/test_plugin.py",
     "tb/run_verdict.py": "the /verdict route: tests/tb/test_verdict_route.py",
+    "report/sweep_table.py": "the sweep's table, read from a folder of runs: tests/cli/test_sweep_runs.py",
 }
 
 

@@ -5,6 +5,7 @@
 can be used alone or together, and share one probe pass; ``WatchSettings`` holds every option in one checked value
 (the advanced ones in ``ProbeOptions``, ``AlertSettings``, ``VerdictSettings``, ``AblationOptions`` and
 ``ExpertOptions``).
+``prune_failing(trainer)`` prunes a sweep's trial whose verdict is failing (``callbacks.trial_pruning``).
 ``AblationCallback`` lives in ``bertwatch.callbacks.ablate_on_end`` and is loaded on first use. See ``docs/callbacks.md``.
 """
 
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertwatch.callbacks._safe import BertWatchWarning, SetupError
 from bertwatch.callbacks.attach import watch, watching_trainers
+from bertwatch.callbacks.trial_pruning import PruneFailing, prune_failing
 from bertwatch.callbacks.watch import (
     AttentionDriftCallback,
     BertWatchCallback,
@@ -45,11 +47,13 @@ __all__ = [
     "ExpertOptions",
     "GradientImportanceCallback",
     "ProbeOptions",
+    "PruneFailing",
     "SetupError",
     "SpecialTokenMassCallback",
     "VerdictSettings",
     "WatchSettings",
     "WordClassProbe",
+    "prune_failing",
     "watch",
     "watching_trainers",
 ]

@@ -187,7 +187,7 @@ class RunJudge:
                 self._flush()
             self._open = (verdict, measured or (self._open is not None and self._open[1]))
             if measured and event != "end" and any(m.log_to_trackers for m in health_members):
-                self.publisher.send_verdict(verdict.level, health[1])
+                self.publisher.send_verdict(verdict, health[1])
             self.alerting.act_on_verdict(verdict, control)
 
     def _flush(self) -> None:

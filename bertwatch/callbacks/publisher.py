@@ -2,7 +2,7 @@
 
 Measurements and riders return values: grids, attention maps and ``RiderOutput`` records (a named-values series,
 lines of text, a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and
-sends the layer means (and the stability alerts' counts, the verdict's level and the run-health signals) to the
+sends the layer means (and the stability alerts' counts, the verdict and the run-health signals) to the
 Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once their
 statistics are in.
 """
@@ -27,6 +27,7 @@ from bertwatch.callbacks.tracking import (
 from bertwatch.core.alerts import Alert, alert_counts
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.core.stat_names import ALL_STATS
+from bertwatch.core.verdict import Verdict
 from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
 from bertwatch.probe.records import HeadEmbedding, NamedValues, RiderOutput, StepText
 
@@ -140,11 +141,12 @@ class Publisher:
         if to_trackers and self.trackers:
             self._send({metric_name("alerts", rule): float(n) for rule, n in alert_counts(alerts).items()}, "alerts")
 
-    def send_verdict(self, level: int, health: Mapping[str, float]) -> None:
-        """The verdict's level (``bertwatch/verdict/level``: 0 healthy, 1 at risk, 2 failing) and each run-health
-        signal of its step (``bertwatch/run_health/{signal}``) to the trackers; only finite values."""
+    def send_verdict(self, verdict: Verdict, health: Mapping[str, float]) -> None:
+        """The verdict (``bertwatch/verdict/level``: 0 healthy, 1 at risk, 2 failing; ``.../known``,
+        ``.../evidence``, ``.../rank``: ``tracking.verdict_logs``) and each run-health signal of its step
+        (``bertwatch/run_health/{signal}``) to the trackers; only finite values."""
         if self.trackers:
-            self._send(verdict_logs(level, health), "verdict")
+            self._send(verdict_logs(verdict, health), "verdict")
 
     def _send(self, logs: Mapping[str, float], what: str) -> None:
         """``logs`` to every tracker; one that fails is dropped with one warning (training continues)."""

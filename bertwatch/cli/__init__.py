@@ -1,4 +1,4 @@
-"""The ``bertwatch`` command: analyze, ablate, prune, ship, report, probe-syntax, demo, run, stats.
+"""The ``bertwatch`` command: analyze, ablate, prune, ship, report, probe-syntax, demo, run, sweep, stats.
 
 Each subcommand's module is imported only when it runs, so ``bertwatch --help`` is instant.
 """
@@ -33,6 +33,7 @@ _DELEGATED = {
         "export to ONNX, quantize to INT8, measure each variant in ONNX Runtime",
     ),
     "run": ("bertwatch.cli.run", "cli_run", "run an unchanged training script with bertwatch on every Trainer"),
+    "sweep": ("bertwatch.cli.sweep_runs", "cli_sweep", "every run under a log folder by its verdict, worst first"),
     "stats": ("bertwatch.cli.list_stats", "cli_stats", "list every statistic with its family and what it measures"),
 }
 

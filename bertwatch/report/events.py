@@ -85,8 +85,45 @@ _READ_KINDS = (
 )
 
 
+def read_series_and_texts(files: Sequence[Path]) -> dict[str, Any]:
+    """Only the named-values series and the texts of bertwatch event ``files`` (no grids, maps or ablation
+    tables): ``{"series": {name: ...}, "texts": {name: ...}}`` as :func:`read_run` gives them, which
+    :func:`verdict_steps` reads; for reading many runs cheaply (``bertwatch sweep``)."""
+    _, _, named, _, _, texts = _read_events(files, (md.KIND_NAMED_VALUES, md.KIND_STEP_TEXT))
+    return {"series": named, "texts": texts}
+
+
+#: The Trainer's own scalar that says its training ended (logged once, by ``Trainer.train`` at its end).
+TRAINER_END_TAG = "train/train_runtime"
+
+
+def trainer_run(files: Sequence[Path]) -> dict[str, Any]:
+    """What the Trainer's own TensorBoard event ``files`` (``report_to="tensorboard"``) say of a run: ``args``,
+    its ``TrainingArguments`` as logged (the ``args`` text; empty when absent or unreadable), ``last_step``, the
+    last step it logged anything, and ``ended``: whether it logged the end of training (``train/train_runtime``)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util import tensor_util
+
+    found: dict[str, Any] = {"args": {}, "last_step": None, "ended": False}
+    for file in files:
+        for event in EventFileLoader(str(file)).Load():
+            if not event.HasField("summary"):
+                continue
+            for value in event.summary.value:
+                found["last_step"] = max(int(event.step), found["last_step"] or 0)
+                found["ended"] = found["ended"] or value.tag == TRAINER_END_TAG
+                if value.tag.split("/")[0] == "args" and value.HasField("tensor"):
+                    text = _decoded(np.asarray(tensor_util.make_ndarray(value.tensor), dtype=object).reshape(-1)[0])
+                    try:
+                        found["args"] = dict(json.loads(text))
+                    except (ValueError, TypeError):
+                        continue
+    return found
+
+
 def _read_events(
     files: Sequence[Path],
+    kinds: Sequence[str] = _READ_KINDS,
 ) -> tuple[
     dict[str, AblationResult],
     dict[str, Any],
@@ -114,7 +151,7 @@ def _read_events(
                 if value.tag not in content or not value.HasField("tensor"):
                     continue
                 kind = content[value.tag].get("kind")
-                if kind not in _READ_KINDS:
+                if kind not in kinds:
                     continue
                 array = tensor_util.make_ndarray(value.tensor)
                 series.setdefault(value.tag, []).append((int(event.step), float(event.wall_time), array))

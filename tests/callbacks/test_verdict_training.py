@@ -18,7 +18,7 @@ from bertwatch.callbacks import BertWatchCallback, GradientImportanceCallback
 from bertwatch.core.alerts import Alert
 from bertwatch.core.evidence import Constant, Evidence
 from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHARE, grad_norm_name
-from bertwatch.core.verdict import NOTHING_YET, VERDICT_SERIES, VerdictSettings, judge
+from bertwatch.core.verdict import NOTHING_YET, VERDICT_SERIES, Verdict, VerdictSettings, judge
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.options.groups import ExpertOptions
 from bertwatch.tb.metadata import series_tag, text_tag
@@ -240,3 +240,36 @@ def test_layer_gradients_off_leaves_the_gradient_norms_out_and_the_rest_alike(tm
         assert math.isclose(off[LOSS_MEAN], on[LOSS_MEAN], rel_tol=1e-6)
     for (_, on), (_, off) in zip(with_norms.history, without.history, strict=True):
         np.testing.assert_allclose(off["head_importance"], on["head_importance"], rtol=1e-5, atol=1e-7)
+
+
+def test_the_verdict_reaches_an_mlflow_run_beside_the_layer_means(tmp_path, monkeypatch) -> None:
+    """A real MLflow file store: at each probe step the run's metrics hold ``bertwatch/verdict/level``, ``known``,
+    ``evidence`` and ``rank``, the numbers of the verdict series bertwatch writes to its event file."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store behind this switch
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "bertwatch-verdict")
+    callback = BertWatchCallback(every_n_steps=2, num_probe_examples=6, quiet=True, on_alert="none")
+    trainer = toy_trainer(tmp_path / "out", [], save_strategy="no", report_to=["mlflow"])
+    callback.set_trainer(trainer)
+    trainer.add_callback(callback)
+    trainer.train()
+    (metrics,) = (tmp_path / "mlruns").glob("*/*/metrics")
+
+    def rows(name: str) -> dict[int, float]:
+        lines = (metrics / "bertwatch" / "verdict" / name).read_text().splitlines()
+        return {int(step): float(value) for _, value, step in (line.split() for line in lines)}
+
+    probed = [step for step, _ in callback.health]
+    written = {e.step: tensor_util.make_ndarray(e.tensor_proto).reshape(-1) for e in _series(tmp_path, VERDICT_SERIES)}
+    level, known, evidence, rank = rows("level"), rows("known"), rows("evidence"), rows("rank")
+    assert sorted(level) == sorted(known) == sorted(rank) == probed == [0, 2, 4, 6]
+    assert level == {0: 0.0, 2: 1.0, 4: 2.0, 6: 2.0}  # cannot tell, at risk, failing once it held 20% of training
+    assert known == {0: 0.0, 2: 1.0, 4: 1.0, 6: 1.0}
+    for step in probed:
+        assert [level[step], known[step]] == pytest.approx(written[step][:2].tolist())
+        score = float(written[step][2])
+        assert evidence.get(step, math.nan) == pytest.approx(score, rel=1e-5, nan_ok=True)
+        assert rank[step] == pytest.approx(Verdict(step, int(level[step]), evidence=score).rank, rel=1e-5)
+        assert level[step] <= rank[step] <= level[step] + 1
+    assert evidence and all(math.isfinite(v) for v in evidence.values())
+    assert (metrics / "bertwatch" / "run_health").is_dir()  # beside the run-health signals, as before

@@ -15,6 +15,7 @@ REQUIRED = {
     "analyze": ["--model", "m", "--texts", "t.txt", "--out", "o"],
     "ablate": ["--model", "m", "--task", "mrpc", "--out", "o"],
     "report": ["run_folder"],
+    "sweep": ["logs"],
     "probe-syntax": ["--model", "m", "--conllu", "dev.conllu", "--out", "o"],
     "demo": [],
     "prune": ["--model", "m", "--out", "o", "--heads", "0:1"],
