@@ -78,6 +78,7 @@ class Alerting:
         self._reference_noted = False
         self.verdict: Verdict | None = None
         self.verdict_told = False  # the end lines have said the last verdict (once a run)
+        self.verdict_said: tuple[int, str] | None = None  # the failing line's step and words, once said
         self._failing_noted = False
 
     @contextlib.contextmanager
@@ -150,6 +151,7 @@ class Alerting:
         if verdict.level < 2 or self._failing_noted or self.on_alert not in ("warn", "stop"):
             return
         self._failing_noted = True
+        self.verdict_said = (verdict.step, verdict.describe())
         stop = self.on_alert == "stop" and self.stop_requested_at is None
         self._tell([verdict_line(verdict.step, verdict.describe())] + ([STOPPING] if stop else []))
         if stop:

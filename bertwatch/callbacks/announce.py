@@ -441,6 +441,8 @@ class Speaker:
             raised = [a for a in alerting.raised if a.stat in member.stat_names]
             in_force = sum(1 for a in alerting.alerts if a.stat in member.stat_names)
             verdict = alerting.verdict if member.gives_health and not alerting.verdict_told else None
+            if verdict is not None and alerting.verdict_said == (verdict.step, verdict.describe()):
+                verdict = None  # its failing line, just said at the last step, is the verdict: not said twice
             alerting.verdict_told = alerting.verdict_told or verdict is not None  # said once, by one callback
             summary = RunSummary.of(history, raised, verdict, pacing, self.pinned, report, after_training, in_force)
             say(end_lines(summary))
