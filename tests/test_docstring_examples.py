@@ -22,6 +22,7 @@ RUN = (
     "bertwatch.callbacks.announce",
     "bertwatch.callbacks.attach",
     "bertwatch.core.alerts",
+    "bertwatch.core.baseline",
     "bertwatch.report.alerts_section",
     "bertwatch.report.changes",
     "bertwatch.report.html",
