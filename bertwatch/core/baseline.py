@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ __all__ = [
     "class_shares",
     "compare_with_constant",
     "constant_class",
+    "improvement_note",
     "paired_difference",
 ]
 
@@ -47,9 +48,28 @@ COLLAPSE_SHARE = 0.95
 UNDEFINED_FOR_CONSTANT = ("pearson", "spearmanr")
 #: What an improvement from disabling heads or quantizing says, wherever such a gain is the headline.
 NOT_AT_ITS_BEST = (
-    "an improvement from removing parts says the model was not at its best (undertrained, or fit to an "
-    "imbalanced set), not that removing them helps"
+    "the model was not at its best (undertrained, or fit to an imbalanced set), not a gain of removing parts"
 )
+
+
+def improvement_note(delta: float | None, ci_low: float | None, ci_high: float | None, greater: bool = True) -> str:
+    """``": an improvement, which says <NOT_AT_ITS_BEST>"`` when a change from removing parts (heads, precision) improves
+    the metric beyond resampling noise (its interval lies on the better side of 0); else ``""``.
+
+    Example:
+        >>> improvement_note(0.04, 0.01, 0.07).startswith(": an improvement, which says the model was not at its best")
+        True
+        >>> improvement_note(0.04, -0.01, 0.07), improvement_note(-0.04, -0.07, -0.01)
+        ('', '')
+    """
+    if delta is None or ci_low is None or ci_high is None:
+        return ""
+    if not all(math.isfinite(float(v)) for v in (delta, ci_low, ci_high)):
+        return ""
+    better = float(ci_low) > 0 if greater else float(ci_high) < 0
+    return f": an improvement, which says {NOT_AT_ITS_BEST}" if better else ""
+
+
 #: GLUE's class names by task (the order of HF ``glue``), used when the model's config names its classes
 #: ``LABEL_0``, ``LABEL_1``, ... (the default).
 GLUE_CLASS_NAMES = {
@@ -219,7 +239,8 @@ class ConstantComparison:
     confidence: float = 0.95
     n_resamples: int = 0
     undefined: str = ""  # why there is no trivial score (a correlation of a constant)
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: what the verdict says is worth nothing when the model is no better (``"its ablation figures"``)
+    what: str = "its figures"
 
     @property
     def constant_name(self) -> str:
@@ -270,9 +291,13 @@ class ConstantComparison:
             f"'{self.constant_name}': {self._interval(row)} ({how})"
         )
 
-    def sentence(self, what: str = "its figures", row: int = 0) -> str:
+    def about(self, what: str) -> ConstantComparison:
+        """The same comparison, its verdict speaking of ``what`` (``"its ship figures"``)."""
+        return replace(self, what=what)
+
+    def sentence(self, row: int = 0) -> str:
         """The verdict in one sentence, to be said first: no better than the constant (and what that makes of
-        ``what``), better than it, or no trivial score for this metric."""
+        :attr:`what`), better than it, or no trivial score for this metric."""
         if self.value is None:
             return f"no trivial baseline: {self.undefined}"
         if self.no_better(row):
@@ -285,14 +310,14 @@ class ConstantComparison:
             )
             return (
                 f"this model is no better than always answering '{self.constant_name}' ({self.comparison(row)}){also}: "
-                f"{what} describe a model not worth shipping"
+                f"{self.what} describe a model not worth shipping"
             )
         return f"better than always answering '{self.constant_name}': {self.comparison(row)}"
 
-    def lines(self, what: str = "its figures", row: int = 0) -> list[str]:
+    def lines(self, row: int = 0) -> list[str]:
         """The first lines of a command's output: the verdict sentence, then the predicted class shares."""
         shares = self.shares_text(row)
-        return [self.sentence(what, row)] + ([shares] if shares else [])
+        return [self.sentence(row)] + ([shares] if shares else [])
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form (``ablation.json``'s and ``ship.json``'s ``trivial_baseline``), with the verdict as a
@@ -325,7 +350,7 @@ class ConstantComparison:
             "collapsed_to_one_class": collapsed is not None,
             "collapsed_class": collapsed,
             "sentence": self.sentence(),
-            **self.extra,
+            "what": self.what,
         }
 
     @classmethod
@@ -348,6 +373,7 @@ class ConstantComparison:
             confidence=float(doc.get("confidence") or 0.95),
             n_resamples=int(doc.get("n_resamples") or 0),
             undefined=str(doc.get("undefined") or ""),
+            what=str(doc.get("what") or "its figures"),
         )
 
 

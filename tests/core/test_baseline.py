@@ -117,9 +117,10 @@ def test_a_collapsed_model_is_no_better_and_a_learned_one_is() -> None:
     )
     assert collapsed.no_better() and collapsed.collapsed() == 1
     assert collapsed.delta[0] == 0.0 and collapsed.ci_low[0] == 0.0 == collapsed.ci_high[0]
-    first = collapsed.lines("its ablation figures")
+    first = collapsed.about("its ablation figures").lines()
     assert first[0].startswith("this model is no better than always answering 'paraphrase' (F1 ")
-    assert "collapsed to one class" in first[0] and first[0].endswith("describe a model not worth shipping")
+    assert "collapsed to one class" in first[0]
+    assert first[0].endswith(": its ablation figures describe a model not worth shipping")
     assert first[1] == "predicted: paraphrase 100.0%, not paraphrase 0.0% (collapsed to one class)"
 
     learned_preds = np.where(rng.random(n) < 0.9, labels, 1 - labels)  # 90% right: well above the constant
