@@ -266,13 +266,18 @@ class ConstantComparison:
         return self.classes[c] if c < len(self.classes) else f"class {c}"
 
     def shares_text(self, row: int = 0) -> str:
-        """``"predicted: paraphrase 100.0%, not paraphrase 0.0% (collapsed to one class)"``."""
+        """``"predicted: paraphrase 100.0%, not paraphrase 0.0% (collapsed to one class); labels: paraphrase
+        68.4%, not paraphrase 31.6%"``."""
         shares = self.shares[row] if row < len(self.shares) else []
         if not shares:
             return ""
         order = sorted(range(len(shares)), key=lambda c: -shares[c])
         text = "predicted: " + ", ".join(f"{self._name(c)} {shares[c]:.1%}" for c in order)
-        return text + (" (collapsed to one class)" if self.collapsed(row) is not None else "")
+        text += " (collapsed to one class)" if self.collapsed(row) is not None else ""
+        if self.label_shares:
+            order = sorted(range(len(self.label_shares)), key=lambda c: -self.label_shares[c])
+            text += "; labels: " + ", ".join(f"{self._name(c)} {self.label_shares[c]:.1%}" for c in order)
+        return text
 
     def _interval(self, row: int) -> str:
         d, lo, hi = self.delta[row], self.ci_low[row], self.ci_high[row]
@@ -281,14 +286,14 @@ class ConstantComparison:
         return f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]"
 
     def comparison(self, row: int = 0) -> str:
-        """Row against the constant in a few words: ``"F1 0.8060 against 0.8120 for always answering 'paraphrase':
-        -0.0060 [-0.0300, +0.0100] (paired bootstrap, 95%, 1000 resamples over 408 examples)"``."""
+        """Row against the constant in a few words: ``"F1 0.8060 against 0.8120, model − constant -0.0060
+        [-0.0300, +0.0100]; paired bootstrap, 95%, 1000 resamples over 408 examples"``."""
         if self.value is None:
             return f"{self.label} {self.values[row]:.4f}; {self.undefined}"
         how = f"paired bootstrap, {self.confidence:.0%}, {self.n_resamples} resamples over {self.num_examples} examples"
         return (
-            f"{self.label} {self.values[row]:.4f} against {self.value:.4f} for always answering "
-            f"'{self.constant_name}': {self._interval(row)} ({how})"
+            f"{self.label} {self.values[row]:.4f} against {self.value:.4f}, model − constant {self._interval(row)}; "
+            f"{how}"
         )
 
     def about(self, what: str) -> ConstantComparison:

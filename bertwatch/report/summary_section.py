@@ -138,7 +138,7 @@ def _measured(result: AblationResult, heads: Sequence[tuple[int, int]]) -> tuple
         worse = row[3] < 0 if greater else row[2] > 0
         better = row[2] > 0 if greater else row[3] < 0
         word = "costs" if worse else "improves" if better else "within noise"
-        parts.append(f"<b>{head_name(l, h)}</b> {number(row[1])} [{number(row[2])}, {number(row[3])}] ({word})")
+        parts.append(f"<b>{head_name(l, h)}</b> {row[1]:+.4f} [{row[2]:+.4f}, {row[3]:+.4f}] ({word})")
         if not worse:
             disagree.append((l, h))
     return ", ".join(parts), disagree
@@ -172,8 +172,8 @@ def _verdict_card(result: AblationResult) -> str:
         l, h = max(gains, key=lambda c: result.heads[c][1] if greater else -result.heads[c][1])
         row = result.heads[l, h]
         lines.append(
-            f"disabling <b>{head_name(l, h)}</b> alone changes {escape(result.metric)} by {number(row[1])} "
-            f"[{number(row[2])}, {number(row[3])}]{escape(improvement_note(*row[1:4], greater))}"
+            f"disabling <b>{head_name(l, h)}</b> alone changes {escape(result.metric)} by {row[1]:+.4f} "
+            f"[{row[2]:+.4f}, {row[3]:+.4f}]{escape(improvement_note(*row[1:4], greater))}"
         )
     if not result.pruning:  # the headline of the pruning answer says it otherwise
         lines.append(escape(result.resolution().clause()))

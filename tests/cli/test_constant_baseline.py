@@ -69,7 +69,19 @@ def cases(tmp_path_factory) -> dict[bool, tuple[Path, Path, np.ndarray]]:
 
 def _ablate(ckpt: Path, data: Path, out: Path, capsys) -> tuple[list[str], dict]:
     argv = ["ablate", "--model", str(ckpt), "--task", "sequence-classification", "--data", str(data)]
-    argv += ["--metric", "f1", "--out", str(out), "--resamples", "300", "--no-prune", "--no-keep-only", "--quiet", "--max-length", "64"]
+    argv += [
+        "--metric",
+        "f1",
+        "--out",
+        str(out),
+        "--resamples",
+        "300",
+        "--no-prune",
+        "--no-keep-only",
+        "--quiet",
+        "--max-length",
+        "64",
+    ]
     assert main(argv) == 0
     return capsys.readouterr().out.splitlines(), json.loads((out / "ablation.json").read_text())
 
@@ -82,7 +94,8 @@ def test_ablate_says_first_that_a_collapsed_model_is_no_better_than_the_constant
     assert lines[0].endswith("(collapsed to one class): its ablation figures describe a model not worth shipping"), (
         lines[0]
     )
-    assert lines[1] == "bertwatch ablate: predicted: same 100.0%, different 0.0% (collapsed to one class)"
+    labelled = f"labels: same {p:.1%}, different {1 - p:.1%}"
+    assert lines[1] == f"bertwatch ablate: predicted: same 100.0%, different 0.0% (collapsed to one class); {labelled}"
     trivial = doc["trivial_baseline"]
     assert trivial["no_better_than_constant"] is True and trivial["collapsed_to_one_class"] is True
     assert trivial["constant_name"] == "same" and trivial["metric"] == "f1"
@@ -124,7 +137,7 @@ def test_ship_says_first_whether_the_model_beats_the_constant(cases, collapsed, 
     if collapsed:
         assert lines[1].startswith("bertwatch ship: this model is no better than always answering 'same' (accuracy ")
         assert lines[1].endswith("its ship figures describe a model not worth shipping")
-        assert lines[2] == "bertwatch ship: predicted: same 100.0%, different 0.0% (collapsed to one class)"
+        assert lines[2].startswith("bertwatch ship: predicted: same 100.0%, different 0.0% (collapsed to one class); ")
         assert all(row["vs_constant"]["no_better"] for row in result["variants"])
     else:
         assert not any("no better than" in line for line in lines)

@@ -121,7 +121,8 @@ def test_a_collapsed_model_is_no_better_and_a_learned_one_is() -> None:
     assert first[0].startswith("this model is no better than always answering 'paraphrase' (F1 ")
     assert "collapsed to one class" in first[0]
     assert first[0].endswith(": its ablation figures describe a model not worth shipping")
-    assert first[1] == "predicted: paraphrase 100.0%, not paraphrase 0.0% (collapsed to one class)"
+    labelled = f"labels: paraphrase {labels.mean():.1%}, not paraphrase {1 - labels.mean():.1%}"
+    assert first[1] == f"predicted: paraphrase 100.0%, not paraphrase 0.0% (collapsed to one class); {labelled}"
 
     learned_preds = np.where(rng.random(n) < 0.9, labels, 1 - labels)  # 90% right: well above the constant
     learned = compare_with_constant(learned_preds, labels, f1, counts, metric="f1", label="F1", classes=names)
