@@ -128,7 +128,7 @@ def summary_lines(result, out: str) -> str:
     first = trivial.lines() if trivial is not None and trivial.no_better() else []
     beside = trivial.lines() if trivial is not None and not first else []
     if trivial is None:
-        beside = ["no trivial baseline for this metric or task type (only class and regression labels have one)"]
+        beside = ["none measured: a constant answer is compared on accuracy, F1, Matthews and correlations only"]
     cell = result.heads[l, h]
     text = "".join(f"bertwatch ablate: {line}\n" for line in first)
     text += (

@@ -304,7 +304,7 @@ class ConstantComparison:
         """The verdict in one sentence, to be said first: no better than the constant (and what that makes of
         :attr:`what`), better than it, or no trivial score for this metric."""
         if self.value is None:
-            return f"no trivial baseline: {self.undefined}"
+            return f"no constant answer to compare with: {self.undefined}"
         if self.no_better(row):
             collapsed = self.collapsed(row)
             also = (
@@ -444,8 +444,7 @@ def compare_with_constant(
             ci_high=list(empty),
             shares=[],
             label_shares=[],
-            undefined=f"{label} is undefined for a constant prediction (it has no variance), so no constant answer "
-            "scores on it",
+            undefined=f"{label} is undefined for a constant prediction (it has no variance)",
         )
     c = int(num_classes or max(int(predictions.max()), int(labels.max())) + 1)
     constant, value = constant_class(labels, c, score)
