@@ -110,11 +110,10 @@ def _importance_card(grids: Mapping[str, Any], results: Sequence[AblationResult]
     body += f"<br>ablation ({escape(ablation.mode)}), Δ {escape(_label(ablation))} when disabled: {measured}"
     sentence = f"The heads the loss depends on most: {slope}; the ablation measured what disabling each does."
     if disagree:
-        names = ", ".join(head_name(l, h) for l, h in disagree)
+        names = ", ".join(head_name(l, h) for l, h, _ in disagree)
+        what = "; ".join(f"disabling {head_name(l, h)} {word}" for l, h, word in disagree)
         body += (
-            f"<br><b>Gradient importance and ablation disagree on {names}</b>: disabling "
-            f"{'it' if len(disagree) == 1 else 'them'} costs nothing beyond resampling noise, or improves the "
-            "metric. They measure different things: the gradient is the loss's local slope at the full model, the "
+            f"<br><b>Gradient importance and ablation disagree on {names}</b>: {what}. They measure different things: the gradient is the loss's local slope at the full model, the "
             "ablation the metric's change when the head is gone (not a small step, and the metric is not the "
             "loss). For what disabling a head does to the metric, the ablation is the measurement."
         )
@@ -125,9 +124,9 @@ def _label(result: AblationResult) -> str:
     return result.metrics[0]["label"] if result.metrics else result.metric
 
 
-def _measured(result: AblationResult, heads: Sequence[tuple[int, int]]) -> tuple[str, list[tuple[int, int]]]:
+def _measured(result: AblationResult, heads: Sequence[tuple[int, int]]) -> tuple[str, list[tuple[int, int, str]]]:
     """Each head's ablation Δ with its interval and a word (costs, improves, within noise), and the heads where
-    the ablation finds no cost beyond noise."""
+    the ablation finds no cost beyond noise, with what it found."""
     greater = bool(result.config.get("greater_is_better", True))
     parts, disagree = [], []
     for l, h in heads:
@@ -140,7 +139,8 @@ def _measured(result: AblationResult, heads: Sequence[tuple[int, int]]) -> tuple
         word = "costs" if worse else "improves" if better else "within noise"
         parts.append(f"<b>{head_name(l, h)}</b> {row[1]:+.4f} [{row[2]:+.4f}, {row[3]:+.4f}] ({word})")
         if not worse:
-            disagree.append((l, h))
+            label = escape(_label(result))
+            disagree.append((l, h, f"improves {label}" if better else f"costs no {label} beyond resampling noise"))
     return ", ".join(parts), disagree
 
 

@@ -53,7 +53,7 @@ def test_the_gradient_card_names_the_heads_the_ablation_contradicts_and_says_why
     page = build_html([_ablation(improving=(2, 1))], _training(_importance()))
     card = _card(page)
     assert "should cost most" not in card
-    assert "<b>Gradient importance and ablation disagree on L2 H1</b>" in card
+    assert "<b>Gradient importance and ablation disagree on L2 H1</b>: disabling L2 H1 improves F1. They" in card
     assert "the gradient is the loss&#x27;s local slope at the full model" in card or (
         "the gradient is the loss's local slope at the full model" in card
     )
