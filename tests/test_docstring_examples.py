@@ -23,6 +23,7 @@ RUN = (
     "bertwatch.callbacks.attach",
     "bertwatch.callbacks.trial_pruning",
     "bertwatch.core.alerts",
+    "bertwatch.core.baseline",
     "bertwatch.report.alerts_section",
     "bertwatch.report.changes",
     "bertwatch.report.html",

@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bertwatch.ablation.bootstrap import additive_bootstrap, kernel_name, metric_on_counts, paired_bootstrap
+from bertwatch.ablation.bootstrap import (
+    additive_bootstrap,
+    kernel_name,
+    metric_on_counts,
+    paired_bootstrap,
+    resample_counts,
+)
+from bertwatch.core.baseline import ConstantComparison, compare_with_constant
+from bertwatch.core.task_names import metric_label
 
 logger = logging.getLogger(__name__)
 
@@ -230,3 +238,29 @@ def _largest_flip(metric: Metric, logits: np.ndarray) -> float | None:
     ones = np.ones((1, len(labels)))
     base = metric_on_counts(metric.kernel, preds[None], labels, ones)[0, 0]
     return _largest(metric_on_counts(metric.kernel, np.stack(variants), labels, ones)[:, 0] - base)
+
+
+def constant_comparison(
+    metric: Metric, logits: np.ndarray, classes: tuple[str, ...], n_resamples: int, seed: int, confidence: float
+) -> ConstantComparison | None:
+    """The model's outputs ``logits`` (``[n, C]``, or ``[n, 1]`` for a regression) against the constant answer on
+    the same examples and the bootstrap's resamples (:mod:`bertwatch.core.baseline`); None for a metric without a
+    vectorised form or labels that are not one per example (token labels, spans, label lists)."""
+    labels = np.asarray(metric.labels)
+    if metric.kernel is None or metric.combine is not None or labels.ndim != 1:
+        return None
+    logits = np.asarray(logits)
+    regression = metric.kernel in ("pearson", "spearmanr")
+    num_classes = None if regression else int(logits.reshape(len(logits), -1).shape[1])
+    kernel = metric.kernel
+    return compare_with_constant(
+        metric.predictions(logits),
+        labels if regression else labels.astype(np.int64),
+        lambda p, y, w: metric_on_counts(kernel, p, y, w),
+        resample_counts(len(labels), n_resamples, seed),
+        metric=kernel,
+        label=metric_label(metric.name),
+        num_classes=num_classes,
+        classes=classes,
+        confidence=confidence,
+    )

@@ -45,13 +45,22 @@ from bertwatch.ablation.inputs import EvalData, make_batches
 from bertwatch.ablation.orders import head_importance, iterative_masks
 from bertwatch.ablation.pruning import baseline_curves, pruning_curve
 from bertwatch.ablation.runner import Runner, default_configs_per_batch
-from bertwatch.ablation.scoring import Metric, make_metric, one_example_change, parts_metric, settle_metric
+from bertwatch.ablation.scoring import (
+    Metric,
+    constant_comparison,
+    make_metric,
+    one_example_change,
+    parts_metric,
+    settle_metric,
+)
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes, Store
 from bertwatch.ablation.task_types import Task, sweep_examples, task_parts
+from bertwatch.core.baseline import class_names
 from bertwatch.core.families import model_family
 from bertwatch.heads.capture import model_shape
 from bertwatch.heads.layout import pad_token_id
+from bertwatch.heads.task_heads import label_names
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import FIELDS, AblationResult
 
@@ -440,6 +449,9 @@ def ablate(
     boot, heads, layers, keep = bootstrap_tables(p, configs, logits, pruned)
     baseline_metrics = p.metric.all_metrics(baseline_logits) if p.metric.all_metrics else {}
     one_example, how = one_example_change(p.metric, baseline_logits)
+    names = class_names(label_names(model.config), s.task)
+    trivial = constant_comparison(p.metric, baseline_logits, names, s.n_resamples, s.seed, s.confidence)
+    trivial = trivial.about("its ablation figures") if trivial is not None else None
     result = AblationResult(
         task=s.task,
         mode=s.mode,
@@ -458,6 +470,7 @@ def ablate(
         task_type=p.task.type,
         one_example=one_example,
         one_example_how=how,
+        trivial=trivial,
         logits=logits,
     )
     write_result(p, result, writer)

@@ -113,19 +113,49 @@ def cli_ablate(argv: Sequence[str]) -> int:
 
 
 def summary_lines(result, out: str) -> str:
-    """What ``bertwatch ablate`` prints: the task type and metrics by name, the baseline, the best single head, and
-    how many heads the pruning orders can remove with the metric within δ, with what the examples resolve."""
+    """What ``bertwatch ablate`` prints: first, when the model is no better than always giving one answer, that
+    verdict (:mod:`bertwatch.core.baseline`); the task type and metrics by name, the full model's metric, the
+    trivial baseline beside it, the best single head, and how many heads the pruning orders can remove with the
+    metric within δ, with what the examples resolve. An improvement from disabling heads is said to be one."""
+    from bertwatch.core.baseline import improvement_note
     from bertwatch.report.pruning_section import answer_lines
 
     best = np.nanargmax(result.heads[..., 1])
     l, h = divmod(int(best), result.shape[1])
+    label = result.metric_label
+    greater = bool(result.config.get("greater_is_better", True))
     lines = answer_lines(result) or [result.resolution().clause()]
-    return (
+    trivial = result.trivial
+    first = trivial.lines() if trivial is not None and trivial.no_better() else []
+    beside = trivial.lines() if trivial is not None and not first else []
+    if trivial is None:
+        beside = ["none measured: a constant answer is compared on accuracy, F1, Matthews and correlations only"]
+    cell = result.heads[l, h]
+    text = "".join(f"bertwatch ablate: {line}\n" for line in first)
+    text += (
         f"bertwatch ablate: {result.task} [{result.task_type}]: {result.description}\n"
-        f"  mode {result.mode}, {result.num_examples} examples, baseline {result.metric_label} ({result.metric}) "
-        f"{result.baseline:.4f}; best single-head change {result.heads[l, h, 1]:+.4f} (L{l} H{h}, "
-        f"p={result.heads[l, h, 4]:.3f})\n"
+        + "".join(f"  trivial baseline: {line}\n" for line in beside)
+        + f"  mode {result.mode}, {result.num_examples} examples, full model {label} ({result.metric}) "
+        f"{result.baseline:.4f}; best single-head change {cell[1]:+.4f} [{cell[2]:+.4f}, {cell[3]:+.4f}] "
+        f"(L{l} H{h}, p={cell[4]:.3f}){improvement_note(cell[1], cell[2], cell[3], greater)}\n"
         + f"  {'pruning' if result.pruning else 'resolution'}: {lines[0]}\n"
         + "".join(f"  pruning, {line}\n" for line in lines[1:])
+        + _pruning_gain(result, label, greater)
         + f"  -> {out}/ablation.json, ablation.csv, report.html"
+    )
+    return text
+
+
+def _pruning_gain(result, label: str, greater: bool) -> str:
+    """A line when a step of the importance order improves the metric beyond resampling noise ('' otherwise)."""
+    from bertwatch.core.baseline import improvement_note
+
+    gains = [e for e in result.pruning if improvement_note(e.get("delta"), e.get("ci_low"), e.get("ci_high"), greater)]
+    if not gains:
+        return ""
+    top = max(gains, key=lambda e: e["delta"] if greater else -e["delta"])
+    note = improvement_note(top["delta"], top["ci_low"], top["ci_high"], greater)
+    return (
+        f"  pruning, {top['pruned']} heads removed changes {label} by {top['delta']:+.4f} "
+        f"[{top['ci_low']:+.4f}, {top['ci_high']:+.4f}]{note}\n"
     )

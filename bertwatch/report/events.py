@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.core.alerts import episodes
+from bertwatch.core.baseline import ConstantComparison
 from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.report.result import AblationResult
 from bertwatch.tb import metadata as md
@@ -60,8 +61,10 @@ def _about(meta: dict[str, Any]) -> dict[str, Any]:
     """The task type, metric names and baseline values that ablation tables carry (none in older logs)."""
     entries = [m for m in meta.get("metrics") or [] if isinstance(m, dict) and m.get("name")]
     resolution = meta.get("resolution") or {}
+    trivial = meta.get("trivial_baseline")
     return {
         "task_type": meta.get("task_type"),
+        "trivial": ConstantComparison.from_json(trivial) if isinstance(trivial, dict) else None,
         "one_example": resolution.get("one_example"),
         "one_example_how": str(resolution.get("how") or ""),
         "metrics": [{k: str(m.get(k) or "") for k in ("name", "label", "description")} for m in entries],

@@ -186,6 +186,12 @@ def _task_paragraph(result: AblationResult) -> str:
         f'<p class="task">{task}Baseline {escape(result.metric_label)} = '
         f"<b>{number(result.baseline)}</b>; Δ below is in this metric.</p>"
     )
+    if result.trivial is not None:  # the trivial baseline beside the model's (bertwatch.core.baseline)
+        head += (
+            '<p class="task">Against the constant answer: '
+            + "<br>".join(escape(line) for line in result.trivial.lines())
+            + "</p>"
+        )
     rows = []
     for m in result.metrics:
         value = result.baseline if m["name"] == result.metric else result.baseline_metrics.get(m["name"])

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.baseline import ConstantComparison
 from bertwatch.core.jsonable import finite_or_none
 from bertwatch.core.removable import DEFAULT_DELTA, Removable, removable
 from bertwatch.core.resolution import Resolution, typical_half_width
@@ -26,7 +27,9 @@ __all__ = ["CURVE_COLUMNS", "FIELDS", "FORMAT_VERSION", "AblationResult", "atomi
 #: δ" answers); older files load with no baseline curves, their answer recomputed from ``pruning`` at the default δ.
 #: 4 added ``resolution`` (:mod:`bertwatch.core.resolution`: one example's share of the metric and the typical
 #: interval width); older files get one example's share 1/n for accuracy, unknown for other metrics.
-FORMAT_VERSION = 4
+#: 5 added ``trivial_baseline`` (:mod:`bertwatch.core.baseline`: the model against the constant answer on the same
+#: examples); older files have none.
+FORMAT_VERSION = 5
 
 #: Metrics that are a mean of per-example scores in [0, 1]: one example's share is 1/n.
 _MEAN_METRICS = ("accuracy", "acc", "exact_match", "squad_f1")
@@ -96,6 +99,9 @@ class AblationResult:
     #: :mod:`bertwatch.core.resolution`); None: not known
     one_example: float | None = None
     one_example_how: str = ""
+    #: the unablated model against the constant answer on the same examples (:mod:`bertwatch.core.baseline`); None:
+    #: not measured (a metric without a vectorised form, a task type other than classification or regression)
+    trivial: ConstantComparison | None = None
     #: logits ``[n, C]`` per configuration id (``baseline``, ``head:l:h``, ``layer:l``, ``keep:l:h``, ``prune:k``);
     #: in memory only, not written to the JSON
     logits: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -339,6 +345,8 @@ class AblationResult:
         if self.importance is not None:
             doc["importance"] = [[finite_or_none(v) for v in row] for row in self.importance]
         doc["resolution"] = self.resolution().to_json()
+        if self.trivial is not None:
+            doc["trivial_baseline"] = self.trivial.to_json()
         doc["baseline_metrics"] = {k: finite_or_none(v) for k, v in self.baseline_metrics.items()}
         doc["config"] = self.config
         return doc
@@ -357,6 +365,7 @@ class AblationResult:
         keep = doc.get("keep_only")
         importance = doc.get("importance")
         resolution = doc.get("resolution") or {}
+        trivial = doc.get("trivial_baseline")
         return cls(
             task=doc.get("task"),
             mode=doc["mode"],
@@ -376,6 +385,7 @@ class AblationResult:
             metrics=[dict(m) for m in doc.get("metrics", []) if isinstance(m, dict) and m.get("name")],
             one_example=finite_or_none(resolution.get("one_example")),
             one_example_how=str(resolution.get("how") or ""),
+            trivial=ConstantComparison.from_json(trivial) if trivial else None,
         )
 
     def csv_rows(self) -> list[dict[str, Any]]:

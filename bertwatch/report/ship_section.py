@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bertwatch.core.baseline import ConstantComparison, improvement_note
 from bertwatch.core.resolution import Resolution, typical_half_width
 from bertwatch.core.task_names import metric_label
 
@@ -19,6 +20,7 @@ __all__ = [
     "batch_words",
     "batching_lines",
     "cause_lines",
+    "constant_lines",
     "layer_columns",
     "mixed_offer",
     "outlier_lines",
@@ -130,17 +132,46 @@ def batching_lines(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _constant(result: Mapping[str, Any]) -> ConstantComparison | None:
+    """The variants against the constant answer, from ``ship.json`` (None in a file written before it)."""
+    found = result.get("trivial_baseline")
+    return ConstantComparison.from_json(found) if found else None
+
+
+def constant_lines(result: Mapping[str, Any]) -> list[str]:
+    """The verdict against the constant answer (:mod:`bertwatch.core.baseline`) and the share of each predicted
+    class of fp32, said first when the model is no better than it; [] for a ``ship.json`` without it."""
+    found = _constant(result)
+    return found.lines() if found is not None else []
+
+
+def _vs_constant(row: Mapping[str, Any]) -> str:
+    found = row.get("vs_constant") or {}
+    if not (_defined(found.get("delta")) and _defined(found.get("ci_low")) and _defined(found.get("ci_high"))):
+        return "—"
+    return f"{found['delta']:+.4f} [{found['ci_low']:+.4f}, {found['ci_high']:+.4f}]" + (
+        " no better" if found.get("no_better") else ""
+    )
+
+
 def ship_columns(result: Mapping[str, Any]) -> list[tuple[str, list[str], str]]:
-    """The table's columns: (header, cells, alignment) per column, one cell per variant."""
+    """The table's columns: (header, cells, alignment) per column, one cell per variant; with the trivial
+    baseline, each variant's metric minus the constant answer's beside its change against fp32."""
     rows = result["variants"]
     level = f"{result['confidence']:.0%}"
     batch = result["timing"]["batch_size"]
+    found = _constant(result)
+    beside = []
+    if found is not None and found.value is not None:
+        name = f"vs always '{found.constant_name}' {found.value:.4f} [{level} CI]"
+        beside = [(name, [_vs_constant(r) for r in rows], "<")]
     return [
         ("variant", [r["name"] for r in rows], "<"),
         ("file", [r["file"] for r in rows], "<"),
         ("size MB", [f"{r['size_mb']:.1f}" if r["size_mb"] >= 1 else f"{r['size_mb']:.3f}" for r in rows], ">"),
         (f"{ship_metric(result)}, {_column(_batching(result))}", [f"{r['value']:.4f}" for r in rows], ">"),
         (f"change vs fp32 [{level} CI]", [_change(r) for r in rows], "<"),
+        *beside,
         ("same prediction", [f"{r['agreement']:.1%}" for r in rows], ">"),
         ("batch 1 ms", [f"{r['latency_ms']:.2f}" for r in rows], ">"),
         (f"batch {batch} ex/s", [f"{r['throughput']:.1f}" for r in rows], ">"),
@@ -162,7 +193,9 @@ def _reading(row: Mapping[str, Any], reference: Mapping[str, Any], metric: str, 
         f"{row['name']}: {_times(reference['size_mb'] / row['size_mb'], 'smaller', 'larger')}; "
         f"{_times(reference['latency_ms'] / row['latency_ms'], 'faster', 'slower')} at batch 1, "
         f"{_times(row['throughput'] / reference['throughput'], 'faster', 'slower')} at batch 32; "
-        f"{metric} {batched} {row['delta']:+.4f}{interval}; {row['agreement']:.1%} of predictions unchanged"
+        f"{metric} {batched} {row['delta']:+.4f}{interval}"
+        f"{improvement_note(row['delta'], row['ci_low'], row['ci_high'])}; "
+        f"{row['agreement']:.1%} of predictions unchanged"
     )
 
 
@@ -377,6 +410,9 @@ def _batching_html(result: Mapping[str, Any]) -> str:
 def ship_glance(path: Path) -> tuple[str, str]:
     """The first table's row of a ship.json: INT8 against fp32 in one sentence, linked to its section (HTML)."""
     result = json.loads(path.read_text(encoding="utf-8"))
+    found = _constant(result)
+    if found is not None and found.no_better():
+        return "will it ship", f'<a href="#{_anchor(path)}"><b>{html.escape(found.sentence())}</b></a>'
     readings = ship_readings(result)
     int8 = next((r for r in readings if r.startswith("int8:")), readings[0] if readings else "fp32 only")
     return "will it ship", f'<a href="#{_anchor(path)}">{html.escape(int8)}</a>'
@@ -396,9 +432,17 @@ def ship_section(path: Path) -> str:
     removed = result.get("removed_heads")
     pruned = f"; {sum(len(h) for h in removed.values())} heads removed in the pruned variants" if removed else ""
     readings = "".join(f"<li>{html.escape(line)}</li>" for line in ship_resolution(result) + ship_readings(result))
+    first = constant_lines(result)
+    verdict = (
+        f'<p class="constant"><b>{html.escape(first[0])}</b>'
+        + "".join(f"<br>{html.escape(line)}" for line in first[1:])
+        + "</p>"
+        if first
+        else ""
+    )
     return (
         f'<h2 id="{_anchor(path)}">Will it ship? {html.escape(str(result.get("checkpoint", path.parent.name)))} in '
-        "ONNX Runtime</h2>"
+        f"ONNX Runtime</h2>{verdict}"
         f"<p>{int(result['num_examples'])} examples of {html.escape(str(source))}, {html.escape(ship_metric(result))} "
         f"{html.escape(batch_phrase(_batching(result)))} with its paired-bootstrap {result['confidence']:.0%} interval "
         "against fp32; ONNX Runtime "

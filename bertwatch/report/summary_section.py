@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.baseline import improvement_note
 from bertwatch.core.verdict import CANNOT_TELL, LEVELS, NOTHING_AT_END, NOTHING_YET
 from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats, family_leaders
 from bertwatch.report.events import verdict_steps
@@ -80,7 +81,10 @@ def _drift(stat: str, grids: Mapping[str, Any]) -> list[HeadChange]:
     return biggest_changes(stat, grids[stat])
 
 
-def _importance_card(grids: Mapping[str, Any]) -> str:
+def _importance_card(grids: Mapping[str, Any], results: Sequence[AblationResult] = ()) -> str:
+    """The heads the loss depends on most (gradient importance, its last step). With an ablation of the same
+    shape, each of them beside its measured Δ, and where the two disagree (the ablation finds no cost beyond
+    resampling noise, or a gain) the card says so and why; without one, the card says what the gradient predicts."""
     entry = grids.get("head_importance")
     if entry is None:
         return ""
@@ -91,11 +95,53 @@ def _importance_card(grids: Mapping[str, Any]) -> str:
     body = f"<code>head_importance</code> at step {step}: " + ", ".join(
         f"<b>{head_name(l, h)}</b> {number(last[l, h], 4)}" for l, h in top
     )
-    sentence = (
-        "The heads the loss depends on most: the gradient of the loss with respect to each head's gate "
-        "(Michel et al. 2019). Disabling these should cost most."
+    slope = (
+        "the gradient of the loss with respect to each head's gate (Michel et al. 2019), the loss's local slope "
+        "at the full model"
     )
+    ablation = next((r for r in results if r.shape == last.shape), None)
+    if ablation is None:
+        sentence = (
+            f"The heads the loss depends on most: {slope}. By this first-order estimate disabling these should "
+            "cost most; an ablation (bertwatch ablate) measures it."
+        )
+        return _card("The heads the loss depends on", sentence, body, _trajectory("head_importance", entry, top))
+    measured, disagree = _measured(ablation, top)
+    body += f"<br>ablation ({escape(ablation.mode)}), Δ {escape(_label(ablation))} when disabled: {measured}"
+    sentence = f"The heads the loss depends on most: {slope}; the ablation measured what disabling each does."
+    if disagree:
+        names = ", ".join(head_name(l, h) for l, h, _ in disagree)
+        what = "; ".join(f"disabling {head_name(l, h)} {word}" for l, h, word in disagree)
+        body += (
+            f"<br><b>Gradient importance and ablation disagree on {names}</b>: {what}. They measure different things: the gradient is the loss's local slope at the full model, the "
+            "ablation the metric's change when the head is gone (not a small step, and the metric is not the "
+            "loss). For what disabling a head does to the metric, the ablation is the measurement."
+        )
     return _card("The heads the loss depends on", sentence, body, _trajectory("head_importance", entry, top))
+
+
+def _label(result: AblationResult) -> str:
+    return result.metrics[0]["label"] if result.metrics else result.metric
+
+
+def _measured(result: AblationResult, heads: Sequence[tuple[int, int]]) -> tuple[str, list[tuple[int, int, str]]]:
+    """Each head's ablation Δ with its interval and a word (costs, improves, within noise), and the heads where
+    the ablation finds no cost beyond noise, with what it found."""
+    greater = bool(result.config.get("greater_is_better", True))
+    parts, disagree = [], []
+    for l, h in heads:
+        row = result.heads[l, h]
+        if not np.isfinite(row[1]):
+            parts.append(f"<b>{head_name(l, h)}</b> not measured")
+            continue
+        worse = row[3] < 0 if greater else row[2] > 0
+        better = row[2] > 0 if greater else row[3] < 0
+        word = "costs" if worse else "improves" if better else "within noise"
+        parts.append(f"<b>{head_name(l, h)}</b> {row[1]:+.4f} [{row[2]:+.4f}, {row[3]:+.4f}] ({word})")
+        if not worse:
+            label = escape(_label(result))
+            disagree.append((l, h, f"improves {label}" if better else f"costs no {label} beyond resampling noise"))
+    return ", ".join(parts), disagree
 
 
 def _verdict_card(result: AblationResult) -> str:
@@ -104,6 +150,13 @@ def _verdict_card(result: AblationResult) -> str:
     lines = [escape(line) for line in answer_lines(result)]
     if lines:
         lines[0] = f"<b>{lines[0]}</b>"  # the headline: how many heads can go, and what the examples resolve
+    trivial = result.trivial
+    if trivial is not None:  # against the constant answer: first when the model is no better than it
+        said = [escape(line) for line in trivial.lines()]
+        if trivial.no_better():
+            lines = [f'<b class="no-better">{said[0]}</b>', *said[1:], *lines]
+        else:
+            lines = [*lines[:1], *said, *lines[1:]]
     heads = [(f"<b>{head_name(l, h)}</b> alone", result.heads[l, h]) for l, h in np.ndindex(result.shape)]
     layers = [(f"all of layer <b>L{l}</b>", row) for l, row in enumerate(result.layers)]
     for units in (heads, layers):
@@ -114,6 +167,14 @@ def _verdict_card(result: AblationResult) -> str:
                 f"disabling {name} costs most: Δ {escape(result.metric_label)} {number(row[1])} "
                 f"[{number(row[2])}, {number(row[3])}]{_within_noise(row)}"
             )
+    gains = [(l, h) for l, h in np.ndindex(result.shape) if improvement_note(*result.heads[l, h, 1:4], greater)]
+    if gains:
+        l, h = max(gains, key=lambda c: result.heads[c][1] if greater else -result.heads[c][1])
+        row = result.heads[l, h]
+        lines.append(
+            f"disabling <b>{head_name(l, h)}</b> alone changes {escape(result.metric)} by {row[1]:+.4f} "
+            f"[{row[2]:+.4f}, {row[3]:+.4f}]{escape(improvement_note(*row[1:4], greater))}"
+        )
     if not result.pruning:  # the headline of the pruning answer says it otherwise
         lines.append(escape(result.resolution().clause()))
     sentence = (
@@ -178,6 +239,17 @@ def _verdict_text(training: Mapping[str, Any]) -> str | None:
     )
 
 
+def _constant_cell(result: AblationResult) -> str:
+    """``"; always 'paraphrase' 0.8120: no better"`` for the glance row (empty without a trivial baseline)."""
+    found = result.trivial
+    if found is None:
+        return ""
+    if found.value is None:
+        return f"; no constant answer scores on {escape(found.label)}"
+    verdict = "<b>no better</b>" if found.no_better() else "better"
+    return f"; always &#x27;{escape(found.constant_name)}&#x27; {number(found.value)}: {verdict}"
+
+
 def _short(model: str) -> str:
     """A model's folder by its last two parts (``…/all-MiniLM-L6-v2/model``); a Hub name as it is."""
     parts = PurePath(model).parts
@@ -217,7 +289,7 @@ def _glance(
         rows.append(
             (
                 f"ablation ({escape(r.mode)})",
-                f"{r.num_examples} examples, baseline {escape(r.metric_label)} {number(r.baseline)}",
+                f"{r.num_examples} examples, baseline {escape(r.metric_label)} {number(r.baseline)}" + _constant_cell(r),
             )
         )
     rows.extend(more)
@@ -232,9 +304,9 @@ def summary_section(
     end), then the cards, the ablation's verdict and drift first. Empty when there is neither a result nor a
     training grid nor a row."""
     grids = {s: e for s, e in ((training or {}).get("grids") or {}).items() if s not in empty_stats({s: e})}
-    cards = [_verdict_card(r) for r in results]
-    cards.append(_drift_card(grids))
-    cards.append(_importance_card(grids))
+    lead = [_verdict_card(r) for r in results]  # the first screen leads with what the ablation measured
+    cards = [_drift_card(grids)]
+    cards.append(_importance_card(grids, results))
     for family, stat, changes in family_leaders(grids):
         if stat == "head_importance" and cards[-1]:
             continue  # the card of the heads the loss depends on shows it already
@@ -242,10 +314,11 @@ def summary_section(
         cards.append(_change_card(title, FAMILY_MEANINGS.get(family, ""), stat, grids[stat], changes))
     cards = [c for c in cards if c]
     table = _glance(results, training, glance)
-    if not table and not cards:
+    if not table and not cards and not lead:
         return ""
     return (
         '<section id="summary"><h2>What happened to the heads</h2>'
+        + (f'<div class="cards lead">{"".join(lead)}</div>' if lead else "")
         + table
         + (f'<div class="cards">{"".join(cards)}</div>' if cards else "")
         + "</section>"

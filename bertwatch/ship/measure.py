@@ -10,9 +10,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from bertwatch.ablation.bootstrap import kernel_name, metric_on_counts, paired_bootstrap
+from bertwatch.ablation.bootstrap import kernel_name, metric_on_counts, paired_bootstrap, resample_counts
+from bertwatch.core.baseline import ConstantComparison, compare_with_constant
+from bertwatch.core.task_names import metric_label
 
-__all__ = ["agreement", "batch_dependence", "compare_variants", "size_mb"]
+__all__ = ["agreement", "batch_dependence", "compare_variants", "against_constant", "size_mb"]
 
 #: The metrics of class predictions with a vectorised paired bootstrap.
 _CLASS_METRICS = ("accuracy", "f1", "matthews_correlation")
@@ -139,6 +141,59 @@ def batch_dependence(
         value = float(metric_on_counts(metric, other, labels, np.ones(len(labels)))[0, 0])
         result[name] = {"changed": int(np.count_nonzero(predictions != other)), "value": value}
     return result
+
+
+def against_constant(
+    served: Mapping[str, np.ndarray],
+    labels: np.ndarray,
+    num_classes: int,
+    metric: str = "accuracy",
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    classes: tuple[str, ...] = (),
+) -> ConstantComparison:
+    """Every variant against the constant answer on the same examples (:mod:`bertwatch.core.baseline`): its metric
+    minus the constant's with a paired-bootstrap interval (the resamples of :func:`compare_variants`), and the share
+    of each predicted class.
+
+    Args:
+        served: name -> ``[n]`` class predictions at the serving batch (the reference first).
+        labels: ``[n]`` gold class ids.
+        num_classes: C.
+        metric: ``accuracy``, ``f1`` or ``matthews_correlation``.
+        n_resamples: bootstrap resamples (``numpy.random.default_rng(seed)``).
+        seed: the resamples' seed.
+        confidence: the interval's level.
+        classes: the classes' names (:func:`bertwatch.core.baseline.class_names`).
+
+    Returns:
+        A :class:`~bertwatch.core.baseline.ConstantComparison` with one row per variant, in ``served``'s order.
+
+    Raises:
+        ValueError: another metric, or shapes that disagree.
+
+    Example:
+        >>> found = against_constant({"fp32": np.ones(10, int)}, np.array([1] * 7 + [0] * 3), 2, "f1", 200)
+        >>> round(found.value, 4), found.no_better(), found.collapsed()
+        (0.8235, True, 1)
+    """
+    name = kernel_name(metric)
+    if name not in _CLASS_METRICS:
+        raise ValueError(f"no metric of class predictions named {metric!r}: use accuracy, f1 or matthews_correlation")
+    labels = np.asarray(labels)
+    return compare_with_constant(
+        np.stack([np.asarray(p) for p in served.values()]),
+        labels,
+        lambda p, y, w: metric_on_counts(name, p, y, w),
+        resample_counts(len(labels), n_resamples, seed),
+        metric=name,
+        label=metric_label(name),
+        num_classes=num_classes,
+        classes=classes,
+        rows=tuple(served),
+        confidence=confidence,
+    )
 
 
 def size_mb(size_bytes: int) -> float:

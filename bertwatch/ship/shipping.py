@@ -33,7 +33,7 @@ from bertwatch.ship.export import (
     require_onnx,
 )
 from bertwatch.ship.layer_error import layer_attribution, layer_nodes, worst_layer
-from bertwatch.ship.measure import batch_dependence, compare_variants, size_mb
+from bertwatch.ship.measure import against_constant, batch_dependence, compare_variants, size_mb
 from bertwatch.ship.table import write_ship_json
 
 __all__ = ["EXAMPLES_FILE", "FILES", "REFERENCE", "ShipOptions", "mixed_name", "ship_model"]
@@ -219,17 +219,25 @@ def ship_model(
     )
     dependence = batch_dependence(served, predictions["sorted"], labels, metric)
     one_example, how = one_example_change(make_metric(None, None, metric, labels, False), logits["served"][REFERENCE])
+    trivial = _trivial(model, served, labels, metric, options, source)
     rows = [
-        {**_row(name, path, logits["served"], timings), **compared[name], "sorted_batches": dependence[name]}
+        {
+            **_row(name, path, logits["served"], timings),
+            **compared[name],
+            "sorted_batches": dependence[name],
+            "vs_constant": _vs_constant(trivial, trivial.rows.index(name)),
+        }
         for name, (_, path) in written.items()
     ]
     result = {
-        "version": 2,
+        "version": 3,  # 3: the trivial baseline (no_better_than_constant, trivial_baseline, each row's vs_constant)
         **dict(source or {}),
         "metric": metric,
         "num_examples": len(labels),
         "one_example": one_example,  # the ablation's rule: the largest change one example's prediction makes
         "one_example_how": how,
+        "no_better_than_constant": trivial.no_better(0),
+        "trivial_baseline": trivial.to_json(),
         **_settings(options, batch, ort.__version__),
         "batching": _batching(options, attribution is not None),
         "removed_heads": {str(layer): sorted(h) for layer, h in sorted(heads.items())} if heads else None,
@@ -241,6 +249,36 @@ def ship_model(
     }
     write_ship_json(out, result)
     return result
+
+
+def _trivial(model: Any, served: Mapping[str, np.ndarray], labels: np.ndarray, metric: str, options: ShipOptions,
+             source: Mapping[str, Any] | None):  # fmt: skip
+    """Every variant against the constant answer (``ship.measure.against_constant``), the classes named."""
+    from bertwatch.core.baseline import class_names
+    from bertwatch.heads.task_heads import label_names
+
+    names = class_names(label_names(model.config), (source or {}).get("task"))
+    found = against_constant(
+        served,
+        labels,
+        int(model.config.num_labels),
+        metric,
+        options.n_resamples,
+        options.seed,
+        options.confidence,
+        names,
+    )
+    return found.about("its ship figures")
+
+
+def _vs_constant(trivial: Any, row: int) -> dict[str, Any]:
+    """A variant's metric minus the constant answer's, with its interval, and whether it is no better."""
+    return {
+        "delta": trivial.delta[row],
+        "ci_low": trivial.ci_low[row],
+        "ci_high": trivial.ci_high[row],
+        "no_better": trivial.no_better(row),
+    }
 
 
 def _settings(options: ShipOptions, batch: runtime.Feed, version: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from bertwatch.report.ship_section import (
     SHIP_FILE,
     batching_lines,
     cause_lines,
+    constant_lines,
     layer_columns,
     mixed_offer,
     outlier_lines,
@@ -39,7 +40,8 @@ def _threads(threads: Any) -> str:
 
 
 def format_table(result: Mapping[str, Any]) -> str:
-    """The table ``bertwatch ship`` prints: what was measured, one row per variant, one line of reading per variant
+    """The table ``bertwatch ship`` prints: first, when the model is no better than always giving one answer, that
+    verdict (:mod:`bertwatch.core.baseline`); what was measured, one row per variant, one line of reading per variant
     against fp32, at which batch the metric was measured and the predictions another batching changes.
 
     Args:
@@ -52,7 +54,9 @@ def format_table(result: Mapping[str, Any]) -> str:
         >>> print(format_table(json.load(open("ship_out/ship.json"))))
     """
     runtime, timing = result["runtime"], result["timing"]
-    lines = [
+    trivial = constant_lines(result)
+    first = [f"bertwatch ship: {line}" for line in trivial] if result.get("no_better_than_constant") else []
+    lines = first + [
         f"{result['num_examples']} examples, {ship_metric(result)} with its paired-bootstrap "
         f"{result['confidence']:.0%} interval against fp32 ({result['n_resamples']} resamples); ONNX Runtime "
         f"{runtime['onnxruntime']}, CPU, {_threads(runtime['threads'])}",
@@ -65,6 +69,8 @@ def format_table(result: Mapping[str, Any]) -> str:
             f"export check, {name}: ONNX logits within {check['max_abs_diff']:.1e} of torch's on {check['rows']} "
             f"examples (logits up to {check['max_abs_logit']:.2f})"
         )
+    if trivial and not first:
+        lines += [f"trivial baseline: {line}" for line in trivial]
     lines += [""] + aligned(ship_columns(result)) + [""] + ship_resolution(result) + ship_readings(result)
     lines += [""] + batching_lines(result)
     cause = cause_lines(result)

@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from bertwatch.core.baseline import ConstantComparison
 from bertwatch.core.removable import answer_lines, headline, short_answer
 from bertwatch.core.resolution import Resolution
 from bertwatch.core.significance import benjamini_hochberg
 from bertwatch.core.task_names import describe, metric_entries, metric_label, task_label
 from bertwatch.tb.series import f32_list
 
-__all__ = ["ablation_about", "ablation_words", "pruning_curves", "q_values"]
+__all__ = ["ablation_about", "ablation_words", "pruning_curves", "q_values", "trivial_words"]
 
 
 def pruning_curves(content: dict, table) -> dict:
@@ -68,6 +69,28 @@ def q_values(table: np.ndarray, fields) -> list | None:
     return f32_list(benjamini_hochberg(p.ravel()).reshape(p.shape))
 
 
+def trivial_words(content: dict) -> dict[str, Any] | None:
+    """The full model against the constant answer (:mod:`bertwatch.core.baseline`) for the view: ``noBetter``,
+    ``collapsed``, ``lines`` (the verdict sentence, then the predicted class shares), ``constantName``,
+    ``value`` (the constant's score; None where a constant has none), ``label``, ``delta``, ``ciLow``,
+    ``ciHigh``; None in logs that do not record it."""
+    doc = content.get("trivial_baseline")
+    if not isinstance(doc, dict) or not doc.get("metric"):
+        return None
+    found = ConstantComparison.from_json(doc)
+    return {
+        "noBetter": found.no_better(),
+        "collapsed": found.collapsed() is not None,
+        "lines": found.lines(),
+        "constantName": found.constant_name,
+        "value": found.value,
+        "label": found.label,
+        "delta": found.delta[0] if found.delta else None,
+        "ciLow": found.ci_low[0] if found.ci_low else None,
+        "ciHigh": found.ci_high[0] if found.ci_high else None,
+    }
+
+
 def ablation_words(content: dict, curves_content: dict | None) -> dict[str, Any]:
     """The answers of one mode's tables in words: ``greaterIsBetter`` (the metric's direction, which colours say
     "worse"), ``resolution`` (what the examples resolve, :meth:`Resolution.clause`; None in logs that do not
@@ -84,6 +107,7 @@ def ablation_words(content: dict, curves_content: dict | None) -> dict[str, Any]
         "headline": None,
         "answers": [],
         "removable": None,
+        "trivial": trivial_words(content),
     }
     if answers.get("delta") is not None:
         total = int(curves_content.get("total_heads") or 0)

@@ -55,6 +55,7 @@ def ablation_summaries(
     curves: Mapping[str, Any] | None = None,
     greater_is_better: bool | None = None,
     resolution: Mapping[str, Any] | None = None,
+    trivial: Mapping[str, Any] | None = None,
 ) -> summary_pb2.Summary:
     """``bertwatch/ablation/{mode}/heads`` ``[L, H, 5]``, ``.../layers`` ``[L, 5]`` and optional ``.../pruning``.
 
@@ -67,7 +68,8 @@ def ablation_summaries(
     "random_orders", "total_heads"}`` as :meth:`bertwatch.report.result.AblationResult.curves_table` and
     ``removable_json`` give them, written to ``.../pruning_curves``. ``greater_is_better`` (the metric's
     direction: which sign is "worse") and ``resolution`` (:meth:`bertwatch.core.resolution.Resolution.to_json`)
-    go into the tables' content.
+    go into the tables' content, and so does ``trivial`` (the full model against the constant answer,
+    :meth:`bertwatch.core.baseline.ConstantComparison.to_json`) as ``trivial_baseline``.
     """
     check_name(mode, "mode")
     if not isinstance(metric, str) or not metric:
@@ -95,6 +97,8 @@ def ablation_summaries(
         common["greater_is_better"] = bool(greater_is_better)
     if resolution is not None:
         common["resolution"] = jsonable(dict(resolution))
+    if trivial is not None:
+        common["trivial_baseline"] = jsonable(dict(trivial))
     summary = summary_pb2.Summary()
     for unit, kind, what, table in (
         ("heads", md.KIND_ABLATION_HEADS, "single head", heads_a),
@@ -144,6 +148,7 @@ class AblationTables(Protocol):
     metrics: Sequence[Mapping[str, Any]]
     baseline_metrics: Mapping[str, float]
     config: Mapping[str, Any]
+    trivial: Any  # a bertwatch.core.baseline.ConstantComparison, or None
 
     def pruning_curve(self) -> Any: ...  # [k, 2]
 

@@ -380,7 +380,7 @@ class SummaryWriter:
     def add_ablation(self, *tables: Any, step: int = 0, walltime: float | None = None, **about: Any) -> None:
         """The ablation tables of one mode (``uniform`` or ``zero``): ``tables`` (``mode, metric, baseline,
         num_examples, heads, layers[, pruning]``) and ``about`` (``task_type``, ``metrics``, ``baseline_metrics``,
-        ``curves``, ``greater_is_better``, ``resolution``) as :func:`~bertwatch.tb.ablation_summary.ablation_summaries`
+        ``curves``, ``greater_is_better``, ``resolution``, ``trivial``) as :func:`~bertwatch.tb.ablation_summary.ablation_summaries`
         takes them."""
         self._write([ablation_summaries(*tables, **about)], step, walltime)
 
@@ -404,6 +404,7 @@ class SummaryWriter:
             curves=result.curves_summary() if pruned else None,
             greater_is_better=bool(result.config.get("greater_is_better", True)),
             resolution=result.resolution().to_json(),
+            trivial=result.trivial.to_json() if result.trivial is not None else None,
         )
 
     def add_embedding(

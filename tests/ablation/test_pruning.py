@@ -98,7 +98,7 @@ def test_version_2_ablation_json_still_loads(tmp_path: Path) -> None:
     new = curves_result(baseline)
     new.heads, new.layers = heads.astype(np.float64), layers.astype(np.float64)
     doc = new.to_json()
-    assert doc["version"] == 4 and doc["removable"]["importance"]["pruned"] == CURVES_ANSWER
+    assert doc["version"] == 5 and doc["removable"]["importance"]["pruned"] == CURVES_ANSWER
     assert doc["resolution"]["one_example"] == 1 / 872 and doc["resolution"]["half_width"] == pytest.approx(0.008)
     assert len(doc["pruning_random"]) == 3 and len(doc["pruning_iterative"]) == len(doc["pruning"])
     back = AblationResult.from_json(json.loads(json.dumps(doc)))
@@ -262,7 +262,7 @@ def test_every_pruning_order_equals_a_plain_loop(tmp_path: Path) -> None:
             )
             assert entry["ci_low"] <= entry["delta"] + 1e-12 <= entry["ci_high"] + 2e-12
     doc = json.loads((tmp_path / "ablation.json").read_text())
-    assert doc["version"] == 4 and len(doc["pruning_random"]) == 2
+    assert doc["version"] == 5 and len(doc["pruning_random"]) == 2
     assert doc["removable"] == json.loads(json.dumps(result.removable_json()))
 
 

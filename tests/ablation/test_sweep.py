@@ -415,7 +415,7 @@ def test_cli_ablate_writes_json_csv_report_and_refuses_a_headless_checkpoint(tmp
     assert (out / "ablation.csv").is_file() and (out / "report.html").is_file()
     assert list(out.glob("events.out.tfevents*"))
     printed = capsys.readouterr().out
-    assert "baseline accuracy" in printed and "pruning, importance order: " in printed
+    assert "full model accuracy" in printed and "pruning, importance order: " in printed
     assert "within 0.05 of the baseline" in printed and "pruning, random orders (2)" in printed
 
     headless = _save_checkpoint(tmp_path / "headless", head=False)

@@ -168,6 +168,11 @@ def test_cli_sequence_classification_and_regression_from_files(tmp_path: Path, c
     doc = _run(tmp_path, ckpt, "regression", data)
     assert doc["task_type"] == "regression" and doc["metric"] == "pearson"
     assert doc["metrics"][0]["label"] == "Pearson r"
+    trivial = doc["trivial_baseline"]  # a correlation has no constant answer: said, not printed as 0
+    assert trivial["value"] is None and trivial["no_better_than_constant"] is False
+    assert trivial["sentence"] == (
+        "no constant answer to compare with: Pearson r is undefined for a constant prediction (it has no variance)"
+    )
     model, tokenizer = _load(T.BertForSequenceClassification, ckpt)
     with torch.inference_mode():
         predicted = [float(model(**tokenizer(r["text"], return_tensors="pt")).logits[0, 0]) for r in rows]

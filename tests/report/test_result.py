@@ -46,7 +46,7 @@ def test_the_result_names_its_task_type_and_metrics_and_reads_older_files(tmp_pa
     assert result.task_type == "token-classification"
     assert result.description == "token classification · entity F1 (seqeval), token accuracy"
     doc = json.loads(write_outputs(result, tmp_path)["json"].read_text())
-    assert doc["version"] == 4 and doc["task_type"] == "token-classification"
+    assert doc["version"] == 5 and doc["task_type"] == "token-classification"
     assert [(m["name"], m["label"]) for m in doc["metrics"]] == [
         ("entity_f1", "entity F1 (seqeval)"),
         ("token_accuracy", "token accuracy"),
@@ -62,7 +62,7 @@ def test_the_result_names_its_task_type_and_metrics_and_reads_older_files(tmp_pa
         "entity F1 (seqeval), token accuracy"
     )
     with pytest.raises(ValueError, match="newer"):
-        AblationResult.from_json({**doc, "version": 5})
+        AblationResult.from_json({**doc, "version": 6})
 
 
 def test_metrics_of_compute_metrics_say_so() -> None:

@@ -202,3 +202,61 @@ def test_the_mixed_variant_is_offered_only_when_it_recovers_the_metric() -> None
     spread = _attributed(-0.01, 0.01)
     spread["attribution"]["kept_fp32"] = None
     assert cause_lines(spread)[1] == "no single layer kept in fp32 removes INT8 error: it is spread over the layers"
+
+
+def _no_better() -> dict:
+    """_result() with every variant compared with always answering 'positive' (40 of 64): accuracy 0.5 against
+    0.625, measured by bertwatch.ship.measure.against_constant on predictions that give it."""
+    import numpy as np
+
+    from bertwatch.ship.measure import against_constant
+
+    labels = np.array([1] * 40 + [0] * 24)
+    fp32 = np.array([1] * 20 + [0] * 20 + [0] * 12 + [1] * 12)  # 32 of 64 right
+    int8 = fp32.copy()
+    int8[0] = 0  # one fewer right: 0.4844, as the table's int8 row
+    found = against_constant(
+        {"fp32": fp32, "int8": int8}, labels, 2, "accuracy", 300, 0, 0.95, ("negative", "positive")
+    )
+    result = _result()
+    for k, row in enumerate(result["variants"]):
+        row["vs_constant"] = {
+            "delta": found.delta[k],
+            "ci_low": found.ci_low[k],
+            "ci_high": found.ci_high[k],
+            "no_better": found.no_better(k),
+        }
+    found = found.about("its ship figures")
+    return {**result, "no_better_than_constant": found.no_better(), "trivial_baseline": found.to_json()}
+
+
+def test_a_model_no_better_than_the_constant_is_said_first_in_the_table_and_the_section(tmp_path) -> None:
+    result = _no_better()
+    assert result["trivial_baseline"]["value"] == pytest.approx(40 / 64, rel=1e-12)
+    lines = format_table(result).splitlines()
+    assert lines[0].startswith("bertwatch ship: this model is no better than always answering 'positive' (accuracy ")
+    assert lines[0].endswith(": its ship figures describe a model not worth shipping")
+    assert (
+        lines[1] == "bertwatch ship: predicted: negative 50.0%, positive 50.0%; labels: positive 62.5%, negative 37.5%"
+    )
+    header = next(line for line in lines if line.startswith("variant"))
+    assert "vs always 'positive' 0.6250 [95% CI]" in header
+    path = tmp_path / "ship.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    page = ship_section(path)
+    assert page.index("this model is no better than always answering") < page.index("<table>")
+    assert main(["report", str(tmp_path)]) == 0
+    report = (tmp_path / "report.html").read_text(encoding="utf-8")
+    glance = report[report.index("<dt>will it ship</dt>") :][:900]
+    assert "this model is no better than always answering &#x27;positive&#x27;" in glance
+    # a model that beats it: one line after the header, nothing said first
+    better = {**_result()}
+    assert not format_table(better).startswith("bertwatch ship:")  # a ship.json without the comparison still reads
+
+
+def test_an_int8_gain_is_called_a_model_not_at_its_best() -> None:
+    result = _result()
+    result["variants"][1].update(delta=0.05, ci_low=0.01, ci_high=0.09, value=0.55)
+    (reading,) = ship_readings(result)
+    assert "+0.0500 (95% CI +0.0100 to +0.0900): an improvement, which says the model was not at its best" in reading
+    assert "not a gain of removing parts; 96.9% of predictions unchanged" in reading

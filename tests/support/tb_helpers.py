@@ -216,6 +216,33 @@ def curves_result(baseline: float, *, layers=L, heads=H):
     return result
 
 
+#: The SST-2 dev share of the majority class (positive), the demo ablation's constant answer.
+ABLATION_MAJORITY = 444 / 872
+
+
+def ablation_trivial(baseline: float):
+    """The demo ablation against always answering 'positive' (444 of 872): its accuracy ``baseline``, well above."""
+    from bertwatch.core.baseline import ConstantComparison
+
+    return ConstantComparison(
+        metric="accuracy",
+        label="accuracy",
+        rows=("model",),
+        classes=("negative", "positive"),
+        num_examples=872,
+        constant=1,
+        value=ABLATION_MAJORITY,
+        values=[baseline],
+        delta=[baseline - ABLATION_MAJORITY],
+        ci_low=[baseline - ABLATION_MAJORITY - 0.03],
+        ci_high=[baseline - ABLATION_MAJORITY + 0.03],
+        shares=[[0.47, 0.53]],
+        label_shares=[1 - ABLATION_MAJORITY, ABLATION_MAJORITY],
+        n_resamples=1000,
+        what="its ablation figures",
+    )
+
+
 def embedding_coords(*, layers=L, heads=H, seed=0):
     rng = np.random.default_rng(seed + 5)
     angles = np.linspace(0, 2 * np.pi, layers, endpoint=False)
@@ -279,6 +306,7 @@ def write_run(
                 task_type="sequence-classification",
                 baseline_metrics={"accuracy": baseline, "f1": ABLATION_F1},
                 curves=ablation_curves(baseline),
+                trivial=ablation_trivial(baseline).to_json(),
             )
             w.add_ablation(
                 "zero",

@@ -22,6 +22,7 @@ from bertwatch.tb import queries, series
 from bertwatch.tb.summary import SummaryWriter
 from tests.support.tb_helpers import (  # noqa: E402
     ABLATION_F1,
+    ABLATION_MAJORITY,
     CURVES_ANSWER,
     STEPS,
     TOKENS_A,
@@ -29,6 +30,7 @@ from tests.support.tb_helpers import (  # noqa: E402
     XSS_RUN,
     ablation_curves,
     ablation_tables,
+    ablation_trivial,
     embedding_coords,
     http_get,
     http_json,
@@ -264,6 +266,14 @@ def test_ablation_and_embedding(client):
     assert z["taskType"] is None and z["taskLabel"] is None and z["description"] == "accuracy"
     assert [(m["name"], m["label"]) for m in z["metrics"]] == [("accuracy", "accuracy")]
     assert z["metrics"][0]["baseline"] == pytest.approx(baseline)
+    # the full model against the constant answer: carried by the tables' content, said in Python's words
+    trivial = a["trivial"]
+    assert trivial["noBetter"] is False and trivial["collapsed"] is False and trivial["constantName"] == "positive"
+    assert (
+        trivial["value"] == pytest.approx(ABLATION_MAJORITY) and trivial["lines"] == ablation_trivial(baseline).lines()
+    )
+    assert trivial["lines"][0].startswith("better than always answering 'positive': accuracy 0.8612 against 0.5092")
+    assert z["trivial"] is None  # tables written without one
 
 
 @pytest.mark.fast

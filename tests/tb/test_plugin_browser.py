@@ -305,6 +305,11 @@ def test_ablation_numbers_equal_the_route(s, shot_dir):
     assert flags == expected and any(flags) and flags != by_q
     assert s.frame.text_content("#ablation-marked .stat-label") == "Heads with interval excluding 0"
     assert s.frame.text_content("#ablation-baseline .stat-value") == "0.8612"
+    # the constant answer beside the baseline, and the verdict against it in Python's words under the headline
+    assert s.frame.text_content("#ablation-constant .stat-label") == "Always 'positive'"
+    assert s.frame.text_content("#ablation-constant .stat-value") == "0.5092"
+    assert s.frame.text_content("#ablation-trivial") == "".join(route["trivial"]["lines"])
+    assert "no-better" not in s.frame.get_attribute("#ablation-trivial", "class")
     assert s.frame.text_content("#ablation-metric .stat-value") == "accuracy"
     assert (
         s.frame.text_content("#ablation-description")
@@ -316,6 +321,8 @@ def test_ablation_numbers_equal_the_route(s, shot_dir):
     s.frame.select_option("#ablation-mode", "zero")  # tables that name no task type
     s.frame.wait_for_function("() => document.querySelector('#ablation-description').textContent === 'accuracy'")
     assert s.frame.query_selector("#ablation-other-metrics") is None
+    assert s.frame.query_selector("#ablation-trivial") is None  # tables written without a constant answer
+    assert s.frame.text_content("#ablation-constant .stat-value") == "—"
     s.frame.select_option("#ablation-mode", "uniform")
     s.frame.wait_for_function("() => document.querySelector('#ablation-description').textContent !== 'accuracy'")
     assert s.frame.eval_on_selector_all("#ablation-layers .bar", "els => els.length") == len(route["layers"])

@@ -57,6 +57,16 @@ function aboutLines(data) {
   return lines;
 }
 
+// The verdict against the constant answer and the predicted class shares, as Python wrote them.
+function trivialLines(trivial) {
+  const css = trivial.noBetter ? 'ablation-constant no-better' : 'ablation-constant';
+  return h(
+    'div',
+    {class: css, id: 'ablation-trivial'},
+    ...trivial.lines.map((line, i) => h('div', {class: i === 0 ? 'constant-verdict' : 'about-note'}, line)),
+  );
+}
+
 // Δ against the unpruned model per step: series, bands and rules for lineChart from the curves table.
 function curveChart(curves, metric, width) {
   const cols = Object.fromEntries(curves.columns.map((c, i) => [c, i]));
@@ -233,12 +243,24 @@ export class AblationView {
         if (!worst || gain(d) < gain(worst.d)) worst = {d, l, k};
       });
     });
-    clear(this.about).append(...aboutLines(data));
+    clear(this.about);
+    // The full model against the constant answer (bertwatch/core/baseline.py): said first when it is no better.
+    const trivial = data.trivial || null;
+    if (trivial?.noBetter) this.about.append(trivialLines(trivial));
+    this.about.append(...aboutLines(data));
     const said = data.headline || data.resolution;
     if (said) this.about.append(h('div', {class: 'ablation-headline', id: 'ablation-headline'}, said));
+    if (trivial && !trivial.noBetter) this.about.append(trivialLines(trivial));
+    const constantValue = trivial && Number.isFinite(Number(trivial.value)) ? Number(trivial.value) : null;
     clear(this.summary).append(
       stat('Metric', metric, 'ablation-metric', metrics[0] ? metrics[0].description : null),
       stat('Baseline', fmt(baseline, 4), 'ablation-baseline'),
+      stat(
+        trivial ? `Always '${trivial.constantName}'` : 'Constant answer',
+        constantValue === null ? (trivial ? 'undefined' : '—') : fmt(constantValue, 4),
+        'ablation-constant',
+        trivial ? trivial.lines[0] : 'not recorded in this log',
+      ),
       stat(
         'Evaluation examples',
         data.numExamples !== null && data.numExamples !== undefined ? String(data.numExamples) : '—',
