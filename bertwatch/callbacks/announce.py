@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.core.alerts import Alert
+from bertwatch.core.alerts import QUANTITY_STATS, Alert
 from bertwatch.core.budget import CostForecast
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.report.changes import reference_value, settled
@@ -438,8 +438,12 @@ class Speaker:
         """The end lines (:class:`RunSummary`) of a callback: the run's judgement (``alerting``) as far as it
         concerns ``member``: the alerts on its statistics, the verdict where it gives the run-health signals."""
         if self.speaks:
-            raised = [a for a in alerting.raised if a.stat in member.stat_names]
-            in_force = sum(1 for a in alerting.alerts if a.stat in member.stat_names)
+
+            def measured(alert: Alert) -> bool:  # an alert on a quantity made of this callback's statistics
+                return bool(set(QUANTITY_STATS.get(alert.stat, (alert.stat,))) & member.stat_names)
+
+            raised = [a for a in alerting.raised if measured(a)]
+            in_force = sum(1 for a in alerting.alerts if measured(a))
             verdict = alerting.verdict if member.gives_health and not alerting.verdict_told else None
             if verdict is not None and alerting.verdict_said == (verdict.step, verdict.describe()):
                 verdict = None  # its failing line, just said at the last step, is the verdict: not said twice

@@ -302,3 +302,32 @@ def test_the_end_line_says_how_many_alerts_are_still_in_force_the_count_the_verd
     assert end_lines(some)[0] == "measured 2 steps (0 to 20); 3 stability alerts raised, 1 still in force at the end"
     every = RunSummary.of([(0, {}), (20, {})], raised, None, pacing, events, "report", in_force=3)
     assert end_lines(every)[0] == "measured 2 steps (0 to 20); 3 stability alerts"
+
+
+def test_the_end_lines_count_the_sink_alerts_and_say_the_verdict_once(capsys) -> None:
+    """A sink alert's quantity (``sink_mass``) is made of ``cls_mass`` and ``sep_mass``: it is counted for the
+    callback that measures them; the verdict is said by one callback of the run, and not again where its failing
+    line has just said it at the last step."""
+    from bertwatch.callbacks.alerting import Alerting
+    from bertwatch.core.alerts import AlertSettings
+    from bertwatch.core.verdict import Verdict
+
+    meter = SimpleNamespace(wall=lambda: 100.0, budget=0.02)
+    pacing = SimpleNamespace(measured=lambda event: (), meter=meter, spent=lambda: (1.0, 0.0, 0))
+    alerting = Alerting("warn", AlertSettings(), strict=False)
+    sinks = [_alert(1, h, rule="sink_collapse", stat="sink_mass") for h in range(3)]
+    alerting.raised = alerting.alerts = [*sinks, _alert(0, 0)]
+    alerting.verdict = Verdict(20, 1, ("4 stability alerts in force",))
+    member = SimpleNamespace(stat_names=frozenset({"cls_mass", "sep_mass", "max_logit"}), gives_health=True)
+    speaker = announce.Speaker()
+    speaker.speaks = True
+    speaker.pinned = Pinned(at_start=True, evaluations=(), at_end=True, every_n_steps=None, max_steps=20)
+    speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report")
+    speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report")  # a second callback of the run
+    err = capsys.readouterr().err
+    assert "4 stability alerts" in err and err.count("verdict: at risk: 4 stability alerts in force") == 1
+    alerting.verdict_told, alerting.verdict = False, Verdict(20, 2, ("a reason",))
+    alerting.act_on_verdict(alerting.verdict, None)  # the failing line, at the last step
+    speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report")
+    err = capsys.readouterr().err
+    assert err.count("failing: a reason") == 1
