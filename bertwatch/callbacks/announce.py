@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from bertwatch.core.alerts import Alert, unit_name
+from bertwatch.callbacks.alert_words import STOPPING, alert_lines, verdict_line
+from bertwatch.core.alerts import Alert
 from bertwatch.core.budget import CostForecast
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.report.changes import reference_value, settled
@@ -34,6 +35,7 @@ __all__ = [
     "alert_lines",
     "end_lines",
     "forecast_line",
+    "more_points_line",
     "percents",
     "quiet",
     "report_command",
@@ -300,6 +302,29 @@ def forecast_line(start_s: float, step_s: float, steps: int, cost: CostForecast,
     )
 
 
+#: A budgeted run measured at fewer steps than this is told, in its cost line, how to get more points.
+FEW_POINTS = 4
+
+
+def more_points_line(points: int, steps: int, every: int, more: CostForecast, now: float, budget: float) -> str:
+    """What a run measured at only ``points`` steps of its ``steps`` can do to get a live line: ``every_n_steps=every``
+    and its forecast ``more`` (what the run would cost with it), against ``now``, its share under the ``budget``.
+
+    Example:
+        >>> more = CostForecast(wall_s=100.0, events_s=6.0, between_s=8.0, between=8)
+        >>> print(more_points_line(3, 80, 10, more, 0.06, 0.02))
+        only 3 of the run's 80 steps will be measured, so its live lines are straight between them: every_n_steps=10
+        (bertwatch run --every-n-steps 10) measures 8 more, for about 14% of the run's wall time instead of 6%; or
+        raise overhead_budget= (now 2%) to let the budget take more
+    """
+    return (
+        f"only {points} of the run's {steps} steps will be measured, so its live lines are straight between them: "
+        f"every_n_steps={every} (bertwatch run --every-n-steps {every}) measures {more.between} more, for about "
+        f"{more.share:.0%} of the run's wall time instead of {now:.0%}; or raise overhead_budget= (now "
+        f"{budget:.0%}) to let the budget take more"
+    )
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What a callback measured, for the end lines: the measured ``steps``, the ``alerts`` raised, the last
@@ -397,68 +422,6 @@ def _in_force(summary: RunSummary) -> str:
     return f" raised, {summary.in_force} still in force at the end"
 
 
-#: Each alert quantity in words, for the alert lines.
-_QUANTITY_WORDS = {
-    "max_logit": "largest attention logit",
-    "entropy": "attention entropy",
-    "sink_mass": "attention on [CLS] and [SEP]",
-    "ffn_inf_norm": "largest feed-forward activation",
-}
-#: The most heads an alert line names.
-_NAMED = 8
-
-
-def _severity(alert: Alert) -> float:
-    """How far past its threshold an alert is, in units of the threshold's distance from the reference (a
-    non-finite value is the furthest)."""
-    if not np.isfinite(alert.value) or not np.isfinite(alert.threshold):
-        return float("inf")
-    return abs(alert.value - alert.reference) / max(abs(alert.threshold - alert.reference), 1e-12)
-
-
-def alert_lines(alerts: Sequence[Alert], reference_step: int) -> list[str]:
-    """One line per rule (and first step) of ``alerts``, the new alerts of one step: how many heads (layers, for a
-    layer rule), since when, which (the furthest past the threshold first, up to 8 and how many more), and the
-    furthest one's value against its value at ``reference_step``.
-
-    Example:
-        >>> a = [Alert(5, 9, "logit_growth", "max_logit", 10, 10, 41.0, 5.0, 15.0),
-        ...      Alert(4, 11, "logit_growth", "max_logit", 10, 10, 20.0, 5.0, 15.0)]
-        >>> print(*alert_lines(a, 0))
-        2 heads in alert since step 10: logit growth on L5 H9, L4 H11 (L5 H9: largest attention logit 41, from 5 at
-        step 0)
-    """
-    groups: dict[tuple[str, int], list[Alert]] = {}
-    for alert in alerts:
-        groups.setdefault((alert.rule, alert.since), []).append(alert)
-    lines = []
-    for (rule, since), group in groups.items():
-        group = sorted(group, key=_severity, reverse=True)
-        names = [unit_name(a.layer, a.head) for a in group]
-        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
-        shown = ", ".join(names[:_NAMED]) + more
-        worst = group[0]
-        quantity = _QUANTITY_WORDS.get(worst.stat, worst.stat)
-        if np.isfinite(worst.value):
-            detail = f"{names[0]}: {quantity} {worst.value:.3g}, from {worst.reference:.3g} at step {reference_step}"
-        else:
-            detail = f"{names[0]}: {quantity} is {worst.value}"
-        unit = "layer" if worst.head is None else "head"
-        lines.append(
-            f"{_plural(len(group), unit)} in alert since step {since}: {rule.replace('_', ' ')} on {shown} ({detail})"
-        )
-    return lines
-
-
-#: What the alert and verdict lines add when ``on_alert="stop"`` asks the Trainer to stop.
-STOPPING = "saving a checkpoint and stopping training (on_alert='stop')"
-
-
-def verdict_line(step: int, described: str) -> str:
-    """The line of the first "failing" verdict: its step and its words (``Verdict.describe``)."""
-    return f"verdict at step {step}: {described}"
-
-
 class Speaker:
     """What one callback says over a run: the start lines, the cost line after the first steps, the end lines.
     ``speaks``: world process zero and not quiet; ``pinned``: what the run measures whatever it costs."""
@@ -490,8 +453,19 @@ class Speaker:
             return
         self._forecast_at, start = None, pacing.clock()  # what the run will cost, at the pace so far
         expected = pacing.forecast(step, self.pinned.steps(), self.pinned.max_steps)
-        say([forecast_line(*expected, self.pinned, pacing.meter.budget)])
+        say([forecast_line(*expected, self.pinned, pacing.meter.budget)] + self._more_points(step, pacing, expected))
         pacing.charge(pacing.clock() - start)
+
+    def _more_points(self, step: int, pacing: Any, expected: tuple) -> list[str]:
+        """The line on how to get more points, for a budgeted run that will be measured at fewer than
+        ``FEW_POINTS`` steps (none otherwise)."""
+        steps, cost = expected[2], expected[3]
+        points = 1 + len(self.pinned.steps()) + cost.between
+        if pacing.every_n_steps is not None or points >= FEW_POINTS or steps < 2 * FEW_POINTS:
+            return []
+        every = max(1, round(steps / 10))
+        more = pacing.forecast(step, self.pinned.steps(), self.pinned.max_steps, every)[3]
+        return [more_points_line(points, steps, every, more, cost.share, pacing.meter.budget)]
 
     def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, member: Any, pacing: Any,
             report: str, after_training: float = 0.0) -> None:  # fmt: skip
