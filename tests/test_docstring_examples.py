@@ -19,6 +19,7 @@ RUN = (
     "bertwatch.ablation.settings",
     "bertwatch.ablation.sweep",
     "bertwatch.analysis.text_stats",
+    "bertwatch.callbacks.alert_words",
     "bertwatch.callbacks.announce",
     "bertwatch.callbacks.attach",
     "bertwatch.core.alerts",

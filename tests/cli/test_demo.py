@@ -71,4 +71,4 @@ def test_the_demos_ablation_fits_a_cpu() -> None:
     assert settings.budget_minutes is not None and settings.budget_minutes <= 2
     assert (settings.keep_only, settings.prune_iterative, settings.prune_random) == (None, None, None)
     assert example_cap(settings.max_examples, "cpu") <= 128
-    assert "kwargs=DEMO_ABLATION" in inspect.getsource(demo._fine_tune)
+    assert "ablation=AblationOptions(mode=settings.ablation_mode, kwargs=DEMO_ABLATION)" in inspect.getsource(demo)
