@@ -581,7 +581,8 @@ MODULE_TEST_SHARE = 0.70
 #: The modules without one, each with where its behaviour is tested instead (tests/README.md: a test that drives
 #: several layers goes with the highest one). A module that gets its own test file leaves this list.
 WITHOUT_OWN_TEST = {
-    "ablation/estimate.py": "the plan line's timing and step counts: tests/ablation/test_resolution_sweep.py",
+    "ablation/estimate.py": "the plan line's timing and step counts: tests/ablation/test_resolution_sweep.py; the "
+    "budget rule and the CPU's examples: tests/ablation/test_budget.py",
     "report/colour_grid.py": "the Δ-per-head cells: tests/report/test_html.py and the colour browser test "
     "(tests/tb/test_colour_browser.py, against the plugin)",
     "report/run_report.py": "the one report: tests/cli/test_report.py, tests/tb/test_colour_browser.py and "

@@ -10,7 +10,12 @@ from typing import Any
 from bertwatch.core.modes import check_mode
 from bertwatch.core.removable import DEFAULT_DELTA
 
-__all__ = ["AblationSettings"]
+__all__ = ["DEFAULT_BUDGET_MINUTES", "DEFAULT_RANDOM_ORDERS", "AblationSettings"]
+
+#: The random pruning orders a sweep runs when ``prune_random`` is left to the budget and the budget allows them.
+DEFAULT_RANDOM_ORDERS = 5
+#: The minutes a sweep may take with the pruning orders left to the budget (``bertwatch.ablation.estimate``).
+DEFAULT_BUDGET_MINUTES = 5.0
 
 
 @dataclass(frozen=True)
@@ -27,13 +32,21 @@ class AblationSettings:
         greater_is_better: the metric's direction (a loss or perplexity is always lower-is-better).
         logdir: a TensorBoard run folder for the summaries (or ``ablate(writer=...)``).
         step: the global step the summaries are written at.
-        keep_only: also score "only head h of layer l left on".
+        keep_only: also score "only head h of layer l left on"; None (the default): when the sweep with them fits
+            ``budget_minutes``.
         prune: the importance-ordered pruning curve, ``prune_step`` of the heads a step, until the metric falls
             below ``prune_threshold`` x baseline.
         prune_step: share of the heads pruned per step, in (0, 1].
         prune_threshold: where the pruning curve stops, as a share of the baseline.
-        prune_random: random orders at the same steps (seeded by ``seed``; 0: none).
-        prune_iterative: Michel's iterative order too (importance re-estimated after each step).
+        prune_random: random orders at the same steps (seeded by ``seed``; 0: none); None (the default): 5 when the
+            sweep with them fits ``budget_minutes``, else none.
+        prune_iterative: Michel's iterative order too (importance re-estimated after each step); None (the default):
+            when the sweep with it fits ``budget_minutes``.
+        budget_minutes: what the whole sweep may take, by the estimate timed on its first batch
+            (:mod:`bertwatch.ablation.estimate`, the rule's home): the parts left to it (None above: keep-one-head,
+            the iterative order, the random orders) run when the sweep with them still fits, and are left out,
+            said so with their cost and how to ask for them, when it does not (default 5; None: no budget, they
+            run). Parts asked for (True, a number) always run.
         delta: the δ of the answer "up to N% of heads removed with the metric within δ of the baseline"
             (:mod:`bertwatch.core.removable`), in the metric's units (default 0.01: one point of accuracy).
         n_resamples: paired bootstrap resamples.
@@ -44,6 +57,9 @@ class AblationSettings:
             memory at the longest example, at most 512; elsewhere 128 rows, i.e. 128 // ``batch_size``
             configurations (``bertwatch.ablation.runner``: ``MEMORY_SHARE``, ``MAX_CONFIGS``, ``CPU_ROWS``).
         shard_size: examples per resumable unit.
+        max_examples: the sweep reads the first this many examples; None (the default): all of them on a GPU, the
+            first 128 on a CPU (``bertwatch.ablation.estimate.CPU_EXAMPLES``), which the plan line says with what
+            all of them would take.
         max_length: tokens per text example (capped by the model's maximum; longer ones are cut, with a warning).
         max_answer_length: QA: the longest span (in tokens) the best answer may have.
         reuse: reuse the baseline's lower layers (exact; off only to compare).
@@ -77,12 +93,13 @@ class AblationSettings:
     greater_is_better: bool = True
     logdir: str | os.PathLike | None = None
     step: int = 0
-    keep_only: bool = True
+    keep_only: bool | None = None
     prune: bool = True
     prune_step: float = 0.1
     prune_threshold: float = 0.9
-    prune_random: int = 5
-    prune_iterative: bool = True
+    prune_random: int | None = None
+    prune_iterative: bool | None = None
+    budget_minutes: float | None = DEFAULT_BUDGET_MINUTES
     delta: float = DEFAULT_DELTA
     n_resamples: int = 1000
     seed: int = 0
@@ -90,6 +107,7 @@ class AblationSettings:
     batch_size: int = 32
     configs_per_batch: int | None = None
     shard_size: int = 256
+    max_examples: int | None = None
     max_length: int = 128
     max_answer_length: int = 30
     reuse: bool = True
@@ -102,12 +120,23 @@ class AblationSettings:
         for name in ("batch_size", "shard_size", "max_length", "max_answer_length", "n_resamples"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_examples is not None and int(self.max_examples) < 1:
+            raise ValueError(
+                f"max_examples must be >= 1 (or None: the default for the device), got {self.max_examples}"
+            )
         if self.configs_per_batch is not None and self.configs_per_batch < 1:
             raise ValueError(f"configs_per_batch must be >= 1 (or None), got {self.configs_per_batch}")
         if not 0 < self.prune_step <= 1:
             raise ValueError(f"prune_step must be in (0, 1], got {self.prune_step}")
-        if int(self.prune_random) < 0:
-            raise ValueError(f"prune_random must be >= 0 (random pruning orders), got {self.prune_random}")
+        if self.prune_random is not None and int(self.prune_random) < 0:
+            raise ValueError(
+                f"prune_random must be >= 0 (random pruning orders) or None (as the budget allows), got "
+                f"{self.prune_random}"
+            )
+        if self.budget_minutes is not None and not 0 < self.budget_minutes < float("inf"):
+            raise ValueError(
+                f"budget_minutes must be a number of minutes > 0, or None for no budget, got {self.budget_minutes!r}"
+            )
         if not (isinstance(self.delta, (int, float)) and 0 <= self.delta < float("inf")):
             raise ValueError(f"delta must be a finite number >= 0 in the metric's units, got {self.delta!r}")
         if not 0 < self.confidence < 1:

@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -143,6 +144,16 @@ class Processes:
             payload = [store.entries if self.is_main else None]
             broadcast_object_list(payload, from_process=0)
             store.entries = payload[0]
+
+    def agree(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every process (where each decided from its own timing)."""
+        if self.world == 1:
+            return value
+        from accelerate.utils import broadcast_object_list
+
+        payload = [value]
+        broadcast_object_list(payload, from_process=0)
+        return payload[0]
 
     def barrier(self) -> None:
         if self.state is not None:

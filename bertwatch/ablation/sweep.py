@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from bertwatch.ablation.configs import HeadMask, order_masks, random_orders, sweep_configs
-from bertwatch.ablation.estimate import SweepPlan
+from bertwatch.ablation.estimate import SweepPlan, example_cap, first_examples
 from bertwatch.ablation.evaluate import evaluate_configs, progress_bar
 from bertwatch.ablation.inputs import EvalData, make_batches
 from bertwatch.ablation.orders import head_importance, iterative_masks
@@ -112,6 +112,8 @@ class SweepSetup:
     metric_source: str
     store: Store
     seconds: dict[str, float] = field(default_factory=dict)
+    #: The examples given, before ``settings.max_examples`` (or the CPU's default) kept the first ones.
+    available: int = 0
 
 
 def prepare_sweep(
@@ -119,6 +121,7 @@ def prepare_sweep(
 ) -> SweepSetup:
     """Check the model and labels, tokenise and batch the examples, open the store: a refusal comes here, before
     any configuration is evaluated."""
+    examples, available = first_examples(examples, example_cap(s.max_examples, next(model.parameters()).device.type))
     task, regression, features, labels, references, cut = sweep_examples(model, examples, tokenizer, s)
     num_layers, num_heads = model_shape(model)
     pad_id = pad_token_id(tokenizer, model.config)
@@ -165,31 +168,34 @@ def prepare_sweep(
         metric,
         _metric_source(compute_metrics, metric, task),
         store,
+        available=available,
     )
 
 
 def evaluate_unit_configs(p: SweepSetup) -> tuple[list[HeadMask], dict[str, np.ndarray]]:
-    """Outputs of the baseline, every head, every layer and every keep-only configuration; fixes the metric."""
+    """Outputs of the baseline, every head, every layer and every keep-one-head configuration that runs; fixes the
+    metric, and the settings left to the budget (``p.settings``, by the plan timed on the first batch)."""
     started = time.perf_counter()
-    configs = sweep_configs(p.num_layers, p.num_heads, keep_only=p.settings.keep_only)
+    configs = sweep_configs(p.num_layers, p.num_heads, keep_only=p.settings.keep_only is not False)
     device = "CPU" if p.runner.device.type == "cpu" else "GPU"
-    plan = SweepPlan.of(configs, p.data, p.store, p.settings, device, p.runner.reuses)
-    say = p.settings.progress and p.processes.is_main and plan.shards
-    with torch.inference_mode():
-        logits = evaluate_configs(
-            p.runner,
-            p.data,
-            configs,
-            p.store,
-            p.processes,
-            p.configs_per_batch,
-            p.settings.progress,
-            desc=f"ablate ({p.settings.mode})",
-            first_chunk=plan.first_chunk if say else None,
-        )
+    plan = SweepPlan.of(configs, p.data, p.store, p.settings, device, p.runner.reuses, p.available)
+    plan.said = not (p.settings.progress and p.processes.is_main and plan.shards)  # timed always, said when shown
+    units = [c for c in configs if not c.id.startswith("keep:")]
+    logits = _evaluate(p, units, plan.first_chunk)
+    p.settings = p.processes.agree(plan.settled(p.settings))
+    keep = [c for c in configs if c.id.startswith("keep:")] if p.settings.keep_only else []
+    logits.update(_evaluate(p, keep, None) if keep else {})
     settle_metric(p.metric, logits)
     p.seconds["sweep"] = round(time.perf_counter() - started, 3)
-    return configs, logits
+    return units + keep, logits
+
+
+def _evaluate(p: SweepSetup, configs: list[HeadMask], first_chunk: Callable | None) -> dict[str, np.ndarray]:
+    with torch.inference_mode():
+        return evaluate_configs(
+            p.runner, p.data, configs, p.store, p.processes, p.configs_per_batch, p.settings.progress,
+            desc=f"ablate ({p.settings.mode})", first_chunk=first_chunk,
+        )  # fmt: skip
 
 
 @dataclass
@@ -330,6 +336,8 @@ def _result_config(p: SweepSetup, num_configurations: int) -> dict[str, Any]:
         "prune_iterative": bool(s.prune and s.prune_iterative),
         "random_orders": "numpy.random.default_rng([seed, r]).permutation(layers * heads)",
         "delta": float(s.delta),
+        "budget_minutes": s.budget_minutes,
+        "examples_given": int(max(p.available, p.data.size)),
         "batch_size": int(s.batch_size),
         "configs_per_batch": int(p.configs_per_batch),
         "max_length": int(s.max_length),

@@ -32,6 +32,7 @@ __all__ = [
     "Speaker",
     "end_lines",
     "forecast_line",
+    "more_points_line",
     "percents",
     "quiet",
     "report_command",
@@ -302,6 +303,29 @@ def forecast_line(start_s: float, step_s: float, steps: int, cost: CostForecast,
     )
 
 
+#: A budgeted run measured at fewer steps than this is told, in its cost line, how to get more points.
+FEW_POINTS = 4
+
+
+def more_points_line(points: int, steps: int, every: int, more: CostForecast, now: float, budget: float) -> str:
+    """What a run measured at only ``points`` steps of its ``steps`` can do to get a live line: ``every_n_steps=every``
+    and its forecast ``more`` (what the run would cost with it), against ``now``, its share under the ``budget``.
+
+    Example:
+        >>> more = CostForecast(wall_s=100.0, events_s=6.0, between_s=8.0, between=8)
+        >>> print(more_points_line(3, 80, 10, more, 0.06, 0.02))
+        only 3 of the run's 80 steps will be measured, so its live lines are straight between them: every_n_steps=10
+        (bertwatch run --every-n-steps 10) measures 8 more, for about 14% of the run's wall time instead of 6%; or
+        raise overhead_budget= (now 2%) to let the budget take more
+    """
+    return (
+        f"only {points} of the run's {steps} steps will be measured, so its live lines are straight between them: "
+        f"every_n_steps={every} (bertwatch run --every-n-steps {every}) measures {more.between} more, for about "
+        f"{more.share:.0%} of the run's wall time instead of {now:.0%}; or raise overhead_budget= (now "
+        f"{budget:.0%}) to let the budget take more"
+    )
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """What a callback measured, for the end lines: the measured ``steps``, the ``alerts`` raised, the last
@@ -430,8 +454,19 @@ class Speaker:
             return
         self._forecast_at, start = None, pacing.clock()  # what the run will cost, at the pace so far
         expected = pacing.forecast(step, self.pinned.steps(), self.pinned.max_steps)
-        say([forecast_line(*expected, self.pinned, pacing.meter.budget)])
+        say([forecast_line(*expected, self.pinned, pacing.meter.budget)] + self._more_points(step, pacing, expected))
         pacing.charge(pacing.clock() - start)
+
+    def _more_points(self, step: int, pacing: Any, expected: tuple) -> list[str]:
+        """The line on how to get more points, for a budgeted run that will be measured at fewer than
+        ``FEW_POINTS`` steps (none otherwise)."""
+        steps, cost = expected[2], expected[3]
+        points = 1 + len(self.pinned.steps()) + cost.between
+        if pacing.every_n_steps is not None or points >= FEW_POINTS or steps < 2 * FEW_POINTS:
+            return []
+        every = max(1, round(steps / 10))
+        more = pacing.forecast(step, self.pinned.steps(), self.pinned.max_steps, every)[3]
+        return [more_points_line(points, steps, every, more, cost.share, pacing.meter.budget)]
 
     def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, member: Any, pacing: Any,
             report: str, after_training: float = 0.0) -> None:  # fmt: skip

@@ -126,16 +126,20 @@ class ProbePacing:
         between = [r.step for r in self.log if r.step not in self._events]
         return events, self.meter.own - events, len(between)
 
-    def forecast(self, step: int, events: tuple[int, ...], last: int) -> tuple[float, float, int, CostForecast]:
+    def forecast(
+        self, step: int, events: tuple[int, ...], last: int, every_n_steps: int | None = -1
+    ) -> tuple[float, float, int, CostForecast]:
         """``(start_s, step_s, steps, cost)`` with ``step`` steps done: bertwatch's seconds on the setup and the first
         step's measurement, the mean training step so far, the run's steps to ``last`` and what they will cost
         (``core.budget.forecast``: each measurement costing what the last did, its judging and writing included;
-        one at each of the ``events``' steps, the evaluations and the end)."""
+        one at each of the ``events``' steps, the evaluations and the end); ``every_n_steps``: the cadence to
+        forecast, the pacing's own when not given)."""
         meter = self.meter
         start_s, step_s = self._spent.get(_SETUP, 0.0) + self._spent.get(meter.first_step, 0.0), meter.step_time(step)
         pass_s = self._spent.get(meter.last_step, 0.0)
         after = tuple(s for s in events if s > meter.first_step)
-        cost = forecast((meter.first_step, last), step_s, pass_s, start_s, after, self.every_n_steps, meter.budget)
+        every = self.every_n_steps if every_n_steps == -1 else every_n_steps
+        cost = forecast((meter.first_step, last), step_s, pass_s, start_s, after, every, meter.budget)
         return start_s, step_s, last - meter.first_step, cost
 
     def measured(self, event: str) -> tuple[int, ...]:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from bertwatch.ablation.settings import DEFAULT_BUDGET_MINUTES, DEFAULT_RANDOM_ORDERS
 from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
 from bertwatch.cli import eval_data
@@ -24,7 +25,9 @@ def _ablate_parser() -> argparse.ArgumentParser:
     parser = command_parser(
         prog="bertwatch ablate",
         description="Disable every head and every layer of a fine-tuned checkpoint (and prune it by importance); "
-        "write ablation.json, ablation.csv, report.html and TensorBoard summaries with bootstrap intervals.",
+        "write ablation.json, ablation.csv, report.html and TensorBoard summaries with bootstrap intervals. On a CPU it "
+        "reads the first 128 examples unless --limit says otherwise; the plan line it prints first says what the "
+        "budget left out, what the fuller sweep would take and the flags that ask for it.",
     )
     eval_data.add_model_argument(parser, "checkpoint folder of a fine-tuned task model", packaged=False)
     add_eval_arguments(
@@ -47,7 +50,12 @@ def _ablate_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--device", default=None, help="torch device (default: cpu, or the process's device under accelerate)"
     )
-    parser.add_argument("--no-keep-only", action="store_true", help="skip the keep-one-head-per-layer configurations")
+    parser.add_argument(
+        "--keep-only",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="score the keep-one-head-per-layer configurations (default: when the sweep with them fits the budget)",
+    )
     parser.add_argument("--no-prune", action="store_true", help="skip the pruning curves")
     parser.add_argument(
         "--delta",
@@ -57,10 +65,25 @@ def _ablate_parser() -> argparse.ArgumentParser:
         f"metric's units (default {DEFAULT_DELTA}: one point of accuracy)",
     )
     parser.add_argument(
-        "--random-orders", type=int, default=5, help="random pruning orders beside the importance order (default 5)"
+        "--random-orders",
+        type=int,
+        default=None,
+        help=f"random pruning orders beside the importance order (default: {DEFAULT_RANDOM_ORDERS} when the sweep "
+        "with them fits the budget, else none)",
     )
     parser.add_argument(
-        "--no-iterative", action="store_true", help="skip the iterative-importance order (one gradient pass a step)"
+        "--iterative",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the iterative-importance order, one gradient pass a step (default: when the sweep with it fits the "
+        "budget)",
+    )
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=DEFAULT_BUDGET_MINUTES,
+        help="what the sweep may take by its estimate: keep-one-head and the iterative and random orders, unless "
+        f"asked for, run only when it still fits (default {DEFAULT_BUDGET_MINUTES:g}; 0: no budget, they all run)",
     )
     parser.add_argument("--no-resume", action="store_true", help="start over even if OUT/partial.jsonl exists")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -95,12 +118,14 @@ def cli_ablate(argv: Sequence[str]) -> int:
             batch_size=args.batch_size,
             configs_per_batch=args.configs_per_batch,
             max_length=args.max_length,
+            max_examples=args.limit,
             max_answer_length=args.max_answer_length,
-            keep_only=not args.no_keep_only,
+            keep_only=args.keep_only,
             prune=not args.no_prune,
             delta=args.delta,
             prune_random=args.random_orders,
-            prune_iterative=not args.no_iterative,
+            prune_iterative=args.iterative,
+            budget_minutes=args.budget_minutes or None,
             resume=not args.no_resume,
             progress=not args.quiet,
         )

@@ -289,7 +289,8 @@ def _glance(
         rows.append(
             (
                 f"ablation ({escape(r.mode)})",
-                f"{r.num_examples} examples, baseline {escape(r.metric_label)} {number(r.baseline)}" + _constant_cell(r),
+                f"{r.num_examples} examples, baseline {escape(r.metric_label)} {number(r.baseline)}"
+                + _constant_cell(r),
             )
         )
     rows.extend(more)

@@ -115,7 +115,8 @@ def test_the_sweep_says_what_it_will_run_and_how_long_once_at_its_start(capsys) 
     )
     model = transformers.BertForSequenceClassification(config).eval()
     examples = [{"input_ids": [2, 5 + i % 7, 9 + i % 5, 3], "label": i % 2} for i in range(40)]
-    ablate(model, examples, mode="zero", n_resamples=20, prune_random=2, progress=True, batch_size=8)
+    ablate(model, examples, mode="zero", n_resamples=20, prune_random=2, prune_iterative=True, keep_only=True,
+           progress=True, batch_size=8)  # fmt: skip
     lines = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "bertwatch ablate:" in line]
     assert len(lines) == 1
     assert lines[0].startswith(

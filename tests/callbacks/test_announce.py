@@ -331,3 +331,60 @@ def test_the_end_lines_count_the_sink_alerts_and_say_the_verdict_once(capsys) ->
     speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report")
     err = capsys.readouterr().err
     assert err.count("failing: a reason") == 1
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _short_run(steps: int, probe_s: float, every_n_steps: int | None = None):
+    """A pacing after step 0's probe (``probe_s`` seconds) and 5 steps of 1 s, in a run of ``steps`` steps that
+    measures the end; and a speaker that planned it."""
+    from bertwatch.callbacks.announce import Speaker
+    from bertwatch.callbacks.pacing import ProbePacing
+
+    clock = _Clock()
+    pacing = ProbePacing(every_n_steps, 0.02, clock=clock)
+    pacing.start(0, steps)
+    assert pacing.due("begin", 0)
+    clock.now += probe_s
+    pacing.charge(probe_s, 0)
+    for step in range(1, 6):
+        clock.now += 1.0
+        pacing.due("step", step)
+    speaker = Speaker()
+    speaker.pinned, speaker.speaks, speaker._forecast_at = Pinned(True, (), True, every_n_steps, steps), True, 5
+    return speaker, pacing
+
+
+def test_a_short_run_measured_at_few_steps_is_told_how_to_get_a_live_line_and_what_it_costs(capsys) -> None:
+    speaker, pacing = _short_run(80, probe_s=2.0)  # a probe costs two steps: the 2% budget takes none between
+    speaker.forecast(5, pacing)
+    cost_line, more = _lines(capsys.readouterr().err)
+    assert "all for step 0 and the end: more than the 2% overhead budget" in cost_line
+    assert more.startswith(
+        "only 2 of the run's 80 steps will be measured, so its live lines are straight between them: every_n_steps=8 "
+        "(bertwatch run --every-n-steps 8) measures 9 more, for about "
+    )
+    with_every = pacing.forecast(5, (80,), 80, 8)[3]
+    assert f"for about {with_every.share:.0%} of the run's wall time instead of " in more
+    assert more.endswith("or raise overhead_budget= (now 2%) to let the budget take more")
+    for quiet_run in (_short_run(80, 2.0, every_n_steps=10), _short_run(2000, 2.0), _short_run(80, 0.01)):
+        quiet_run[0].forecast(5, quiet_run[1])
+        assert len(_lines(capsys.readouterr().err)) == 1, "a fixed cadence, a long run, a cheap probe: no advice"
+
+
+def test_a_short_run_gets_a_point_every_ten_steps_where_the_budget_allows() -> None:
+    """The default cadence is not changed for short runs: where the probe is cheap against a step, the budget
+    already measures every ``MIN_SPACING`` steps (8 points in 80 steps); where a run is measured 2-3 times, the
+    budget is what stops it, and the cost line says how to get more."""
+    from bertwatch.core.budget import MIN_SPACING, forecast
+
+    cheap = forecast((0, 80), step_s=1.0, pass_s=0.01, start_s=0.02, events=(80,), every_n_steps=None, budget=0.02)
+    assert MIN_SPACING == 10 and cheap.between == 7  # steps 10, 20, ..., 70, with step 0 and the end
+    dear = forecast((0, 80), step_s=1.0, pass_s=2.0, start_s=3.0, events=(80,), every_n_steps=None, budget=0.02)
+    assert dear.between == 0

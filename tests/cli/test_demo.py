@@ -57,3 +57,18 @@ def test_the_demo_ships_its_model_and_reports_the_table(tmp_path: Path, monkeypa
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_the_demos_ablation_fits_a_cpu() -> None:
+    """The demo's ablation after training is the sweep's CPU default (the first 128 dev examples) with a budget of
+    2 minutes for its optional parts, which it leaves to the budget; the demo passes these to ``watch``."""
+    import inspect
+
+    from bertwatch.ablation.estimate import example_cap
+    from bertwatch.ablation.settings import AblationSettings
+
+    settings = AblationSettings.resolve(None, **demo.DEMO_ABLATION)
+    assert settings.budget_minutes is not None and settings.budget_minutes <= 2
+    assert (settings.keep_only, settings.prune_iterative, settings.prune_random) == (None, None, None)
+    assert example_cap(settings.max_examples, "cpu") <= 128
+    assert "ablation=AblationOptions(mode=settings.ablation_mode, kwargs=DEMO_ABLATION)" in inspect.getsource(demo)
