@@ -84,7 +84,8 @@ def sweep(out_dir: str, die: bool, apart: bool) -> None:
 
 
 #: The sweep of the sweep test (also run unsharded by the test itself).
-SWEEP = dict(mode="zero", n_resamples=100, batch_size=4, shard_size=8, max_length=64, prune=False, progress=False)
+SWEEP = dict(mode="zero", n_resamples=100, batch_size=4, shard_size=8, max_length=64, prune=False, progress=False,
+             budget_minutes=None)  # fmt: skip
 
 
 def main(out_dir: str, sharded: bool) -> None:
@@ -107,7 +108,8 @@ def main(out_dir: str, sharded: bool) -> None:
         tokenizer=tokenizer,
         logging_dir=os.path.join(out_dir, "runs"),
         ablate_on_end=True,
-        ablation_kwargs=dict(n_resamples=50, batch_size=4, shard_size=8, progress=False),
+        # every part asked for: a budget would decide by timings that differ between one and two processes
+        ablation_kwargs=dict(n_resamples=50, batch_size=4, shard_size=8, progress=False, budget_minutes=None),
     )
     args = T.TrainingArguments(output_dir=os.path.join(out_dir, "train"), use_cpu=True, report_to="none")
     state = T.TrainerState()
