@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import random
 
+import optuna  # the test extra installs it: a missing optuna fails these tests, never skips them
 import pytest
 import transformers as T
 
-optuna = pytest.importorskip("optuna")
-
-from bertwatch.callbacks import BertWatchCallback, VerdictSettings, prune_failing  # noqa: E402
-from bertwatch.callbacks.trial_pruning import PRUNED_STEP_ATTR, PRUNED_VERDICT_ATTR  # noqa: E402
-from tests.support.models import bert_with_head  # noqa: E402
-from tests.support.tiny_trainer import tiny_tokenizer, training_args  # noqa: E402
+from bertwatch.callbacks import BertWatchCallback, VerdictSettings, prune_failing
+from bertwatch.callbacks.trial_pruning import PRUNED_STEP_ATTR, PRUNED_VERDICT_ATTR
+from tests.support.models import bert_with_head
+from tests.support.tiny_trainer import tiny_tokenizer, training_args
 
 STEPS = 32
 #: A learning rate the tiny model learns the task with (at risk while it has not yet, healthy from step 25, never

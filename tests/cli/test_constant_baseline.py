@@ -123,7 +123,6 @@ SHIP = ["--repeats", "1", "--resamples", "300", "--threads", "1", "--quiet", "--
 
 @pytest.mark.parametrize("collapsed", [True, False])
 def test_ship_says_first_whether_the_model_beats_the_constant(cases, collapsed, tmp_path, capsys) -> None:
-    pytest.importorskip("onnxruntime")
     ckpt, data, labels = cases[collapsed]
     out = tmp_path / "out"
     assert main(["ship", "--model", str(ckpt), "--data", str(data), "--out", str(out), *SHIP]) == 0
