@@ -65,11 +65,6 @@ class Reading:
     text: str
     evidence: float = math.nan
 
-    @property
-    def failure_score(self) -> float:
-        """``-evidence``: the higher, the less this reading shows learning (NaN where it has no measure)."""
-        return -self.evidence
-
 
 def z_value(confidence: float) -> float:
     """The two-sided normal quantile of ``confidence`` (1.96 at 0.95)."""

@@ -125,7 +125,6 @@ def test_each_readings_evidence_is_its_distance_past_the_line_in_standard_errors
     window = [v for s, v in logged[1:] if s > 60]
     noise = loss_noise([v for _, v in logged])
     assert reading.evidence == pytest.approx((0.95 * 0.693 - np.mean(window)) / (noise / math.sqrt(4)), rel=1e-9)
-    assert reading.failure_score == -reading.evidence
 
 
 def test_an_evaluation_reads_matthews_correlation_against_zero() -> None:
