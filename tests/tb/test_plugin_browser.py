@@ -11,6 +11,7 @@ import urllib.parse
 
 import numpy as np
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from bertwatch.tb.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import (  # noqa: E402
@@ -387,14 +388,27 @@ def test_drift_compare_and_clusters(s, shot_dir):
     assert s.shot("clusters", shot_dir).stat().st_size < MAX_PNG_BYTES
 
 
+def hover_until_tooltip(s, selector, attempts=10):
+    """Hover `selector` until its tooltip shows. A heatmap rebuilt by a later fetch or a live poll hides the
+    tooltip (the cell under the mouse is replaced), and a mouse that does not move sends no new mousemove."""
+    for _ in range(attempts):
+        s.page.mouse.move(0, 0)
+        s.frame.hover(selector)
+        try:
+            s.frame.wait_for_selector(".bw-tooltip", state="visible", timeout=3000)
+            return
+        except PlaywrightTimeout:
+            continue
+    raise AssertionError(f"no tooltip after hovering {selector} {attempts} times")
+
+
 def test_heads_screenshot(s, shot_dir):
     s.tab("heads")
     s.wait_step(STEPS[-1])
     s.frame.click('#heads-heatmap .cell[data-layer="4"][data-head="7"]')
     s.frame.wait_for_function("() => document.querySelector('.chart-card .card-title').textContent.includes('L4 H7')")
     s.frame.wait_for_selector("#heads-heatmap .cell .mark")  # labels arrive after the heatmap
-    s.frame.hover('#heads-heatmap .cell[data-layer="1"][data-head="11"]')
-    s.frame.wait_for_selector(".bw-tooltip", state="visible")
+    hover_until_tooltip(s, '#heads-heatmap .cell[data-layer="1"][data-head="11"]')
     assert s.shot("heads", shot_dir).stat().st_size < MAX_PNG_BYTES
     s.page.mouse.move(0, 0)
 
