@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 VERDICT_DESCRIPTION = (
     "The run's verdict: level 0 healthy, 1 at risk, 2 failing; known 0 where nothing showed learning yet (cannot "
     "tell); evidence: the strongest-ranked reading's distance on the learning side of its line, in standard errors "
-    "(bertwatch.core.verdict)"
+    "; margin: the same reading's distance on the learning side of the constant prediction's, as a share of what "
+    "the constant leaves to learn (bertwatch.core.verdict)"
 )
 VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
 
@@ -201,6 +202,11 @@ class RunJudge:
             self._written_level = verdict.level
             meta = {"levels": list(LEVELS), "settings": asdict(self.alerting.verdict_settings)}
             text = StepText(VERDICT_SERIES, verdict.reasons, VERDICT_TEXT, meta)
-            values = {"level": float(verdict.level), "known": float(verdict.known), "evidence": verdict.evidence}
+            values = {
+                "level": float(verdict.level),
+                "known": float(verdict.known),
+                "evidence": verdict.evidence,
+                "margin": verdict.margin,
+            }
             level = NamedValues(VERDICT_SERIES, values, VERDICT_DESCRIPTION)
             self.publisher.publish_records([level, text], verdict.step)

@@ -4,9 +4,9 @@ At each probe step the layer means of every measured statistic, and where the mo
 to the ``on_log`` of the Trainer's reporting callbacks, as ``bertwatch/{stat}/layer_{l}`` and
 ``bertwatch/{stat}/most_drifted*`` at the step they were measured (the activation outliers, one value per layer, as
 ``bertwatch/outliers/{stat}/layer_{l}``); at each probe step the verdict is judged, its level,
-whether it is known, its evidence and its failure rank (``bertwatch/verdict/level``, ``.../known``, ``.../evidence``,
-``.../rank``) and the run-health signals ``bertwatch/run_health/{signal}``. ``Trainer.log`` itself is
-not called: it appends to ``state.log_history``, prints through the progress callback and runs subclass
+whether it is known, its evidence, its margin and its failure rank (``bertwatch/verdict/level``, ``.../known``,
+``.../evidence``, ``.../margin``, ``.../rank``) and the run-health signals ``bertwatch/run_health/{signal}``.
+``Trainer.log`` itself is not called: it appends to ``state.log_history``, prints through the progress callback and runs subclass
 overrides that keep their own accumulators (TRL's trainers clear theirs on every call), all of which would
 change the run's own bookkeeping. Full grids and maps stay in the TensorBoard plugin.
 """
@@ -87,8 +87,9 @@ def layer_mean_logs(grids: Mapping[str, np.ndarray]) -> dict[str, float]:
 def verdict_logs(verdict: Verdict, health: Mapping[str, float]) -> dict[str, float]:
     """The verdict as scalars a sweep can sort and stop by: ``bertwatch/verdict/level`` (0 healthy, 1 at risk,
     2 failing), ``.../known`` (0 where nothing shows learning yet: "cannot tell"), ``.../evidence`` (the
-    strongest reading's distance on the learning side of its line, in standard errors) and ``.../rank`` (the
-    failure score ``Verdict.rank``: the level, ties broken by the evidence; the higher, the likelier the run
+    strongest reading's distance on the learning side of its line, in standard errors), ``.../margin`` (the same
+    reading's distance past the constant prediction's, as a share of what the constant leaves to learn) and
+    ``.../rank`` (the failure score ``Verdict.rank``: the level, ties broken by the margin; the higher, the likelier the run
     fails), with ``bertwatch/run_health/{signal}`` for each run-health signal (``core.health_names``); a value that
     is not finite (an unknown evidence) is left out, never sent."""
     logs = {
@@ -96,8 +97,9 @@ def verdict_logs(verdict: Verdict, health: Mapping[str, float]) -> dict[str, flo
         metric_name("verdict", "known"): float(verdict.known),
         metric_name("verdict", "rank"): float(verdict.rank),
     }
-    if math.isfinite(verdict.evidence):
-        logs[metric_name("verdict", "evidence")] = float(verdict.evidence)
+    for name in ("evidence", "margin"):
+        if math.isfinite(value := getattr(verdict, name)):
+            logs[metric_name("verdict", name)] = float(value)
     for name, value in health.items():
         if isinstance(value, (int, float)) and math.isfinite(float(value)):
             logs[metric_name("run_health", str(name))] = float(value)

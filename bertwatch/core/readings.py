@@ -65,6 +65,18 @@ class Reading:
     text: str
     evidence: float = math.nan
 
+    @property
+    def margin(self) -> float:
+        """How far the value lies on the learning side of the constant prediction's, as a share of what the
+        constant leaves to learn, whatever the sample's size: a loss's (baseline − value) / baseline, an
+        accuracy's (value − the majority's share) / (1 − that share), a correlation's value. 1 is perfect, 0 the
+        constant prediction's, below 0 worse than it; NaN without a positive baseline (a share below 1)."""
+        if self.source.endswith("loss"):
+            return (self.baseline - self.value) / self.baseline if self.baseline > 0 else math.nan
+        if self.source == "eval accuracy":
+            return (self.value - self.baseline) / (1 - self.baseline) if self.baseline < 1 else math.nan
+        return self.value
+
 
 def z_value(confidence: float) -> float:
     """The two-sided normal quantile of ``confidence`` (1.96 at 0.95)."""

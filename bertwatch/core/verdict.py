@@ -178,13 +178,16 @@ class Verdict:
     decided first; ``known``: False for a "healthy" level that no evidence of learning backs (its label is then
     "cannot tell"); ``evidence``: how far the strongest-ranked reading (an evaluation, else the training loss, else
     the probe loss) lies on the learning side of its line, in standard errors (``core.readings.Reading``), NaN
-    without one. ``rank`` orders runs from the most to the least likely to fail."""
+    without one; ``margin``: how far the same reading lies on the learning side of the constant prediction's, as
+    a share of what the constant leaves to learn (``Reading.margin``: 0 the constant's, 1 perfect). ``rank``
+    orders runs from the most to the least likely to fail."""
 
     step: int
     level: int
     reasons: tuple[str, ...] = ()
     known: bool = True
     evidence: float = math.nan
+    margin: float = math.nan
 
     @property
     def label(self) -> str:
@@ -192,11 +195,13 @@ class Verdict:
 
     @property
     def rank(self) -> float:
-        """A failure score: the level, ties broken by the evidence against learning (``level`` + a share in (0,
-        1) that grows as ``evidence`` falls; a half where it is unknown). The higher, the likelier the run fails."""
-        if not math.isfinite(self.evidence):
+        """A failure score: the level, ties broken by the margin of learning (``level`` + a share in (0, 1) that
+        grows as ``margin`` falls: 1 / (1 + e^(10 × margin)); a half where it is unknown). The higher, the likelier
+        the run fails. The margin, not the evidence in standard errors, breaks the ties: a share of the constant's
+        loss is comparable between runs, a standard error from a few noisy logs is not."""
+        if not math.isfinite(self.margin):
             return self.level + 0.5
-        return self.level + 1 / (1 + math.exp(max(-50.0, min(50.0, self.evidence / 2))))
+        return self.level + 1 / (1 + math.exp(max(-50.0, min(50.0, 10 * self.margin))))
 
     def describe(self) -> str:
         """``failing: reason; reason`` (the label alone without reasons)."""
@@ -214,6 +219,12 @@ class _Finding:
     text: str
     final: bool = False
     evidence: float = math.nan
+    margin: float = math.nan
+
+
+def _measures(reading) -> dict[str, float]:
+    """What a finding keeps of the reading it rests on (``core.readings.Reading``): its evidence and margin."""
+    return {"evidence": reading.evidence, "margin": reading.margin}
 
 
 def _finite(value: float | None) -> bool:
@@ -331,9 +342,9 @@ def _probe_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | Non
         out.append(_Finding("risk", "probe", step, f"{gradient} at step {step}"))
     if reading is not None and reading.learning is not None:
         kind = "learning" if reading.learning else "risk"
-        out.append(_Finding(kind, "probe", step, reading.text, evidence=reading.evidence))
+        out.append(_Finding(kind, "probe", step, reading.text, **_measures(reading)))
     elif reading is not None:
-        out.append(_Finding("unsure", "probe", step, reading.text, evidence=reading.evidence))
+        out.append(_Finding("unsure", "probe", step, reading.text, **_measures(reading)))
     return out
 
 
@@ -348,7 +359,7 @@ def _evaluation_findings(e: Evidence, s: VerdictSettings, z: float, hold: float 
         return []
     newest = readings[-1]
     found = _evaluation_finding(e, newest, readings, hold)
-    return [replace(found, evidence=newest.evidence)]
+    return [replace(found, **_measures(newest))]
 
 
 def _evaluation_finding(e: Evidence, newest: Any, readings: list, hold: float | None) -> _Finding:
@@ -395,13 +406,13 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     if reading is None:
         return []
     if reading.learning is None:
-        return [_Finding("unsure", "training loss", reading.step, reading.text, evidence=reading.evidence)]
+        return [_Finding("unsure", "training loss", reading.step, reading.text, **_measures(reading))]
     if reading.learning:
-        return [_Finding("learning", "training loss", reading.step, reading.text, evidence=reading.evidence)]
+        return [_Finding("learning", "training loss", reading.step, reading.text, **_measures(reading))]
     ended = e.max_steps is not None and step >= e.max_steps
     if ended:
         text = f"{reading.text} at the end of training: the run ends without learning its training set"
-        return [_Finding("failing", "training loss", int(since), text, evidence=reading.evidence)]
+        return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
     warmed = _warm_up_end(e.rates)
     if warmed is None:
         return []  # still warming up: a loss at its start says nothing yet
@@ -415,9 +426,9 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
             f"{reading.text}, at or above it over the last {_span(span, e.max_steps)} after the warm-up "
             f"({len(after)} logs), and not falling"
         )
-        return [_Finding("failing", "training loss", int(since), text, evidence=reading.evidence)]
+        return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
     trend = ", falling" if falling else ""
-    return [_Finding("risk", "training loss", reading.step, f"{reading.text}{trend}", evidence=reading.evidence)]
+    return [_Finding("risk", "training loss", reading.step, f"{reading.text}{trend}", **_measures(reading))]
 
 
 def _warm_up_end(rates: Sequence[tuple[int, float]]) -> int | None:
@@ -463,16 +474,17 @@ def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdic
     return _weigh(step, findings, ended)
 
 
-def _strongest_evidence(findings: list[_Finding]) -> float:
-    """The evidence of the strongest-ranked reading with a measure (the newest of its rank)."""
-    measured = [f for f in findings if _finite(f.evidence)]
+def _strongest_measures(findings: list[_Finding]) -> dict[str, float]:
+    """The evidence and margin of the strongest-ranked reading with a measure (the newest of its rank)."""
+    measured = [f for f in findings if _finite(f.evidence) or _finite(f.margin)]
     if not measured:
-        return math.nan
-    return max(measured, key=lambda f: (_RANK[f.source], f.since)).evidence
+        return {}
+    strongest = max(measured, key=lambda f: (_RANK[f.source], f.since))
+    return {"evidence": strongest.evidence, "margin": strongest.margin}
 
 
 def _weigh(step: int, findings: list[_Finding], ended: bool = False) -> Verdict:
-    evidence = _strongest_evidence(findings)
+    measures = _strongest_measures(findings)
     findings = [f for f in findings if f.kind != "unsure"]
     learning = [f for f in findings if f.kind == "learning"]
     clear_eval = [f.since for f in learning if f.source == "evaluation"]
@@ -486,10 +498,10 @@ def _weigh(step: int, findings: list[_Finding], ended: bool = False) -> Verdict:
     standing = [f for f in risks if not outweighed(f)]
     by_rank = sorted(learning, key=lambda f: -_RANK[f.source])
     if failing:
-        return Verdict(step, 2, tuple(f.text for f in failing + standing), evidence=evidence)
+        return Verdict(step, 2, tuple(f.text for f in failing + standing), **measures)
     if standing:
-        return Verdict(step, 1, tuple(f.text for f in standing + by_rank), evidence=evidence)
+        return Verdict(step, 1, tuple(f.text for f in standing + by_rank), **measures)
     weighed = [f"{f.text} (outweighed)" for f in risks]
     if by_rank:
-        return Verdict(step, 0, tuple(f.text for f in by_rank) + tuple(weighed), evidence=evidence)
-    return Verdict(step, 0, (NOTHING_AT_END if ended else NOTHING_YET,), known=False, evidence=evidence)
+        return Verdict(step, 0, tuple(f.text for f in by_rank) + tuple(weighed), **measures)
+    return Verdict(step, 0, (NOTHING_AT_END if ended else NOTHING_YET,), known=False, **measures)

@@ -6,7 +6,7 @@ A run is one training (one ``trainer.train()``): one bertwatch event file (``*.b
 ``hp_name`` share one folder). Its verdict is read from the ``verdict`` series and text
 (``report.events.read_series_and_texts``, ``verdict_steps``), its setting (learning rate, seed, ``max_steps``) and
 whether it ended from the Trainer's own event file of the same name without ``.bertwatch``
-(``report.events.trainer_run``: ``report_to="tensorboard"``; else the folder's Trainer files by their order). Ranked by ``core.verdict.Verdict.rank`` (the level, ties broken by the evidence).
+(``report.events.trainer_run``: ``report_to="tensorboard"``; else the folder's Trainer files by their order). Ranked by ``core.verdict.Verdict.rank`` (the level, ties broken by the margin of learning).
 Torch-free.
 """
 
@@ -105,7 +105,8 @@ def read_run_verdict(file: Path, name: str, siblings: Sequence[Path] = ()) -> Sw
     column = {name: dict(zip(series["steps"], values[:, i])) for i, name in enumerate(series["names"])}
     known, step, level, reasons = column.get("known", {}), *judged[-1]
     evidence = float(column.get("evidence", {}).get(step, math.nan))
-    verdict = Verdict(step, level, tuple(reasons), bool(known.get(step, 1)), evidence)
+    margin = float(column.get("margin", {}).get(step, math.nan))
+    verdict = Verdict(step, level, tuple(reasons), bool(known.get(step, 1)), evidence, margin)
     history = tuple((s, Verdict(s, lv, known=bool(known.get(s, 1))).label) for s, lv, _ in judged)
     trainer = trainer_run(_trainer_files(file, list(siblings) or [file]))
     args = trainer["args"]
@@ -221,6 +222,7 @@ def sweep_json(runs: Sequence[SweepRun], root: str) -> dict[str, Any]:
                 "label": run.verdict.label,
                 "known": run.verdict.known,
                 "evidence": finite(run.verdict.evidence),
+                "margin": finite(run.verdict.margin),
                 "rank": run.verdict.rank,
                 "step": run.verdict.step,
                 "max_steps": run.max_steps,

@@ -244,7 +244,7 @@ def test_layer_gradients_off_leaves_the_gradient_norms_out_and_the_rest_alike(tm
 
 def test_the_verdict_reaches_an_mlflow_run_beside_the_layer_means(tmp_path, monkeypatch) -> None:
     """A real MLflow file store: at each probe step the run's metrics hold ``bertwatch/verdict/level``, ``known``,
-    ``evidence`` and ``rank``, the numbers of the verdict series bertwatch writes to its event file."""
+    ``evidence``, ``margin`` and ``rank``, the numbers of the verdict series bertwatch writes to its event file."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store behind this switch
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "bertwatch-verdict")
@@ -261,15 +261,17 @@ def test_the_verdict_reaches_an_mlflow_run_beside_the_layer_means(tmp_path, monk
 
     probed = [step for step, _ in callback.health]
     written = {e.step: tensor_util.make_ndarray(e.tensor_proto).reshape(-1) for e in _series(tmp_path, VERDICT_SERIES)}
-    level, known, evidence, rank = rows("level"), rows("known"), rows("evidence"), rows("rank")
+    level, known, evidence, margin, rank = (rows(n) for n in ("level", "known", "evidence", "margin", "rank"))
     assert sorted(level) == sorted(known) == sorted(rank) == probed == [0, 2, 4, 6]
     assert level == {0: 0.0, 2: 1.0, 4: 2.0, 6: 2.0}  # cannot tell, at risk, failing once it held 20% of training
     assert known == {0: 0.0, 2: 1.0, 4: 1.0, 6: 1.0}
     for step in probed:
         assert [level[step], known[step]] == pytest.approx(written[step][:2].tolist())
-        score = float(written[step][2])
+        score, share = float(written[step][2]), float(written[step][3])
         assert evidence.get(step, math.nan) == pytest.approx(score, rel=1e-5, nan_ok=True)
-        assert rank[step] == pytest.approx(Verdict(step, int(level[step]), evidence=score).rank, rel=1e-5)
+        assert margin.get(step, math.nan) == pytest.approx(share, rel=1e-5, nan_ok=True)
+        assert rank[step] == pytest.approx(Verdict(step, int(level[step]), margin=share).rank, rel=1e-5)
         assert level[step] <= rank[step] <= level[step] + 1
     assert evidence and all(math.isfinite(v) for v in evidence.values())
+    assert margin and all(math.isfinite(v) for v in margin.values())
     assert (metrics / "bertwatch" / "run_health").is_dir()  # beside the run-health signals, as before

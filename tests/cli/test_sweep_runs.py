@@ -22,13 +22,13 @@ MAX_STEPS = 100
 
 def _write_run(folder, history, learning_rate=None, seed=None, ended=False) -> None:
     """A run as bertwatch and the Trainer write it: the ``verdict`` series and text at each judged step
-    (``history``: ``(step, level, known, evidence, reason)``), and, with a ``learning_rate``, the Trainer's own
+    (``history``: ``(step, level, known, evidence, reason)``; its margin a tenth of its evidence), and, with a ``learning_rate``, the Trainer's own
     event file with its ``args`` text (and ``train/train_runtime`` once it ``ended``)."""
     from torch.utils.tensorboard import SummaryWriter as TrainerWriter
 
     with SummaryWriter(str(folder)) as writer:
         for step, level, known, evidence, reason in history:
-            values = {"level": float(level), "known": float(known), "evidence": evidence}
+            values = {"level": float(level), "known": float(known), "evidence": evidence, "margin": evidence / 10}
             writer.add_named_values(VERDICT_SERIES, values, step, "the verdict")
             writer.add_step_text(VERDICT_SERIES, [reason] if reason else [], step, "reasons")
     if learning_rate is None:
@@ -78,7 +78,7 @@ def test_every_run_is_ranked_worst_first_with_its_setting_and_strip(sweep_dir) -
     ranks = [run.verdict.rank for run in runs]
     assert ranks == sorted(ranks, reverse=True)
     assert [run.verdict.label for run in runs[:6]] == ["failing"] * 6
-    assert runs[0].name == "trials#1"  # the lowest evidence of the failing runs: the likeliest to fail
+    assert runs[0].name == "trials#1"  # the lowest margin of the failing runs: the likeliest to fail
     trials = {run.name: run for run in runs if run.name.startswith("trials")}
     assert [(r.learning_rate, r.seed, r.verdict.step, r.ended) for r in trials.values()] == [
         (0.5, 40, 8, True),
@@ -86,13 +86,13 @@ def test_every_run_is_ranked_worst_first_with_its_setting_and_strip(sweep_dir) -
     ]  # each trial of the shared folder with its own Trainer file
     high = {run.name: run for run in runs}["lr-high-1"]
     assert (high.learning_rate, high.seed, high.max_steps, high.ended) == (2e-3, 1, MAX_STEPS, False)
-    assert high.verdict == Verdict(30, 2, ("failing 1",), True, -4.0)
+    assert high.verdict == Verdict(30, 2, ("failing 1",), True, -4.0, pytest.approx(-0.4))
     assert strip(high.history) == "?!X" and high.steps_left == 70
     good = {run.name: run for run in runs}["nested/good-0"]
     assert good.verdict.label == "healthy" and strip(good.history) == "?!++" and good.ended
     young = {run.name: run for run in runs}["young-0"]
     assert young.verdict.label == "cannot tell" and strip(young.history) == "?"
-    # the healthy runs by their evidence, the strongest last
+    # the healthy runs by their margin, the strongest last
     assert [run.name for run in runs[-6:]] == [
         "young-0", "young-1", "trials#2", "nested/good-0", "nested/good-1", "nested/good-2"
     ]  # fmt: skip

@@ -127,6 +127,22 @@ def test_each_readings_evidence_is_its_distance_past_the_line_in_standard_errors
     assert reading.evidence == pytest.approx((0.95 * 0.693 - np.mean(window)) / (noise / math.sqrt(4)), rel=1e-9)
 
 
+def test_each_readings_margin_is_its_share_of_what_the_constant_leaves_to_learn() -> None:
+    constant = Constant(share=0.523, entropy=0.692, examples=500)
+    assert evaluation(100, {"eval_accuracy": 0.648}, constant).margin == pytest.approx((0.648 - 0.523) / 0.477)
+    assert evaluation(100, {"eval_accuracy": 0.4}, constant).margin < 0  # worse than the majority
+    assert evaluation(9, {"eval_mcc": -0.1}, constant).margin == pytest.approx(-0.1)
+    health = {LOSS_MEAN: 0.52, LOSS_STD: 0.3, LOSS_EXAMPLES: 32.0, PRIOR_LOSS: 0.65}
+    assert probe_loss(health).margin == pytest.approx((0.65 - 0.52) / 0.65)
+    logged = [(10 * k, 0.69 - 0.01 * k + 0.003 * (-1) ** k) for k in range(1, 11)]
+    window = [v for s, v in logged[1:] if s > 60]
+    assert training_loss(logged, 60, 0.693).margin == pytest.approx((0.693 - np.mean(window)) / 0.693, rel=1e-12)
+    # the margin does not grow with the sample, the evidence does
+    small, large = (Constant(share=0.523, entropy=0.692, examples=n) for n in (50, 5000))
+    a, b = (evaluation(1, {"eval_accuracy": 0.6}, c) for c in (small, large))
+    assert a.margin == b.margin and b.evidence == pytest.approx(a.evidence * 10)
+
+
 def test_an_evaluation_reads_matthews_correlation_against_zero() -> None:
     constant = Constant(share=0.7, entropy=0.61, examples=400)
     up = evaluation(9, {"eval_matthews_correlation": 0.2, "eval_loss": 0.9}, constant)

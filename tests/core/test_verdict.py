@@ -354,20 +354,23 @@ def test_settings_are_checked() -> None:
         VerdictSettings(layer_gradients="yes")
 
 
-def test_the_rank_orders_by_level_then_by_the_evidence_against_learning() -> None:
+def test_the_rank_orders_by_level_then_by_the_margin_of_learning() -> None:
     from bertwatch.core.verdict import Verdict
 
     ranks = [
-        Verdict(1, 0, evidence=5.0).rank,
-        Verdict(1, 0, evidence=0.0).rank,
-        Verdict(1, 0).rank,  # no measure: the middle of its level
-        Verdict(1, 0, evidence=-3.0).rank,
-        Verdict(1, 1, evidence=4.0).rank,
-        Verdict(1, 2, evidence=9.0).rank,
-        Verdict(1, 2, evidence=-9.0).rank,
+        Verdict(1, 0, margin=0.5).rank,
+        Verdict(1, 0, margin=0.0).rank,
+        Verdict(1, 0, evidence=-3.0).rank,  # no margin: the middle of its level, whatever the evidence
+        Verdict(1, 0, margin=-0.3).rank,
+        Verdict(1, 1, margin=0.4).rank,
+        Verdict(1, 2, margin=0.9).rank,
+        Verdict(1, 2, margin=-0.9).rank,
     ]
-    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks) - 1  # evidence 0 and none both sit at +0.5
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks) - 1  # margin 0 and none both sit at +0.5
     assert all(0 <= r - level < 1 for r, level in zip(ranks, (0, 0, 0, 0, 1, 2, 2)))
+    # two runs at the same level: the one whose loss sits nearer the constant's ranks as likelier to fail,
+    # however many standard errors a noise estimate puts either at
+    assert Verdict(1, 1, evidence=9.0, margin=0.02).rank > Verdict(1, 1, evidence=1.0, margin=0.3).rank
 
 
 def test_the_verdicts_evidence_is_the_strongest_ranked_reading() -> None:
@@ -375,5 +378,7 @@ def test_the_verdicts_evidence_is_the_strongest_ranked_reading() -> None:
     verdict = judge(e)
     n, m, accuracy = 500, 0.523, 0.648
     assert verdict.evidence == pytest.approx((accuracy - m) / math.sqrt(m * (1 - m) / n), rel=1e-9)
+    assert verdict.margin == pytest.approx((accuracy - m) / (1 - m), rel=1e-9)
     e.evaluations.clear()  # the probe loss alone: its own evidence, even where it cannot tell
     assert judge(e).evidence == pytest.approx((0.95 * 0.621 - 0.689) / (0.55 / math.sqrt(31)), rel=1e-9)
+    assert judge(e).margin == pytest.approx((0.621 - 0.689) / 0.621, rel=1e-9)
