@@ -7,7 +7,8 @@ import json
 from collections.abc import Sequence
 
 from bertwatch.cli.argv import command_parser
-from bertwatch.report.sweep_table import read_sweep, sweep_json, sweep_lines
+from bertwatch.core.sweep import sweep_json
+from bertwatch.report.sweep_table import read_sweep, sweep_lines
 
 
 def _sweep_parser() -> argparse.ArgumentParser:

@@ -11,6 +11,7 @@ import numpy as np
 
 from bertwatch.core.alerts import episodes
 from bertwatch.core.baseline import ConstantComparison
+from bertwatch.core.sweep import TRAINER_ARGS_TAG, TRAINER_END_TAG
 from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.report.result import AblationResult
 from bertwatch.tb import metadata as md
@@ -96,10 +97,6 @@ def read_series_and_texts(files: Sequence[Path]) -> dict[str, Any]:
     return {"series": named, "texts": texts}
 
 
-#: The Trainer's own scalar that says its training ended (logged once, by ``Trainer.train`` at its end).
-TRAINER_END_TAG = "train/train_runtime"
-
-
 def trainer_run(files: Sequence[Path]) -> dict[str, Any]:
     """What the Trainer's own TensorBoard event ``files`` (``report_to="tensorboard"``) say of a run: ``args``,
     its ``TrainingArguments`` as logged (the ``args`` text; empty when absent or unreadable), ``last_step``, the
@@ -115,7 +112,7 @@ def trainer_run(files: Sequence[Path]) -> dict[str, Any]:
             for value in event.summary.value:
                 found["last_step"] = max(int(event.step), found["last_step"] or 0)
                 found["ended"] = found["ended"] or value.tag == TRAINER_END_TAG
-                if value.tag.split("/")[0] == "args" and value.HasField("tensor"):
+                if value.tag.split("/")[0] == TRAINER_ARGS_TAG and value.HasField("tensor"):
                     text = _decoded(np.asarray(tensor_util.make_ndarray(value.tensor), dtype=object).reshape(-1)[0])
                     try:
                         found["args"] = dict(json.loads(text))

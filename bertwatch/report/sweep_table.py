@@ -6,29 +6,23 @@ A run is one training (one ``trainer.train()``): one bertwatch event file (``*.b
 ``hp_name`` share one folder). Its verdict is read from the ``verdict`` series and text
 (``report.events.read_series_and_texts``, ``verdict_steps``), its setting (learning rate, seed, ``max_steps``) and
 whether it ended from the Trainer's own event file of the same name without ``.bertwatch``
-(``report.events.trainer_run``: ``report_to="tensorboard"``; else the folder's Trainer files by their order). Ranked by ``core.verdict.Verdict.rank`` (the level, ties broken by the margin of learning).
+(``report.events.trainer_run``: ``report_to="tensorboard"``; else the folder's Trainer files by their order). Ranked and
+stripped by ``core.sweep`` (the verdict's failure rank: the level, ties broken by the margin of learning).
 Torch-free.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict
+from bertwatch.core.sweep import SweepRun, ranked, stop_now, strip, sweep_run
+from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.report.events import read_series_and_texts, trainer_run, verdict_steps
 
-__all__ = ["SweepRun", "find_runs", "read_sweep", "stop_now", "strip", "sweep_json", "sweep_lines"]
-
-#: One character a judged step in the history strip: healthy, cannot tell, at risk, failing.
-STRIP_MARKS = {"healthy": "+", "cannot tell": "?", "at risk": "!", "failing": "X"}
-#: The widest strip: longer histories show the worst level of each of this many equal stretches of steps.
-STRIP_WIDTH = 24
+__all__ = ["find_runs", "read_sweep", "sweep_lines"]
 
 
 def _is_bertwatch_file(path: Path) -> bool:
@@ -45,38 +39,6 @@ def find_runs(root: str | Path) -> list[Path]:
     if not top.exists():
         raise FileNotFoundError(f"{top} does not exist; pass the log folder the sweep's runs write under")
     return sorted((p for p in top.rglob("*tfevents*") if _is_bertwatch_file(p)), key=lambda p: (p.parent, p.name))
-
-
-@dataclass(frozen=True)
-class SweepRun:
-    """One run of a sweep: ``name`` (its folder under the log folder, ``#n`` for the n-th run of a folder),
-    ``verdict`` (the last judged, with its
-    reasons), ``history`` (``(step, label)`` of every judged step), its setting as the Trainer logged it
-    (``learning_rate``, ``seed``, ``max_steps``; None where it did not), and ``ended``: the Trainer logged the
-    end of its training."""
-
-    name: str
-    verdict: Verdict
-    history: tuple[tuple[int, str], ...]
-    learning_rate: float | None = None
-    seed: int | None = None
-    max_steps: int | None = None
-    ended: bool = False
-    args: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @property
-    def steps_left(self) -> int | None:
-        """The steps stopping it now would save (None where ``max_steps`` is unknown; 0 once it ended)."""
-        if self.ended:
-            return 0
-        return None if self.max_steps is None else max(0, self.max_steps - self.verdict.step)
-
-
-def _number(value: Any, kind: type) -> Any:
-    try:
-        return None if value is None else kind(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def _trainer_files(file: Path, siblings: Sequence[Path]) -> list[Path]:
@@ -102,25 +64,9 @@ def read_run_verdict(file: Path, name: str, siblings: Sequence[Path] = ()) -> Sw
         return None
     series = training["series"][VERDICT_SERIES]
     values = np.asarray(series["values"], dtype=np.float64)
-    column = {name: dict(zip(series["steps"], values[:, i])) for i, name in enumerate(series["names"])}
-    known, step, level, reasons = column.get("known", {}), *judged[-1]
-    evidence = float(column.get("evidence", {}).get(step, math.nan))
-    margin = float(column.get("margin", {}).get(step, math.nan))
-    verdict = Verdict(step, level, tuple(reasons), bool(known.get(step, 1)), evidence, margin)
-    history = tuple((s, Verdict(s, lv, known=bool(known.get(s, 1))).label) for s, lv, _ in judged)
+    column = {key: dict(zip(series["steps"], values[:, i])) for i, key in enumerate(series["names"])}
     trainer = trainer_run(_trainer_files(file, list(siblings) or [file]))
-    args = trainer["args"]
-    max_steps = _number(args.get("max_steps"), int)
-    return SweepRun(
-        name=name,
-        verdict=verdict,
-        history=history,
-        learning_rate=_number(args.get("learning_rate"), float),
-        seed=_number(args.get("seed"), int),
-        max_steps=max_steps if max_steps is not None and max_steps > 0 else None,
-        ended=bool(trainer["ended"]),
-        args=args,
-    )
+    return sweep_run(name, judged, column, trainer["args"], bool(trainer["ended"]))
 
 
 def read_sweep(root: str | Path) -> list[SweepRun]:
@@ -144,28 +90,7 @@ def read_sweep(root: str | Path) -> list[SweepRun]:
             name = shown if len(own) == 1 else f"{shown}#{number}"
             run = read_run_verdict(file, name, own)
             runs += [run] if run is not None else []
-    return sorted(runs, key=lambda r: (-r.verdict.rank, r.name))
-
-
-def stop_now(runs: Sequence[SweepRun]) -> list[SweepRun]:
-    """The failing runs that have not ended: stopping them now loses nothing the verdict expects them to give."""
-    return [run for run in runs if run.verdict.level == LEVELS.index("failing") and not run.ended]
-
-
-def strip(history: Sequence[tuple[int, str]], width: int = STRIP_WIDTH) -> str:
-    """The verdict over the judged steps, one mark a step (``STRIP_MARKS``: ``+`` healthy, ``?`` cannot tell,
-    ``!`` at risk, ``X`` failing); over ``width`` steps, the worst of each of ``width`` equal stretches.
-
-    Example:
-        >>> strip([(0, "cannot tell"), (2, "at risk"), (4, "failing")])
-        '?!X'
-    """
-    order = ["healthy", "cannot tell", "at risk", "failing"]
-    labels = [label for _, label in history]
-    if len(labels) > width:
-        edges = np.linspace(0, len(labels), width + 1).astype(int)
-        labels = [max(labels[a:b], key=order.index) for a, b in zip(edges[:-1], edges[1:])]
-    return "".join(STRIP_MARKS[label] for label in labels)
+    return ranked(runs)
 
 
 def _shown(value: float | int | None) -> str:
@@ -204,37 +129,3 @@ def _stop_lines(stop: Sequence[SweepRun]) -> list[str]:
     unknown = sum(s is None for s in saved)
     more = f" and the unknown rest of {unknown} (no max_steps logged)" if unknown else ""
     return [f"stop these now: {each}", f"  saves {total} training steps{more}"]
-
-
-def sweep_json(runs: Sequence[SweepRun], root: str) -> dict[str, Any]:
-    """The same table as a JSON-ready dict: ``runs`` worst first, ``stop_now`` and ``steps_saved``."""
-    stop = stop_now(runs)
-
-    def finite(value: float) -> float | None:
-        return value if math.isfinite(value) else None
-
-    return {
-        "root": root,
-        "runs": [
-            {
-                "run": run.name,
-                "level": run.verdict.level,
-                "label": run.verdict.label,
-                "known": run.verdict.known,
-                "evidence": finite(run.verdict.evidence),
-                "margin": finite(run.verdict.margin),
-                "rank": run.verdict.rank,
-                "step": run.verdict.step,
-                "max_steps": run.max_steps,
-                "ended": run.ended,
-                "reasons": list(run.verdict.reasons),
-                "history": [{"step": s, "label": label} for s, label in run.history],
-                "strip": strip(run.history),
-                "learning_rate": run.learning_rate,
-                "seed": run.seed,
-            }
-            for run in runs
-        ],
-        "stop_now": [{"run": run.name, "steps_left": run.steps_left} for run in stop],
-        "steps_saved": sum(run.steps_left or 0 for run in stop),
-    }

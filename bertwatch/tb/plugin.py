@@ -39,7 +39,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from bertwatch.tb import layer_outliers, measures, run_verdict
+from bertwatch.tb import layer_outliers, measures, run_verdict, runs_route
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import Queries
 
@@ -140,6 +140,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
             "/series": self._serve_series,
             "/alerts": self._serve_alerts,
             "/verdict": self._serve_verdict,
+            "/runs": self._serve_runs,
             "/outliers": self._serve_outliers,
         }
 
@@ -247,6 +248,10 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     @json_route(lambda r: (arg(r, "run"),))
     def _serve_verdict(self):
         return functools.partial(run_verdict.run_verdict, self.queries)
+
+    @json_route(lambda r: ())
+    def _serve_runs(self):
+        return functools.partial(runs_route.runs_table, self.queries)
 
     @json_route(lambda r: (arg(r, "run"), int_arg(r, "step", required=False)))
     def _serve_outliers(self):

@@ -22,7 +22,7 @@ from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import DOWNSAMPLE
 from bertwatch.tb.series import f32_list
 
-__all__ = ["health_lines", "run_verdict", "since_step"]
+__all__ = ["health_lines", "run_verdict", "since_step", "verdict_texts"]
 
 
 def since_step(steps: list[int], levels: list[int]) -> int | None:
@@ -68,7 +68,7 @@ def health_lines(names: list[str], values: np.ndarray, settings: VerdictSettings
     }
 
 
-def _texts(queries, ctx, eid, run: str) -> tuple[dict[int, list[str]], dict]:
+def verdict_texts(queries, ctx, eid, run: str) -> tuple[dict[int, list[str]], dict]:
     """``{step: reasons}`` of the run's ``verdict`` text, and its metadata content (empty when absent)."""
     tag = md.text_tag(VERDICT_SERIES)
     listing = queries.run_tensors(ctx, eid, run, [tag])
@@ -116,7 +116,7 @@ def run_verdict(queries, ctx, eid, run: str) -> dict[str, Any]:
     labels = [CANNOT_TELL if levels[k] == 0 and known[i] == 0 else LEVELS[levels[k]] for k, i in enumerate(keep)]
     if not steps:
         raise errors.NotFoundError("no verdict in run %r" % run)
-    texts, content = _texts(queries, ctx, eid, run)
+    texts, content = verdict_texts(queries, ctx, eid, run)
     settings = _settings(content)
     reasons = [texts.get(step) for step in steps]
     health: dict[str, Any] = {"steps": []}

@@ -11,36 +11,12 @@ import time
 import pytest
 
 from bertwatch.cli import main
-from bertwatch.core.verdict import NOTHING_YET, VERDICT_SERIES, Verdict
-from bertwatch.report.sweep_table import read_sweep, strip
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.core.sweep import strip
+from bertwatch.core.verdict import NOTHING_YET, Verdict
+from bertwatch.report.sweep_table import read_sweep
+from tests.support.sweep_logs import MAX_STEPS, write_run
 
 pytestmark = pytest.mark.fast
-
-MAX_STEPS = 100
-
-
-def _write_run(folder, history, learning_rate=None, seed=None, ended=False) -> None:
-    """A run as bertwatch and the Trainer write it: the ``verdict`` series and text at each judged step
-    (``history``: ``(step, level, known, evidence, reason)``; its margin a tenth of its evidence), and, with a ``learning_rate``, the Trainer's own
-    event file with its ``args`` text (and ``train/train_runtime`` once it ``ended``)."""
-    from torch.utils.tensorboard import SummaryWriter as TrainerWriter
-
-    with SummaryWriter(str(folder)) as writer:
-        for step, level, known, evidence, reason in history:
-            values = {"level": float(level), "known": float(known), "evidence": evidence, "margin": evidence / 10}
-            writer.add_named_values(VERDICT_SERIES, values, step, "the verdict")
-            writer.add_step_text(VERDICT_SERIES, [reason] if reason else [], step, "reasons")
-    if learning_rate is None:
-        return
-    trainer = TrainerWriter(log_dir=str(folder))
-    args = {"learning_rate": learning_rate, "seed": seed, "max_steps": MAX_STEPS, "output_dir": "out"}
-    trainer.add_text("args", json.dumps(args))
-    for step, *_ in history:
-        trainer.add_scalar("train/loss", 0.5, step)
-    if ended:
-        trainer.add_scalar("train/train_runtime", 12.0, MAX_STEPS)
-    trainer.close()
 
 
 @pytest.fixture
@@ -52,23 +28,23 @@ def sweep_dir(tmp_path):
     dull = "the probe loss not learning since step 0"
     for i, step in enumerate((20, 30, 40)):
         hist = [(0, 0, 0, math.nan, NOTHING_YET), (10, 1, 1, -1.0, dull), (step, 2, 1, -3.0 - i, f"failing {i}")]
-        _write_run(root / f"lr-high-{i}", hist, learning_rate=1e-3 * (i + 1), seed=i)
-    _write_run(root / "ended-failing", [(0, 0, 0, math.nan, NOTHING_YET), (100, 2, 1, -2.0, "ends")], 5e-3, 9, True)
+        write_run(root / f"lr-high-{i}", hist, learning_rate=1e-3 * (i + 1), seed=i)
+    write_run(root / "ended-failing", [(0, 0, 0, math.nan, NOTHING_YET), (100, 2, 1, -2.0, "ends")], 5e-3, 9, True)
     for i, evidence in enumerate((-0.5, 0.5)):
-        _write_run(root / f"risky-{i}", [(0, 0, 0, math.nan, NOTHING_YET), (30, 1, 1, evidence, dull)], 1e-4, 10 + i)
+        write_run(root / f"risky-{i}", [(0, 0, 0, math.nan, NOTHING_YET), (30, 1, 1, evidence, dull)], 1e-4, 10 + i)
     for i in range(3):
         hist = [(0, 0, 0, math.nan, NOTHING_YET), (10, 1, 1, 0.2, dull)] + [
             (s, 0, 1, 5.0 + i, "learns") for s in (20, 30)
         ]
-        _write_run(root / "nested" / f"good-{i}", hist, learning_rate=2e-5, seed=20 + i, ended=i == 0)
+        write_run(root / "nested" / f"good-{i}", hist, learning_rate=2e-5, seed=20 + i, ended=i == 0)
     for i in range(2):
-        _write_run(root / f"young-{i}", [(0, 0, 0, math.nan, NOTHING_YET)], learning_rate=3e-5, seed=30 + i)
-    _write_run(root / "no-trainer-logs", [(0, 0, 0, math.nan, NOTHING_YET), (50, 2, 1, -1.0, "collapsed")])
+        write_run(root / f"young-{i}", [(0, 0, 0, math.nan, NOTHING_YET)], learning_rate=3e-5, seed=30 + i)
+    write_run(root / "no-trainer-logs", [(0, 0, 0, math.nan, NOTHING_YET), (50, 2, 1, -1.0, "collapsed")])
     (root / "empty").mkdir()
     # two trials of hyperparameter_search without hp_name: one folder, a bertwatch and a Trainer file each
-    _write_run(root / "trials", [(0, 0, 0, math.nan, NOTHING_YET), (8, 2, 1, -6.0, "diverged")], 0.5, 40, True)
+    write_run(root / "trials", [(0, 0, 0, math.nan, NOTHING_YET), (8, 2, 1, -6.0, "diverged")], 0.5, 40, True)
     time.sleep(1.1)  # event files are named by the second they start in
-    _write_run(root / "trials", [(0, 0, 0, math.nan, NOTHING_YET), (20, 0, 1, 4.0, "learns")], 1e-5, 41)
+    write_run(root / "trials", [(0, 0, 0, math.nan, NOTHING_YET), (20, 0, 1, 4.0, "learns")], 1e-5, 41)
     return root
 
 
