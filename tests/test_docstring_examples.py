@@ -30,6 +30,7 @@ RUN = (
     "bertwatch.report.changes",
     "bertwatch.report.html",
     "bertwatch.report.sweep_table",
+    "bertwatch.core.sweep_verdicts",
     "bertwatch.report.markup",
     "bertwatch.report.ship_section",
     "bertwatch.probe.measurements",

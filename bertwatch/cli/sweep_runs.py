@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 
 from bertwatch.cli.argv import command_parser
-from bertwatch.core.sweep import sweep_json
+from bertwatch.core.sweep_verdicts import sweep_json
 from bertwatch.report.sweep_table import read_sweep, sweep_lines
 
 

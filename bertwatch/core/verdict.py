@@ -12,20 +12,17 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
 - **failing at once**, whatever the cadence: a non-finite probe loss, layer gradient, logged training loss or
   evaluation loss; every probe prediction in one class (``collapse_share``) *and* the lower layers' gradient norm
   below ``vanish_fraction`` of the reference's (Mosbach et al.'s mark of a failed run);
-- **failing once it has held** ``hold`` steps: the training loss not learning over the last ``hold`` steps (against
-  the constant prediction's loss on the training labels, else its own first log), the learning rate in its decay
-  all that time; evaluations no better than the majority class since ``hold`` steps; the probe predictions
-  collapsed with the probe loss not learning at every probe pass over ``hold`` steps.
-- **failing at the end of training**: an evaluation that cannot show the run better than the majority class, or
-  the probe predictions collapsed to one class (the final model predicts a constant: a failed run).
-  An evaluation clearly better than the constant prediction at or after the start of such a finding overrules it.
-- **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss not learning,
-  an evaluation not clearly better than the majority, the training loss not learning in the learning rate's
-  decay, ``alerts_at_risk`` stability alerts in force; each outweighed by clear learning from evidence at least as
-  strong and as recent (an evaluation over the eval set > the logged training loss > the 32-example probe set >
-  the stability alerts).
-- **healthy** otherwise; its reasons give the evidence of learning, or say that there is none yet (``NOTHING_YET``:
-  no trouble seen, but nothing shows learning either).
+- **failing once it has held** ``hold`` steps: the training loss's interval at or above the constant prediction's
+  own loss after the warm-up (``MIN_LOGS`` logs at least) and not clearly falling; evaluations no better than the
+  majority class; the probe predictions collapsed with the probe loss not learning at every pass.
+- **failing at the end of training**: an evaluation that cannot show the run better than the majority class, the
+  training loss never below the line, or the probe predictions collapsed to one class. An evaluation clearly
+  better than the constant prediction at or after the start of such a finding overrules it.
+- **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss, an evaluation
+  or the training loss (after the warm-up) not learning, ``alerts_at_risk`` stability alerts in force; each
+  outweighed by clear learning from evidence at least as strong and as recent (an evaluation over the eval set >
+  the logged training loss > the 32-example probe set > the stability alerts).
+- **healthy** otherwise, or "cannot tell" (``NOTHING_YET``, ``NOTHING_AT_END``) where nothing shows learning.
 """
 
 from __future__ import annotations
@@ -195,10 +192,9 @@ class Verdict:
 
     @property
     def rank(self) -> float:
-        """A failure score: the level, ties broken by the margin of learning (``level`` + a share in (0, 1) that
-        grows as ``margin`` falls: 1 / (1 + e^(10 × margin)); a half where it is unknown). The higher, the likelier
-        the run fails. The margin, not the evidence in standard errors, breaks the ties: a share of the constant's
-        loss is comparable between runs, a standard error from a few noisy logs is not."""
+        """A failure score: ``level`` + 1 / (1 + e^(10 × ``margin``)), a half where the margin is unknown; the
+        higher, the likelier the run fails. The margin, not the evidence, breaks a level's ties: a share of the
+        constant's loss compares between runs, a standard error from a few noisy logs does not."""
         if not math.isfinite(self.margin):
             return self.level + 0.5
         return self.level + 1 / (1 + math.exp(max(-50.0, min(50.0, 10 * self.margin))))
@@ -223,8 +219,7 @@ class _Finding:
 
 
 def _measures(reading) -> dict[str, float]:
-    """What a finding keeps of the reading it rests on (``core.readings.Reading``): its evidence and margin."""
-    return {"evidence": reading.evidence, "margin": reading.margin}
+    return {"evidence": reading.evidence, "margin": reading.margin}  # what a finding keeps of its Reading
 
 
 def _finite(value: float | None) -> bool:
@@ -477,10 +472,8 @@ def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdic
 def _strongest_measures(findings: list[_Finding]) -> dict[str, float]:
     """The evidence and margin of the strongest-ranked reading with a measure (the newest of its rank)."""
     measured = [f for f in findings if _finite(f.evidence) or _finite(f.margin)]
-    if not measured:
-        return {}
-    strongest = max(measured, key=lambda f: (_RANK[f.source], f.since))
-    return {"evidence": strongest.evidence, "margin": strongest.margin}
+    strongest = max(measured, key=lambda f: (_RANK[f.source], f.since), default=None)
+    return {"evidence": strongest.evidence, "margin": strongest.margin} if strongest else {}
 
 
 def _weigh(step: int, findings: list[_Finding], ended: bool = False) -> Verdict:

@@ -7,7 +7,7 @@ A run is one training (one ``trainer.train()``): one bertwatch event file (``*.b
 (``report.events.read_series_and_texts``, ``verdict_steps``), its setting (learning rate, seed, ``max_steps``) and
 whether it ended from the Trainer's own event file of the same name without ``.bertwatch``
 (``report.events.trainer_run``: ``report_to="tensorboard"``; else the folder's Trainer files by their order). Ranked and
-stripped by ``core.sweep`` (the verdict's failure rank: the level, ties broken by the margin of learning).
+stripped by ``core.sweep_verdicts`` (the verdict's failure rank: the level, ties broken by the margin of learning).
 Torch-free.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertwatch.core.sweep import SweepRun, ranked, stop_now, strip, sweep_run
+from bertwatch.core.sweep_verdicts import SweepRun, ranked, stop_now, strip, sweep_run
 from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.report.events import read_series_and_texts, trainer_run, verdict_steps
 

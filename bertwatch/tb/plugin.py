@@ -62,6 +62,7 @@ STATIC_FILES = {
     "view_compare.js": "text/javascript",
     "view_drift.js": "text/javascript",
     "view_heads.js": "text/javascript",
+    "view_runs.js": "text/javascript",
     "verdict_strip.js": "text/javascript",
     "style.css": "text/css",
 }

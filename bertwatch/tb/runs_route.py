@@ -1,5 +1,5 @@
 """The body of the plugin's ``/runs`` route: every run under the log folder that wrote a verdict, side by side
-(``core.sweep``, the table ``bertwatch sweep`` prints): each run's verdict now and over its judged steps, its
+(``core.sweep_verdicts``, the table ``bertwatch sweep`` prints): each run's verdict now and over its judged steps, its
 learning rate and seed where the Trainer logged them (``report_to="tensorboard"`` writes its arguments as the
 ``args`` text beside bertwatch's event file), ranked worst first, and the failing runs still training, to stop now.
 
@@ -15,7 +15,7 @@ import numpy as np
 from tensorboard import errors
 from tensorboard.data import provider
 
-from bertwatch.core.sweep import TRAINER_ARGS_TAG, TRAINER_END_TAG, SweepRun, ranked, sweep_json, sweep_run
+from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG, SweepRun, ranked, sweep_json, sweep_run
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES
 from bertwatch.tb import metadata as md
 from bertwatch.tb.run_verdict import verdict_texts
@@ -88,7 +88,7 @@ def _sweep_run(queries, ctx, eid, run: str, args: dict[str, Any], ended: bool) -
 
 
 def runs_table(queries, ctx, eid) -> dict[str, Any]:
-    """``/runs``: every run with a verdict, worst first, as ``core.sweep.sweep_json`` gives them (``runs``,
+    """``/runs``: every run with a verdict, worst first, as ``core.sweep_verdicts.sweep_json`` gives them (``runs``,
     ``stop_now``, ``steps_saved``; ``root`` is empty: the log folder is TensorBoard's), and ``without``: the runs
     with bertwatch data but no verdict (no gradient statistics measured)."""
     dp = queries.require_provider()

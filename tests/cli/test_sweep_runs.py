@@ -11,7 +11,7 @@ import time
 import pytest
 
 from bertwatch.cli import main
-from bertwatch.core.sweep import strip
+from bertwatch.core.sweep_verdicts import strip
 from bertwatch.core.verdict import NOTHING_YET, Verdict
 from bertwatch.report.sweep_table import read_sweep
 from tests.support.sweep_logs import MAX_STEPS, write_run

@@ -9,7 +9,7 @@ import math
 import pytest
 from werkzeug.test import Client
 
-from bertwatch.core.sweep import sweep_json
+from bertwatch.core.sweep_verdicts import sweep_json
 from bertwatch.report.sweep_table import read_sweep
 from bertwatch.tb.summary import SummaryWriter
 from tests.support.sweep_logs import write_many, write_run

@@ -10,6 +10,7 @@ import {ClustersView} from './static/view_clusters.js';
 import {CompareView} from './static/view_compare.js';
 import {DriftView} from './static/view_drift.js';
 import {HeadsView} from './static/view_heads.js';
+import {RunsView} from './static/view_runs.js';
 
 function loadStylesheet() {
   return new Promise((resolve) => {
@@ -101,7 +102,9 @@ export async function render() {
   };
   debug.app = app;
 
-  const views = [HeadsView, DriftView, AttentionView, AblationView, CompareView, ClustersView].map((V) => new V(app));
+  const views = [HeadsView, DriftView, AttentionView, AblationView, CompareView, ClustersView, RunsView].map(
+    (V) => new V(app),
+  );
   const tabButtons = new Map();
   for (const view of views) {
     const button = h(
