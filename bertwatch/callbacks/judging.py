@@ -75,13 +75,17 @@ class RunJudge:
         self._noted: tuple[Any, Any] = (None, None)  # the last on_log logs and on_evaluate metrics noted
         self.tap: LossTap | None = None
         self._rate_from: tuple[Any, Any] = (None, None)  # the Trainer's scheduler and optimizer
+        self._tapped: Any = None  # the model the loss tap goes on, once a member gives the run-health signals
 
     def open(self, context: ProbeContext, publisher: Publisher, state: Any, trainer: Any, model: Any) -> None:
-        """The run is built: its context, its writer, the evidence of its start (``RunEvidence.begin``) and the
-        loss tap on ``model`` (``callbacks.loss_tap``)."""
+        """The run is built: its context, its writer, the evidence of its start (``RunEvidence.begin``); the loss
+        tap (``callbacks.loss_tap``) goes on ``model`` once a member that gives the run-health signals joins
+        (:meth:`take`), and only in a run of one process: each process of a distributed run sees its own batches'
+        loss, so there every process reads the Trainer's logged loss (the same on all) and judges alike."""
         self.context, self.publisher = context, publisher
         self.evidence.begin(state, trainer)
-        self.tap = LossTap(model, every_for(self.evidence.evidence.max_steps))
+        single = int(getattr(context.args, "world_size", 1) or 1) == 1
+        self._tapped = model if single else None
         self._rate_from = (trainer.event.get("lr_scheduler"), trainer.event.get("optimizer"))
 
     def note_step(self, members: Sequence[Member], step: int, control: Any) -> None:
@@ -95,11 +99,14 @@ class RunJudge:
         """The run is over: the loss tap comes off the model."""
         if self.tap is not None:
             self.tap.close()
-            self.tap, self._rate_from = None, (None, None)
+        self.tap, self._tapped, self._rate_from = None, None, (None, None)
 
-    def take(self, judging: Judging | None, strict: bool, speaks: bool, name: str) -> None:
-        """A callback's part in the judging: its settings (None: it takes none), whether its errors re-raise and
-        whether it prints (any callback of the run that prints makes the alert lines printed)."""
+    def take(self, judging: Judging | None, strict: bool, speaks: bool, name: str, gives_health: bool = False) -> None:
+        """A callback's part in the judging: its settings (None: it takes none), whether its errors re-raise,
+        whether it prints (any callback of the run that prints makes the alert lines printed) and whether it gives
+        the run-health signals (the first that does puts the loss tap on: the verdict is judged)."""
+        if gives_health and self.tap is None and self._tapped is not None:
+            self.tap = LossTap(self._tapped, every_for(self.evidence.evidence.max_steps))
         if judging is not None and self.judging is not None and judging != self.judging:
             raise SetupError(
                 f"{name}: on_alert, alerts and verdict differ from another bertwatch callback's on this run, which "

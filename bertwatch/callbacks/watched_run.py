@@ -178,7 +178,7 @@ class WatchedRun:
     def add(self, member: Member, judging: Judging | None = None, strict: bool = False, speaks: bool = False) -> int:
         """Take ``member`` into the run's passes, and its part in the judging (``RunJudge.take``); returns its index
         (``StepResult.of``)."""
-        self.judge.take(judging, strict, speaks, member.name)
+        self.judge.take(judging, strict, speaks, member.name, member.gives_health)
         self.members.append(member)
         return len(self.members) - 1
 

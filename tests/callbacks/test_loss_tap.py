@@ -103,3 +103,39 @@ def test_the_verdict_reads_every_steps_loss_when_the_trainer_logs_rarely(tmp_pat
         assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-4 * abs(theirs) + 1e-6)
     assert tapped == evidence.losses  # the Trainer's logging changes nothing the verdict reads
     assert all(math.isfinite(v) for _, v in tapped)
+
+
+def _hooks(model: torch.nn.Module) -> int:
+    return sum(len(m._forward_hooks) for m in model.modules())
+
+
+def test_the_tap_goes_on_only_where_the_verdict_is_judged_in_a_run_of_one_process(tmp_path, monkeypatch) -> None:
+    from bertwatch.callbacks import EntropyCallback
+
+    seen = {}
+
+    class Spy(EntropyCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            seen.setdefault(type(self).__name__, _hooks(model))
+            return super().on_step_end(args, state, control, model=model, **kwargs)
+
+    def run(callback, folder, world_size=1):
+        trainer = toy_trainer(tmp_path / folder, [], logging_steps=500, max_steps=4)
+        monkeypatch.setattr(type(trainer.args), "world_size", property(lambda self: world_size))
+        callback.set_trainer(trainer)
+        trainer.add_callback(callback)
+        baseline = _hooks(trainer.model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        return trainer, callback, baseline
+
+    # entropy alone gives no run-health signals: no verdict, so no hook on the model
+    trainer, callback, baseline = run(Spy(every_n_steps=2, num_probe_examples=4, quiet=True), "entropy")
+    assert seen["Spy"] == baseline and not callback.run_evidence.evidence.losses
+    # the full callback judges: its tap is on while training and off after
+    trainer, callback, baseline = run(BertWatchCallback(every_n_steps=2, num_probe_examples=4, quiet=True), "full")
+    assert callback.run_evidence.tapped and _hooks(trainer.model) == baseline
+    # two processes: each would read its own batches' loss, so none taps and all read the Trainer's logs
+    trainer, callback, _ = run(BertWatchCallback(every_n_steps=2, num_probe_examples=4, quiet=True), "ddp", 2)
+    assert not callback.run_evidence.tapped and not callback.run_evidence.evidence.losses
