@@ -134,6 +134,14 @@ class Alerting:
         if stop and self.stop_requested_at is None:
             self._stop(judgement.step, "; ".join(alert.describe() for alert in new), control)
 
+    def verdict_to_tell(self) -> Verdict | None:
+        """The last verdict for the end lines, once a run: None once told, or where the failing line said it just
+        now (the same step and words); the first caller that gets it tells it."""
+        verdict, self.verdict_told = (None if self.verdict_told else self.verdict), True
+        if verdict is not None and self.verdict_said == (verdict.step, verdict.describe()):
+            return None
+        return verdict
+
     def judge_verdict(self, evidence: Evidence) -> Verdict | None:
         """The verdict on all of the run's ``evidence`` so far (``core.verdict.judge``: its probe passes, the alerts
         in force, evaluations, logged training loss), kept in ``verdict``. None when there is no evidence or the

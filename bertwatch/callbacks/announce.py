@@ -469,9 +469,10 @@ class Speaker:
         return [more_points_line(points, steps, every, more, cost.share, pacing.meter.budget)]
 
     def end(self, history: Sequence[tuple[int, Mapping[str, np.ndarray]]], alerting: Any, member: Any, pacing: Any,
-            report: str, after_training: float = 0.0) -> None:  # fmt: skip
-        """The end lines (:class:`RunSummary`) of a callback: the run's judgement (``alerting``) as far as it
-        concerns ``member``: the alerts on its statistics, the verdict where it gives the run-health signals."""
+            report: str, after_training: float = 0.0, verdict: Any = None) -> None:  # fmt: skip
+        """The end lines (:class:`RunSummary`) of a callback: the run's alerts (``alerting``, read only) on
+        ``member``'s statistics, and ``verdict``, the run's verdict to tell (``Alerting.verdict_to_tell``; None:
+        none)."""
         if self.speaks:
 
             def measured(alert: Alert) -> bool:  # an alert on a quantity made of this callback's statistics
@@ -479,9 +480,5 @@ class Speaker:
 
             raised = [a for a in alerting.raised if measured(a)]
             in_force = sum(1 for a in alerting.alerts if measured(a))
-            verdict = alerting.verdict if member.gives_health and not alerting.verdict_told else None
-            if verdict is not None and alerting.verdict_said == (verdict.step, verdict.describe()):
-                verdict = None  # its failing line, just said at the last step, is the verdict: not said twice
-            alerting.verdict_told = alerting.verdict_told or verdict is not None  # said once, by one callback
             summary = RunSummary.of(history, raised, verdict, pacing, self.pinned, report, after_training, in_force)
             say(end_lines(summary))

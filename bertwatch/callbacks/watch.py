@@ -197,7 +197,8 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
                 self._after_end(args, state, kwargs)
                 after = self.pacing.clock() - start  # the ablation: left out of the run's wall time, said apart
                 member, hint = self.watched.members[self._index], self._report_hint(args)
-                self._speaker.end(self.history, self.alerting, member, self.pacing, hint, after)
+                verdict = self.alerting.verdict_to_tell() if member.gives_health and self._speaker.speaks else None
+                self._speaker.end(self.history, self.alerting, member, self.pacing, hint, after, verdict)
         finally:
             self.watched.leave(self._index)
 

@@ -322,13 +322,15 @@ def test_the_end_lines_count_the_sink_alerts_and_say_the_verdict_once(capsys) ->
     speaker = announce.Speaker()
     speaker.speaks = True
     speaker.pinned = Pinned(at_start=True, evaluations=(), at_end=True, every_n_steps=None, max_steps=20)
-    speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report")
-    speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report")  # a second callback of the run
+    for _ in range(2):  # two callbacks of the run: the first that asks tells it
+        speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report", verdict=alerting.verdict_to_tell())
     err = capsys.readouterr().err
     assert "4 stability alerts" in err and err.count("verdict: at risk: 4 stability alerts in force") == 1
+    assert alerting.verdict_told and alerting.verdict_to_tell() is None
     alerting.verdict_told, alerting.verdict = False, Verdict(20, 2, ("a reason",))
     alerting.act_on_verdict(alerting.verdict, None)  # the failing line, at the last step
-    speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report")
+    assert alerting.verdict_to_tell() is None  # the failing line said it: not again in the end lines
+    speaker.end([(0, {}), (20, {})], alerting, member, pacing, "report", verdict=None)
     err = capsys.readouterr().err
     assert err.count("failing: a reason") == 1
 
