@@ -115,6 +115,14 @@ class TrainerLink:
     def trainer(self) -> Any:
         return None if self._trainer is None else self._trainer()
 
+    # a Trainer is pickled with its callbacks where a search runs its trials in other processes (Ray Tune): the
+    # link travels as the Trainer itself (pickle's memo keeps it the same object) and is weak again on arrival
+    def __getstate__(self) -> dict[str, Any]:
+        return {"trainer": self.trainer}
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        self.set(state.get("trainer"))
+
     def context(self, event: Mapping[str, Any] | None = None) -> TrainerContext:
         return TrainerContext(trainer=self.trainer, event=dict(event or {}))
 

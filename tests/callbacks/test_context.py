@@ -26,3 +26,19 @@ def test_tensorboard_run_dir_resolution(tmp_path, monkeypatch) -> None:
     assert tb.logging_dir == chosen  # the TensorBoardCallback writes into the same run
     tb.tb_writer = SimpleNamespace(log_dir=str(tmp_path / "tbw"))
     assert tensorboard_run_dir(args, TrainerContext(handler=handler)) == str(tmp_path / "tbw")
+
+
+def test_a_watched_trainer_pickles_whole_for_a_search_that_runs_trials_elsewhere(tmp_path) -> None:
+    """Ray Tune pickles the Trainer with its callbacks into each trial's process: the callback's weak link to its
+    Trainer travels and points at the Trainer that arrives, never at the one left behind."""
+    import pickle
+
+    from bertwatch import watch
+    from tests.support.tiny_trainer import toy_trainer
+
+    trainer = toy_trainer(tmp_path, [], max_steps=2)
+    callback = watch(trainer)
+    assert callback.trainer is trainer
+    copy = pickle.loads(pickle.dumps(trainer))
+    (arrived,) = [c for c in copy.callback_handler.callbacks if type(c) is type(callback)]
+    assert arrived.trainer is copy and arrived is not callback

@@ -135,3 +135,37 @@ def test_a_trial_that_is_not_optunas_is_refused_with_what_to_give(tmp_path) -> N
     trainer = _trainer(tmp_path)
     with pytest.raises(TypeError, match="trial must be an Optuna trial"):
         prune_failing(trainer, {"learning_rate": 1e-3})
+
+
+def test_hyperparameter_search_with_ray_tune_stops_the_failing_trial_only(tmp_path) -> None:
+    """Ray Tune on one machine (Ray's own local cluster, one CPU, the trials one after the other): the failing
+    trial stops at its failing step and says so in its last report; the learning one runs to its end; every
+    evaluation reported to Ray carries the verdict."""
+    import ray  # the test extra installs ray[tune]: a missing ray fails this test, never skips it
+    from ray import tune
+
+    from bertwatch.callbacks.trial_pruning import RAY_LEVEL, RAY_PRUNED_STEP, RAY_RANK
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        trainer = _trainer(tmp_path / "out", save_strategy="no")
+        _watch(trainer)
+        prune_failing(trainer)
+        best = trainer.hyperparameter_search(
+            hp_space=lambda _: {"learning_rate": tune.grid_search([FAILS, LEARNS])},
+            backend="ray",
+            n_trials=1,  # the grid gives the two trials
+            direction="minimize",
+            resources_per_trial={"cpu": 1},
+            storage_path=str(tmp_path / "ray"),
+            verbose=0,
+        )
+    finally:
+        ray.shutdown()
+    trials = {t.config["learning_rate"]: t for t in best.run_summary.trials}
+    failed, learned = trials[FAILS], trials[LEARNS]
+    assert failed.status == learned.status == "TERMINATED"
+    assert failed.last_result[RAY_PRUNED_STEP] == 4 and failed.last_result[RAY_LEVEL] == 2
+    assert RAY_PRUNED_STEP not in learned.last_result and learned.last_result["training_iteration"] == STEPS // 8
+    assert learned.last_result[RAY_LEVEL] == 0 and 0 <= learned.last_result[RAY_RANK] < 1
+    assert best.hyperparameters["learning_rate"] == LEARNS
