@@ -25,7 +25,7 @@ from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import head_kind
 from bertwatch.probe.probe_set import ProbeSet
 
-__all__ = ["UNIT_MAPS_BYTES", "ProbeUnit", "plan_units"]
+__all__ = ["UNIT_MAPS_BYTES", "ProbeUnit", "plan_batch", "plan_units"]
 
 #: The most float32 map bytes (rows × layers × heads × width² × 4) one unit of the probe pass holds.
 UNIT_MAPS_BYTES = 512 * 2**20
@@ -99,16 +99,18 @@ def plan_units(
     for k, batch in enumerate(probe.batches):
         first = probe.first_row(k)
         roles = probe.roles[k]
-        for rows, width in _plan_batch(batch, roles.real, kind, device, layers * heads):
+        for rows, width in plan_batch(batch, roles.real, kind, device, layers * heads):
             units.append(_unit(k, first, batch, roles, rows, width, kind, device))
     return tuple(units)
 
 
-def _plan_batch(
+def plan_batch(
     batch: dict[str, Tensor], real: Tensor, kind: str | None, device: torch.device, maps_per_row: int
 ) -> list[tuple[list[int], int]]:
-    """Batch ``k``'s units as ``(rows of the batch, width)``: length groups (CPU) or rows sorted by length, each
-    split so that its maps stay within ``UNIT_MAPS_BYTES``; the batch whole where a split would not be exact."""
+    """A probe batch's units as ``(rows of the batch, width)``: length groups (CPU) or rows sorted by length, each
+    split so that its maps (``maps_per_row`` maps of ``width²`` a row) stay within ``UNIT_MAPS_BYTES``, a unit of
+    unlabelled rows given a labelled row (``_anchored``); the batch whole where a split would not be exact
+    (multiple choice). ``real``: the batch's real tokens; ``kind``: the model's head (``task_heads.head_kind``)."""
     ids = batch["input_ids"]
     size, length = int(real.shape[0]), int(real.shape[-1])
     whole = [(list(range(size)), length)]

@@ -102,7 +102,7 @@ def _labelled_batch(lengths: list[int], labelled: list[bool]) -> tuple[dict[str,
 
 def _planned(lengths: list[int], labelled: list[bool], device: str, maps_per_row: int = 8) -> list[tuple[list, int]]:
     batch, real = _labelled_batch(lengths, labelled)
-    units = units_module._plan_batch(batch, real, "sequence-classification", torch.device(device), maps_per_row)
+    units = units_module.plan_batch(batch, real, "sequence-classification", torch.device(device), maps_per_row)
     assert sorted(r for rows, _ in units for r in rows) == list(range(len(lengths)))  # a partition of the batch
     for rows, width in units:
         assert width == max(lengths[r] for r in rows)
@@ -124,6 +124,5 @@ def test_rows_without_labels_stay_within_the_bound_and_share_the_labelled_rows(m
     # short unlabelled rows (a length group of their own on the CPU) beside labelled rows too long to share a unit
     units = _planned([16] * 6 + [40, 40], [False] * 6 + [True, True], device)
     assert len(units) == 5 and sorted(len(rows) for rows, _ in units) == [1, 1, 2, 2, 2]
-    assert _planned([16] * 7 + [12], [True] * 8, device) == units_module._bounded(
-        [7, *range(7)], [16] * 7 + [12], 8
-    )  # fmt: skip
+    units = _planned([16] * 7 + [12], [True] * 8, device)  # every row labelled: the plan of before
+    assert units == [([7, 0], 16), ([1, 2], 16), ([3, 4], 16), ([5, 6], 16)]
