@@ -165,15 +165,20 @@ def test_a_missing_value_and_a_mass_have_one_colour_in_the_plugin_and_the_report
     s.tab("heads")
     s.frame.select_option("#stat-select", "punct_mass")
     s.frame.wait_for_selector(f'#heads-heatmap .cell.nan[data-layer="{MISSING[0]}"][data-head="{MISSING[1]}"]')
-    cells = s.frame.eval_on_selector_all(
-        "#heads-heatmap .cell", "els => els.map((e) => [e.dataset.value, getComputedStyle(e).backgroundColor])"
+    s.frame.wait_for_selector("#view-heads .legend-nan .swatch.nan")
+    shown = s.frame.evaluate(  # in one call: a live redraw between two calls would leave a detached element
+        """() => ({
+            cells: [...document.querySelectorAll('#heads-heatmap .cell')].map(
+                (e) => [e.dataset.value, getComputedStyle(e).backgroundColor]),
+            swatch: getComputedStyle(document.querySelector('#view-heads .legend-nan .swatch.nan')).backgroundColor,
+        })"""
     )
-    swatch = s.frame.eval_on_selector("#view-heads .swatch.nan", "e => getComputedStyle(e).backgroundColor")
+    cells, swatch = shown["cells"], shown["swatch"]
     values = [float(v) for v, _ in cells]
     grid = np.array(values).reshape(L, H)
     (fig,) = drawn(monkeypatch, figures.change_panels, "punct_mass", (STEPS[0], grid), (STEPS[-1], grid))
     image = fig.axes[0].images[0]  # the report's panel of the statistic
-    assert _rgb(swatch) == rgb_of(image.cmap.get_bad()) == _rgb_hex(colours.nan_hex())
+    assert _rgb(swatch) == rgb_of(image.cmap.get_bad()) == _rgb_hex(colours.nan_hex()), swatch
     for value, (_, css) in zip(values, cells):
         plugin = _rgb(css)
         if np.isnan(value):
@@ -190,19 +195,19 @@ def test_the_pruning_orders_have_one_colour_in_the_plugin_and_the_report(s, run,
     result = run[2]
     s.tab("ablation")
     s.frame.wait_for_selector("#pruning-chart path.series", state="attached")
-    stroke = "e => getComputedStyle(e).stroke"
-    lines = dict(
-        s.frame.eval_on_selector_all(
-            "#pruning-chart path.series", f"els => els.map((e) => [e.dataset.name, ({stroke})(e)])"
-        )
+    shown = s.frame.evaluate(  # in one call: a live redraw between two calls would leave a detached element
+        """() => {
+            const all = (sel) => [...document.querySelectorAll(`#pruning-chart ${sel}`)];
+            const stroke = (sel) => getComputedStyle(document.querySelector(`#pruning-chart ${sel}`)).stroke;
+            return {
+                lines: all('path.series').map((e) => [e.dataset.name, getComputedStyle(e).stroke]),
+                bands: all('path.band').map((e) => [e.id, getComputedStyle(e).fill, Number(getComputedStyle(e).fillOpacity)]),
+                delta: stroke('#pruning-delta-line'), zero: stroke('line.hline.zero'), marker: stroke('line.marker'),
+            };
+        }"""
     )
-    bands = s.frame.eval_on_selector_all(
-        "#pruning-chart path.band",
-        "els => els.map((e) => [e.id, getComputedStyle(e).fill, Number(getComputedStyle(e).fillOpacity)])",
-    )
-    delta = s.frame.eval_on_selector("#pruning-delta-line", stroke)
-    zero = s.frame.eval_on_selector("#pruning-chart line.hline.zero", stroke)
-    marker = s.frame.eval_on_selector("#pruning-chart line.marker", stroke)
+    lines, bands = dict(shown["lines"]), shown["bands"]
+    delta, zero, marker = shown["delta"], shown["zero"], shown["marker"]
     (fig,) = drawn(monkeypatch, pruning_section.curves_figure, result)
     ax = fig.axes[0]
     report = {line.get_label(): rgb_of(line.get_color()) for line in ax.get_lines() if not line.get_gid()}
