@@ -3,9 +3,11 @@
 Planned once per run (the probe set never changes), on the host, from the probe set's token roles on the CPU;
 their inputs and roles are put on the model's device then, so that a pass copies nothing from the host. A unit
 holds at most ``UNIT_MAPS_BYTES`` of float32 maps (``rows × layers × heads × width²``), so the pass's memory is
-bounded by one unit whatever the length of the probe texts (a row longer than that bound is a unit alone). On the
-CPU a batch's rows are grouped by length first (``heads.length_groups``: a forward there costs about its padded
-tokens); elsewhere they are sorted by length and split only by the memory bound. Cutting a unit to its longest row
+bounded by one unit whatever the length of the probe texts and their labels (a row longer than that bound is a
+unit alone). On the CPU a batch's rows are grouped by length first (``heads.length_groups``: a forward there costs
+about its padded tokens); elsewhere they are sorted by length and split only by the memory bound. The model's loss
+refuses a unit of unlabelled rows, so such a unit takes a labelled row from a unit with two or more, within the
+bound (``_anchored``). Cutting a unit to its longest row
 is exact where ``length_groups.widths`` says so (each row's real tokens first, nothing labelled past them);
 otherwise a unit keeps the batch's width, and a multiple-choice batch (whose rows are choices) stays whole.
 """
@@ -23,7 +25,7 @@ from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import head_kind
 from bertwatch.probe.probe_set import ProbeSet
 
-__all__ = ["UNIT_MAPS_BYTES", "ProbeUnit", "plan_units"]
+__all__ = ["UNIT_MAPS_BYTES", "ProbeUnit", "plan_batch", "plan_units"]
 
 #: The most float32 map bytes (rows × layers × heads × width² × 4) one unit of the probe pass holds.
 UNIT_MAPS_BYTES = 512 * 2**20
@@ -97,16 +99,18 @@ def plan_units(
     for k, batch in enumerate(probe.batches):
         first = probe.first_row(k)
         roles = probe.roles[k]
-        for rows, width in _plan_batch(batch, roles.real, kind, device, layers * heads):
+        for rows, width in plan_batch(batch, roles.real, kind, device, layers * heads):
             units.append(_unit(k, first, batch, roles, rows, width, kind, device))
     return tuple(units)
 
 
-def _plan_batch(
+def plan_batch(
     batch: dict[str, Tensor], real: Tensor, kind: str | None, device: torch.device, maps_per_row: int
 ) -> list[tuple[list[int], int]]:
-    """Batch ``k``'s units as ``(rows of the batch, width)``: length groups (CPU) or rows sorted by length, each
-    split so that its maps stay within ``UNIT_MAPS_BYTES``; the batch whole where a split would not be exact."""
+    """A probe batch's units as ``(rows of the batch, width)``: length groups (CPU) or rows sorted by length, each
+    split so that its maps (``maps_per_row`` maps of ``width²`` a row) stay within ``UNIT_MAPS_BYTES``, a unit of
+    unlabelled rows given a labelled row (``_anchored``); the batch whole where a split would not be exact
+    (multiple choice). ``real``: the batch's real tokens; ``kind``: the model's head (``task_heads.head_kind``)."""
     ids = batch["input_ids"]
     size, length = int(real.shape[0]), int(real.shape[-1])
     whole = [(list(range(size)), length)]
@@ -124,7 +128,8 @@ def _plan_batch(
         units.extend(_bounded(group, cut, maps_per_row))
     labelled = labelled_rows(batch, size)
     if any(not any(labelled[r] for r in rows) for rows, _ in units):
-        return whole  # the model's loss refuses a group of unlabelled rows: keep them with the others
+        # the model's loss refuses a unit of unlabelled rows: give it one of the labelled rows, within the bound
+        units = _anchored([rows for rows, _ in units], labelled, cut, maps_per_row)
     return units
 
 
@@ -142,6 +147,66 @@ def _bounded(rows: list[int], lengths: Sequence[int], maps_per_row: int) -> list
     if current:
         out.append((current, max(lengths[x] for x in current)))
     return out
+
+
+def _fits(rows: Sequence[int], lengths: Sequence[int], maps_per_row: int) -> bool:
+    """Whether ``rows``' float32 maps at their longest row's width stay within ``UNIT_MAPS_BYTES`` (one row always
+    does: a row over the bound is a unit alone)."""
+    width = max(lengths[r] for r in rows)
+    return len(rows) <= 1 or len(rows) * maps_per_row * width * width * 4 <= UNIT_MAPS_BYTES
+
+
+def _anchored(
+    units: list[list[int]], labelled: Sequence[bool], lengths: Sequence[int], maps_per_row: int
+) -> list[tuple[list[int], int]]:
+    """``units`` (each within ``UNIT_MAPS_BYTES``) with a labelled row in each where the batch has enough of them,
+    every unit still within the bound: a unit without one takes the shortest labelled row of a unit that has two
+    or more, and gives back its own longest rows until it fits again; each row given back joins the first unit with
+    a labelled row that it fits in, or new units of its own (which take a labelled row in turn). Units are ordered
+    by their shortest row, rows shortest first (ties by row).
+
+    A unit is left without a labelled row only where no unit has one to spare (a batch of unlabelled rows, or fewer
+    labelled rows than the bound needs units): the bound holds whatever the labels, and the loss check refuses that
+    unit as it refused such a batch whole.
+
+    Example (rows of 1, 1, 2, 2 tokens, two rows a unit, rows 2 and 3 labelled): ``[[0, 1], [2, 3]]`` becomes
+    ``[[0, 2], [1, 3]]``.
+    """
+    units = [sorted(rows, key=lambda r: (lengths[r], r)) for rows in units]
+    alone: list[list[int]] = []  # units whose shortest row cannot share a unit with any spare labelled row
+    while True:
+        bare = next((u for u in units if not any(labelled[r] for r in u) and all(u is not a for a in alone)), None)
+        spare = [r for rows in units if sum(labelled[x] for x in rows) > 1 for r in rows if labelled[r]]
+        if bare is None or not spare:
+            break
+        row = min(spare, key=lambda r: (lengths[r], r))
+        if not _fits([bare[0], row], lengths, maps_per_row):
+            alone.append(bare)
+            continue
+        next(rows for rows in units if row in rows).remove(row)
+        bare.append(row)
+        bare.sort(key=lambda r: (lengths[r], r))
+        spilled: list[int] = []
+        while not _fits(bare, lengths, maps_per_row):
+            spilled.append([r for r in bare if r != row][-1])
+            bare.remove(spilled[-1])
+        homeless = [r for r in spilled[::-1] if not _placed(r, units, labelled, lengths, maps_per_row)]
+        units.extend(rows for rows, _ in _bounded(homeless, lengths, maps_per_row))
+    units.sort(key=lambda rows: (lengths[rows[0]], rows[0]))
+    return [(rows, max(lengths[r] for r in rows)) for rows in units]
+
+
+def _placed(
+    row: int, units: list[list[int]], labelled: Sequence[bool], lengths: Sequence[int], maps_per_row: int
+) -> bool:
+    """Whether ``row`` found a place in the first of ``units`` that holds a labelled row and still fits with it
+    (then it is added there, rows kept shortest first)."""
+    for rows in units:
+        if any(labelled[r] for r in rows) and _fits([*rows, row], lengths, maps_per_row):
+            rows.append(row)
+            rows.sort(key=lambda r: (lengths[r], r))
+            return True
+    return False
 
 
 def _unit(

@@ -1,4 +1,8 @@
-"""Static figures (matplotlib, no display needed): head grids as heatmaps and Clark et al.'s Fig 2 dots."""
+"""Static figures (matplotlib, no display needed): head grids as heatmaps and Clark et al.'s Fig 2 dots.
+
+Every colour they draw comes from ``bertwatch/tb/static/colours.json`` through :mod:`bertwatch.tb.colours`, the
+table the plugin draws with: both ramps (:func:`diverging_cmap`, :func:`sequential_cmap`), the missing-value grey,
+the layers, the series and the marks, so a figure and the plugin's chart of the same values look alike."""
 
 from __future__ import annotations
 
@@ -10,7 +14,16 @@ from typing import Any
 import numpy as np
 
 from bertwatch.report.changes import ROUNDING, grid_change, reference_value, settled
-from bertwatch.tb.colours import diverging_stops, higher_is_better, layer_hex, nan_hex
+from bertwatch.tb.colours import (
+    diverging_stops,
+    higher_is_better,
+    layer_hex,
+    mark_hex,
+    nan_hex,
+    sequential_stops,
+    series_hex,
+    text_on,
+)
 
 __all__ = [
     "change_panels",
@@ -21,6 +34,7 @@ __all__ = [
     "special_token_figure",
     "png_bytes",
     "pyplot",
+    "sequential_cmap",
     "trajectory_figure",
 ]
 
@@ -35,18 +49,37 @@ def pyplot():
     return plt
 
 
+def _ramp_cmap(name: str, stops: Sequence[str]):
+    """A matplotlib colormap through ``stops`` evenly, as ``scales.js``'s ramp: fine enough (256 entries between
+    two stops) that a value's colour is the plugin's to within one unit of a channel; NaN in the plugin's grey."""
+    import matplotlib
+
+    cmap = matplotlib.colors.LinearSegmentedColormap.from_list(name, list(stops), N=256 * (len(stops) - 1))
+    return cmap.with_extremes(bad=nan_hex())
+
+
 def diverging_cmap(higher_better: bool = False, part: str = "both"):
     """bertwatch's diverging scale (``bertwatch/tb/static/colours.json``, the plugin's) as a matplotlib colormap,
     low values first: blue below the centre and red above it, reversed when ``higher_better`` (red stays the worse,
-    more-drift side); ``part="high"`` is the white-to-red half, ``"low"`` the blue-to-white half. NaN is grey."""
-    import matplotlib
-
+    more-drift side); ``part="high"`` is the white-to-red half, ``"low"`` the blue-to-white half. NaN is the
+    plugin's grey."""
     stops = diverging_stops()
     middle = len(stops) // 2
     stops = {"both": stops, "high": stops[middle:], "low": stops[: middle + 1]}[part]
-    colours = stops[::-1] if higher_better else stops
-    cmap = matplotlib.colors.LinearSegmentedColormap.from_list("bertwatch_diverging", colours)
-    return cmap.with_extremes(bad=nan_hex())
+    return _ramp_cmap("bertwatch_diverging", stops[::-1] if higher_better else stops)
+
+
+def sequential_cmap():
+    """bertwatch's sequential scale (``colours.json``'s ``sequential``, YlGnBu: the plugin's masses, entropies and
+    attention) as a matplotlib colormap, low values light; NaN is the plugin's grey."""
+    return _ramp_cmap("bertwatch_sequential", sequential_stops())
+
+
+def _named_cmap(name: str):
+    """The matplotlib colormap ``name`` (a caller's choice), NaN in the plugin's grey."""
+    import matplotlib
+
+    return matplotlib.colormaps[name].with_extremes(bad=nan_hex())
 
 
 def png_bytes(figure) -> bytes:
@@ -71,13 +104,12 @@ def grid_heatmap(
     """A labelled ``[layers, heads]`` heatmap (layers and heads numbered from 0, as everywhere in bertwatch); PNG
     bytes.
 
-    ``center`` draws bertwatch's diverging scale (:func:`diverging_cmap`: red above the centre; ``cmap`` names
-    another; ``higher_better``: red below the centre, for a quantity whose higher values are better or less drift)
-    symmetric around that value, never narrower than float32 rounding of it (rounding noise stays pale);
-    ``labels`` writes short marks into the cells, white on dark cells. NaN cells are left grey.
+    ``center`` draws bertwatch's diverging scale (:func:`diverging_cmap`: red above the centre; ``higher_better``:
+    red below the centre, for a quantity whose higher values are better or less drift) symmetric around that value,
+    never narrower than float32 rounding of it (rounding noise stays pale); without it, the sequential scale
+    (:func:`sequential_cmap`). ``cmap`` names a matplotlib colormap to draw with instead. ``labels`` writes short
+    marks into the cells in the plugin's text colour for the cell's colour. NaN cells are the plugin's grey.
     """
-    import matplotlib
-
     plt = pyplot()
     grid = np.asarray(grid, dtype=float)
     layers, heads = grid.shape
@@ -86,23 +118,28 @@ def grid_heatmap(
     span = None
     if center is not None and finite.size:
         span = max(float(np.max(np.abs(finite - center))), ROUNDING * max(abs(center), 1.0))
-        colors = matplotlib.colormaps[cmap] if cmap else diverging_cmap(higher_better)
-        colors = colors.with_extremes(bad="#bbbbbb")
+        colors = _named_cmap(cmap) if cmap else diverging_cmap(higher_better)
         image = ax.imshow(grid, cmap=colors, vmin=center - span, vmax=center + span, aspect="auto")
     else:
-        colors = matplotlib.colormaps[cmap or "viridis"].with_extremes(bad="#bbbbbb")
-        image = ax.imshow(grid, cmap=colors, aspect="auto")
+        image = ax.imshow(grid, cmap=_named_cmap(cmap) if cmap else sequential_cmap(), aspect="auto")
     _grid_axes(ax, layers, heads)
     ax.set_title(title, fontsize=10)
     if labels is not None:
         for l in range(layers):
             for h in range(heads):
                 if labels[l][h]:
-                    dark = span is None or abs(np.nan_to_num(grid[l, h] - center)) > 0.6 * span
-                    color = "white" if dark else "black"
+                    color = text_on(_cell_rgb(image, grid[l, h]))
                     ax.text(h, l, labels[l][h][:4], ha="center", va="center", fontsize=8, color=color)
     fig.colorbar(image, ax=ax, label=colorbar_label)
     return _saved(fig, path)
+
+
+def _cell_rgb(image: Any, value: float) -> tuple[int, int, int] | None:
+    """The colour ``image`` (a matplotlib image) gives ``value``, as integers; None for NaN."""
+    if not np.isfinite(value):
+        return None
+    rgba = image.cmap(image.norm(value))
+    return tuple(int(round(255 * c)) for c in rgba[:3])  # type: ignore[return-value]
 
 
 def _grid_axes(ax: Any, layers: int, heads: int, fontsize: float | None = None) -> None:
@@ -118,7 +155,8 @@ def _grid_axes(ax: Any, layers: int, heads: int, fontsize: float | None = None) 
 
 
 def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | None = None) -> bytes:
-    """Clark et al. 2019 Fig 2: per layer, each head's mass on [CLS], [SEP] and "."/"," as dots, layer mean as a line."""
+    """Clark et al. 2019 Fig 2: per layer, each head's mass on [CLS], [SEP] and "."/"," as dots, layer mean as a line
+    (the first and second series colours)."""
     plt = pyplot()
     names = [("cls_mass", "[CLS]"), ("sep_mass", "[SEP]"), ("punct_mass", '"." and ","')]
     names = [(n, t) for n, t in names if n in grids]
@@ -130,9 +168,9 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
         rng = np.random.default_rng(0)
         for l in range(layers):
             ax.scatter(
-                np.full(heads, xs[l]) + rng.uniform(-0.15, 0.15, heads), grid[l], s=12, alpha=0.6, color="#3b6ea8"
+                np.full(heads, xs[l]) + rng.uniform(-0.15, 0.15, heads), grid[l], s=12, alpha=0.6, color=series_hex(0)
             )
-        ax.plot(xs, np.nanmean(grid, axis=1), color="#c0392b", lw=1.5, label="layer mean")
+        ax.plot(xs, np.nanmean(grid, axis=1), color=series_hex(1), lw=1.5, label="layer mean")
         _share_by_layer(ax, f"attention to {label}", xs)
     return _finish_panels(fig, axes, "avg. attention", path)
 
@@ -140,17 +178,18 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
 def mass_gap_figure(targets: Sequence[Mapping], path: str | Path | None = None) -> bytes:
     """Per target ([CLS], [SEP]), the mass per layer by each measure (weights, norms, ALTI), the gap between the
     weights and the contributions shaded; ``targets`` as :func:`bertwatch.tb.measures.mass_by_measure` gives them.
-    Layers numbered from 0. PNG bytes."""
+    Each measure in its series colour, as in the plugin's Weight vs contribution card. Layers numbered from 0. PNG
+    bytes."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(targets), figsize=(4.4 * len(targets), 3.2), sharey=True, squeeze=False)
-    colors = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a")
     for ax, target in zip(axes[0], targets):
         lines = [(m["label"], np.asarray(m["layerMeans"], dtype=float)) for m in target["measures"]]
         xs = np.arange(len(lines[0][1]))
         for k, (label, ys) in enumerate(lines):
-            ax.plot(xs, ys, marker="o", ms=3, lw=1.6, color=colors[k % len(colors)], label=label)
+            ax.plot(xs, ys, marker="o", ms=3, lw=1.6, color=series_hex(k), label=label)
         if target["gaps"] and len(lines) > 1:
-            ax.fill_between(xs, lines[0][1], np.nanmin([ys for _, ys in lines[1:]], axis=0), color="#999", alpha=0.15)
+            gap = np.nanmin([ys for _, ys in lines[1:]], axis=0)
+            ax.fill_between(xs, lines[0][1], gap, color=mark_hex("gap"), alpha=0.15)
         _share_by_layer(ax, f"mass on {target['target']}", xs)
     return _finish_panels(fig, axes, "share, mean over heads", path)
 
@@ -181,10 +220,10 @@ def _saved(fig: Any, path: str | Path | None) -> bytes:
 
 def change_panels(stat: str, first: tuple[int, Any], last: tuple[int, Any], path: str | Path | None = None) -> bytes:
     """One small figure of a statistic: its ``[layers, heads]`` grid at the first and at the last logged step on one
-    shared scale, and the change between them on a diverging scale centred at 0 (``first``, ``last``: ``(step,
-    grid)``). A drift statistic is drawn around its unchanged value, and values (or changes) within float32
-    rounding read as unchanged (:mod:`bertwatch.report.changes`); a change that is zero everywhere says so.
-    PNG bytes."""
+    shared scale (the sequential one; a drift statistic's diverging one), and the change between them on a diverging
+    scale centred at 0 (``first``, ``last``: ``(step, grid)``). A drift statistic is drawn around its unchanged
+    value, and values (or changes) within float32 rounding read as unchanged (:mod:`bertwatch.report.changes`); a
+    change that is zero everywhere says so. PNG bytes."""
     import matplotlib
 
     plt = pyplot()
@@ -203,17 +242,15 @@ def change_panels(stat: str, first: tuple[int, Any], last: tuple[int, Any], path
     if reference is not None:
         scale = _drift_scale(both - reference, reference, higher_is_better(stat))
     else:
-        scale = {"cmap": "viridis"}
+        scale = {"cmap": sequential_cmap()}
         if both.size:
             scale.update(vmin=float(both.min()), vmax=float(both.max()))
     low, high = scale.pop("vmin", 0.0), scale.pop("vmax", 1.0)
     if high <= low:  # one value everywhere: a band around it, the same in both panels
         low, high = low - 0.5 * max(abs(low), 1e-12), high + 0.5 * max(abs(high), 1e-12)
     norm = matplotlib.colors.Normalize(low, high)
-    colors = scale["cmap"] if not isinstance(scale["cmap"], str) else matplotlib.colormaps[scale["cmap"]]
-    colors = colors.with_extremes(bad="#bbbbbb")
     for ax, (title, grid) in zip(axes[0], grids):
-        image = ax.imshow(grid, aspect="auto", cmap=colors, norm=norm)
+        image = ax.imshow(grid, aspect="auto", cmap=scale["cmap"], norm=norm)
         _small_grid(ax, title, layers, heads)
     fig.colorbar(image, ax=list(axes[0][: len(grids)]), fraction=0.05, pad=0.02).ax.tick_params(labelsize=6)
     if not same_step:
@@ -247,8 +284,7 @@ def _change_panel(ax: Any, change: np.ndarray, steps: int, higher_better: bool =
     up, blue down; for a statistic whose higher values are less drift (``higher_better``), red down."""
     finite = change[np.isfinite(change)]
     span = float(np.max(np.abs(finite))) if finite.size else 0.0
-    colors = diverging_cmap(higher_better).with_extremes(bad="#bbbbbb")
-    image = ax.imshow(change, cmap=colors, vmin=-(span or 1.0), vmax=span or 1.0, aspect="auto")
+    image = ax.imshow(change, cmap=diverging_cmap(higher_better), vmin=-(span or 1.0), vmax=span or 1.0, aspect="auto")
     _small_grid(ax, f"change over {steps} steps", *change.shape)
     if span == 0.0:
         ax.text(0.5, 0.5, "no change", transform=ax.transAxes, ha="center", va="center", fontsize=9)
@@ -261,14 +297,14 @@ def trajectory_figure(
 ) -> bytes:
     """A small line figure of a statistic over the logged steps, one line per head (``values``: ``[steps, layers,
     heads]``; ``heads``: ``(layer, head)`` pairs, labelled ``L2 H7``, or ``L2`` for a per-layer grid of one column).
-    PNG bytes."""
+    A head's line takes the series colours in order, a layer's its layer's colour. PNG bytes."""
     plt = pyplot()
     values = np.asarray(values, dtype=np.float64)
     fig, ax = plt.subplots(figsize=(3.4, 1.7))
-    for layer, head in heads:
+    for k, (layer, head) in enumerate(heads):
         per_layer = values.shape[2] == 1  # a per-layer statistic: each line in its layer's colour
         label = f"L{layer}" if per_layer else f"L{layer} H{head}"
-        color = layer_hex(layer, values.shape[1]) if per_layer else None
+        color = layer_hex(layer, values.shape[1]) if per_layer else series_hex(k)
         ax.plot(steps, values[:, layer, head], marker="o", ms=2.5, lw=1.4, label=label, color=color)
     ax.set_xlabel("training step", fontsize=7)
     ax.set_ylabel(ylabel, fontsize=7)
@@ -294,10 +330,10 @@ def outlier_figure(
             color = layer_hex(layer, values.shape[1])  # the plugin's colour of this layer
             ax.plot(entry["steps"], ratios[:, layer], marker="o", ms=3, lw=1.4, label=f"L{layer}", color=color)
         if stat in multiples:
-            ax.axhline(multiples[stat], color="#c62828", ls="--", lw=1)
+            ax.axhline(multiples[stat], color=mark_hex("alert"), ls="--", lw=1)
             ax.annotate(f"alert ×{multiples[stat]:g}", (0.01, multiples[stat]), xycoords=("axes fraction", "data"),
-                        color="#c62828", fontsize=8, va="bottom")  # fmt: skip
-        ax.axhline(1.0, color="#9ca3af", ls=":", lw=1)
+                        color=mark_hex("alert"), fontsize=8, va="bottom")  # fmt: skip
+        ax.axhline(1.0, color=mark_hex("reference"), ls=":", lw=1)
         ax.set_title(f"{stat} / step {entry['steps'][0]}")
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)

@@ -25,7 +25,7 @@ from bertwatch.report.pruning_section import answer_lines, curves_figure
 from bertwatch.report.result import FIELDS, AblationResult, atomic_write
 from bertwatch.report.summary_section import summary_section
 from bertwatch.report.training_section import details_section
-from bertwatch.tb.colours import diverging_hex
+from bertwatch.tb.colours import diverging_hex, mark_hex
 
 
 def write_outputs(
@@ -79,8 +79,9 @@ def _layer_bars(result: AblationResult) -> str:
     upper = np.clip(rows[:, 3] - delta, 0, None)
     greater, half = bool(result.config.get("greater_is_better", True)), change_scale_half(delta)
     colors = [diverging_hex(float(np.float32(d)), 0.0, half, greater) for d in delta]  # the plugin's bars' colours
-    ax.bar(xs, np.nan_to_num(delta), color=colors, yerr=np.nan_to_num(np.vstack([lower, upper])), capsize=3)
-    ax.axhline(0, color="black", lw=0.8)
+    whiskers = np.nan_to_num(np.vstack([lower, upper]))
+    ax.bar(xs, np.nan_to_num(delta), color=colors, yerr=whiskers, ecolor=mark_hex("whisker"), capsize=3)
+    ax.axhline(0, color=mark_hex("zero"), lw=0.8)
     ax.set_xticks(xs)
     ax.set_xlabel("layer disabled")
     ax.set_ylabel(f"Δ {result.metric_label}")

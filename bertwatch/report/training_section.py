@@ -15,6 +15,7 @@ from bertwatch.report.changes import HeadChange, biggest_changes, empty_stats
 from bertwatch.report.figures import change_panels, mass_gap_figure, outlier_figure, png_bytes
 from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.markup import b64, escape, head_name, image, number, table
+from bertwatch.tb.colours import mark_hex, series_hex
 from bertwatch.tb.measures import layer_gap_rows, mass_by_measure
 
 __all__ = ["changes_text", "details_section", "probe_note"]
@@ -120,20 +121,21 @@ def details_section(training: Mapping[str, Any]) -> str:
 
 
 def _series_figure(name: str, entry: dict[str, Any]) -> str:
-    """One line per named value over the probe steps; ``{key}_uniform`` dashed in its key's colour."""
+    """One line per named value over the probe steps, in the series colours in order as in the plugin's charts of
+    the same series; ``{key}_uniform`` dashed in its key's colour (a reference value's without its key)."""
     plt = _pyplot()
     names, steps, values = entry["names"], entry["steps"], np.asarray(entry["values"])
     fig, ax = plt.subplots(figsize=(6.5, 3.2))
-    colors: dict[str, Any] = {}
+    colors: dict[str, str] = {}
     for k, key in enumerate(names):
         if key.endswith("_uniform"):
             continue
-        (line,) = ax.plot(steps, values[:, k], marker="o", ms=3, label=key)
-        colors[key] = line.get_color()
+        colors[key] = series_hex(len(colors))
+        ax.plot(steps, values[:, k], marker="o", ms=3, label=key, color=colors[key])
     for k, key in enumerate(names):
         base = key[: -len("_uniform")]
         if key.endswith("_uniform"):
-            ax.plot(steps, values[:, k], ls="--", lw=1, color=colors.get(base, "grey"))
+            ax.plot(steps, values[:, k], ls="--", lw=1, color=colors.get(base, mark_hex("reference")))
     ax.set_xlabel("training step")
     ax.set_title(name + (" (dashed: a uniform head)" if len(colors) < len(names) else ""))
     ax.grid(alpha=0.3)

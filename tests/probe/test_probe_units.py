@@ -90,3 +90,39 @@ def test_a_pass_over_units_of_one_row_measures_what_a_pass_over_whole_batches_do
     assert alone.health.keys() == whole.health.keys()
     for name, value in whole.health.items():
         assert alone.health[name] == pytest.approx(value, rel=1e-4, abs=1e-7, nan_ok=True), name
+
+
+def _labelled_batch(lengths: list[int], labelled: list[bool]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """A sequence-classification batch of rows of ``lengths`` real tokens (real tokens first), ``labels`` -100 on the
+    rows not ``labelled``; and its real tokens."""
+    real = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+    labels = torch.tensor([1 if keep else -100 for keep in labelled])
+    return {"input_ids": torch.where(real, 7, 0), "attention_mask": real.long(), "labels": labels}, real
+
+
+def _planned(lengths: list[int], labelled: list[bool], device: str, maps_per_row: int = 8) -> list[tuple[list, int]]:
+    batch, real = _labelled_batch(lengths, labelled)
+    units = units_module.plan_batch(batch, real, "sequence-classification", torch.device(device), maps_per_row)
+    assert sorted(r for rows, _ in units for r in rows) == list(range(len(lengths)))  # a partition of the batch
+    for rows, width in units:
+        assert width == max(lengths[r] for r in rows)
+        assert len(rows) == 1 or len(rows) * maps_per_row * width**2 * 4 <= units_module.UNIT_MAPS_BYTES, rows
+    return units
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])  # length groups; rows sorted by length (nothing runs there)
+def test_rows_without_labels_stay_within_the_bound_and_share_the_labelled_rows(monkeypatch, device):
+    """A group of unlabelled rows whose maps together pass the bound comes out in several units within it (the code
+    before ran such a batch whole: one unit of every row, past the bound), each with a labelled row where the batch
+    has enough of them (the model's loss refuses a unit of unlabelled rows); a batch whose rows are all labelled is
+    planned as before."""
+    monkeypatch.setattr(units_module, "UNIT_MAPS_BYTES", 2 * 8 * 16 * 16 * 4)  # two rows of 16 tokens
+    half = [False] * 4 + [True] * 4
+    units = _planned([16] * 8, half, device)
+    assert [rows for rows, _ in units] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert len(_planned([16] * 8, [False] * 8, device)) == 4  # no labelled row: bounded all the same
+    # short unlabelled rows (a length group of their own on the CPU) beside labelled rows too long to share a unit
+    units = _planned([16] * 6 + [40, 40], [False] * 6 + [True, True], device)
+    assert len(units) == 5 and sorted(len(rows) for rows, _ in units) == [1, 1, 2, 2, 2]
+    units = _planned([16] * 7 + [12], [True] * 8, device)  # every row labelled: the plan of before
+    assert units == [([7, 0], 16), ([1, 2], 16), ([3, 4], 16), ([5, 6], 16)]

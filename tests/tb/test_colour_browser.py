@@ -1,11 +1,15 @@
 """One colour rule, seen in a browser (Playwright, Debian's Chromium, a real ``tensorboard``): the plugin's Ablation
 view and the report of the SAME run give the most harmful head the same colour (red: worse), the plugin's Layer
 means and Activation outliers give each layer one colour, the report's figures draw each layer in it, and
-scales.js, run in the page, gives the colours Python's bertwatch.tb.colours gives.
+scales.js, run in the page, gives the colours Python's bertwatch.tb.colours gives; a missing value, a mass and each
+pruning order have the colour the plugin renders in the report's figures too (their matplotlib colormaps and lines,
+caught as drawn).
 
 On the code before the one rule this fails: the plugin drew the most harmful head blue (rgb(5, 48, 97) at the far
 end) and the report drew it red in a PNG (RdBu), and the outlier panel drew L0 #1565c0 where Layer means drew it
-#4a148c."""
+#4a148c. Before the report read every colour from colours.json it drew missing values #bbbbbb where the plugin
+draws #d4d4d4, masses on viridis where the plugin draws YlGnBu, and the importance order #08519c where the plugin
+draws #6a1b9a."""
 
 from __future__ import annotations
 
@@ -14,11 +18,13 @@ import re
 import numpy as np
 import pytest
 
+from bertwatch.report import figures, pruning_section
 from bertwatch.report.html import write_outputs
 from bertwatch.report.result import AblationResult
 from bertwatch.report.run_report import write_run_report
 from bertwatch.tb import colours
 from bertwatch.tb.summary import SummaryWriter
+from tests.report.test_figure_colours import as_hex, drawn, rgb_of
 from tests.support.tb_helpers import STEPS, H, L, curves_result, synthetic_grids, tensorboard_server
 from tests.tb.test_outliers_browser import outlier_grids
 from tests.tb.test_plugin_browser import browser, open_session, shot_dir  # noqa: F401 (fixtures)
@@ -26,6 +32,7 @@ from tests.tb.test_plugin_browser import browser, open_session, shot_dir  # noqa
 pytestmark = pytest.mark.browser
 
 WORST, BEST = (3, 7), (1, 2)  # the most harmful head is not the one with the largest |Δ|: a mid-scale colour
+MISSING = (2, 5)  # punct_mass is undefined on this head at every step
 
 
 def _result() -> AblationResult:
@@ -53,7 +60,10 @@ def run(tmp_path_factory):
     result = _result()
     with SummaryWriter(str(run_dir)) as w:
         for step in STEPS:
-            w.add_head_grids({**synthetic_grids(step), **outlier_grids(step)}, step)
+            grids = {**synthetic_grids(step), **outlier_grids(step)}
+            grids["punct_mass"] = grids["punct_mass"].copy()
+            grids["punct_mass"][MISSING] = np.nan
+            w.add_head_grids(grids, step)
         w.add_ablation_result(result, step=STEPS[-1])
     write_outputs(result, run_dir / "bertwatch_ablation")
     report = write_run_report(run_dir)
@@ -131,8 +141,11 @@ def test_scales_js_gives_pythons_colours(s) -> None:
         """async ([url, values]) => {
             const m = await import(url);
             const up = m.diverging(0, 0.05), down = m.changeScale(0.05, true);
+            const seq = m.sequential(-0.06, 0.06);
             return {up: values.map((v) => up.color(v)), down: values.map((v) => down.color(v)),
-                    layers: [0, 1, 2, 3, 4, 5].map((l) => m.layerColor(l, 6)), nan: m.NAN_COLOR};
+                    seq: values.map((v) => seq.color(v)), series: [...Array(10).keys()].map(m.seriesColor),
+                    layers: [0, 1, 2, 3, 4, 5].map((l) => m.layerColor(l, 6)), nan: m.NAN_COLOR,
+                    pruning: m.PRUNING, marks: m.MARKS};
         }""",
         [f"{s.base}/data/plugin/bertwatch/static/scales.js", values],
     )
@@ -140,3 +153,70 @@ def test_scales_js_gives_pythons_colours(s) -> None:
     assert [_rgb(x) for x in got["down"]] == [colours.diverging_rgb(v, 0.0, 0.05, True) for v in values]
     assert [_rgb(x) for x in got["layers"]] == [_rgb_hex(colours.layer_hex(l, 6)) for l in range(6)]
     assert got["nan"] == colours.nan_hex()
+    assert [_rgb(x) for x in got["seq"]] == [colours.sequential_rgb(v, -0.06, 0.06) for v in values]
+    assert got["series"] == [colours.series_hex(k) for k in range(10)]
+    assert got["pruning"] == colours.colours()["pruning"] and got["marks"] == colours.colours()["marks"]
+
+
+def test_a_missing_value_and_a_mass_have_one_colour_in_the_plugin_and_the_report(s, monkeypatch) -> None:
+    """The Heads view's cells of a mass as rendered (sequential(0, 1), NaN grey) against the colormap the report's
+    panels of the same statistic draw with: the NaN cell exactly, every other cell within one unit of a channel
+    (matplotlib's colormap is a table of 256 colours between two stops)."""
+    s.tab("heads")
+    s.frame.select_option("#stat-select", "punct_mass")
+    s.frame.wait_for_selector(f'#heads-heatmap .cell.nan[data-layer="{MISSING[0]}"][data-head="{MISSING[1]}"]')
+    s.frame.wait_for_selector("#view-heads .legend-nan .swatch.nan")
+    shown = s.frame.evaluate(  # in one call: a live redraw between two calls would leave a detached element
+        """() => ({
+            cells: [...document.querySelectorAll('#heads-heatmap .cell')].map(
+                (e) => [e.dataset.value, getComputedStyle(e).backgroundColor]),
+            swatch: getComputedStyle(document.querySelector('#view-heads .legend-nan .swatch.nan')).backgroundColor,
+        })"""
+    )
+    cells, swatch = shown["cells"], shown["swatch"]
+    values = [float(v) for v, _ in cells]
+    grid = np.array(values).reshape(L, H)
+    (fig,) = drawn(monkeypatch, figures.change_panels, "punct_mass", (STEPS[0], grid), (STEPS[-1], grid))
+    image = fig.axes[0].images[0]  # the report's panel of the statistic
+    assert _rgb(swatch) == rgb_of(image.cmap.get_bad()) == _rgb_hex(colours.nan_hex()), swatch
+    for value, (_, css) in zip(values, cells):
+        plugin = _rgb(css)
+        if np.isnan(value):
+            assert plugin == rgb_of(image.cmap.get_bad())
+            continue
+        assert plugin == colours.sequential_rgb(value, 0.0, 1.0)
+        assert max(abs(a - b) for a, b in zip(plugin, rgb_of(image.cmap(value)))) <= 1, (value, plugin)
+    assert sum(np.isnan(values)) == 1
+
+
+def test_the_pruning_orders_have_one_colour_in_the_plugin_and_the_report(s, run, monkeypatch) -> None:
+    """Each order's line and band, the δ line, the zero line and the answer's marker as the plugin renders them,
+    against the report's pruning figure of the same result."""
+    result = run[2]
+    s.tab("ablation")
+    s.frame.wait_for_selector("#pruning-chart path.series", state="attached")
+    shown = s.frame.evaluate(  # in one call: a live redraw between two calls would leave a detached element
+        """() => {
+            const all = (sel) => [...document.querySelectorAll(`#pruning-chart ${sel}`)];
+            const stroke = (sel) => getComputedStyle(document.querySelector(`#pruning-chart ${sel}`)).stroke;
+            return {
+                lines: all('path.series').map((e) => [e.dataset.name, getComputedStyle(e).stroke]),
+                bands: all('path.band').map((e) => [e.id, getComputedStyle(e).fill, Number(getComputedStyle(e).fillOpacity)]),
+                delta: stroke('#pruning-delta-line'), zero: stroke('line.hline.zero'), marker: stroke('line.marker'),
+            };
+        }"""
+    )
+    lines, bands = dict(shown["lines"]), shown["bands"]
+    delta, zero, marker = shown["delta"], shown["zero"], shown["marker"]
+    (fig,) = drawn(monkeypatch, pruning_section.curves_figure, result)
+    ax = fig.axes[0]
+    report = {line.get_label(): rgb_of(line.get_color()) for line in ax.get_lines() if not line.get_gid()}
+    assert {name: _rgb(css) for name, css in lines.items()} == report
+    assert set(report) == {"importance (one-shot)", "iterative importance", "random orders: mean"}
+    filled = {band.get_gid(): (rgb_of(band.get_facecolor()[0]), band.get_alpha()) for band in ax.collections}
+    assert {id_: (_rgb(css), pytest.approx(opacity)) for id_, css, opacity in bands} == filled
+    assert len(filled) == 3
+    rules = {line.get_gid(): as_hex(line.get_color()) for line in ax.get_lines() if line.get_gid()}
+    assert _rgb(delta) == _rgb_hex(rules["pruning-delta-line"]) == _rgb_hex(colours.mark_hex("delta"))
+    assert _rgb(zero) == _rgb_hex(rules["pruning-zero"])
+    assert _rgb(marker) == _rgb_hex(rules["pruning-answer"]) == _rgb_hex(colours.mark_hex("marker"))

@@ -32,6 +32,9 @@ def test_the_json_is_the_one_table() -> None:
     red, blue = np.array(rgb_of(stops[-1])), np.array(rgb_of(stops[0]))
     assert red[0] > red[2] and blue[2] > blue[0]  # the last stop is the red (worse) end
     assert all(HEX.fullmatch(x) for x in [*stops, *table["sequential"], *table["layers"], table["nan"]])
+    pruning = {k: v for k, v in table["pruning"].items() if k != "bandOpacity"}
+    assert all(HEX.fullmatch(x) for x in [*table["series"], *pruning.values(), *table["marks"].values()])
+    assert set(table["pruning"]["bandOpacity"]) == {"importance", "iterative", "random"}
 
 
 def test_scales_js_keeps_no_copy_of_the_colours() -> None:
@@ -43,6 +46,21 @@ def test_scales_js_keeps_no_copy_of_the_colours() -> None:
         text = (STATIC / name).read_text()
         assert "layerColor(" in text, name  # every per-layer series takes its layer's colour
     assert "COLORS" not in (STATIC / "panel_outliers.js").read_text()
+
+
+def test_the_charts_the_report_also_draws_keep_no_copy_of_their_colours() -> None:
+    """The pruning curves, the series (mass gap, patterns, word classes, trajectories), the marks (zero, δ, an
+    alert's multiple, the step marker, whiskers) and the NaN swatch read colours.json in the plugin as in the report:
+    no hex colour in those modules, and style.css leaves those strokes to charts.js."""
+    for name in ("charts.js", "view_ablation.js", "panel_mass_gap.js", "panel_outliers.js", "view_heads.js",
+                 "alert_strip.js", "heatmap.js"):  # fmt: skip
+        assert not HEX.search((STATIC / name).read_text()), name
+    css = re.sub(r"/\*.*?\*/", "", (STATIC / "style.css").read_text(), flags=re.S)
+    for selector in (".chart .zero", ".chart .marker", ".chart .whisker", ".chart .hline.zero", ".chart .hline.delta",
+                     ".chart .hline.hline-alert", ".chart .hline.hline-soft"):  # fmt: skip
+        block = re.search(re.escape(selector) + r" \{([^}]*)\}", css)
+        assert block and not re.search(r"(^|[\s;])stroke\s*:", block.group(1)), selector
+    assert c.nan_hex() not in css.lower()
 
 
 def test_python_figures_name_no_colormap_of_their_own() -> None:
@@ -91,3 +109,22 @@ def test_the_matplotlib_colormap_is_the_same_scale() -> None:
     assert as_hex(diverging_cmap()(0.0)) == stops[0] and as_hex(diverging_cmap()(1.0)) == stops[-1]
     assert as_hex(diverging_cmap(higher_better=True)(1.0)) == stops[0]
     assert as_hex(diverging_cmap(part="high")(0.0)) == stops[len(stops) // 2]
+
+
+def test_the_sequential_colormap_is_the_plugins_ramp() -> None:
+    """The report's sequential grids (figures.sequential_cmap) and scales.js's sequential(lo, hi) (here as
+    colours.sequential_rgb, checked against scales.js in the browser test) agree to one unit of a channel; NaN is
+    the plugin's grey in both ramps."""
+    from bertwatch.report.figures import diverging_cmap, sequential_cmap
+
+    rgb = lambda rgba: tuple(round(255 * x) for x in rgba[:3])  # noqa: E731
+    for t in np.linspace(0.0, 1.0, 1001):
+        got, want = rgb(sequential_cmap()(t)), c.sequential_rgb(float(t), 0.0, 1.0)
+        assert max(abs(a - b) for a, b in zip(got, want)) <= 1, t
+        got, want = rgb(diverging_cmap()(t)), c.diverging_rgb(float(t) - 0.5, 0.0, 0.5)
+        assert max(abs(a - b) for a, b in zip(got, want)) <= 1, t
+    grey = rgb_of(c.nan_hex())
+    assert rgb(sequential_cmap().get_bad()) == grey == rgb(diverging_cmap(True, "low").get_bad())
+    assert c.sequential_rgb(float("nan"), 0.0, 1.0) is None and c.sequential_rgb(2.0, 0.0, 1.0) == rgb_of(
+        c.sequential_stops()[-1]
+    )

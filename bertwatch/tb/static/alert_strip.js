@@ -5,6 +5,7 @@
 import {getJSON, nums, tagsOfKind} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {clear, fmt, fmtStep, h, headName} from './dom.js';
+import {MARKS} from './scales.js';
 
 // Rule texts and the statistics a quantity sums come with /alerts (bertwatch.core.alerts, their one home).
 // Alerts listed before a "show all" button (a diverging run can put most heads in alert).
@@ -160,7 +161,7 @@ export class AlertStrip {
       width: chartWidth(this.detail, 640),
       height: 200,
       id: 'alert-chart',
-      series: [{name: `${headName(e.layer, e.head)} ${q}`, color: '#c62828', xs, ys}],
+      series: [{name: `${headName(e.layer, e.head)} ${q}`, color: MARKS.alert, xs, ys}],
       yLabel: q,
       marker: e.since,
       hlines: [
@@ -194,7 +195,7 @@ export class AlertStrip {
       .filter((e) => e.layer === layer && (e.head ?? 0) === head && this.statsOf(e).includes(stat))
       .map((e, k) => ({
         name: k ? null : 'in alert',
-        color: '#c62828',
+        color: MARKS.alert,
         opacity: 0.12,
         id: k ? null : 'trajectory-alert-band',
         xs: [e.since, after(e.last)],

@@ -1,8 +1,12 @@
 // Small SVG charts: lines over steps, bars with intervals, a scatter. Text goes in as text nodes only.
 
 import {fmt, fmtStep, h, hideTooltip, s, showTooltip} from './dom.js';
+import {MARKS, seriesColor} from './scales.js';
 
 const M = {l: 56, r: 14, t: 12, b: 38};
+// The mark (colours.json) a rule of each class is drawn in, inline (style.css keeps only its dashes); a rule's own
+// color wins, and a rule of another class keeps style.css's grey.
+const RULE_MARKS = {zero: 'zero', delta: 'delta', 'hline-alert': 'alert', 'hline-soft': 'reference'};
 
 /** A chart width that fills a card body (minus its padding), within limits. */
 export function chartWidth(el, fallback = 520) {
@@ -182,6 +186,7 @@ export function lineChart({
       s('line', {
         class: `hline${rule.cls ? ` ${rule.cls}` : ''}`,
         id: rule.id || null,
+        style: {stroke: rule.color || MARKS[RULE_MARKS[rule.cls]] || null},
         x1: M.l,
         x2: W - M.r,
         y1: Y(rule.y),
@@ -191,7 +196,15 @@ export function lineChart({
     if (rule.label)
       svg.append(s('text', {class: 'hline-label', x: W - M.r - 4, y: Y(rule.y) - 5, 'text-anchor': 'end'}, rule.label));
   }
-  const markerLine = s('line', {class: 'marker', x1: 0, x2: 0, y1: M.t, y2: H - M.b, visibility: 'hidden'});
+  const markerLine = s('line', {
+    class: 'marker',
+    x1: 0,
+    x2: 0,
+    y1: M.t,
+    y2: H - M.b,
+    visibility: 'hidden',
+    style: {stroke: MARKS.marker},
+  });
   const setMarker = (x) => {
     const ok = x !== undefined && x !== null && Number.isFinite(x);
     markerLine.setAttribute('visibility', ok ? 'visible' : 'hidden');
@@ -202,8 +215,9 @@ export function lineChart({
     svg.append(
       s('path', {
         class: `series${sr.dashed ? ' dashed' : ''}`,
+        'data-name': sr.name || null,
         d: pathOf(sr.xs, sr.ys, X, Y),
-        stroke: sr.color || '#1565c0',
+        stroke: sr.color || seriesColor(0),
         'stroke-width': sr.width || 1.8,
       }),
     );
@@ -211,7 +225,7 @@ export function lineChart({
       for (let i = 0; i < sr.xs.length; i++) {
         if (Number.isFinite(sr.ys[i]))
           svg.append(
-            s('circle', {class: 'dot', cx: X(sr.xs[i]), cy: Y(sr.ys[i]), r: 2.4, fill: sr.color || '#1565c0'}),
+            s('circle', {class: 'dot', cx: X(sr.xs[i]), cy: Y(sr.ys[i]), r: 2.4, fill: sr.color || seriesColor(0)}),
           );
       }
     }
@@ -321,14 +335,15 @@ export function barChart({
           y: top,
           width: bw,
           height: Math.max(1, bottom - top),
-          fill: d.color || '#1565c0',
+          fill: d.color || seriesColor(0),
           rx: 2,
         }),
       );
     if (Number.isFinite(d.lo) && Number.isFinite(d.hi)) {
-      grp.append(s('line', {class: 'whisker', x1: cx, x2: cx, y1: Y(d.lo), y2: Y(d.hi)}));
-      grp.append(s('line', {class: 'whisker', x1: cx - 5, x2: cx + 5, y1: Y(d.lo), y2: Y(d.lo)}));
-      grp.append(s('line', {class: 'whisker', x1: cx - 5, x2: cx + 5, y1: Y(d.hi), y2: Y(d.hi)}));
+      const whisker = (x1, x2, y1, y2) => s('line', {class: 'whisker', x1, x2, y1, y2, style: {stroke: MARKS.whisker}});
+      grp.append(whisker(cx, cx, Y(d.lo), Y(d.hi)));
+      grp.append(whisker(cx - 5, cx + 5, Y(d.lo), Y(d.lo)));
+      grp.append(whisker(cx - 5, cx + 5, Y(d.hi), Y(d.hi)));
     }
     if (d.flag)
       grp.append(s('text', {class: 'sig-star', x: cx, y: Math.min(Y(d.hi), top) - 5, 'text-anchor': 'middle'}, '*'));
@@ -340,7 +355,7 @@ export function barChart({
     }
     svg.append(grp);
   });
-  svg.append(s('line', {class: 'zero', x1: M.l, x2: W - M.r, y1: Y(0), y2: Y(0)}));
+  svg.append(s('line', {class: 'zero', x1: M.l, x2: W - M.r, y1: Y(0), y2: Y(0), style: {stroke: MARKS.zero}}));
   return svg;
 }
 

@@ -7,9 +7,8 @@
 import {nums, rawText} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
 import {clear, fmt, fmtSigned, fmtStep, h} from './dom.js';
+import {seriesColor} from './scales.js';
 import {StepCard} from './step_card.js';
-
-const COLORS = ['#1565c0', '#e65100', '#2e7d32', '#6a1b9a'];
 
 export class MassGapPanel extends StepCard {
   constructor() {
@@ -52,7 +51,7 @@ export class MassGapPanel extends StepCard {
         id: `mass-gap-chart-${targets.indexOf(target)}`,
         series: target.measures.map((m, k) => ({
           name: m.label,
-          color: COLORS[k % COLORS.length],
+          color: seriesColor(k), // the report's figure draws each measure in the same colour
           xs,
           ys: nums(m.layerMeans),
           width: 1.8,

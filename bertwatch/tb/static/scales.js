@@ -1,13 +1,19 @@
 // Colour scales and legends. Every colour comes from colours.json, the one home Python reads too
 // (bertwatch/tb/colours.py: the report and its figures): one sequential scale (YlGnBu) for masses, entropies and
 // attention; one diverging scale for drift, deltas and differences whose red end is worse, more drift or up, its
-// blue end better, less drift or down (white: no change); one ordinal colour per layer.
+// blue end better, less drift or down (white: no change); one ordinal colour per layer; the series colours of lines
+// that are not layers; each pruning order's colour; the marks drawn across charts; the grey of a missing value.
 
 import {isProportion} from './api.js';
 import COLOURS from './colours.json' with {type: 'json'};
 import {fmt, h} from './dom.js';
 
 export const NAN_COLOR = COLOURS.nan;
+/** Each pruning order's colour (importance, iterative, random, randomMean) and its band's opacity (bandOpacity). */
+export const PRUNING = COLOURS.pruning;
+/** The marks drawn across charts: zero, delta (±δ), alert (an alert's multiple), reference, marker (the step marker,
+ * the pruning answer), gap, whisker. */
+export const MARKS = COLOURS.marks;
 
 function hexToRgb(hex) {
   const n = parseInt(hex.slice(1), 16);
@@ -90,6 +96,11 @@ export function layerColor(l, n) {
   return css(ramp(RAMPS.layers, n <= 1 ? 0 : l / (n - 1)));
 }
 
+/** Colour of the k-th line of a chart whose lines are not layers (measures, classes, heads), in order. */
+export function seriesColor(k) {
+  return COLOURS.series[k % COLOURS.series.length];
+}
+
 function finite(values) {
   return values.flat(Infinity).filter(Number.isFinite);
 }
@@ -153,7 +164,9 @@ export function legend(scale, {title = '', width = 220, nan = false, format = (v
       'div',
       {class: 'legend-main'},
       h('div', {}, bar, ticks, capRow),
-      nan ? h('div', {class: 'legend-nan'}, h('span', {class: 'swatch nan'}), 'NaN') : null,
+      nan
+        ? h('div', {class: 'legend-nan'}, h('span', {class: 'swatch nan', style: {backgroundColor: NAN_COLOR}}), 'NaN')
+        : null,
     ),
   );
 }

@@ -10,7 +10,7 @@ import {getJSON, nums, rawText, tagsOfKind} from './api.js';
 import {barChart, chartWidth, lineChart} from './charts.js';
 import {card, clear, emptyState, field, fmt, fmtSigned, h, headName, setOptions} from './dom.js';
 import {heatmap} from './heatmap.js';
-import {changeScale, halfWidth, legend} from './scales.js';
+import {changeScale, halfWidth, legend, PRUNING} from './scales.js';
 
 const F = {value: 0, delta: 1, lo: 2, hi: 3, p: 4};
 
@@ -67,7 +67,8 @@ function trivialLines(trivial) {
   );
 }
 
-// Δ against the unpruned model per step: series, bands and rules for lineChart from the curves table.
+// Δ against the unpruned model per step: series, bands and rules for lineChart from the curves table, each order in
+// its colour of colours.json (the report's pruning figure reads the same).
 function curveChart(curves, metric, width) {
   const cols = Object.fromEntries(curves.columns.map((c, i) => [c, i]));
   const rows = nums(curves.rows);
@@ -80,34 +81,35 @@ function curveChart(curves, metric, width) {
     bands.push({
       id: 'pruning-random-band',
       name: `random orders (${curves.randomOrders}): range`,
-      color: '#9e9e9e',
+      color: PRUNING.random,
+      opacity: PRUNING.bandOpacity.random,
       xs,
       lo: col('random_min'),
       hi: col('random_max'),
     });
-    series.push({name: 'random orders: mean', color: '#616161', dashed: true, xs, ys: col('random_mean')});
+    series.push({name: 'random orders: mean', color: PRUNING.randomMean, dashed: true, xs, ys: col('random_mean')});
   }
   if (has('iterative')) {
     bands.push({
       id: 'pruning-iterative-band',
-      color: '#ef6c00',
-      opacity: 0.15,
+      color: PRUNING.iterative,
+      opacity: PRUNING.bandOpacity.iterative,
       xs,
       lo: col('iterative_low'),
       hi: col('iterative_high'),
     });
-    series.push({name: 'iterative importance', color: '#ef6c00', xs, ys: col('iterative')});
+    series.push({name: 'iterative importance', color: PRUNING.iterative, xs, ys: col('iterative')});
   }
   bands.push({
     id: 'pruning-importance-band',
     name: '95% interval',
-    color: '#6a1b9a',
-    opacity: 0.2,
+    color: PRUNING.importance,
+    opacity: PRUNING.bandOpacity.importance,
     xs,
     lo: col('importance_low'),
     hi: col('importance_high'),
   });
-  series.push({name: 'importance (one-shot)', color: '#6a1b9a', xs, ys: col('importance')});
+  series.push({name: 'importance (one-shot)', color: PRUNING.importance, xs, ys: col('importance')});
   const r = curves.removable || {};
   const greater = r.greater_is_better !== false;
   const delta = Number(curves.delta);
@@ -366,7 +368,9 @@ export class AblationView {
         lineChart({
           width: chartWidth(pc.body),
           id: 'pruning-chart',
-          series: [{name: metric, color: '#6a1b9a', xs: curve.map((p) => p[0] * 100), ys: curve.map((p) => p[1])}],
+          series: [
+            {name: metric, color: PRUNING.importance, xs: curve.map((p) => p[0] * 100), ys: curve.map((p) => p[1])},
+          ],
           xLabel: 'heads pruned (%)',
           xFormat: (v) => `${fmt(v, 3)}%`,
           yLabel: metric,

@@ -9,7 +9,7 @@ import {card, clear, emptyState, field, fmt, fmtStep, h, headName, setOptions, s
 import {heatmap} from './heatmap.js';
 import {MassGapPanel} from './panel_mass_gap.js';
 import {OutlierPanel} from './panel_outliers.js';
-import {layerColor, legend, scaleForStat} from './scales.js';
+import {layerColor, legend, scaleForStat, seriesColor} from './scales.js';
 import {VerdictStrip} from './verdict_strip.js';
 
 // The label rules (glyphs, thresholds, texts) come from the backend's /labels, their one home.
@@ -361,7 +361,7 @@ export class HeadsView {
       this.trajChart = lineChart({
         width: chartWidth(c.body),
         id: 'trajectory-chart',
-        series: [{name: unit, color: '#e65100', xs: t.steps, ys: nums(t.values)}],
+        series: [{name: unit, color: seriesColor(0), xs: t.steps, ys: nums(t.values)}],
         bands: this.alertStrip.decorations(stat, t.layer, t.head, nums(t.values)),
         yLabel: stat,
         marker: step,
@@ -399,10 +399,9 @@ export class HeadsView {
     if (p) {
       const c = this.patternCard;
       c.sub.textContent = "share of heads in each of Kovaleva et al.'s classes (rules judged against a uniform head)";
-      const colors = ['#9e9e9e', '#1565c0', '#e65100', '#6a1b9a', '#2e7d32'];
       const series = p.names.map((name, k) => ({
         name,
-        color: colors[k % colors.length],
+        color: seriesColor(k), // as the report's figure of the same series
         xs: p.steps,
         ys: nums(p.values[k]),
         width: 1.6,
@@ -429,11 +428,10 @@ export class HeadsView {
     const c = this.wordClassCard;
     c.sub.textContent =
       'share of attention on each UD word class, mean over heads (dashed: a uniform head); per head: class_share_<class>';
-    const colors = ['#1565c0', '#e65100', '#6a1b9a', '#2e7d32', '#c62828', '#00838f', '#5d4037', '#9e9e9e'];
     const classes = w.names.filter((name) => !name.endsWith('_uniform'));
     const series = [];
     classes.forEach((name, k) => {
-      const color = colors[k % colors.length];
+      const color = seriesColor(k);
       series.push({name, color, xs: w.steps, ys: nums(w.values[w.names.indexOf(name)]), width: 1.6});
       const u = w.names.indexOf(`${name}_uniform`);
       if (u >= 0)
