@@ -84,6 +84,7 @@ class RunJudge:
         loss, so there every process reads the Trainer's logged loss (the same on all) and judges alike."""
         self.context, self.publisher = context, publisher
         self.evidence.begin(state, trainer)
+        # a TrainingArguments has world_size; a plain namespace of arguments (a custom loop's) may not
         single = int(getattr(context.args, "world_size", 1) or 1) == 1
         self._tapped = model if single else None
         self._rate_from = (trainer.event.get("lr_scheduler"), trainer.event.get("optimizer"))

@@ -166,6 +166,7 @@ class PruneFailing(OwnCallback, NotATracker, TrainerCallback):
         evaluation's ``objective`` (Ray's schedulers read it from every report). Before any evaluation there is no
         objective: the Trainer's search evaluates once training ends and reports that, the verdict added to it."""
         trainer = self.monitor.trainer
+        # the Trainer sets objective at its first evaluation in a search: before it, it has none
         objective = getattr(trainer, "objective", None) if trainer is not None else None
         if objective is None:
             return
