@@ -329,7 +329,9 @@ def report(records: list[dict], opts: argparse.Namespace) -> list[str]:
     lines = [
         f"{len(records)} runs, each recorded after the verdict was frozen: {int(failed.sum())} failed (final score on "
         f"the unseen dev half not above the majority's beyond chance), {int(learned.sum())} learned (5 points or more "
-        f"above it), {len(records) - int((failed | learned).sum())} neither; every run had an eval_dataset (the seen "
+        f"above it), {int((failed & learned).sum())} both (5 points above on too few examples to be beyond chance: "
+        f"counted in the recall and in the false alarms alike), {len(records) - int((failed | learned).sum())} "
+        "neither; every run had an eval_dataset (the seen "
         f"half); {opts.boot} bootstrap resamples; the replay gives the live verdict at {same} of {total} judged steps",
         "",
         "| AUC [95% interval], failure score | 10% of training | 20% | 30% |",
