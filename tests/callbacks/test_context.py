@@ -4,6 +4,7 @@ Trainer's TensorBoardCallback chooses it and shared with it."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 from bertwatch.callbacks._context import TrainerContext, tensorboard_run_dir
@@ -30,15 +31,28 @@ def test_tensorboard_run_dir_resolution(tmp_path, monkeypatch) -> None:
 
 def test_a_watched_trainer_pickles_whole_for_a_search_that_runs_trials_elsewhere(tmp_path) -> None:
     """Ray Tune pickles the Trainer with its callbacks into each trial's process: the callback's weak link to its
-    Trainer travels and points at the Trainer that arrives, never at the one left behind."""
-    import pickle
+    Trainer travels and points at the Trainer that arrives, never at the one left behind. In a fresh process: after
+    a training, accelerate's shared gradient state keeps weak references to its data loaders, which no Trainer of
+    that process pickles with, watched or not."""
+    import subprocess
+    import sys
+    import textwrap
 
-    from bertwatch import watch
-    from tests.support.tiny_trainer import toy_trainer
+    script = textwrap.dedent(
+        f"""
+        import pickle, sys
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+        from bertwatch import watch
+        from tests.support.tiny_trainer import toy_trainer
 
-    trainer = toy_trainer(tmp_path, [], max_steps=2)
-    callback = watch(trainer)
-    assert callback.trainer is trainer
-    copy = pickle.loads(pickle.dumps(trainer))
-    (arrived,) = [c for c in copy.callback_handler.callbacks if type(c) is type(callback)]
-    assert arrived.trainer is copy and arrived is not callback
+        trainer = toy_trainer({str(tmp_path)!r}, [], max_steps=2)
+        callback = watch(trainer)
+        assert callback.trainer is trainer
+        copy = pickle.loads(pickle.dumps(trainer))
+        (arrived,) = [c for c in copy.callback_handler.callbacks if type(c) is type(callback)]
+        assert arrived.trainer is copy and arrived is not callback
+        print("arrived")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("arrived"), done.stderr[-2000:]
