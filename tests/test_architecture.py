@@ -601,8 +601,6 @@ WITHOUT_OWN_TEST = {
     "probe/probe_context.py": "what a run gives the probe pass: tests/probe/test_probe_pass.py",
     "probe/records.py": "the Rider protocol and the riders' values: tests/probe/test_probe_pass.py (a rider on a pass), "
     "tests/callbacks/test_riders.py, test_word_classes.py",
-    "callbacks/publisher.py": "the event files and trackers of a run: tests/callbacks/test_callbacks_training.py, "
-    "test_flow.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
     "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
     "core/rules.py": "the behaviour labels and pattern classes: tests/heads/test_patterns.py, tests/tb/test_plugin.py",
