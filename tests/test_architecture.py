@@ -620,7 +620,6 @@ WITHOUT_OWN_TEST = {
     "report/syntax_section.py": "the linguistics section: tests/cli/test_probe_syntax.py, tests/cli/test_report.py",
     "tb/ablation_summary.py": "the ablation tables in TensorBoard: tests/tb/test_summary.py, test_plugin.py",
     "tb/layer_outliers.py": "the /outliers route: tests/callbacks/test_outlier_pass.py, tests/tb/test_outliers_browser.py",
-    "tb/queries.py": "every route's body: tests/tb/test_plugin.py",
     "tb/run_verdict.py": "the /verdict route: tests/tb/test_verdict_route.py",
     "report/sweep_table.py": "the sweep's table, read from a folder of runs: tests/cli/test_sweep_runs.py",
 }
