@@ -110,6 +110,28 @@ def _metric(task: str) -> str:
     return primary_metric(task)
 
 
+def _constant_words(model, examples, metric: str, task: str) -> str:
+    """What always giving the one best answer scores on ``examples`` (``core.baseline``), for the first line, so
+    the comparison a practitioner makes first comes before any figure; empty where the labels are not class ids
+    (ship then says what is wrong)."""
+    import numpy as np
+
+    from bertwatch.core.baseline import class_names
+    from bertwatch.core.task_names import metric_label
+    from bertwatch.heads.task_heads import label_names
+    from bertwatch.ship.measure import against_constant
+
+    try:
+        labels = np.array([int(row["label"]) for row in examples])
+        classes = class_names(label_names(model.config), task)
+        found = against_constant({"labels": labels}, labels, int(model.config.num_labels), metric, 1, 0, 0.95, classes)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return ""
+    if found.value != found.value:  # NaN: undefined for a constant
+        return ""
+    return f"; always answering '{found.constant_name}' scores {metric_label(metric)} {found.value:.3f} on them"
+
+
 def _load(args: argparse.Namespace):
     """The checkpoint, its tokenizer, the examples and the metric; errors say what to pass."""
     from bertwatch.heads.loading import load_model, local_folder
@@ -162,8 +184,8 @@ def cli_ship(argv: Sequence[str]) -> int:
         served = batch_phrase({"batch_size": args.serve_batch, "sorted": False})
         print(
             f"bertwatch ship: exporting {args.model} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
-            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric_label(metric)}, {served}) -> "
-            f"{args.out}",
+            f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric_label(metric)}, {served})"
+            f"{_constant_words(model, examples, metric, args.task)} -> {args.out}",
             flush=True,
         )
         source = {"checkpoint": str(args.model), "task": args.task, "split": args.split, "data": args.data}

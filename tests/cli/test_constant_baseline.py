@@ -133,6 +133,10 @@ def test_ship_says_first_whether_the_model_beats_the_constant(cases, collapsed, 
     majority = max(labels.mean(), 1 - labels.mean())
     assert result["trivial_baseline"]["value"] == pytest.approx(majority, rel=1e-12)  # accuracy: the majority share
     assert lines[0].startswith("bertwatch ship: exporting ")
+    constant = result["trivial_baseline"]
+    assert (
+        f"; always answering '{constant['constant_name']}' scores accuracy {constant['value']:.3f} on them" in lines[0]
+    )
     if collapsed:
         assert lines[1].startswith("bertwatch ship: this model is no better than always answering 'same' (accuracy ")
         assert lines[1].endswith("its ship figures describe a model not worth shipping")

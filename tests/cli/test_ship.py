@@ -31,12 +31,14 @@ def test_ship_prints_a_table_and_writes_the_files(inputs, tmp_path: Path, capsys
     out = tmp_path / "out"
     assert main(["ship", "--model", str(ckpt), "--data", str(data), "--out", str(out), *FAST]) == 0
     lines = capsys.readouterr().out.splitlines()
+    result = json.loads((out / "ship.json").read_text())
+    constant = result["trivial_baseline"]
     assert lines[0] == (
         f"bertwatch ship: exporting {ckpt} to ONNX as fp32, int8, int8 with the layer its error comes from most (on 40 "
         f"examples) kept in fp32, and measuring each in ONNX Runtime on 40 examples of sequence-classification "
-        f"(accuracy, one request at a time) -> {out}"
+        f"(accuracy, one request at a time); always answering '{constant['constant_name']}' scores accuracy "
+        f"{constant['value']:.3f} on them -> {out}"
     )
-    result = json.loads((out / "ship.json").read_text())
     layer = result["attribution"]["kept_fp32"]
     mixed = [] if layer is None else [f"model.int8.layer{layer}fp32.onnx"]
     inputs = ["tokenizer.json", "tokenizer_config.json", "examples.jsonl"]
