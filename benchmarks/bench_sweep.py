@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import default_glue_dir, minilm_path, train_quietly  # noqa: E402
-from _failures_replay import metric  # noqa: E402
+from _failures_replay import bootstrap, metric  # noqa: E402
 from bench_failures import PROBE, _encode, dev_predictions, splits  # noqa: E402
 
 
@@ -168,15 +168,6 @@ def stops_median(records: list[dict]) -> list[int]:
     return stops
 
 
-def _unseen(record: dict, boot: int) -> tuple[float, float, float]:
-    score = metric(record["task"])
-    p, y = np.asarray(record["unseen_final"]), np.asarray(record["unseen_labels"])
-    rng = np.random.default_rng(0)
-    draws = [score(p[i], y[i]) for i in (rng.integers(0, len(y), len(y)) for _ in range(boot))]
-    low, high = np.quantile(draws, [0.025, 0.975])
-    return float(score(p, y)), float(low), float(high)
-
-
 def report(records: list[dict], boot: int) -> list[str]:
     """Each way's compute and best trial, as Markdown."""
     records = sorted(records, key=lambda r: r["index"])
@@ -200,7 +191,10 @@ def report(records: list[dict], boot: int) -> list[str]:
         finished = [r for r, s in zip(records, stops) if s >= r["steps"]]
         best = max(finished, key=lambda r: r["seen_final"]) if finished else None
         shown = "none finished" if best is None else f"{best['index']} ({best['lr']:.2g})"
-        value = "n/a" if best is None else "{:.3f} [{:.3f}, {:.3f}]".format(*_unseen(best, boot))
+        unseen = (np.asarray(best["unseen_final"]), np.asarray(best["unseen_labels"])) if best else None
+        value = (
+            "n/a" if best is None else "{:.3f} [{:.3f}, {:.3f}]".format(*bootstrap(metric(best["task"]), unseen, boot))
+        )
         stopped = sum(s < r["steps"] for r, s in zip(records, stops))
         lines.append(
             f"| {name} | {stopped} | {steps} | {seconds:.0f} | {1 - steps / full_steps:.0%} steps, "
