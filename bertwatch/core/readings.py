@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from bertwatch.core.evidence import Constant
-from bertwatch.core.health_names import LOSS_EXAMPLES, LOSS_MEAN, LOSS_STD, PREDICTED, PRIOR_LOSS
+from bertwatch.core.health_names import LOSS_EXAMPLES, LOSS_MEAN, LOSS_STD, PREDICTED, PRIOR_LOSS, layer_of
 
 __all__ = [
     "ACCURACY_KEYS",
@@ -34,8 +34,10 @@ __all__ = [
     "interval_words",
     "loss_noise",
     "loss_trend",
+    "lower_gradient_ratio",
     "probe_loss",
     "training_loss",
+    "warm_up_end",
     "wilson",
     "z_value",
 ]
@@ -272,3 +274,37 @@ def loss_trend(losses: Sequence[tuple[int, float]], since: int, noise: float) ->
         return math.nan, math.nan
     slope = sum((s - mean_step) * (v - mean_loss) for s, v in window) / spread
     return slope, noise / math.sqrt(spread)
+
+
+def _layers(health: Mapping[str, float]) -> list[tuple[int, str]]:
+    return sorted((layer, name) for name in health if (layer := layer_of(name)) is not None)
+
+
+def lower_gradient_ratio(
+    health: Mapping[str, float], reference: Mapping[str, float], lower_share: float
+) -> tuple[float, tuple[int, ...]]:
+    """The largest ratio of a lower layer's gradient norm to its reference value, and those layers (the first
+    ``lower_share`` of the layers, at least one); NaN where a norm or its positive reference is missing."""
+    layers = _layers(reference)
+    if not layers:
+        return math.nan, ()
+    lower = layers[: max(1, round(len(layers) * lower_share))]
+    ratios = []
+    for _, name in lower:
+        now, then = health.get(name), reference.get(name)
+        if not (_finite(then) and then > 0 and now is not None):
+            return math.nan, ()
+        ratios.append(now / then if math.isfinite(now) else math.nan)
+    return (max(ratios) if all(math.isfinite(r) for r in ratios) else math.nan), tuple(l for l, _ in lower)
+
+
+def warm_up_end(rates: Sequence[tuple[int, float]]) -> int | None:
+    """The step the logged learning rate reached its highest value, once a later log shows it no longer rising
+    (it decays, or holds: a constant schedule); None while it still rises or with fewer than two logs."""
+    if len(rates) < 2:
+        return None
+    top = max(rate for _, rate in rates)
+    if rates[-1][1] > rates[-2][1]:
+        return None
+    peak = next(step for step, rate in rates if rate == top)
+    return peak if peak < rates[-1][0] else None

@@ -28,7 +28,7 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,7 +42,16 @@ from bertwatch.core.health_names import (
     PRIOR_LOSS,
     layer_of,
 )
-from bertwatch.core.readings import evaluation, loss_noise, loss_trend, probe_loss, training_loss, z_value
+from bertwatch.core.readings import (
+    evaluation,
+    loss_noise,
+    loss_trend,
+    lower_gradient_ratio,
+    probe_loss,
+    training_loss,
+    warm_up_end,
+    z_value,
+)
 from bertwatch.core.schema import Checked, Flag, number, option, switch, whole
 
 __all__ = [
@@ -54,7 +63,6 @@ __all__ = [
     "Verdict",
     "VerdictSettings",
     "judge",
-    "lower_gradient_ratio",
 ]
 
 #: The verdict's levels, by number (the ``verdict`` series' ``level``).
@@ -173,11 +181,11 @@ class VerdictSettings(Checked):
 class Verdict:
     """The verdict at ``step``: ``level`` (an index of ``LEVELS``) and the ``reasons`` in words, the evidence that
     decided first; ``known``: False for a "healthy" level that no evidence of learning backs (its label is then
-    "cannot tell"); ``evidence``: how far the strongest-ranked reading (an evaluation, else the training loss, else
-    the probe loss) lies on the learning side of its line, in standard errors (``core.readings.Reading``), NaN
-    without one; ``margin``: how far the same reading lies on the learning side of the constant prediction's, as
-    a share of what the constant leaves to learn (``Reading.margin``: 0 the constant's, 1 perfect). ``rank``
-    orders runs from the most to the least likely to fail."""
+    "cannot tell"); ``evidence``: how far the logged training loss (the reading every run has; before its first
+    logs, the newest evaluation, else the probe loss) lies on the learning side of its line, in standard errors
+    (``core.readings.Reading``), NaN without one; ``margin``: how far the same reading lies on the learning side
+    of the constant prediction's, as a share of what the constant leaves to learn (``Reading.margin``: 0 the
+    constant's, 1 perfect). ``rank`` orders runs from the most to the least likely to fail."""
 
     step: int
     level: int
@@ -192,12 +200,15 @@ class Verdict:
 
     @property
     def rank(self) -> float:
-        """A failure score: ``level`` + 1 / (1 + e^(10 × ``margin``)), a half where the margin is unknown; the
-        higher, the likelier the run fails. The margin, not the evidence, breaks a level's ties: a share of the
-        constant's loss compares between runs, a standard error from a few noisy logs does not."""
+        """A failure score: 2 for a failing run, plus 1 / (1 + e^(10 × ``margin``)), a half where the margin is
+        unknown; the higher, the likelier the run fails. Below "failing" the margin alone orders the runs: early in
+        training most runs are "at risk" (not yet clearly learning), so that level does not tell them apart, while
+        the share of the constant's loss a run has already learned compares between runs (a standard error from
+        a few noisy logs does not)."""
+        failing = 2.0 if self.level == 2 else 0.0
         if not math.isfinite(self.margin):
-            return self.level + 0.5
-        return self.level + 1 / (1 + math.exp(max(-50.0, min(50.0, 10 * self.margin))))
+            return failing + 0.5
+        return failing + 1 / (1 + math.exp(max(-50.0, min(50.0, 10 * self.margin))))
 
     def describe(self) -> str:
         """``failing: reason; reason`` (the label alone without reasons)."""
@@ -224,26 +235,6 @@ def _measures(reading) -> dict[str, float]:
 
 def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
-
-
-def _layers(health: Health) -> list[tuple[int, str]]:
-    return sorted((layer, name) for name in health if (layer := layer_of(name)) is not None)
-
-
-def lower_gradient_ratio(health: Health, reference: Health, lower_share: float) -> tuple[float, tuple[int, ...]]:
-    """The largest ratio of a lower layer's gradient norm to its reference value, and those layers (the first
-    ``lower_share`` of the layers, at least one); NaN where a norm or its positive reference is missing."""
-    layers = _layers(reference)
-    if not layers:
-        return math.nan, ()
-    lower = layers[: max(1, round(len(layers) * lower_share))]
-    ratios = []
-    for _, name in lower:
-        now, then = health.get(name), reference.get(name)
-        if not (_finite(then) and then > 0 and now is not None):
-            return math.nan, ()
-        ratios.append(now / then if math.isfinite(now) else math.nan)
-    return (max(ratios) if all(math.isfinite(r) for r in ratios) else math.nan), tuple(l for l, _ in lower)
 
 
 def _collapsed(health: Health, reference: Health, s: VerdictSettings) -> bool:
@@ -286,7 +277,7 @@ def _non_finite(e: Evidence) -> list[_Finding]:
     out = []
     if len(e.probes) >= 2:
         (_, reference), (step, now) = e.probes[0], e.probes[-1]
-        names = [LOSS_MEAN] + [name for _, name in _layers(reference)]
+        names = [LOSS_MEAN] + [name for name in reference if layer_of(name) is not None]
         bad = [n for n in names if _finite(reference.get(n)) and not _finite(now.get(n))]
         if bad:
             what = "the probe loss" if LOSS_MEAN in bad else "a layer's gradient norm"
@@ -408,9 +399,9 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     if ended:
         text = f"{reading.text} at the end of training: the run ends without learning its training set"
         return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
-    warmed = _warm_up_end(e.rates)
-    if warmed is None:
-        return []  # still warming up: a loss at its start says nothing yet
+    warmed = warm_up_end(e.rates)
+    if warmed is None:  # still warming up: a loss at its start says nothing yet, but its margin ranks the run
+        return [_Finding("unsure", "training loss", reading.step, reading.text, **_measures(reading))]
     after = [(s_, v) for s_, v in e.losses if s_ > max(since, warmed)]
     slope, error = loss_trend(e.losses, max(since, warmed), loss_noise([v for _, v in e.losses]))
     falling = _finite(slope) and slope + z * error < 0
@@ -424,18 +415,6 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
         return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
     trend = ", falling" if falling else ""
     return [_Finding("risk", "training loss", reading.step, f"{reading.text}{trend}", **_measures(reading))]
-
-
-def _warm_up_end(rates: Sequence[tuple[int, float]]) -> int | None:
-    """The step the logged learning rate reached its highest value, once a later log shows it no longer rising
-    (it decays, or holds: a constant schedule); None while it still rises or with fewer than two logs."""
-    if len(rates) < 2:
-        return None
-    top = max(rate for _, rate in rates)
-    if rates[-1][1] > rates[-2][1]:
-        return None
-    peak = next(step for step, rate in rates if rate == top)
-    return peak if peak < rates[-1][0] else None
 
 
 def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdict | None:
@@ -469,15 +448,20 @@ def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdic
     return _weigh(step, findings, ended)
 
 
-def _strongest_measures(findings: list[_Finding]) -> dict[str, float]:
-    """The evidence and margin of the strongest-ranked reading with a measure (the newest of its rank)."""
+#: Whose evidence and margin a verdict carries, first found first: the training loss, logged by every run and
+#: averaged over many batches, ranks runs better early in training than an evaluation on a small eval set.
+_MEASURED_FIRST = {"training loss": 0, "evaluation": 1, "probe": 2, "alerts": 3}
+
+
+def _rank_measures(findings: list[_Finding]) -> dict[str, float]:
+    """The evidence and margin of the reading the rank reads (``_MEASURED_FIRST``; the newest of its source)."""
     measured = [f for f in findings if _finite(f.evidence) or _finite(f.margin)]
-    strongest = max(measured, key=lambda f: (_RANK[f.source], f.since), default=None)
-    return {"evidence": strongest.evidence, "margin": strongest.margin} if strongest else {}
+    first = min(measured, key=lambda f: (_MEASURED_FIRST[f.source], -f.since), default=None)
+    return {"evidence": first.evidence, "margin": first.margin} if first else {}
 
 
 def _weigh(step: int, findings: list[_Finding], ended: bool = False) -> Verdict:
-    measures = _strongest_measures(findings)
+    measures = _rank_measures(findings)
     findings = [f for f in findings if f.kind != "unsure"]
     learning = [f for f in findings if f.kind == "learning"]
     clear_eval = [f.since for f in learning if f.source == "evaluation"]

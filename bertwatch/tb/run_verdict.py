@@ -16,8 +16,8 @@ from tensorboard import errors
 from tensorboard.data import provider
 
 from bertwatch.core.health_names import HEALTH_SERIES, PREDICTION_SHARE
-from bertwatch.core.readings import probe_loss, z_value
-from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings, lower_gradient_ratio
+from bertwatch.core.readings import lower_gradient_ratio, probe_loss, z_value
+from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import DOWNSAMPLE
 from bertwatch.tb.series import f32_list

@@ -31,7 +31,7 @@ def test_a_run_is_read_from_its_verdict_series() -> None:
     assert _run("d", [2], ended=True).steps_left == 0
 
 
-def test_worst_first_by_level_then_by_the_smallest_margin() -> None:
+def test_worst_first_failing_then_by_the_smallest_margin() -> None:
     runs = [_run("good", [0], 0.6), _run("fails", [2], 0.1), _run("worse", [2], -0.3), _run("risky", [1], 0.0)]
     assert [r.name for r in ranked(runs)] == ["worse", "fails", "risky", "good"]
     tied = [_run("b", [0], known=0.0), _run("a", [0], known=0.0)]

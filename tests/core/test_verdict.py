@@ -21,7 +21,8 @@ from bertwatch.core.health_names import (
     PRIOR_LOSS,
     grad_norm_name,
 )
-from bertwatch.core.verdict import NOTHING_AT_END, NOTHING_YET, VerdictSettings, judge, lower_gradient_ratio
+from bertwatch.core.readings import lower_gradient_ratio
+from bertwatch.core.verdict import NOTHING_AT_END, NOTHING_YET, VerdictSettings, judge
 
 pytestmark = pytest.mark.fast
 
@@ -354,31 +355,51 @@ def test_settings_are_checked() -> None:
         VerdictSettings(layer_gradients="yes")
 
 
-def test_the_rank_orders_by_level_then_by_the_margin_of_learning() -> None:
+def test_failing_ranks_first_then_the_margin_of_learning_orders_the_rest() -> None:
     from bertwatch.core.verdict import Verdict
 
     ranks = [
         Verdict(1, 0, margin=0.5).rank,
+        Verdict(1, 1, margin=0.4).rank,  # "at risk" does not order: most runs are, early in training
         Verdict(1, 0, margin=0.0).rank,
-        Verdict(1, 0, evidence=-3.0).rank,  # no margin: the middle of its level, whatever the evidence
+        Verdict(1, 1, evidence=-3.0).rank,  # no margin: a half, whatever the level below failing or the evidence
         Verdict(1, 0, margin=-0.3).rank,
-        Verdict(1, 1, margin=0.4).rank,
         Verdict(1, 2, margin=0.9).rank,
         Verdict(1, 2, margin=-0.9).rank,
     ]
-    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks) - 1  # margin 0 and none both sit at +0.5
-    assert all(0 <= r - level < 1 for r, level in zip(ranks, (0, 0, 0, 0, 1, 2, 2)))
-    # two runs at the same level: the one whose loss sits nearer the constant's ranks as likelier to fail,
-    # however many standard errors a noise estimate puts either at
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks) - 1  # margin 0 and none both sit at 0.5
+    assert all(0 <= r - base < 1 for r, base in zip(ranks, (0, 0, 0, 0, 0, 2, 2)))
+    assert Verdict(1, 0, margin=0.3).rank == Verdict(1, 1, margin=0.3).rank
+    assert Verdict(1, 2, margin=0.9).rank > Verdict(1, 0, margin=-5.0).rank  # failing outranks any margin
+    # the run whose loss sits nearer the constant's ranks as likelier to fail, however many standard errors a
+    # noise estimate puts either at
     assert Verdict(1, 1, evidence=9.0, margin=0.02).rank > Verdict(1, 1, evidence=1.0, margin=0.3).rank
 
 
-def test_the_verdicts_evidence_is_the_strongest_ranked_reading() -> None:
-    e = learning_run()  # evaluations and a probe loss
+def test_the_verdicts_margin_is_the_training_losss_where_logged_else_the_strongest_readings() -> None:
+    e = learning_run()  # evaluations and a probe loss, no training loss logged
     verdict = judge(e)
     n, m, accuracy = 500, 0.523, 0.648
     assert verdict.evidence == pytest.approx((accuracy - m) / math.sqrt(m * (1 - m) / n), rel=1e-9)
     assert verdict.margin == pytest.approx((accuracy - m) / (1 - m), rel=1e-9)
+    losses = {82: 0.70, 86: 0.62, 90: 0.60, 94: 0.55, 98: 0.52}
+    for step, loss in losses.items():
+        e.note_log(step, {"loss": loss})
+    window = [0.62, 0.60, 0.55, 0.52]  # the logs of the last 20 steps after the first log
+    mean, entropy = sum(window) / len(window), 0.692  # no training labels: the eval set's label entropy
+    assert judge(e).margin == pytest.approx((entropy - mean) / entropy, rel=1e-9)
+    assert judge(e).label == "healthy"  # the evaluation still decides the level
+    e.losses.clear()
     e.evaluations.clear()  # the probe loss alone: its own evidence, even where it cannot tell
     assert judge(e).evidence == pytest.approx((0.95 * 0.621 - 0.689) / (0.55 / math.sqrt(31)), rel=1e-9)
     assert judge(e).margin == pytest.approx((0.621 - 0.689) / 0.621, rel=1e-9)
+
+
+def test_a_training_loss_still_warming_up_gives_its_margin_but_no_finding() -> None:
+    e = Evidence(max_steps=100, train_constant=Constant(0.5, math.log(2), 1000))
+    for step, loss in ((1, 0.70), (2, 0.71), (3, 0.69), (4, 0.70)):
+        e.note_log(step, {"loss": loss, "learning_rate": step * 1e-6})  # the rate still rising
+    verdict = judge(e)
+    assert verdict.label == "cannot tell"  # a loss at its start says nothing while the rate still rises
+    mean = (0.71 + 0.69 + 0.70) / 3
+    assert verdict.margin == pytest.approx((math.log(2) - mean) / math.log(2), rel=1e-9)
