@@ -81,7 +81,7 @@ def loss_trend_score(evidence: Evidence, step: int, hold: float) -> float:
 
 def scores(record: dict, fraction: float | None, settings: VerdictSettings) -> dict[str, float]:
     """Each failure score of one run at ``fraction`` of its training (None: the end), higher = more likely
-    failed: the verdict's rank (its level, ties broken by its margin of learning), the early dev score's
+    failed: the verdict's rank (failing first, then the smallest margin of learning), the early dev score's
     distance below the majority's on the seen dev half (Dodge et al.'s baseline), the last logged training loss,
     the training loss's trend over the last ``hold_share`` of training, and the verdict the run judged live."""
     step = record["steps"] if fraction is None else at_fraction(record, fraction)

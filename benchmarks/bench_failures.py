@@ -20,7 +20,7 @@ resamples) of (run's score − majority's) reaches 0. It **learned** when it is 
 majority's. Each record keeps the evidence the live verdict read (``Evidence.as_dict``: every step's training
 loss from the loss tap, the run-health values and alerts of each probe pass, the evaluations) and the verdict it
 judged live at each step, so the replay is checked against the live verdict. Figures, each with a 95% bootstrap
-interval over runs: the ROC AUC of the verdict's rank (its level, ties broken by its margin of learning) and of
+interval over runs: the ROC AUC of the verdict's rank (failing first, then the smallest margin of learning) and of
 each baseline as failure scores at 10/20/30%; at the end, the recall of "failing" on the failed runs and the
 share of the runs that learned that end "at risk" or worse (false alarms); slice by slice. Training: AdamW, 10%
 warm-up (none with the constant schedule), ``steps`` × batch training examples (a smaller set is gone round

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 #: What the ``verdict`` series and text say of themselves.
 VERDICT_DESCRIPTION = (
     "The run's verdict: level 0 healthy, 1 at risk, 2 failing; known 0 where nothing showed learning yet (cannot "
-    "tell); evidence: the strongest-ranked reading's distance on the learning side of its line, in standard errors "
+    "tell); evidence: the training loss's distance on the learning side of its line, in standard errors "
     "; margin: the same reading's distance on the learning side of the constant prediction's, as a share of what "
     "the constant leaves to learn (bertwatch.core.verdict)"
 )

@@ -87,10 +87,10 @@ def layer_mean_logs(grids: Mapping[str, np.ndarray]) -> dict[str, float]:
 def verdict_logs(verdict: Verdict, health: Mapping[str, float]) -> dict[str, float]:
     """The verdict as scalars a sweep can sort and stop by: ``bertwatch/verdict/level`` (0 healthy, 1 at risk,
     2 failing), ``.../known`` (0 where nothing shows learning yet: "cannot tell"), ``.../evidence`` (the
-    strongest reading's distance on the learning side of its line, in standard errors), ``.../margin`` (the same
+    training loss's distance on the learning side of its line, in standard errors), ``.../margin`` (the same
     reading's distance past the constant prediction's, as a share of what the constant leaves to learn) and
-    ``.../rank`` (the failure score ``Verdict.rank``: the level, ties broken by the margin; the higher, the likelier the run
-    fails), with ``bertwatch/run_health/{signal}`` for each run-health signal (``core.health_names``); a value that
+    ``.../rank`` (the failure score ``Verdict.rank``: failing first, then the smallest margin; the higher, the
+    likelier the run fails), with ``bertwatch/run_health/{signal}`` for each run-health signal (``core.health_names``); a value that
     is not finite (an unknown evidence) is left out, never sent."""
     logs = {
         metric_name("verdict", "level"): float(verdict.level),

@@ -7,7 +7,7 @@ A run is one training (one ``trainer.train()``): one bertwatch event file (``*.b
 (``report.events.read_series_and_texts``, ``verdict_steps``), its setting (learning rate, seed, ``max_steps``) and
 whether it ended from the Trainer's own event file of the same name without ``.bertwatch``
 (``report.events.trainer_run``: ``report_to="tensorboard"``; else the folder's Trainer files by their order). Ranked and
-stripped by ``core.sweep_verdicts`` (the verdict's failure rank: the level, ties broken by the margin of learning).
+stripped by ``core.sweep_verdicts`` (the verdict's failure rank: failing first, then the smallest margin of learning).
 Torch-free.
 """
 
