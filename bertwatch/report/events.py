@@ -12,7 +12,7 @@ import numpy as np
 from bertwatch.core.alerts import episodes
 from bertwatch.core.baseline import ConstantComparison
 from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG
-from bertwatch.core.verdict import VERDICT_SERIES
+from bertwatch.core.verdict import VERDICT_SERIES, judged_steps
 from bertwatch.report.result import AblationResult
 from bertwatch.tb import metadata as md
 
@@ -220,8 +220,7 @@ def verdict_steps(training: dict[str, Any]) -> list[tuple[int, int, list[str]]]:
         return []
     text = (training.get("texts") or {}).get(VERDICT_SERIES) or {}
     reasons = dict(zip(text.get("steps") or [], text.get("lines") or []))
-    levels = np.asarray(series["values"])[:, 0]
-    return [(int(s), int(v), list(reasons.get(s, []))) for s, v in zip(series["steps"], levels) if np.isfinite(v)]
+    return judged_steps(series["steps"], np.asarray(series["values"], dtype=np.float64)[:, 0].tolist(), reasons)
 
 
 def _grid_entry(points: list[tuple[int, float, np.ndarray]]) -> dict[str, Any]:

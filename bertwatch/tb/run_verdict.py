@@ -17,7 +17,7 @@ from tensorboard.data import provider
 
 from bertwatch.core.health_names import HEALTH_SERIES, PREDICTION_SHARE
 from bertwatch.core.readings import lower_gradient_ratio, probe_loss, z_value
-from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings
+from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings, judged_steps
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import DOWNSAMPLE
 from bertwatch.tb.series import f32_list
@@ -108,14 +108,13 @@ def run_verdict(queries, ctx, eid, run: str) -> dict[str, Any]:
     names = [str(n) for n in series.content.get("names", [])]
     if series.values.ndim != 2 or "level" not in names:
         raise errors.NotFoundError("malformed verdict of run %r" % run)
-    column = series.values[:, names.index("level")]
-    keep = [i for i, v in enumerate(column) if np.isfinite(v) and 0 <= int(v) < len(LEVELS)]
-    steps = [int(series.steps[i]) for i in keep]
-    levels = [int(column[i]) for i in keep]
-    known = series.values[:, names.index("known")] if "known" in names else np.ones(len(column))
-    labels = [CANNOT_TELL if levels[k] == 0 and known[i] == 0 else LEVELS[levels[k]] for k, i in enumerate(keep)]
-    if not steps:
+    all_steps = [int(s) for s in series.steps]
+    judged = judged_steps(all_steps, series.values[:, names.index("level")].tolist())
+    if not judged:
         raise errors.NotFoundError("no verdict in run %r" % run)
+    steps, levels = [s for s, _, _ in judged], [lv for _, lv, _ in judged]
+    known = dict(zip(all_steps, series.values[:, names.index("known")])) if "known" in names else {}
+    labels = [CANNOT_TELL if lv == 0 and known.get(s, 1) == 0 else LEVELS[lv] for s, lv in zip(steps, levels)]
     texts, content = verdict_texts(queries, ctx, eid, run)
     settings = _settings(content)
     reasons = [texts.get(step) for step in steps]

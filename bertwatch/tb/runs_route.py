@@ -16,7 +16,7 @@ from tensorboard import errors
 from tensorboard.data import provider
 
 from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG, SweepRun, ranked, sweep_json, sweep_run
-from bertwatch.core.verdict import LEVELS, VERDICT_SERIES
+from bertwatch.core.verdict import VERDICT_SERIES, judged_steps
 from bertwatch.tb import metadata as md
 from bertwatch.tb.run_verdict import verdict_texts
 
@@ -77,12 +77,10 @@ def _sweep_run(queries, ctx, eid, run: str, args: dict[str, Any], ended: bool) -
         return None
     values = np.asarray(series.values, dtype=np.float64)
     steps = [int(s) for s in series.steps]
-    level = values[:, names.index("level")]
-    keep = [i for i, v in enumerate(level) if np.isfinite(v) and 0 <= int(v) < len(LEVELS)]
-    if not keep:
-        return None
     texts, _ = verdict_texts(queries, ctx, eid, run)
-    judged = [(steps[i], int(level[i]), texts.get(steps[i], [])) for i in keep]
+    judged = judged_steps(steps, values[:, names.index("level")].tolist(), texts)
+    if not judged:
+        return None
     columns = {name: dict(zip(steps, values[:, k])) for k, name in enumerate(names)}
     return sweep_run(run, judged, columns, args, ended)
 

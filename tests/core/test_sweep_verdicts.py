@@ -54,3 +54,20 @@ def test_the_runs_to_stop_are_the_failing_ones_still_training() -> None:
     assert table["stop_now"] == [{"run": "live", "steps_left": 80}, {"run": "open", "steps_left": None}]
     assert table["steps_saved"] == 80 and [r["run"] for r in table["runs"]] == [r.name for r in runs]
     assert table["runs"][-1]["margin"] == 0.5 and table["runs"][0]["margin"] is None
+
+
+def test_judged_steps_keep_the_levels_in_range_with_their_reasons() -> None:
+    from bertwatch.core.verdict import LEVELS, judged_steps
+
+    steps, levels = [0, 5, 10, 15, 20, 25], [0.0, math.nan, 1.0, 3.0, -1.0, 2.0]
+    reasons = {10: ["at risk"], 25: ["diverged", "collapsed"], 15: ["out of range"]}
+    expected = []
+    for step, level in zip(steps, levels):  # by hand: a finite level that indexes LEVELS
+        if level == level and level in range(len(LEVELS)):
+            expected.append((step, int(level), reasons.get(step, [])))
+    assert (
+        judged_steps(steps, levels, reasons)
+        == expected
+        == [(0, 0, []), (10, 1, ["at risk"]), (25, 2, ["diverged", "collapsed"])]
+    )
+    assert judged_steps([], []) == []
