@@ -209,7 +209,7 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
 PROTOCOL = 2
 #: What the runs are drawn from (:func:`configs`), by ``--draw``: "wide", every task in turn with short runs and
 #: short sequences; "learning", SST-2 a third of the time and longer runs, so that more runs learn and both outcomes
-#: are represented. CoLA and QNLI were never used to choose the verdict's rules.
+#: are represented. CoLA and QNLI were never used to choose the verdict's levels (its rank was chosen on all five).
 DRAWS = {
     "wide": {"tasks": ("sst2", "mrpc", "rte", "cola", "qnli"), "steps": (30, 60, 100), "batches": (8, 16),
              "lengths": (32, 64), "lrs": (1e-5, 5e-3)},
@@ -266,7 +266,7 @@ SLICES = (
     ("all runs", lambda r: True),
     ("evaluating every 20%", lambda r: bool(r["evaluate"])),
     ("never evaluating", lambda r: not r["evaluate"]),
-    ("tasks never used to choose the rules (CoLA, QNLI)", lambda r: r["task"] in ("cola", "qnli")),
+    ("tasks never used to choose the levels (CoLA, QNLI)", lambda r: r["task"] in ("cola", "qnli")),
     *((name, lambda r, t=task: r["task"] == t) for task, name in
       (("sst2", "SST-2"), ("mrpc", "MRPC"), ("rte", "RTE"), ("cola", "CoLA"), ("qnli", "QNLI"))),
     *((f"{s} schedule", lambda r, s=s: r["schedule"] == s) for s in SCHEDULES),
