@@ -1,6 +1,7 @@
 """A sweep's runs side by side, whoever read them (``bertwatch sweep`` from the event files, the plugin's Runs view
 from TensorBoard's data): each run's verdict now and over its judged steps, its setting, ranked worst first by the
-verdict's failure rank, and the failing runs still training, to stop now. Pure; no file is read here.
+verdict's failure rank, and the failing runs still training, to stop now; the judged steps of any verdict series.
+Pure; no file is read here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "TRAINER_ARGS_TAG",
     "TRAINER_END_TAG",
     "SweepRun",
+    "judged_steps",
     "ranked",
     "stop_now",
     "strip",
@@ -68,6 +70,25 @@ def _number(value: Any, kind: type) -> Any:
         return None if value is None else kind(value)
     except (TypeError, ValueError):
         return None
+
+
+def judged_steps(
+    steps: Sequence[int], levels: Sequence[float], reasons: Mapping[int, Sequence[str]] | None = None
+) -> list[tuple[int, int, list[str]]]:
+    """``(step, level, reasons)`` of each judged step of a ``verdict`` series, in order: the steps whose level is
+    a finite index of ``LEVELS`` (any other value is skipped), with the reasons its text holds for that step
+    (``reasons``; empty where it holds none).
+
+    Example:
+        >>> judged_steps([0, 10, 20], [0.0, float("nan"), 2.0], {20: ["diverged"]})
+        [(0, 0, []), (20, 2, ['diverged'])]
+    """
+    given = reasons or {}
+    return [
+        (int(step), int(level), list(given.get(int(step), [])))
+        for step, level in zip(steps, levels)
+        if math.isfinite(level) and 0 <= int(level) < len(LEVELS)
+    ]
 
 
 def sweep_run(

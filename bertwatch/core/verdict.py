@@ -28,7 +28,7 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,7 +63,6 @@ __all__ = [
     "Verdict",
     "VerdictSettings",
     "judge",
-    "judged_steps",
 ]
 
 #: The verdict's levels, by number (the ``verdict`` series' ``level``).
@@ -214,25 +213,6 @@ class Verdict:
     def describe(self) -> str:
         """``failing: reason; reason`` (the label alone without reasons)."""
         return f"{self.label}: {'; '.join(self.reasons)}" if self.reasons else self.label
-
-
-def judged_steps(
-    steps: Sequence[int], levels: Sequence[float], reasons: Mapping[int, Sequence[str]] | None = None
-) -> list[tuple[int, int, list[str]]]:
-    """``(step, level, reasons)`` of each judged step of a ``verdict`` series, in order: the steps whose level is
-    a finite index of ``LEVELS`` (any other value is skipped), with the reasons its text holds for that step
-    (``reasons``; empty where it holds none).
-
-    Example:
-        >>> judged_steps([0, 10, 20], [0.0, float("nan"), 2.0], {20: ["diverged"]})
-        [(0, 0, []), (20, 2, ['diverged'])]
-    """
-    given = reasons or {}
-    return [
-        (int(step), int(level), list(given.get(int(step), [])))
-        for step, level in zip(steps, levels)
-        if math.isfinite(level) and 0 <= int(level) < len(LEVELS)
-    ]
 
 
 @dataclass(frozen=True)

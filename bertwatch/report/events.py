@@ -11,8 +11,8 @@ import numpy as np
 
 from bertwatch.core.alerts import episodes
 from bertwatch.core.baseline import ConstantComparison
-from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG
-from bertwatch.core.verdict import VERDICT_SERIES, judged_steps
+from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG, judged_steps
+from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.report.result import AblationResult
 from bertwatch.tb import metadata as md
 

@@ -17,7 +17,8 @@ from tensorboard.data import provider
 
 from bertwatch.core.health_names import HEALTH_SERIES, PREDICTION_SHARE
 from bertwatch.core.readings import lower_gradient_ratio, probe_loss, z_value
-from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings, judged_steps
+from bertwatch.core.sweep_verdicts import judged_steps
+from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings
 from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import DOWNSAMPLE
 from bertwatch.tb.series import f32_list

@@ -15,8 +15,16 @@ import numpy as np
 from tensorboard import errors
 from tensorboard.data import provider
 
-from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG, SweepRun, ranked, sweep_json, sweep_run
-from bertwatch.core.verdict import VERDICT_SERIES, judged_steps
+from bertwatch.core.sweep_verdicts import (
+    TRAINER_ARGS_TAG,
+    TRAINER_END_TAG,
+    SweepRun,
+    judged_steps,
+    ranked,
+    sweep_json,
+    sweep_run,
+)
+from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.tb import metadata as md
 from bertwatch.tb.run_verdict import verdict_texts
 

