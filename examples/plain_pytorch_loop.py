@@ -19,7 +19,7 @@ from bertwatch.heads.capture import capture
 from bertwatch.heads.importance import gradient_stats
 from bertwatch.heads.roles import token_roles
 from bertwatch.heads.stats import aggregate, compute_stats
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 
 
 def main() -> None:

@@ -66,8 +66,8 @@ RUN = (
     "bertwatch.ship.delimiters",
     "bertwatch.ship.layer_error",
     "bertwatch.ship.measure",
-    "bertwatch.tb.measures",
-    "bertwatch.tb.summary",
+    "bertwatch.tb.views.heads.measures",
+    "bertwatch.tb.writer.summary",
 )
 #: Modules whose examples are sketches (they need a trained checkpoint, write a model folder, or show calls on
 #: tensors they do not build): read, not run.
@@ -89,7 +89,7 @@ ENTRY_POINTS = {
     "bertwatch.analysis.text_stats:analyze": ("Args:", "Returns:", "Raises:", "Example:"),
     "bertwatch.heads.capture:capture": ("Args:", "Yields:", "Raises:", "Example:"),
     "bertwatch.heads.stats:compute_stats": ("Args:", "Returns:", "Raises:", "Example:"),
-    "bertwatch.tb.summary:SummaryWriter": ("Args:", "Raises:", "Example:"),
+    "bertwatch.tb.writer.summary:SummaryWriter": ("Args:", "Raises:", "Example:"),
     "bertwatch.ablation.settings:AblationSettings": ("Args:", "Raises:", "Example:"),
     "bertwatch.ship.shipping:ship_model": ("Args:", "Returns:", "Raises:", "Example:"),
     "bertwatch.ship.export:export_onnx": ("Args:", "Returns:", "Raises:", "Example:"),

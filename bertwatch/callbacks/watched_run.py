@@ -39,7 +39,7 @@ from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.probe.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
 from bertwatch.probe.records import HeadEmbedding, NamedValues, Rider, StepText
-from bertwatch.tb.metadata import PROBE_MODEL_KEY
+from bertwatch.tb.writer.metadata import PROBE_MODEL_KEY
 
 __all__ = ["MAPS_BYTES", "WatchedRun", "StepResult", "join", "keep_results"]
 

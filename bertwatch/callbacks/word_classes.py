@@ -205,7 +205,7 @@ class UDWordClassPass:
 
     def finish(self) -> RiderOutput:
         """The class shares of the model now, and the ``word_classes`` series point made from them."""
-        from bertwatch.tb import metadata as md
+        from bertwatch.tb.writer import metadata as md
 
         grids = self.shares()
         series = NamedValues(md.WORD_CLASS_SERIES, series_values(grids, self.data.uniform), md.WORD_CLASS_TEXT)

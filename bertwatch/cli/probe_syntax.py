@@ -302,7 +302,7 @@ def _write_tensorboard(
     shape: tuple[int, int],
 ) -> None:
     """The grids (and the head embedding) into ``logdir``; the reference's word classes into ``logdir/reference``."""
-    from bertwatch.tb.summary import SummaryWriter
+    from bertwatch.tb.writer.summary import SummaryWriter
 
     with SummaryWriter(str(logdir)) as writer:
         writer.add_head_grids(grids, step)

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from werkzeug.test import Client
 
-import bertwatch.tb.plugin as plugin_mod
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core import rules, stat_names
 from bertwatch.heads import importance, norms, stats
 from bertwatch.linguistics.wordclass import UD_CLASSES
 from bertwatch.options.settings import ALL_STATS
-from bertwatch.tb import metadata as md
-from tests.support.tb_helpers import make_wsgi_app  # noqa: E402
+from bertwatch.tb.writer import metadata as md
+from tests.support.tb_helpers import frontend_files, make_wsgi_app  # noqa: E402
 
-STATIC = Path(plugin_mod.__file__).parent / "static"
 BASE = "/data/plugin/bertwatch/"
 GROUPED = [name for _, names in stat_names.STAT_GROUPS for name in names]
 #: Quoted strings in the JS: '...', "..." and template-free `...`.
@@ -65,7 +62,7 @@ def test_served_names_and_rules_equal_the_python_ones(tmp_path):
 
 
 def _js_sources() -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted(STATIC.glob("*.js"))}
+    return {p.name: p.read_text(encoding="utf-8") for p in frontend_files("*.js")}
 
 
 def test_the_js_names_no_statistic_or_label_list_of_its_own():

@@ -305,7 +305,7 @@ def test_monitor_logs_mixing_statistics_as_the_loop_on_each_example_alone(model_
 
     from bertwatch.heads.roles import token_roles
     from bertwatch.options.settings import ProbeSettings
-    from bertwatch.tb.summary import layer_means
+    from bertwatch.tb.writer.summary import layer_means
     from tests.support.models import OneMember, tiny_config
     from tests.support.tiny_trainer import SPECIAL, WORDS, toy_texts
 

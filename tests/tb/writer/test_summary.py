@@ -1,4 +1,4 @@
-"""bertwatch.tb.summary: the builders' protobufs, the writer's event files, and what TensorBoard's loader sees."""
+"""bertwatch.tb.writer.summary: the builders' protobufs, the writer's event files, and what TensorBoard's loader sees."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from bertwatch.tb import metadata as md
-from bertwatch.tb import summary as bs
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer import summary as bs
 
 pytestmark = pytest.mark.fast
 
@@ -242,7 +242,7 @@ def test_from_real_torch_writer(tmp_path):
 def test_summary_and_plugin_never_import_torch():
     code = (
         "import sys, numpy as np, tempfile\n"
-        "import bertwatch, bertwatch.tb.summary as s, bertwatch.tb, bertwatch.tb.metadata, bertwatch.tb.plugin\n"
+        "import bertwatch, bertwatch.tb.writer.summary as s, bertwatch.tb, bertwatch.tb.writer.metadata, bertwatch.tb.plugin\n"
         "with s.SummaryWriter(tempfile.mkdtemp()) as w:\n"
         "    w.add_head_grids({'cls_mass': np.zeros((2, 2))}, 0)\n"
         "bad = [m for m in ('torch', 'transformers', 'tensorflow') if m in sys.modules]\n"

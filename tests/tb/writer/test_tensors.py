@@ -1,4 +1,4 @@
-"""The conversions and checks every summary builder shares (``tb.tensors``): arrays from numpy, nested lists and
+"""The conversions and checks every summary builder shares (``tb.writer.tensors``): arrays from numpy, nested lists and
 torch tensors (bfloat16 included), tag parts checked, tensor values appended."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.util import tensor_util
 
-from bertwatch.tb.tensors import check_name, tensor_value, to_numpy
+from bertwatch.tb.writer.tensors import check_name, tensor_value, to_numpy
 
 pytestmark = pytest.mark.fast
 

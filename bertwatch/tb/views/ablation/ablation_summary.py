@@ -1,5 +1,5 @@
 """The ablation tables as TensorBoard summaries: per-head and per-layer cells, the pruning curve and the pruning
-orders' curves of one disabling mode (torch-free; :class:`bertwatch.tb.summary.SummaryWriter` writes them)."""
+orders' curves of one disabling mode (torch-free; :class:`bertwatch.tb.writer.summary.SummaryWriter` writes them)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from tensorboard.compat.proto import summary_pb2
 
 from bertwatch.core.jsonable import jsonable
 from bertwatch.core.task_names import metric_entries
-from bertwatch.tb import metadata as md
-from bertwatch.tb.tensors import check_name, tensor_value, to_numpy
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer.tensors import check_name, tensor_value, to_numpy
 
 __all__ = ["AblationTables", "ablation_summaries"]
 

@@ -16,9 +16,9 @@ from tensorboard import errors
 
 from bertwatch.core.alerts import RULE_QUANTITY, AlertSettings
 from bertwatch.core.stat_names import DEFINITIONS
-from bertwatch.tb import metadata as md
 from bertwatch.tb.series import f32_list
-from bertwatch.tb.summary import layer_means
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer.summary import layer_means
 
 __all__ = ["OUTLIER_PANEL_STATS", "outlier_panel"]
 

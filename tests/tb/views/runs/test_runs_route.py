@@ -11,7 +11,7 @@ from werkzeug.test import Client
 
 from bertwatch.core.sweep_verdicts import sweep_json
 from bertwatch.report.sweep_table import read_sweep
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.sweep_logs import write_many, write_run
 from tests.support.tb_helpers import make_wsgi_app
 from tests.tb.test_plugin import get_json

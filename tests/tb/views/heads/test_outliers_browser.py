@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bertwatch.core.alerts import AlertSettings, active_alerts
-from bertwatch.tb.summary import SummaryWriter, layer_means
+from bertwatch.tb.writer.summary import SummaryWriter, layer_means
 from tests.support.tb_helpers import MAX_PNG_BYTES, STEPS, L, synthetic_grids, tensorboard_server
 from tests.tb.test_plugin_browser import browser, open_session, shot_dir  # noqa: F401 (fixtures)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.sweep_logs import MAX_STEPS, write_many
 from tests.support.tb_helpers import MAX_PNG_BYTES, screenshot_dir, tensorboard_server
 from tests.tb.test_plugin_browser import Session, browser  # noqa: F401 (fixtures)

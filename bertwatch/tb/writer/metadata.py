@@ -1,6 +1,6 @@
 """Names, format version and ``SummaryMetadata`` for the bertwatch TensorBoard plugin.
 
-Shared by the writer (:mod:`bertwatch.tb.summary`) and the reader (:mod:`bertwatch.tb.plugin`). Imports only
+Shared by the writer (:mod:`bertwatch.tb.writer.summary`) and the reader (:mod:`bertwatch.tb.plugin`). Imports only
 ``json`` and tensorboard's protobufs, never torch.
 
 Tag layout (``docs/architecture.md``):

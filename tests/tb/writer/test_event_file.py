@@ -14,9 +14,9 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c a
 from tensorboard.summary.writer import event_file_writer
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from bertwatch.tb import event_file
-from bertwatch.tb.event_file import EventFile, masked_crc32c, open_event_file
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer import event_file
+from bertwatch.tb.writer.event_file import EventFile, masked_crc32c, open_event_file
+from bertwatch.tb.writer.summary import SummaryWriter
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 8, 9, 255, 4096, 100_003])

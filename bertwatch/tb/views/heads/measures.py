@@ -16,9 +16,9 @@ from tensorboard import errors
 from tensorboard.data import provider
 
 from bertwatch.core.stat_names import MASS_BY_MEASURE
-from bertwatch.tb import metadata as md
 from bertwatch.tb.series import f32_list
-from bertwatch.tb.summary import layer_means
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer.summary import layer_means
 
 __all__ = ["attention_measures", "layer_gap_rows", "mass_by_measure", "mass_gap", "measure_info"]
 
@@ -41,7 +41,7 @@ def mass_by_measure(grids: Mapping[str, Any]) -> list[dict[str, Any]]:
     Returns:
         ``[{"target", "measures": [{"label", "stat", "description", "layerMeans" [layers]}], "gaps": {stat:
         [layers]}}]``, float64: a layer's value is the mean over its heads (NaN heads left out,
-        :func:`bertwatch.tb.summary.layer_means`); ``gaps[stat]`` is weights − stat per layer, empty without the
+        :func:`bertwatch.tb.writer.summary.layer_means`); ``gaps[stat]`` is weights − stat per layer, empty without the
         weight-based grid. A grid whose layer count differs from the first one present is left out; so are targets
         with no grid.
 
@@ -97,7 +97,7 @@ def attention_measures(queries, ctx, eid, run: str, index: int) -> dict[str, Any
     """``/attention_measures``: the measures logged for probe example ``index`` and the steps of each.
 
     Returns ``{"run", "index", "measures": [{"measure", "label", "description", "tag", "unit", "steps"}]}``, the
-    weights first, then in :data:`bertwatch.tb.metadata.ATTENTION_MEASURES` order (unknown measures last). Tags of
+    weights first, then in :data:`bertwatch.tb.writer.metadata.ATTENTION_MEASURES` order (unknown measures last). Tags of
     a newer format are left out, as ``/tags`` skips them."""
     dp = queries.require_provider()
     listing = dp.list_blob_sequences(

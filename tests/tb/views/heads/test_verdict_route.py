@@ -25,8 +25,8 @@ from bertwatch.core.health_names import (
 )
 from bertwatch.core.readings import probe_loss
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, VerdictSettings, judge
-from bertwatch.tb.run_verdict import since_step
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.views.heads.run_verdict import since_step
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.tb_helpers import STEPS, make_wsgi_app
 from tests.tb.test_plugin import get, get_json
 

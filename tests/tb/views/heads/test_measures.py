@@ -16,10 +16,10 @@ from werkzeug.test import Client
 
 from bertwatch.core.stat_names import MASS_BY_MEASURE, MIXING_MEASURES
 from bertwatch.report.html import build_html
-from bertwatch.tb import measures
-from bertwatch.tb import metadata as md
-from bertwatch.tb import summary as bs
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.views.heads import measures
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer import summary as bs
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.tb_helpers import TOKENS_A, make_wsgi_app, segments_of, synthetic_maps  # noqa: E402
 
 BASE = "/data/plugin/bertwatch/"

@@ -18,9 +18,9 @@ from tensorboard.data import provider
 from bertwatch.core.health_names import HEALTH_SERIES, PREDICTION_SHARE
 from bertwatch.core.readings import lower_gradient_ratio, probe_loss, z_value
 from bertwatch.core.verdict import CANNOT_TELL, LEVELS, VERDICT_SERIES, VerdictSettings, judged_steps
-from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import DOWNSAMPLE
 from bertwatch.tb.series import f32_list
+from bertwatch.tb.writer import metadata as md
 
 __all__ = ["health_lines", "run_verdict", "since_step", "verdict_texts"]
 

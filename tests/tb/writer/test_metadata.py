@@ -1,4 +1,4 @@
-"""The plugin's names and metadata (``tb.metadata``): every tag built under its prefix, the versioned JSON content
+"""The plugin's names and metadata (``tb.writer.metadata``): every tag built under its prefix, the versioned JSON content
 written and read back, and the malformed or older content that must read as absent rather than wrong."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 import pytest
 from tensorboard.compat.proto import summary_pb2
 
-from bertwatch.tb import metadata as md
+from bertwatch.tb.writer import metadata as md
 
 pytestmark = pytest.mark.fast
 

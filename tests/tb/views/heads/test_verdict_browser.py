@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from bertwatch.core.verdict import NOTHING_YET
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.tb_helpers import MAX_PNG_BYTES, STEPS, synthetic_grids, tensorboard_server
 from tests.tb.test_plugin_browser import Session, browser  # noqa: F401 (fixtures)
-from tests.tb.test_verdict_route import write_verdict_run
+from tests.tb.views.heads.test_verdict_route import write_verdict_run
 
 pytestmark = pytest.mark.browser
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bertwatch.core.alerts import active_alerts  # noqa: E402
-from bertwatch.tb.summary import SummaryWriter  # noqa: E402
+from bertwatch.tb.writer.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import MAX_PNG_BYTES, STEPS, L, synthetic_grids, tensorboard_server
 from tests.tb.test_plugin_browser import browser, open_session, shot_dir  # noqa: F401 (fixtures)
 

@@ -17,8 +17,8 @@ from tensorboard.data import provider
 
 from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG, SweepRun, ranked, sweep_json, sweep_run
 from bertwatch.core.verdict import VERDICT_SERIES, judged_steps
-from bertwatch.tb import metadata as md
-from bertwatch.tb.run_verdict import verdict_texts
+from bertwatch.tb.views.heads.run_verdict import verdict_texts
+from bertwatch.tb.writer import metadata as md
 
 __all__ = ["runs_table"]
 

@@ -24,10 +24,10 @@ from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.util import tensor_util
 
 from bertwatch.core.alerts import ALERT_RULES, RULE_QUANTITY, TABLE_COLUMNS, Alert, alert_counts, alert_table
-from bertwatch.tb import metadata as md
-from bertwatch.tb.ablation_summary import AblationTables, ablation_summaries
-from bertwatch.tb.event_file import open_event_file
-from bertwatch.tb.tensors import check_name, tensor_value, to_numpy
+from bertwatch.tb.views.ablation.ablation_summary import AblationTables, ablation_summaries
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer.event_file import open_event_file
+from bertwatch.tb.writer.tensors import check_name, tensor_value, to_numpy
 
 __all__ = [
     "alerts_summary",
@@ -108,11 +108,11 @@ def attention_summary(
     """``bertwatch/attention/{index:02d}[/{measure}]``: a BLOB_SEQUENCE of [JSON header, float16 ``[L, H, T, T]``].
 
     ``tokens`` are the T token strings of the probe example (already cropped to its real tokens), ``maps`` its map
-    of ``measure`` (:data:`bertwatch.tb.metadata.ATTENTION_MEASURES`; rows = queries): ``[layers, heads, T, T]`` per
+    of ``measure`` (:data:`bertwatch.tb.writer.metadata.ATTENTION_MEASURES`; rows = queries): ``[layers, heads, T, T]`` per
     head, or ``[layers, T, T]`` for a measure of the whole layer (ALTI, rollout, value zeroing), stored as
     ``[layers, 1, T, T]`` with ``unit: "layer"``. The weights are always per head. ``segments``: optional segment
     ids (T ints). Maps of a measure other than the weights are written as format
-    :data:`~bertwatch.tb.metadata.MEASURE_FORMAT_VERSION`, so older plugins skip them instead of calling them
+    :data:`~bertwatch.tb.writer.metadata.MEASURE_FORMAT_VERSION`, so older plugins skip them instead of calling them
     attention.
 
     Example:
@@ -259,7 +259,7 @@ def alerts_summary(alerts: Sequence[Alert], layers: int, heads: int, reference_s
 
 class SummaryWriter:
     """Writes bertwatch summaries into a run directory (one event file, suffix ``.bertwatch``; see
-    ``bertwatch.tb.event_file`` for how records are framed).
+    ``bertwatch.tb.writer.event_file`` for how records are framed).
 
     Call it on world process zero only. Every ``add_*`` call writes one event and flushes, so TensorBoard
     sees each logging step at once. Use :meth:`from_torch_writer` to write into the run directory of an
@@ -278,7 +278,7 @@ class SummaryWriter:
         >>> import shutil, tempfile
         >>> import numpy as np
         >>> from pathlib import Path
-        >>> from bertwatch.tb.summary import SummaryWriter
+        >>> from bertwatch.tb.writer.summary import SummaryWriter
         >>> run = tempfile.mkdtemp()
         >>> with SummaryWriter(run) as writer:  # [layers, heads] grids, one event a step
         ...     for step in (0, 10):
@@ -380,7 +380,7 @@ class SummaryWriter:
     def add_ablation(self, *tables: Any, step: int = 0, walltime: float | None = None, **about: Any) -> None:
         """The ablation tables of one mode (``uniform`` or ``zero``): ``tables`` (``mode, metric, baseline,
         num_examples, heads, layers[, pruning]``) and ``about`` (``task_type``, ``metrics``, ``baseline_metrics``,
-        ``curves``, ``greater_is_better``, ``resolution``, ``trivial``) as :func:`~bertwatch.tb.ablation_summary.ablation_summaries`
+        ``curves``, ``greater_is_better``, ``resolution``, ``trivial``) as :func:`~bertwatch.tb.views.ablation.ablation_summary.ablation_summaries`
         takes them."""
         self._write([ablation_summaries(*tables, **about)], step, walltime)
 

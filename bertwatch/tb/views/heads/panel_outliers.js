@@ -2,7 +2,7 @@
 // run as a multiple of its first (pretrained) value, with the outlier alert's multiple drawn, and at the view's step
 // a table of each layer's outlier statistics beside its mean [SEP] and punctuation mass: a layer whose heads park
 // their attention on delimiters (a "no-op") and the outlier it feeds are read together (Bondarenko et al. 2023).
-// Which statistics and which multiple come from the backend (/outliers, bertwatch/tb/layer_outliers.py).
+// Which statistics and which multiple come from the backend (/outliers, bertwatch/tb/views/heads/layer_outliers.py).
 
 import {nums, rawText} from './api.js';
 import {chartWidth, lineChart} from './charts.js';
