@@ -16,9 +16,9 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from bertwatch.data.glue import load_glue
 from bertwatch.heads.capture import capture
-from bertwatch.heads.importance import gradient_stats
+from bertwatch.heads.gradients.importance import gradient_stats
+from bertwatch.heads.maps.stats import aggregate, compute_stats
 from bertwatch.heads.roles import token_roles
-from bertwatch.heads.stats import aggregate, compute_stats
 from bertwatch.tb.writer.summary import SummaryWriter
 
 

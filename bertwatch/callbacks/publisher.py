@@ -28,7 +28,7 @@ from bertwatch.core.alerts import Alert, alert_counts
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.core.stat_names import ALL_STATS
 from bertwatch.core.verdict import Verdict
-from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
+from bertwatch.heads.maps.patterns import grid_pattern_shares, uniform_baselines
 from bertwatch.probe.records import HeadEmbedding, NamedValues, RiderOutput, StepText
 
 __all__ = ["Publisher"]

@@ -29,7 +29,7 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.capture import capture
 from bertwatch.heads.layout import pad_token_id
-from bertwatch.heads.stats import StatsAccumulator
+from bertwatch.heads.maps.stats import StatsAccumulator
 from bertwatch.heads.unwrap import select_inputs
 from bertwatch.linguistics.syntax import Encoded, Sentence, encode, pad_encoded, read_conllu, skip_message
 from bertwatch.linguistics.wordclass import (

@@ -168,7 +168,7 @@ _OUTLIER_TRAJECTORIES: tuple[str, ...] = ("ffn_inf_norm", "residual_inf_norm")
 
 def _outlier_section(grids: Mapping[str, Any]) -> str:
     """Each layer's largest activation over training relative to its first logged step (the feed-forward output and
-    the residual stream; ``heads.outliers``), with the outlier alert's default multiple; with the delimiters' share
+    the residual stream; ``heads.outliers.activations``), with the outlier alert's default multiple; with the delimiters' share
     and the top dimension at the last step. Empty when the run wrote no outlier statistics."""
     entries = {s: grids[s] for s in _OUTLIER_TRAJECTORIES if s in grids and len(grids[s]["steps"]) > 0}
     if not entries:

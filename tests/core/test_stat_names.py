@@ -14,7 +14,9 @@ from werkzeug.test import Client
 
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core import rules, stat_names
-from bertwatch.heads import importance, norms, stats
+from bertwatch.heads.gradients import importance
+from bertwatch.heads.maps import stats
+from bertwatch.heads.norms import norm_based
 from bertwatch.linguistics.wordclass import UD_CLASSES
 from bertwatch.options.settings import ALL_STATS
 from bertwatch.tb.writer import metadata as md
@@ -31,7 +33,7 @@ JS_STRING_LIST = re.compile(r"""\[\s*(?:['"`][^'"`\n]*['"`]\s*,\s*)+['"`][^'"`\n
 def test_torch_free_names_are_the_heads_tuples():
     assert stat_names.STAT_NAMES is stats.STAT_NAMES
     assert stat_names.DRIFT_NAMES is stats.DRIFT_NAMES
-    assert stat_names.NORM_NAMES is norms.NORM_NAMES
+    assert stat_names.NORM_NAMES is norm_based.NORM_NAMES
     assert stat_names.GRADIENT_NAMES is importance.GRADIENT_NAMES
     assert stat_names.IG_NAME == importance.IG_NAME
     assert stat_names.UD_SHARE_CLASSES == tuple(UD_CLASSES)

@@ -1,4 +1,4 @@
-"""bertwatch.heads.stats against an independent loop implementation (numpy, float64, one map at a time)."""
+"""bertwatch.heads.maps.stats against an independent loop implementation (numpy, float64, one map at a time)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pytest
 import torch
 
 import bertwatch.heads.host as host
-import bertwatch.heads.row_reductions as row_reductions
-import bertwatch.heads.stats as stats
-from bertwatch.heads.roles import TokenRoles, token_roles
-from bertwatch.heads.stats import (
+import bertwatch.heads.maps.row_reductions as row_reductions
+import bertwatch.heads.maps.stats as stats
+from bertwatch.heads.maps.stats import (
     DRIFT_NAMES,
     STAT_NAMES,
     StatsAccumulator,
@@ -22,6 +21,7 @@ from bertwatch.heads.stats import (
     compute_stats,
     pattern_classes,
 )
+from bertwatch.heads.roles import TokenRoles, token_roles
 from tests.support.stats_oracle import assert_matches, other_maps, random_case, reference_stats, roles_from_strings
 from tests.support.tolerance import assert_float32_close
 

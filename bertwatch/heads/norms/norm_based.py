@@ -156,7 +156,7 @@ def _applied_weight(linear: nn.Module) -> Tensor:
 
 def attention_blocks(model: nn.Module) -> list[tuple[nn.Linear, nn.Linear, nn.LayerNorm]]:
     """(value projection, output projection, post-attention LayerNorm) of each layer, for the mixing measures
-    (``bertwatch.heads.mixing_model``).
+    (``bertwatch.heads.mixing.mixing_model``).
 
     Raises UnsupportedModelError, saying why, for a family whose block is not x + Attn(x) -> LayerNorm.
     """

@@ -1,4 +1,4 @@
-"""Kovaleva's pattern classes by rule (bertwatch.core.rules, bertwatch.heads.patterns) on hand-made maps of each
+"""Kovaleva's pattern classes by rule (bertwatch.core.rules, bertwatch.heads.maps.patterns) on hand-made maps of each
 class at several lengths, judged against a uniform head; and their shares over training in the event files."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from bertwatch.core import rules
-from bertwatch.heads.patterns import grid_pattern_shares, pattern_classes, uniform_baselines
+from bertwatch.heads.maps.patterns import grid_pattern_shares, pattern_classes, uniform_baselines
+from bertwatch.heads.maps.stats import aggregate, compute_stats
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.stats import aggregate, compute_stats
 
 
 def roles_for(n: int, pair: bool) -> TokenRoles:

@@ -6,7 +6,7 @@ One post-LN attention block (BERT's layout) computes, for real tokens i, j of on
 
     z_i = x_i + Σ_h Σ_j α^h_ij f^h(x_j) + b_O,        y_i = LN(z_i) = γ ⊙ (z_i − mean(z_i)) / σ_i + β,
 
-with f^h(x_j) = (x_j W_V + b_V)_h W_O^h (the value bias included: ``bertwatch.heads.norms``), σ_i =
+with f^h(x_j) = (x_j W_V + b_V)_h W_O^h (the value bias included: ``bertwatch.heads.norms.norm_based``), σ_i =
 sqrt(var(z_i) + ε) (biased variance, as ``nn.LayerNorm``). Once σ_i is fixed at its actual value, LN is linear in
 the summands, so y_i = Σ_j T_i(x_j) + g_i(b_O) + β with g_i(v) = γ ⊙ (v − mean(v)) / σ_i and
 
@@ -22,7 +22,7 @@ the summands, so y_i = Σ_j T_i(x_j) + g_i(b_O) + β with g_i(v) = γ ⊙ (v −
 - :func:`compose`: ALTI's composition over layers R^(l) = C^(l) R^(l−1) (no identity added: the residual is in C).
 - :func:`rollout` (Abnar & Zuidema 2020): the head average of α, the residual as ½(Ā + I), composed the same way.
 - :func:`value_zeroing_scores` (Mohebbi et al. 2023): cosine distances between a layer's output and its output with
-  one token's value vectors zeroed, rows normalised (``bertwatch.heads.mixing_model`` runs the zeroed passes).
+  one token's value vectors zeroed, rows normalised (``bertwatch.heads.mixing.mixing_model`` runs the zeroed passes).
 - :func:`key_mass`: the mean over real queries of a map's mass on chosen keys ([CLS], [SEP]).
 
 Every function takes the padded batch and a ``real`` mask ``[batch, T]``; pad keys and pad queries never enter,
@@ -302,7 +302,7 @@ def rollout(attn: Tensor, real: Tensor) -> Tensor:
 
 def norm_maps(attn: Tensor, norms: Tensor, real: Tensor) -> Tensor:
     """Kobayashi 2020's per-head maps α^h_ij ‖f^h(x_j)‖, rows normalised over real keys: attn ``[B, L, H, T, T]``,
-    norms ‖f‖ ``[B, L, H, T]`` (``bertwatch.heads.norms.transformed_norms``) -> ``[B, L, H, T, T]``."""
+    norms ‖f‖ ``[B, L, H, T]`` (``bertwatch.heads.norms.norm_based.transformed_norms``) -> ``[B, L, H, T, T]``."""
     real = real.to(attn.device).bool()
     weighted = attn.float() * norms.float()[..., None, :]
     weighted = torch.where(real[:, None, None, None, :] & real[:, None, None, :, None], weighted, 0.0)

@@ -1,4 +1,4 @@
-"""Activation outliers (``heads.outliers``) against a float64 loop over each example alone: the feed-forward output
+"""Activation outliers (``heads.outliers.activations``) against a float64 loop over each example alone: the feed-forward output
 and the residual stream of every layer, with an outlier dimension planted in a LayerNorm."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.heads.outliers import OUTLIER_THRESHOLD, activation_outliers, ffn_outputs
+from bertwatch.heads.outliers.activations import OUTLIER_THRESHOLD, activation_outliers, ffn_outputs
 from bertwatch.heads.roles import token_roles
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_texts
 

@@ -1,8 +1,8 @@
-"""The model side of the context-mixing measures (``bertwatch.heads.mixing``): each layer's attention-block weights,
+"""The model side of the context-mixing measures (``bertwatch.heads.mixing.mixing_scores``): each layer's attention-block weights,
 the block inputs recorded during a pass, the statistics of a probe batch, every measure's maps, and value zeroing.
 
 Which modules form a family's attention block (value projection, output projection, post-attention LayerNorm) is
-``bertwatch.heads.norms.attention_blocks``; a family whose block is not x + Attn(x) -> LayerNorm is refused there.
+``bertwatch.heads.norms.norm_based.attention_blocks``; a family whose block is not x + Attn(x) -> LayerNorm is refused there.
 
 >>> weights = block_weights(model)
 >>> with torch.no_grad(), capture(model, record_values=True) as cap, record_blocks(model) as blocks:
@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from bertwatch.core.stat_names import MIXING_LAYER_NAMES, MIXING_NAMES
 from bertwatch.heads.capture import capture, model_shape
-from bertwatch.heads.mixing import (
+from bertwatch.heads.mixing.mixing_scores import (
     BlockWeights,
     alti_matrix,
     block_terms,
@@ -31,7 +31,7 @@ from bertwatch.heads.mixing import (
     rollout,
     value_zeroing_scores,
 )
-from bertwatch.heads.norms import attention_blocks, head_grams, transformed_norms
+from bertwatch.heads.norms.norm_based import attention_blocks, head_grams, transformed_norms
 from bertwatch.heads.roles import TokenRoles
 
 __all__ = [
@@ -56,7 +56,7 @@ def supports_mixing(model: nn.Module) -> bool:
 
 
 def block_weights(model: nn.Module) -> list[BlockWeights]:
-    """Each layer's :class:`~bertwatch.heads.mixing.BlockWeights` (float32, detached, on the model's device).
+    """Each layer's :class:`~bertwatch.heads.mixing.mixing_scores.BlockWeights` (float32, detached, on the model's device).
 
     Raises UnsupportedModelError (from ``attention_blocks``) for a family the decomposition does not fit."""
     _, heads = model_shape(model)
@@ -103,7 +103,7 @@ class BlockRecorder:
     @property
     def mixed(self) -> Tensor:
         """The attention outputs without the output projection's bias, Σ_h Σ_j α^h_ij f^h(x_j) ``[batch, layers, T,
-        d]`` float32 of the last pass (``bertwatch.heads.mixing.block_terms``' ``mixed``)."""
+        d]`` float32 of the last pass (``bertwatch.heads.mixing.mixing_scores.block_terms``' ``mixed``)."""
         return self._stacked([out.float() - bias.to(out.device) for out, bias in zip(self._outputs, self._biases)])
 
     def take_output(self, output: Tensor) -> None:
@@ -262,7 +262,7 @@ def value_zeroing(model: nn.Module, batch: Mapping[str, Tensor], real: Tensor, m
     """Mohebbi et al. 2023's value zeroing ``[B, L, T, T]``: for each example alone (its real tokens only), layer l
     and real token t, the layer's output (``hidden_states[l+1]``) with t's value vectors zeroed in every head of
     layer l only (the layer input and the attention weights unchanged) against the plain output, scored by
-    :func:`~bertwatch.heads.mixing.value_zeroing_scores`.
+    :func:`~bertwatch.heads.mixing.mixing_scores.value_zeroing_scores`.
 
     Cost: L·n forward passes of an n-token example (in batches of ``max_batch`` zeroed variants), i.e. about L·n
     times the cost of measuring it once: keep it to a sample (``bertwatch analyze --mixing --value-zeroing``).

@@ -12,12 +12,12 @@ import torch
 import transformers as T
 
 from bertwatch.core.stat_names import MIXING_NAMES, NORM_NAMES, STAT_NAMES
-from bertwatch.heads import length_groups
-from bertwatch.heads.importance import check_gradients, gradient_stats
-from bertwatch.heads.mixing_model import block_weights, mixing_stats
-from bertwatch.heads.norms import head_grams, norm_stats
+from bertwatch.heads.gradients import length_groups
+from bertwatch.heads.gradients.importance import check_gradients, gradient_stats
+from bertwatch.heads.maps.stats import compute_stats
+from bertwatch.heads.mixing.mixing_model import block_weights, mixing_stats
+from bertwatch.heads.norms.norm_based import head_grams, norm_stats
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.stats import compute_stats
 from bertwatch.heads.task_heads import LossSetupError, fixed_mask, head_kind
 from tests.support.models import tiny_config, tiny_model
 from tests.support.tolerance import assert_float32_close

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertwatch.heads.logits import allowed_pairs, logit_summary, pair_blocks
+from bertwatch.heads.stability.logits import allowed_pairs, logit_summary, pair_blocks
 from tests.support.tolerance import EPS32, ROUNDINGS, assert_float32_close
 
 T, HEADS = 7, 3
@@ -151,7 +151,7 @@ def test_a_batch_reduced_in_cpu_chunks_is_the_float64_reduction(monkeypatch, exa
     """Examples sharing one block (full length, or the same padding: a strided slice copied out chunk by chunk)
     reduced a few at a time (chunks ending inside the batch; a chunk smaller than one example takes one) give
     numpy's float64 max and population std of each example's and head's scores over its block."""
-    from bertwatch.heads import logits
+    from bertwatch.heads.stability import logits
 
     batch, per_example = 5, HEADS * T * T
     monkeypatch.setattr(logits, "_CPU_CHUNK", examples_per_chunk * per_example + per_example // 2)

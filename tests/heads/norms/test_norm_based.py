@@ -1,4 +1,4 @@
-"""Norm-based attention (bertwatch.heads.norms) against a float64 numpy loop over Kobayashi et al.'s definition,
+"""Norm-based attention (bertwatch.heads.norms.norm_based) against a float64 numpy loop over Kobayashi et al.'s definition,
 with the value vectors recomputed by hand from the hidden states (x W_V + b_V) and the output projection sliced."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from bertwatch.heads.capture import UnsupportedModelError, capture
-from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats, output_projections, supports_norms
+from bertwatch.heads.maps.stats import aggregate, compute_stats
+from bertwatch.heads.norms.norm_based import NORM_NAMES, head_grams, norm_stats, output_projections, supports_norms
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.stats import aggregate, compute_stats
 from tests.support.models import padded_batch, tiny_model  # noqa: E402
 from tests.support.norm_oracle import reference  # noqa: E402
 from tests.support.tiers import fast_subset

@@ -10,7 +10,7 @@ import torch
 import transformers as T
 
 from bertwatch.heads.capture import Intervention, capture
-from bertwatch.heads.norms import (
+from bertwatch.heads.norms.norm_based import (
     NORM_NAMES,
     gram_factors,
     head_grams,
@@ -19,7 +19,7 @@ from bertwatch.heads.norms import (
     supports_norms,
     transformed_norms,
 )
-from tests.heads.test_norms import batch_and_roles  # noqa: E402
+from tests.heads.norms.test_norm_based import batch_and_roles  # noqa: E402
 from tests.support.models import COMMON, OneMember, tiny_model  # noqa: E402
 from tests.support.norm_oracle import reference  # noqa: E402
 

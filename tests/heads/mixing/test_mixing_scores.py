@@ -1,4 +1,4 @@
-"""Context mixing (bertwatch.heads.mixing, .mixing_model) against float64 loops over each definition on every
+"""Context mixing (bertwatch.heads.mixing.mixing_scores, .mixing_model) against float64 loops over each definition on every
 supported family, each example alone over its real tokens (tests/support/mixing_oracle.py), with padding and sentence
 pairs; the properties each definition promises; batch and padding invariance."""
 
@@ -10,7 +10,15 @@ import torch
 
 from bertwatch.core.stat_names import MIXING_HEAD_NAMES, MIXING_LAYER_NAMES, MIXING_NAMES
 from bertwatch.heads.capture import UnsupportedModelError, capture
-from bertwatch.heads.mixing import (
+from bertwatch.heads.mixing.mixing_model import (
+    block_weights,
+    mixing_maps,
+    mixing_stats,
+    record_blocks,
+    supports_mixing,
+    value_zeroing,
+)
+from bertwatch.heads.mixing.mixing_scores import (
     alti_matrix,
     block_terms,
     compose,
@@ -20,16 +28,8 @@ from bertwatch.heads.mixing import (
     rollout,
     value_zeroing_scores,
 )
-from bertwatch.heads.mixing_model import (
-    block_weights,
-    mixing_maps,
-    mixing_stats,
-    record_blocks,
-    supports_mixing,
-    value_zeroing,
-)
 from bertwatch.heads.roles import TokenRoles
-from tests.heads.test_norms_contexts import adapter_model
+from tests.heads.norms.test_norms_contexts import adapter_model
 from tests.support.mixing_oracle import alti_scale, block, example_measures, layer_terms, value_module
 from tests.support.models import padded_batch, tiny_model
 from tests.support.strict import strict
@@ -105,7 +105,7 @@ def test_each_tokens_mixing_ratio_matches_the_float64_loop_from_every_input_path
     """Per token and layer, from the recorded attention outputs (the gradient pass's path), from the heads'
     contexts (the shared forward's) and from the maps and values alone, against the loop on each example alone; the
     LayerNorms' γ uneven, since it enters through W_O."""
-    from bertwatch.heads.norms import attention_blocks
+    from bertwatch.heads.norms.norm_based import attention_blocks
 
     model = family_model(model_type)
     torch.manual_seed(2)
@@ -146,7 +146,7 @@ def mixing_stats_of(model, batch, roles, names=MIXING_NAMES):
 
 def terms_of(model, batch, roles, layer=1):
     """block_terms of one layer and the model's own post-attention LayerNorm output (a hook written here)."""
-    from bertwatch.heads.norms import attention_blocks
+    from bertwatch.heads.norms.norm_based import attention_blocks
 
     seen = []
     norm = attention_blocks(model)[layer][2]

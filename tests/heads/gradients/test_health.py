@@ -20,9 +20,9 @@ from bertwatch.core.health_names import (
     PRIOR_LOSS,
     grad_norm_name,
 )
-from bertwatch.heads import length_groups
-from bertwatch.heads.health import HealthAccumulator, encoder_layer_parameters
-from bertwatch.heads.importance import gradient_stats
+from bertwatch.heads.gradients import length_groups
+from bertwatch.heads.gradients.health import HealthAccumulator, encoder_layer_parameters
+from bertwatch.heads.gradients.importance import gradient_stats
 from bertwatch.heads.roles import TokenRoles
 from tests.support.models import tiny_model
 

@@ -2,7 +2,7 @@
 
 All gradients are taken with ``torch.autograd.grad`` with respect to gates and attention maps only, so nothing
 is ever written into a parameter's ``.grad`` and the optimiser's state is untouched. Each function returns
-per-example values ``[batch, layers, heads]``; average them with ``bertwatch.heads.stats.aggregate``.
+per-example values ``[batch, layers, heads]``; average them with ``bertwatch.heads.maps.stats.aggregate``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import torch
 from torch import nn
 
 from bertwatch.core.stat_names import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads import length_groups, mixing_model
 from bertwatch.heads.capture import capture, model_shape
-from bertwatch.heads.health import HealthAccumulator
+from bertwatch.heads.gradients import length_groups
+from bertwatch.heads.gradients.health import HealthAccumulator
+from bertwatch.heads.mixing import mixing_model
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import (
     LABEL_FIELDS,
@@ -100,7 +101,7 @@ def _one_loss(example_loss: ExampleLoss, inputs: Mapping[str, torch.Tensor]) -> 
 
 def _examples_alone(model: nn.Module, batch: Mapping[str, torch.Tensor], real: torch.Tensor | None) -> list[dict]:
     """Each example of ``batch`` as a batch of one, cropped to its real tokens (``real`` ``[rows, T]``) where that is
-    exact (:func:`bertwatch.heads.length_groups.widths`): what a loss that runs the model itself is given."""
+    exact (:func:`bertwatch.heads.gradients.length_groups.widths`): what a loss that runs the model itself is given."""
     size, kind = _size(batch), head_kind(model)
     lengths = length_groups.widths(batch, real, kind) if real is not None else None
     if lengths is None:
@@ -119,7 +120,7 @@ def _example_passes(
     """:func:`_gated_pass` for a loss that runs the model itself: one gated forward and backward per example alone
     (``example_loss`` on a batch of one), so each example's gradients are those of its own loss by construction.
     Each example is cropped to its real tokens (``real`` ``[rows, T]``) where that is exact
-    (:func:`bertwatch.heads.length_groups.widths`); maps and their gradients come back padded to T with zeros.
+    (:func:`bertwatch.heads.gradients.length_groups.widths`); maps and their gradients come back padded to T with zeros.
     ``health`` gets each example's loss (weight 1) only: the loss is the caller's, its outputs unseen."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
@@ -161,7 +162,7 @@ def _gated_pass(
     (the model's own loss is that sum over Σ_b w_b; ``loss_fn``'s total is the sum itself, w_b = 1).
     ``states``: a list that receives the pass's value states, contexts and logit summary (``Capture.values``,
     ``.contexts``, and with ``logits`` ``.logit_summary``: the scores are taken before the gates, so all are exact
-    under them) and, with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing_model.BlockRecorder` (a gate of 1
+    under them) and, with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing.mixing_model.BlockRecorder` (a gate of 1
     leaves every product exact, so the blocks are those of the plain forward). ``check``: compare the model's loss
     with the one bertwatch computes (``task_heads.model_loss``; it reads both back to the host)."""
     layers, heads = model_shape(model)
@@ -326,13 +327,13 @@ def gradient_stats(
     states, contexts and logit summary (``Capture.values``, ``Capture.contexts``, ``Capture.logit_summary``; None,
     None, {} when this pass could not record them exactly, e.g. with ``example_loss``), so the norm-based and the
     logit statistics need no forward of their own either: ``(stats, maps, values, contexts, logit_summary,
-    blocks)``, ``blocks`` the attention blocks' recording (``heads.mixing_model.BlockRecorder``) with
+    blocks)``, ``blocks`` the attention blocks' recording (``heads.mixing.mixing_model.BlockRecorder``) with
     ``record_blocks`` (a family ``supports_mixing`` knows), for the mixing statistics, else None;
     ``record_logits=False`` leaves the logit summary out ({}), sparing its reduction of every layer's scores.
-    On CPU the pass runs in length groups (:mod:`bertwatch.heads.length_groups`: rows of similar real length
+    On CPU the pass runs in length groups (:mod:`bertwatch.heads.gradients.length_groups`: rows of similar real length
     together, each group cropped to its longest row) where that is exact, and an ``example_loss`` example runs
     cropped to its real tokens; everything comes back in the batch's row order and shape, zero at the pad positions
-    past a row's group (which no statistic reads). ``health`` (a :class:`bertwatch.heads.health.HealthAccumulator`)
+    past a row's group (which no statistic reads). ``health`` (a :class:`bertwatch.heads.gradients.health.HealthAccumulator`)
     gets the run-health signals of the same pass: losses, predictions and, with its parameters, the gradient of
     the encoder layers' parameters (one ``torch.autograd.grad`` call with the gates and maps). ``split=False`` runs the
     batch whole (a caller that planned its groups itself: the probe pass); ``check_loss=False`` skips comparing the

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from bertwatch.core.stat_names import STABILITY_NAMES, STAT_GROUPS
 from bertwatch.heads.capture import UnsupportedModelError, capture, model_shape
-from bertwatch.heads.logits import LOGIT_NAMES, allowed_pairs, logit_summary
-from bertwatch.heads.stability import head_qk_spectral_norms, qk_spectral_norms
+from bertwatch.heads.stability.logits import LOGIT_NAMES, allowed_pairs, logit_summary
+from bertwatch.heads.stability.spectral_norms import head_qk_spectral_norms, qk_spectral_norms
 from bertwatch.probe.probe_set import build_probe_set
 from tests.heads.test_capture_support import tiny_encoder
 from tests.support.property import ORDERS, PADDING_SIDES

@@ -1,4 +1,4 @@
-"""The row reductions behind ``bertwatch.heads.stats``: every per-query-row reduction the statistics need (sums,
+"""The row reductions behind ``bertwatch.heads.maps.stats``: every per-query-row reduction the statistics need (sums,
 logs, drift against a reference), taken in one blocked pass over a batch of maps.
 
 Shapes: ``attn`` ``[batch, layers, heads, T, T]`` (query, key), padded; results are per query row,

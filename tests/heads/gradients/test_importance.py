@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from bertwatch.heads.capture import capture
-from bertwatch.heads.importance import gradient_stats, integrated_gradients, normalize_by_layer, per_example_loss
+from bertwatch.heads.gradients.importance import (
+    gradient_stats,
+    integrated_gradients,
+    normalize_by_layer,
+    per_example_loss,
+)
 from bertwatch.heads.roles import TokenRoles
 from tests.support.models import padded_batch, tiny_model
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional
 
-from bertwatch.heads.mixing_model import BlockRecorder
+from bertwatch.heads.mixing.mixing_model import BlockRecorder
 from bertwatch.heads.task_heads import head_kind
 
 __all__ = [
@@ -182,7 +182,7 @@ def pad_tokens(part: Tensor, length: int, layout: str) -> Tensor:
 
 
 class MergedBlocks(BlockRecorder):
-    """A :class:`~bertwatch.heads.mixing_model.BlockRecorder`'s reading of a batch run in length groups: the blocks'
+    """A :class:`~bertwatch.heads.mixing.mixing_model.BlockRecorder`'s reading of a batch run in length groups: the blocks'
     inputs and attention outputs ``[rows, layers, T, d]`` merged back in row order, zero past a group's width."""
 
     def __init__(self, num_layers: int, residuals: Tensor, mixed: Tensor) -> None:
@@ -222,7 +222,7 @@ def grouped_pass(
     states: list | None,
     gated: Callable,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
-    """``gated(batch, rows, states=...)`` (``heads.importance``'s gated pass with its loss and recording options bound)
+    """``gated(batch, rows, states=...)`` (``heads.gradients.importance``'s gated pass with its loss and recording options bound)
     run per length group (on CPU, rows of similar real length together, each group cropped to its longest row) and merged back in row order, padded to T with zeros (maps, their gradients, value states,
     contexts, block inputs); the whole batch at once where splitting does not pay or would not be exact. Each
     group's factors make its loss each of its examples' own, as for a batch."""

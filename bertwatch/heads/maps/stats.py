@@ -18,9 +18,9 @@ from torch import Tensor
 from bertwatch.core.rules import PATTERN_CLASSES
 from bertwatch.core.stat_names import DRIFT_NAMES, STAT_NAMES
 from bertwatch.heads.aggregate import StatsAccumulator, aggregate
-from bertwatch.heads.patterns import behaviour_label_lists, pattern_classes
+from bertwatch.heads.maps.patterns import behaviour_label_lists, pattern_classes
+from bertwatch.heads.maps.row_reductions import ENTROPY_SMOOTHING, RowReductions
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.row_reductions import ENTROPY_SMOOTHING, RowReductions
 
 __all__ = [
     "STAT_NAMES",

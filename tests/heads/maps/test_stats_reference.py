@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import bertwatch.heads.host as host
-import bertwatch.heads.row_reductions as row_reductions
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
+import bertwatch.heads.maps.row_reductions as row_reductions
+from bertwatch.heads.maps.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 from tests.support.tolerance import assert_float32_close
 
 pytestmark = pytest.mark.fast

@@ -1,5 +1,5 @@
 """Training-stability statistics of each head: ``max_logit`` and ``logit_std`` (from the probe pass, see
-``bertwatch.heads.logits``) and ``qk_spectral_norm`` (from the weights alone, here).
+``bertwatch.heads.stability.logits``) and ``qk_spectral_norm`` (from the weights alone, here).
 
 ``qk_spectral_norm`` of head h is c·‖W_Q^h (W_K^h)ᵀ‖₂, the largest singular value of the d_model × d_model
 bilinear form whose value at (x_i, x_j) is the head's content score q_i·k_j without biases (Zhai et al. 2023 bound
@@ -26,7 +26,7 @@ from bertwatch.core.families import model_family
 from bertwatch.core.stat_names import LOGIT_NAMES, QK_NAME, STABILITY_NAMES
 from bertwatch.heads.capture import UnsupportedModelError, model_shape
 from bertwatch.heads.host import reads_free
-from bertwatch.heads.norms import query_key_weights
+from bertwatch.heads.norms.norm_based import query_key_weights
 from bertwatch.heads.unwrap import unwrap
 
 __all__ = [
