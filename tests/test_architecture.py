@@ -600,8 +600,6 @@ WITHOUT_OWN_TEST = {
     "ablation/scoring.py": "every task's metric in the sweep, against a plain evaluation: tests/ablation/test_task_types.py",
     "ablation/store.py": "the partial.jsonl resume: tests/ablation/test_sweep.py; the split: tests/callbacks/test_fsdp.py",
     "callbacks/attach.py": "watch() and watching_trainers(): tests/options/test_settings.py, tests/cli/test_run.py",
-    "probe/measurements.py": "the statistics of a probe pass: tests/probe/test_probe_pass.py, "
-    "tests/callbacks/test_outlier_pass.py",
     "probe/probe_context.py": "what a run gives the probe pass: tests/probe/test_probe_pass.py",
     "probe/records.py": "the Rider protocol and the riders' values: tests/probe/test_probe_pass.py (a rider on a pass), "
     "tests/callbacks/test_riders.py, test_word_classes.py",
