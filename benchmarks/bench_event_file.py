@@ -1,5 +1,5 @@
-"""Time to write a probe step's kept attention maps: bertwatch's event file (``bertwatch.tb.writer.event_file``, CRC-32C in
-C, on the calling thread) against TensorBoard's writer (pure-Python CRC-32C on its writer thread, which
+"""Time to write a probe step's kept attention maps: bertwatch's event file (``bertwatch.tb.writer.event_file``, CRC-32C
+in C, on the calling thread) against TensorBoard's writer (pure-Python CRC-32C on its writer thread, which
 ``SummaryWriter`` waits for at each flush), each adding and flushing the event ``SummaryWriter.add_attention_maps``
 writes (built beforehand), in one process.
 

@@ -18,8 +18,8 @@ machine can have slow periods, lasting seconds to minutes, in which the elementw
 slower while the forward does not (the same process, no page faults), so a median far above the fastest rounds says
 rounds fell in one (a median below it, rounds in which the forward slowed).
 
-The context-mixing statistics (``bertwatch.heads.mixing.mixing_scores``) are timed beside them, each against the same forward:
-the cheap ones (``mixing_ratio``: one [B·T, d] x [d, d] product per layer; ``cls_mass_rollout``,
+The context-mixing statistics (``bertwatch.heads.mixing.mixing_scores``) are timed beside them, each against the same
+forward: the cheap ones (``mixing_ratio``: one [B·T, d] x [d, d] product per layer; ``cls_mass_rollout``,
 ``sep_mass_rollout``: O(B·L·T³)) and the ALTI ones, per head (``cls_mass_alti``, ``sep_mass_alti``: L1 distances
 over B·L·H·T²·d) and per layer (``*_alti_layer``: B·L·T²·(H + 1)·d), from each block's input and attention output as
 ``record_blocks`` keeps them (the gradient pass records them, so watching these adds no forward); reading that

@@ -591,7 +591,8 @@ WITHOUT_OWN_TEST = {
     "(tests/tb/test_colour_browser.py, against the plugin)",
     "report/run_report.py": "the one report: tests/cli/test_report.py, tests/tb/test_colour_browser.py and "
     "ablate_on_end in tests/callbacks/test_callbacks_training.py",
-    "tb/views/ablation/ablation_route.py": "the /ablation route's body: tests/tb/test_plugin.py (the route, its curves and answer)",
+    "tb/views/ablation/ablation_route.py": "the /ablation route's body: tests/tb/test_plugin.py (the route, its "
+    "curves and answer)",
     "ablation/configs.py": "the head masks of every sweep: tests/ablation/test_sweep.py and test_runner.py",
     "ablation/evaluate.py": "resumable, split evaluation: tests/ablation/test_sweep.py (one rank and two)",
     "ablation/gain.py": "what a pruned model buys: tests/cli/test_prune.py end to end",
@@ -605,7 +606,8 @@ WITHOUT_OWN_TEST = {
     "tests/callbacks/test_riders.py, test_word_classes.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
     "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
-    "core/rules.py": "the behaviour labels and pattern classes: tests/heads/maps/test_patterns.py, tests/tb/test_plugin.py",
+    "core/rules.py": "the behaviour labels and pattern classes: tests/heads/maps/test_patterns.py, "
+    "tests/tb/test_plugin.py",
     "heads/adapters.py": "DeBERTa and MPNet capture against eager maps: tests/heads/test_capture_support.py",
     "heads/intervention.py": "uniform and zero heads inside capture: tests/heads/test_capture.py, ablation tests",
     "heads/mixing/mixing_model.py": "the model side of context mixing: tests/heads/mixing/test_mixing_scores.py",
@@ -620,15 +622,18 @@ WITHOUT_OWN_TEST = {
     "report/gain_section.py": "the pruned model's section: tests/cli/test_prune.py",
     "report/pruning_section.py": "the pruning answer and curves: tests/ablation/test_pruning.py",
     "report/syntax_section.py": "the linguistics section: tests/cli/test_probe_syntax.py, tests/cli/test_report.py",
-    "tb/views/ablation/ablation_summary.py": "the ablation tables in TensorBoard: tests/tb/writer/test_summary.py, test_plugin.py",
-    "tb/views/heads/layer_outliers.py": "the /outliers route: tests/callbacks/test_outlier_pass.py, tests/tb/views/heads/test_outliers_browser.py",
+    "tb/views/ablation/ablation_summary.py": "the ablation tables in TensorBoard: tests/tb/writer/test_summary.py, "
+    "tests/tb/test_plugin.py",
+    "tb/views/heads/layer_outliers.py": "the /outliers route: tests/callbacks/test_outlier_pass.py, "
+    "tests/tb/views/heads/test_outliers_browser.py",
     "tb/views/heads/run_verdict.py": "the /verdict route: tests/tb/views/heads/test_verdict_route.py",
     "report/sweep_table.py": "the sweep's table, read from a folder of runs: tests/cli/test_sweep_runs.py",
 }
 
 
 def own_test(path: Path) -> Path:
-    """Where the tests of ``bertwatch/<pkg>/x.py`` (or ``_x.py``) live: ``tests/<pkg>/test_x.py``."""
+    """Where the tests of ``bertwatch/<pkg>/x.py`` (or ``_x.py``) live: ``tests/<pkg>/test_x.py``, nested folders
+    mirrored (``bertwatch/tb/views/runs/runs_route.py``: ``tests/tb/views/runs/test_runs_route.py``)."""
     rel = path.relative_to(PACKAGE)
     return ROOT / "tests" / rel.parent / f"test_{path.stem.lstrip('_')}.py"
 

@@ -69,8 +69,9 @@ class Member:
 
 
 def loss_problem(context: ProbeContext) -> str | None:
-    """Why the gradient statistics cannot take the run's loss on its probe set (``heads.gradients.importance.check_gradients``:
-    one forward of each probe batch as the gradient pass runs it), or None."""
+    """Why the gradient statistics cannot take the run's loss on its probe set
+    (``heads.gradients.importance.check_gradients``: one forward of each probe batch as the gradient pass runs it), or
+    None."""
     try:
         check_gradients(context.encoder, context.probe.batches, **context.loss.arguments())
     except LossSetupError as err:

@@ -75,7 +75,8 @@ class Publisher:
         """Write one pass: the riders' records, the new grids (the statistics' ``grids`` and the riders' grids
         of the probe set, with its length info, then the riders' other grids), the pattern shares once
         ``step_grids`` (all of the step's grids so far) hold their statistics, the ``examples``' maps (the weights)
-        and the same examples' maps of other measures, ``{measure: examples}`` (``tb.writer.metadata.ATTENTION_MEASURES``)."""
+        and the same examples' maps of other measures, ``{measure: examples}``
+        (``tb.writer.metadata.ATTENTION_MEASURES``)."""
         if self.writer is None:
             return
         for summary in summaries:

@@ -76,12 +76,13 @@ IG_NAME = "head_attribution_ig"
 #: Training stability (Dehghani et al. 2023; Wortsman et al. 2023): per example and head, the largest pre-softmax
 #: score over real query/key pairs and the scores' standard deviation (``bertwatch.heads.stability.logits``).
 LOGIT_NAMES: tuple[str, ...] = ("max_logit", "logit_std")
-#: Zhai et al. 2023: the spectral norm of each head's W_Q W_Kᵀ, from the weights alone (``bertwatch.heads.stability.spectral_norms``).
+#: Zhai et al. 2023: the spectral norm of each head's W_Q W_Kᵀ, from the weights alone
+#: (``bertwatch.heads.stability.spectral_norms``).
 QK_NAME = "qk_spectral_norm"
 STABILITY_NAMES: tuple[str, ...] = (*LOGIT_NAMES, QK_NAME)
-#: Activation outliers per layer (``bertwatch.heads.outliers.activations``; Bondarenko et al. 2023), written as ``[layers, 1]``
-#: grids like the per-layer mixing measures: the feed-forward output's and the residual stream's max |x| and
-#: kurtosis, then of the residual stream the share of components with |x| >= 6, the delimiters' share of their
+#: Activation outliers per layer (``bertwatch.heads.outliers.activations``; Bondarenko et al. 2023), written as
+#: ``[layers, 1]`` grids like the per-layer mixing measures: the feed-forward output's and the residual stream's max |x|
+#: and kurtosis, then of the residual stream the share of components with |x| >= 6, the delimiters' share of their
 #: mass, the dimension holding the largest |x|, the overlap of the top-3 dimensions with the first measured step's,
 #: and the max |x| on [CLS], [SEP], "."/"," and the other (content) tokens.
 OUTLIER_NAMES: tuple[str, ...] = (

@@ -113,8 +113,8 @@ def clustering_figure(
 ) -> Path:
     """Two panels of the embedded heads: coloured by layer, and by behaviour label (Clark Fig 6).
 
-    ``labels`` ``[layers][heads]`` (e.g. ``bertwatch.heads.maps.stats.behaviour_label_lists``; "" = none); ``marks`` names
-    some heads (e.g. the best head of a relation) with text next to their point.
+    ``labels`` ``[layers][heads]`` (e.g. ``bertwatch.heads.maps.stats.behaviour_label_lists``; "" = none); ``marks``
+    names some heads (e.g. the best head of a relation) with text next to their point.
     """
     from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -136,8 +136,8 @@ class ProbeBatch:
     ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: the
     drift reference's maps of the same rows, padded like ``attentions`` (zero at pad positions), when drift is
     measured;
-    ``activations``: the forward calls' activations (``heads.outliers.activations.RecordedActivations``) when the shared forward
-    or the gradient pass recorded them (``CaptureNeeds.activations``).
+    ``activations``: the forward calls' activations (``heads.outliers.activations.RecordedActivations``) when the shared
+    forward or the gradient pass recorded them (``CaptureNeeds.activations``).
     """
 
     index: int
@@ -158,8 +158,8 @@ class RecordedStates:
     ``{"max_logit", "logit_std": [rows, layers, heads]}``, as a capture records them (``Capture.values``,
     ``.contexts``, ``.logit_summary``), and the attention blocks' inputs and outputs (``blocks``:
     ``heads.mixing.mixing_model.BlockRecorder``) and every layer's activations of the pass's forward calls
-    (``activations``, ``heads.outliers.activations.RecordedActivations``); None (empty) where the pass could not record them
-    exactly."""
+    (``activations``, ``heads.outliers.activations.RecordedActivations``); None (empty) where the pass could not record
+    them exactly."""
 
     values: Tensor | None
     contexts: Tensor | None
@@ -291,8 +291,8 @@ class NormStatistics:
 
 
 class GradientStatistics:
-    """Michel's head importance and Clark's attention gradients (``heads.gradients.importance.gradient_stats``), from one
-    gated forward and backward per unit whose maps spare the shared forward; the same pass gives the run-health
+    """Michel's head importance and Clark's attention gradients (``heads.gradients.importance.gradient_stats``), from
+    one gated forward and backward per unit whose maps spare the shared forward; the same pass gives the run-health
     signals (``heads.gradients.health``: the encoder layers' gradient norms unless ``layer_gradients`` is off, the
     predictions, the probe loss), read by the pass's ``health()``."""
 
@@ -347,8 +347,8 @@ class IntegratedGradientsStatistic:
 
 
 class MixingStatistics:
-    """Context mixing beyond raw attention (``heads.mixing.mixing_model``): the mixing ratio and ALTI's [CLS]/[SEP] shares
-    from each layer's residual- and LayerNorm-aware decomposition (value states and each block's input and
+    """Context mixing beyond raw attention (``heads.mixing.mixing_model``): the mixing ratio and ALTI's [CLS]/[SEP]
+    shares from each layer's residual- and LayerNorm-aware decomposition (value states and each block's input and
     attention output, which the gradient pass records: no forward of their own), and attention rollout's from the
     maps alone."""
 
@@ -408,13 +408,13 @@ class StabilityStatistics:
 
 
 class OutlierStatistics:
-    """Activation outliers per layer (``heads.outliers.activations``): each layer's feed-forward output and output (the residual
-    stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]`` grids in
-    ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no forward of
-    their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its own token
-    ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's hidden
-    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in its
-    ``references()`` (``"outlier_dims"``, on the device), which the watched run keeps in
+    """Activation outliers per layer (``heads.outliers.activations``): each layer's feed-forward output and output (the
+    residual stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]``
+    grids in ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no
+    forward of their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its
+    own token ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's
+    hidden states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in
+    its ``references()`` (``"outlier_dims"``, on the device), which the watched run keeps in
     ``ProbeContext.outlier_reference`` for the later passes' ``outlier_dim_overlap``."""
 
     names = OUTLIER_NAMES

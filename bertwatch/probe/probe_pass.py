@@ -13,8 +13,8 @@ loss check and the opt-in riders, integrated gradients and mixing maps read more
 (``PassResult``, with the references it took) and writes nothing (``callbacks.publisher`` and the watched run do).
 
 When a callback watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
-their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing.mixing_model.mixing_maps`` on those rows alone),
-so that the plugin's measure selector has them beside the weights at the same steps.
+their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing.mixing_model.mixing_maps`` on those rows
+alone), so that the plugin's measure selector has them beside the weights at the same steps.
 """
 
 from __future__ import annotations
@@ -375,8 +375,8 @@ def _run_unit(
 
 
 def _recording(needs: CaptureNeeds, context: ProbeContext) -> contextlib.AbstractContextManager:
-    """Hooks recording every forward call's activations (``heads.outliers.activations.record_activations``) when the plan's
-    measurements read them, else nothing (yields None)."""
+    """Hooks recording every forward call's activations (``heads.outliers.activations.record_activations``) when the
+    plan's measurements read them, else nothing (yields None)."""
     return record_activations(context.encoder) if needs.activations else contextlib.nullcontext(None)
 
 

@@ -1,10 +1,10 @@
 """The float32 model's side of the INT8 story, on the first evaluation examples: each layer's activation outliers
 (``heads.outliers.activations``) and each head's attention to delimiters, by weight (``cls_mass``, ``sep_mass``,
 ``punct_mass``: ``heads.maps.stats.compute_stats``) and by norm (``cls_mass_norm``, ``sep_mass_norm``,
-``punct_mass_norm``: ``heads.norms.norm_based.norm_stats``, Kobayashi et al. 2020). Bondarenko et al. 2023: heads that learn
-to do nothing park their attention on delimiters, and the feed-forward outputs grow the outliers that per-tensor
-INT8 handles worst. Delimiters are what ``heads.outliers.activations`` counts its outliers' share on: [CLS], [SEP] and "."/","
-(a sentence-embedding MiniLM parks on [CLS] more than on [SEP]).
+``punct_mass_norm``: ``heads.norms.norm_based.norm_stats``, Kobayashi et al. 2020). Bondarenko et al. 2023: heads that
+learn to do nothing park their attention on delimiters, and the feed-forward outputs grow the outliers that per-tensor
+INT8 handles worst. Delimiters are what ``heads.outliers.activations`` counts its outliers' share on: [CLS], [SEP] and
+"."/"," (a sentence-embedding MiniLM parks on [CLS] more than on [SEP]).
 
 Both come from the project's own statistics, computed here on the same batches; nothing is redefined.
 """
@@ -112,8 +112,8 @@ def float_side(model: Any, tokenizer: Any, examples: Sequence[Mapping[str, Any]]
 
     Returns:
         ``{"examples": n, "ffn": [...], "residual": [...], "heads": {name: [layers][heads]}}``
-        (``heads.outliers.activations.activation_outliers`` for the first two, :func:`delimiter_heads` for the last; None, with a
-        warning, for a model bertwatch cannot capture).
+        (``heads.outliers.activations.activation_outliers`` for the first two, :func:`delimiter_heads` for the last;
+        None, with a warning, for a model bertwatch cannot capture).
     """
     from bertwatch.heads.capture import UnsupportedModelError
     from bertwatch.heads.outliers.activations import activation_outliers

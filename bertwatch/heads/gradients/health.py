@@ -2,8 +2,8 @@
 
 Mosbach et al. (2021) trace failed fine-tunes to vanishing gradients in the lower layers, with predictions stuck
 on the majority class; Dodge et al. (2020) show such runs can be told apart early. The gradient pass of the
-probe set (``heads.gradients.importance.gradient_stats``) has what those signals need: its loss, its outputs and, when the
-encoder layers' parameters are added to its ``torch.autograd.grad`` call, their gradients. Nothing is written
+probe set (``heads.gradients.importance.gradient_stats``) has what those signals need: its loss, its outputs and, when
+the encoder layers' parameters are added to its ``torch.autograd.grad`` call, their gradients. Nothing is written
 into a parameter's ``.grad``.
 
 The pure functions take tensors and give tensors (shapes in their docstrings); :class:`HealthAccumulator` adds

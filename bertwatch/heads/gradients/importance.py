@@ -162,9 +162,9 @@ def _gated_pass(
     (the model's own loss is that sum over Σ_b w_b; ``loss_fn``'s total is the sum itself, w_b = 1).
     ``states``: a list that receives the pass's value states, contexts and logit summary (``Capture.values``,
     ``.contexts``, and with ``logits`` ``.logit_summary``: the scores are taken before the gates, so all are exact
-    under them) and, with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing.mixing_model.BlockRecorder` (a gate of 1
-    leaves every product exact, so the blocks are those of the plain forward). ``check``: compare the model's loss
-    with the one bertwatch computes (``task_heads.model_loss``; it reads both back to the host)."""
+    under them) and, with ``blocks``, the attention blocks' :class:`~bertwatch.heads.mixing.mixing_model.BlockRecorder`
+    (a gate of 1 leaves every product exact, so the blocks are those of the plain forward). ``check``: compare the
+    model's loss with the one bertwatch computes (``task_heads.model_loss``; it reads both back to the host)."""
     layers, heads = model_shape(model)
     device = next(model.parameters()).device
     kind = None if loss_fn is not None else check_loss_inputs(model, batch)
@@ -333,13 +333,14 @@ def gradient_stats(
     On CPU the pass runs in length groups (:mod:`bertwatch.heads.gradients.length_groups`: rows of similar real length
     together, each group cropped to its longest row) where that is exact, and an ``example_loss`` example runs
     cropped to its real tokens; everything comes back in the batch's row order and shape, zero at the pad positions
-    past a row's group (which no statistic reads). ``health`` (a :class:`bertwatch.heads.gradients.health.HealthAccumulator`)
-    gets the run-health signals of the same pass: losses, predictions and, with its parameters, the gradient of
-    the encoder layers' parameters (one ``torch.autograd.grad`` call with the gates and maps). ``split=False`` runs the
-    batch whole (a caller that planned its groups itself: the probe pass); ``check_loss=False`` skips comparing the
-    model's loss with the one bertwatch computes (the probe pass checks it once, at the run's start), so nothing is
-    read back to the host. The maps' gradients are reduced a layer at a time, and the maps stacked a layer at a time
-    as their list empties, so the pass holds about one copy of the maps and one of their gradients at most.
+    past a row's group (which no statistic reads). ``health`` (a
+    :class:`bertwatch.heads.gradients.health.HealthAccumulator`) gets the run-health signals of the same pass: losses,
+    predictions and, with its parameters, the gradient of the encoder layers' parameters (one ``torch.autograd.grad``
+    call with the gates and maps). ``split=False`` runs the batch whole (a caller that planned its groups itself: the
+    probe pass); ``check_loss=False`` skips comparing the model's loss with the one bertwatch computes (the probe pass
+    checks it once, at the run's start), so nothing is read back to the host. The maps' gradients are reduced a layer at
+    a time, and the maps stacked a layer at a time as their list empties, so the pass holds about one copy of the maps
+    and one of their gradients at most.
     """
     rows = roles.real.shape[0]
     group = _choices(batch)

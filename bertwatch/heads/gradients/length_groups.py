@@ -182,8 +182,9 @@ def pad_tokens(part: Tensor, length: int, layout: str) -> Tensor:
 
 
 class MergedBlocks(BlockRecorder):
-    """A :class:`~bertwatch.heads.mixing.mixing_model.BlockRecorder`'s reading of a batch run in length groups: the blocks'
-    inputs and attention outputs ``[rows, layers, T, d]`` merged back in row order, zero past a group's width."""
+    """A :class:`~bertwatch.heads.mixing.mixing_model.BlockRecorder`'s reading of a batch run in length groups: the
+    blocks' inputs and attention outputs ``[rows, layers, T, d]`` merged back in row order, zero past a group's
+    width."""
 
     def __init__(self, num_layers: int, residuals: Tensor, mixed: Tensor) -> None:
         super().__init__(num_layers, [])
@@ -222,10 +223,11 @@ def grouped_pass(
     states: list | None,
     gated: Callable,
 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
-    """``gated(batch, rows, states=...)`` (``heads.gradients.importance``'s gated pass with its loss and recording options bound)
-    run per length group (on CPU, rows of similar real length together, each group cropped to its longest row) and merged back in row order, padded to T with zeros (maps, their gradients, value states,
-    contexts, block inputs); the whole batch at once where splitting does not pay or would not be exact. Each
-    group's factors make its loss each of its examples' own, as for a batch."""
+    """``gated(batch, rows, states=...)`` (``heads.gradients.importance``'s gated pass with its loss and recording
+    options bound) run per length group (on CPU, rows of similar real length together, each group cropped to its longest
+    row) and merged back in row order, padded to T with zeros (maps, their gradients, value states, contexts, block
+    inputs); the whole batch at once where splitting does not pay or would not be exact. Each group's factors make its
+    loss each of its examples' own, as for a batch."""
     groups = batch_groups(model, batch, real)
     if groups is None:
         return gated(batch, rows, states=states)

@@ -1,8 +1,10 @@
-"""The model side of the context-mixing measures (``bertwatch.heads.mixing.mixing_scores``): each layer's attention-block weights,
-the block inputs recorded during a pass, the statistics of a probe batch, every measure's maps, and value zeroing.
+"""The model side of the context-mixing measures (``bertwatch.heads.mixing.mixing_scores``): each layer's
+attention-block weights, the block inputs recorded during a pass, the statistics of a probe batch, every measure's maps,
+and value zeroing.
 
 Which modules form a family's attention block (value projection, output projection, post-attention LayerNorm) is
-``bertwatch.heads.norms.norm_based.attention_blocks``; a family whose block is not x + Attn(x) -> LayerNorm is refused there.
+``bertwatch.heads.norms.norm_based.attention_blocks``; a family whose block is not x + Attn(x) -> LayerNorm is refused
+there.
 
 >>> weights = block_weights(model)
 >>> with torch.no_grad(), capture(model, record_values=True) as cap, record_blocks(model) as blocks:
@@ -56,7 +58,8 @@ def supports_mixing(model: nn.Module) -> bool:
 
 
 def block_weights(model: nn.Module) -> list[BlockWeights]:
-    """Each layer's :class:`~bertwatch.heads.mixing.mixing_scores.BlockWeights` (float32, detached, on the model's device).
+    """Each layer's :class:`~bertwatch.heads.mixing.mixing_scores.BlockWeights` (float32, detached, on the model's
+    device).
 
     Raises UnsupportedModelError (from ``attention_blocks``) for a family the decomposition does not fit."""
     _, heads = model_shape(model)

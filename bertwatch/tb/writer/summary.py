@@ -108,8 +108,8 @@ def attention_summary(
     """``bertwatch/attention/{index:02d}[/{measure}]``: a BLOB_SEQUENCE of [JSON header, float16 ``[L, H, T, T]``].
 
     ``tokens`` are the T token strings of the probe example (already cropped to its real tokens), ``maps`` its map
-    of ``measure`` (:data:`bertwatch.tb.writer.metadata.ATTENTION_MEASURES`; rows = queries): ``[layers, heads, T, T]`` per
-    head, or ``[layers, T, T]`` for a measure of the whole layer (ALTI, rollout, value zeroing), stored as
+    of ``measure`` (:data:`bertwatch.tb.writer.metadata.ATTENTION_MEASURES`; rows = queries): ``[layers, heads, T, T]``
+    per head, or ``[layers, T, T]`` for a measure of the whole layer (ALTI, rollout, value zeroing), stored as
     ``[layers, 1, T, T]`` with ``unit: "layer"``. The weights are always per head. ``segments``: optional segment
     ids (T ints). Maps of a measure other than the weights are written as format
     :data:`~bertwatch.tb.writer.metadata.MEASURE_FORMAT_VERSION`, so older plugins skip them instead of calling them
@@ -380,8 +380,8 @@ class SummaryWriter:
     def add_ablation(self, *tables: Any, step: int = 0, walltime: float | None = None, **about: Any) -> None:
         """The ablation tables of one mode (``uniform`` or ``zero``): ``tables`` (``mode, metric, baseline,
         num_examples, heads, layers[, pruning]``) and ``about`` (``task_type``, ``metrics``, ``baseline_metrics``,
-        ``curves``, ``greater_is_better``, ``resolution``, ``trivial``) as :func:`~bertwatch.tb.views.ablation.ablation_summary.ablation_summaries`
-        takes them."""
+        ``curves``, ``greater_is_better``, ``resolution``, ``trivial``) as
+        :func:`~bertwatch.tb.views.ablation.ablation_summary.ablation_summaries` takes them."""
         self._write([ablation_summaries(*tables, **about)], step, walltime)
 
     def add_ablation_result(self, result: AblationTables, step: int = 0, walltime: float | None = None) -> None:

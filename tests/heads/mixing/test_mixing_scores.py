@@ -1,6 +1,6 @@
-"""Context mixing (bertwatch.heads.mixing.mixing_scores, .mixing_model) against float64 loops over each definition on every
-supported family, each example alone over its real tokens (tests/support/mixing_oracle.py), with padding and sentence
-pairs; the properties each definition promises; batch and padding invariance."""
+"""Context mixing (bertwatch.heads.mixing.mixing_scores, .mixing_model) against float64 loops over each definition on
+every supported family, each example alone over its real tokens (tests/support/mixing_oracle.py), with padding and
+sentence pairs; the properties each definition promises; batch and padding invariance."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Norm-based attention (bertwatch.heads.norms.norm_based) against a float64 numpy loop over Kobayashi et al.'s definition,
-with the value vectors recomputed by hand from the hidden states (x W_V + b_V) and the output projection sliced."""
+"""Norm-based attention (bertwatch.heads.norms.norm_based) against a float64 numpy loop over Kobayashi et al.'s
+definition, with the value vectors recomputed by hand from the hidden states (x W_V + b_V) and the output projection
+sliced."""
 
 from __future__ import annotations
 

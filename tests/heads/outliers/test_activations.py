@@ -1,5 +1,5 @@
-"""Activation outliers (``heads.outliers.activations``) against a float64 loop over each example alone: the feed-forward output
-and the residual stream of every layer, with an outlier dimension planted in a LayerNorm."""
+"""Activation outliers (``heads.outliers.activations``) against a float64 loop over each example alone: the feed-forward
+output and the residual stream of every layer, with an outlier dimension planted in a LayerNorm."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The plugin's names and metadata (``tb.writer.metadata``): every tag built under its prefix, the versioned JSON content
-written and read back, and the malformed or older content that must read as absent rather than wrong."""
+"""The plugin's names and metadata (``tb.writer.metadata``): every tag built under its prefix, the versioned JSON
+content written and read back, and the malformed or older content that must read as absent rather than wrong."""
 
 from __future__ import annotations
 

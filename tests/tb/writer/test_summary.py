@@ -1,4 +1,5 @@
-"""bertwatch.tb.writer.summary: the builders' protobufs, the writer's event files, and what TensorBoard's loader sees."""
+"""bertwatch.tb.writer.summary: the builders' protobufs, the writer's event files, and what TensorBoard's loader
+sees."""
 
 from __future__ import annotations
 
@@ -242,7 +243,8 @@ def test_from_real_torch_writer(tmp_path):
 def test_summary_and_plugin_never_import_torch():
     code = (
         "import sys, numpy as np, tempfile\n"
-        "import bertwatch, bertwatch.tb.writer.summary as s, bertwatch.tb, bertwatch.tb.writer.metadata, bertwatch.tb.plugin\n"
+        "import bertwatch, bertwatch.tb.writer.summary as s, bertwatch.tb, bertwatch.tb.writer.metadata\n"
+        "import bertwatch.tb.plugin\n"
         "with s.SummaryWriter(tempfile.mkdtemp()) as w:\n"
         "    w.add_head_grids({'cls_mass': np.zeros((2, 2))}, 0)\n"
         "bad = [m for m in ('torch', 'transformers', 'tensorflow') if m in sys.modules]\n"

@@ -41,8 +41,8 @@ def mass_by_measure(grids: Mapping[str, Any]) -> list[dict[str, Any]]:
     Returns:
         ``[{"target", "measures": [{"label", "stat", "description", "layerMeans" [layers]}], "gaps": {stat:
         [layers]}}]``, float64: a layer's value is the mean over its heads (NaN heads left out,
-        :func:`bertwatch.tb.writer.summary.layer_means`); ``gaps[stat]`` is weights − stat per layer, empty without the
-        weight-based grid. A grid whose layer count differs from the first one present is left out; so are targets
+        :func:`bertwatch.tb.writer.summary.layer_means`); ``gaps[stat]`` is weights − stat per layer, empty without
+        the weight-based grid. A grid whose layer count differs from the first one present is left out; so are targets
         with no grid.
 
     Example:
@@ -97,8 +97,8 @@ def attention_measures(queries, ctx, eid, run: str, index: int) -> dict[str, Any
     """``/attention_measures``: the measures logged for probe example ``index`` and the steps of each.
 
     Returns ``{"run", "index", "measures": [{"measure", "label", "description", "tag", "unit", "steps"}]}``, the
-    weights first, then in :data:`bertwatch.tb.writer.metadata.ATTENTION_MEASURES` order (unknown measures last). Tags of
-    a newer format are left out, as ``/tags`` skips them."""
+    weights first, then in :data:`bertwatch.tb.writer.metadata.ATTENTION_MEASURES` order (unknown measures last). Tags
+    of a newer format are left out, as ``/tags`` skips them."""
     dp = queries.require_provider()
     listing = dp.list_blob_sequences(
         ctx, experiment_id=eid, plugin_name=queries.plugin_name, run_tag_filter=provider.RunTagFilter(runs=[run])
