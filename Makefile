@@ -34,7 +34,7 @@ demo: $(STAMP)
 
 lint: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
-	node_modules/.bin/biome ci --colors=off bertwatch/tb/static
+	node_modules/.bin/biome ci --colors=off bertwatch/tb
 
 test: lint browser
 	$(TEST_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider

@@ -31,8 +31,8 @@ def installed(checkout: str) -> None:
         raise SystemExit(f"bertwatch imported from {where}, not from the virtual environment {prefix}")
     if Path(checkout).resolve() in where.parents:
         raise SystemExit(f"bertwatch imported from the checkout ({where})")
-    static = where.parent / "tb" / "static"
-    missing = [name for name in [*plugin.STATIC_FILES, "index.js"] if not (static / name).is_file()]
+    tb = where.parent / "tb"
+    missing = [name for name in [*plugin.STATIC_FILES, "index.js"] if not (tb / plugin.frontend_path(name)).is_file()]
     if missing:
         raise SystemExit(f"static files missing from the installed package: {missing}")
     points = {e.name: e.value for e in metadata.entry_points(group="tensorboard_plugins")}

@@ -1,5 +1,5 @@
-"""Time to write a probe step's kept attention maps: bertwatch's event file (``bertwatch.tb.event_file``, CRC-32C in
-C, on the calling thread) against TensorBoard's writer (pure-Python CRC-32C on its writer thread, which
+"""Time to write a probe step's kept attention maps: bertwatch's event file (``bertwatch.tb.writer.event_file``, CRC-32C
+in C, on the calling thread) against TensorBoard's writer (pure-Python CRC-32C on its writer thread, which
 ``SummaryWriter`` waits for at each flush), each adding and flushing the event ``SummaryWriter.add_attention_maps``
 writes (built beforehand), in one process.
 
@@ -20,8 +20,8 @@ import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from bertwatch.tb.event_file import EventFile, masked_crc32c
-from bertwatch.tb.summary import attention_summary
+from bertwatch.tb.writer.event_file import EventFile, masked_crc32c
+from bertwatch.tb.writer.summary import attention_summary
 
 CASES = {"SST-2 probe examples (12, 28, 26, 40 tokens)": [12, 28, 26, 40], "four 128-token texts": [128] * 4}
 

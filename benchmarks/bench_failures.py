@@ -373,8 +373,8 @@ def health_cost(opts: argparse.Namespace, rounds: int = 7) -> list[str]:
     import transformers as T
 
     from bertwatch.data.glue import load_glue
-    from bertwatch.heads.health import HealthAccumulator
-    from bertwatch.heads.importance import gradient_stats
+    from bertwatch.heads.gradients.health import HealthAccumulator
+    from bertwatch.heads.gradients.importance import gradient_stats
     from bertwatch.heads.roles import token_roles
 
     torch.set_num_threads(opts.threads)

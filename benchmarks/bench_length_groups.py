@@ -1,5 +1,5 @@
 """What length groups save in the gradient pass: ``gradient_stats`` on the callback's SST-2 probe set, split into
-length groups (``bertwatch.heads.length_groups``) against the whole batches, on CPU.
+length groups (``bertwatch.heads.gradients.length_groups``) against the whole batches, on CPU.
 
 The packaged MiniLM (6 x 12 heads), 32 probe examples sampled from the first 256 of SST-2 dev as the callback samples
 them (seed 0, batches of 16). Rounds alternate the two ways (split, whole) so a neighbour's load falls on both;
@@ -29,8 +29,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import default_glue_dir, sst2_dataset  # noqa: E402
 
-from bertwatch.heads import length_groups  # noqa: E402
-from bertwatch.heads.importance import gradient_stats  # noqa: E402
+from bertwatch.heads.gradients import length_groups  # noqa: E402
+from bertwatch.heads.gradients.importance import gradient_stats  # noqa: E402
 from bertwatch.heads.roles import TokenRoles  # noqa: E402
 from bertwatch.probe.probe_set import build_probe_set  # noqa: E402
 

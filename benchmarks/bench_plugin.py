@@ -1,7 +1,7 @@
 """Benchmark of the bertwatch TensorBoard plugin at scale.
 
 A run with 5,000 logged steps of 15 statistics (12 grid statistics, 2 norm-based masses, head_importance) at bert-base shape
-(12 x 12), written with bertwatch.tb.summary.SummaryWriter and served by a real ``tensorboard`` process with
+(12 x 12), written with bertwatch.tb.writer.summary.SummaryWriter and served by a real ``tensorboard`` process with
 ``--samples_per_plugin=bertwatch=0`` (keep every step). Prints:
 
 * route latency (cold = first read of a series, warm = median / p95 of repeated calls); target < 200 ms;
@@ -28,7 +28,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bertwatch.tb.summary import SummaryWriter  # noqa: E402
+from bertwatch.tb.writer.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import http_json, tensorboard_server  # noqa: E402
 
 STATS = (

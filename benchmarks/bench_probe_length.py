@@ -18,7 +18,7 @@ import torch
 
 from bertwatch.heads.capture import capture
 from bertwatch.heads.loading import load_model
-from bertwatch.heads.stats import STAT_NAMES, compute_stats
+from bertwatch.heads.maps.stats import STAT_NAMES, compute_stats
 from bertwatch.probe.probe_set import build_probe_set, crop_maps
 
 

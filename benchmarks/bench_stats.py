@@ -5,7 +5,7 @@ What is timed is what ``BertWatchCallback()`` does per probe batch at its defaul
 the forward pass under ``capture(model, record_values=True)`` (maps, value states and contexts recorded), then the
 weight-based statistics (``compute_stats`` on STAT_NAMES + DRIFT_NAMES against the cached float16 reference, one
 map per example cropped to its real tokens) and the norm-based ones (``head_grams`` + ``norm_stats`` with the recorded
-contexts). The stability statistics (``bertwatch.heads.stability``) are added to that default set:
+contexts). The stability statistics (``bertwatch.heads.stability.spectral_norms``) are added to that default set:
 ``max_logit`` and ``logit_std`` are reduced inside the forward (``capture(..., record_logits=True)``); their cost is
 timed directly, the capture's reduction of each layer's scores recorded from one forward (the difference between the
 forward with logits and the plain one, timed in the same interleaved rounds, is printed beside it: the same cost
@@ -18,8 +18,8 @@ machine can have slow periods, lasting seconds to minutes, in which the elementw
 slower while the forward does not (the same process, no page faults), so a median far above the fastest rounds says
 rounds fell in one (a median below it, rounds in which the forward slowed).
 
-The context-mixing statistics (``bertwatch.heads.mixing``) are timed beside them, each against the same forward:
-the cheap ones (``mixing_ratio``: one [B·T, d] x [d, d] product per layer; ``cls_mass_rollout``,
+The context-mixing statistics (``bertwatch.heads.mixing.mixing_scores``) are timed beside them, each against the same
+forward: the cheap ones (``mixing_ratio``: one [B·T, d] x [d, d] product per layer; ``cls_mass_rollout``,
 ``sep_mass_rollout``: O(B·L·T³)) and the ALTI ones, per head (``cls_mass_alti``, ``sep_mass_alti``: L1 distances
 over B·L·H·T²·d) and per layer (``*_alti_layer``: B·L·T²·(H + 1)·d), from each block's input and attention output as
 ``record_blocks`` keeps them (the gradient pass records them, so watching these adds no forward); reading that
@@ -144,11 +144,11 @@ def _measure(model: torch.nn.Module, tokenizer: object, batch: dict, args: argpa
     from bertwatch.callbacks.monitor import MAP_STATS
     from bertwatch.callbacks.watch import BertWatchCallback
     from bertwatch.heads.capture import Capture, capture
-    from bertwatch.heads.mixing_model import BlockRecorder, block_weights, mixing_stats, record_blocks
-    from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats
+    from bertwatch.heads.maps.stats import compute_stats
+    from bertwatch.heads.mixing.mixing_model import BlockRecorder, block_weights, mixing_stats, record_blocks
+    from bertwatch.heads.norms.norm_based import NORM_NAMES, head_grams, norm_stats
     from bertwatch.heads.roles import token_roles
-    from bertwatch.heads.stability import head_qk_spectral_norms
-    from bertwatch.heads.stats import compute_stats
+    from bertwatch.heads.stability.spectral_norms import head_qk_spectral_norms
     from bertwatch.probe.probe_set import crop_maps
 
     batch = {k: v.to(args.device) for k, v in batch.items()}

@@ -38,7 +38,7 @@ def main() -> None:
     import transformers as T
 
     from bertwatch.callbacks.trainer_loss import gradient_loss
-    from bertwatch.heads.importance import gradient_stats
+    from bertwatch.heads.gradients.importance import gradient_stats
     from bertwatch.heads.roles import TokenRoles
 
     class SmoothingTrainer(T.Trainer):

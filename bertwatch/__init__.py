@@ -20,7 +20,7 @@ _LAZY = {
     "Intervention": "bertwatch.heads.intervention",
     "TokenRoles": "bertwatch.heads.roles",
     "token_roles": "bertwatch.heads.roles",
-    "compute_stats": "bertwatch.heads.stats",
+    "compute_stats": "bertwatch.heads.maps.stats",
     "BertWatchCallback": "bertwatch.callbacks",
     "AttentionDriftCallback": "bertwatch.callbacks",
     "SpecialTokenMassCallback": "bertwatch.callbacks",
@@ -57,8 +57,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.core.alerts import AlertSettings
     from bertwatch.core.verdict import VerdictSettings
     from bertwatch.heads.intervention import Intervention
+    from bertwatch.heads.maps.stats import compute_stats
     from bertwatch.heads.roles import TokenRoles, token_roles
-    from bertwatch.heads.stats import compute_stats
     from bertwatch.options.groups import AblationOptions, ExpertOptions, ProbeOptions, WordClassProbe
     from bertwatch.options.settings import WatchSettings
 

@@ -16,10 +16,10 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from bertwatch.data.glue import load_glue
 from bertwatch.heads.capture import capture
-from bertwatch.heads.importance import gradient_stats
+from bertwatch.heads.gradients.importance import gradient_stats
+from bertwatch.heads.maps.stats import aggregate, compute_stats
 from bertwatch.heads.roles import token_roles
-from bertwatch.heads.stats import aggregate, compute_stats
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 
 
 def main() -> None:

@@ -426,7 +426,7 @@ def test_bertwatch_report_command_does_not_import_torch(tmp_path):
         "from bertwatch.cli import main\n"
         "from bertwatch.report.html import write_outputs\n"
         "from bertwatch.report.result import AblationResult\n"
-        "from bertwatch.tb.summary import SummaryWriter\n"
+        "from bertwatch.tb.writer.summary import SummaryWriter\n"
         f"root = {str(tmp_path)!r}\n"
         "cells = np.full((2, 3, 5), 0.5)\n"
         "write_outputs(AblationResult('sst2', 'uniform', 'accuracy', 10, 0.5, cells, cells[:, 0]), root + '/abl')\n"
@@ -512,27 +512,30 @@ def test_documented_imports_exist():
 
 
 def tree_names() -> set[str]:
-    """Paths relative to ``bertwatch/`` that the tree of docs/architecture.md names: its files, and for each
-    subpackage line (``core/``) the subpackage's ``__init__.py`` and the folder itself."""
+    """Paths relative to ``bertwatch/`` that the tree of docs/architecture.md names: its files, and for each folder
+    line (``core/``, or ``views/`` nested deeper under ``tb/``) the folder itself and, where it is a package, its
+    ``__init__.py``. A line's names belong to the nearest folder line above it with less indentation."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     block = text.split("## The tree", 1)[1].split("```", 2)[1]
     named: set[str] = set()
-    folder = ""
+    folders: list[tuple[int, str]] = []  # (indentation, path) of the folder lines the current line is inside
     for line in block.splitlines()[1:]:
         indent = len(line) - len(line.lstrip(" "))
         if indent == 0:  # the package folder itself
             continue
-        if indent == 2:
-            folder = ""
-        for token in line.split():
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        folder = folders[-1][1] if folders else ""
+        for position, token in enumerate(line.split()):
             name = token.rstrip(",")
             if not re.fullmatch(r"\w+(\.py|/)", name):
                 break
             path = f"{folder}{name}"
             named.add(path)
-            if name.endswith("/") and indent == 2:
-                folder = path
-                named.add(f"{path}__init__.py")
+            if name.endswith("/") and position == 0:
+                folders.append((indent, path))
+                if (PACKAGE / path / "__init__.py").exists():
+                    named.add(f"{path}__init__.py")
     return named
 
 
@@ -554,9 +557,10 @@ def test_no_two_modules_share_a_name():
 
 def test_no_module_is_named_as_a_subpackage():
     """A module is not named as a subpackage (``callbacks/ablate_on_end.py``, not ``callbacks/ablation.py`` beside
-    ``ablation/``): ``bertwatch.callbacks.ablation`` and ``bertwatch.ablation`` would name two things. The modules of
-    ``cli/`` are named by the command they run (``cli/report.py``: ``bertwatch report``)."""
-    subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    ``ablation/``): ``bertwatch.callbacks.ablation`` and ``bertwatch.ablation`` would name two things. A nested
+    subpackage's name (``tb/views/runs/``) is taken too. The modules of ``cli/`` are named by the command they run
+    (``cli/report.py``: ``bertwatch report``)."""
+    subpackages = {path.parent.name for path in PACKAGE.rglob("*/__init__.py")}  # nested ones too (tb/views/runs/)
     commands = PACKAGE / "cli"
     clashes = [relative(p) for p in package_files() if p.stem in subpackages and p.parent != commands]
     assert not clashes, "modules named as a subpackage (name each for its job):\n" + "\n".join(clashes)
@@ -587,7 +591,8 @@ WITHOUT_OWN_TEST = {
     "(tests/tb/test_colour_browser.py, against the plugin)",
     "report/run_report.py": "the one report: tests/cli/test_report.py, tests/tb/test_colour_browser.py and "
     "ablate_on_end in tests/callbacks/test_callbacks_training.py",
-    "tb/ablation_route.py": "the /ablation route's body: tests/tb/test_plugin.py (the route, its curves and answer)",
+    "tb/views/ablation/ablation_route.py": "the /ablation route's body: tests/tb/test_plugin.py (the route, its "
+    "curves and answer)",
     "ablation/configs.py": "the head masks of every sweep: tests/ablation/test_sweep.py and test_runner.py",
     "ablation/evaluate.py": "resumable, split evaluation: tests/ablation/test_sweep.py (one rank and two)",
     "ablation/gain.py": "what a pruned model buys: tests/cli/test_prune.py end to end",
@@ -596,19 +601,18 @@ WITHOUT_OWN_TEST = {
     "ablation/scoring.py": "every task's metric in the sweep, against a plain evaluation: tests/ablation/test_task_types.py",
     "ablation/store.py": "the partial.jsonl resume: tests/ablation/test_sweep.py; the split: tests/callbacks/test_fsdp.py",
     "callbacks/attach.py": "watch() and watching_trainers(): tests/options/test_settings.py, tests/cli/test_run.py",
-    "probe/measurements.py": "the statistics of a probe pass: tests/probe/test_probe_pass.py, "
-    "tests/callbacks/test_outlier_pass.py",
     "probe/probe_context.py": "what a run gives the probe pass: tests/probe/test_probe_pass.py",
     "probe/records.py": "the Rider protocol and the riders' values: tests/probe/test_probe_pass.py (a rider on a pass), "
     "tests/callbacks/test_riders.py, test_word_classes.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
     "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
-    "core/rules.py": "the behaviour labels and pattern classes: tests/heads/test_patterns.py, tests/tb/test_plugin.py",
+    "core/rules.py": "the behaviour labels and pattern classes: tests/heads/maps/test_patterns.py, "
+    "tests/tb/test_plugin.py",
     "heads/adapters.py": "DeBERTa and MPNet capture against eager maps: tests/heads/test_capture_support.py",
     "heads/intervention.py": "uniform and zero heads inside capture: tests/heads/test_capture.py, ablation tests",
-    "heads/mixing_model.py": "the model side of context mixing: tests/heads/test_mixing.py",
+    "heads/mixing/mixing_model.py": "the model side of context mixing: tests/heads/mixing/test_mixing_scores.py",
     "heads/pruned_modeling.py": "the pruned models' own code: tests/ablation/test_physical.py (a fresh process too)",
-    "heads/row_reductions.py": "the row reductions behind every statistic: tests/heads/test_stats.py",
+    "heads/maps/row_reductions.py": "the row reductions behind every statistic: tests/heads/maps/test_stats.py",
     "heads/sharding.py": "sharded weights under FSDP2: tests/callbacks/test_fsdp.py",
     "linguistics/scan.py": "the one pass of probe-syntax: tests/cli/test_probe_syntax.py, "
     "tests/linguistics/test_linguistics_invariance.py",
@@ -618,15 +622,18 @@ WITHOUT_OWN_TEST = {
     "report/gain_section.py": "the pruned model's section: tests/cli/test_prune.py",
     "report/pruning_section.py": "the pruning answer and curves: tests/ablation/test_pruning.py",
     "report/syntax_section.py": "the linguistics section: tests/cli/test_probe_syntax.py, tests/cli/test_report.py",
-    "tb/ablation_summary.py": "the ablation tables in TensorBoard: tests/tb/test_summary.py, test_plugin.py",
-    "tb/layer_outliers.py": "the /outliers route: tests/callbacks/test_outlier_pass.py, tests/tb/test_outliers_browser.py",
-    "tb/run_verdict.py": "the /verdict route: tests/tb/test_verdict_route.py",
+    "tb/views/ablation/ablation_summary.py": "the ablation tables in TensorBoard: tests/tb/writer/test_summary.py, "
+    "tests/tb/test_plugin.py",
+    "tb/views/heads/layer_outliers.py": "the /outliers route: tests/callbacks/test_outlier_pass.py, "
+    "tests/tb/views/heads/test_outliers_browser.py",
+    "tb/views/heads/run_verdict.py": "the /verdict route: tests/tb/views/heads/test_verdict_route.py",
     "report/sweep_table.py": "the sweep's table, read from a folder of runs: tests/cli/test_sweep_runs.py",
 }
 
 
 def own_test(path: Path) -> Path:
-    """Where the tests of ``bertwatch/<pkg>/x.py`` (or ``_x.py``) live: ``tests/<pkg>/test_x.py``."""
+    """Where the tests of ``bertwatch/<pkg>/x.py`` (or ``_x.py``) live: ``tests/<pkg>/test_x.py``, nested folders
+    mirrored (``bertwatch/tb/views/runs/runs_route.py``: ``tests/tb/views/runs/test_runs_route.py``)."""
     rel = path.relative_to(PACKAGE)
     return ROOT / "tests" / rel.parent / f"test_{path.stem.lstrip('_')}.py"
 

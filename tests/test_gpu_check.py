@@ -56,7 +56,7 @@ def test_sync_origins_are_read_from_the_warning_files(check) -> None:
 
 def test_host_reads_count_bertwatch_calls_only_and_restore_the_tensor_methods(check) -> None:
     from bertwatch.heads import host
-    from bertwatch.heads.outliers import OutlierMoments
+    from bertwatch.heads.outliers.activations import OutlierMoments
 
     methods = {n: getattr(torch.Tensor, n) for n in ("item", "cpu", "__float__")}
 

@@ -23,10 +23,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 from werkzeug.test import Client
 
-import bertwatch.tb.summary as summary_module
+import bertwatch.tb.writer.summary as summary_module
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, SetupError, watch
 from bertwatch.heads.capture import UnsupportedModelError
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.strict import strict
 from tests.support.tb_helpers import http_json, make_wsgi_app, synthetic_grids, tensorboard_server, wait_for
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args

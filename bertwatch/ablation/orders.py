@@ -68,7 +68,7 @@ def head_importance(
     (as the pruning curve evaluates them), their importance is set to 0 and each layer is normalised over the heads
     still on (a layer with none left stays 0).
     """
-    from bertwatch.heads.importance import gradient_stats, normalize_by_layer
+    from bertwatch.heads.gradients.importance import gradient_stats, normalize_by_layer
     from bertwatch.heads.roles import TokenRoles
 
     device = next(model.parameters()).device

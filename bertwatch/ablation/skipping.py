@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from bertwatch.core.modes import check_mode
-from bertwatch.heads.logits import allowed_keys
+from bertwatch.heads.stability.logits import allowed_keys
 
 #: Where a BERT-style layer says it cross-attends or decodes: (submodule path, flag).
 _DECODER_FLAGS = (

@@ -82,7 +82,7 @@ def _run_fingerprint(model: nn.Module, data: EvalData, mode: str, batch_size: in
 
 def _summary_writer(writer: Any, logdir: str | os.PathLike | None):
     """(the writer to use, whether this call opened it and must close it)."""
-    from bertwatch.tb.summary import SummaryWriter
+    from bertwatch.tb.writer.summary import SummaryWriter
 
     if writer is None:
         return (SummaryWriter(os.fspath(logdir)), True) if logdir is not None else (None, False)

@@ -33,7 +33,7 @@ def mixing_analysis(
     """(summary, maps, grids) of every mixing measure over the encoded examples.
 
     Args:
-        model: a supported encoder (``bertwatch.heads.norms.attention_blocks`` refuses the others, loudly).
+        model: a supported encoder (``bertwatch.heads.norms.norm_based.attention_blocks`` refuses the others, loudly).
         tokenizer: its tokenizer (pads the batches, finds [CLS] and [SEP]).
         encodings: unpadded encodings (``bertwatch.analysis.analyze.encode_texts``).
         batch_size: examples per pass.
@@ -54,8 +54,14 @@ def mixing_analysis(
     from bertwatch.heads.aggregate import StatsAccumulator
     from bertwatch.heads.capture import capture
     from bertwatch.heads.layout import pad_examples, right_align
-    from bertwatch.heads.mixing import key_mass
-    from bertwatch.heads.mixing_model import block_weights, mixing_maps, mixing_stats, record_blocks, value_zeroing
+    from bertwatch.heads.mixing.mixing_model import (
+        block_weights,
+        mixing_maps,
+        mixing_stats,
+        record_blocks,
+        value_zeroing,
+    )
+    from bertwatch.heads.mixing.mixing_scores import key_mass
     from bertwatch.heads.roles import token_roles
 
     weights = block_weights(model)

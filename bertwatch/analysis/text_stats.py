@@ -95,7 +95,7 @@ def analyze(
     import torch
 
     from bertwatch.heads.capture import model_shape
-    from bertwatch.heads.stats import behaviour_label_lists, pattern_classes
+    from bertwatch.heads.maps.stats import behaviour_label_lists, pattern_classes
 
     examples = _examples(texts)
     config = None if isinstance(model, (str, Path)) else getattr(model, "config", None)  # a DDP wrapper has none
@@ -177,8 +177,8 @@ def _grids(
 
     from bertwatch.heads.capture import capture
     from bertwatch.heads.layout import pad_examples, right_align
+    from bertwatch.heads.maps.stats import DRIFT_NAMES, STAT_NAMES, StatsAccumulator, compute_stats
     from bertwatch.heads.roles import token_roles
-    from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, StatsAccumulator, compute_stats
 
     device_obj = next(model.parameters()).device
     accumulator = StatsAccumulator()

@@ -23,7 +23,7 @@ from bertwatch.core.alerts import QUANTITY_STATS, Alert
 from bertwatch.core.budget import CostForecast
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.report.changes import reference_value, settled
-from bertwatch.tb.metadata import VIEW_FLAGS
+from bertwatch.tb.writer.metadata import VIEW_FLAGS
 
 __all__ = [
     "Pinned",

@@ -15,7 +15,7 @@ from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
 from bertwatch.callbacks.riders import ClusterTrack, riders_for
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.core.warnings import BertWatchWarning
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.probe.measurements import supported_stats
 from bertwatch.probe.probe_context import ProbeContext
@@ -69,8 +69,9 @@ class Member:
 
 
 def loss_problem(context: ProbeContext) -> str | None:
-    """Why the gradient statistics cannot take the run's loss on its probe set (``heads.importance.check_gradients``:
-    one forward of each probe batch as the gradient pass runs it), or None."""
+    """Why the gradient statistics cannot take the run's loss on its probe set
+    (``heads.gradients.importance.check_gradients``: one forward of each probe batch as the gradient pass runs it), or
+    None."""
     try:
         check_gradients(context.encoder, context.probe.batches, **context.loss.arguments())
     except LossSetupError as err:

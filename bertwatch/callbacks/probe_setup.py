@@ -150,7 +150,7 @@ def build_probe_context(
                          autocast_dtype(args), tuple(args.label_names or ()))  # fmt: skip
     writer, run_dir = None, None
     if world_zero:
-        from bertwatch.tb.summary import SummaryWriter
+        from bertwatch.tb.writer.summary import SummaryWriter
 
         run_dir = tensorboard_run_dir(args, context, settings.logging_dir)
         try:

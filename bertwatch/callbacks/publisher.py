@@ -1,7 +1,7 @@
 """The one place the probe pass's results are written: event files (world process zero) and the trackers.
 
 Measurements and riders return values: grids, attention maps and ``RiderOutput`` records (a named-values series,
-lines of text, a head embedding); the ``Publisher`` writes them with the run's ``tb.summary.SummaryWriter`` and
+lines of text, a head embedding); the ``Publisher`` writes them with the run's ``tb.writer.summary.SummaryWriter`` and
 sends the layer means (and the stability alerts' counts, the verdict and the run-health signals) to the
 Trainer's trackers (``callbacks.tracking``). It also derives the pattern-class shares of a step once their
 statistics are in.
@@ -28,7 +28,7 @@ from bertwatch.core.alerts import Alert, alert_counts
 from bertwatch.core.rules import PATTERN_REQUIRED
 from bertwatch.core.stat_names import ALL_STATS
 from bertwatch.core.verdict import Verdict
-from bertwatch.heads.patterns import grid_pattern_shares, uniform_baselines
+from bertwatch.heads.maps.patterns import grid_pattern_shares, uniform_baselines
 from bertwatch.probe.records import HeadEmbedding, NamedValues, RiderOutput, StepText
 
 __all__ = ["Publisher"]
@@ -75,7 +75,8 @@ class Publisher:
         """Write one pass: the riders' records, the new grids (the statistics' ``grids`` and the riders' grids
         of the probe set, with its length info, then the riders' other grids), the pattern shares once
         ``step_grids`` (all of the step's grids so far) hold their statistics, the ``examples``' maps (the weights)
-        and the same examples' maps of other measures, ``{measure: examples}`` (``tb.metadata.ATTENTION_MEASURES``)."""
+        and the same examples' maps of other measures, ``{measure: examples}``
+        (``tb.writer.metadata.ATTENTION_MEASURES``)."""
         if self.writer is None:
             return
         for summary in summaries:
@@ -115,7 +116,7 @@ class Publisher:
             return
         if self.uniform is None:
             self.uniform = uniform_baselines(self.roles)
-        from bertwatch.tb import metadata as md
+        from bertwatch.tb.writer import metadata as md
 
         shares = grid_pattern_shares(grids, self.uniform)
         self.writer.add_named_values(md.PATTERN_SERIES, shares, step, "Share of heads in each pattern class (Kovaleva)")

@@ -27,8 +27,8 @@ from torch import Tensor
 
 from bertwatch.callbacks.word_classes import UDWordClassPass, WordClassBatches
 from bertwatch.core.stat_names import RULE_CLASSES
+from bertwatch.heads.maps.stats import StatsAccumulator
 from bertwatch.heads.roles import TokenRoles
-from bertwatch.heads.stats import StatsAccumulator
 from bertwatch.linguistics.clustering import HeadDistances, mds_embedding, procrustes_align
 from bertwatch.linguistics.wordclass import NEGATION_WORDS, class_attention, cls_targets
 from bertwatch.probe.records import HeadEmbedding, Rider, RiderOutput

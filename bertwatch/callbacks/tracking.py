@@ -21,7 +21,7 @@ import numpy as np
 
 from bertwatch.core.stat_names import OUTLIER_NAMES
 from bertwatch.core.verdict import Verdict
-from bertwatch.tb.summary import layer_means
+from bertwatch.tb.writer.summary import layer_means
 
 __all__ = [
     "TRACKER_PREFIX",

@@ -4,7 +4,7 @@ A Trainer can train on a loss that is not the model's: a subclass that overrides
 smoothing, focal loss, class weights), ``Trainer(compute_loss_func=...)``, or ``label_smoothing_factor > 0`` (the
 Trainer's ``label_smoother``). When bertwatch knows the Trainer (``bertwatch.watch``, ``bertwatch run``,
 ``set_trainer``), the gradient statistics then take that loss, each probe example alone through the Trainer's
-``compute_loss`` (``heads.importance.ExampleLoss``), called on a throwaway shallow copy of the Trainer so it
+``compute_loss`` (``heads.gradients.importance.ExampleLoss``), called on a throwaway shallow copy of the Trainer so it
 cannot change the training run. When bertwatch does not know the Trainer but its arguments say the loss differs
 (``label_smoothing_factor``), they are refused with what to do. ``num_items_in_batch`` (gradient accumulation,
 ``average_tokens_across_devices``) only rescales a whole micro-batch's loss, never one example's against another,

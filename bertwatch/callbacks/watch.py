@@ -27,9 +27,9 @@ from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.callbacks.watched_run import join, keep_results
 from bertwatch.callbacks.word_classes import prepare_word_classes
 from bertwatch.core.stat_names import DEFAULT_STATS
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.maps.stats import DRIFT_NAMES
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.stats import DRIFT_NAMES
 from bertwatch.options.groups import word_class_option
 from bertwatch.options.settings import COMMON_OPTIONS, WatchSettings, callback_settings
 from bertwatch.probe.probe_context import ProbeContext

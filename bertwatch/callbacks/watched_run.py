@@ -34,12 +34,12 @@ from bertwatch.callbacks.members import Member, loss_problem, refusal, without_g
 from bertwatch.callbacks.probe_setup import build_probe_context
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.core.health_names import HEALTH_SERIES
-from bertwatch.heads.importance import GRADIENT_NAMES
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES
 from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.probe.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
 from bertwatch.probe.records import HeadEmbedding, NamedValues, Rider, StepText
-from bertwatch.tb.metadata import PROBE_MODEL_KEY
+from bertwatch.tb.writer.metadata import PROBE_MODEL_KEY
 
 __all__ = ["MAPS_BYTES", "WatchedRun", "StepResult", "join", "keep_results"]
 

@@ -29,7 +29,7 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.capture import capture
 from bertwatch.heads.layout import pad_token_id
-from bertwatch.heads.stats import StatsAccumulator
+from bertwatch.heads.maps.stats import StatsAccumulator
 from bertwatch.heads.unwrap import select_inputs
 from bertwatch.linguistics.syntax import Encoded, Sentence, encode, pad_encoded, read_conllu, skip_message
 from bertwatch.linguistics.wordclass import (
@@ -205,7 +205,7 @@ class UDWordClassPass:
 
     def finish(self) -> RiderOutput:
         """The class shares of the model now, and the ``word_classes`` series point made from them."""
-        from bertwatch.tb import metadata as md
+        from bertwatch.tb.writer import metadata as md
 
         grids = self.shares()
         series = NamedValues(md.WORD_CLASS_SERIES, series_values(grids, self.data.uniform), md.WORD_CLASS_TEXT)

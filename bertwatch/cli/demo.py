@@ -24,7 +24,7 @@ from typing import Any
 
 from bertwatch.cli.argv import command_parser
 from bertwatch.core.modes import MODES
-from bertwatch.tb.metadata import VIEW_FLAGS
+from bertwatch.tb.writer.metadata import VIEW_FLAGS
 
 __all__ = ["run_demo", "cli_demo", "ship_demo", "start_tensorboard", "ud_dev_file"]
 

@@ -257,7 +257,7 @@ def _write_clustering(
     args: argparse.Namespace, main_scan: Scan, relations: Mapping[str, Mapping[str, Any]], shape: tuple[int, int]
 ) -> np.ndarray | None:
     """``clustering.json``, the distance matrix and the MDS figure; returns the coordinates (None if skipped)."""
-    from bertwatch.heads.stats import behaviour_label_lists
+    from bertwatch.heads.maps.stats import behaviour_label_lists
     from bertwatch.linguistics.clustering import clustering_figure, mds_embedding
 
     if main_scan.distances is None or not main_scan.distances.examples:
@@ -302,7 +302,7 @@ def _write_tensorboard(
     shape: tuple[int, int],
 ) -> None:
     """The grids (and the head embedding) into ``logdir``; the reference's word classes into ``logdir/reference``."""
-    from bertwatch.tb.summary import SummaryWriter
+    from bertwatch.tb.writer.summary import SummaryWriter
 
     with SummaryWriter(str(logdir)) as writer:
         writer.add_head_grids(grids, step)

@@ -1,5 +1,5 @@
 """The names of the run-health signals (the ``run_health`` series), shared by the gradient pass that measures them
-(``heads.health``) and the verdict that reads them (``core.verdict``). Torch-free.
+(``heads.gradients.health``) and the verdict that reads them (``core.verdict``). Torch-free.
 
 Each signal is one number per probe pass (``docs/statistics.md``, "Run health"):
 

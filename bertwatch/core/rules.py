@@ -1,5 +1,5 @@
 """Head-labelling rules, in one place: Clark et al.'s behaviour labels and bertwatch's rules for Kovaleva et al.'s
-pattern classes. Used by the statistics (``bertwatch.heads.stats``), the TensorBoard plugin (served at ``/labels``,
+pattern classes. Used by the statistics (``bertwatch.heads.maps.stats``), the TensorBoard plugin (served at ``/labels``,
 which the frontend builds its legend from) and the report. Torch-free: grids are numpy arrays ``[..., layers, heads]``.
 """
 
@@ -124,7 +124,7 @@ def pattern_codes(
     intra_segment_mass ≥ block (pair inputs only), else "heterogeneous".
 
     ``uniform`` holds a uniform head's v and d on the same inputs (``{"vertical": u_v, "diagonal": u_d}``,
-    scalars or broadcastable arrays, e.g. from ``bertwatch.heads.patterns.uniform_baselines``). Without it,
+    scalars or broadcastable arrays, e.g. from ``bertwatch.heads.maps.patterns.uniform_baselines``). Without it,
     short inputs push heads toward "vertical+diagonal": a uniform head on n tokens has v = 2/n and d ≈ 3/n,
     both ≥ 0.25 for n ≤ 8.
     """

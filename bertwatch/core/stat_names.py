@@ -1,7 +1,7 @@
 """Every head statistic's name and the group it is shown in, torch-free: the TensorBoard plugin serves these at
 ``/stat_names`` and the frontend builds its statistic menu, its drift view and its [0, 1] scales from them.
 
-This is the names' one home: the modules that compute the statistics (``bertwatch.heads.stats``, ``.norms``,
+This is the names' one home: the modules that compute the statistics (``bertwatch.heads.maps.stats``, ``.norms``,
 ``.importance``) import their tuples from here, and the plugin (which must not import torch) reads them here too.
 """
 
@@ -52,7 +52,7 @@ STAT_NAMES: tuple[str, ...] = (
 )
 #: Kobayashi et al.'s norm-based statistics.
 NORM_NAMES: tuple[str, ...] = ("cls_mass_norm", "sep_mass_norm", "punct_mass_norm", "norm_ratio")
-#: Context mixing (``bertwatch.heads.mixing``), per head ``[layers, heads]``: ALTI inside each head.
+#: Context mixing (``bertwatch.heads.mixing.mixing_scores``), per head ``[layers, heads]``: ALTI inside each head.
 MIXING_HEAD_NAMES: tuple[str, ...] = ("cls_mass_alti", "sep_mass_alti")
 #: Context mixing per layer, written as ``[layers, 1]`` grids (one column; never copied over the heads): Kobayashi
 #: 2021's mixing ratio, the layer's ALTI [CLS]/[SEP] masses, attention rollout's [CLS]/[SEP] masses.
@@ -74,14 +74,15 @@ DRIFT_NAMES: tuple[str, ...] = ("drift_cosine", "drift_js")
 GRADIENT_NAMES: tuple[str, ...] = ("head_importance", "attn_grad_sep", "attn_grad_punct", "attn_grad_other")
 IG_NAME = "head_attribution_ig"
 #: Training stability (Dehghani et al. 2023; Wortsman et al. 2023): per example and head, the largest pre-softmax
-#: score over real query/key pairs and the scores' standard deviation (``bertwatch.heads.logits``).
+#: score over real query/key pairs and the scores' standard deviation (``bertwatch.heads.stability.logits``).
 LOGIT_NAMES: tuple[str, ...] = ("max_logit", "logit_std")
-#: Zhai et al. 2023: the spectral norm of each head's W_Q W_Kᵀ, from the weights alone (``bertwatch.heads.stability``).
+#: Zhai et al. 2023: the spectral norm of each head's W_Q W_Kᵀ, from the weights alone
+#: (``bertwatch.heads.stability.spectral_norms``).
 QK_NAME = "qk_spectral_norm"
 STABILITY_NAMES: tuple[str, ...] = (*LOGIT_NAMES, QK_NAME)
-#: Activation outliers per layer (``bertwatch.heads.outliers``; Bondarenko et al. 2023), written as ``[layers, 1]``
-#: grids like the per-layer mixing measures: the feed-forward output's and the residual stream's max |x| and
-#: kurtosis, then of the residual stream the share of components with |x| >= 6, the delimiters' share of their
+#: Activation outliers per layer (``bertwatch.heads.outliers.activations``; Bondarenko et al. 2023), written as
+#: ``[layers, 1]`` grids like the per-layer mixing measures: the feed-forward output's and the residual stream's max |x|
+#: and kurtosis, then of the residual stream the share of components with |x| >= 6, the delimiters' share of their
 #: mass, the dimension holding the largest |x|, the overlap of the top-3 dimensions with the first measured step's,
 #: and the max |x| on [CLS], [SEP], "."/"," and the other (content) tokens.
 OUTLIER_NAMES: tuple[str, ...] = (
@@ -204,7 +205,7 @@ DEFINITIONS: dict[str, str] = {
 }
 
 
-# -- activation outliers (bertwatch.heads.outliers; docs/statistics.md "Activation outliers")
+# -- activation outliers (bertwatch.heads.outliers.activations; docs/statistics.md "Activation outliers")
 DEFINITIONS.update(
     {
         "ffn_inf_norm": "Per layer: max |x| of the feed-forward output over the probe set's real tokens "
@@ -227,7 +228,7 @@ DEFINITIONS.update(
 
 
 _CLASS_WORDS = {"pron": "pronouns", "subj": "subject pronouns", "obj": "object pronouns", "neg": "negation words"}
-# -- mixing (bertwatch.heads.mixing; docs/statistics.md "Context mixing")
+# -- mixing (bertwatch.heads.mixing.mixing_scores; docs/statistics.md "Context mixing")
 DEFINITIONS.update(
     {
         "cls_mass_alti": "Share of the head's output from [CLS] by ALTI inside the head (Ferrando et al. 2022), "

@@ -12,7 +12,7 @@ value states (the output of the value projection, bias included) and the heads' 
 ``probs @ value`` the module computes before its output projection). For the logit statistics it hands over the
 pre-softmax scores, relative-position terms included: the input of the module's one softmax call, seen through a
 ``TorchFunctionMode`` that is active only between the module's start and its dropout (the mask is excluded later,
-by ``bertwatch.heads.logits``).
+by ``bertwatch.heads.stability.logits``).
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ from bertwatch.core.families import model_family
 from bertwatch.heads.adapters import adapter_for
 from bertwatch.heads.intervention import Intervention
 from bertwatch.heads.layout import pad_token_id
-from bertwatch.heads.logits import LOGIT_NAMES, allowed_keys, counted_pairs, logit_summary
 from bertwatch.heads.pruned_modeling import recorded_heads
 from bertwatch.heads.rng import rng_untouched
 from bertwatch.heads.sharding import is_sharded
+from bertwatch.heads.stability.logits import LOGIT_NAMES, allowed_keys, counted_pairs, logit_summary
 from bertwatch.heads.unwrap import UnsupportedModelError, not_watched, unwrap
 
 IMPLEMENTATION = "bertwatch"
@@ -147,7 +147,7 @@ class Capture:
     @property
     def logit_summary(self) -> dict[str, torch.Tensor]:
         """``{"max_logit", "logit_std": [batch, layers, heads]}`` of the last pass (``record_logits=True``, see
-        ``bertwatch.heads.logits``); empty when nothing was recorded."""
+        ``bertwatch.heads.stability.logits``); empty when nothing was recorded."""
         if not self._logits:
             return {}
         return {name: torch.stack(parts, dim=1) for name, parts in zip(LOGIT_NAMES, zip(*self._logits), strict=True)}

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bertwatch.heads.row_reductions import JS_SMOOTHING
+from bertwatch.heads.maps.row_reductions import JS_SMOOTHING
 
 __all__ = ["JS_SMOOTHING", "HeadDistances", "js_rows", "mds_embedding", "procrustes_align", "clustering_figure"]
 
@@ -113,8 +113,8 @@ def clustering_figure(
 ) -> Path:
     """Two panels of the embedded heads: coloured by layer, and by behaviour label (Clark Fig 6).
 
-    ``labels`` ``[layers][heads]`` (e.g. ``bertwatch.heads.stats.behaviour_label_lists``; "" = none); ``marks`` names
-    some heads (e.g. the best head of a relation) with text next to their point.
+    ``labels`` ``[layers][heads]`` (e.g. ``bertwatch.heads.maps.stats.behaviour_label_lists``; "" = none); ``marks``
+    names some heads (e.g. the best head of a relation) with text next to their point.
     """
     from matplotlib import colormaps
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -53,8 +53,8 @@ def scan(
 ) -> Scan:
     """One pass of ``encoded`` through ``model`` feeding every requested analysis."""
     from bertwatch.heads.capture import model_shape
+    from bertwatch.heads.maps.stats import StatsAccumulator, compute_stats
     from bertwatch.heads.roles import token_roles
-    from bertwatch.heads.stats import StatsAccumulator, compute_stats
     from bertwatch.linguistics.clustering import HeadDistances
     from bertwatch.linguistics.parsing import make_example
     from bertwatch.linguistics.syntax import attention_batches

@@ -2,7 +2,7 @@
 
 Pure tensor functions for training-time monitors: maps ``[batch, layers, heads, T, T]`` plus bool target masks
 ``[batch, T]`` in, ``[batch, layers, heads]`` out (NaN where an example has no target, so that
-``bertwatch.heads.stats.aggregate`` skips it, as the paper says: "ignore examples without the feature").
+``bertwatch.heads.maps.stats.aggregate`` skips it, as the paper says: "ignore examples without the feature").
 Target masks come from UD annotations (``ud_word_classes``, Kovaleva's sets for ``bertwatch probe-syntax``;
 ``ud_classes``, the ``UD_CLASSES`` measured during training) or from a spaCy parse (``spacy_word_classes``),
 spread from words to word pieces with ``token_masks``.

@@ -22,21 +22,33 @@ from torch import Tensor
 
 from bertwatch.core.stat_names import OUTLIER_FFN_NAMES
 from bertwatch.core.warnings import SetupError
-from bertwatch.heads.health import HealthAccumulator
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, gradient_stats, integrated_gradients, normalize_by_layer
-from bertwatch.heads.mixing_model import MIXING_NAMES, BlockRecorder, block_weights, mixing_stats, supports_mixing
-from bertwatch.heads.norms import NORM_NAMES, head_factors, norm_stats, supports_norms
-from bertwatch.heads.outliers import OUTLIER_NAMES, OutlierAccumulator, RecordedActivations, ffn_outputs
+from bertwatch.heads.gradients.health import HealthAccumulator
+from bertwatch.heads.gradients.importance import (
+    GRADIENT_NAMES,
+    IG_NAME,
+    gradient_stats,
+    integrated_gradients,
+    normalize_by_layer,
+)
+from bertwatch.heads.maps.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
+from bertwatch.heads.mixing.mixing_model import (
+    MIXING_NAMES,
+    BlockRecorder,
+    block_weights,
+    mixing_stats,
+    supports_mixing,
+)
+from bertwatch.heads.norms.norm_based import NORM_NAMES, head_factors, norm_stats, supports_norms
+from bertwatch.heads.outliers.activations import OUTLIER_NAMES, OutlierAccumulator, RecordedActivations, ffn_outputs
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.sharding import is_sharded
-from bertwatch.heads.stability import (
+from bertwatch.heads.stability.spectral_norms import (
     LOGIT_NAMES,
     QK_NAME,
     STABILITY_NAMES,
     head_qk_spectral_norms,
     supports_qk_spectral_norm,
 )
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, compute_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     from bertwatch.heads.capture import Capture
@@ -69,7 +81,7 @@ class CaptureNeeds:
     states (``ProbeBatch.outputs.hidden_states``, layer inputs and the last output); ``logits``: each head's largest
     pre-softmax score and their spread over real pairs (``ProbeBatch.capture.logit_summary``); ``activations``: each
     forward call's token ids and each layer's feed-forward output and output (``ProbeBatch.activations``,
-    ``heads.outliers.record_activations``; the gradient pass records them too); ``blocks``: each
+    ``heads.outliers.activations.record_activations``; the gradient pass records them too); ``blocks``: each
     attention block's input and attention output (a gradient pass's ``RecordedStates.blocks``; the shared forward
     meets it with the hidden states, the layer inputs). A new need is one boolean field here and its line in
     :meth:`capture_arguments` or :meth:`forward_arguments`.
@@ -124,8 +136,8 @@ class ProbeBatch:
     ``"before"`` measurement's pass, its ``RecordedStates``), the encoder's ``outputs`` (None then too) and ``reference``: the
     drift reference's maps of the same rows, padded like ``attentions`` (zero at pad positions), when drift is
     measured;
-    ``activations``: the forward calls' activations (``heads.outliers.RecordedActivations``) when the shared forward
-    or the gradient pass recorded them (``CaptureNeeds.activations``).
+    ``activations``: the forward calls' activations (``heads.outliers.activations.RecordedActivations``) when the shared
+    forward or the gradient pass recorded them (``CaptureNeeds.activations``).
     """
 
     index: int
@@ -145,9 +157,9 @@ class RecordedStates:
     """Each layer's value states ``[rows, layers, heads, T, d_head]``, the heads' contexts and the logit summary
     ``{"max_logit", "logit_std": [rows, layers, heads]}``, as a capture records them (``Capture.values``,
     ``.contexts``, ``.logit_summary``), and the attention blocks' inputs and outputs (``blocks``:
-    ``heads.mixing_model.BlockRecorder``) and every layer's activations of the pass's forward calls
-    (``activations``, ``heads.outliers.RecordedActivations``); None (empty) where the pass could not record them
-    exactly."""
+    ``heads.mixing.mixing_model.BlockRecorder``) and every layer's activations of the pass's forward calls
+    (``activations``, ``heads.outliers.activations.RecordedActivations``); None (empty) where the pass could not record
+    them exactly."""
 
     values: Tensor | None
     contexts: Tensor | None
@@ -242,7 +254,7 @@ class _Pass:
 
 
 class MapStatistics:
-    """The statistics of the maps alone and the drift from the reference maps (``heads.stats.compute_stats``)."""
+    """The statistics of the maps alone and the drift from the reference maps (``heads.maps.stats.compute_stats``)."""
 
     names = STAT_NAMES + DRIFT_NAMES
     stage: Stage = "forward"
@@ -260,7 +272,7 @@ class MapStatistics:
 
 
 class NormStatistics:
-    """Kobayashi et al.'s norm-based statistics (``heads.norms``): maps, value states and contexts."""
+    """Kobayashi et al.'s norm-based statistics (``heads.norms.norm_based``): maps, value states and contexts."""
 
     names = NORM_NAMES
     stage: Stage = "forward"
@@ -279,9 +291,9 @@ class NormStatistics:
 
 
 class GradientStatistics:
-    """Michel's head importance and Clark's attention gradients (``heads.importance.gradient_stats``), from one
-    gated forward and backward per unit whose maps spare the shared forward; the same pass gives the run-health
-    signals (``heads.health``: the encoder layers' gradient norms unless ``layer_gradients`` is off, the
+    """Michel's head importance and Clark's attention gradients (``heads.gradients.importance.gradient_stats``), from
+    one gated forward and backward per unit whose maps spare the shared forward; the same pass gives the run-health
+    signals (``heads.gradients.health``: the encoder layers' gradient norms unless ``layer_gradients`` is off, the
     predictions, the probe loss), read by the pass's ``health()``."""
 
     names = GRADIENT_NAMES
@@ -335,8 +347,8 @@ class IntegratedGradientsStatistic:
 
 
 class MixingStatistics:
-    """Context mixing beyond raw attention (``heads.mixing_model``): the mixing ratio and ALTI's [CLS]/[SEP] shares
-    from each layer's residual- and LayerNorm-aware decomposition (value states and each block's input and
+    """Context mixing beyond raw attention (``heads.mixing.mixing_model``): the mixing ratio and ALTI's [CLS]/[SEP]
+    shares from each layer's residual- and LayerNorm-aware decomposition (value states and each block's input and
     attention output, which the gradient pass records: no forward of their own), and attention rollout's from the
     maps alone."""
 
@@ -370,7 +382,7 @@ def _needs_blocks(names: Collection[str]) -> bool:
 
 
 class StabilityStatistics:
-    """Attention logit growth and Zhai et al.'s spectral norm (``heads.stability``): each head's largest
+    """Attention logit growth and Zhai et al.'s spectral norm (``heads.stability.spectral_norms``): each head's largest
     pre-softmax score and its spread, reduced inside the shared forward's capture, and the spectral norm of
     W_Q W_Kᵀ from the weights alone, once per pass."""
 
@@ -396,13 +408,13 @@ class StabilityStatistics:
 
 
 class OutlierStatistics:
-    """Activation outliers per layer (``heads.outliers``): each layer's feed-forward output and output (the residual
-    stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]`` grids in
-    ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no forward of
-    their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its own token
-    ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's hidden
-    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in its
-    ``references()`` (``"outlier_dims"``, on the device), which the watched run keeps in
+    """Activation outliers per layer (``heads.outliers.activations``): each layer's feed-forward output and output (the
+    residual stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]``
+    grids in ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no
+    forward of their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its
+    own token ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's
+    hidden states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in
+    its ``references()`` (``"outlier_dims"``, on the device), which the watched run keeps in
     ``ProbeContext.outlier_reference`` for the later passes' ``outlier_dim_overlap``."""
 
     names = OUTLIER_NAMES

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from bertwatch.heads.importance import ExampleLoss
+from bertwatch.heads.gradients.importance import ExampleLoss
 from bertwatch.heads.unwrap import select_inputs
 from bertwatch.options.settings import ProbeSettings
 from bertwatch.probe.adapt import config_value, mixed_precision
@@ -43,7 +43,7 @@ class GradientLoss:
     problem: str | None = None
 
     def arguments(self) -> dict[str, Any]:
-        """The keyword arguments of ``heads.importance``'s functions for this loss."""
+        """The keyword arguments of ``heads.gradients.importance``'s functions for this loss."""
         return {"loss_fn": self.loss_fn, "example_loss": self.example_loss}
 
     def announce(self) -> None:

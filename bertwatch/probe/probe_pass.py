@@ -13,8 +13,8 @@ loss check and the opt-in riders, integrated gradients and mixing maps read more
 (``PassResult``, with the references it took) and writes nothing (``callbacks.publisher`` and the watched run do).
 
 When a callback watches a context-mixing statistic (``core.stat_names.MIXING_NAMES``), the kept examples also get
-their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing_model.mixing_maps`` on those rows alone),
-so that the plugin's measure selector has them beside the weights at the same steps.
+their maps of the other mixing measures (``LIVE_MEASURES``, ``heads.mixing.mixing_model.mixing_maps`` on those rows
+alone), so that the plugin's measure selector has them beside the weights at the same steps.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from bertwatch.core.stat_names import MIXING_MEASURES, MIXING_NAMES
 from bertwatch.heads.aggregate import aggregate
 from bertwatch.heads.capture import capture
 from bertwatch.heads.host import reads_free
-from bertwatch.heads.mixing import rollout
-from bertwatch.heads.mixing_model import mixing_maps, supports_mixing
-from bertwatch.heads.outliers import record_activations
-from bertwatch.heads.stats import DRIFT_NAMES
+from bertwatch.heads.maps.stats import DRIFT_NAMES
+from bertwatch.heads.mixing.mixing_model import mixing_maps, supports_mixing
+from bertwatch.heads.mixing.mixing_scores import rollout
+from bertwatch.heads.outliers.activations import record_activations
 from bertwatch.heads.task_heads import LossSetupError
 from bertwatch.options.settings import ALL_STATS
 from bertwatch.probe.measurements import (
@@ -191,7 +191,7 @@ def plan_pass(
 
 def written_measures(model: torch.nn.Module) -> tuple[str, ...]:
     """The ``LIVE_MEASURES`` whose maps the probe pass writes for ``model``: all of them where the context-mixing
-    decomposition fits its attention blocks (``heads.mixing_model.supports_mixing``: x + Attn(x) -> LayerNorm),
+    decomposition fits its attention blocks (``heads.mixing.mixing_model.supports_mixing``: x + Attn(x) -> LayerNorm),
     attention rollout alone elsewhere (it needs the weights only)."""
     return LIVE_MEASURES if supports_mixing(model) else ("rollout",)
 
@@ -375,8 +375,8 @@ def _run_unit(
 
 
 def _recording(needs: CaptureNeeds, context: ProbeContext) -> contextlib.AbstractContextManager:
-    """Hooks recording every forward call's activations (``heads.outliers.record_activations``) when the plan's
-    measurements read them, else nothing (yields None)."""
+    """Hooks recording every forward call's activations (``heads.outliers.activations.record_activations``) when the
+    plan's measurements read them, else nothing (yields None)."""
     return record_activations(context.encoder) if needs.activations else contextlib.nullcontext(None)
 
 

@@ -4,8 +4,8 @@ Planned once per run (the probe set never changes), on the host, from the probe 
 their inputs and roles are put on the model's device then, so that a pass copies nothing from the host. A unit
 holds at most ``UNIT_MAPS_BYTES`` of float32 maps (``rows × layers × heads × width²``), so the pass's memory is
 bounded by one unit whatever the length of the probe texts and their labels (a row longer than that bound is a
-unit alone). On the CPU a batch's rows are grouped by length first (``heads.length_groups``: a forward there costs
-about its padded tokens); elsewhere they are sorted by length and split only by the memory bound. The model's loss
+unit alone). On the CPU a batch's rows are grouped by length first (``heads.gradients.length_groups``: a forward there
+costs about its padded tokens); elsewhere they are sorted by length and split only by the memory bound. The model's loss
 refuses a unit of unlabelled rows, so such a unit takes a labelled row from a unit with two or more, within the
 bound (``_anchored``). Cutting a unit to its longest row
 is exact where ``length_groups.widths`` says so (each row's real tokens first, nothing labelled past them);
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from bertwatch.heads.length_groups import FORWARD_COST, crop_rows, labelled_rows, plan_groups, splits, widths
+from bertwatch.heads.gradients.length_groups import FORWARD_COST, crop_rows, labelled_rows, plan_groups, splits, widths
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import head_kind
 from bertwatch.probe.probe_set import ProbeSet

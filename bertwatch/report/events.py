@@ -14,7 +14,7 @@ from bertwatch.core.baseline import ConstantComparison
 from bertwatch.core.sweep_verdicts import TRAINER_ARGS_TAG, TRAINER_END_TAG, judged_steps
 from bertwatch.core.verdict import VERDICT_SERIES
 from bertwatch.report.result import AblationResult
-from bertwatch.tb import metadata as md
+from bertwatch.tb.writer import metadata as md
 
 
 def _event_files(path: Path) -> list[Path]:
@@ -29,7 +29,7 @@ def read_run(path: str | Path) -> tuple[list[AblationResult], dict[str, Any]]:
     every logged step of it, every step of each named-values series, e.g. the pattern-class shares), every step's
     lines of each text (``texts``: ``{name: {"steps", "lines", "content"}}``, e.g. the verdict's reasons, which
     ``verdict_steps`` pairs with its levels), what the probe set measured (``probe``:
-    ``bertwatch.tb.metadata.probe_info``, None in logs that do not record it) and the stability alerts
+    ``bertwatch.tb.writer.metadata.probe_info``, None in logs that do not record it) and the stability alerts
     (``alerts``: ``{"rules", "steps", "reference_step", "episodes"}`` of ``bertwatch.core.alerts.episodes``, None
     when the run wrote none) and the folders of its event files below ``path`` (``runs``)."""
     root = Path(path)

@@ -177,8 +177,8 @@ def special_token_figure(grids: Mapping[str, np.ndarray], path: str | Path | Non
 
 def mass_gap_figure(targets: Sequence[Mapping], path: str | Path | None = None) -> bytes:
     """Per target ([CLS], [SEP]), the mass per layer by each measure (weights, norms, ALTI), the gap between the
-    weights and the contributions shaded; ``targets`` as :func:`bertwatch.tb.measures.mass_by_measure` gives them.
-    Each measure in its series colour, as in the plugin's Weight vs contribution card. Layers numbered from 0. PNG
+    weights and the contributions shaded; ``targets`` as :func:`bertwatch.tb.views.heads.measures.mass_by_measure` gives
+    them. Each measure in its series colour, as in the plugin's Weight vs contribution card. Layers numbered from 0. PNG
     bytes."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(targets), figsize=(4.4 * len(targets), 3.2), sharey=True, squeeze=False)

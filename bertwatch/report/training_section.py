@@ -16,14 +16,14 @@ from bertwatch.report.figures import change_panels, mass_gap_figure, outlier_fig
 from bertwatch.report.figures import pyplot as _pyplot
 from bertwatch.report.markup import b64, escape, head_name, image, number, table
 from bertwatch.tb.colours import mark_hex, series_hex
-from bertwatch.tb.measures import layer_gap_rows, mass_by_measure
+from bertwatch.tb.views.heads.measures import layer_gap_rows, mass_by_measure
 
 __all__ = ["changes_text", "details_section", "probe_note"]
 
 
 def probe_note(probe: dict[str, Any] | None) -> str:
     """What the training-time statistics measured, for the "probe set" line: how many examples, how long each was
-    allowed to be and how many were cut (``bertwatch.tb.metadata.probe_info``)."""
+    allowed to be and how many were cut (``bertwatch.tb.writer.metadata.probe_info``)."""
     if not probe:
         return "This run does not record the probe length (written before bertwatch recorded it)."
     examples, longest, length, cut = probe["examples"], probe["longest"], probe["max_length"], probe["truncated"]
@@ -168,8 +168,8 @@ _OUTLIER_TRAJECTORIES: tuple[str, ...] = ("ffn_inf_norm", "residual_inf_norm")
 
 def _outlier_section(grids: Mapping[str, Any]) -> str:
     """Each layer's largest activation over training relative to its first logged step (the feed-forward output and
-    the residual stream; ``heads.outliers``), with the outlier alert's default multiple; with the delimiters' share
-    and the top dimension at the last step. Empty when the run wrote no outlier statistics."""
+    the residual stream; ``heads.outliers.activations``), with the outlier alert's default multiple; with the
+    delimiters' share and the top dimension at the last step. Empty when the run wrote no outlier statistics."""
     entries = {s: grids[s] for s in _OUTLIER_TRAJECTORIES if s in grids and len(grids[s]["steps"]) > 0}
     if not entries:
         return ""
@@ -198,7 +198,8 @@ def _outlier_section(grids: Mapping[str, Any]) -> str:
 
 def _mass_gap_section(grids: Mapping[str, Any]) -> str:
     """The [CLS]/[SEP] mass per layer by attention weight, by norm and by ALTI contribution at each grid's last step,
-    with the gaps weights − contribution: a figure and a table (``bertwatch.tb.measures.mass_by_measure``)."""
+    with the gaps weights − contribution: a figure and a table
+    (``bertwatch.tb.views.heads.measures.mass_by_measure``)."""
     last = {stat: entry["last"] for stat, entry in grids.items()}
     targets = [t for t in mass_by_measure({s: v[1] for s, v in last.items()}) if len(t["measures"]) > 1]
     if not targets:

@@ -1,10 +1,10 @@
 """The float32 model's side of the INT8 story, on the first evaluation examples: each layer's activation outliers
-(``heads.outliers``) and each head's attention to delimiters, by weight (``cls_mass``, ``sep_mass``,
-``punct_mass``: ``heads.stats.compute_stats``) and by norm (``cls_mass_norm``, ``sep_mass_norm``,
-``punct_mass_norm``: ``heads.norms.norm_stats``, Kobayashi et al. 2020). Bondarenko et al. 2023: heads that learn
-to do nothing park their attention on delimiters, and the feed-forward outputs grow the outliers that per-tensor
-INT8 handles worst. Delimiters are what ``heads.outliers`` counts its outliers' share on: [CLS], [SEP] and "."/","
-(a sentence-embedding MiniLM parks on [CLS] more than on [SEP]).
+(``heads.outliers.activations``) and each head's attention to delimiters, by weight (``cls_mass``, ``sep_mass``,
+``punct_mass``: ``heads.maps.stats.compute_stats``) and by norm (``cls_mass_norm``, ``sep_mass_norm``,
+``punct_mass_norm``: ``heads.norms.norm_based.norm_stats``, Kobayashi et al. 2020). Bondarenko et al. 2023: heads that
+learn to do nothing park their attention on delimiters, and the feed-forward outputs grow the outliers that per-tensor
+INT8 handles worst. Delimiters are what ``heads.outliers.activations`` counts its outliers' share on: [CLS], [SEP] and
+"."/"," (a sentence-embedding MiniLM parks on [CLS] more than on [SEP]).
 
 Both come from the project's own statistics, computed here on the same batches; nothing is redefined.
 """
@@ -60,8 +60,8 @@ def delimiter_heads(model: Any, batches: Sequence[tuple]) -> dict[str, list[list
 
     from bertwatch.heads.aggregate import StatsAccumulator
     from bertwatch.heads.capture import capture
-    from bertwatch.heads.norms import head_grams, norm_stats, supports_norms
-    from bertwatch.heads.stats import compute_stats
+    from bertwatch.heads.maps.stats import compute_stats
+    from bertwatch.heads.norms.norm_based import head_grams, norm_stats, supports_norms
 
     norms = supports_norms(model)
     grams = head_grams(model) if norms else None
@@ -112,11 +112,11 @@ def float_side(model: Any, tokenizer: Any, examples: Sequence[Mapping[str, Any]]
 
     Returns:
         ``{"examples": n, "ffn": [...], "residual": [...], "heads": {name: [layers][heads]}}``
-        (``heads.outliers.activation_outliers`` for the first two, :func:`delimiter_heads` for the last; None, with a
-        warning, for a model bertwatch cannot capture).
+        (``heads.outliers.activations.activation_outliers`` for the first two, :func:`delimiter_heads` for the last;
+        None, with a warning, for a model bertwatch cannot capture).
     """
     from bertwatch.heads.capture import UnsupportedModelError
-    from bertwatch.heads.outliers import activation_outliers
+    from bertwatch.heads.outliers.activations import activation_outliers
 
     chosen = list(examples[:OUTLIER_EXAMPLES])
     model = model.eval()

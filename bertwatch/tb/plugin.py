@@ -39,11 +39,13 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from bertwatch.tb import layer_outliers, measures, run_verdict, runs_route
-from bertwatch.tb import metadata as md
 from bertwatch.tb.queries import Queries
+from bertwatch.tb.views.heads import layer_outliers, measures, run_verdict
+from bertwatch.tb.views.runs import runs_route
+from bertwatch.tb.writer import metadata as md
 
-#: The only files ``/static/*`` serves (name -> MIME type); nothing else is ever read from disk.
+#: The only files ``/static/*`` serves (name -> MIME type; where each lives: :func:`frontend_path`); nothing else is
+#: ever read from disk.
 STATIC_FILES = {
     "alert_strip.js": "text/javascript",
     "api.js": "text/javascript",
@@ -66,6 +68,28 @@ STATIC_FILES = {
     "verdict_strip.js": "text/javascript",
     "style.css": "text/css",
 }
+
+#: Where each frontend file lives under ``bertwatch/tb``: a view's own modules in its folder (``views/<view>/``), the
+#: entry module and the modules every view shares in ``static/``. The URL is flat wherever the file lives,
+#: ``/static/<file>``, so the ES modules import one another as ``./<file>`` and a file name is unique in the frontend.
+FRONTEND_HOMES = {
+    "view_ablation.js": "views/ablation",
+    "view_attention.js": "views/attention",
+    "view_clusters.js": "views/clusters",
+    "view_compare.js": "views/compare",
+    "view_drift.js": "views/drift",
+    "view_heads.js": "views/heads",
+    "alert_strip.js": "views/heads",
+    "panel_mass_gap.js": "views/heads",
+    "panel_outliers.js": "views/heads",
+    "verdict_strip.js": "views/heads",
+    "view_runs.js": "views/runs",
+}
+
+
+def frontend_path(name: str) -> str:
+    """The path under ``bertwatch/tb`` of the frontend file served as ``/static/<name>`` (or ``/index.js``)."""
+    return f"{FRONTEND_HOMES.get(name, 'static')}/{name}"
 
 
 def arg(request, name: str, required: bool = True):
@@ -156,7 +180,7 @@ class BertwatchPlugin(base_plugin.TBPlugin):
     def _read_static(self, name: str) -> bytes:
         body = self._static_cache.get(name)
         if body is None:
-            body = importlib.resources.files("bertwatch.tb").joinpath("static", name).read_bytes()
+            body = importlib.resources.files("bertwatch.tb").joinpath(*frontend_path(name).split("/")).read_bytes()
             self._static_cache[name] = body
         return body
 

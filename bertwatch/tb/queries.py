@@ -18,9 +18,9 @@ from tensorboard.data import provider
 from bertwatch.core import rules
 from bertwatch.core.alerts import QUANTITY_STATS, RULE_TEXTS, episodes
 from bertwatch.core.stat_names import stat_names_json
-from bertwatch.tb import metadata as md
-from bertwatch.tb.ablation_route import ablation_about, ablation_words, pruning_curves, q_values
 from bertwatch.tb.series import LRU, Series, decimate_indices, f32_list, minmax_indices
+from bertwatch.tb.views.ablation.ablation_route import ablation_about, ablation_words, pruning_curves, q_values
+from bertwatch.tb.writer import metadata as md
 
 __all__ = ["Queries", "ablation_about", "label_rules", "pruning_curves"]
 

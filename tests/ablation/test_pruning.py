@@ -118,7 +118,7 @@ def test_version_2_ablation_json_still_loads(tmp_path: Path) -> None:
 @pytest.mark.fast
 def test_the_curves_survive_the_tensorboard_round_trip(tmp_path: Path) -> None:
     from bertwatch.report.events import read_run
-    from bertwatch.tb.summary import SummaryWriter
+    from bertwatch.tb.writer.summary import SummaryWriter
 
     baseline, heads, layers, _ = ablation_tables(seed=0)
     result = curves_result(baseline)

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from bertwatch.analysis.text_stats import analyze, encode_texts  # noqa: E402
 from bertwatch.heads.capture import capture  # noqa: E402
-from bertwatch.heads.norms import NORM_NAMES, head_grams, norm_stats  # noqa: E402
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats  # noqa: E402
+from bertwatch.heads.maps.stats import DRIFT_NAMES, STAT_NAMES, aggregate, compute_stats  # noqa: E402
+from bertwatch.heads.norms.norm_based import NORM_NAMES, head_grams, norm_stats  # noqa: E402
 from bertwatch.probe.probe_set import build_probe_set  # noqa: E402
 from tests.heads.test_capture_support import tiny_encoder  # noqa: E402
 from tests.support.alone_oracle import alone_grids  # noqa: E402

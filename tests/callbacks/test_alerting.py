@@ -21,7 +21,7 @@ from bertwatch.callbacks.alerting import Alerting
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.verdict import Verdict
 from bertwatch.core.warnings import BertWatchAlert
-from bertwatch.tb import metadata as md
+from bertwatch.tb.writer import metadata as md
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args
 
 STATS = ["entropy", "cls_mass", "sep_mass"]  # the stab statistics (max_logit) join the rules once measured

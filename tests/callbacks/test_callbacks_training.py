@@ -29,10 +29,10 @@ from bertwatch.callbacks import (
 )
 from bertwatch.core.stat_names import OUTLIER_NAMES
 from bertwatch.heads.capture import UnsupportedModelError
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads.norms import NORM_NAMES
-from bertwatch.heads.stability import STABILITY_NAMES
-from bertwatch.heads.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.maps.stats import DRIFT_NAMES, STAT_NAMES
+from bertwatch.heads.norms.norm_based import NORM_NAMES
+from bertwatch.heads.stability.spectral_norms import STABILITY_NAMES
 from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_trainer, training_args
 

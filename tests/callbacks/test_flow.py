@@ -12,7 +12,7 @@ import pytest
 
 import bertwatch
 from bertwatch.callbacks import BertWatchCallback, watch
-from bertwatch.tb import event_file
+from bertwatch.tb.writer import event_file
 from tests.support.tiny_trainer import toy_trainer
 
 pytestmark = pytest.mark.fast

@@ -17,7 +17,7 @@ import transformers as T
 import bertwatch.callbacks.members as members_module
 import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError
-from bertwatch.heads.importance import GRADIENT_NAMES
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES
 from tests.support.models import bert_with_head
 from tests.support.tiny_trainer import tiny_tokenizer, toy_dataset, training_args
 

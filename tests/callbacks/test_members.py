@@ -8,7 +8,7 @@ import pytest
 from bertwatch.callbacks import BertWatchWarning, SetupError
 from bertwatch.callbacks.members import Member, without_gradients
 from bertwatch.callbacks.pacing import ProbePacing
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
 
 pytestmark = pytest.mark.fast
 

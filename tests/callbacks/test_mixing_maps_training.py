@@ -18,7 +18,7 @@ from werkzeug.test import Client
 
 from bertwatch.callbacks import BertWatchCallback, watch
 from bertwatch.core.stat_names import MIXING_MEASURES
-from bertwatch.heads.mixing_model import mixing_maps
+from bertwatch.heads.mixing.mixing_model import mixing_maps
 from bertwatch.probe.probe_pass import LIVE_MEASURES, written_measures
 from tests.support.models import tiny_model
 from tests.support.strict import strict

@@ -14,7 +14,7 @@ import transformers as T
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.tracking import layer_mean_logs, tracker_key
 from bertwatch.core.stat_names import GRADIENT_NAMES, OUTLIER_NAMES
-from bertwatch.heads.outliers import OUTLIER_THRESHOLD, ffn_outputs, layer_modules
+from bertwatch.heads.outliers.activations import OUTLIER_THRESHOLD, ffn_outputs, layer_modules
 from bertwatch.options.settings import ProbeSettings
 from bertwatch.probe.measurements import supported_stats
 from bertwatch.probe.probe_pass import execute, plan_pass

@@ -18,7 +18,7 @@ from bertwatch.callbacks import BertWatchWarning, EntropyCallback, SetupError, w
 from bertwatch.probe.probe_set import build_probe_set
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
-from bertwatch.tb import metadata as md
+from bertwatch.tb.writer import metadata as md
 from tests.support.strict import strict
 from tests.support.tb_helpers import make_wsgi_app
 from tests.support.tiny_trainer import WORDS, tiny_bert, tiny_tokenizer, toy_dataset, training_args
@@ -154,7 +154,7 @@ def test_the_length_is_in_the_event_file_the_plugin_route_and_the_report(cut_run
 def test_logs_without_the_probe_length_still_load_and_say_so(tmp_path) -> None:
     import numpy as np
 
-    from bertwatch.tb.summary import SummaryWriter
+    from bertwatch.tb.writer.summary import SummaryWriter
 
     with SummaryWriter(str(tmp_path / "old")) as writer:
         writer.add_head_grids({"entropy": np.ones((2, 3))}, step=0)

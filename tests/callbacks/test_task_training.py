@@ -18,7 +18,7 @@ from tensorboard.util import tensor_util
 
 import bertwatch
 from bertwatch.callbacks import SetupError
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
 from tests.support.models import unit_masks
 from tests.support.strict import strict
 from tests.support.task_cases import CASES, HEADS, LAYERS, Off, metric_scale, mlm_dataset, model_for, plain_metric

@@ -21,7 +21,7 @@ from bertwatch.core.health_names import HEALTH_SERIES, LOSS_MEAN, PREDICTION_SHA
 from bertwatch.core.verdict import NOTHING_YET, VERDICT_SERIES, Verdict, VerdictSettings, judge
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.options.groups import ExpertOptions
-from bertwatch.tb.metadata import series_tag, text_tag
+from bertwatch.tb.writer.metadata import series_tag, text_tag
 from tests.support.tiny_trainer import toy_trainer
 
 pytestmark = pytest.mark.fast

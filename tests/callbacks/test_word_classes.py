@@ -28,7 +28,7 @@ from bertwatch.linguistics.syntax import parse_conllu, read_conllu
 from bertwatch.linguistics.wordclass import UD_CLASSES, ud_classes
 from bertwatch.options.groups import word_class_option
 from bertwatch.probe.adapt import autocast_dtype, mixed_precision
-from bertwatch.tb import metadata as md
+from bertwatch.tb.writer import metadata as md
 from tests.support.tiny_trainer import SPECIAL, WORDS, tiny_bert, toy_trainer
 from tests.support.tolerance import assert_float32_close
 from tests.support.treebank import CONLLU

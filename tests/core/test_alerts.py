@@ -26,7 +26,7 @@ from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.options.settings import WatchSettings
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.tb_helpers import make_wsgi_app
 
 L, H = 2, 3

@@ -25,7 +25,7 @@ from bertwatch.core.alerts import (
 from bertwatch.options.settings import WatchSettings
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.tb_helpers import make_wsgi_app
 
 pytestmark = pytest.mark.fast

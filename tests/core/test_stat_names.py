@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from werkzeug.test import Client
 
-import bertwatch.tb.plugin as plugin_mod
 from bertwatch.callbacks.word_classes import SHARE_PREFIX
 from bertwatch.core import rules, stat_names
-from bertwatch.heads import importance, norms, stats
+from bertwatch.heads.gradients import importance
+from bertwatch.heads.maps import stats
+from bertwatch.heads.norms import norm_based
 from bertwatch.linguistics.wordclass import UD_CLASSES
 from bertwatch.options.settings import ALL_STATS
-from bertwatch.tb import metadata as md
-from tests.support.tb_helpers import make_wsgi_app  # noqa: E402
+from bertwatch.tb.writer import metadata as md
+from tests.support.tb_helpers import frontend_files, make_wsgi_app  # noqa: E402
 
-STATIC = Path(plugin_mod.__file__).parent / "static"
 BASE = "/data/plugin/bertwatch/"
 GROUPED = [name for _, names in stat_names.STAT_GROUPS for name in names]
 #: Quoted strings in the JS: '...', "..." and template-free `...`.
@@ -34,7 +33,7 @@ JS_STRING_LIST = re.compile(r"""\[\s*(?:['"`][^'"`\n]*['"`]\s*,\s*)+['"`][^'"`\n
 def test_torch_free_names_are_the_heads_tuples():
     assert stat_names.STAT_NAMES is stats.STAT_NAMES
     assert stat_names.DRIFT_NAMES is stats.DRIFT_NAMES
-    assert stat_names.NORM_NAMES is norms.NORM_NAMES
+    assert stat_names.NORM_NAMES is norm_based.NORM_NAMES
     assert stat_names.GRADIENT_NAMES is importance.GRADIENT_NAMES
     assert stat_names.IG_NAME == importance.IG_NAME
     assert stat_names.UD_SHARE_CLASSES == tuple(UD_CLASSES)
@@ -65,7 +64,7 @@ def test_served_names_and_rules_equal_the_python_ones(tmp_path):
 
 
 def _js_sources() -> dict[str, str]:
-    return {p.name: p.read_text(encoding="utf-8") for p in sorted(STATIC.glob("*.js"))}
+    return {p.name: p.read_text(encoding="utf-8") for p in frontend_files("*.js")}
 
 
 def test_the_js_names_no_statistic_or_label_list_of_its_own():

@@ -8,7 +8,7 @@ import torch
 
 import bertwatch.heads.host as host
 from bertwatch.heads.host import reads_free
-from bertwatch.heads.logits import allowed_pairs, pair_blocks
+from bertwatch.heads.stability.logits import allowed_pairs, pair_blocks
 
 pytestmark = pytest.mark.fast
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from bertwatch.heads.capture import capture
-from bertwatch.heads.importance import gradient_stats
-from bertwatch.heads.mixing_model import record_blocks
-from tests.heads.test_norms import batch_and_roles
+from bertwatch.heads.gradients.importance import gradient_stats
+from bertwatch.heads.mixing.mixing_model import record_blocks
+from tests.heads.norms.test_norm_based import batch_and_roles
 from tests.support.models import tiny_model
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers as T
 
-from bertwatch.heads.importance import gradient_stats
+from bertwatch.heads.gradients.importance import gradient_stats
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.heads.task_heads import LossSetupError, fixed_mask, head_kind, label_names, model_loss
 
@@ -195,7 +195,7 @@ def test_an_example_without_labelled_tokens_is_nan_not_zero() -> None:
 def test_integrated_gradients_of_multiple_choice_share_a_gate_between_choices() -> None:
     """Completeness: an example's attributions sum to its loss with every head on minus its loss with every head
     zeroed (each by a hand-written hook, no bertwatch code), with one gate per head shared by its choices."""
-    from bertwatch.heads.importance import integrated_gradients
+    from bertwatch.heads.gradients.importance import integrated_gradients
     from tests.support.task_cases import zeroed
 
     torch.manual_seed(5)

@@ -105,7 +105,7 @@ def test_coordinates_go_to_tensorboard(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util import tensor_util
 
-    from bertwatch.tb.summary import SummaryWriter
+    from bertwatch.tb.writer.summary import SummaryWriter
 
     coords = np.arange(12, dtype=np.float32).reshape(6, 2)
     with SummaryWriter(str(tmp_path)) as writer:

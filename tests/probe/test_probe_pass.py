@@ -17,8 +17,8 @@ import transformers as T
 import bertwatch.callbacks.watched_run as watched_module
 from bertwatch.callbacks import BertWatchCallback
 from bertwatch.callbacks.riders import WordClassPass
-from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
-from bertwatch.heads.stats import DRIFT_NAMES
+from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
+from bertwatch.heads.maps.stats import DRIFT_NAMES
 from bertwatch.options.settings import ALL_STATS, ProbeSettings
 from bertwatch.probe.measurements import (
     MEASUREMENTS,

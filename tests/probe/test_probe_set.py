@@ -11,7 +11,7 @@ import torch
 import transformers as T
 
 from bertwatch.callbacks import BertWatchCallback, ProbeOptions
-from bertwatch.heads.stats import STAT_NAMES
+from bertwatch.heads.maps.stats import STAT_NAMES
 from bertwatch.probe.probe_set import build_probe_set
 from tests.support.alone_oracle import alone_grids
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts, training_args

@@ -9,7 +9,7 @@ import numpy as np
 
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.ablation_results import sample_result, write_sample_run
 
 

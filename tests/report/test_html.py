@@ -11,7 +11,7 @@ import pytest
 from bertwatch.cli.report import cli_report
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.ablation_results import HOSTILE, sample_result, token_result
 
 

@@ -16,7 +16,7 @@ from bertwatch.report.changes import ROUNDING, biggest_changes, grid_change, set
 from bertwatch.report.events import read_run, verdict_steps
 from bertwatch.report.html import build_html
 from bertwatch.report.result import AblationResult
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 
 L, H = 3, 4
 STEPS = (0, 10, 20, 30)

@@ -10,7 +10,7 @@ import pytest
 
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 
 pytestmark = pytest.mark.fast
 

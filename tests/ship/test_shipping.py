@@ -55,7 +55,9 @@ def test_four_variants_measured_against_fp32(tmp_path: Path) -> None:
         "0": [1, 2], "1": [0, 1, 2, 3]
     }  # fmt: skip
     layers = model.config.num_hidden_layers
-    assert result["outliers"]["examples"] == 45 and len(result["outliers"]["ffn"]) == layers  # heads.outliers' test
+    assert (
+        result["outliers"]["examples"] == 45 and len(result["outliers"]["ffn"]) == layers
+    )  # heads.outliers.activations' test
     assert len(result["outliers"]["residual"]) == layers
     labels = np.array([e["label"] for e in examples])
     rows = {v["name"]: v for v in result["variants"]}

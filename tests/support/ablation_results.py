@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bertwatch.report.result import AblationResult
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 
 HOSTILE = '<img src=x onerror="alert(1)">'
 

@@ -1,7 +1,7 @@
 """Float64 loops over the context-mixing definitions (Kobayashi et al. 2021's mixing ratio, ALTI per layer and per
 head, ALTI's composition, attention rollout), one example alone over its real tokens, from the weights found by each
 family's attribute names (not by bertwatch), the hidden states (``output_hidden_states``) and the model's own eager
-attention probabilities (``output_attentions``), for tests/heads/test_mixing.py."""
+attention probabilities (``output_attentions``), for tests/heads/mixing/test_mixing_scores.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertwatch.heads.norms import NORM_NAMES
+from bertwatch.heads.norms.norm_based import NORM_NAMES
 
 
 def value_and_output(model, model_type: str, layer: int):

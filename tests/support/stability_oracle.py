@@ -1,5 +1,5 @@
 """Float64 loops over the stability statistics' definitions, each family's projections found by attribute names
-(not by bertwatch), for tests/heads/test_stability.py.
+(not by bertwatch), for tests/heads/stability/test_spectral_norms.py.
 
 ``logits_alone``: one example alone (unpadded) through a float64 copy of the model; hand-written hooks take the
 inputs of each layer's query and key projections (and the relative-position inputs of DeBERTa, MPNet and the rotary

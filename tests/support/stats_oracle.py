@@ -1,4 +1,4 @@
-"""The statistics of ``bertwatch.heads.stats`` written again as plain loops (numpy, float64, one map at a time):
+"""The statistics of ``bertwatch.heads.maps.stats`` written again as plain loops (numpy, float64, one map at a time):
 the independent reference the statistics' tests and the per-example oracles compare with; and the random maps
 and roles those tests draw."""
 

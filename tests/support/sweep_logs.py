@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from bertwatch.core.verdict import NOTHING_YET, VERDICT_SERIES
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 
 MAX_STEPS = 100
 

@@ -17,9 +17,25 @@ import numpy as np
 import pytest
 
 from bertwatch.core import rules
-from bertwatch.tb.metadata import PATTERN_SERIES, WORD_CLASS_SERIES
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.plugin import frontend_path
+from bertwatch.tb.writer.metadata import PATTERN_SERIES, WORD_CLASS_SERIES
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.torchrun import free_port
+
+TB = Path(__file__).resolve().parents[2] / "bertwatch" / "tb"
+FRONTEND_SUFFIXES = (".js", ".css", ".json")
+
+
+def frontend_file(name: str) -> Path:
+    """The file the plugin serves as ``/static/<name>`` (or ``/index.js``), in its view's folder or in static/."""
+    return TB / frontend_path(name)
+
+
+def frontend_files(pattern: str = "*") -> list[Path]:
+    """Every frontend file (ES modules, style sheet, colours) matching ``pattern``: static/ and each view's folder."""
+    folders = [TB / "static", *sorted(p for p in (TB / "views").iterdir() if p.is_dir())]
+    return sorted(p for f in folders for p in f.glob(pattern) if p.is_file() and p.suffix in FRONTEND_SUFFIXES)
+
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -23,11 +23,11 @@ from bertwatch.report.html import write_outputs
 from bertwatch.report.result import AblationResult
 from bertwatch.report.run_report import write_run_report
 from bertwatch.tb import colours
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.report.test_figure_colours import as_hex, drawn, rgb_of
 from tests.support.tb_helpers import STEPS, H, L, curves_result, synthetic_grids, tensorboard_server
-from tests.tb.test_outliers_browser import outlier_grids
 from tests.tb.test_plugin_browser import browser, open_session, shot_dir  # noqa: F401 (fixtures)
+from tests.tb.views.heads.test_outliers_browser import outlier_grids
 
 pytestmark = pytest.mark.browser
 

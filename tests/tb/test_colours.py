@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from bertwatch.tb import colours as c
+from tests.support.tb_helpers import frontend_file
 
 pytestmark = pytest.mark.fast
 
 ROOT = Path(__file__).resolve().parents[2]
-STATIC = ROOT / "bertwatch" / "tb" / "static"
+
 HEX = re.compile(r"#[0-9a-fA-F]{6}\b")
 
 
@@ -25,7 +26,7 @@ def rgb_of(hex_colour: str) -> tuple[int, int, int]:
 
 
 def test_the_json_is_the_one_table() -> None:
-    table = json.loads((STATIC / "colours.json").read_text())
+    table = json.loads(frontend_file("colours.json").read_text())
     assert table == c.colours()
     stops = table["diverging"]["stops"]
     assert len(stops) % 2 == 1 and stops[len(stops) // 2] == "#f7f7f7"  # white in the middle: no change
@@ -40,12 +41,12 @@ def test_the_json_is_the_one_table() -> None:
 def test_scales_js_keeps_no_copy_of_the_colours() -> None:
     """The test that fails when the plugin and Python diverge: a hex colour back in scales.js, or a per-layer chart
     with its own palette, would give a layer or a head another colour in the plugin than in the report."""
-    scales = (STATIC / "scales.js").read_text()
+    scales = frontend_file("scales.js").read_text()
     assert "from './colours.json' with {type: 'json'}" in scales and not HEX.search(scales)
     for name in ("panel_outliers.js", "view_heads.js", "view_clusters.js"):
-        text = (STATIC / name).read_text()
+        text = frontend_file(name).read_text()
         assert "layerColor(" in text, name  # every per-layer series takes its layer's colour
-    assert "COLORS" not in (STATIC / "panel_outliers.js").read_text()
+    assert "COLORS" not in frontend_file("panel_outliers.js").read_text()
 
 
 def test_the_charts_the_report_also_draws_keep_no_copy_of_their_colours() -> None:
@@ -54,8 +55,8 @@ def test_the_charts_the_report_also_draws_keep_no_copy_of_their_colours() -> Non
     no hex colour in those modules, and style.css leaves those strokes to charts.js."""
     for name in ("charts.js", "view_ablation.js", "panel_mass_gap.js", "panel_outliers.js", "view_heads.js",
                  "alert_strip.js", "heatmap.js"):  # fmt: skip
-        assert not HEX.search((STATIC / name).read_text()), name
-    css = re.sub(r"/\*.*?\*/", "", (STATIC / "style.css").read_text(), flags=re.S)
+        assert not HEX.search(frontend_file(name).read_text()), name
+    css = re.sub(r"/\*.*?\*/", "", frontend_file("style.css").read_text(), flags=re.S)
     for selector in (".chart .zero", ".chart .marker", ".chart .whisker", ".chart .hline.zero", ".chart .hline.delta",
                      ".chart .hline.hline-alert", ".chart .hline.hline-soft"):  # fmt: skip
         block = re.search(re.escape(selector) + r" \{([^}]*)\}", css)

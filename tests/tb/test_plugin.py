@@ -17,9 +17,9 @@ from werkzeug.test import Client
 
 import bertwatch.tb.plugin as plugin_mod
 from bertwatch.core import rules
-from bertwatch.tb import metadata as md
 from bertwatch.tb import queries, series
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.tb_helpers import (  # noqa: E402
     ABLATION_F1,
     ABLATION_MAJORITY,
@@ -32,6 +32,8 @@ from tests.support.tb_helpers import (  # noqa: E402
     ablation_tables,
     ablation_trivial,
     embedding_coords,
+    frontend_file,
+    frontend_files,
     http_get,
     http_json,
     make_wsgi_app,
@@ -43,7 +45,6 @@ from tests.support.tb_helpers import (  # noqa: E402
 )
 
 BASE = "/data/plugin/bertwatch/"
-STATIC = Path(plugin_mod.__file__).parent / "static"
 
 
 @pytest.fixture(scope="module")
@@ -342,9 +343,12 @@ def test_static_files_served_from_the_allow_list(client):
     for name, mime in plugin_mod.STATIC_FILES.items():
         r = client.get(BASE + "static/" + name)
         assert r.status_code == 200 and r.headers["Content-Type"].startswith(mime), name
-        assert r.get_data() == (STATIC / name).read_bytes()
-    # every shipped file is allow-listed and every allow-listed file ships
-    assert set(plugin_mod.STATIC_FILES) | {"index.js"} == {p.name for p in STATIC.iterdir() if p.is_file()}
+        assert r.get_data() == frontend_file(name).read_bytes()
+    # every shipped file is allow-listed and every allow-listed file ships; one name, one file (the URLs are flat)
+    shipped = [p.name for p in frontend_files()]
+    assert len(shipped) == len(set(shipped)), sorted(shipped)
+    assert set(plugin_mod.STATIC_FILES) | {"index.js"} == set(shipped)
+    assert set(plugin_mod.FRONTEND_HOMES) <= set(plugin_mod.STATIC_FILES)
 
 
 @pytest.mark.parametrize(
@@ -358,7 +362,7 @@ def test_static_traversal_and_unknown_files_are_404(client, path):
 
 
 def test_frontend_never_uses_html_sinks_or_absolute_urls():
-    for f in STATIC.glob("*.js"):
+    for f in frontend_files("*.js"):
         text = f.read_text()
         for sink in (
             "innerHTML",
@@ -464,7 +468,7 @@ def test_real_tensorboard_process(tmp_path):
         assert listing["bertwatch"]["enabled"] is True
         status, headers, body = http_get(base + "/data/plugin/bertwatch/index.js")
         assert status == 200 and headers["Content-Type"].startswith("text/javascript")
-        assert body == (STATIC / "index.js").read_bytes()
+        assert body == frontend_file("index.js").read_bytes()
         tags = http_json(base + "/data/plugin/bertwatch/tags")
         assert tags["runs"]["live"]["bertwatch/heads/cls_mass"]["maxStep"] == 10
         q = urllib.parse.urlencode({"run": "live", "tag": "bertwatch/heads/cls_mass", "step": 10})

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from bertwatch.tb.summary import SummaryWriter  # noqa: E402
+from bertwatch.tb.writer.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import (  # noqa: E402
     MAX_PNG_BYTES,
     PROBE,

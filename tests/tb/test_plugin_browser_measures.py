@@ -13,7 +13,7 @@ import urllib.parse
 import numpy as np
 import pytest
 
-from bertwatch.tb.summary import SummaryWriter  # noqa: E402
+from bertwatch.tb.writer.summary import SummaryWriter  # noqa: E402
 from tests.support.tb_helpers import (  # noqa: E402
     MAX_PNG_BYTES,
     TOKENS_A,

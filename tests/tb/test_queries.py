@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from tensorboard import context, errors
 
-from bertwatch.tb import metadata as md
-from bertwatch.tb.summary import SummaryWriter
+from bertwatch.tb.writer import metadata as md
+from bertwatch.tb.writer.summary import SummaryWriter
 from tests.support.tb_helpers import make_wsgi_app
 
 pytestmark = pytest.mark.fast

@@ -1,5 +1,7 @@
 // bertwatch TensorBoard plugin: entry module. TensorBoard loads it in an iframe and calls render() once.
 // Plain ES modules, relative URLs only; no string is ever parsed as HTML.
+// Every module is served flat at ./static/<file>, whether it lives in tb/static/ (the shared modules) or in its view's
+// folder tb/views/<view>/ (plugin.py's FRONTEND_HOMES), so modules import one another as './<file>'.
 
 import {getJSON, loadStatNames} from './static/api.js';
 import {clear, emptyState, h, hideTooltip, setOptions} from './static/dom.js';
