@@ -22,7 +22,7 @@ import numpy as np
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.loss_tap import LossTap, every_for, learning_rate
-from bertwatch.callbacks.members import Member
+from bertwatch.callbacks.members import Member, StepResult
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.core.alerts import ALERT_STATS, AlertSettings
@@ -30,7 +30,6 @@ from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSetti
 from bertwatch.probe.records import NamedValues, StepText
 
 if TYPE_CHECKING:
-    from bertwatch.callbacks.watched_run import StepResult
     from bertwatch.probe.probe_context import ProbeContext
 
 #: What the ``verdict`` series and text say of themselves.
@@ -122,7 +121,7 @@ class RunJudge:
     def after_pass(self, members: Sequence[Member], result: StepResult, control: Any) -> None:
         """Judge a probe pass's result: the alerts where a member due measures an alert statistic, the verdict where
         one due gave the run-health signals."""
-        due = [members[i] for i in sorted(result.due)]
+        due = result.due_members()
         alert_names = ALERT_STATS & frozenset().union(*(m.stat_names for m in due))
         grids = {n: g for n, g in result.grids.items() if n in alert_names}
         if grids:

@@ -2,13 +2,20 @@
 measures once the model, the probe set and the loss have had their say (:func:`resolve`), when, and what rides on
 its passes. The home of the rule "does this member measure gradients?" (:attr:`Member.gradients`: the statistics
 that need a loss; :attr:`Member.gives_health`: it runs the gradient pass that gives the run-health signals).
+
+A callback holds its place in the run as a :class:`MemberHandle` (never a position): the run's results name the
+handles that were due (:class:`StepResult`), and the run delivers each result into the handle's ``history`` and
+``health`` once.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
@@ -17,11 +24,21 @@ from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
+from bertwatch.options.settings import ALL_STATS
 from bertwatch.probe.measurements import supported_stats
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.probe.records import Rider
 
-__all__ = ["GRADIENT_STATS", "Member", "Riding", "loss_problem", "resolve", "without_gradients"]
+__all__ = [
+    "GRADIENT_STATS",
+    "Member",
+    "MemberHandle",
+    "Riding",
+    "StepResult",
+    "loss_problem",
+    "resolve",
+    "without_gradients",
+]
 
 #: The statistics that need a loss on the probe set (the gradient pass's and integrated gradients).
 GRADIENT_STATS = frozenset(GRADIENT_NAMES) | {IG_NAME}
@@ -66,6 +83,71 @@ class Member:
     def gives_health(self) -> bool:
         """Whether its passes run the gradient pass, which gives the run-health signals the verdict reads."""
         return bool(self.stat_names & frozenset(GRADIENT_NAMES))
+
+
+class MemberHandle:
+    """One callback's place in its run (``WatchedRun.add`` makes it): its ``member`` (replaced where the start pass
+    takes its gradient statistics away), and what the run delivered to it: ``history`` ``(step, {stat: [layers,
+    heads]})`` of every step it measured, ``health`` ``(step, {signal: value})`` of the steps it had the run-health
+    signals. Compared by identity: two callbacks with equal members are two members."""
+
+    def __init__(self, member: Member) -> None:
+        self.member = member
+        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+        self.health: list[tuple[int, dict[str, float]]] = []
+
+    @property
+    def active(self) -> bool:
+        return self.member.active
+
+    def keep(self, results: Sequence[StepResult]) -> list[int]:
+        """Keep this member's part of ``results``: its grids in ``history`` (one entry a step, merged), the
+        run-health signals in ``health`` (once a step); returns the steps it was due at."""
+        steps = []
+        for result in results:
+            grids = result.of(self)
+            if grids is None:
+                continue
+            steps.append(result.step)
+            if self.history and self.history[-1][0] == result.step:
+                self.history[-1][1].update(grids)
+            else:
+                self.history.append((result.step, dict(grids)))
+            signals = result.health_of(self)
+            if signals and not (self.health and self.health[-1][0] == result.step):
+                self.health.append((result.step, dict(signals)))
+        return steps
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one event's pass gave: ``step``, ``event``, the ``due`` members' handles, ``grids``, every statistic
+    measured at this step so far ``{name: [layers, heads]}``, and ``health``, the run-health signals measured at this
+    step (``core.health_names``; empty when no gradient pass ran)."""
+
+    step: int
+    event: str
+    due: frozenset[MemberHandle]
+    grids: Mapping[str, np.ndarray]
+    health: Mapping[str, float] = field(default_factory=dict)
+
+    def of(self, handle: MemberHandle) -> dict[str, np.ndarray] | None:
+        """The grids of ``handle``'s member, or None when it was not due at this event."""
+        if handle not in self.due:
+            return None
+        names = handle.member.stat_names
+        return {n: self.grids[n] for n in ALL_STATS if n in names and n in self.grids}
+
+    def health_of(self, handle: MemberHandle) -> dict[str, float] | None:
+        """The run-health signals for ``handle``'s member (one that measures the gradient statistics, due at this
+        event), or None."""
+        if handle not in self.due or not self.health or not handle.member.gives_health:
+            return None
+        return dict(self.health)
+
+    def due_members(self) -> list[Member]:
+        """The members due at this event."""
+        return [h.member for h in self.due]
 
 
 def loss_problem(context: ProbeContext) -> str | None:

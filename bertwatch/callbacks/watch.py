@@ -19,12 +19,12 @@ from bertwatch.callbacks._context import TrainerContext, evaluation_steps
 from bertwatch.callbacks._safe import OwnCallback, SetupError, contained, init_depth
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.judging import Judging
-from bertwatch.callbacks.members import Member, Riding, resolve, setup_warnings
+from bertwatch.callbacks.members import Member, MemberHandle, Riding, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker
-from bertwatch.callbacks.watched_run import join, keep_results
+from bertwatch.callbacks.watched_run import join
 from bertwatch.callbacks.word_classes import prepare_word_classes
 from bertwatch.core.stat_names import DEFAULT_STATS
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME
@@ -84,16 +84,24 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
         super().__init__()
         self.probe_settings, self.watched = s.probe(), None
-        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
-        self.health: list[tuple[int, dict[str, float]]] = []
-        self._index, self._speaker = -1, announce.Speaker()
+        self.member_handle: MemberHandle | None = None  # this callback's place in its run, from on_train_begin
+        self._speaker = announce.Speaker()
         self._stat_names = frozenset(self.requested or self.default_stats)
 
     @property
     def stat_names(self) -> frozenset[str]:
         """The statistics this callback measures (in a run: those its model, probe set and loss give)."""
-        in_run = self.watched is not None and self._index >= 0
-        return self.watched.members[self._index].stat_names if in_run else self._stat_names
+        return self.member_handle.member.stat_names if self.member_handle is not None else self._stat_names
+
+    @property
+    def history(self) -> list[tuple[int, dict[str, np.ndarray]]]:
+        """``(step, {stat: [layers, heads]})`` of every step this callback measured in its run (empty before it)."""
+        return self.member_handle.history if self.member_handle is not None else []
+
+    @property
+    def health(self) -> list[tuple[int, dict[str, float]]]:
+        """``(step, {signal: value})``: the run-health signals of the steps it measured its gradient statistics."""
+        return self.member_handle.health if self.member_handle is not None else []
 
     @property
     def alerting(self) -> Alerting | None:
@@ -114,7 +122,7 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         """Stop this callback for the rest of the run (with its one warning), and leave its run."""
         super().disable(message)
         if self.watched is not None:
-            self.watched.leave(self._index)
+            self.watched.leave(self.member_handle)
 
     def _member(self, stat_names: frozenset[str], context: ProbeContext | None) -> Member:
         """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
@@ -126,7 +134,7 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         if kwargs.get("model") is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
         self.pacing.start(int(state.global_step), int(state.max_steps or 0) or None)
-        start, self.history, self.health, self._index = self.pacing.clock(), [], [], -1
+        start, self.member_handle = self.pacing.clock(), None
         context = self._link.context(kwargs)
         self.watched = join(kwargs["model"], self.probe_settings, args, state, kwargs, context)
         if self.watched.failed:
@@ -136,7 +144,8 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         member = resolve(self._member(self._stat_names, probe), probe, not self.watched.begin_pending)
         speaks = probe.world_zero and not announce.quiet(self.settings.quiet)
         judging = Judging(self.settings.on_alert, self.settings.alerts, self.settings.verdict)
-        self._index = self.watched.add(member, judging if "on_alert" in self.options else None, self.strict, speaks)
+        judges = judging if "on_alert" in self.options else None
+        self.member_handle = self.watched.add(member, judges, self.strict, speaks)
         setup_warnings(member, args, context.bound)
         self.pacing.charge(self.pacing.clock() - start, setup=True)
         evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
@@ -159,11 +168,10 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         """Have the run handle ``event`` (the pass runs and is judged once, for every callback due), then take this
         callback's results into its history and health, and write its ``probe_steps`` points."""
         watched, step = self.watched, int(state.global_step)
-        if watched is None or self._index < 0 or watched.failed:
-            return None if watched is None or self._index < 0 else self.disable()
+        if watched is None or self.member_handle is None or watched.failed:
+            return None if watched is None or self.member_handle is None else self.disable()
         start, evaluation = self.pacing.clock(), None if kwargs is None else (metrics, self._link.context(kwargs))
-        results = watched.handle(event, step, self._index, control, evaluation)
-        steps = keep_results(results, watched.members[self._index], self._index, self.history, self.health)
+        steps = self.member_handle.keep(watched.handle(event, step, self.member_handle, control, evaluation))
         self.pacing.charge(self.pacing.clock() - start, steps[-1] if steps else None)
         for measured in steps:
             watched.publish_records(self.pacing.records(measured), measured)
@@ -196,11 +204,11 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
                 start = self.pacing.clock()
                 self._after_end(args, state, kwargs)
                 after = self.pacing.clock() - start  # the ablation: left out of the run's wall time, said apart
-                member, hint = self.watched.members[self._index], self._report_hint(args)
+                member, hint = self.member_handle.member, self._report_hint(args)
                 verdict = self.alerting.verdict_to_tell() if member.gives_health and self._speaker.speaks else None
                 self._speaker.end(self.history, self.alerting, member, self.pacing, hint, after, verdict)
         finally:
-            self.watched.leave(self._index)
+            self.watched.leave(self.member_handle)
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         """Work after the last measurement (the ablation sweep of BertWatchCallback)."""
