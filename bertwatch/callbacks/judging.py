@@ -2,9 +2,9 @@
 (``callbacks.alerting`` on ``core.alerts``) and the verdict on all the evidence so far (``callbacks.run_evidence``
 on ``core.verdict``), written by the run and acted on once (``on_alert``).
 
-A callback takes no part in it beyond declaring what it measures (``callbacks.members``) and, where it takes the
-alert options, with what settings (:class:`Judging`): a run judges with one set of settings, so two callbacks of one
-run that give different ones are a ``SetupError`` before the first step.
+A callback takes no part in it beyond what its member declares (``callbacks.members.Member``): what it measures,
+and the settings it judges with (``Member.judging``, a ``Judging``; None: it takes none): a run judges with one set
+of settings, so two members of one run that declare different ones are a ``SetupError`` before the first step.
 
 A step's verdict is final once the step is over (its log and evaluation come after its probe pass), so the last
 one judged at a step is written when the next step begins or training ends; it is written at every step with
@@ -14,7 +14,7 @@ run-health signals and wherever the level changed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +22,7 @@ import numpy as np
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.loss_tap import LossTap, every_for, learning_rate
-from bertwatch.callbacks.members import Member, StepResult
+from bertwatch.callbacks.members import Judging, Member, StepResult
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.core.alerts import ALERT_STATS, AlertSettings
@@ -42,16 +42,6 @@ VERDICT_DESCRIPTION = (
 VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
 
 __all__ = ["Judging", "RunJudge"]
-
-
-@dataclass(frozen=True)
-class Judging:
-    """What a stability alert or a failing verdict does (``on_alert``) and the thresholds (``alerts``,
-    ``verdict``)."""
-
-    on_alert: Any = "warn"
-    alerts: AlertSettings = field(default_factory=AlertSettings)
-    verdict: VerdictSettings = field(default_factory=VerdictSettings)
 
 
 class RunJudge:
@@ -101,19 +91,21 @@ class RunJudge:
             self.tap.close()
         self.tap, self._tapped, self._rate_from = None, None, (None, None)
 
-    def take(self, judging: Judging | None, strict: bool, speaks: bool, name: str, gives_health: bool = False) -> None:
-        """A callback's part in the judging: its settings (None: it takes none), whether its errors re-raise,
-        whether it prints (any callback of the run that prints makes the alert lines printed) and whether it gives
-        the run-health signals (the first that does puts the loss tap on: the verdict is judged)."""
-        if gives_health and self.tap is None and self._tapped is not None:
+    def take(self, member: Member) -> None:
+        """A member's part in the judging, as it declares it: its settings (``judging``; None: it takes none),
+        whether its errors re-raise (``strict``), whether it prints (``speaks``: any member of the run that prints
+        makes the alert lines printed) and whether it gives the run-health signals (the first that does puts the
+        loss tap on: the verdict is judged)."""
+        if member.gives_health and self.tap is None and self._tapped is not None:
             self.tap = LossTap(self._tapped, every_for(self.evidence.evidence.max_steps))
+        judging = member.judging
         if judging is not None and self.judging is not None and judging != self.judging:
             raise SetupError(
-                f"{name}: on_alert, alerts and verdict differ from another bertwatch callback's on this run, which "
-                "judges once: give them the same"
+                f"{member.name}: on_alert, alerts and verdict differ from another bertwatch callback's on this run, "
+                "which judges once: give them the same"
             )
-        speaks = self.alerting.speaks or speaks
-        self.judging, self.strict = judging or self.judging, self.strict or strict
+        speaks = self.alerting.speaks or member.speaks
+        self.judging, self.strict = judging or self.judging, self.strict or member.strict
         j = self.judging or Judging()
         self.alerting = Alerting(j.on_alert, j.alerts, self.strict, j.verdict)
         self.alerting.speaks = speaks

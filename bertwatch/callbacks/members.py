@@ -21,6 +21,8 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
 from bertwatch.callbacks.riders import ClusterTrack, riders_for
 from bertwatch.callbacks.tracking import reported_trackers
+from bertwatch.core.alerts import AlertSettings
+from bertwatch.core.verdict import VerdictSettings
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
@@ -31,6 +33,7 @@ from bertwatch.probe.records import Rider
 
 __all__ = [
     "GRADIENT_STATS",
+    "Judging",
     "Member",
     "MemberHandle",
     "Riding",
@@ -58,12 +61,26 @@ class Riding:
         return riders_for(context, self.word_classes, self.track, self.cluster_examples, self.annotated)
 
 
+@dataclass(frozen=True)
+class Judging:
+    """What a stability alert or a failing verdict does (``on_alert``) and the thresholds (``alerts``,
+    ``verdict``): the settings a member judges its run with (``Member.judging``; ``callbacks.judging``)."""
+
+    on_alert: Any = "warn"
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    verdict: VerdictSettings = field(default_factory=VerdictSettings)
+
+
 @dataclass
 class Member:
     """One callback's part in its run's passes, fixed at setup: ``name`` (for messages), the statistics it
     measures (``stat_names``; ``required``: asked for by name, so a refused loss is an error), when (``pacing``),
     the maps it keeps (``maps``), what rides on its passes (``riding``), whether its layer means go to the
-    trackers (``log_to_trackers``). ``active``: False once it stopped."""
+    trackers (``log_to_trackers``). ``active``: False once it stopped.
+
+    Its part in the run's judging (``callbacks.judging``), as it declares it: ``judging``, the settings it judges
+    with (None: it takes no part but what it measures), ``strict`` (its errors re-raise) and ``speaks`` (it prints:
+    the run's alert lines are printed)."""
 
     name: str
     stat_names: frozenset[str]
@@ -72,6 +89,9 @@ class Member:
     maps: MapsCadence | None = None
     riding: Riding = field(default_factory=Riding)
     log_to_trackers: bool = True
+    judging: Judging | None = None
+    strict: bool = False
+    speaks: bool = False
     active: bool = True
 
     @property

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from transformers import TrainerCallback
@@ -18,8 +18,7 @@ from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, evaluation_steps
 from bertwatch.callbacks._safe import OwnCallback, SetupError, contained, init_depth
 from bertwatch.callbacks.alerting import Alerting
-from bertwatch.callbacks.judging import Judging
-from bertwatch.callbacks.members import Member, MemberHandle, Riding, resolve, setup_warnings
+from bertwatch.callbacks.members import Judging, Member, MemberHandle, Riding, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.run_evidence import RunEvidence
@@ -62,6 +61,10 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
 
     #: The keyword options this callback takes (``WatchSettings`` fields; ``"group.field"``: one nested field).
     options: tuple[str, ...] = COMMON_OPTIONS
+
+    #: Whether its ``on_alert``, ``alerts`` and ``verdict`` settings judge its run (``Member.judging``): declared by
+    #: a callback that takes them as options; the others take no part in the judging but what they measure.
+    judges: ClassVar[bool] = False
 
     def __init__(
         self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any
@@ -126,8 +129,10 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
 
     def _member(self, stat_names: frozenset[str], context: ProbeContext | None) -> Member:
         """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
-        required = self.requested is not None
-        return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
+        required, s = self.requested is not None, self.settings
+        judging = Judging(s.on_alert, s.alerts, s.verdict) if self.judges else None
+        return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers,
+                      judging=judging, strict=self.strict)  # fmt: skip
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -141,11 +146,9 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
             return self.disable()
         probe = self.watched.context
         self._check_setup(args, state, probe, context)
-        member = resolve(self._member(self._stat_names, probe), probe, not self.watched.begin_pending)
         speaks = probe.world_zero and not announce.quiet(self.settings.quiet)
-        judging = Judging(self.settings.on_alert, self.settings.alerts, self.settings.verdict)
-        judges = judging if "on_alert" in self.options else None
-        self.member_handle = self.watched.add(member, judges, self.strict, speaks)
+        member = resolve(self._member(self._stat_names, probe), probe, not self.watched.begin_pending)
+        self.member_handle = self.watched.add(dataclasses.replace(member, speaks=speaks))
         setup_warnings(member, args, context.bound)
         self.pacing.charge(self.pacing.clock() - start, setup=True)
         evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
@@ -165,16 +168,14 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         """Fail at on_train_begin on a configuration that could only fail later."""
 
     def _drive(self, event: str, state: Any, control: Any = None, metrics: Any = None, kwargs: Any = None) -> None:
-        """Have the run handle ``event`` (the pass runs and is judged once, for every callback due), then take this
-        callback's results into its history and health, and write its ``probe_steps`` points."""
+        """Have the run handle ``event`` (the pass runs and is judged once, for every callback due); the run
+        delivers this callback's results to its handle (its ``history`` and ``health``) and writes its
+        ``probe_steps`` points."""
         watched, step = self.watched, int(state.global_step)
         if watched is None or self.member_handle is None or watched.failed:
             return None if watched is None or self.member_handle is None else self.disable()
-        start, evaluation = self.pacing.clock(), None if kwargs is None else (metrics, self._link.context(kwargs))
-        steps = self.member_handle.keep(watched.handle(event, step, self.member_handle, control, evaluation))
-        self.pacing.charge(self.pacing.clock() - start, steps[-1] if steps else None)
-        for measured in steps:
-            watched.publish_records(self.pacing.records(measured), measured)
+        evaluation = None if kwargs is None else (metrics, self._link.context(kwargs))
+        watched.handle(event, step, self.member_handle, control, evaluation)
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -307,6 +308,7 @@ class BertWatchCallback(WatchCallback):
 
     default_stats = DEFAULT_STATS
     options = WatchSettings.names()
+    judges = True
 
     def __init__(
         self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any

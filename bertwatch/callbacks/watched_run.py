@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from bertwatch.callbacks._context import TrainerContext
-from bertwatch.callbacks.judging import Judging, RunJudge
+from bertwatch.callbacks.judging import RunJudge
 from bertwatch.callbacks.members import Member, MemberHandle, StepResult, loss_problem, refusal, without_gradients
 from bertwatch.callbacks.probe_setup import build_probe_context
 from bertwatch.callbacks.publisher import Publisher
@@ -141,12 +141,10 @@ class WatchedRun:
         self.maps_budget = MAPS_BYTES
         self.maps_fit = run.probe.maps_that_fit(run.layers, run.heads, self.maps_budget)
 
-    def add(
-        self, member: Member, judging: Judging | None = None, strict: bool = False, speaks: bool = False
-    ) -> MemberHandle:
-        """Take ``member`` into the run's passes, and its part in the judging (``RunJudge.take``); returns its
-        handle (``StepResult.of``)."""
-        self.judge.take(judging, strict, speaks, member.name, member.gives_health)
+    def add(self, member: Member) -> MemberHandle:
+        """Take ``member`` into the run's passes, and into the judging as it declares (``RunJudge.take``); returns
+        its handle, which the run delivers its results to (:meth:`handle`)."""
+        self.judge.take(member)
         handle = MemberHandle(member)
         self.handles.append(handle)
         return handle
@@ -173,12 +171,15 @@ class WatchedRun:
     ) -> list[StepResult]:
         """Handle ``event`` at ``step`` once for all members (the run's start pass first where it is still
         pending; a "begin" that is not pending does nothing), each new result judged (``callbacks.judging``;
-        ``control`` the Trainer's, for a stop); returns the results ``member`` has not had yet, oldest first. A
-        step's begin writes the verdict of the steps before; the end writes the last. ``evaluation``:
-        ``on_evaluate``'s metrics and ``TrainerContext``, noted as evidence before the pass, the verdict judged again
-        after it on new metrics."""
+        ``control`` the Trainer's, for a stop), then deliver to ``member`` the results it has not had yet, oldest
+        first (``MemberHandle.keep``; they are returned too), charge its pacing with the time this took and write
+        its ``probe_steps`` points (``ProbePacing.records``). A step's begin writes the verdict of the steps before;
+        the end writes the last. ``evaluation``: ``on_evaluate``'s metrics and ``TrainerContext``, noted as evidence
+        before the pass, the verdict judged again after it on new metrics."""
         if self.failed or self.context is None:
             raise RuntimeError("bertwatch already failed in this run")
+        pacing = member.member.pacing
+        start = pacing.clock()
         if event == "begin":
             self.judge.write(before=step)
         if event == "step":
@@ -196,6 +197,10 @@ class WatchedRun:
         now = self._now
         out = [r for key, r in now.results.items() if (member, key) not in now.delivered]
         now.delivered.update((member, (r.event, r.step)) for r in out)
+        steps = member.keep(out)
+        pacing.charge(pacing.clock() - start, steps[-1] if steps else None)
+        for measured in steps:
+            self.publish_records(pacing.records(measured), measured)
         return out
 
     def _result_of(self, event: str, step: int, control: Any) -> None:
