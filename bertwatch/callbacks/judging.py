@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -23,14 +23,12 @@ from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.loss_tap import LossTap, every_for, learning_rate
 from bertwatch.callbacks.members import Judging, Member, StepResult
+from bertwatch.callbacks.probe_setup import TrainerSide
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.core.alerts import ALERT_STATS, AlertSettings
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
 from bertwatch.probe.records import NamedValues, StepText
-
-if TYPE_CHECKING:
-    from bertwatch.probe.probe_context import ProbeContext
 
 #: What the ``verdict`` series and text say of themselves.
 VERDICT_DESCRIPTION = (
@@ -51,8 +49,8 @@ class RunJudge:
     the run's ``members``, handed to each call."""
 
     def __init__(self) -> None:
-        self.context: ProbeContext | None = None
         self.publisher: Publisher | None = None
+        self.shape, self.resumed = (0, 0), False  # the model's (layers, heads); the run started from a checkpoint
         self.judging: Judging | None = None
         self.strict = False
         self.alerting = Alerting("warn", AlertSettings(), False, VerdictSettings())
@@ -66,15 +64,16 @@ class RunJudge:
         self._rate_from: tuple[Any, Any] = (None, None)  # the Trainer's scheduler and optimizer
         self._tapped: Any = None  # the model the loss tap goes on, once a member gives the run-health signals
 
-    def open(self, context: ProbeContext, publisher: Publisher, state: Any, trainer: Any, model: Any) -> None:
-        """The run is built: its context, its writer, the evidence of its start (``RunEvidence.begin``); the loss
-        tap (``callbacks.loss_tap``) goes on ``model`` once a member that gives the run-health signals joins
-        (:meth:`take`), and only in a run of one process: each process of a distributed run sees its own batches'
-        loss, so there every process reads the Trainer's logged loss (the same on all) and judges alike."""
-        self.context, self.publisher = context, publisher
-        self.evidence.begin(state, trainer)
+    def open(self, publisher: Publisher, side: TrainerSide, shape: tuple[int, int], trainer: Any, model: Any) -> None:
+        """The run is built: its writer, the Trainer's ``side`` of it, the model's ``(layers, heads)``, the evidence
+        of its start (``RunEvidence.begin``); the loss tap (``callbacks.loss_tap``) goes on ``model`` once a member
+        that gives the run-health signals joins (:meth:`take`), and only in a run of one process: each process of
+        a distributed run sees its own batches' loss, so there every process reads the Trainer's logged loss (the
+        same on all) and judges alike."""
+        self.publisher, self.shape, self.resumed = publisher, shape, side.resumed
+        self.evidence.begin(side.state, trainer)
         # a TrainingArguments has world_size; a plain namespace of arguments (a custom loop's) may not
-        single = int(getattr(context.args, "world_size", 1) or 1) == 1
+        single = int(getattr(side.args, "world_size", 1) or 1) == 1
         self._tapped = model if single else None
         self._rate_from = (trainer.event.get("lr_scheduler"), trainer.event.get("optimizer"))
 
@@ -155,11 +154,11 @@ class RunJudge:
     def _alerts(self, members: Sequence[Member], event: str, control: Any) -> None:
         """The stability alerts of the newest step: written (``Publisher.publish_alerts``), and acted on."""
         with self.alerting.contained():
-            judgement = self.alerting.judge(self.history, self.context.resumed)
+            judgement = self.alerting.judge(self.history, self.resumed)
             if judgement is None:
                 return
             senders = [m for m in members if m.active and m.log_to_trackers and ALERT_STATS & m.stat_names]
-            layers, heads, step = self.context.layers, self.context.heads, judgement.step
+            (layers, heads), step = self.shape, judgement.step
             to_trackers = event != "end" and bool(senders)
             self.publisher.publish_alerts(judgement.alerts, layers, heads, step, judgement.reference_step, to_trackers)
             self.alerting.act(judgement, control)

@@ -146,14 +146,16 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
             return self.disable()
         probe = self.watched.context
         self._check_setup(args, state, probe, context)
-        speaks = probe.world_zero and not announce.quiet(self.settings.quiet)
+        side = self.watched.trainer_side
+        speaks = side.world_zero and not announce.quiet(self.settings.quiet)
         member = resolve(self._member(self._stat_names, probe), probe, not self.watched.begin_pending)
         self.member_handle = self.watched.add(dataclasses.replace(member, speaks=speaks))
         setup_warnings(member, args, context.bound)
         self.pacing.charge(self.pacing.clock() - start, setup=True)
         evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
         first = self.watched.announce_once()
-        self._speaker.start(probe, member, self.pacing, evaluations, speaks, first, self._more_lines(probe, first))
+        more = self._more_lines(probe, first)
+        self._speaker.start(probe, side, member, self.pacing, evaluations, speaks, first, more)
 
     def _more_lines(self, context: ProbeContext, first: bool) -> list[str]:
         """Start lines of this callback's own: the size of a large drift reference, from the run's ``first``
@@ -362,6 +364,6 @@ class BertWatchCallback(WatchCallback):
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
         if self.ablation is None or not (sharded or state.is_world_process_zero):
             return
-        writer = self.watched.context.writer if self.watched is not None else None
+        writer = self.watched.trainer_side.writer if self.watched is not None else None
         results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=sharded)
         self.ablation_result = results[self.ablation_mode]

@@ -31,7 +31,7 @@ import torch
 from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.judging import RunJudge
 from bertwatch.callbacks.members import Member, MemberHandle, StepResult, loss_problem, refusal, without_gradients
-from bertwatch.callbacks.probe_setup import build_probe_context
+from bertwatch.callbacks.probe_setup import TrainerSide, build_probe_context, open_trainer_side
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.core.health_names import HEALTH_SERIES
 from bertwatch.heads.importance import GRADIENT_NAMES
@@ -109,7 +109,8 @@ class WatchedRun:
         self.settings = settings
         self.handles: list[MemberHandle] = []
         self.failed = False
-        self.context: ProbeContext | None = None
+        self.context: ProbeContext | None = None  # what the passes read; replaced (never changed) for new references
+        self.trainer_side: TrainerSide | None = None  # the Trainer's arguments and state, the writer, the trackers
         self.publisher: Publisher | None = None
         self.begin_pending = False
         self.maps_fit, self.maps_budget = 0, MAPS_BYTES
@@ -130,14 +131,15 @@ class WatchedRun:
     def open(self, model: torch.nn.Module, args: Any, event: Mapping[str, Any], trainer: TrainerContext) -> None:
         try:
             run = build_probe_context(model, self.settings, args, self.state, event, trainer)
+            side = open_trainer_side(self.settings, args, self.state, event, trainer)
         except BaseException:
             self.failed = True
             raise
-        self.context = run
+        self.context, self.trainer_side = run, side
         probe = {**run.probe.length_info(), PROBE_MODEL_KEY: run.model_name}  # recorded with the run's grids
-        self.publisher = Publisher(run.writer, run.trackers, args, self.state, run.event, run.probe.roles, probe)
-        self.judge.open(run, self.publisher, self.state, trainer, model)
-        self.begin_pending = not run.resumed
+        self.publisher = Publisher(side.writer, side.trackers, args, self.state, side.event, run.probe.roles, probe)
+        self.judge.open(self.publisher, side, (run.layers, run.heads), trainer, model)
+        self.begin_pending = not side.resumed
         self.maps_budget = MAPS_BYTES
         self.maps_fit = run.probe.maps_that_fit(run.layers, run.heads, self.maps_budget)
 
@@ -221,8 +223,8 @@ class WatchedRun:
         context, now = self.context, self._now
         due = frozenset(h for h in self.handles if h.active and h.member.pacing.due(event, step))
         plan = self._plan(event, step, due)
-        if plan.build_reference and context.resumed:
-            context.reference.warn_resumed(int(context.state.global_step))
+        if plan.build_reference and self.trainer_side.resumed:
+            context.reference.warn_resumed(int(self.trainer_side.state.global_step))
         result = self._checked(plan, event, step, due) if event == "begin" and step == 0 else self._execute(plan)
         if result is not None:
             self._keep_references(result)
@@ -242,12 +244,14 @@ class WatchedRun:
 
     def _keep_references(self, result: PassResult) -> None:
         """Keep what the pass took for the later passes to compare with: the drift reference (cached on disk by
-        ``DriftReference.keep``) and the outlier statistics' top dimensions."""
+        ``DriftReference.keep``) and the outlier statistics' top dimensions (the first taken: the later passes get a
+        context that holds them)."""
         context = self.context
         if result.references.get("drift") is not None:
             context.reference.keep(result.references["drift"])
-        if result.references.get("outlier_dims") is not None:
-            context.outlier_reference.setdefault("top_dims", result.references["outlier_dims"])
+        dims = result.references.get("outlier_dims")
+        if dims is not None and context.outlier_dims is None:
+            self.context = replace(context, outlier_dims=dims)
 
     def _plan(
         self, event: str, step: int, due: frozenset[MemberHandle], riders: Sequence[Rider] | None = None

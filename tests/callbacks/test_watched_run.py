@@ -80,7 +80,7 @@ def test_a_callback_writes_only_the_maps_that_fit_and_says_so(tmp_path, monkeypa
     trainer.train()
     fit = cb.watched.maps_fit
     assert 0 < fit < cb.num_maps
-    acc = EventAccumulator(cb.watched.context.run_dir, size_guidance={"tensors": 0})
+    acc = EventAccumulator(cb.watched.trainer_side.run_dir, size_guidance={"tensors": 0})
     acc.Reload()
     assert sorted(t for t in acc.Tags()["tensors"] if t.startswith("bertwatch/attention/")) == [
         f"bertwatch/attention/{i:02d}" for i in range(fit)
