@@ -3,12 +3,15 @@
 Every bertwatch callback of a run joins its run's ``WatchedRun`` at ``on_train_begin`` (:func:`join`): callbacks with
 equal probe settings (``options.settings.ProbeSettings``, compared by value) on the same run share one, so they
 share one probe set, one reference, one pass per event and one event file. Each brings a ``Member``: what it
-measures and when, fixed at setup. Data flows one way, down:
+measures and when, and its part in the judging, fixed at setup; it gets back a ``MemberHandle``, which it holds.
+The run also holds the Trainer's side (``probe_setup.TrainerSide``: arguments, state, writer, trackers), which the
+probe pass never sees. Data flows one way, down:
 
 - at each event the first callback to arrive calls :meth:`WatchedRun.handle`; it asks each member's pacing
   whether it is due (``callbacks.pacing``), plans the pass (``probe_pass.plan_pass``), runs it
   (``probe_pass.execute``), writes it (``callbacks.publisher``), judges it once (the alerts and the verdict,
-  ``callbacks.judging``) and keeps the ``StepResult``, which every callback of that event reads into its history;
+  ``callbacks.judging``) and keeps the ``StepResult``; every callback's call then has the run deliver that
+  callback's part into its handle (``MemberHandle.keep``), charge its pacing and write its ``probe_steps`` points;
 - nothing here calls a callback.
 
 The run's first pass, at the first step's begin, also checks the gradient statistics' loss on the probe batches
