@@ -131,13 +131,15 @@ def subpackage(name: str) -> str | None:
     return parts[1] if len(parts) > 1 and name not in EXEMPT_FROM_LAYERS else None
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
+    """Who imports whom (an import inside a function, a lazy one, counts); ``type_checking``: the imports under
+    ``if TYPE_CHECKING:`` count too."""
     graph: dict[str, set[str]] = {name: set() for name in MODULES}
     for name, path in MODULES.items():
         if name in EXEMPT_FROM_LAYERS:
             continue
         for imp in imports_of(path):
-            if imp.type_checking:
+            if imp.type_checking and not type_checking:
                 continue
             graph[name].update(t for t in internal_targets(imp) if t != name)
     return graph
@@ -215,6 +217,103 @@ def test_every_subpackage_has_a_layer():
 def test_no_import_cycles():
     cycles = find_cycles(import_graph())
     assert not cycles, "import cycles between bertwatch modules:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_no_import_cycles_even_for_type_checking():
+    """Not even an import made for the type checker or inside a function closes a loop (``callbacks.judging`` once
+    took ``StepResult`` from ``callbacks.watched_run``, which imports it, under ``TYPE_CHECKING``)."""
+    cycles = find_cycles(import_graph(type_checking=True))
+    assert not cycles, "import cycles, counting TYPE_CHECKING imports:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+# ------------------------------------------------------------------------------------------------ the watched run
+
+#: A name that says "a position": a member identified by one is a member identified by an integer.
+INDEX_NAME = re.compile(r"(^|_)(index|idx)$")
+#: The collections of a run's members; indexing into one, or enumerating it, identifies a member by position.
+MEMBER_COLLECTIONS = re.compile(r"(^|_)(members|handles)$")
+
+
+def member_index_uses(source: str) -> list[str]:
+    """Where ``source`` identifies something by an integer position as a run's members were: a variable, argument
+    or attribute named as an index (``_index``, ``index``, ``member_idx``), a subscript of a member collection
+    (``watched.members[i]``), or ``enumerate`` over one. Each as ``line: what``."""
+    found = []
+
+    def collection(node: ast.AST) -> str | None:
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        return name if name is not None and MEMBER_COLLECTIONS.search(name) else None
+
+    tree = ast.parse(source)
+    methods = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}  # list.index(x), np.unravel_index(...)
+    for node in ast.walk(tree):
+        field = {ast.Name: "id", ast.arg: "arg", ast.Attribute: "attr"}.get(type(node))
+        named = getattr(node, field) if field and id(node) not in methods else None
+        if named is not None and INDEX_NAME.search(named):
+            found.append(f"{node.lineno}: the name {named}")
+        if isinstance(node, ast.Subscript) and collection(node.value):
+            found.append(f"{node.lineno}: {collection(node.value)}[...]")
+        if isinstance(node, ast.Call) and called_name(node) == "enumerate" and node.args and collection(node.args[0]):
+            found.append(f"{node.lineno}: enumerate({collection(node.args[0])})")
+    return found
+
+
+def test_the_check_for_member_indices_finds_them():
+    """The check below finds what the run once did: a callback keeping its index, the run reading a member by it."""
+    old = (
+        "self._index = self.watched.add(member)\n"
+        "member = watched.members[self._index]\n"
+        "due = frozenset(i for i, m in enumerate(self.members) if m.active)\n"
+        "def leave(self, index: int) -> None: ...\n"
+    )
+    assert len(member_index_uses(old)) >= 5, member_index_uses(old)
+    assert member_index_uses("handle = watched.add(member)\nwatched.leave(handle)\n") == []
+
+
+def test_callbacks_identify_members_by_handle_never_by_integer_index():
+    """A callback holds its ``MemberHandle`` (``callbacks.members``), and the run names members by their handles
+    (``StepResult.due``, ``WatchedRun.handle``, ``WatchedRun.leave``): nothing in callbacks/ is named as an index,
+    indexes a member collection or enumerates one, and ``WatchedRun.add`` hands back a ``MemberHandle``."""
+    bad = [
+        f"{relative(p)}:{use}" for p in python_files("bertwatch/callbacks") for use in member_index_uses(p.read_text())
+    ]
+    assert not bad, "members identified by position in callbacks/ (hold the MemberHandle instead):\n" + "\n".join(bad)
+    tree = ast.parse((PACKAGE / "callbacks" / "watched_run.py").read_text())
+    (run,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "WatchedRun"]
+    (add,) = [n for n in run.body if isinstance(n, ast.FunctionDef) and n.name == "add"]
+    assert ast.unparse(add.returns) == "MemberHandle", ast.unparse(add.returns)
+
+
+#: Fields that would carry the Trainer's side of a run into probe/ (its arguments, state, events, writer, trackers).
+TRAINER_FIELDS = {"args", "state", "control", "event", "trainer", "writer", "run_dir", "trackers", "world_zero",
+                  "resumed", "logging_dir", "callbacks"}  # fmt: skip
+TRAINER_TYPES = re.compile(r"Trainer|TrainingArguments|SummaryWriter|Callback")
+
+
+def test_probe_context_carries_nothing_of_the_trainer():
+    """``ProbeContext`` is what the probe pass needs, with no Trainer in sight: none of its fields is the Trainer's
+    arguments, state, event keywords, the event writer or the trackers (those live in the watched run's
+    ``TrainerSide``), and nothing in bertwatch reads such a field off a context."""
+    tree = ast.parse((PACKAGE / "probe" / "probe_context.py").read_text())
+    (cls,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ProbeContext"]
+    fields = {s.target.id: ast.unparse(s.annotation) for s in cls.body
+              if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}  # fmt: skip
+    assert "probe" in fields and "encoder_ref" in fields, "ProbeContext's fields were not found"
+    bad = sorted(f"{n}: {t}" for n, t in fields.items() if n in TRAINER_FIELDS or TRAINER_TYPES.search(t))
+    assert not bad, "Trainer-side fields in ProbeContext (keep them in callbacks.probe_setup.TrainerSide):\n" + (
+        "\n".join(bad)
+    )
+    reads = [
+        f"{relative(path)}:{node.lineno} context.{node.attr}"
+        for path in package_files()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in TRAINER_FIELDS
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "context"
+        and "probe" in path.parts  # fmt: skip
+    ]
+    assert not reads, "probe/ reads a Trainer-side field off its context:\n" + "\n".join(reads)
 
 
 def test_imports_run_downward():

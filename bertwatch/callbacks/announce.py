@@ -141,9 +141,11 @@ class RunPlan:
     verdict: bool = False
 
 
-def run_plan(context: ProbeContext, stats: int, budget: float, pinned: Pinned, verdict: bool = False) -> RunPlan:
+def run_plan(
+    context: ProbeContext, stats: int, budget: float, pinned: Pinned, verdict: bool = False, run_dir: str | None = None
+) -> RunPlan:
     """The start line's facts from the run's ``ProbeContext``, the callback's statistics and cadence; ``verdict``:
-    the callback judges the run verdict (it measures the gradient statistics)."""
+    the callback judges the run verdict (it measures the gradient statistics); ``run_dir``: where the events go."""
     info = context.probe.length_info()
     return RunPlan(
         model=type(context.encoder).__name__,
@@ -158,7 +160,7 @@ def run_plan(context: ProbeContext, stats: int, budget: float, pinned: Pinned, v
         every_n_steps=pinned.every_n_steps,
         budget=budget,
         pinned=pinned.events(),
-        run_dir=context.run_dir,
+        run_dir=run_dir,
         verdict=verdict,
     )
 
@@ -433,18 +435,18 @@ class Speaker:
         self._forecast_at: int | None = None  # the step after which the cost line is printed
 
     def start(
-        self, context: ProbeContext, member: Any, pacing: Any, evaluations: tuple[int, ...], speaks: bool, first: bool,
-        more: list[str],
+        self, context: ProbeContext, side: Any, member: Any, pacing: Any, evaluations: tuple[int, ...], speaks: bool,
+        first: bool, more: list[str],
     ) -> None:  # fmt: skip
         """The start lines of a callback that ``speaks``: what ``member`` measures with its ``pacing`` (the
-        Trainer evaluating at ``evaluations``), where the events go only from the run's ``first`` callback, and the
-        callback's own lines (``more``)."""
-        step, last = pacing.meter.first_step, int(context.state.max_steps or 0)
+        Trainer evaluating at ``evaluations``), where the events go (``side.run_dir``, the run's ``TrainerSide``)
+        only from the run's ``first`` callback, and the callback's own lines (``more``)."""
+        step, last = pacing.meter.first_step, int(side.state.max_steps or 0)
         self.pinned = Pinned.of(pacing.pinned, evaluations, pacing.every_n_steps, last)
         self.speaks = speaks
         if speaks:
             budget, names = pacing.meter.budget, member.stat_names
-            lines = start_lines(run_plan(context, len(names), budget, self.pinned, member.gives_health))
+            lines = start_lines(run_plan(context, len(names), budget, self.pinned, member.gives_health, side.run_dir))
             say((lines if first else lines[:1]) + more)
             self._forecast_at = forecast_step(step, last)
 

@@ -2,9 +2,9 @@
 (``callbacks.alerting`` on ``core.alerts``) and the verdict on all the evidence so far (``callbacks.run_evidence``
 on ``core.verdict``), written by the run and acted on once (``on_alert``).
 
-A callback takes no part in it beyond declaring what it measures (``callbacks.members``) and, where it takes the
-alert options, with what settings (:class:`Judging`): a run judges with one set of settings, so two callbacks of one
-run that give different ones are a ``SetupError`` before the first step.
+A callback takes no part in it beyond what its member declares (``callbacks.members.Member``): what it measures,
+and the settings it judges with (``Member.judging``, a ``Judging``; None: it takes none): a run judges with one set
+of settings, so two members of one run that declare different ones are a ``SetupError`` before the first step.
 
 A step's verdict is final once the step is over (its log and evaluation come after its probe pass), so the last
 one judged at a step is written when the next step begins or training ends; it is written at every step with
@@ -14,24 +14,21 @@ run-health signals and wherever the level changed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.loss_tap import LossTap, every_for, learning_rate
-from bertwatch.callbacks.members import Member
+from bertwatch.callbacks.members import Judging, Member, StepResult
+from bertwatch.callbacks.probe_setup import TrainerSide
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.core.alerts import ALERT_STATS, AlertSettings
 from bertwatch.core.verdict import LEVELS, VERDICT_SERIES, Verdict, VerdictSettings
 from bertwatch.probe.records import NamedValues, StepText
-
-if TYPE_CHECKING:
-    from bertwatch.callbacks.watched_run import StepResult
-    from bertwatch.probe.probe_context import ProbeContext
 
 #: What the ``verdict`` series and text say of themselves.
 VERDICT_DESCRIPTION = (
@@ -45,16 +42,6 @@ VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: hea
 __all__ = ["Judging", "RunJudge"]
 
 
-@dataclass(frozen=True)
-class Judging:
-    """What a stability alert or a failing verdict does (``on_alert``) and the thresholds (``alerts``,
-    ``verdict``)."""
-
-    on_alert: Any = "warn"
-    alerts: AlertSettings = field(default_factory=AlertSettings)
-    verdict: VerdictSettings = field(default_factory=VerdictSettings)
-
-
 class RunJudge:
     """The alerts and the verdict of one run: ``alerting`` (the alerts in force, those raised, the last
     verdict, the stop asked for), ``evidence`` (what the verdict reads), ``history`` (``(step, {alert statistic:
@@ -62,8 +49,8 @@ class RunJudge:
     the run's ``members``, handed to each call."""
 
     def __init__(self) -> None:
-        self.context: ProbeContext | None = None
         self.publisher: Publisher | None = None
+        self.shape, self.resumed = (0, 0), False  # the model's (layers, heads); the run started from a checkpoint
         self.judging: Judging | None = None
         self.strict = False
         self.alerting = Alerting("warn", AlertSettings(), False, VerdictSettings())
@@ -77,15 +64,16 @@ class RunJudge:
         self._rate_from: tuple[Any, Any] = (None, None)  # the Trainer's scheduler and optimizer
         self._tapped: Any = None  # the model the loss tap goes on, once a member gives the run-health signals
 
-    def open(self, context: ProbeContext, publisher: Publisher, state: Any, trainer: Any, model: Any) -> None:
-        """The run is built: its context, its writer, the evidence of its start (``RunEvidence.begin``); the loss
-        tap (``callbacks.loss_tap``) goes on ``model`` once a member that gives the run-health signals joins
-        (:meth:`take`), and only in a run of one process: each process of a distributed run sees its own batches'
-        loss, so there every process reads the Trainer's logged loss (the same on all) and judges alike."""
-        self.context, self.publisher = context, publisher
-        self.evidence.begin(state, trainer)
+    def open(self, publisher: Publisher, side: TrainerSide, shape: tuple[int, int], trainer: Any, model: Any) -> None:
+        """The run is built: its writer, the Trainer's ``side`` of it, the model's ``(layers, heads)``, the evidence
+        of its start (``RunEvidence.begin``); the loss tap (``callbacks.loss_tap``) goes on ``model`` once a member
+        that gives the run-health signals joins (:meth:`take`), and only in a run of one process: each process of
+        a distributed run sees its own batches' loss, so there every process reads the Trainer's logged loss (the
+        same on all) and judges alike."""
+        self.publisher, self.shape, self.resumed = publisher, shape, side.resumed
+        self.evidence.begin(side.state, trainer)
         # a TrainingArguments has world_size; a plain namespace of arguments (a custom loop's) may not
-        single = int(getattr(context.args, "world_size", 1) or 1) == 1
+        single = int(getattr(side.args, "world_size", 1) or 1) == 1
         self._tapped = model if single else None
         self._rate_from = (trainer.event.get("lr_scheduler"), trainer.event.get("optimizer"))
 
@@ -102,19 +90,21 @@ class RunJudge:
             self.tap.close()
         self.tap, self._tapped, self._rate_from = None, None, (None, None)
 
-    def take(self, judging: Judging | None, strict: bool, speaks: bool, name: str, gives_health: bool = False) -> None:
-        """A callback's part in the judging: its settings (None: it takes none), whether its errors re-raise,
-        whether it prints (any callback of the run that prints makes the alert lines printed) and whether it gives
-        the run-health signals (the first that does puts the loss tap on: the verdict is judged)."""
-        if gives_health and self.tap is None and self._tapped is not None:
+    def take(self, member: Member) -> None:
+        """A member's part in the judging, as it declares it: its settings (``judging``; None: it takes none),
+        whether its errors re-raise (``strict``), whether it prints (``speaks``: any member of the run that prints
+        makes the alert lines printed) and whether it gives the run-health signals (the first that does puts the
+        loss tap on: the verdict is judged)."""
+        if member.gives_health and self.tap is None and self._tapped is not None:
             self.tap = LossTap(self._tapped, every_for(self.evidence.evidence.max_steps))
+        judging = member.judging
         if judging is not None and self.judging is not None and judging != self.judging:
             raise SetupError(
-                f"{name}: on_alert, alerts and verdict differ from another bertwatch callback's on this run, which "
-                "judges once: give them the same"
+                f"{member.name}: on_alert, alerts and verdict differ from another bertwatch callback's on this run, "
+                "which judges once: give them the same"
             )
-        speaks = self.alerting.speaks or speaks
-        self.judging, self.strict = judging or self.judging, self.strict or strict
+        speaks = self.alerting.speaks or member.speaks
+        self.judging, self.strict = judging or self.judging, self.strict or member.strict
         j = self.judging or Judging()
         self.alerting = Alerting(j.on_alert, j.alerts, self.strict, j.verdict)
         self.alerting.speaks = speaks
@@ -122,7 +112,7 @@ class RunJudge:
     def after_pass(self, members: Sequence[Member], result: StepResult, control: Any) -> None:
         """Judge a probe pass's result: the alerts where a member due measures an alert statistic, the verdict where
         one due gave the run-health signals."""
-        due = [members[i] for i in sorted(result.due)]
+        due = result.due_members()
         alert_names = ALERT_STATS & frozenset().union(*(m.stat_names for m in due))
         grids = {n: g for n, g in result.grids.items() if n in alert_names}
         if grids:
@@ -164,11 +154,11 @@ class RunJudge:
     def _alerts(self, members: Sequence[Member], event: str, control: Any) -> None:
         """The stability alerts of the newest step: written (``Publisher.publish_alerts``), and acted on."""
         with self.alerting.contained():
-            judgement = self.alerting.judge(self.history, self.context.resumed)
+            judgement = self.alerting.judge(self.history, self.resumed)
             if judgement is None:
                 return
             senders = [m for m in members if m.active and m.log_to_trackers and ALERT_STATS & m.stat_names]
-            layers, heads, step = self.context.layers, self.context.heads, judgement.step
+            (layers, heads), step = self.shape, judgement.step
             to_trackers = event != "end" and bool(senders)
             self.publisher.publish_alerts(judgement.alerts, layers, heads, step, judgement.reference_step, to_trackers)
             self.alerting.act(judgement, control)

@@ -2,26 +2,46 @@
 measures once the model, the probe set and the loss have had their say (:func:`resolve`), when, and what rides on
 its passes. The home of the rule "does this member measure gradients?" (:attr:`Member.gradients`: the statistics
 that need a loss; :attr:`Member.gives_health`: it runs the gradient pass that gives the run-health signals).
+
+A callback holds its place in the run as a :class:`MemberHandle` (never a position): the run's results name the
+handles that were due (:class:`StepResult`), and the run delivers each result into the handle's ``history`` and
+``health`` once.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
 from bertwatch.callbacks.riders import ClusterTrack, riders_for
 from bertwatch.callbacks.tracking import reported_trackers
+from bertwatch.core.alerts import AlertSettings
+from bertwatch.core.verdict import VerdictSettings
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME, check_gradients
 from bertwatch.heads.task_heads import LossSetupError
+from bertwatch.options.settings import ALL_STATS
 from bertwatch.probe.measurements import supported_stats
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.probe.records import Rider
 
-__all__ = ["GRADIENT_STATS", "Member", "Riding", "loss_problem", "resolve", "without_gradients"]
+__all__ = [
+    "GRADIENT_STATS",
+    "Judging",
+    "Member",
+    "MemberHandle",
+    "Riding",
+    "StepResult",
+    "loss_problem",
+    "resolve",
+    "without_gradients",
+]
 
 #: The statistics that need a loss on the probe set (the gradient pass's and integrated gradients).
 GRADIENT_STATS = frozenset(GRADIENT_NAMES) | {IG_NAME}
@@ -41,12 +61,26 @@ class Riding:
         return riders_for(context, self.word_classes, self.track, self.cluster_examples, self.annotated)
 
 
+@dataclass(frozen=True)
+class Judging:
+    """What a stability alert or a failing verdict does (``on_alert``) and the thresholds (``alerts``,
+    ``verdict``): the settings a member judges its run with (``Member.judging``; ``callbacks.judging``)."""
+
+    on_alert: Any = "warn"
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    verdict: VerdictSettings = field(default_factory=VerdictSettings)
+
+
 @dataclass
 class Member:
     """One callback's part in its run's passes, fixed at setup: ``name`` (for messages), the statistics it
     measures (``stat_names``; ``required``: asked for by name, so a refused loss is an error), when (``pacing``),
     the maps it keeps (``maps``), what rides on its passes (``riding``), whether its layer means go to the
-    trackers (``log_to_trackers``). ``active``: False once it stopped."""
+    trackers (``log_to_trackers``). ``active``: False once it stopped.
+
+    Its part in the run's judging (``callbacks.judging``), as it declares it: ``judging``, the settings it judges
+    with (None: it takes no part but what it measures), ``strict`` (its errors re-raise) and ``speaks`` (it prints:
+    the run's alert lines are printed)."""
 
     name: str
     stat_names: frozenset[str]
@@ -55,6 +89,9 @@ class Member:
     maps: MapsCadence | None = None
     riding: Riding = field(default_factory=Riding)
     log_to_trackers: bool = True
+    judging: Judging | None = None
+    strict: bool = False
+    speaks: bool = False
     active: bool = True
 
     @property
@@ -66,6 +103,71 @@ class Member:
     def gives_health(self) -> bool:
         """Whether its passes run the gradient pass, which gives the run-health signals the verdict reads."""
         return bool(self.stat_names & frozenset(GRADIENT_NAMES))
+
+
+class MemberHandle:
+    """One callback's place in its run (``WatchedRun.add`` makes it): its ``member`` (replaced where the start pass
+    takes its gradient statistics away), and what the run delivered to it: ``history`` ``(step, {stat: [layers,
+    heads]})`` of every step it measured, ``health`` ``(step, {signal: value})`` of the steps it had the run-health
+    signals. Compared by identity: two callbacks with equal members are two members."""
+
+    def __init__(self, member: Member) -> None:
+        self.member = member
+        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
+        self.health: list[tuple[int, dict[str, float]]] = []
+
+    @property
+    def active(self) -> bool:
+        return self.member.active
+
+    def keep(self, results: Sequence[StepResult]) -> list[int]:
+        """Keep this member's part of ``results``: its grids in ``history`` (one entry a step, merged), the
+        run-health signals in ``health`` (once a step); returns the steps it was due at."""
+        steps = []
+        for result in results:
+            grids = result.of(self)
+            if grids is None:
+                continue
+            steps.append(result.step)
+            if self.history and self.history[-1][0] == result.step:
+                self.history[-1][1].update(grids)
+            else:
+                self.history.append((result.step, dict(grids)))
+            signals = result.health_of(self)
+            if signals and not (self.health and self.health[-1][0] == result.step):
+                self.health.append((result.step, dict(signals)))
+        return steps
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one event's pass gave: ``step``, ``event``, the ``due`` members' handles, ``grids``, every statistic
+    measured at this step so far ``{name: [layers, heads]}``, and ``health``, the run-health signals measured at this
+    step (``core.health_names``; empty when no gradient pass ran)."""
+
+    step: int
+    event: str
+    due: frozenset[MemberHandle]
+    grids: Mapping[str, np.ndarray]
+    health: Mapping[str, float] = field(default_factory=dict)
+
+    def of(self, handle: MemberHandle) -> dict[str, np.ndarray] | None:
+        """The grids of ``handle``'s member, or None when it was not due at this event."""
+        if handle not in self.due:
+            return None
+        names = handle.member.stat_names
+        return {n: self.grids[n] for n in ALL_STATS if n in names and n in self.grids}
+
+    def health_of(self, handle: MemberHandle) -> dict[str, float] | None:
+        """The run-health signals for ``handle``'s member (one that measures the gradient statistics, due at this
+        event), or None."""
+        if handle not in self.due or not self.health or not handle.member.gives_health:
+            return None
+        return dict(self.health)
+
+    def due_members(self) -> list[Member]:
+        """The members due at this event."""
+        return [h.member for h in self.due]
 
 
 def loss_problem(context: ProbeContext) -> str | None:

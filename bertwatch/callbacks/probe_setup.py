@@ -1,10 +1,12 @@
-"""The probe pass's context gathered from the Trainer: ``build_probe_context`` at ``on_train_begin``.
+"""A watched run's two sides gathered from the Trainer at ``on_train_begin``: ``build_probe_context`` (what the
+probe pass needs) and ``open_trainer_side`` (what stays with the run: the Trainer's arguments and state, the event
+writer and the trackers).
 
 What the Trainer gives is read here (``callbacks._context``): the probe examples (``probe_texts=``,
 ``probe_dataset=``, else the eval set, else the training set), the tokenizer and collator, the loss the gradient
 statistics take (``callbacks.trainer_loss``), the TensorBoard run and the trackers; what the probe pass then
 needs is built below it (``probe.probe_set``, ``probe.probe_units``, ``probe.reference``) into a
-``probe.probe_context.ProbeContext``.
+``probe.probe_context.ProbeContext``, which holds nothing of the Trainer.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import warnings
 import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +34,25 @@ from bertwatch.probe.probe_set import ProbeSet, ReferenceCache, build_probe_set,
 from bertwatch.probe.probe_units import plan_units
 from bertwatch.probe.reference import DriftReference, check_reference_model
 
-__all__ = ["build_probe_context"]
+__all__ = ["TrainerSide", "build_probe_context", "open_trainer_side"]
+
+
+@dataclass(frozen=True, eq=False)
+class TrainerSide:
+    """What a watched run holds of the Trainer (``callbacks.watched_run``): its ``args`` and ``state``, the keyword
+    arguments of its ``on_train_begin`` other than ``args``, ``state`` and ``control`` (``event``, handed on to the
+    trackers), whether this is world process zero (``world_zero``) and whether the run started from a checkpoint
+    (``resumed``: global step > 0); on world process zero the event ``writer`` opened in ``run_dir`` and the
+    ``trackers`` (None, None and empty elsewhere)."""
+
+    args: Any
+    state: Any
+    event: Mapping[str, Any]
+    world_zero: bool
+    resumed: bool
+    writer: Any = None
+    run_dir: str | None = None
+    trackers: tuple[Any, ...] = ()
 
 
 def _tokenizer(settings: ProbeSettings, event: Mapping[str, Any], unwrapped: Unwrapped) -> Any:
@@ -122,14 +143,13 @@ def build_probe_context(
 
     Returns:
         The run's ``ProbeContext``; the probe set is collated and its units put on the model's device, the
-        reference loaded when resuming, and on world process zero the event writer opened in the Trainer's
-        TensorBoard run.
+        reference loaded when resuming.
 
     Raises:
         SetupError: a model whose weights are sharded in a way the pass cannot follow, a probe set that cannot
-            be built (no tokenizer, no examples), a ``reference_model`` that cannot be loaded or an event folder
-            that cannot be written, with what to do. A loss the gradient statistics cannot take is
-            not refused here but described in ``loss.problem``, for the callbacks that want gradients.
+            be built (no tokenizer, no examples) or a ``reference_model`` that cannot be loaded, with what to do. A
+            loss the gradient statistics cannot take is not refused here but described in ``loss.problem``, for the
+            callbacks that want gradients.
     """
     shape = model_shape(model)
     check_reference_model(settings.reference_model)
@@ -148,18 +168,6 @@ def build_probe_context(
     if resumed:
         reference.resume(int(state.global_step), settings.reference_model is not None, unwrapped.model,
                          autocast_dtype(args), tuple(args.label_names or ()))  # fmt: skip
-    writer, run_dir = None, None
-    if world_zero:
-        from bertwatch.tb.writer.summary import SummaryWriter
-
-        run_dir = tensorboard_run_dir(args, context, settings.logging_dir)
-        try:
-            writer = SummaryWriter(run_dir)
-        except OSError as err:
-            raise SetupError(
-                f"bertwatch cannot write its event file in {run_dir!r} ({type(err).__name__}: {err.strerror or err}); "
-                "pass logging_dir= a folder you can write to, or make that one writable"
-            ) from err
     return ProbeContext(
         encoder_ref=weakref.ref(unwrapped.model),
         probe=probe,
@@ -173,11 +181,35 @@ def build_probe_context(
         settings=settings,
         loss=loss,
         reference=reference,
+        label_names=tuple(args.label_names or ()),
+    )
+
+
+def open_trainer_side(
+    settings: ProbeSettings, args: Any, state: Any, event: Mapping[str, Any], context: TrainerContext
+) -> TrainerSide:
+    """The Trainer's side of the run that ``args`` and ``state`` describe; on world process zero the event writer
+    opened in the Trainer's TensorBoard run (``logging_dir=`` else ``callbacks._context.tensorboard_run_dir``) and the
+    Trainer's trackers. Raises ``SetupError`` for an event folder that cannot be written, with what to do."""
+    world_zero = bool(state.is_world_process_zero)
+    writer, run_dir = None, None
+    if world_zero:
+        from bertwatch.tb.writer.summary import SummaryWriter
+
+        run_dir = tensorboard_run_dir(args, context, settings.logging_dir)
+        try:
+            writer = SummaryWriter(run_dir)
+        except OSError as err:
+            raise SetupError(
+                f"bertwatch cannot write its event file in {run_dir!r} ({type(err).__name__}: {err.strerror or err}); "
+                "pass logging_dir= a folder you can write to, or make that one writable"
+            ) from err
+    return TrainerSide(
         args=args,
         state=state,
         event={k: v for k, v in event.items() if k not in ("args", "state", "control")},
         world_zero=world_zero,
-        resumed=resumed,
+        resumed=int(state.global_step) > 0,
         writer=writer,
         run_dir=run_dir,
         trackers=tuple(cb for cb in context.callbacks() if is_tracker(cb)) if world_zero else (),

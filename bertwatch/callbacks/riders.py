@@ -124,9 +124,9 @@ class HeadClusterPass:
     def consume(self, rows: Sequence[int], attn: Tensor, roles: TokenRoles) -> None:
         take = [k for k, row in enumerate(rows) if row < self.num_examples]
         if take:
-            index = torch.tensor(take, device=attn.device)
-            lengths = roles.real.index_select(0, index).sum(-1).tolist()
-            self.distances.add_batch(attn.index_select(0, index).detach().float().cpu(), lengths)
+            picked = torch.tensor(take, device=attn.device)
+            lengths = roles.real.index_select(0, picked).sum(-1).tolist()
+            self.distances.add_batch(attn.index_select(0, picked).detach().float().cpu(), lengths)
 
     def finish(self) -> RiderOutput:
         """The heads' map as the embedding ``js_mds_training`` (no grids)."""

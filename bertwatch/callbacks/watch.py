@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from transformers import TrainerCallback
@@ -18,13 +18,12 @@ from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, evaluation_steps
 from bertwatch.callbacks._safe import OwnCallback, SetupError, contained, init_depth
 from bertwatch.callbacks.alerting import Alerting
-from bertwatch.callbacks.judging import Judging
-from bertwatch.callbacks.members import Member, Riding, resolve, setup_warnings
+from bertwatch.callbacks.members import Judging, Member, MemberHandle, Riding, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
 from bertwatch.callbacks.riders import ClusterTrack
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker
-from bertwatch.callbacks.watched_run import join, keep_results
+from bertwatch.callbacks.watched_run import join
 from bertwatch.callbacks.word_classes import prepare_word_classes
 from bertwatch.core.stat_names import DEFAULT_STATS
 from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
@@ -63,6 +62,10 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
     #: The keyword options this callback takes (``WatchSettings`` fields; ``"group.field"``: one nested field).
     options: tuple[str, ...] = COMMON_OPTIONS
 
+    #: Whether its ``on_alert``, ``alerts`` and ``verdict`` settings judge its run (``Member.judging``): declared by
+    #: a callback that takes them as options; the others take no part in the judging but what they measure.
+    judges: ClassVar[bool] = False
+
     def __init__(
         self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any
     ) -> None:
@@ -84,16 +87,24 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         self.pacing = ProbePacing(s.every_n_steps, s.overhead_budget, pinned)
         super().__init__()
         self.probe_settings, self.watched = s.probe(), None
-        self.history: list[tuple[int, dict[str, np.ndarray]]] = []
-        self.health: list[tuple[int, dict[str, float]]] = []
-        self._index, self._speaker = -1, announce.Speaker()
+        self.member_handle: MemberHandle | None = None  # this callback's place in its run, from on_train_begin
+        self._speaker = announce.Speaker()
         self._stat_names = frozenset(self.requested or self.default_stats)
 
     @property
     def stat_names(self) -> frozenset[str]:
         """The statistics this callback measures (in a run: those its model, probe set and loss give)."""
-        in_run = self.watched is not None and self._index >= 0
-        return self.watched.members[self._index].stat_names if in_run else self._stat_names
+        return self.member_handle.member.stat_names if self.member_handle is not None else self._stat_names
+
+    @property
+    def history(self) -> list[tuple[int, dict[str, np.ndarray]]]:
+        """``(step, {stat: [layers, heads]})`` of every step this callback measured in its run (empty before it)."""
+        return self.member_handle.history if self.member_handle is not None else []
+
+    @property
+    def health(self) -> list[tuple[int, dict[str, float]]]:
+        """``(step, {signal: value})``: the run-health signals of the steps it measured its gradient statistics."""
+        return self.member_handle.health if self.member_handle is not None else []
 
     @property
     def alerting(self) -> Alerting | None:
@@ -114,34 +125,37 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         """Stop this callback for the rest of the run (with its one warning), and leave its run."""
         super().disable(message)
         if self.watched is not None:
-            self.watched.leave(self._index)
+            self.watched.leave(self.member_handle)
 
     def _member(self, stat_names: frozenset[str], context: ProbeContext | None) -> Member:
         """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
-        required = self.requested is not None
-        return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers)
+        required, s = self.requested is not None, self.settings
+        judging = Judging(s.on_alert, s.alerts, s.verdict) if self.judges else None
+        return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers,
+                      judging=judging, strict=self.strict)  # fmt: skip
 
     @contained("on_train_begin")
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if kwargs.get("model") is None:
             raise SetupError(f"{type(self).__name__} needs the model in the Trainer's callback arguments")
         self.pacing.start(int(state.global_step), int(state.max_steps or 0) or None)
-        start, self.history, self.health, self._index = self.pacing.clock(), [], [], -1
+        start, self.member_handle = self.pacing.clock(), None
         context = self._link.context(kwargs)
         self.watched = join(kwargs["model"], self.probe_settings, args, state, kwargs, context)
         if self.watched.failed:
             return self.disable()
         probe = self.watched.context
         self._check_setup(args, state, probe, context)
+        side = self.watched.trainer_side
+        speaks = side.world_zero and not announce.quiet(self.settings.quiet)
         member = resolve(self._member(self._stat_names, probe), probe, not self.watched.begin_pending)
-        speaks = probe.world_zero and not announce.quiet(self.settings.quiet)
-        judging = Judging(self.settings.on_alert, self.settings.alerts, self.settings.verdict)
-        self._index = self.watched.add(member, judging if "on_alert" in self.options else None, self.strict, speaks)
+        self.member_handle = self.watched.add(dataclasses.replace(member, speaks=speaks))
         setup_warnings(member, args, context.bound)
         self.pacing.charge(self.pacing.clock() - start, setup=True)
         evaluations = evaluation_steps(args, state) if self.pacing.pinned.on_evaluate else ()
         first = self.watched.announce_once()
-        self._speaker.start(probe, member, self.pacing, evaluations, speaks, first, self._more_lines(probe, first))
+        more = self._more_lines(probe, first)
+        self._speaker.start(probe, side, member, self.pacing, evaluations, speaks, first, more)
 
     def _more_lines(self, context: ProbeContext, first: bool) -> list[str]:
         """Start lines of this callback's own: the size of a large drift reference, from the run's ``first``
@@ -156,17 +170,14 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         """Fail at on_train_begin on a configuration that could only fail later."""
 
     def _drive(self, event: str, state: Any, control: Any = None, metrics: Any = None, kwargs: Any = None) -> None:
-        """Have the run handle ``event`` (the pass runs and is judged once, for every callback due), then take this
-        callback's results into its history and health, and write its ``probe_steps`` points."""
+        """Have the run handle ``event`` (the pass runs and is judged once, for every callback due); the run
+        delivers this callback's results to its handle (its ``history`` and ``health``) and writes its
+        ``probe_steps`` points."""
         watched, step = self.watched, int(state.global_step)
-        if watched is None or self._index < 0 or watched.failed:
-            return None if watched is None or self._index < 0 else self.disable()
-        start, evaluation = self.pacing.clock(), None if kwargs is None else (metrics, self._link.context(kwargs))
-        results = watched.handle(event, step, self._index, control, evaluation)
-        steps = keep_results(results, watched.members[self._index], self._index, self.history, self.health)
-        self.pacing.charge(self.pacing.clock() - start, steps[-1] if steps else None)
-        for measured in steps:
-            watched.publish_records(self.pacing.records(measured), measured)
+        if watched is None or self.member_handle is None or watched.failed:
+            return None if watched is None or self.member_handle is None else self.disable()
+        evaluation = None if kwargs is None else (metrics, self._link.context(kwargs))
+        watched.handle(event, step, self.member_handle, control, evaluation)
 
     @contained("on_step_begin")
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -196,11 +207,11 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
                 start = self.pacing.clock()
                 self._after_end(args, state, kwargs)
                 after = self.pacing.clock() - start  # the ablation: left out of the run's wall time, said apart
-                member, hint = self.watched.members[self._index], self._report_hint(args)
+                member, hint = self.member_handle.member, self._report_hint(args)
                 verdict = self.alerting.verdict_to_tell() if member.gives_health and self._speaker.speaks else None
                 self._speaker.end(self.history, self.alerting, member, self.pacing, hint, after, verdict)
         finally:
-            self.watched.leave(self._index)
+            self.watched.leave(self.member_handle)
 
     def _after_end(self, args: Any, state: Any, kwargs: Mapping[str, Any]) -> None:
         """Work after the last measurement (the ablation sweep of BertWatchCallback)."""
@@ -299,6 +310,7 @@ class BertWatchCallback(WatchCallback):
 
     default_stats = DEFAULT_STATS
     options = WatchSettings.names()
+    judges = True
 
     def __init__(
         self, stats: Sequence[str] | None = None, *, settings: WatchSettings | None = None, **options: Any
@@ -352,6 +364,6 @@ class BertWatchCallback(WatchCallback):
         sharded = is_sharded(kwargs["model"])  # every process must take part in a sharded model's forwards
         if self.ablation is None or not (sharded or state.is_world_process_zero):
             return
-        writer = self.watched.context.writer if self.watched is not None else None
+        writer = self.watched.trainer_side.writer if self.watched is not None else None
         results = self.ablation.run(args, state, self._link.context(kwargs), writer=writer, distributed=sharded)
         self.ablation_result = results[self.ablation_mode]

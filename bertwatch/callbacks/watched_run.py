@@ -3,12 +3,15 @@
 Every bertwatch callback of a run joins its run's ``WatchedRun`` at ``on_train_begin`` (:func:`join`): callbacks with
 equal probe settings (``options.settings.ProbeSettings``, compared by value) on the same run share one, so they
 share one probe set, one reference, one pass per event and one event file. Each brings a ``Member``: what it
-measures and when, fixed at setup. Data flows one way, down:
+measures and when, and its part in the judging, fixed at setup; it gets back a ``MemberHandle``, which it holds.
+The run also holds the Trainer's side (``probe_setup.TrainerSide``: arguments, state, writer, trackers), which the
+probe pass never sees. Data flows one way, down:
 
 - at each event the first callback to arrive calls :meth:`WatchedRun.handle`; it asks each member's pacing
   whether it is due (``callbacks.pacing``), plans the pass (``probe_pass.plan_pass``), runs it
   (``probe_pass.execute``), writes it (``callbacks.publisher``), judges it once (the alerts and the verdict,
-  ``callbacks.judging``) and keeps the ``StepResult``, which every callback of that event reads into its history;
+  ``callbacks.judging``) and keeps the ``StepResult``; every callback's call then has the run deliver that
+  callback's part into its handle (``MemberHandle.keep``), charge its pacing and write its ``probe_steps`` points;
 - nothing here calls a callback.
 
 The run's first pass, at the first step's begin, also checks the gradient statistics' loss on the probe batches
@@ -29,19 +32,19 @@ import numpy as np
 import torch
 
 from bertwatch.callbacks._context import TrainerContext
-from bertwatch.callbacks.judging import Judging, RunJudge
-from bertwatch.callbacks.members import Member, loss_problem, refusal, without_gradients
-from bertwatch.callbacks.probe_setup import build_probe_context
+from bertwatch.callbacks.judging import RunJudge
+from bertwatch.callbacks.members import Member, MemberHandle, StepResult, loss_problem, refusal, without_gradients
+from bertwatch.callbacks.probe_setup import TrainerSide, build_probe_context, open_trainer_side
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.core.health_names import HEALTH_SERIES
 from bertwatch.heads.gradients.importance import GRADIENT_NAMES
-from bertwatch.options.settings import ALL_STATS, ProbeSettings
+from bertwatch.options.settings import ProbeSettings
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.probe.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
 from bertwatch.probe.records import HeadEmbedding, NamedValues, Rider, StepText
 from bertwatch.tb.writer.metadata import PROBE_MODEL_KEY
 
-__all__ = ["MAPS_BYTES", "WatchedRun", "StepResult", "join", "keep_results"]
+__all__ = ["MAPS_BYTES", "StepResult", "WatchedRun", "join"]
 
 #: The most attention-map bytes a step writes (float16, the kept examples' weights): the maps of 4 probe examples
 #: of 128 tokens at bert-base's 144 heads take 19 MB; of one 512-token example 75 MB, whose writing took seconds
@@ -56,55 +59,18 @@ HEALTH_DESCRIPTION = (
 )
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """What one event's pass gave: ``step``, ``event``, the ``due`` members (by position in the watched run),
-    ``grids``, every statistic measured at this step so far ``{name: [layers, heads]}``, and ``health``, the
-    run-health signals measured at this step (``core.health_names``; empty when no gradient pass ran)."""
+@dataclass
+class _StepRecord:
+    """What the run has done at one step, replaced (not emptied) when a new step begins: the ``results`` of its
+    events, every grid measured at it (``grids``), its run-health signals (``health``), the handles whose riders rode
+    one of its passes (``rode``) and the results each handle has had (``delivered``)."""
 
-    step: int
-    event: str
-    due: frozenset[int]
-    grids: Mapping[str, np.ndarray]
-    health: Mapping[str, float] = field(default_factory=dict)
-
-    def of(self, member: Member, index: int) -> dict[str, np.ndarray] | None:
-        """``member``'s grids, or None when it was not due at this event."""
-        if index not in self.due:
-            return None
-        return {n: self.grids[n] for n in ALL_STATS if n in member.stat_names and n in self.grids}
-
-    def health_of(self, member: Member, index: int) -> dict[str, float] | None:
-        """The run-health signals for ``member`` (one that measures the gradient statistics, due at this event), or
-        None."""
-        if index not in self.due or not self.health or not member.gives_health:
-            return None
-        return dict(self.health)
-
-
-def keep_results(
-    results: Sequence[StepResult],
-    member: Member,
-    index: int,
-    history: list[tuple[int, dict[str, np.ndarray]]],
-    health: list[tuple[int, dict[str, float]]],
-) -> list[int]:
-    """Keep ``member``'s part of ``results`` (it is member ``index`` of its run): its grids in ``history`` (one
-    entry a step, merged), the run-health signals in ``health`` (once a step); returns the steps it was due at."""
-    steps = []
-    for result in results:
-        grids = result.of(member, index)
-        if grids is None:
-            continue
-        steps.append(result.step)
-        if history and history[-1][0] == result.step:
-            history[-1][1].update(grids)
-        else:
-            history.append((result.step, dict(grids)))
-        signals = result.health_of(member, index)
-        if signals and not (health and health[-1][0] == result.step):
-            health.append((result.step, dict(signals)))
-    return steps
+    step: int = -1
+    results: dict[tuple[str, int], StepResult] = field(default_factory=dict)
+    grids: dict[str, np.ndarray] = field(default_factory=dict)
+    health: dict[str, float] = field(default_factory=dict)
+    rode: set[MemberHandle] = field(default_factory=set)
+    delivered: set[tuple[MemberHandle, tuple[str, int]]] = field(default_factory=set)
 
 
 #: The watched runs, held as long as a callback holds its own (a run that never ended goes with its callbacks).
@@ -136,24 +102,23 @@ def join(
 
 
 class WatchedRun:
-    """One run's probe set, reference, passes and event writer (world process zero only), shared by its
-    ``members``. Built by :func:`join`; :meth:`add` takes a member, :meth:`run` handles an event, :meth:`leave`
-    lets a member go (the last one closes the writer)."""
+    """One run's probe set, reference, passes and event writer (world process zero only), shared by its members
+    (``handles``, in the order they joined). Built by :func:`join`; :meth:`add` takes a member and hands back its
+    ``MemberHandle``, :meth:`handle` handles an event, :meth:`leave` lets a member go (the last one closes the
+    writer)."""
 
     def __init__(self, state: Any, settings: ProbeSettings) -> None:
         self._state = weakref.ref(state)
         self.settings = settings
-        self.members: list[Member] = []
+        self.handles: list[MemberHandle] = []
         self.failed = False
-        self.context: ProbeContext | None = None
+        self.context: ProbeContext | None = None  # what the passes read; replaced (never changed) for new references
+        self.trainer_side: TrainerSide | None = None  # the Trainer's arguments and state, the writer, the trackers
         self.publisher: Publisher | None = None
         self.begin_pending = False
         self.maps_fit, self.maps_budget = 0, MAPS_BYTES
-        self._results: dict[tuple[str, int], StepResult] = {}
-        self._step, self._grids, self._maps_written = -1, {}, set()
-        self._health: dict[str, float] = {}
-        self._riders_taken: set[int] = set()  # the members whose riders rode this step's pass
-        self._delivered: set[tuple[int, tuple[str, int]]] = set()
+        self._now = _StepRecord()
+        self._maps_written: set[int] = set()
         self.judge = RunJudge()
         self._announced = False
 
@@ -161,26 +126,33 @@ class WatchedRun:
     def state(self) -> Any:
         return self._state()
 
+    @property
+    def members(self) -> list[Member]:
+        """Every member's part, in the order they joined."""
+        return [h.member for h in self.handles]
+
     def open(self, model: torch.nn.Module, args: Any, event: Mapping[str, Any], trainer: TrainerContext) -> None:
         try:
             run = build_probe_context(model, self.settings, args, self.state, event, trainer)
+            side = open_trainer_side(self.settings, args, self.state, event, trainer)
         except BaseException:
             self.failed = True
             raise
-        self.context = run
+        self.context, self.trainer_side = run, side
         probe = {**run.probe.length_info(), PROBE_MODEL_KEY: run.model_name}  # recorded with the run's grids
-        self.publisher = Publisher(run.writer, run.trackers, args, self.state, run.event, run.probe.roles, probe)
-        self.judge.open(run, self.publisher, self.state, trainer, model)
-        self.begin_pending = not run.resumed
+        self.publisher = Publisher(side.writer, side.trackers, args, self.state, side.event, run.probe.roles, probe)
+        self.judge.open(self.publisher, side, (run.layers, run.heads), trainer, model)
+        self.begin_pending = not side.resumed
         self.maps_budget = MAPS_BYTES
         self.maps_fit = run.probe.maps_that_fit(run.layers, run.heads, self.maps_budget)
 
-    def add(self, member: Member, judging: Judging | None = None, strict: bool = False, speaks: bool = False) -> int:
-        """Take ``member`` into the run's passes, and its part in the judging (``RunJudge.take``); returns its index
-        (``StepResult.of``)."""
-        self.judge.take(judging, strict, speaks, member.name, member.gives_health)
-        self.members.append(member)
-        return len(self.members) - 1
+    def add(self, member: Member) -> MemberHandle:
+        """Take ``member`` into the run's passes, and into the judging as it declares (``RunJudge.take``); returns
+        its handle, which the run delivers its results to (:meth:`handle`)."""
+        self.judge.take(member)
+        handle = MemberHandle(member)
+        self.handles.append(handle)
+        return handle
 
     @property
     def active(self) -> list[Member]:
@@ -195,103 +167,115 @@ class WatchedRun:
     # ---------------------------------------------------------------------------------------------- events
 
     def handle(
-        self, event: str, step: int, index: int, control: Any = None, evaluation: tuple[Any, Any] | None = None
+        self,
+        event: str,
+        step: int,
+        member: MemberHandle,
+        control: Any = None,
+        evaluation: tuple[Any, Any] | None = None,
     ) -> list[StepResult]:
-        """Handle ``event`` at ``step`` once for all members (a pending begin pass first; a "begin" that is not
-        pending does nothing), each new result judged (``callbacks.judging``; ``control`` the Trainer's, for a
-        stop); returns the results member ``index`` has not had yet, oldest first. A step's begin writes the
-        verdict of the steps before; the end writes the last. ``evaluation``: ``on_evaluate``'s metrics and
-        ``TrainerContext``, noted as evidence before the pass, the verdict judged again after it on new metrics."""
+        """Handle ``event`` at ``step`` once for all members (the run's start pass first where it is still
+        pending; a "begin" that is not pending does nothing), each new result judged (``callbacks.judging``;
+        ``control`` the Trainer's, for a stop), then deliver to ``member`` the results it has not had yet, oldest
+        first (``MemberHandle.keep``; they are returned too), charge its pacing with the time this took and write
+        its ``probe_steps`` points (``ProbePacing.records``). A step's begin writes the verdict of the steps before;
+        the end writes the last. ``evaluation``: ``on_evaluate``'s metrics and ``TrainerContext``, noted as evidence
+        before the pass, the verdict judged again after it on new metrics."""
         if self.failed or self.context is None:
             raise RuntimeError("bertwatch already failed in this run")
+        pacing = member.member.pacing
+        start = pacing.clock()
         if event == "begin":
             self.judge.write(before=step)
         if event == "step":
             self.judge.note_step(self.members, step, control)
         new = evaluation is not None and self.judge.note_evaluation(step, *evaluation)
-        events = ["begin", event] if self.begin_pending and event != "begin" else [event]
-        for ev in events:
-            key = (ev, step)
-            if key in self._results:
-                continue
-            if ev == "begin":
-                if not self.begin_pending:
-                    continue
-                self.begin_pending = False
-            try:
-                self._results[key] = self._handle(ev, step)
-            except BaseException:
-                self.failed = True
-                raise
-            self.judge.after_pass(self.members, self._results[key], control)
+        if self.begin_pending:  # the start pass, before any other (its event may not have reached the callbacks)
+            self.begin_pending = False
+            self._result_of("begin", step, control)
+        if event != "begin":
+            self._result_of(event, step, control)
         if event == "end":
             self.judge.write()
         if new:
             self.judge.judge_metrics(self.members, step, control)
-        out = [r for key, r in self._results.items() if (index, key) not in self._delivered]
-        self._delivered.update((index, (r.event, r.step)) for r in out)
+        now = self._now
+        out = [r for key, r in now.results.items() if (member, key) not in now.delivered]
+        now.delivered.update((member, (r.event, r.step)) for r in out)
+        steps = member.keep(out)
+        pacing.charge(pacing.clock() - start, steps[-1] if steps else None)
+        for measured in steps:
+            self.publish_records(pacing.records(measured), measured)
         return out
 
+    def _result_of(self, event: str, step: int, control: Any) -> None:
+        """The pass of ``event`` at ``step``, run and judged once (a new step starts a new record)."""
+        if step != self._now.step:
+            self._now = _StepRecord(step)
+        if (event, step) in self._now.results:
+            return
+        try:
+            result = self._handle(event, step)
+        except BaseException:
+            self.failed = True
+            raise
+        self._now.results[(event, step)] = result
+        self.judge.after_pass(self.members, result, control)
+
     def _handle(self, event: str, step: int) -> StepResult:
-        context = self.context
-        due = frozenset(i for i, m in enumerate(self.members) if m.active and m.pacing.due(event, step))
-        if step != self._step:
-            self._step, self._grids, self._results, self._delivered = step, {}, {}, set()
-            self._riders_taken = set()
-            self._health = {}
+        context, now = self.context, self._now
+        due = frozenset(h for h in self.handles if h.active and h.member.pacing.due(event, step))
         plan = self._plan(event, step, due)
-        if plan.build_reference and context.resumed:
-            context.reference.warn_resumed(int(context.state.global_step))
+        if plan.build_reference and self.trainer_side.resumed:
+            context.reference.warn_resumed(int(self.trainer_side.state.global_step))
         result = self._checked(plan, event, step, due) if event == "begin" and step == 0 else self._execute(plan)
         if result is not None:
             self._keep_references(result)
-            self._grids.update(result.all_grids())
+            now.grids.update(result.all_grids())
             self.publisher.publish(
-                step, result.grids, self._grids, result.summaries, result.examples, result.measure_examples
+                step, result.grids, now.grids, result.summaries, result.examples, result.measure_examples
             )
             if result.examples:
                 self._maps_written.add(step)
             if result.health:
-                self._health = dict(result.health)
-                self.publisher.publish_records([NamedValues(HEALTH_SERIES, self._health, HEALTH_DESCRIPTION)], step)
-        senders = [self.members[i] for i in due if self.members[i].log_to_trackers]
+                now.health = dict(result.health)
+                self.publisher.publish_records([NamedValues(HEALTH_SERIES, now.health, HEALTH_DESCRIPTION)], step)
+        senders = [h.member for h in self.handles if h in due and h.member.log_to_trackers]
         if senders and event != "end":  # by on_train_end the trackers have closed their runs
-            self.publisher.send_layer_means(step, self._grids, set().union(*(m.stat_names for m in senders)))
-        return StepResult(step, event, due, dict(self._grids), dict(self._health))
+            self.publisher.send_layer_means(step, now.grids, set().union(*(m.stat_names for m in senders)))
+        return StepResult(step, event, due, dict(now.grids), dict(now.health))
 
     def _keep_references(self, result: PassResult) -> None:
         """Keep what the pass took for the later passes to compare with: the drift reference (cached on disk by
-        ``DriftReference.keep``) and the outlier statistics' top dimensions."""
+        ``DriftReference.keep``) and the outlier statistics' top dimensions (the first taken: the later passes get a
+        context that holds them)."""
         context = self.context
         if result.references.get("drift") is not None:
             context.reference.keep(result.references["drift"])
-        if result.references.get("outlier_dims") is not None:
-            context.outlier_reference.setdefault("top_dims", result.references["outlier_dims"])
+        dims = result.references.get("outlier_dims")
+        if dims is not None and context.outlier_dims is None:
+            self.context = replace(context, outlier_dims=dims)
 
-    def _plan(self, event: str, step: int, due: frozenset[int], riders: Sequence[Rider] | None = None) -> ProbePlan:
-        members, context = self.members, self.context
+    def _plan(
+        self, event: str, step: int, due: frozenset[MemberHandle], riders: Sequence[Rider] | None = None
+    ) -> ProbePlan:
+        context, now = self.context, self._now
+        members = [h.member for h in self.handles if h in due]  # in the order they joined
         if riders is None:
             riders = []
-            for i in sorted(due):
-                if i not in self._riders_taken:
-                    self._riders_taken.add(i)
-                    riders.extend(members[i].riding.riders(context))
-        maps = (
-            []
-            if step in self._maps_written
-            else [
-                m.maps.count(event, step, m.pacing.budgeted_count())
-                for i, m in enumerate(members)
-                if i in due and m.maps
-            ]
-        )
+            for handle in (h for h in self.handles if h in due and h not in now.rode):
+                now.rode.add(handle)
+                riders.extend(handle.member.riding.riders(context))
+        maps = [] if step in self._maps_written else [
+            m.maps.count(event, step, m.pacing.budgeted_count()) for m in members if m.maps
+        ]  # fmt: skip
         return plan_pass(
             event,
             step,
-            set().union(*(members[i].stat_names for i in due)),
-            set().union(*(m.stat_names for m in members if m.active)),
+            set().union(*(m.stat_names for m in members)),
+            set().union(*(m.stat_names for m in self.active)),
             num_maps=min(max(maps, default=0), self.maps_fit),
-            measured=self._grids.keys(),
+            measured=now.grids.keys(),
             maps_done=step in self._maps_written,
             reference_ready=context.reference.ready,
             reference_model=self.settings.reference_model is not None,
@@ -301,7 +285,7 @@ class WatchedRun:
     def _execute(self, plan: ProbePlan) -> PassResult | None:
         return None if plan.empty else execute(plan, self.context)
 
-    def _checked(self, plan: ProbePlan, event: str, step: int, due: frozenset[int]) -> PassResult | None:
+    def _checked(self, plan: ProbePlan, event: str, step: int, due: frozenset[MemberHandle]) -> PassResult | None:
         """The start pass after the loss check, or as it: where the pass takes the gradient statistics with the
         model's own or the Trainer's loss, its gradient pass is the check (the same forwards of the same length
         groups or examples alone, ``ProbePlan.check_loss``); a ``loss_fn`` (whose check also compares each
@@ -323,7 +307,8 @@ class WatchedRun:
             problem = loss_problem(context)
         if problem is None:
             return self._execute(plan)
-        self.members = [without_gradients(m, problem) for m in self.members]
+        for handle in self.handles:
+            handle.member = without_gradients(handle.member, problem)
         return self._execute(self._plan(event, step, due, riders=plan.riders))
 
     # ---------------------------------------------------------------------------------------------- writing
@@ -341,11 +326,12 @@ class WatchedRun:
         if self.context is not None:
             self.judge.note_log(self.members, step, logs, control)
 
-    def leave(self, index: int) -> None:
-        """Member ``index`` is done with this run; the last one closes the writer and frees the reference maps."""
-        if 0 <= index < len(self.members):
-            self.members[index].active = False
-        if any(m.active for m in self.members):
+    def leave(self, member: MemberHandle | None) -> None:
+        """``member`` is done with this run (None: a callback that failed before it joined); the last one closes the
+        writer and frees the reference maps."""
+        if member is not None:
+            member.member.active = False
+        if any(h.active for h in self.handles):
             return
         self.judge.close()
         if self.publisher is not None:

@@ -408,14 +408,14 @@ class StabilityStatistics:
 
 
 class OutlierStatistics:
-    """Activation outliers per layer (``heads.outliers.activations``): each layer's feed-forward output and output (the
-    residual stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]``
-    grids in ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no
-    forward of their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its
-    own token ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's
-    hidden states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in
-    its ``references()`` (``"outlier_dims"``, on the device), which the watched run keeps in
-    ``ProbeContext.outlier_reference`` for the later passes' ``outlier_dim_overlap``."""
+    """Activation outliers per layer (``heads.outliers.activations``): each layer's feed-forward output and output (the residual
+    stream) on the probe set's real tokens, summed over the pass in float64 and written as ``[layers, 1]`` grids in
+    ``finish``. The activations come from hooks on the forward calls of the gradient pass when it runs (no forward of
+    their own), else of the shared forward (``CaptureNeeds.activations``), each call's token roles from its own token
+    ids; a family whose layers bertwatch does not know gets the residual stream from the shared forward's hidden
+    states (and no feed-forward statistics: ``supported_stats``). The first pass's top dimensions come back in its
+    ``references()`` (``"outlier_dims"``, on the device), which the watched run hands the later passes as
+    ``ProbeContext.outlier_dims`` for their ``outlier_dim_overlap``."""
 
     names = OUTLIER_NAMES
     stage: Stage = "forward"
@@ -435,7 +435,7 @@ class OutlierStatistics:
             return {}
 
         def finish(grids: dict[str, Tensor]) -> dict[str, Tensor]:
-            reference = context.outlier_reference.get("top_dims")
+            reference = context.outlier_dims
             measured, dims = found.grids(reference)
             if dims is not None and reference is None:
                 taken["outlier_dims"] = dims

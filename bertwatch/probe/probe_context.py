@@ -1,12 +1,14 @@
 """What a training run gives the probe pass, gathered once at ``on_train_begin``: ``ProbeContext``.
 
 The encoder (held weakly), the probe set and its units on the model's device (``probe.probe_units``), the
-tokenizer, the device and the training's mixed precision, the loss of the gradient statistics (``GradientLoss``),
-the drift reference, the event writer and the trackers (world process zero only), and the Trainer's arguments and
-state. The callbacks build it from the Trainer (``callbacks.probe_setup``) and hand it to the measurements
-(``probe.measurements``), the riders and their setup checks; nothing in it changes during the run except the
-references the passes take (the drift reference, the outlier statistics' top dimensions), which the watched run
-keeps from their results.
+tokenizer, the device and the training's mixed precision, the label names a forward leaves out, the loss of the
+gradient statistics (``GradientLoss``) and the drift reference. Nothing of the Trainer is in it: its arguments and
+state, the event writer and the trackers stay with the watched run (``callbacks.watched_run``). The callbacks build
+it from the Trainer (``callbacks.probe_setup``) and hand it to the measurements (``probe.measurements``), the riders
+and their setup checks. It is frozen: the references the passes take come back in their results
+(``PassResult.references``); the drift reference is kept by ``DriftReference.keep``, and the outlier statistics'
+top dimensions go into the context the watched run hands the later passes (``outlier_dims``, set once with
+``dataclasses.replace``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -55,10 +57,11 @@ class GradientLoss:
 class ProbeContext:
     """One training run as the probe pass sees it (module doc). Built by ``callbacks.probe_setup.build_probe_context``.
 
-    ``event`` holds the keyword arguments of the Trainer's ``on_train_begin`` other than ``args``, ``state`` and
-    ``control`` (handed on to the trackers); ``resumed``: the run started from a checkpoint (global step > 0);
-    ``probe_source``: where the probe examples come from, in words ("the eval set", "probe_texts", ...).
-    ``writer`` and ``run_dir`` are None and ``trackers`` empty on every process but world process zero.
+    ``probe_source``: where the probe examples come from, in words ("the eval set", "probe_texts", ...);
+    ``label_names``: the batch entries a forward leaves out besides the usual label keys (the Trainer's
+    ``label_names``); ``outlier_dims``: the activation outliers' top dimensions ``[layers, 3]`` (long, on the
+    device) that the run's first pass measuring them took, for the later passes' ``outlier_dim_overlap`` (None
+    before it).
     """
 
     encoder_ref: Callable[[], torch.nn.Module | None]
@@ -73,17 +76,8 @@ class ProbeContext:
     settings: ProbeSettings
     loss: GradientLoss
     reference: DriftReference
-    args: Any
-    state: Any
-    event: Mapping[str, Any]
-    world_zero: bool
-    resumed: bool
-    writer: Any = None
-    run_dir: str | None = None
-    trackers: tuple[Any, ...] = ()
-    #: What the first pass measuring the activation outliers took as their reference: ``{"top_dims": [layers, 3]}``
-    #: (long, on the device).
-    outlier_reference: dict[str, Any] = field(default_factory=dict)
+    label_names: tuple[str, ...] = ()
+    outlier_dims: torch.Tensor | None = None
 
     @property
     def model_name(self) -> str:
@@ -101,10 +95,6 @@ class ProbeContext:
         """The training's mixed precision, for every pass bertwatch makes through the model (the statistics are
         taken in float32 afterwards)."""
         return mixed_precision(self.device, self.autocast_dtype)
-
-    @property
-    def label_names(self) -> tuple[str, ...]:
-        return tuple(self.args.label_names or ())
 
     def model_inputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The entries of a probe batch the encoder is called with (labels left out)."""

@@ -195,7 +195,7 @@ def test_word_class_grids_reach_the_trackers_too(tmp_path) -> None:
     trainer = _trainer(tmp_path, callbacks=[tracker], with_eval=False)
     cb = strict(watch, trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, word_classes=True)
     trainer.train()
-    acc = EventAccumulator(cb.watched.context.run_dir, size_guidance={"tensors": 0})
+    acc = EventAccumulator(cb.watched.trainer_side.run_dir, size_guidance={"tensors": 0})
     acc.Reload()
     names = [t.split("/")[-1] for t in acc.Tags()["tensors"] if t.startswith("bertwatch/heads/wordclass_")]
     assert names

@@ -58,12 +58,12 @@ def test_each_member_gets_each_result_once_and_a_new_step_starts_afresh(tmp_path
     b = OneMember(model, settings, ["cls_mass"], args, state, event)
     watched = a.watched
     assert b.watched is watched
-    first = watched.handle("step", 0, a.index)  # the pending begin pass first, then the step
+    first = watched.handle("step", 0, a.handle)  # the pending begin pass first, then the step
     assert [(r.event, r.step) for r in first] == [("begin", 0), ("step", 0)]
-    assert watched.handle("step", 0, a.index) == []  # already had
-    assert [(r.event, r.step) for r in watched.handle("step", 0, b.index)] == [("begin", 0), ("step", 0)]
+    assert watched.handle("step", 0, a.handle) == []  # already had
+    assert [(r.event, r.step) for r in watched.handle("step", 0, b.handle)] == [("begin", 0), ("step", 0)]
     np.testing.assert_array_equal(first[0].grids["entropy"], first[1].grids["entropy"])  # measured once a step
-    later = watched.handle("evaluate", 1, b.index)
+    later = watched.handle("evaluate", 1, b.handle)
     assert [(r.event, r.step, sorted(r.grids)) for r in later] == [("evaluate", 1, ["cls_mass", "entropy"])]
     a.close()
     b.close()
@@ -80,7 +80,7 @@ def test_a_callback_writes_only_the_maps_that_fit_and_says_so(tmp_path, monkeypa
     trainer.train()
     fit = cb.watched.maps_fit
     assert 0 < fit < cb.num_maps
-    acc = EventAccumulator(cb.watched.context.run_dir, size_guidance={"tensors": 0})
+    acc = EventAccumulator(cb.watched.trainer_side.run_dir, size_guidance={"tensors": 0})
     acc.Reload()
     assert sorted(t for t in acc.Tags()["tensors"] if t.startswith("bertwatch/attention/")) == [
         f"bertwatch/attention/{i:02d}" for i in range(fit)

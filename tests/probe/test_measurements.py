@@ -269,7 +269,7 @@ def test_outlier_statistics_from_the_hidden_states_are_the_loop_over_real_tokens
     names = ("residual_inf_norm", "residual_kurtosis", "outlier_dim", "outlier_dim_overlap") + tuple(
         f"{r}_inf_norm" for r in ("cls", "sep", "punct", "content")
     )
-    context = SimpleNamespace(layers=LAYERS, tokenizer=None, outlier_reference={})
+    context = SimpleNamespace(layers=LAYERS, tokenizer=None, outlier_dims=None)
     measuring = OutlierStatistics().start(names, context, CaptureNeeds(activations=True))
     first = SimpleNamespace(hidden_states=[h[:2] for h in hidden])
     batch = ProbeBatch(0, (0, 1), {}, roles.select([0, 1]), outputs=first)
@@ -287,7 +287,7 @@ def test_outlier_statistics_from_the_hidden_states_are_the_loop_over_real_tokens
     assert taken.shape == (LAYERS, 3)
     np.testing.assert_array_equal(taken[:, 0].numpy(), want["outlier_dim"])
     # a later pass compares with the first one's dimensions and takes none of its own
-    later_context = SimpleNamespace(layers=LAYERS, tokenizer=None, outlier_reference={"top_dims": taken})
+    later_context = SimpleNamespace(layers=LAYERS, tokenizer=None, outlier_dims=taken)
     later = OutlierStatistics().start(names, later_context, CaptureNeeds(activations=True))
     later.measure(batch)
     later.measure(rest)

@@ -5,6 +5,7 @@ plugged in as one measurement (its grid checked against a float64 loop over each
 from __future__ import annotations
 
 import copy
+import dataclasses
 import sys
 from collections.abc import Collection
 from pathlib import Path
@@ -359,9 +360,9 @@ def _pass_reads(tok, tmp_path, texts: int, reads: _HostReads) -> tuple[list, int
     _, monitor = _attached(tok, tmp_path, names, texts)
     start = execute(plan_pass("begin", 0, names, names), monitor.context)
     monitor.context.reference.keep(start.references["drift"])
-    monitor.context.outlier_reference.setdefault("top_dims", start.references["outlier_dims"])
+    context = dataclasses.replace(monitor.context, outlier_dims=start.references["outlier_dims"])
     plan = plan_pass("step", 3, names, names, reference_ready=True)
-    result = reads.during(lambda: execute(plan, monitor.context))
+    result = reads.during(lambda: execute(plan, context))
     units = len(monitor.context.units)
     monitor.close()
     assert set(result.grids) == set(names) and result.health

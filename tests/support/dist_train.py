@@ -53,7 +53,7 @@ def main(out_dir: str) -> None:
         "rank": rank,
         "world_size": trainer.args.world_size,
         "world_zero": trainer.state.is_world_process_zero,
-        "run_dir": callback.watched.context.run_dir,
+        "run_dir": callback.watched.trainer_side.run_dir,
         "steps": [step for step, _ in callback.history],
         "weights_sum": float(sum(p.detach().double().sum() for p in model.parameters())),
     }

@@ -137,7 +137,7 @@ def main(out_dir: str, sharded: bool) -> None:
     info = {
         "rank": rank,
         "world_size": world,
-        "run_dir": callback.watched.context.run_dir if callback.watched is not None else None,
+        "run_dir": callback.watched.trainer_side.run_dir if callback.watched is not None else None,
         "steps": [step for step, _ in callback.history],
         "disabled": callback.disabled,
         "sharded": any(hasattr(p, "full_tensor") for p in model.parameters()),

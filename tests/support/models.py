@@ -133,12 +133,12 @@ class OneMember:
         self.watched = join(model, settings, args, state, event, TrainerContext())
         cadence = MapsCadence(maps, 1, fixed=True) if maps else None
         member = Member("test", frozenset(names), ProbePacing(1, 0.02), maps=cadence, log_to_trackers=False)
-        self.index, self.history = self.watched.add(member), []
+        self.handle, self.history = self.watched.add(member), []
 
     def run(self, event: str, state) -> None:
         """Handle ``event`` at ``state.global_step``, keeping what it measured."""
-        for result in self.watched.handle(event, int(state.global_step), self.index):
-            grids = result.of(self.watched.members[self.index], self.index)
+        for result in self.watched.handle(event, int(state.global_step), self.handle):
+            grids = result.of(self.handle)
             if grids is not None:
                 self.history.append((result.step, grids))
 
@@ -151,7 +151,7 @@ class OneMember:
         return self.watched.context.probe
 
     def close(self) -> None:
-        self.watched.leave(self.index)
+        self.watched.leave(self.handle)
 
 
 def hooked_output(model: torch.nn.Module, batch: dict[str, torch.Tensor], handles: list) -> torch.Tensor:
