@@ -16,7 +16,14 @@ import transformers as T
 
 import bertwatch.callbacks.members as members_module
 import bertwatch.callbacks.watched_run as watched_module
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError
+from bertwatch.callbacks import (
+    BertWatchCallback,
+    BertWatchWarning,
+    ExpertOptions,
+    GradientImportanceCallback,
+    ProbeOptions,
+    SetupError,
+)
 from bertwatch.heads.importance import GRADIENT_NAMES
 from tests.support.models import bert_with_head
 from tests.support.tiny_trainer import tiny_tokenizer, toy_dataset, training_args
@@ -25,7 +32,7 @@ watch_module = importlib.import_module("bertwatch.callbacks.watch")  # the packa
 
 pytestmark = pytest.mark.fast
 
-PROBE = dict(num_probe_examples=6, probe_batch_size=3, every_n_steps=0, on_evaluate=False, at_end=False, strict=True)
+PROBE = dict(num_probe_examples=6, every_n_steps=0, probing=ProbeOptions(batch_size=3, on_evaluate=False, at_end=False))
 REFUSAL = "no example of the batch has a labelled item"
 
 
@@ -136,7 +143,9 @@ def _per_example_ce(outputs, batch):
         pytest.param(
             lambda: GradientImportanceCallback(**{**PROBE, "at_start": False, "every_n_steps": 1}), id="no-start"
         ),
-        pytest.param(lambda: BertWatchCallback(**PROBE, word_classes=True), id="riders-over-two-batches"),
+        pytest.param(
+            lambda: BertWatchCallback(**PROBE, expert=ExpertOptions(word_classes=True)), id="riders-over-two-batches"
+        ),
         pytest.param(lambda: GradientImportanceCallback(**PROBE, loss_fn=_per_example_ce), id="loss_fn"),
     ],
 )
