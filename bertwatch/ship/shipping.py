@@ -106,10 +106,15 @@ class ShipOptions(Checked):
     repeats: int = option(20, "timed runs per variant and batch size", whole(1), Flag(("--repeats",), "int"))
     warmup: int = option(2, "untimed runs before the timed ones", whole(0))
     threads: int = option(0, "ONNX Runtime's intra-op threads (0: it chooses)", whole(0), Flag(("--threads",), "int"))
-    n_resamples: int = option(1000, "bootstrap resamples", whole(1), Flag(("--resamples",), "int"))
-    seed: int = option(0, "bootstrap seed", whole(), Flag(("--seed",), "int"))
+    n_resamples: int = option(
+        1000,
+        "paired-bootstrap resamples of each variant's metric against fp32",
+        whole(1),
+        Flag(("--resamples",), "int"),
+    )
+    seed: int = option(0, "the resamples' seed", whole(), Flag(("--seed",), "int"))
     confidence: float = option(0.95, "the intervals' level", number(0.0, below=1.0))
-    opset: int = option(DEFAULT_OPSET, "ONNX opset", whole(1), Flag(("--opset",), "int"))
+    opset: int = option(DEFAULT_OPSET, "the ONNX opset of the export", whole(1), Flag(("--opset",), "int"))
     attribution_examples: int = option(
         OUTLIER_EXAMPLES, "measure each layer's share of the INT8 error on the first N examples and add 'int8, layer "
         "K fp32' for the layer that removes the most (0: neither)", whole(0), Flag(("--attribution-examples",), "int"),
