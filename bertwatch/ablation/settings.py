@@ -131,7 +131,7 @@ class AblationSettings(Checked):
         Flag(("--no-prune",), "false", help="skip the pruning curves"),
     )  # fmt: skip
     prune_step: float = option(0.1, "share of the heads pruned per step", number(0.0, at_most=1.0))
-    prune_threshold: float = option(0.9, "where the pruning curve stops, as a share of the baseline", number(0.0))
+    prune_threshold: float = option(0.9, "where the pruning curve stops, as a share of the baseline", number(None))
     prune_random: int | None = option(
         None, f"random pruning orders beside the importance order (default: {DEFAULT_RANDOM_ORDERS} when the sweep "
         "with them fits the budget, else none)",

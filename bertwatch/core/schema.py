@@ -267,13 +267,15 @@ def number(
         Traceback (most recent call last):
         ValueError: AlertSettings.sink_fraction must be a number in (0, 1), got 1.5
     """
-    low = f"[{at_least:g}" if at_least is not None else f"({above:g}"
+    low = f"[{at_least:g}" if at_least is not None else "(-inf" if above is None else f"({above:g}"
     if below is not None:
         shown = f"a number in {low}, {below:g})"
     elif at_most is not None:
         shown = f"a number in {low}, {at_most:g}]"
-    else:
+    elif at_least is not None or above is not None:
         shown = f"a finite number >= {at_least:g}" if at_least is not None else f"a finite number > {above:g}"
+    else:
+        shown = "a finite number"
 
     def check(name: str, value: Any) -> float | None:
         if value is None and optional:
