@@ -15,7 +15,7 @@ from bertwatch.core.modes import MODES, check_mode
 from bertwatch.core.removable import DEFAULT_DELTA
 from bertwatch.core.schema import Checked, Flag, number, option, path_or_none, switch, text_or_none, whole
 
-__all__ = ["DEFAULT_BUDGET_MINUTES", "DEFAULT_RANDOM_ORDERS", "AblationSettings", "check_mode_option"]
+__all__ = ["DEFAULT_BUDGET_MINUTES", "DEFAULT_RANDOM_ORDERS", "AblationSettings"]
 
 #: The random pruning orders a sweep runs when ``prune_random`` is left to the budget and the budget allows them.
 DEFAULT_RANDOM_ORDERS = 5
@@ -23,7 +23,7 @@ DEFAULT_RANDOM_ORDERS = 5
 DEFAULT_BUDGET_MINUTES = 5.0
 
 
-def check_mode_option(name: str, value: Any) -> str:
+def _mode(name: str, value: Any) -> str:
     """The check of a mode option: a string that is one of ``core.modes.MODES`` (``check_mode``'s message)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be one of {', '.join(repr(m) for m in MODES)}, not {value!r}")
@@ -105,7 +105,7 @@ class AblationSettings(Checked):
     )  # fmt: skip
     mode: str = option(
         "uniform", "how a head is switched off: uniform (Kovaleva: it attends to every token equally) or zero "
-        "(Michel: its output is zeroed)", check_mode_option,
+        "(Michel: its output is zeroed)", _mode,
         Flag(("--mode",), "choice", choices=MODES),
     )  # fmt: skip
     out_dir: str | os.PathLike | None = option(

@@ -1,4 +1,4 @@
-"""Word classes from UD annotations during training: ``BertWatchCallback(word_classes="dev.conllu")``.
+"""Word classes from UD annotations during training: ``BertWatchCallback(expert=ExpertOptions(word_classes="dev.conllu"))``.
 
 The annotated sentences are a second, small probe set, fixed at ``on_train_begin``: the first ``num_sentences``
 that fit the model's length are tokenised word by word (``linguistics.syntax.encode``: syntactic words, so
