@@ -1,4 +1,4 @@
-"""What measuring probe examples whole costs: ``probe_max_length=128`` against ``None`` (the model's maximum).
+"""What measuring probe examples whole costs: ``ProbeOptions(max_length=128)`` against ``None`` (the model's maximum).
 
 The packaged MiniLM (6 x 12 heads, at most 512 tokens); 32 probe texts of which ``--long`` are about 600 words
 (cut to 128 tokens, or to 512 with ``None``) and the rest short sentences. Per length it prints the seconds of one
@@ -62,7 +62,7 @@ def main() -> None:
     rows = {length: _measure(model, tokenizer, texts, length, args.repeat, args.batch_size) for length in (128, None)}
     for length, row in rows.items():
         print(
-            f"probe_max_length={length!s:>4}: longest {row['longest']:>3} tokens, one pass {row['seconds']:.2f} s, "
+            f"max_length={length!s:>4}: longest {row['longest']:>3} tokens, one pass {row['seconds']:.2f} s, "
             f"largest batch maps {row['peak_mib']:.0f} MiB, reference cache {row['cache_mib']:.1f} MiB"
         )
     a, b = rows[128], rows[None]

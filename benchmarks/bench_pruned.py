@@ -39,7 +39,7 @@ def main() -> int:
 
     import transformers as T
 
-    from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
+    from bertwatch.ablation.gain import TIMING_TEXT, GainOptions, measure_gain
     from bertwatch.ablation.physical import heads_from_ablation, prune_model
     from bertwatch.cli.prune import parse_heads
     from bertwatch.heads.capture import Intervention, capture
@@ -80,9 +80,7 @@ def main() -> int:
         pruned,
         tokenizer,
         [TIMING_TEXT] * args.batch_size,
-        max_length=args.max_length,
-        repeats=args.repeats,
-        device=args.device,
+        options=GainOptions(max_length=args.max_length, repeats=args.repeats, device=args.device),
     )
     p, lat, thr = gain["parameters"], gain["latency_s"], gain["throughput"]
     print(f"model: {name}; removed: {what}; device {args.device}, {args.threads} thread(s)")

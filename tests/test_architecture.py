@@ -761,14 +761,33 @@ def called_name(call: ast.Call) -> str:
 
 
 def option_makers(tree: ast.Module) -> set[str]:
-    """``option`` and this module's functions that return ``option(...)`` (``_threshold``, ``_on_by_default``)."""
-    makers = {"option"}
+    """``option``, ``option_of`` (another value's option, declared there) and this module's functions that return
+    ``option(...)`` (``_threshold``, ``_on_by_default``)."""
+    makers = {"option", "option_of"}
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name != "option":
+        if isinstance(node, ast.FunctionDef) and node.name not in makers:
             returns = [n.value for n in ast.walk(node) if isinstance(n, ast.Return) and isinstance(n.value, ast.Call)]
             if any(called_name(r) == "option" for r in returns):
                 makers.add(node.name)
     return makers
+
+
+#: Where an option's name and flags must be unique: the command (or value) whose options a settings value holds.
+#: Every value not named here is one of ``bertwatch run``'s (``WatchSettings`` and its nested values). A
+#: ``WordClassProbe`` is the value of ``word_classes=``: its fields are no flags and no keywords of a callback.
+NAMESPACES = {
+    "AblationSettings": "bertwatch ablate",
+    "ShipOptions": "bertwatch ship",
+    "GainOptions": "bertwatch prune",
+    "WordClassProbe": "word_classes=",
+}
+#: The command-line module of each namespace: it types none of its settings values' flags by hand.
+COMMAND_MODULES = {
+    "bertwatch ablate": "bertwatch/cli/ablate.py",
+    "bertwatch ship": "bertwatch/cli/ship.py",
+    "bertwatch prune": "bertwatch/cli/prune.py",
+    "bertwatch run": "bertwatch/cli/run.py",
+}
 
 
 @dataclass(frozen=True)
@@ -777,6 +796,12 @@ class Declared:
     field: str
     flags: tuple[str, ...]  # the flag names (string constants "--...") in its declaration
     made_by_option: bool
+    help: str = ""  # the help text's source (option()'s second argument); "" for other makers and plain fields
+    refers: bool = False  # made by option_of: another value's option, declared there
+
+    @property
+    def namespace(self) -> str:
+        return NAMESPACES.get(self.where.split(":")[1], "bertwatch run")
 
 
 def built_by_checked(cls: ast.ClassDef) -> bool:
@@ -803,37 +828,80 @@ def settings_fields() -> list[Declared]:
                 if made or checked:
                     flags = tuple(n.value for n in ast.walk(stmt.value or stmt) if isinstance(n, ast.Constant)
                                   and isinstance(n.value, str) and n.value.startswith("--"))  # fmt: skip
-                    found.append(Declared(f"{relative(path)}:{cls.name}", stmt.target.id, flags, made))
+                    refers = made and called_name(stmt.value) == "option_of"
+                    args = stmt.value.args if made else []
+                    direct = made and called_name(stmt.value) == "option" and len(args) > 1
+                    text = ast.unparse(args[1]) if direct else ""
+                    found.append(Declared(f"{relative(path)}:{cls.name}", stmt.target.id, flags, made, text, refers))
     return found
 
 
 def test_every_option_is_declared_once_with_option():
     """One schema: every field of a settings value is made by ``option()`` (its type, default, help, check and flags
-    in one place: no second list of the same options, such as a probe part re-declared by hand) and every settings
-    value is built by ``Checked`` (``@dataclass(..., init=False)``; listed as ``.__init__`` otherwise), no field
-    name is declared in two settings values, and no flag is declared twice."""
+    in one place: no second list of the same options, such as a probe part re-declared by hand), or by
+    ``option_of()`` where a value holds another value's option; every settings value is built by ``Checked``
+    (``@dataclass(..., init=False)``; listed as ``.__init__`` otherwise) and every public class named for settings or
+    options is one. Within a command (``NAMESPACES``) no option name is declared in two settings values and no flag
+    twice; across commands no two options share a help text (one would be the other's copy)."""
     fields = settings_fields()
-    assert len({d.where for d in fields}) >= 6, "the settings values were not found"
+    values = {d.where.split(":")[1] for d in fields}
+    assert {"WatchSettings", "AblationSettings", "ShipOptions", "GainOptions", "WordClassProbe"} <= values, values
+    assert len(values) >= 10, "the settings values were not found"
+    unchecked = []
+    for path in package_files():
+        for cls in (n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)):
+            named = cls.name.endswith(("Settings", "Options")) and not cls.name.startswith("_")
+            if named and not any(isinstance(b, ast.Name) and b.id == "Checked" for b in cls.bases):
+                unchecked.append(f"{relative(path)}:{cls.name}")
+    assert not unchecked, "settings values not built on Checked (declare their fields with option()):\n" + "\n".join(
+        unchecked
+    )
     plain = [f"{d.where}.{d.field}" for d in fields if not d.made_by_option]
     assert not plain, (
         "settings fields not declared with option(), or values not built by Checked (`.__init__`: add init=False):\n"
         + "\n".join(plain)
     )
-    owners: dict[str, list[str]] = {}
+    owners: dict[tuple[str, str], list[str]] = {}
     for d in fields:
-        owners.setdefault(d.field, []).append(d.where)
-    twice = sorted(f"{name}: {', '.join(where)}" for name, where in owners.items() if len(where) > 1)
+        if not d.refers:
+            owners.setdefault((d.namespace, d.field), []).append(d.where)
+    twice = sorted(f"{name} ({space}): {', '.join(where)}" for (space, name), where in owners.items() if len(where) > 1)
     assert not twice, "options declared in two places (one is the option, the other a copy):\n" + "\n".join(twice)
-    flags = [flag for d in fields for flag in d.flags]
-    assert len(flags) == len(set(flags)), sorted({f for f in flags if flags.count(f) > 1})
+    for space in {d.namespace for d in fields}:
+        flags = [flag for d in fields if d.namespace == space for flag in d.flags]
+        assert len(flags) == len(set(flags)), (space, sorted({f for f in flags if flags.count(f) > 1}))
+    helps: dict[str, list[str]] = {}
+    for d in fields:
+        if d.help:
+            helps.setdefault(d.help, []).append(f"{d.where}.{d.field}")
+    copied = sorted(" = ".join(where) for where in helps.values() if len(where) > 1)
+    assert not copied, "one help text in two declarations (declare it once; option_of takes another's):\n" + "\n".join(
+        copied
+    )
+
+
+def test_commands_build_their_settings_flags_from_the_declarations():
+    """``bertwatch run``, ``ablate``, ``ship`` and ``prune`` add their settings values' flags with
+    ``cli.argv.add_options``: no ``add_argument`` in their module names a flag their settings declare (its default
+    and help would be typed a second time)."""
+    fields = settings_fields()
+    typed = []
+    for space, module in COMMAND_MODULES.items():
+        declared = {flag for d in fields if d.namespace == space for flag in d.flags}
+        for node in ast.walk(ast.parse((ROOT / module).read_text())):
+            if isinstance(node, ast.Call) and called_name(node) == "add_argument":
+                names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                typed += [f"{module}:{node.lineno} {name}" for name in names if name in declared]
+    assert not typed, "flags typed by hand that a settings value declares (use add_options):\n" + "\n".join(typed)
 
 
 def test_no_help_text_outside_option():
-    """An option's help is written in its ``option()`` call only: no module-level table in options/ or core/ named
-    for help, or keyed by option names with sentences for values."""
+    """An option's help is written in its ``option()`` call only: no module-level table in options/, core/ or a
+    module that declares options named for help, or keyed by option names with sentences for values."""
     names = {d.field for d in settings_fields()}
     bad = []
-    for path in python_files("bertwatch/options", "bertwatch/core"):
+    declaring = {ROOT / d.where.split(":")[0] for d in settings_fields()}
+    for path in sorted({*python_files("bertwatch/options", "bertwatch/core"), *declaring}):
         for node in ast.parse(path.read_text()).body:
             targets = (
                 node.targets

@@ -37,7 +37,6 @@ RUN = (
     "bertwatch.probe.probe_pass",
     "bertwatch.core.schema",
     "bertwatch.options.groups",
-    "bertwatch.options.old_names",
     "bertwatch.options.settings",
     "bertwatch.cli.list_stats",
     "bertwatch.callbacks.watch",

@@ -6,14 +6,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from bertwatch.ablation.bootstrap import paired_bootstrap
+from bertwatch.core.schema import Checked, Flag, option, whole
 
-__all__ = ["TIMING_TEXT", "count_parameters", "measure_gain", "metric_with_interval", "time_inference"]
+__all__ = ["TIMING_TEXT", "GainOptions", "count_parameters", "measure_gain", "metric_with_interval", "time_inference"]
 
 #: The timing batch's text when no evaluation set is given (truncated to the timing length).
 TIMING_TEXT = "the quick brown fox jumps over the lazy dog while the committee reviews the annual budget report " * 20
@@ -117,6 +119,42 @@ def metric_with_interval(
     }
 
 
+def _device(name: str, value: Any) -> str | torch.device:
+    if isinstance(value, torch.device) or (isinstance(value, str) and value):
+        return value
+    raise TypeError(f"{name} must be a torch device or its name, e.g. 'cpu' or 'cuda:0', not {value!r}")
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class GainOptions(Checked):
+    """How :func:`measure_gain` times and scores a pruned model: each option declared once (default, help, check and
+    the flag of ``bertwatch prune``).
+
+    Args:
+        batch_size: examples in the timing batch (``bertwatch prune``: the first of the evaluation set, else a
+            fixed text).
+        max_length: tokens per example, in the timing batch and for the metric.
+        repeats: timed forward passes per model (their median is reported).
+        device: the torch device both models are timed on.
+
+    Raises:
+        TypeError / ValueError: a value of the wrong type or out of range, naming the option.
+
+    Example:
+        >>> GainOptions(repeats=3).repeats, GainOptions().max_length
+        (3, 128)
+    """
+
+    batch_size: int = option(32, "timing batch", whole(1), Flag(("--batch-size",), "int"))
+    max_length: int = option(128, "tokens per example", whole(1), Flag(("--max-length",), "int"))
+    repeats: int = option(10, "timed forward passes per model", whole(1), Flag(("--repeats",), "int"))
+    device: str | torch.device = option("cpu", "torch device", _device, Flag(("--device",), "str"))
+
+    @classmethod
+    def option_prefix(cls) -> str:
+        return ""
+
+
 def measure_gain(
     full: torch.nn.Module,
     pruned: torch.nn.Module,
@@ -124,12 +162,17 @@ def measure_gain(
     texts: Sequence[str],
     *,
     examples: Sequence[Mapping[str, Any]] | None = None,
-    max_length: int = 128,
-    repeats: int = 10,
-    device: str | torch.device = "cpu",
+    options: GainOptions | None = None,
 ) -> dict[str, Any]:
     """Parameters, latency and throughput of ``pruned`` against ``full`` on one batch of ``texts`` (padded to its
-    longest), and with ``examples`` the accuracy with its interval. Both models move to ``device``.
+    longest), and with ``examples`` the accuracy with its interval. Both models move to ``options.device``.
+
+    Args:
+        full, pruned: the model and its pruned copy (:func:`~bertwatch.ablation.physical.prune_model`).
+        tokenizer: their tokenizer.
+        texts: the timing batch.
+        examples: labelled texts to score both models on (None: no metric).
+        options: the length, repeats and device (:class:`GainOptions`; None: its defaults).
 
     Returns:
         ``{"device", "batch_size", "tokens", "parameters": {"full", "pruned", "ratio"}, "latency_s": {...},
@@ -138,17 +181,18 @@ def measure_gain(
     Example:
         >>> gain = measure_gain(model, prune_model(model, heads), tokenizer, ["a sentence"] * 32)
     """
-    full, pruned = full.to(device).eval(), pruned.to(device).eval()
-    batch = _batch(tokenizer, texts, max_length, device)
-    timed = time_inference({"full": full, "pruned": pruned}, batch, repeats=repeats)
+    o = options or GainOptions()
+    full, pruned = full.to(o.device).eval(), pruned.to(o.device).eval()
+    batch = _batch(tokenizer, texts, o.max_length, o.device)
+    timed = time_inference({"full": full, "pruned": pruned}, batch, repeats=o.repeats)
     params = {"full": count_parameters(full), "pruned": count_parameters(pruned)}
     return {
-        "device": str(device),
+        "device": str(o.device),
         "batch_size": len(texts),
         "tokens": int(batch["input_ids"].shape[1]),
         "parameters": {**params, "ratio": params["pruned"] / params["full"]},
         "latency_s": {name: t["latency_s"] for name, t in timed.items()},
         "throughput": {name: t["throughput"] for name, t in timed.items()},
         "speedup": timed["full"]["latency_s"] / timed["pruned"]["latency_s"],
-        "metric": None if examples is None else metric_with_interval(full, pruned, tokenizer, examples, max_length),
+        "metric": None if examples is None else metric_with_interval(full, pruned, tokenizer, examples, o.max_length),
     }

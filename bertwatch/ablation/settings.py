@@ -1,4 +1,8 @@
-"""The settings of one ablation sweep: one frozen, documented value instead of two dozen keyword arguments."""
+"""The settings of one ablation sweep: one frozen, checked value instead of two dozen keyword arguments.
+
+Every field is declared with :func:`~bertwatch.core.schema.option` (default, help text, check and the flags of
+``bertwatch ablate``, which builds its options from them), as the monitoring options are.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from bertwatch.core.modes import check_mode
+from bertwatch.core.modes import MODES, check_mode
 from bertwatch.core.removable import DEFAULT_DELTA
+from bertwatch.core.schema import Checked, Flag, number, option, path_or_none, switch, text_or_none, whole
 
 __all__ = ["DEFAULT_BUDGET_MINUTES", "DEFAULT_RANDOM_ORDERS", "AblationSettings"]
 
@@ -18,10 +23,17 @@ DEFAULT_RANDOM_ORDERS = 5
 DEFAULT_BUDGET_MINUTES = 5.0
 
 
-@dataclass(frozen=True)
-class AblationSettings:
+def _mode(name: str, value: Any) -> str:
+    """The check of a mode option: a string that is one of ``core.modes.MODES`` (``check_mode``'s message)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(repr(m) for m in MODES)}, not {value!r}")
+    return check_mode(value, name)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class AblationSettings(Checked):
     """What to evaluate, how to score it and how to run it: every choice of one sweep, checked when made, compared by
-    value. Every field has a default; :func:`~bertwatch.ablation.sweep.ablate` takes it as ``settings=`` and any field
+    value, built from keywords. Every field has a default; :func:`~bertwatch.ablation.sweep.ablate` takes it as ``settings=`` and any field
     as a keyword that overrides it.
 
     Args:
@@ -69,7 +81,8 @@ class AblationSettings:
 
     Raises:
         ValueError: a mode, size, step, count, δ or confidence out of range (the message names the field).
-        TypeError: from :meth:`resolve`, a field name that does not exist (the message lists the fields).
+        TypeError: a value of the wrong type, or a field name that does not exist (the constructor suggests the
+            closest; :meth:`resolve` lists the fields, as ``ablate()`` refuses a misspelt keyword).
 
     Example:
         >>> from bertwatch.ablation import AblationSettings
@@ -86,61 +99,95 @@ class AblationSettings:
         TypeError: ablate() got unexpected keyword argument(s) resamples; settings are: task, mode, ...
     """
 
-    task: str | None = None
-    mode: str = "uniform"
-    out_dir: str | os.PathLike | None = None
-    metric: str | None = None
-    greater_is_better: bool = True
-    logdir: str | os.PathLike | None = None
-    step: int = 0
-    keep_only: bool | None = None
-    prune: bool = True
-    prune_step: float = 0.1
-    prune_threshold: float = 0.9
-    prune_random: int | None = None
-    prune_iterative: bool | None = None
-    budget_minutes: float | None = DEFAULT_BUDGET_MINUTES
-    delta: float = DEFAULT_DELTA
-    n_resamples: int = 1000
-    seed: int = 0
-    confidence: float = 0.95
-    batch_size: int = 32
-    configs_per_batch: int | None = None
-    shard_size: int = 256
-    max_examples: int | None = None
-    max_length: int = 128
-    max_answer_length: int = 30
-    reuse: bool = True
-    resume: bool = True
-    distributed: bool | None = None
-    progress: bool = True
+    task: str | None = option(
+        None, "a GLUE task name or a task type such as token-classification (default: what the model's head does)",
+        text_or_none,
+    )  # fmt: skip
+    mode: str = option(
+        "uniform", "how a head is switched off: uniform (Kovaleva: it attends to every token equally) or zero "
+        "(Michel: its output is zeroed)", _mode,
+        Flag(("--mode",), "choice", choices=MODES),
+    )  # fmt: skip
+    out_dir: str | os.PathLike | None = option(
+        None, "folder for ablation.json, ablation.csv, report.html and partial.jsonl (default: no files)", path_or_none
+    )
+    metric: str | None = option(
+        None, "metric to compare (default: the task's primary metric)", text_or_none, Flag(("--metric",), "str")
+    )
+    greater_is_better: bool = option(
+        True, "the metric's direction (a loss or perplexity is always lower-is-better)", switch()
+    )
+    logdir: str | os.PathLike | None = option(
+        None, "a TensorBoard run folder for the summaries", path_or_none,
+        Flag(("--logdir",), "str", metavar="DIR", help="TensorBoard run folder for the summaries (default: OUT)"),
+    )  # fmt: skip
+    step: int = option(0, "the global step the summaries are written at", whole(0))
+    keep_only: bool | None = option(
+        None, "score the keep-one-head-per-layer configurations (default: when the sweep with them fits the budget)",
+        switch(optional=True), Flag(("--keep-only",), "yes_no"),
+    )  # fmt: skip
+    prune: bool = option(
+        True, "the importance-ordered pruning curve", switch(),
+        Flag(("--no-prune",), "false", help="skip the pruning curves"),
+    )  # fmt: skip
+    prune_step: float = option(0.1, "share of the heads pruned per step", number(0.0, at_most=1.0))
+    prune_threshold: float = option(0.9, "where the pruning curve stops, as a share of the baseline", number(None))
+    prune_random: int | None = option(
+        None, f"random pruning orders beside the importance order (default: {DEFAULT_RANDOM_ORDERS} when the sweep "
+        "with them fits the budget, else none)",
+        whole(0, optional=True, meaning=" (random pruning orders) or None (as the budget allows)"),
+        Flag(("--random-orders",), "int"),
+    )  # fmt: skip
+    prune_iterative: bool | None = option(
+        None, "the iterative-importance order, one gradient pass a step (default: when the sweep with it fits the "
+        "budget)", switch(optional=True), Flag(("--iterative",), "yes_no"),
+    )  # fmt: skip
+    budget_minutes: float | None = option(
+        DEFAULT_BUDGET_MINUTES, "what the sweep may take by its estimate: keep-one-head and the iterative and random "
+        f"orders, unless asked for, run only when it still fits (default {DEFAULT_BUDGET_MINUTES:g}; None, or 0 on the "
+        "command line: no budget, they all run)", number(0.0, optional=True, meaning=" of minutes, or None for no budget"),
+        Flag(("--budget-minutes",), "float_or_none", metavar="MINUTES"),
+    )  # fmt: skip
+    delta: float = option(
+        DEFAULT_DELTA, "δ of the answer 'up to N% of heads removed with the metric within δ of the baseline', in the "
+        f"metric's units (default {DEFAULT_DELTA}: one point of accuracy)",
+        number(None, at_least=0.0, meaning=" in the metric's units"), Flag(("--delta",), "float"),
+    )  # fmt: skip
+    n_resamples: int = option(1000, "bootstrap resamples", whole(1), Flag(("--resamples",), "int"))
+    seed: int = option(
+        0, "seed of the bootstrap, the random orders and masked-LM masks", whole(), Flag(("--seed",), "int")
+    )
+    confidence: float = option(0.95, "two-sided confidence of the intervals", number(0.0, below=1.0))
+    batch_size: int = option(32, "examples a batch", whole(1), Flag(("--batch-size",), "int"))
+    configs_per_batch: int | None = option(
+        None, "configurations stacked in one batch (default: as many as fit)", whole(1, optional=True, meaning=" (or None)"),
+        Flag(("--configs-per-batch",), "int"),
+    )  # fmt: skip
+    shard_size: int = option(256, "examples per resumable unit", whole(1))
+    max_examples: int | None = option(
+        None, "the sweep reads the first this many examples (default: all on a GPU, the first 128 on a CPU)",
+        whole(1, optional=True, meaning=" (or None: the default for the device)"),
+    )  # fmt: skip
+    max_length: int = option(
+        128, "tokens per text example (capped by the model's maximum)", whole(1), Flag(("--max-length",), "int")
+    )
+    max_answer_length: int = option(
+        30, "QA: longest answer span in tokens", whole(1), Flag(("--max-answer-length",), "int")
+    )
+    reuse: bool = option(True, "reuse the baseline's lower layers (exact; off only to compare)", switch())
+    resume: bool = option(
+        True, "resume from out_dir/partial.jsonl", switch(),
+        Flag(("--no-resume",), "false", help="start over even if OUT/partial.jsonl exists"),
+    )  # fmt: skip
+    distributed: bool | None = option(
+        None, "split the configurations across processes (default: when launched under accelerate or torchrun)",
+        switch(optional=True),
+    )  # fmt: skip
+    progress: bool = option(True, "show a progress bar", switch(), Flag(("--quiet",), "false", help="no progress bar"))
 
-    def __post_init__(self) -> None:
-        check_mode(self.mode)
-        for name in ("batch_size", "shard_size", "max_length", "max_answer_length", "n_resamples"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_examples is not None and int(self.max_examples) < 1:
-            raise ValueError(
-                f"max_examples must be >= 1 (or None: the default for the device), got {self.max_examples}"
-            )
-        if self.configs_per_batch is not None and self.configs_per_batch < 1:
-            raise ValueError(f"configs_per_batch must be >= 1 (or None), got {self.configs_per_batch}")
-        if not 0 < self.prune_step <= 1:
-            raise ValueError(f"prune_step must be in (0, 1], got {self.prune_step}")
-        if self.prune_random is not None and int(self.prune_random) < 0:
-            raise ValueError(
-                f"prune_random must be >= 0 (random pruning orders) or None (as the budget allows), got "
-                f"{self.prune_random}"
-            )
-        if self.budget_minutes is not None and not 0 < self.budget_minutes < float("inf"):
-            raise ValueError(
-                f"budget_minutes must be a number of minutes > 0, or None for no budget, got {self.budget_minutes!r}"
-            )
-        if not (isinstance(self.delta, (int, float)) and 0 <= self.delta < float("inf")):
-            raise ValueError(f"delta must be a finite number >= 0 in the metric's units, got {self.delta!r}")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+    @classmethod
+    def option_prefix(cls) -> str:
+        return ""
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

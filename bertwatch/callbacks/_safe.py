@@ -17,7 +17,6 @@ __all__ = [
     "SetupError",
     "Stoppable",
     "contained",
-    "init_depth",
     "raising_errors",
 ]
 
@@ -86,14 +85,6 @@ def contained(event: str) -> Callable[[F], F]:
 def warn_stopped(message: str) -> None:
     """Emit the one warning of a stopped monitor."""
     warnings.warn(message, BertWatchWarning, stacklevel=4)
-
-
-def init_depth(cls: type, base: type) -> int:
-    """The ``__init__`` frames between the code that builds a ``cls`` and the end of ``base.__init__``: base's own
-    and one for each class from ``cls`` up to ``base`` that defines one (each calls the next with ``super()``). A
-    warning from ``base.__init__`` at ``stacklevel=1 + init_depth(...)`` points at the user's line."""
-    mro = cls.__mro__
-    return 1 + sum("__init__" in vars(c) for c in mro[: mro.index(base)])
 
 
 class OwnCallback:

@@ -73,7 +73,7 @@ def watch(trainer: Any, **settings: Any) -> WatchCallback:
         callback = next((cb for cb in monitors if isinstance(cb, BertWatchCallback)), monitors[0])
     else:
         given = callback_settings(
-            "bertwatch.watch", BertWatchCallback.options, settings.pop("settings", None), settings, 2
+            "bertwatch.watch", BertWatchCallback.options, settings.pop("settings", None), settings
         )
         callback = BertWatchCallback(settings=given)
         callback.shown_name = "bertwatch"  # the user named no class: the lines and warnings say "bertwatch"
@@ -91,9 +91,7 @@ def watching_trainers(**settings: Any) -> Iterator[list[WatchCallback]]:
     """
     from transformers import Trainer
 
-    given = callback_settings(
-        "watching_trainers", BertWatchCallback.options, settings.pop("settings", None), settings, 3
-    )
+    given = callback_settings("watching_trainers", BertWatchCallback.options, settings.pop("settings", None), settings)
     original = Trainer.__dict__["__init__"]
     attached: list[WatchCallback] = []
 

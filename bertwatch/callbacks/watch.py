@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 
 from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, evaluation_steps
-from bertwatch.callbacks._safe import OwnCallback, SetupError, contained, init_depth
+from bertwatch.callbacks._safe import OwnCallback, SetupError, contained
 from bertwatch.callbacks.alerting import Alerting
 from bertwatch.callbacks.members import Judging, Member, MemberHandle, Riding, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
@@ -74,8 +74,7 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
         lists this callback's options."""
         if stats is not None:
             options["stats"] = stats
-        level = 1 + init_depth(type(self), WatchCallback)  # the user's line, past the subclasses' __init__
-        self.settings = s = callback_settings(type(self).__name__, self.options, settings, options, stacklevel=level)
+        self.settings = s = callback_settings(type(self).__name__, self.options, settings, options)
         requested = s.stats
         ig_taken = "expert" in self.options or "expert.integrated_gradients" in self.options
         if requested is None and s.expert.integrated_gradients and ig_taken:

@@ -1,4 +1,4 @@
-"""Word classes from UD annotations during training: ``BertWatchCallback(word_classes="dev.conllu")``.
+"""Word classes from UD annotations during training: ``BertWatchCallback(expert=ExpertOptions(word_classes="dev.conllu"))``.
 
 The annotated sentences are a second, small probe set, fixed at ``on_train_begin``: the first ``num_sentences``
 that fit the model's length are tokenised word by word (``linguistics.syntax.encode``: syntactic words, so
@@ -163,7 +163,7 @@ def build_word_class_batches(
 
 def prepare_word_classes(option: bool | WordClassProbe, context: ProbeContext) -> WordClassBatches | None:
     """The word-class probe set of a ``WordClassProbe`` option for the run's model and tokenizer (None for
-    the token rules or off); its length limit is the smallest of the option's (else ``probe_max_length``), the
+    the token rules or off); its length limit is the smallest of the option's (else ``ProbeOptions.max_length``), the
     model's ``max_position_embeddings`` and the tokenizer's ``model_max_length``."""
     if not isinstance(option, WordClassProbe):
         return None

@@ -10,14 +10,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from bertwatch.ablation.settings import DEFAULT_BUDGET_MINUTES, DEFAULT_RANDOM_ORDERS
+from bertwatch.ablation.settings import AblationSettings
 from bertwatch.ablation.store import Processes
 from bertwatch.ablation.sweep import ablate
 from bertwatch.cli import eval_data
-from bertwatch.cli.argv import command_parser
+from bertwatch.cli.argv import add_options, command_parser, given_options
 from bertwatch.cli.eval_data import DATA_FILES, add_eval_arguments
-from bertwatch.core.modes import MODES
-from bertwatch.core.removable import DEFAULT_DELTA
 from bertwatch.heads.loading import load_model
 
 
@@ -35,58 +33,13 @@ def _ablate_parser() -> argparse.ArgumentParser:
         "a GLUE task name (sst2, mrpc, cola, stsb, ...; read from --glue-dir), or a task type read from --data: "
         + "; ".join(f"{t}: {what}" for t, what in DATA_FILES.items()),
     )
-    parser.add_argument(
-        "--max-answer-length", type=int, default=30, help="QA: longest answer span in tokens (default 30)"
-    )
-    parser.add_argument("--mode", choices=MODES, default="uniform", help="uniform (Kovaleva) or zero (Michel)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--logdir", default=None, help="TensorBoard run folder for the summaries (default: OUT)")
-    parser.add_argument("--metric", default=None, help="metric to compare (default: the task's primary metric)")
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--configs-per-batch", type=int, default=None, help="configurations stacked in one batch")
-    parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument(
         "--device", default=None, help="torch device (default: cpu, or the process's device under accelerate)"
     )
-    parser.add_argument(
-        "--keep-only",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="score the keep-one-head-per-layer configurations (default: when the sweep with them fits the budget)",
+    add_options(
+        parser.add_argument_group("sweep options (in Python: the keywords of bertwatch.ablate)"), AblationSettings
     )
-    parser.add_argument("--no-prune", action="store_true", help="skip the pruning curves")
-    parser.add_argument(
-        "--delta",
-        type=float,
-        default=DEFAULT_DELTA,
-        help="δ of the answer 'up to N%% of heads removed with the metric within δ of the baseline', in the "
-        f"metric's units (default {DEFAULT_DELTA}: one point of accuracy)",
-    )
-    parser.add_argument(
-        "--random-orders",
-        type=int,
-        default=None,
-        help=f"random pruning orders beside the importance order (default: {DEFAULT_RANDOM_ORDERS} when the sweep "
-        "with them fits the budget, else none)",
-    )
-    parser.add_argument(
-        "--iterative",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="the iterative-importance order, one gradient pass a step (default: when the sweep with it fits the "
-        "budget)",
-    )
-    parser.add_argument(
-        "--budget-minutes",
-        type=float,
-        default=DEFAULT_BUDGET_MINUTES,
-        help="what the sweep may take by its estimate: keep-one-head and the iterative and random orders, unless "
-        f"asked for, run only when it still fits (default {DEFAULT_BUDGET_MINUTES:g}; 0: no budget, they all run)",
-    )
-    parser.add_argument("--no-resume", action="store_true", help="start over even if OUT/partial.jsonl exists")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
@@ -100,35 +53,14 @@ def cli_ablate(argv: Sequence[str]) -> int:
     if device is None and processes.state is not None:
         device = str(processes.state.device)
     try:
+        given = given_options(args, AblationSettings)  # checked before the model loads
+        given["logdir"] = given.get("logdir") or args.out
+        settings = AblationSettings(task=args.task, out_dir=args.out, max_examples=args.limit, **given)
         task_type = eval_data.task_type(args)
         head = "sequence-classification" if task_type in ("regression", "multi-label") else task_type
         model, tokenizer = load_model(args.model, device, head=head)
         examples = eval_data.read_examples(args, task_type, model)
-        result = ablate(
-            model,
-            examples,
-            tokenizer,
-            task=args.task,
-            mode=args.mode,
-            out_dir=args.out,
-            logdir=args.logdir or args.out,
-            metric=args.metric,
-            n_resamples=args.resamples,
-            seed=args.seed,
-            batch_size=args.batch_size,
-            configs_per_batch=args.configs_per_batch,
-            max_length=args.max_length,
-            max_examples=args.limit,
-            max_answer_length=args.max_answer_length,
-            keep_only=args.keep_only,
-            prune=not args.no_prune,
-            delta=args.delta,
-            prune_random=args.random_orders,
-            prune_iterative=args.iterative,
-            budget_minutes=args.budget_minutes or None,
-            resume=not args.no_resume,
-            progress=not args.quiet,
-        )
+        result = ablate(model, examples, tokenizer, settings=settings)
     except (ValueError, FileNotFoundError, RuntimeError) as error:
         print(f"bertwatch ablate: {error}", file=sys.stderr)
         return 2

@@ -7,9 +7,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from bertwatch.ablation.gain import TIMING_TEXT, measure_gain
+from bertwatch.ablation.gain import TIMING_TEXT, GainOptions, measure_gain
 from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
-from bertwatch.cli.argv import command_parser
+from bertwatch.cli.argv import add_options, command_parser, given_options
 from bertwatch.cli.eval_data import add_model_argument
 from bertwatch.core.task_names import metric_label
 from bertwatch.heads.loading import checkpoint_head, load_model
@@ -62,11 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--glue-dir", default=None, help="folder of GLUE files (offline)")
     parser.add_argument("--split", default="dev")
     parser.add_argument("--limit", type=int, default=None, help="use the first N examples")
-    parser.add_argument("--batch-size", type=int, default=32, help="timing batch (default 32)")
-    parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=10, help="timed forward passes per model")
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-measure", action="store_true", help="only prune and save")
+    add_options(parser.add_argument_group("measuring (in Python: measure_gain(options=GainOptions(...)))"), GainOptions)
     return parser
 
 
@@ -74,6 +71,7 @@ def cli_prune(argv: Sequence[str]) -> int:
     """``bertwatch prune --model CKPT (--heads SPEC | --from-ablation DIR --fraction F) --out DIR``."""
     args = _parser().parse_args(list(argv))
     try:
+        options = GainOptions(**given_options(args, GainOptions))  # checked before the model loads
         if args.from_ablation is not None:
             if args.fraction is None:
                 raise ValueError("--from-ablation needs --fraction (share of all heads to remove, e.g. 0.5)")
@@ -100,17 +98,9 @@ def cli_prune(argv: Sequence[str]) -> int:
                 examples = files.read_labelled_texts(args.data, names, limit=args.limit)
             else:
                 examples = load_glue(args.task, split=args.split, glue_dir=args.glue_dir, limit=args.limit)
-        texts = [e["text"] for e in examples[: args.batch_size]] if examples else [TIMING_TEXT] * args.batch_size
-        gain = measure_gain(
-            model,
-            pruned,
-            tokenizer,
-            texts,
-            examples=examples,
-            max_length=args.max_length,
-            repeats=args.repeats,
-            device=args.device,
-        )
+        batch = options.batch_size
+        texts = [e["text"] for e in examples[:batch]] if examples else [TIMING_TEXT] * batch
+        gain = measure_gain(model, pruned, tokenizer, texts, examples=examples, options=options)
         gain["removed_heads"] = {str(layer): h for layer, h in sorted(heads.items())}
         write_gain(args.out, gain)
     except (ValueError, FileNotFoundError, OSError) as error:

@@ -14,7 +14,6 @@ import argparse
 import builtins
 import importlib.util
 import io
-import json
 import os
 import runpy
 import sys
@@ -22,7 +21,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bertwatch.cli.argv import command_parser
+from bertwatch.cli.argv import add_options, command_parser, given_options
 
 __all__ = ["cli_run", "run_module", "run_script", "run_parser", "settings_from_options"]
 
@@ -62,127 +61,30 @@ def _more_options() -> str:
     return f"{hidden} more options ({titles}): bertwatch run --help-all"
 
 
-#: Flags of earlier versions: accepted, hidden from the help, and reported with what to write instead.
-_OLD_FLAGS = {
-    "--probe-every": ("--every-n-steps", "every_n_steps"),
-    "--strict": ("", None),
-}
-
-
-def _flag_dest(spelled: str, index: int) -> str:
-    return f"setting__{spelled}__{index}"
-
-
-def _flag_arguments(flag: Any, spec: Any) -> dict[str, Any]:
-    """argparse keywords for one flag of an option (``core.schema.Flag``): the help is the flag's own,
-    else the option's with its default."""
-    help_text = flag.help or spec.help
-    if flag.kind in ("true", "false"):
-        return {"action": "store_true", "help": help_text}
-    if flag.help is None and "default" not in help_text:
-        help_text = f"{help_text} (default {_shown(spec.default)})"
-    kwargs: dict[str, Any] = {"help": help_text, "metavar": flag.metavar or flag.names[0][2:].upper()}
-    if flag.kind in ("int", "int_or_none"):
-        kwargs["type"] = int if flag.kind == "int" else _int_or_none
-        kwargs["metavar"] = flag.metavar or "N"
-    elif flag.kind == "float":
-        kwargs["type"] = float
-        kwargs["metavar"] = flag.metavar or "X"
-    elif flag.kind == "choice":
-        kwargs.update(choices=flag.choices, metavar=None)
-    return kwargs
-
-
-def _shown(default: Any) -> str:
-    """A default as the help shows it: ``none``, ``0.333`` (three significant digits), ``{}``."""
-    if default is None:
-        return "none"
-    if isinstance(default, float):
-        return f"{default:.3g}"
-    return str(default)
-
-
-class _OldFlag(argparse.Action):
-    """A flag of an earlier version: says what to write instead, then does what the new flag does (if anything)."""
-
-    suggested = False  # never the "did you mean" of a misspelt flag (``cli.argv``)
-
-    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
-        instead, _ = _OLD_FLAGS[option_string or ""]
-        what = f"use {instead}" if instead else "it is ignored (an error inside bertwatch never stops training)"
-        print(f"bertwatch run: {option_string} is deprecated: {what}", file=sys.stderr)
-        if self.dest != argparse.SUPPRESS:
-            setattr(namespace, self.dest, values)
-
-
 def _add_settings(parser: argparse.ArgumentParser, show_all: bool) -> None:
-    """One argument per flag of every option (``options.settings.option_specs``; objects have none: Python only),
-    in groups: the front options first, then one group per nested value (in the help only when ``show_all``)."""
-    from bertwatch.options.settings import GROUPS, option_specs
+    """One argument per flag of every option (``cli.argv.add_options``; objects have none: Python only), in groups:
+    the front options first, then one group per nested value (in the help only when ``show_all``)."""
+    from bertwatch.options.settings import GROUPS, WatchSettings
 
-    titles = {None: "bertwatch options (in Python: the keywords of bertwatch.watch)"}
-    titles.update({group: f"{title} (Python: {group}={cls.__name__}(...))" for group, cls, title in GROUPS})
-    groups = {group: parser.add_argument_group(title) for group, title in titles.items()}
-    for spec in option_specs():
-        for index, flag in enumerate(spec.flags):
-            arguments = _flag_arguments(flag, spec)
-            if spec.group is not None and not show_all:
-                arguments["help"] = argparse.SUPPRESS
-            groups[spec.group].add_argument(
-                *flag.names, dest=_flag_dest(spec.spelled, index), default=argparse.SUPPRESS, **arguments
-            )
-    for name, (_, spelled) in _OLD_FLAGS.items():
-        dest = _flag_dest(spelled, 0) if spelled else argparse.SUPPRESS
-        nargs = None if spelled else 0
-        parser.add_argument(name, dest=dest, action=_OldFlag, nargs=nargs, default=argparse.SUPPRESS,
-                            type=int if spelled else None, help=argparse.SUPPRESS)  # fmt: skip
-
-
-def _int_or_none(text: str) -> int | None:
-    return None if text.strip().lower() == "none" else int(text)
-
-
-def _probe_texts(path: str) -> list[Any]:
-    with open(path, encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for line in handle if line.strip()]
-    return [tuple(line.split("\t", 1)) if "\t" in line else line for line in lines]
-
-
-def _flag_value(kind: str, raw: Any) -> Any:
-    """The option's value from what argparse stored for a flag of this kind."""
-    if kind == "true":
-        return True
-    if kind == "false":
-        return False
-    if kind == "names":
-        return [s.strip() for s in raw.split(",") if s.strip()]
-    if kind == "lines":
-        return _probe_texts(raw)
-    if kind == "json":
-        value = json.loads(raw)
-        if not isinstance(value, dict):
-            raise ValueError(f"expected a JSON object, got {raw!r}")
-        return value
-    return raw
+    add_options(
+        parser.add_argument_group("bertwatch options (in Python: the keywords of bertwatch.watch)"), WatchSettings
+    )
+    for group, cls, title in GROUPS:
+        section = parser.add_argument_group(f"{title} (Python: {group}={cls.__name__}(...))")
+        add_options(section, cls, prefix=f"{group}.", hidden=not show_all)
 
 
 def settings_from_options(opts: argparse.Namespace) -> dict[str, Any]:
     """The options given, as ``BertWatchCallback`` keyword arguments (the callback's defaults for the rest): front
     options by name, nested ones as their value (``probing=ProbeOptions(seed=1)``). Of two flags of one option
     (``--word-classes``, ``--word-classes-from``) the later one declared wins."""
-    from bertwatch.options.settings import GROUPS, option_specs
+    from bertwatch.options.settings import GROUPS, WatchSettings
 
-    front: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {}
-    for spec in option_specs():
-        for index, flag in enumerate(spec.flags):
-            dest = _flag_dest(spec.spelled, index)
-            if hasattr(opts, dest):
-                value = _flag_value(flag.kind, getattr(opts, dest))
-                (front if spec.group is None else nested.setdefault(spec.group, {}))[spec.name] = value
+    front = given_options(opts, WatchSettings)
+    nested = {group: given_options(opts, cls, prefix=f"{group}.") for group, cls, _ in GROUPS}
     if front.get("stats") == []:
         del front["stats"]
-    return {**front, **{group: cls(**nested[group]) for group, cls, _ in GROUPS if group in nested}}
+    return {**front, **{group: cls(**nested[group]) for group, cls, _ in GROUPS if nested[group]}}
 
 
 def _exit_status(code: Any) -> int:

@@ -4,12 +4,13 @@ optionally pruned), each variant measured in ONNX Runtime on the CPU against the
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from bertwatch.cli import eval_data
-from bertwatch.cli.argv import command_parser
+from bertwatch.cli.argv import add_options, command_parser, given_options
 from bertwatch.cli.prune import expand_heads, parse_heads
 
 __all__ = ["cli_ship"]
@@ -29,7 +30,6 @@ def _parser() -> argparse.ArgumentParser:
     eval_data.add_model_argument(
         parser, "folder of a fine-tuned ...ForSequenceClassification checkpoint", required=False, packaged=False
     )
-    parser.add_argument("checkpoint", nargs="?", help=argparse.SUPPRESS)  # `bertwatch ship PATH`: deprecated
     eval_data.add_eval_arguments(
         parser,
         "a GLUE classification task (sst2, mrpc, cola, ...; read from --glue-dir), or sequence-classification "
@@ -42,49 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--heads", help="also a pruned model without these heads: '0:1,5;3:all' or JSON")
     which.add_argument("--prune-from", metavar="DIR", help="also a pruned model: a 'bertwatch ablate' output's order")
     parser.add_argument("--fraction", type=float, default=None, help="with --prune-from: share of heads to remove")
-    parser.add_argument(
-        "--max-length", type=int, default=None, help="longest input in tokens (default 128, or the model's maximum)"
-    )
-    parser.add_argument(
-        "--serve-batch",
-        type=int,
-        default=1,
-        metavar="N",
-        help="measure the metric at the batch you serve: 1 (default) runs one request at a time, each example at its "
-        "own length; N runs batches of N in the evaluation set's order, each padded to its longest example",
-    )
-    parser.add_argument("--repeats", type=int, default=20, help="timed runs per variant and batch size (default 20)")
-    parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime threads (default 0: it chooses)")
-    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
-    parser.add_argument(
-        "--attribution-examples",
-        type=int,
-        default=256,
-        help="measure each layer's share of the INT8 error on the first N examples and add 'int8, layer K fp32' "
-        "for the layer that removes the most (default 256; 0: neither)",
-    )
+    from bertwatch.ship.shipping import ShipOptions  # only here: `bertwatch ship --help` imports no torch
+
+    add_options(parser.add_argument_group("measuring (in Python: ship_model(options=ShipOptions(...)))"), ShipOptions)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
-
-
-def _parsed(argv: Sequence[str]) -> argparse.Namespace:
-    """The arguments, ``args.model`` set: from ``--model``, or from the positional spelling of earlier versions
-    (``bertwatch ship PATH``), which still works after a one-line notice."""
-    parser = _parser()
-    args = parser.parse_args(list(argv))
-    if args.checkpoint is not None:
-        if args.model is not None:
-            parser.error(f"name the model once: --model {args.model} (not also {args.checkpoint!r})")
-        print(
-            f"bertwatch ship: the model as a bare argument is deprecated: use --model {args.checkpoint}",
-            file=sys.stderr,
-        )
-        args.model = args.checkpoint
-    if args.model is None:
-        parser.error("the following arguments are required: --model")
-    return args
 
 
 def _heads(args: argparse.Namespace, num_heads: int) -> dict[int, list[int]] | None:
@@ -159,29 +121,26 @@ def cli_ship(argv: Sequence[str]) -> int:
     from bertwatch.ship.shipping import FILES, ShipOptions, ship_model
     from bertwatch.ship.table import SHIP_FILE, format_table
 
-    args = _parsed(argv)
+    parser = _parser()
+    args = parser.parse_args(list(argv))
+    if args.model is None:  # checked after the flags, so that a misspelt one is named first
+        parser.error("the following arguments are required: --model")
     try:
+        given = given_options(args, ShipOptions)
+        options = ShipOptions(**given)  # checked before the model loads
         model, tokenizer, examples, metric = _load(args)
         heads = _heads(args, head_counts(model.config)[1])
-        options = ShipOptions(
-            max_length=max_input_length(model, tokenizer, args.max_length),
-            serve_batch=args.serve_batch,
-            repeats=args.repeats,
-            threads=args.threads,
-            n_resamples=args.resamples,
-            seed=args.seed,
-            opset=args.opset,
-            attribution_examples=args.attribution_examples,
-        )
+        length = max_input_length(model, tokenizer, given.get("max_length"))
+        options = dataclasses.replace(options, max_length=length)
         names = list(FILES)[: 4 if heads else 2]
         removed = f" ({sum(map(len, heads.values()))} heads removed)" if heads else ""
         mixed = (
-            f", int8 with the layer its error comes from most (on {min(len(examples), args.attribution_examples)} "
+            f", int8 with the layer its error comes from most (on {min(len(examples), options.attribution_examples)} "
             "examples) kept in fp32,"
-            if args.attribution_examples
+            if options.attribution_examples
             else ""
         )
-        served = batch_phrase({"batch_size": args.serve_batch, "sorted": False})
+        served = batch_phrase({"batch_size": options.serve_batch, "sorted": False})
         print(
             f"bertwatch ship: exporting {args.model} to ONNX as {', '.join(names)}{removed}{mixed} and measuring "
             f"each in ONNX Runtime on {len(examples)} examples of {args.task} ({metric_label(metric)}, {served})"

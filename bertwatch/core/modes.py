@@ -10,7 +10,7 @@ MODES: tuple[str, ...] = ("uniform", "zero")
 
 def check_mode(mode: str, name: str = "mode") -> str:
     """``mode`` unchanged when it is one of :data:`MODES`; otherwise a ``ValueError`` that names the setting
-    (``name``, e.g. ``"ablation_mode"``) and both modes.
+    (``name``, e.g. ``"AblationOptions.mode"``) and both modes.
 
     Example:
         >>> check_mode("zero")

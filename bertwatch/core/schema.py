@@ -38,9 +38,11 @@ __all__ = [
     "instance_of",
     "number",
     "option",
+    "option_of",
     "path_or_none",
     "sized_dataset",
     "switch",
+    "text_or_none",
     "whole",
 ]
 
@@ -50,10 +52,12 @@ Check = Callable[[str, Any], Any]
 
 @dataclass(frozen=True)
 class Flag:
-    """One command-line flag of an option: its ``names`` and ``kind``, how ``bertwatch run`` reads it.
+    """One command-line flag of an option: its ``names`` and ``kind``, how a command (``bertwatch run``, ``ablate``,
+    ``ship``, ``prune``: ``cli.argv.add_options``) reads it.
 
-    Kinds: ``"int"``, ``"int_or_none"`` (a number or ``none``), ``"float"``, ``"str"``, ``"choice"`` (one of
-    ``choices``), ``"true"`` / ``"false"`` (a switch that sets the option to True / False), ``"names"``
+    Kinds: ``"int"``, ``"int_or_none"`` (a number or ``none``), ``"float"``, ``"float_or_none"`` (a number; ``0``
+    or ``none``: None), ``"str"``, ``"choice"`` (one of ``choices``), ``"true"`` / ``"false"`` (a switch that sets
+    the option to True / False), ``"yes_no"`` (``--flag`` sets True, ``--no-flag`` False), ``"names"``
     (comma-separated), ``"lines"`` (a file, one probe text per line, a tab before a second sentence), ``"json"`` (a
     JSON object). ``help`` replaces the option's own help for this flag (a ``"false"`` switch always has its own).
     """
@@ -71,6 +75,23 @@ def option(default: Any, help: str, check: Check | None, *flags: Flag, factory: 
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def option_of(owner: type, name: str, *flags: Flag) -> Any:
+    """A settings field that is the option ``name`` of the settings value ``owner`` under another value: the
+    default, help and check declared there (declared once), with this value's own ``flags``.
+
+    Example:
+        >>> from bertwatch.core.alerts import AlertSettings
+        >>> patience = option_of(AlertSettings, "patience")
+        >>> patience.default, patience.metadata["flags"]
+        (1, ())
+    """
+    declared = next(f for f in dataclasses.fields(owner) if f.name == name)
+    metadata = {**declared.metadata, "flags": flags}
+    if declared.default is dataclasses.MISSING:
+        return field(default_factory=declared.default_factory, metadata=metadata)
+    return field(default=declared.default, metadata=metadata)
 
 
 def default_of(f: dataclasses.Field) -> Any:
@@ -129,7 +150,7 @@ class Checked:
 
     def __init__(self, **options: Any) -> None:
         fields = dataclasses.fields(self)  # type: ignore[arg-type]
-        check_options(options, [f.name for f in fields], type(self).__name__, self.renamed())
+        check_options(options, [f.name for f in fields], type(self).__name__)
         for f in fields:
             object.__setattr__(self, f.name, options[f.name] if f.name in options else default_of(f))
         self.__post_init__()
@@ -143,11 +164,6 @@ class Checked:
         for low, high in self.not_above:
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"{type(self).__name__}.{low} must not exceed {high}")
-
-    @classmethod
-    def renamed(cls) -> Mapping[str, str]:
-        """Old option names and their new spelling, for the error that refuses an unknown name (none here)."""
-        return {}
 
     @classmethod
     def option_prefix(cls) -> str:
@@ -177,14 +193,8 @@ def closest(word: str, candidates: Collection[str]) -> str | None:
     return found[0] if found else None
 
 
-def check_options(
-    options: Collection[str],
-    valid: Sequence[str],
-    owner: str = "WatchSettings",
-    renamed: Mapping[str, str] | None = None,
-) -> None:
-    """Refuse option names not in ``valid`` with a ``TypeError`` that suggests the closest and lists them all;
-    ``renamed`` maps old names to their new spelling, shown when an old name is the closest.
+def check_options(options: Collection[str], valid: Sequence[str], owner: str = "WatchSettings") -> None:
+    """Refuse option names not in ``valid`` with a ``TypeError`` that suggests the closest and lists them all.
 
     Example:
         >>> check_options(["every_n_step"], ["stats", "every_n_steps"])
@@ -194,15 +204,10 @@ def check_options(
     unknown = [name for name in options if name not in valid]
     if not unknown:
         return
-    renamed = renamed or {}
     parts = []
     for name in unknown:
-        if name in renamed:  # an old name the owner does not take in its new place either
-            parts.append(f"'{name}' (now {renamed[name]})")
-            continue
-        close = closest(name, [*valid, *renamed])
-        now = f", now {renamed[close]}" if close in renamed else ""
-        parts.append(f"'{name}'" + (f" (did you mean '{close}'{now}?)" if close else ""))
+        close = closest(name, valid)
+        parts.append(f"'{name}'" + (f" (did you mean '{close}'?)" if close else ""))
     raise TypeError(
         f"{owner}: unknown option{'s' if len(unknown) > 1 else ''} {', '.join(parts)}; valid: {', '.join(valid)}"
     )
@@ -245,29 +250,43 @@ def whole(lowest: int | None = None, optional: bool = False, meaning: str = "") 
     return check
 
 
-def number(above: float = 0.0, *, below: float | None = None, at_most: float | None = None) -> Check:
-    """A finite number (kept as a float) greater than ``above``, and below ``below`` or at most ``at_most`` when
-    given.
+def number(
+    above: float | None = 0.0,
+    *,
+    below: float | None = None,
+    at_most: float | None = None,
+    at_least: float | None = None,
+    optional: bool = False,
+    meaning: str = "",
+) -> Check:
+    """A finite number (kept as a float) greater than ``above`` (or at least ``at_least``), and below ``below`` or at
+    most ``at_most`` when given; also None when ``optional``. ``meaning`` is added to the range error.
 
     Example:
         >>> number(0.0, below=1.0)("AlertSettings.sink_fraction", 1.5)
         Traceback (most recent call last):
         ValueError: AlertSettings.sink_fraction must be a number in (0, 1), got 1.5
     """
+    low = f"[{at_least:g}" if at_least is not None else "(-inf" if above is None else f"({above:g}"
     if below is not None:
-        shown = f"a number in ({above:g}, {below:g})"
+        shown = f"a number in {low}, {below:g})"
     elif at_most is not None:
-        shown = f"a number in ({above:g}, {at_most:g}]"
+        shown = f"a number in {low}, {at_most:g}]"
+    elif at_least is not None or above is not None:
+        shown = f"a finite number >= {at_least:g}" if at_least is not None else f"a finite number > {above:g}"
     else:
-        shown = f"a finite number > {above:g}"
+        shown = "a finite number"
 
-    def check(name: str, value: Any) -> float:
+    def check(name: str, value: Any) -> float | None:
+        if value is None and optional:
+            return None
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} must be a number, not {value!r}")
+            raise TypeError(f"{name} must be a number{' or None' if optional else ''}, not {value!r}")
         real = float(value)
         inside = (below is None or real < below) and (at_most is None or real <= at_most)
-        if not math.isfinite(real) or real <= above or not inside:
-            raise ValueError(f"{name} must be {shown}, got {value!r}")
+        inside = inside and (real >= at_least if at_least is not None else above is None or real > above)
+        if not math.isfinite(real) or not inside:
+            raise ValueError(f"{name} must be {shown}{meaning}, got {value!r}")
         return real
 
     return check
@@ -282,6 +301,17 @@ def callable_or_none(what: str) -> Check:
         raise TypeError(f"{name} must be {what} (or None), not {type(value).__name__} {value!r}")
 
     return check
+
+
+def text_or_none(name: str, value: Any) -> str | None:
+    """None or a non-empty string."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string or None, not {type(value).__name__} {value!r:.60}")
+    if not value:
+        raise ValueError(f"{name} must not be empty: give a name, or None for the default")
+    return value
 
 
 def path_or_none(name: str, value: Any) -> str | os.PathLike | None:

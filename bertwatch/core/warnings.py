@@ -62,12 +62,12 @@ def cut_message(count: int, total: int, what: str, length: int, limit: str, reco
         total: examples in the set.
         what: what the examples are (``"probe examples"``, ``"evaluation examples"``).
         length: the length measured, in tokens with the special tokens.
-        limit: where that length comes from (``"probe_max_length"``, ``"the model's maximum"``).
+        limit: where that length comes from (``"ProbeOptions(max_length=...)"``, ``"the model's maximum"``).
         recorded: where the run records the length (and the count).
         remedy: how to measure them whole.
 
     Example:
-        >>> cut_message(2, 5, "probe examples", 16, "probe_max_length", "the run records it", "raise it")[:46]
+        >>> cut_message(2, 5, "probe examples", 16, "max_length", "the run records it", "raise it")[:46]
         'bertwatch: 2 of 5 probe examples are longer th'
     """
     return (

@@ -2,6 +2,6 @@
 
 ``settings.WatchSettings`` holds the front options and five nested values (``groups.ProbeOptions``,
 ``AlertSettings``, ``VerdictSettings``, ``groups.AblationOptions``, ``groups.ExpertOptions``), each option declared
-once with ``core.schema.option`` (default, help, flags, check); ``old_names`` folds in the names of earlier versions.
+once with ``core.schema.option`` (default, help, flags, check).
 The public names are importable from ``bertwatch`` and ``bertwatch.callbacks``.
 """

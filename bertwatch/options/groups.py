@@ -13,13 +13,14 @@ from typing import Any
 
 from bertwatch.ablation.settings import AblationSettings
 from bertwatch.core.alerts import AlertSettings
-from bertwatch.core.modes import MODES, check_mode
+from bertwatch.core.modes import MODES
 from bertwatch.core.schema import (
     Checked,
     Flag,
     callable_or_none,
     check_options,
     option,
+    option_of,
     path_or_none,
     switch,
     whole,
@@ -128,12 +129,6 @@ _ABLATION_KEYWORDS: tuple[str, ...] = ("eval_dataset", "compute_metrics", "token
 )
 
 
-def _mode(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be one of {', '.join(repr(m) for m in MODES)}, not {value!r}")
-    return check_mode(value, name)
-
-
 def _keywords(name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a dict of keywords, e.g. {{'n_resamples': 200}}, not {type(value).__name__}")
@@ -161,10 +156,7 @@ class AblationOptions(Checked):
         {'n_resamples': 200}
     """
 
-    mode: str = option(
-        "uniform", "how a head is switched off: uniform (it attends to every token equally) or zero (its output is "
-        "zeroed)", _mode, Flag(("--ablation-mode",), "choice", choices=MODES),
-    )  # fmt: skip
+    mode: str = option_of(AblationSettings, "mode", Flag(("--ablation-mode",), "choice", choices=MODES))
     kwargs: Mapping[str, Any] = option(
         None, "keywords of the sweep: eval_dataset=, then bertwatch.ablate()'s (metric, n_resamples, ...)", _keywords,
         Flag(("--ablation-kwargs",), "json", metavar="JSON",
@@ -173,20 +165,33 @@ class AblationOptions(Checked):
     )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class WordClassProbe:
+def _source(name: str, value: Any) -> str | os.PathLike | tuple[Sentence, ...]:
+    """A CoNLL-U path, or ``Sentence`` objects (kept as a tuple)."""
+    if isinstance(value, (str, os.PathLike)):
+        return path_or_none(name, value)
+    if isinstance(value, Sequence) and all(isinstance(s, Sentence) for s in value):
+        return tuple(value)
+    raise TypeError(
+        f"{name} must be a CoNLL-U path or a list of bertwatch.linguistics.syntax.Sentence, not {type(value).__name__}"
+    )
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class WordClassProbe(Checked):
     """UD-annotated sentences whose word classes bertwatch measures attention to
     (``WatchSettings(expert=ExpertOptions(word_classes=WordClassProbe(...)))``).
 
     Args:
         source: a CoNLL-U path, or ``bertwatch.linguistics.syntax.Sentence`` objects (``read_conllu``,
-            ``parse_conllu``).
+            ``parse_conllu``); the one option that may be given by position.
         num_sentences: how many sentences: the first that fit in ``max_length`` word pieces.
         batch_size: sentences per forward pass.
         max_length: the longest sentence used, in word pieces (None: ``ProbeOptions.max_length``, capped by the
             model's positions).
 
     Raises:
+        TypeError: a source that is neither a path nor sentences, a count that is not a whole number, or an unknown
+            option name (the message suggests the closest).
         ValueError: a count below 1, or ``max_length`` below 3.
 
     Example:
@@ -194,17 +199,19 @@ class WordClassProbe:
         64
     """
 
-    source: str | os.PathLike | Sequence[Sentence]
-    num_sentences: int = 32
-    batch_size: int = 16
-    max_length: int | None = None
+    source: str | os.PathLike | Sequence[Sentence] = option(
+        None, "a CoNLL-U path, or Sentence objects (read_conllu, parse_conllu)", _source
+    )
+    num_sentences: int = option(32, "how many sentences: the first that fit in max_length word pieces", whole(1))
+    batch_size: int = option(16, "sentences per forward pass", whole(1))
+    max_length: int | None = option(
+        None, "the longest sentence used, in word pieces (default: ProbeOptions.max_length, capped by the model's "
+        "positions)", whole(3, optional=True),
+    )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        for name in ("num_sentences", "batch_size"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"WordClassProbe.{name} must be positive, got {getattr(self, name)}")
-        if self.max_length is not None and int(self.max_length) < 3:
-            raise ValueError(f"WordClassProbe.max_length must be at least 3, got {self.max_length}")
+    def __init__(self, source: Any = None, **options: Any) -> None:
+        """``source`` by position or by name; the other options by name."""
+        super().__init__(source=source, **options)
 
 
 def word_class_option(value: Any) -> bool | WordClassProbe:

@@ -4,15 +4,13 @@
 ``bertwatch.watch`` and ``bertwatch run``: a front of a dozen options a run needs, and five nested values for the
 rest (``probing=ProbeOptions(...)``, ``alerts=AlertSettings(...)``, ``verdict=VerdictSettings(...)``,
 ``ablation=AblationOptions(...)``, ``expert=ExpertOptions(...)``). The fields carry the names, defaults, help texts, checks and command-line flags
-(``bertwatch run`` builds its options from them, :func:`option_specs`). The flat names of earlier versions
-(``probe_seed=``, ``alert_patience=``, ...) still work, each with a ``FutureWarning`` that gives the new spelling.
+(``bertwatch run`` builds its options from them, :func:`option_specs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -38,14 +36,12 @@ from bertwatch.core.schema import (
 from bertwatch.core.stat_names import ALL_STATS, MAP_STATS
 from bertwatch.core.verdict import VerdictSettings
 from bertwatch.options.groups import GROUPS, AblationOptions, ExpertOptions, ProbeOptions
-from bertwatch.options.old_names import OLD_NAMES, RENAMED, fold_old_names
 
 __all__ = [
     "ALL_STATS",
     "COMMON_OPTIONS",
     "GROUPS",
     "MAP_STATS",
-    "OLD_NAMES",
     "ON_ALERT_CHOICES",
     "AblationOptions",
     "AlertSettings",
@@ -205,35 +201,6 @@ class WatchSettings(Checked):
     def option_prefix(cls) -> str:
         return ""
 
-    def __init__(self, **options: Any) -> None:
-        """The options by name; the flat names of earlier versions are folded into their new place first
-        (:func:`~bertwatch.options.old_names.fold_old_names`, with a ``FutureWarning`` each)."""
-        self._fill(options, stacklevel=2)
-
-    @classmethod
-    def _made(cls, options: Mapping[str, Any], stacklevel: int) -> WatchSettings:
-        """``WatchSettings(**options)`` built for a caller of bertwatch's own: the warnings of old names at
-        ``stacklevel``, as for ``warnings.warn`` called where this is called."""
-        made = cls.__new__(cls)
-        made._fill(options, stacklevel + 1)
-        return made
-
-    def _fill(self, options: Mapping[str, Any], stacklevel: int) -> None:
-        """The one way the fields are set: old names folded (``stacklevel`` as for ``_made``), then the names and
-        values checked (``Checked``)."""
-        super().__init__(**fold_old_names(options, stacklevel + 1))
-
-    @classmethod
-    def renamed(cls) -> Mapping[str, str]:
-        return RENAMED
-
-    def __getattr__(self, name: str) -> Any:
-        """The value of an old flat name (``settings.probe_seed``), with the ``FutureWarning`` of its new spelling."""
-        if OLD_NAMES.get(name) is None:
-            raise AttributeError(f"'WatchSettings' object has no attribute {name!r}")
-        warnings.warn(f"settings.{name} is deprecated: use settings.{OLD_NAMES[name]}", FutureWarning, stacklevel=2)
-        return self.value(OLD_NAMES[name])
-
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """Every top-level option name, in declaration order."""
@@ -248,12 +215,9 @@ class WatchSettings(Checked):
 
     def replace(self, **options: Any) -> WatchSettings:
         """A copy with ``options`` changed (checked as the constructor checks them; unknown names refused)."""
-        return self._replaced(options, stacklevel=2)
-
-    def _replaced(self, options: Mapping[str, Any], stacklevel: int) -> WatchSettings:
         if not options:
             return self
-        return self._made({**{name: getattr(self, name) for name in self.names()}, **options}, stacklevel + 1)
+        return WatchSettings(**{**{name: getattr(self, name) for name in self.names()}, **options})
 
     def probe(self) -> ProbeSettings:
         """The part of these settings that decides the probe pass (shared between callbacks when equal)."""
@@ -326,23 +290,19 @@ COMMON_OPTIONS: tuple[str, ...] = (
 )
 
 
-def callback_settings(
-    owner: str, valid: Sequence[str], settings: Any, options: dict[str, Any], stacklevel: int = 1
-) -> WatchSettings:
-    """The settings of a callback: ``settings`` (None: the defaults) with ``options`` replacing its fields; the
-    warnings of old names at ``stacklevel``, as for ``warnings.warn`` called where this is called.
+def callback_settings(owner: str, valid: Sequence[str], settings: Any, options: dict[str, Any]) -> WatchSettings:
+    """The settings of a callback: ``settings`` (None: the defaults) with ``options`` replacing its fields.
 
     ``valid`` lists the options the callback takes: top-level names, and ``"group.field"`` for the fields of a
-    nested value it takes only some of. An option it does not take (a top-level name, an old flat name or a field
-    set in a nested value) is a ``TypeError`` from ``owner`` that suggests the closest."""
+    nested value it takes only some of. An option it does not take (a top-level name or a field set in a nested
+    value) is a ``TypeError`` from ``owner`` that suggests the closest."""
     base = WatchSettings() if settings is None else settings
     if not isinstance(base, WatchSettings):
         raise TypeError(f"settings must be a WatchSettings, e.g. settings=WatchSettings(every_n_steps=20), not "
                         f"{type(base).__name__}")  # fmt: skip
     tops = list(dict.fromkeys(name.split(".")[0] for name in valid))
-    moved = {old: new for old, new in OLD_NAMES.items() if new is None or new.split(".")[0] in valid or new in valid}
-    check_options([name for name in options if name not in moved], tops, owner, RENAMED)
-    made = base._replaced(options, stacklevel + 1)
+    check_options(list(options), tops, owner)
+    made = base.replace(**options)
     for group, cls, _ in GROUPS:
         if group not in valid:
             changed = [f.name for f in dataclasses.fields(cls)

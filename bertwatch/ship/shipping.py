@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from bertwatch.ablation.scoring import make_metric, one_example_change
+from bertwatch.core.schema import Checked, Flag, number, option, whole
 from bertwatch.core.warnings import BertWatchWarning
 from bertwatch.ship import runtime
 from bertwatch.ship.delimiters import OUTLIER_EXAMPLES
@@ -63,9 +64,9 @@ def mixed_name(layer: int) -> tuple[str, str]:
     return f"int8, layer {layer} fp32", f"model.int8.layer{layer}fp32.onnx"
 
 
-@dataclass(frozen=True)
-class ShipOptions:
-    """How ``ship_model`` measures (defaults as on the command line).
+@dataclass(frozen=True, eq=False, init=False)
+class ShipOptions(Checked):
+    """How ``ship_model`` measures: each option declared once (default, help, check, the flag of ``bertwatch ship``).
 
     Args:
         max_length: longest input in tokens; longer examples are cut.
@@ -82,29 +83,46 @@ class ShipOptions:
             measured (``ship.layer_error``), and the mixed variant chosen; 0 measures neither.
 
     Raises:
-        ValueError: a value out of range.
+        TypeError: a value that is not a number, or an unknown option name (the message suggests the closest).
+        ValueError: a value out of range (the message names the option).
+
+    Example:
+        >>> ShipOptions(serve_batch=8).serve_batch, ShipOptions().repeats
+        (8, 20)
+        >>> ShipOptions(repeats=0)
+        Traceback (most recent call last):
+        ValueError: repeats must be >= 1, got 0
     """
 
-    max_length: int = 128
-    serve_batch: int = 1
-    repeats: int = 20
-    warmup: int = 2
-    threads: int = 0
-    n_resamples: int = 1000
-    seed: int = 0
-    confidence: float = 0.95
-    opset: int = DEFAULT_OPSET
-    attribution_examples: int = OUTLIER_EXAMPLES
+    max_length: int = option(
+        128, "longest input in tokens; longer examples are cut", whole(2),
+        Flag(("--max-length",), "int", help="longest input in tokens (default 128, or the model's maximum)"),
+    )  # fmt: skip
+    serve_batch: int = option(
+        1, "measure the metric at the batch you serve: 1 (default) runs one request at a time, each example at its own "
+        "length; N runs batches of N in the evaluation set's order, each padded to its longest example", whole(1),
+        Flag(("--serve-batch",), "int"),
+    )  # fmt: skip
+    repeats: int = option(20, "timed runs per variant and batch size", whole(1), Flag(("--repeats",), "int"))
+    warmup: int = option(2, "untimed runs before the timed ones", whole(0))
+    threads: int = option(0, "ONNX Runtime's intra-op threads (0: it chooses)", whole(0), Flag(("--threads",), "int"))
+    n_resamples: int = option(
+        1000,
+        "paired-bootstrap resamples of each variant's metric against fp32",
+        whole(1),
+        Flag(("--resamples",), "int"),
+    )
+    seed: int = option(0, "the resamples' seed", whole(), Flag(("--seed",), "int"))
+    confidence: float = option(0.95, "the intervals' level", number(0.0, below=1.0))
+    opset: int = option(DEFAULT_OPSET, "the ONNX opset of the export", whole(1), Flag(("--opset",), "int"))
+    attribution_examples: int = option(
+        OUTLIER_EXAMPLES, "measure each layer's share of the INT8 error on the first N examples and add 'int8, layer "
+        "K fp32' for the layer that removes the most (0: neither)", whole(0), Flag(("--attribution-examples",), "int"),
+    )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        if self.repeats < 1 or self.warmup < 0 or self.threads < 0 or self.max_length < 2 or self.n_resamples < 1:
-            raise ValueError("repeats and n_resamples must be >= 1, warmup and threads >= 0, max_length >= 2")
-        if self.serve_batch < 1:
-            raise ValueError(f"serve_batch must be >= 1, got {self.serve_batch}")
-        if self.attribution_examples < 0:
-            raise ValueError(f"attribution_examples must be >= 0, got {self.attribution_examples}")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+    @classmethod
+    def option_prefix(cls) -> str:
+        return ""
 
 
 def _labels(examples: Sequence[Mapping[str, Any]], num_labels: int) -> np.ndarray:

@@ -14,7 +14,9 @@ from bertwatch.callbacks import (
     AttentionDriftCallback,
     BertWatchCallback,
     EntropyCallback,
+    ExpertOptions,
     GradientImportanceCallback,
+    ProbeOptions,
     SetupError,
     SpecialTokenMassCallback,
 )
@@ -133,7 +135,7 @@ def test_statistics_are_selectable_and_validated() -> None:
     assert EntropyCallback().stat_names == {"entropy", "cls_entropy"}
     assert AttentionDriftCallback().stat_names == {"drift_cosine", "drift_js"}
     assert "sep_mass_kovaleva" in SpecialTokenMassCallback().stat_names
-    assert GradientImportanceCallback(integrated_gradients=True).stat_names >= {
+    assert GradientImportanceCallback(expert=ExpertOptions(integrated_gradients=True)).stat_names >= {
         "head_importance",
         "head_attribution_ig",
     }
@@ -148,7 +150,7 @@ def test_statistics_are_selectable_and_validated() -> None:
 
 
 def test_cadence() -> None:
-    cb = BertWatchCallback(every_n_steps=50, on_evaluate=False)
+    cb = BertWatchCallback(every_n_steps=50, probing=ProbeOptions(on_evaluate=False))
     due = cb.pacing.due
     assert due("begin", 0) and due("step", 100) and not due("step", 75)
     assert not due("evaluate", 10) and due("end", 73)

@@ -19,11 +19,14 @@ from tensorboard.util import tensor_util
 import bertwatch.probe.measurements as measurements_module
 import bertwatch.probe.reference as reference_module
 from bertwatch.callbacks import (
+    AblationOptions,
     AttentionDriftCallback,
     BertWatchCallback,
     BertWatchWarning,
     EntropyCallback,
+    ExpertOptions,
     GradientImportanceCallback,
+    ProbeOptions,
     SetupError,
     watch,
 )
@@ -82,11 +85,9 @@ def test_training_is_bit_identical_with_and_without_bertwatch(tmp_path, monkeypa
     everything = strict(
         BertWatchCallback,
         every_n_steps=1,
-        maps_every_n_steps=2,
-        integrated_gradients=True,
-        ig_steps=3,
         num_probe_examples=8,
-        probe_batch_size=3,
+        expert=ExpertOptions(maps_every_n_steps=2, integrated_gradients=True, ig_steps=3),
+        probing=ProbeOptions(batch_size=3),
     )
     _, watched, watched_losses = _train(tmp_path / "b", [everything], **overrides)
     assert [s for s, _ in everything.history] == [0, 1, 2, 3, 4, 5, 6]
@@ -198,8 +199,8 @@ def test_an_error_inside_bertwatch_is_one_warning_and_training_goes_on(tmp_path,
     def broken_collator(features):
         raise RuntimeError("collator broke")
 
-    a = EntropyCallback(data_collator=broken_collator)
-    b = AttentionDriftCallback(data_collator=broken_collator)
+    a = EntropyCallback(probing=ProbeOptions(data_collator=broken_collator))
+    b = AttentionDriftCallback(probing=ProbeOptions(data_collator=broken_collator))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _, watched, losses = _train(tmp_path / "d", [a, b], eval_strategy="no")
@@ -297,7 +298,9 @@ def test_reference_model_can_be_named(tmp_path, monkeypatch) -> None:
     histories = {}
     for keeping in ("maps", "model"):
         monkeypatch.setattr(reference_module, "_keeps_model", lambda *_, k=keeping: k == "model")
-        cb = strict(AttentionDriftCallback, every_n_steps=3, num_probe_examples=8, reference_model=other)
+        cb = strict(
+            AttentionDriftCallback, every_n_steps=3, num_probe_examples=8, probing=ProbeOptions(reference_model=other)
+        )
         _train(tmp_path / keeping, [cb], eval_strategy="no")
         assert cb.history[0][0] == 0 and cb.history[0][1]["drift_cosine"].mean() < 0.999
         histories[keeping] = cb.history
@@ -313,8 +316,7 @@ def test_ablate_on_end_runs_the_ablation_sweep_into_the_same_run(tmp_path, capsy
         every_n_steps=3,
         num_probe_examples=4,
         ablate_on_end=True,
-        ablation_mode="zero",
-        ablation_kwargs={"n_resamples": 50, "progress": False},
+        ablation=AblationOptions(mode="zero", kwargs={"n_resamples": 50, "progress": False}),
     )
     _train(tmp_path, [cb], eval_strategy="no")
     assert cb.ablation_result is not None
@@ -388,7 +390,9 @@ def test_minilm_sst2_fine_tune_writes_every_statistic(tmp_path, minilm_path, glu
         trainer.train()
         return model, [h["loss"] for h in trainer.state.log_history if "loss" in h]
 
-    cb = BertWatchCallback(every_n_steps=4, num_probe_examples=16, integrated_gradients=True, ig_steps=4)
+    cb = BertWatchCallback(
+        every_n_steps=4, num_probe_examples=16, expert=ExpertOptions(integrated_gradients=True, ig_steps=4)
+    )
     watched, watched_losses = fine_tune(tmp_path / "watched", [cb])
     acc = _events(glob.glob(str(tmp_path / "watched" / "runs" / "*"))[0])
     for stat in STAT_NAMES + DRIFT_NAMES + GRADIENT_NAMES + (IG_NAME,):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,14 @@ import transformers as T
 
 import bertwatch.callbacks.members as members_module
 import bertwatch.callbacks.watched_run as watched_module
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError
+from bertwatch.callbacks import (
+    BertWatchCallback,
+    BertWatchWarning,
+    ExpertOptions,
+    GradientImportanceCallback,
+    ProbeOptions,
+    SetupError,
+)
 from bertwatch.heads.gradients.importance import GRADIENT_NAMES
 from tests.support.models import bert_with_head
 from tests.support.tiny_trainer import tiny_tokenizer, toy_dataset, training_args
@@ -25,8 +33,13 @@ watch_module = importlib.import_module("bertwatch.callbacks.watch")  # the packa
 
 pytestmark = pytest.mark.fast
 
-PROBE = dict(num_probe_examples=6, probe_batch_size=3, every_n_steps=0, on_evaluate=False, at_end=False, strict=True)
+PROBE = dict(num_probe_examples=6, every_n_steps=0, probing=ProbeOptions(batch_size=3, on_evaluate=False, at_end=False))
 REFUSAL = "no example of the batch has a labelled item"
+
+
+def _probing(**changes) -> dict:
+    """``PROBE`` with ``changes`` to its probe options (``at_start=False``)."""
+    return {**{k: v for k, v in PROBE.items() if k != "every_n_steps"}, "probing": replace(PROBE["probing"], **changes)}
 
 
 def _probe(tok, unlabelled_second_batch: bool = False):
@@ -117,7 +130,7 @@ def test_a_refusal_in_a_later_batch_drops_the_defaults_gradients_and_measures_th
 def test_a_refusal_asked_for_by_name_stops_the_run_before_the_first_optimiser_step(
     tmp_path, monkeypatch, at_start
 ) -> None:
-    callback = GradientImportanceCallback(**{**PROBE, "at_start": at_start, "every_n_steps": 1})
+    callback = GradientImportanceCallback(**_probing(at_start=at_start), every_n_steps=1)
     run = _Run(tmp_path, callback, monkeypatch, unlabelled_second_batch=True)
     message = rf"GradientImportanceCallback: \['attn_grad_other', .*'head_importance'\] cannot be measured: {REFUSAL}"
     with pytest.raises(SetupError, match=message):
@@ -133,10 +146,10 @@ def _per_example_ce(outputs, batch):
 @pytest.mark.parametrize(
     "callback",
     [
+        pytest.param(lambda: GradientImportanceCallback(**_probing(at_start=False), every_n_steps=1), id="no-start"),
         pytest.param(
-            lambda: GradientImportanceCallback(**{**PROBE, "at_start": False, "every_n_steps": 1}), id="no-start"
+            lambda: BertWatchCallback(**PROBE, expert=ExpertOptions(word_classes=True)), id="riders-over-two-batches"
         ),
-        pytest.param(lambda: BertWatchCallback(**PROBE, word_classes=True), id="riders-over-two-batches"),
         pytest.param(lambda: GradientImportanceCallback(**PROBE, loss_fn=_per_example_ce), id="loss_fn"),
     ],
 )

@@ -14,7 +14,7 @@ import pytest
 import transformers as T
 from werkzeug.test import Client
 
-from bertwatch.callbacks import BertWatchWarning, EntropyCallback, SetupError, watch
+from bertwatch.callbacks import BertWatchWarning, EntropyCallback, ProbeOptions, SetupError, watch
 from bertwatch.probe.probe_set import build_probe_set
 from bertwatch.report.events import read_run
 from bertwatch.report.html import build_html
@@ -64,7 +64,7 @@ def _train(out, cb: EntropyCallback):
 @pytest.fixture(scope="module")
 def cut_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("cut")
-    cb = strict(EntropyCallback, every_n_steps=1, probe_texts=TEXTS, probe_max_length=LENGTH)
+    cb = strict(EntropyCallback, every_n_steps=1, probe_texts=TEXTS, probing=ProbeOptions(max_length=LENGTH))
     ours, at_first_step, run = _train(out, cb)
     return ours, at_first_step, run
 
@@ -108,7 +108,7 @@ def test_a_long_probe_text_warns_once_at_setup_with_count_and_length(cut_run) ->
 
 
 def test_measuring_up_to_the_models_maximum_cuts_nothing_and_does_not_warn(tmp_path) -> None:
-    cb = strict(EntropyCallback, every_n_steps=0, probe_texts=TEXTS, probe_max_length=None)
+    cb = strict(EntropyCallback, every_n_steps=0, probe_texts=TEXTS, probing=ProbeOptions(max_length=None))
     ours, _, run = _train(tmp_path, cb)
     assert not [w for w in ours if "longer than" in str(w.message)]
     assert cb.watched is None or cb.watched.context is None or cb.watched.context.probe.truncated == 0

@@ -10,7 +10,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
-from bertwatch.callbacks import BertWatchCallback
+from bertwatch.callbacks import BertWatchCallback, ExpertOptions
 from bertwatch.callbacks.riders import WordClassPass, rule_word_classes
 from bertwatch.heads.roles import TokenRoles
 from bertwatch.linguistics.clustering import procrustes_align
@@ -70,7 +70,9 @@ def test_procrustes_recovers_a_rotation_reflection_and_shift():
 
 def test_word_classes_and_moving_head_map_in_a_training_run(tmp_path):
     tok = tiny_tokenizer()
-    cb = BertWatchCallback(every_n_steps=2, num_probe_examples=8, num_maps=0, word_classes=True, head_clusters=True)
+    cb = BertWatchCallback(
+        every_n_steps=2, num_probe_examples=8, num_maps=0, expert=ExpertOptions(word_classes=True, head_clusters=True)
+    )
     cb.strict = True
     trainer = toy_trainer(tmp_path, [cb], tokenizer=tok, eval_strategy="no", logging_steps=1, report_to="tensorboard")
     trainer.train()

@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 import bertwatch
-from bertwatch.callbacks import SetupError
+from bertwatch.callbacks import AblationOptions, ExpertOptions, ProbeOptions, SetupError
 from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
 from tests.support.models import unit_masks
 from tests.support.strict import strict
@@ -51,11 +51,9 @@ def _watch(trainer: T.Trainer, case, mode: str) -> bertwatch.BertWatchCallback:
         every_n_steps=EVERY,
         num_probe_examples=6,
         num_maps=1,
-        integrated_gradients=True,
-        ig_steps=4,
         ablate_on_end=True,
-        ablation_mode=mode,
-        ablation_kwargs=kwargs,
+        expert=ExpertOptions(integrated_gradients=True, ig_steps=4),
+        ablation=AblationOptions(mode=mode, kwargs=kwargs),
         on_alert="none",  # 4 steps of a tiny model may well end failing: the verdict is not what this test checks
     )
 
@@ -187,7 +185,7 @@ def test_gradient_statistics_of_a_head_without_a_loss_are_refused_at_setup(tmp_p
     for callback, match in (
         (strict(bertwatch.GradientImportanceCallback, probe_dataset=no_positions), "no labels"),
         (  # in the third probe batch: every batch is checked
-            strict(bertwatch.GradientImportanceCallback, probe_dataset=cut_off, probe_batch_size=4),
+            strict(bertwatch.GradientImportanceCallback, probe_dataset=cut_off, probing=ProbeOptions(batch_size=4)),
             "outside the sequence",
         ),
         (
@@ -232,8 +230,8 @@ def test_multiple_choice_rows_meet_their_own_reference_in_every_probe_batch(tmp_
         stats=("drift_js", "entropy"),
         every_n_steps=EVERY,
         num_probe_examples=5,
-        probe_batch_size=2,
         num_maps=1,
+        probing=ProbeOptions(batch_size=2),
     )
     trainer.train()
     grids = dict(callback.history)

@@ -17,7 +17,15 @@ import torch
 import torch.nn.functional as F
 import transformers as T
 
-from bertwatch.callbacks import BertWatchCallback, BertWatchWarning, GradientImportanceCallback, SetupError, watch
+from bertwatch.callbacks import (
+    BertWatchCallback,
+    BertWatchWarning,
+    ExpertOptions,
+    GradientImportanceCallback,
+    ProbeOptions,
+    SetupError,
+    watch,
+)
 from tests.support.models import bert_with_head
 from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_tokenizer, toy_dataset, training_args
@@ -207,10 +215,8 @@ def _probe_callback(contained: bool = False, **overrides):
     settings = dict(
         stats=STATS,
         every_n_steps=0,
-        on_evaluate=False,
-        at_end=False,
-        probe_batch_size=4,
-        ig_steps=IG_STEPS,
+        probing=ProbeOptions(on_evaluate=False, at_end=False, batch_size=4),
+        expert=ExpertOptions(ig_steps=IG_STEPS),
     )
     make = GradientImportanceCallback if contained else functools.partial(strict, GradientImportanceCallback)
     return make(**{**settings, **overrides})
@@ -295,7 +301,7 @@ def test_a_trainer_loss_without_a_value_for_one_example_is_refused_before_step_0
     with pytest.raises(SetupError, match=r"compute_loss failed on a probe example.*compares an example.*loss_fn="):
         trainer.train()
     assert trainer.state.global_step == 0
-    defaults = BertWatchCallback(every_n_steps=0, on_evaluate=False, at_end=False, num_maps=0)
+    defaults = BertWatchCallback(every_n_steps=0, num_maps=0, probing=ProbeOptions(on_evaluate=False, at_end=False))
     trainer, _ = _setup(tmp_path / "b", InBatchTrainer, [defaults])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -17,6 +17,7 @@ from bertwatch.callbacks import (
     BertWatchCallback,
     BertWatchWarning,
     EntropyCallback,
+    ExpertOptions,
     SetupError,
     watch,
     watching_trainers,
@@ -169,7 +170,14 @@ def test_trackers_get_the_layer_means_at_the_measured_steps_and_training_is_unch
 def test_trackers_can_be_turned_off_and_a_failing_tracker_is_one_warning(tmp_path) -> None:
     tracker = Recorder()
     trainer = _trainer(tmp_path / "a", callbacks=[tracker], with_eval=False)
-    strict(watch, trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, log_to_trackers=False)
+    strict(
+        watch,
+        trainer,
+        stats=["entropy"],
+        every_n_steps=3,
+        num_probe_examples=4,
+        expert=ExpertOptions(log_to_trackers=False),
+    )
     trainer.train()
     assert not any(k.startswith("bertwatch/") for _, logs in tracker.logged for k in logs)
 
@@ -193,7 +201,14 @@ def test_word_class_grids_reach_the_trackers_too(tmp_path) -> None:
 
     tracker = Recorder()
     trainer = _trainer(tmp_path, callbacks=[tracker], with_eval=False)
-    cb = strict(watch, trainer, stats=["entropy"], every_n_steps=3, num_probe_examples=4, word_classes=True)
+    cb = strict(
+        watch,
+        trainer,
+        stats=["entropy"],
+        every_n_steps=3,
+        num_probe_examples=4,
+        expert=ExpertOptions(word_classes=True),
+    )
     trainer.train()
     acc = EventAccumulator(cb.watched.trainer_side.run_dir, size_guidance={"tensors": 0})
     acc.Reload()

@@ -16,7 +16,7 @@ import transformers as T
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
-from bertwatch.callbacks import BertWatchCallback, SetupError, WordClassProbe
+from bertwatch.callbacks import BertWatchCallback, ExpertOptions, SetupError, WordClassProbe
 from bertwatch.callbacks.word_classes import (
     SHARE_PREFIX,
     UDWordClassPass,
@@ -179,7 +179,7 @@ def test_setup_refusals(tmp_path):
     with pytest.raises(SetupError, match="holds no sentence"):
         build_word_class_batches(WordClassProbe(()), tok, 64)
     with pytest.raises(TypeError, match="word_classes must be"):
-        BertWatchCallback(word_classes=3)
+        BertWatchCallback(expert=ExpertOptions(word_classes=3))
     with pytest.raises(ValueError, match="num_sentences"):
         WordClassProbe("x.conllu", num_sentences=0)
     sentences = parse_conllu(CONLLU)
@@ -190,7 +190,12 @@ def test_setup_refusals(tmp_path):
 def run_trainer(tmp_path: Path, word_classes, **overrides) -> tuple[BertWatchCallback, T.Trainer]:
     tok = tokenizer()
     cb = BertWatchCallback(
-        stats=("cls_mass",), every_n_steps=2, num_probe_examples=8, num_maps=0, word_classes=word_classes, **overrides
+        stats=("cls_mass",),
+        every_n_steps=2,
+        num_probe_examples=8,
+        num_maps=0,
+        **overrides,
+        expert=ExpertOptions(word_classes=word_classes),
     )
     cb.strict = True
     trainer = toy_trainer(tmp_path, [cb], tokenizer=tok, eval_size=8, eval_strategy="no", logging_steps=1)

@@ -54,7 +54,6 @@ def test_a_misspelt_flag_gets_the_closest_flag_of_its_command(capsys) -> None:
     assert said.endswith("unrecognized arguments: --every-n-step (did you mean --every-n-steps?)"), said
     said = _refusal(capsys, "run", "--probe-sed=3", "train.py")  # a group flag, hidden from the short help
     assert said.endswith("--probe-sed=3 (did you mean --probe-seed?)"), said
-    assert "--probe-every" not in _refusal(capsys, "run", "--probe-evry", "3", "x.py")  # a deprecated spelling
     said = _refusal(capsys, "ablate", *REQUIRED["ablate"], "--resample", "10", "--sed", "3")
     assert said.endswith("--resample 10 --sed 3 (did you mean --resamples for --resample, --seed for --sed?)")
     assert _refusal(capsys, "ship", "--zzz").endswith("unrecognized arguments: --zzz")  # nothing close: no guess

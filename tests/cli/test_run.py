@@ -229,10 +229,6 @@ def test_the_flags_of_earlier_versions_still_work(tmp_path, capsys) -> None:
             _value(WatchSettings(**settings_from_options(parser.parse_args([name, *words, "x.py"]))), spec) == expected
         )
     assert capsys.readouterr().err == ""
-    assert settings_from_options(parser.parse_args(["--probe-every", "5", "x.py"])) == {"every_n_steps": 5}
-    assert capsys.readouterr().err == "bertwatch run: --probe-every is deprecated: use --every-n-steps\n"
-    assert settings_from_options(parser.parse_args(["--strict", "x.py"])) == {}
-    assert "--strict is deprecated: it is ignored" in capsys.readouterr().err
 
 
 def _help(capsys, monkeypatch, flag: str = "--help") -> str:
@@ -270,7 +266,7 @@ def test_run_help_shows_the_front_options_on_one_screen(capsys, monkeypatch) -> 
         f"{len(more)} more options (probe tuning, stability alerts, run verdict, ablation at the",
         "end, expert): bertwatch run --help-all",
     ]
-    for word in (".py)", "for tests", "--strict", "--probe-every", "turn off"):
+    for word in (".py)", "for tests", "turn off"):
         assert word not in text, word
     flat = " ".join(text.split())
     assert "--num-probe-examples N how many examples the probe set samples (default 32)" in flat

@@ -117,22 +117,18 @@ def test_errors_say_what_to_do(inputs, tmp_path: Path, capsys, monkeypatch) -> N
 
 
 @pytest.mark.fast
-def test_the_model_is_named_with_model_as_in_every_command_and_the_bare_path_still_works(
-    inputs, tmp_path: Path, capsys
-) -> None:
+def test_the_model_is_named_with_model_as_in_every_command(inputs, tmp_path: Path, capsys) -> None:
     _, data = inputs
     out = str(tmp_path / "out")
     missing = str(tmp_path / "none")
-    assert main(["ship", missing, "--data", str(data), "--out", out]) == 2  # the spelling of earlier versions
-    err = capsys.readouterr().err.splitlines()
-    assert err[0] == f"bertwatch ship: the model as a bare argument is deprecated: use --model {missing}"
-    assert f"no such folder: {missing}" in err[1]
+    assert main(["ship", "--model", missing, "--data", str(data), "--out", out]) == 2
+    assert f"no such folder: {missing}" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["ship", "--data", str(data), "--out", out])
     assert "the following arguments are required: --model" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["ship", missing, "--model", missing, "--data", str(data), "--out", out])
-    assert "name the model once" in capsys.readouterr().err
+        main(["ship", "--model", missing, missing, "--data", str(data), "--out", out])  # no bare path besides
+    assert "unrecognized arguments" in capsys.readouterr().err
     assert main(["ship", "--model", "minilm", "--data", str(data), "--out", out]) == 2  # found, then refused
     assert "BertModel checkpoint without a sequence-classification head" in capsys.readouterr().err
     assert not Path(out).exists()

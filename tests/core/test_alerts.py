@@ -147,10 +147,10 @@ def test_settings_are_checked_and_carried_by_watch_settings() -> None:
             AlertSettings(**bad)
     with pytest.raises(TypeError):
         AlertSettings(logit_bound="100")
-    s = WatchSettings(alert_entropy_fraction=0.3, alert_patience=2, on_alert="stop")
+    s = WatchSettings(on_alert="stop", alerts=AlertSettings(entropy_fraction=0.3, patience=2))
     assert s.alerts == AlertSettings(entropy_fraction=0.3, patience=2)
-    with pytest.raises(ValueError, match="alert_sink_fraction"):
-        WatchSettings(alert_sink_fraction=1.5)
+    with pytest.raises(ValueError, match="AlertSettings.sink_fraction"):
+        WatchSettings(alerts=AlertSettings(sink_fraction=1.5))
     with pytest.raises(ValueError, match="on_alert"):
         WatchSettings(on_alert="halt")
 

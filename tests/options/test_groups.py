@@ -59,10 +59,13 @@ def test_word_classes_from_every_form_a_user_gives() -> None:
     with pytest.raises(TypeError, match="word_classes must be True"):
         word_class_option(3)
     assert ExpertOptions(word_classes="dev.conllu").word_classes == "dev.conllu"
-    with pytest.raises(ValueError, match="WordClassProbe.num_sentences must be positive"):
+    with pytest.raises(ValueError, match=r"WordClassProbe.num_sentences must be >= 1, got 0"):
         WordClassProbe("dev.conllu", num_sentences=0)
-    with pytest.raises(ValueError, match="WordClassProbe.max_length must be at least 3"):
+    with pytest.raises(ValueError, match=r"WordClassProbe.max_length must be >= 3, got 2"):
         WordClassProbe("dev.conllu", max_length=2)
+    with pytest.raises(TypeError, match=r"WordClassProbe.source must be a CoNLL-U path or a list of"):
+        WordClassProbe(3)
+    assert WordClassProbe(source="dev.conllu") == WordClassProbe("dev.conllu")
 
 
 def test_an_unknown_name_in_a_nested_value_gets_the_closest() -> None:

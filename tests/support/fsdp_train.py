@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 import transformers as T  # noqa: E402
 
-from bertwatch.callbacks import BertWatchCallback  # noqa: E402
+from bertwatch.callbacks import AblationOptions, BertWatchCallback, ProbeOptions  # noqa: E402
 from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, toy_texts  # noqa: E402
 
@@ -105,11 +105,13 @@ def main(out_dir: str, sharded: bool) -> None:
         BertWatchCallback,
         every_n_steps=2,
         probe_texts=probe,
-        tokenizer=tokenizer,
         logging_dir=os.path.join(out_dir, "runs"),
         ablate_on_end=True,
+        probing=ProbeOptions(tokenizer=tokenizer),
         # every part asked for: a budget would decide by timings that differ between one and two processes
-        ablation_kwargs=dict(n_resamples=50, batch_size=4, shard_size=8, progress=False, budget_minutes=None),
+        ablation=AblationOptions(
+            kwargs=dict(n_resamples=50, batch_size=4, shard_size=8, progress=False, budget_minutes=None)
+        ),
     )
     args = T.TrainingArguments(output_dir=os.path.join(out_dir, "train"), use_cpu=True, report_to="none")
     state = T.TrainerState()

@@ -11,7 +11,7 @@ import sys
 import torch
 import transformers as T
 
-from bertwatch.callbacks import BertWatchCallback
+from bertwatch.callbacks import BertWatchCallback, ExpertOptions
 from tests.support.strict import strict
 from tests.support.tiny_trainer import tiny_bert, tiny_tokenizer, toy_dataset, training_args
 
@@ -62,7 +62,9 @@ def main() -> None:
         processing_class=tok,
         data_collator=T.DataCollatorWithPadding(tok),
         callbacks=[
-            BertWatchCallback(every_n_steps=1, logging_dir=logdir, num_maps=2, maps_every_n_steps=2),
+            BertWatchCallback(
+                every_n_steps=1, logging_dir=logdir, num_maps=2, expert=ExpertOptions(maps_every_n_steps=2)
+            ),
             _Progress(),
         ],
     )
