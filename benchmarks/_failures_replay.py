@@ -89,6 +89,7 @@ def scores(record: dict, fraction: float | None, settings: VerdictSettings) -> d
     verdict = judge(evidence, settings)
     out = {"verdict": verdict.rank if verdict is not None else math.nan}
     out["level"] = float(verdict.level) if verdict is not None else math.nan
+    out["cannot tell"] = float(verdict.level == 0 and not verdict.known) if verdict is not None else math.nan
     live = [level for at, level, *_ in record["live_verdicts"] if at <= step]
     out["live verdict"] = float(live[-1]) if live else math.nan
     early = record["early"].get(str(step)) if fraction is not None else None

@@ -179,7 +179,8 @@ def run_one(config: dict, opts: argparse.Namespace) -> dict:
             eval_strategy="steps" if evaluate else "no", eval_steps=max(1, round(steps * evaluate)) if evaluate else None,
         )  # fmt: skip
         trainer = T.Trainer(
-            model=model, args=args, train_dataset=train, eval_dataset=seen, processing_class=tok,
+            model=model, args=args, train_dataset=train, eval_dataset=seen if config.get("eval_set", True) else None,
+            processing_class=tok,
             data_collator=T.DataCollatorWithPadding(tok), callbacks=[cb, DevAt()],
             compute_metrics=compute_metrics if evaluate else None,
         )  # fmt: skip
@@ -215,6 +216,8 @@ DRAWS = {
              "lengths": (32, 64), "lrs": (1e-5, 5e-3)},
     "learning": {"tasks": ("sst2", "qnli", "mrpc", "sst2", "cola", "rte"), "steps": (60, 100, 150),
                  "batches": (16,), "lengths": (48, 64), "lrs": (1e-5, 3e-3)},
+    "ending": {"tasks": ("sst2", "qnli", "mrpc", "sst2", "cola", "rte"), "steps": (60, 100),
+               "batches": (16,), "lengths": (48,), "lrs": (1e-5, 1e-3), "eval_modes": 3},
 }  # fmt: skip
 TASKS = DRAWS["wide"]["tasks"]
 SCHEDULES = ("linear", "cosine", "constant")
@@ -230,7 +233,8 @@ def configs(count: int, first: int = 0, draw: str = "wide") -> list[dict]:
     d = DRAWS[draw]
     out = []
     for i in range(first, first + count):
-        rng = np.random.default_rng([13, i] if draw == "wide" else [17, i])
+        rng = np.random.default_rng({"wide": [13, i], "learning": [17, i]}.get(draw, [19, i]))
+        mode = (i // len(d["tasks"])) % d.get("eval_modes", 2)  # every 20%, never, (no eval_dataset)
         low, high = (math.log10(x) for x in d["lrs"])
         out.append(
             {
@@ -243,9 +247,11 @@ def configs(count: int, first: int = 0, draw: str = "wide") -> list[dict]:
                 "batch": int(rng.choice(d["batches"])),
                 "max_length": int(rng.choice(d["lengths"])),
                 "schedule": str(rng.choice(SCHEDULES)),
-                "evaluate": 0.2 if (i // len(d["tasks"])) % 2 == 0 else 0.0,
+                "evaluate": 0.2 if mode == 0 else 0.0,
             }
         )
+        if "eval_modes" in d:
+            out[-1]["eval_set"] = mode < 2
     return out
 
 
@@ -254,8 +260,8 @@ def run_key(config: dict, opts: argparse.Namespace) -> str:
     draw = "" if c.get("draw", "wide") == "wide" else f"|{c['draw']}"
     return (
         f"v{PROTOCOL}{draw}|{c['task']}|seed={c['seed']}|lr={c['lr']:g}|steps={c['steps']}|batch={c['batch']}"
-        f"|len={c['max_length']}|{c['schedule']}|eval={c['evaluate']:g}|dev={opts.dev_size}"
-        + ("" if opts.device == "cpu" else f"|{opts.device}")
+        f"|len={c['max_length']}|{c['schedule']}|eval={c['evaluate']:g}{'' if c.get('eval_set', True) else '|no-eval-set'}"
+        f"|dev={opts.dev_size}" + ("" if opts.device == "cpu" else f"|{opts.device}")
     )
 
 
@@ -266,6 +272,7 @@ SLICES = (
     ("all runs", lambda r: True),
     ("evaluating every 20%", lambda r: bool(r["evaluate"])),
     ("never evaluating", lambda r: not r["evaluate"]),
+    ("no eval_dataset", lambda r: not r.get("eval_set", True)),
     ("tasks never used to choose the levels (CoLA, QNLI)", lambda r: r["task"] in ("cola", "qnli")),
     *((name, lambda r, t=task: r["task"] == t) for task, name in
       (("sst2", "SST-2"), ("mrpc", "MRPC"), ("rte", "RTE"), ("cola", "CoLA"), ("qnli", "QNLI"))),
@@ -275,7 +282,7 @@ SLICES = (
     *((f'drawn "{d}"', lambda r, d=d: r.get("draw", "wide") == d) for d in DRAWS),
 )  # fmt: skip
 POINTS = (*FRACTIONS, None)  # None: the end of training
-SCORES = ("verdict", "dev score", "training loss", "loss trend", "level")
+SCORES = ("verdict", "dev score", "training loss", "loss trend", "level", "cannot tell")
 
 
 def run_table(records: list[dict], opts: argparse.Namespace) -> dict[str, np.ndarray]:
@@ -319,6 +326,25 @@ def replay_agreement(records: list[dict]) -> tuple[int, int]:
     return same, total
 
 
+def _without_eval_set(records: list[dict], t: dict[str, np.ndarray]) -> list[str]:
+    """How the runs without an eval_dataset ended, by outcome: a line, or none without such runs."""
+    rows = np.array([not r.get("eval_set", True) for r in records], dtype=bool)
+    if not rows.any():
+        return []
+    labels = {0: "healthy", 1: "at risk", 2: "failing"}
+    words = []
+    for outcome, among in (("failed", t["failed"]), ("learned", t["learned"])):
+        keep = rows & among
+        ended = [
+            "cannot tell" if u else labels[int(v)] for v, u in zip(t["level@None"][keep], t["cannot tell@None"][keep])
+        ]
+        counts = ", ".join(
+            f"{ended.count(x)} {x}" for x in ("failing", "at risk", "healthy", "cannot tell") if x in ended
+        )
+        words.append(f"{int(keep.sum())} {outcome} ({counts or 'none'})")
+    return [f"Without an eval_dataset ({int(rows.sum())} runs), the end verdict: {'; '.join(words)}."]
+
+
 def report(records: list[dict], opts: argparse.Namespace) -> list[str]:
     """The figures of the finished runs, as Markdown: the AUC of each failure score at 10/20/30% and the end-of-run
     recall and false alarms on all runs, then the same figures slice by slice."""
@@ -331,8 +357,8 @@ def report(records: list[dict], opts: argparse.Namespace) -> list[str]:
         f"the unseen dev half not above the majority's beyond chance), {int(learned.sum())} learned (5 points or more "
         f"above it), {int((failed & learned).sum())} both (5 points above on too few examples to be beyond chance: "
         f"counted in the recall and in the false alarms alike), {len(records) - int((failed | learned).sum())} "
-        "neither; every run had an eval_dataset (the seen "
-        f"half); {opts.boot} bootstrap resamples; the replay gives the live verdict at {same} of {total} judged steps",
+        f"neither; {sum(1 for r in records if not r.get('eval_set', True))} runs had no eval_dataset, the others the "
+        f"seen half; {opts.boot} bootstrap resamples; the replay gives the live verdict at {same} of {total} judged steps",
         "",
         "| AUC [95% interval], failure score | 10% of training | 20% | 30% |",
         "|---|---|---|---|",
@@ -341,13 +367,16 @@ def report(records: list[dict], opts: argparse.Namespace) -> list[str]:
     for name in SCORES[:4]:
         cells = [interval(figures[f"AUC {name}@{p}"]) for p in FRACTIONS]
         lines.append(f"| {name} | {' | '.join(cells)} |")
-    end = t["level@None"]
+    end, unknown = t["level@None"], t["cannot tell@None"]
     recall, alarms = figures["recall"], figures["false alarms"]
     lines += [
         "",
         f'At the end: "failing" on {int((end >= 2)[failed].sum())} of {int(failed.sum())} failed runs (recall '
         f'{interval(recall)}); "at risk" or worse on {int((end >= 1)[learned].sum())} of {int(learned.sum())} runs '
-        f'that learned (false alarms {interval(alarms)}), "failing" on {int((end >= 2)[learned].sum())} of them.',
+        f'that learned (false alarms {interval(alarms)}), "failing" on {int((end >= 2)[learned].sum())} of them; '
+        f'"cannot tell" on {int((unknown > 0)[learned].sum())} of the runs that learned and '
+        f"{int((unknown > 0)[failed].sum())} of those that failed.",
+        *_without_eval_set(records, t),
         "",
         "| runs | n | failed | learned | AUC at 20%: verdict | dev score | training loss | loss trend "
         "| end: recall of failing | false alarms |",

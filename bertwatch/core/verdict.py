@@ -15,14 +15,17 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
 - **failing once it has held** ``hold`` steps: the training loss's interval at or above the constant prediction's
   own loss after the warm-up (``MIN_LOGS`` logs at least) and not clearly falling; evaluations no better than the
   majority class; the probe predictions collapsed with the probe loss not learning at every pass.
-- **failing at the end of training**: an evaluation that cannot show the run better than the majority class, the
-  training loss never below the line, or the probe predictions collapsed to one class. An evaluation clearly
-  better than the constant prediction at or after the start of such a finding overrules it.
+- **failing at the end of training**: an evaluation no better than the majority class (or the constant
+  prediction), the training loss never below the line, or the probe predictions collapsed to one class. An
+  evaluation clearly better than the constant prediction at or after the start of such a finding overrules it.
+  An evaluation above the majority's that its interval cannot tell from it fails nothing.
 - **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss, an evaluation
   or the training loss (after the warm-up) not learning, ``alerts_at_risk`` stability alerts in force; each
   outweighed by clear learning from evidence at least as strong and as recent (an evaluation over the eval set >
   the logged training loss > the 32-example probe set > the stability alerts).
 - **healthy** otherwise, or "cannot tell" (``NOTHING_YET``, ``NOTHING_AT_END``) where nothing shows learning.
+  At the end of training "at risk" forecasts nothing: a risk still standing then gives "cannot tell"
+  (``ENDED_UNRESOLVED``, then the risks).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from bertwatch.core.schema import Checked, Flag, number, option, switch, whole
 
 __all__ = [
     "CANNOT_TELL",
+    "ENDED_UNRESOLVED",
     "LEVELS",
     "NOTHING_AT_END",
     "NOTHING_YET",
@@ -74,6 +78,11 @@ NOTHING_YET = (
 )
 #: The label of a "healthy" level that no evidence of learning backs.
 CANNOT_TELL = "cannot tell"
+#: The first reason of a run that ended with evidence of trouble that does not show it failed.
+ENDED_UNRESOLVED = (
+    "training ended without showing whether the run learned: the evidence below neither shows it failed nor "
+    "outweighs it"
+)
 #: The reason of a run that ended with nothing showing learning or trouble.
 NOTHING_AT_END = (
     "cannot tell without an evaluation: nothing showed learning or trouble (no evaluation, and neither the logged "
@@ -357,7 +366,7 @@ def _evaluation_finding(e: Evidence, newest: Any, readings: list, hold: float | 
             break
         since = r.step
     what = "predicting the majority class" if newest.source == "eval accuracy" else "the constant prediction"
-    if e.max_steps is not None and newest.step >= e.max_steps:
+    if e.max_steps is not None and newest.step >= e.max_steps and newest.learning is False:
         return _Finding("failing", "evaluation", since, f"{newest.text}: the run ends no better than {what}")
     if newest.learning is False and hold is not None and newest.step - since >= hold:
         text = f"{newest.text}: no better than {what} since step {since}"
@@ -476,6 +485,9 @@ def _weigh(step: int, findings: list[_Finding], ended: bool = False) -> Verdict:
     by_rank = sorted(learning, key=lambda f: -_RANK[f.source])
     if failing:
         return Verdict(step, 2, tuple(f.text for f in failing + standing), **measures)
+    if standing and ended:  # a forecast has nothing left to forecast: the run either showed its outcome or not
+        reasons = (ENDED_UNRESOLVED, *(f.text for f in standing), *(f.text for f in by_rank))
+        return Verdict(step, 0, reasons, known=False, **measures)
     if standing:
         return Verdict(step, 1, tuple(f.text for f in standing + by_rank), **measures)
     weighed = [f"{f.text} (outweighed)" for f in risks]

@@ -22,7 +22,7 @@ from bertwatch.core.health_names import (
     grad_norm_name,
 )
 from bertwatch.core.readings import lower_gradient_ratio
-from bertwatch.core.verdict import NOTHING_AT_END, NOTHING_YET, VerdictSettings, judge
+from bertwatch.core.verdict import ENDED_UNRESOLVED, NOTHING_AT_END, NOTHING_YET, VerdictSettings, judge
 
 pytestmark = pytest.mark.fast
 
@@ -126,8 +126,25 @@ def test_an_evaluation_not_above_the_majority_at_the_end_fails_the_run() -> None
     assert verdict.label == "failing"
     assert "0.013 below the majority's 0.523" in verdict.reasons[0]
     assert verdict.reasons[0].endswith("the run ends no better than predicting the majority class")
-    # at the end, an accuracy that cannot be told from the majority's is a failed run (Mosbach et al.'s definition)
-    assert judge(learning_run(accuracy=0.55)).label == "failing"
+    # at the end, an accuracy above the majority's that its interval cannot tell from it shows neither outcome:
+    # the verdict cannot tell, first says why, then gives the evaluation (not "failing", not "at risk")
+    verdict = judge(learning_run(accuracy=0.55))
+    assert (verdict.label, verdict.level, verdict.known) == ("cannot tell", 0, False)
+    assert verdict.reasons[0] == ENDED_UNRESOLVED
+    assert verdict.reasons[1].startswith("eval accuracy 0.550 over 500 examples, 0.027 above the majority's 0.523")
+    assert verdict.reasons[1].endswith("cannot tell it from predicting the majority class")
+    # before the end, the same evaluation puts the run at risk
+    assert judge(learning_run(accuracy=0.55).until(80)).label == "at risk"
+
+
+def test_at_the_end_of_training_a_standing_risk_is_not_a_forecast_but_cannot_tell() -> None:
+    e = learning_run()
+    e.evaluations.clear()
+    e.note_alerts(80, 5)
+    e.note_alerts(100, 5)
+    verdict = judge(e)  # five stability alerts in force at the end, nothing showing learning or failure
+    assert (verdict.label, verdict.reasons) == ("cannot tell", (ENDED_UNRESOLVED, "5 stability alerts in force"))
+    assert judge(e.until(80)).label == "at risk"  # before the end, the same alerts are a forecast
 
 
 def stalled_run(seed: int, steps: int = 150, noise: float = 0.04, level: float = LN2) -> Evidence:
