@@ -80,8 +80,7 @@ NOTHING_YET = (
 CANNOT_TELL = "cannot tell"
 #: The first reason of a run that ended with evidence of trouble that does not show it failed.
 ENDED_UNRESOLVED = (
-    "training ended without showing whether the run learned: the evidence below neither shows it failed nor "
-    "outweighs it"
+    "training ended with nothing showing that the run failed, and with doubts below that no stronger evidence clears"
 )
 #: The reason of a run that ended with nothing showing learning or trouble.
 NOTHING_AT_END = (
