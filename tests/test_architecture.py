@@ -772,14 +772,16 @@ def option_makers(tree: ast.Module) -> set[str]:
     return makers
 
 
-#: Where an option's name and flags must be unique: the command (or value) whose options a settings value holds.
+#: Where an option's name and flags must be unique: the commands (or value) whose options a settings value holds.
 #: Every value not named here is one of ``bertwatch run``'s (``WatchSettings`` and its nested values). A
 #: ``WordClassProbe`` is the value of ``word_classes=``: its fields are no flags and no keywords of a callback.
+#: ``PruneShare`` (``--fraction``) is one value that two commands share.
 NAMESPACES = {
-    "AblationSettings": "bertwatch ablate",
-    "ShipOptions": "bertwatch ship",
-    "GainOptions": "bertwatch prune",
-    "WordClassProbe": "word_classes=",
+    "AblationSettings": ("bertwatch ablate",),
+    "ShipOptions": ("bertwatch ship",),
+    "GainOptions": ("bertwatch prune",),
+    "PruneShare": ("bertwatch prune", "bertwatch ship"),
+    "WordClassProbe": ("word_classes=",),
 }
 #: The command-line module of each namespace: it types none of its settings values' flags by hand.
 COMMAND_MODULES = {
@@ -800,8 +802,8 @@ class Declared:
     refers: bool = False  # made by option_of: another value's option, declared there
 
     @property
-    def namespace(self) -> str:
-        return NAMESPACES.get(self.where.split(":")[1], "bertwatch run")
+    def namespaces(self) -> tuple[str, ...]:
+        return NAMESPACES.get(self.where.split(":")[1], ("bertwatch run",))
 
 
 def built_by_checked(cls: ast.ClassDef) -> bool:
@@ -845,7 +847,7 @@ def test_every_option_is_declared_once_with_option():
     twice; across commands no two options share a help text (one would be the other's copy)."""
     fields = settings_fields()
     values = {d.where.split(":")[1] for d in fields}
-    assert {"WatchSettings", "AblationSettings", "ShipOptions", "GainOptions", "WordClassProbe"} <= values, values
+    assert {"WatchSettings", *NAMESPACES} <= values, values
     assert len(values) >= 10, "the settings values were not found"
     unchecked = []
     for path in package_files():
@@ -864,11 +866,12 @@ def test_every_option_is_declared_once_with_option():
     owners: dict[tuple[str, str], list[str]] = {}
     for d in fields:
         if not d.refers:
-            owners.setdefault((d.namespace, d.field), []).append(d.where)
+            for space in d.namespaces:
+                owners.setdefault((space, d.field), []).append(d.where)
     twice = sorted(f"{name} ({space}): {', '.join(where)}" for (space, name), where in owners.items() if len(where) > 1)
     assert not twice, "options declared in two places (one is the option, the other a copy):\n" + "\n".join(twice)
-    for space in {d.namespace for d in fields}:
-        flags = [flag for d in fields if d.namespace == space for flag in d.flags]
+    for space in {space for d in fields for space in d.namespaces}:
+        flags = [flag for d in fields if space in d.namespaces for flag in d.flags]
         assert len(flags) == len(set(flags)), (space, sorted({f for f in flags if flags.count(f) > 1}))
     helps: dict[str, list[str]] = {}
     for d in fields:
@@ -887,7 +890,7 @@ def test_commands_build_their_settings_flags_from_the_declarations():
     fields = settings_fields()
     typed = []
     for space, module in COMMAND_MODULES.items():
-        declared = {flag for d in fields if d.namespace == space for flag in d.flags}
+        declared = {flag for d in fields if space in d.namespaces for flag in d.flags}
         for node in ast.walk(ast.parse((ROOT / module).read_text())):
             if isinstance(node, ast.Call) and called_name(node) == "add_argument":
                 names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]

@@ -12,15 +12,26 @@ from __future__ import annotations
 import copy
 import json
 import math
+import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertwatch.core.jsonable import jsonable
+from bertwatch.core.schema import Checked, Flag, option
 from bertwatch.heads import pruned_modeling as pm
 from bertwatch.report.gain_section import GAIN_FILE
 
-__all__ = ["GAIN_FILE", "MODELING_FILE", "heads_from_ablation", "prune_model", "save_pruned", "write_gain"]
+__all__ = [
+    "GAIN_FILE",
+    "MODELING_FILE",
+    "PruneShare",
+    "heads_from_ablation",
+    "prune_model",
+    "save_pruned",
+    "write_gain",
+]
 
 #: The modelling code written into a pruned folder (``auto_map`` points at it).
 MODELING_FILE = "modeling_bertwatch_pruned.py"
@@ -34,6 +45,48 @@ _AUTO = {
     "MODEL_FOR_PRETRAINING_MAPPING_NAMES": "AutoModelForPreTraining",
     "MODEL_MAPPING_NAMES": "AutoModel",
 }
+
+
+def _share(name: str, value: Any) -> float | None:
+    """None, or a share of all heads: a number in [0, 1] (0 removes none, 1 every head)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"the {name} of heads to prune must be a number in [0, 1], not {value!r}")
+    if not 0 <= value <= 1:
+        raise ValueError(f"the {name} of heads to prune must be in [0, 1], got {value}")
+    return float(value)
+
+
+@dataclass(frozen=True, eq=False, init=False)
+class PruneShare(Checked):
+    """How many heads to remove from a bertwatch ablation output's importance order (:func:`heads_from_ablation`):
+    the ``--fraction`` of ``bertwatch prune --from-ablation DIR`` and ``bertwatch ship --prune-from DIR``, declared
+    once for both.
+
+    Args:
+        fraction: the share of all heads to remove, the least important first, in [0, 1]; None: not given.
+
+    Raises:
+        ValueError: a share outside [0, 1]. TypeError: a value that is not a number.
+
+    Example:
+        >>> PruneShare(fraction=0.25).fraction, PruneShare().fraction
+        (0.25, None)
+        >>> PruneShare(fraction=1.5)
+        Traceback (most recent call last):
+        ValueError: the fraction of heads to prune must be in [0, 1], got 1.5
+    """
+
+    fraction: float | None = option(
+        None, "the share of all heads to remove, the least important first, in [0, 1]", _share,
+        Flag(("--fraction",), "float", metavar="FRACTION", help="with the ablation output: share of all heads to "
+             "remove, the least important first (e.g. 0.5)"),
+    )  # fmt: skip
+
+    @classmethod
+    def option_prefix(cls) -> str:
+        return ""
 
 
 def heads_from_ablation(folder: str | Path, fraction: float) -> dict[int, list[int]]:
@@ -58,8 +111,7 @@ def heads_from_ablation(folder: str | Path, fraction: float) -> dict[int, list[i
     path = path / "ablation.json" if path.is_dir() else path
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: pass the output folder of 'bertwatch ablate'")
-    if not 0 <= fraction <= 1:
-        raise ValueError(f"the fraction of heads to prune must be in [0, 1], got {fraction}")
+    fraction = _share("fraction", fraction)
     importance = json.loads(path.read_text(encoding="utf-8")).get("importance")
     if not importance:
         raise ValueError(f"{path} has no head importance: run 'bertwatch ablate' without --no-prune")

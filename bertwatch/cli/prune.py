@@ -8,7 +8,14 @@ import sys
 from collections.abc import Sequence
 
 from bertwatch.ablation.gain import TIMING_TEXT, GainOptions, measure_gain
-from bertwatch.ablation.physical import GAIN_FILE, heads_from_ablation, prune_model, save_pruned, write_gain
+from bertwatch.ablation.physical import (
+    GAIN_FILE,
+    PruneShare,
+    heads_from_ablation,
+    prune_model,
+    save_pruned,
+    write_gain,
+)
 from bertwatch.cli.argv import add_options, command_parser, given_options
 from bertwatch.cli.eval_data import add_model_argument
 from bertwatch.core.task_names import metric_label
@@ -16,7 +23,7 @@ from bertwatch.heads.loading import checkpoint_head, load_model
 from bertwatch.heads.pruned_modeling import head_counts
 from bertwatch.heads.task_heads import label_names
 
-__all__ = ["cli_prune", "expand_heads", "parse_heads"]
+__all__ = ["ablation_heads", "cli_prune", "expand_heads", "parse_heads"]
 
 
 def parse_heads(spec: str) -> dict[int, list[int]]:
@@ -44,6 +51,15 @@ def expand_heads(heads: dict[int, list[int]], num_heads: int) -> dict[int, list[
     return {layer: list(range(num_heads)) if -1 in listed else listed for layer, listed in heads.items()}
 
 
+def ablation_heads(folder: str, given_as: str, share: PruneShare) -> dict[int, list[int]]:
+    """The heads to remove from the ablation output ``folder`` (given on the command line as ``given_as``,
+    ``--from-ablation`` or ``ship``'s ``--prune-from``): the first ``share.fraction`` of its importance order
+    (``ablation.physical.heads_from_ablation``), which the command needs."""
+    if share.fraction is None:
+        raise ValueError(f"{given_as} needs --fraction (share of all heads to remove, e.g. 0.5)")
+    return heads_from_ablation(folder, share.fraction)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = command_parser(
         prog="bertwatch prune",
@@ -56,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--heads", help="heads to remove: '0:1,5;3:all' or JSON '{\"0\": [1, 5]}'")
     which.add_argument("--from-ablation", metavar="DIR", help="a 'bertwatch ablate' output: its importance order")
-    parser.add_argument("--fraction", type=float, default=None, help="with --from-ablation: share of heads to remove")
+    add_options(parser, PruneShare)
     parser.add_argument("--data", default=None, help="labelled texts (JSON lines / TSV) to measure accuracy on")
     parser.add_argument("--task", default=None, help="or a GLUE task, read from --glue-dir")
     parser.add_argument("--glue-dir", default=None, help="folder of GLUE files (offline)")
@@ -72,10 +88,9 @@ def cli_prune(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     try:
         options = GainOptions(**given_options(args, GainOptions))  # checked before the model loads
+        share = PruneShare(**given_options(args, PruneShare))
         if args.from_ablation is not None:
-            if args.fraction is None:
-                raise ValueError("--from-ablation needs --fraction (share of all heads to remove, e.g. 0.5)")
-            heads = heads_from_ablation(args.from_ablation, args.fraction)
+            heads = ablation_heads(args.from_ablation, "--from-ablation", share)
         else:
             heads = parse_heads(args.heads)
         model, tokenizer = load_model(args.model, head=checkpoint_head(args.model))

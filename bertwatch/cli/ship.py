@@ -9,9 +9,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bertwatch.ablation.physical import PruneShare
 from bertwatch.cli import eval_data
 from bertwatch.cli.argv import add_options, command_parser, given_options
-from bertwatch.cli.prune import expand_heads, parse_heads
+from bertwatch.cli.prune import ablation_heads, expand_heads, parse_heads
 
 __all__ = ["cli_ship"]
 
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--heads", help="also a pruned model without these heads: '0:1,5;3:all' or JSON")
     which.add_argument("--prune-from", metavar="DIR", help="also a pruned model: a 'bertwatch ablate' output's order")
-    parser.add_argument("--fraction", type=float, default=None, help="with --prune-from: share of heads to remove")
+    add_options(parser, PruneShare)
     from bertwatch.ship.shipping import ShipOptions  # only here: `bertwatch ship --help` imports no torch
 
     add_options(parser.add_argument_group("measuring (in Python: ship_model(options=ShipOptions(...)))"), ShipOptions)
@@ -49,14 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _heads(args: argparse.Namespace, num_heads: int) -> dict[int, list[int]] | None:
-    from bertwatch.ablation.physical import heads_from_ablation
-
+def _heads(args: argparse.Namespace, share: PruneShare, num_heads: int) -> dict[int, list[int]] | None:
     if args.prune_from is not None:
-        if args.fraction is None:
-            raise ValueError("--prune-from needs --fraction (share of all heads to remove, e.g. 0.5)")
-        return heads_from_ablation(args.prune_from, args.fraction)
-    if args.fraction is not None:
+        return ablation_heads(args.prune_from, "--prune-from", share)
+    if share.fraction is not None:
         raise ValueError("--fraction goes with --prune-from DIR (a 'bertwatch ablate' output)")
     return None if args.heads is None else expand_heads(parse_heads(args.heads), num_heads)
 
@@ -128,8 +125,9 @@ def cli_ship(argv: Sequence[str]) -> int:
     try:
         given = given_options(args, ShipOptions)
         options = ShipOptions(**given)  # checked before the model loads
+        share = PruneShare(**given_options(args, PruneShare))
         model, tokenizer, examples, metric = _load(args)
-        heads = _heads(args, head_counts(model.config)[1])
+        heads = _heads(args, share, head_counts(model.config)[1])
         length = max_input_length(model, tokenizer, given.get("max_length"))
         options = dataclasses.replace(options, max_length=length)
         names = list(FILES)[: 4 if heads else 2]

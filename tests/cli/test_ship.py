@@ -116,6 +116,24 @@ def test_errors_say_what_to_do(inputs, tmp_path: Path, capsys, monkeypatch) -> N
     assert not Path(out).exists()
 
 
+def test_fraction_is_needed_with_prune_from_and_is_a_share(inputs, tmp_path: Path, capsys) -> None:
+    """``--fraction`` (declared once for ``prune`` and ``ship``: ``ablation.physical.PruneShare``)."""
+    ckpt, data = inputs
+    ablation = tmp_path / "abl"
+    ablation.mkdir()
+    (ablation / "ablation.json").write_text(json.dumps({"importance": [[1, 2, 3, 4], [5, 6, 7, 8]]}))
+    out = tmp_path / "out"
+    argv = ["ship", "--model", str(ckpt), "--data", str(data), "--out", str(out), "--prune-from", str(ablation)]
+    capsys.readouterr()
+    assert main(argv) == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after the loading's progress bar
+    assert last == "bertwatch ship: --prune-from needs --fraction (share of all heads to remove, e.g. 0.5)"
+    assert main([*argv, "--fraction", "1.5"]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last == "bertwatch ship: the fraction of heads to prune must be in [0, 1], got 1.5"
+    assert not out.exists()
+
+
 @pytest.mark.fast
 def test_the_model_is_named_with_model_as_in_every_command(inputs, tmp_path: Path, capsys) -> None:
     _, data = inputs
