@@ -1,5 +1,5 @@
 """What one callback brings to its run's passes (a ``Member``), fixed at ``on_train_begin``: the statistics it
-measures once the model, the probe set and the loss have had their say (:func:`resolve`), when, and what rides on
+measures once the model, the probe set and the loss have had their say (:func:`resolve`), when, and the riders on
 its passes. The home of the rule "does this member measure gradients?" (:attr:`Member.gradients`: the statistics
 that need a loss; :attr:`Member.gives_health`: it runs the gradient pass that gives the run-health signals).
 
@@ -19,7 +19,6 @@ import numpy as np
 
 from bertwatch.callbacks._safe import SetupError
 from bertwatch.callbacks.pacing import MapsCadence, ProbePacing
-from bertwatch.callbacks.riders import ClusterTrack, riders_for
 from bertwatch.callbacks.tracking import reported_trackers
 from bertwatch.core.alerts import AlertSettings
 from bertwatch.core.verdict import VerdictSettings
@@ -36,7 +35,6 @@ __all__ = [
     "Judging",
     "Member",
     "MemberHandle",
-    "Riding",
     "StepResult",
     "loss_problem",
     "resolve",
@@ -45,20 +43,6 @@ __all__ = [
 
 #: The statistics that need a loss on the probe set (the gradient pass's and integrated gradients).
 GRADIENT_STATS = frozenset(GRADIENT_NAMES) | {IG_NAME}
-
-
-@dataclass(frozen=True)
-class Riding:
-    """What rides on a member's passes (``callbacks.riders``): word classes by token rules, head clusters
-    (``track``, from the first ``cluster_examples`` examples), word classes on UD sentences (``annotated``)."""
-
-    word_classes: bool = False
-    track: ClusterTrack | None = None
-    cluster_examples: int = 8
-    annotated: Any = None
-
-    def riders(self, context: ProbeContext) -> list[Rider]:
-        return riders_for(context, self.word_classes, self.track, self.cluster_examples, self.annotated)
 
 
 @dataclass(frozen=True)
@@ -75,8 +59,8 @@ class Judging:
 class Member:
     """One callback's part in its run's passes, fixed at setup: ``name`` (for messages), the statistics it
     measures (``stat_names``; ``required``: asked for by name, so a refused loss is an error), when (``pacing``),
-    the maps it keeps (``maps``), what rides on its passes (``riding``), whether its layer means go to the
-    trackers (``log_to_trackers``). ``active``: False once it stopped.
+    the maps it keeps (``maps``), the riders on its passes (``riders``: ``callbacks.riders``, made once, each riding
+    once a step it is due at), whether its layer means go to the trackers (``log_to_trackers``). ``active``: False once it stopped.
 
     Its part in the run's judging (``callbacks.judging``), as it declares it: ``judging``, the settings it judges
     with (None: it takes no part but what it measures), ``strict`` (its errors re-raise) and ``speaks`` (it prints:
@@ -87,7 +71,7 @@ class Member:
     pacing: ProbePacing
     required: bool = False
     maps: MapsCadence | None = None
-    riding: Riding = field(default_factory=Riding)
+    riders: tuple[Rider, ...] = ()
     log_to_trackers: bool = True
     judging: Judging | None = None
     strict: bool = False

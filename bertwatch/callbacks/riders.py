@@ -1,9 +1,11 @@
 """Riders: what rides on the shared probe pass (``BertWatchCallback(word_classes=True, head_clusters=True)``).
 
-Each is a ``Rider`` of one pass (measured on the probe set during training; the statistics of a saved
-model on texts are ``bertwatch.analysis``): the probe pass hands it every probe batch's maps (``consume``), then asks for
-its ``RiderOutput`` (``finish``: grids and other records, values that ``callbacks.publisher`` writes). They never
-touch the model, except ``UDWordClassPass``, which runs its own annotated sentences through it in ``finish``.
+Each is a ``Rider`` (measured on the probe set during training; the statistics of a saved model on texts are
+``bertwatch.analysis``), made once when its callback joins the run (:func:`riders_for`) and ridden on every pass the
+callback is due at: the probe pass hands it every probe batch's maps (``consume``), then asks for its ``RiderOutput``
+(``finish``: grids and other records, values that ``callbacks.publisher`` writes), after which it starts over for the
+next pass. They never touch the model, except ``UDWordClassPass``, which runs its own annotated sentences through it
+in ``finish``.
 
 - ``WordClassPass`` (``word_classes=True``): Kovaleva et al. 2019's attention to word classes (Sec 4.4) and the
   targets of [CLS] (Sec 4.5) per head, logged as ``wordclass_<class>`` and ``cls_target_<class>`` grids. The
@@ -84,7 +86,7 @@ def _masks(tokens: Sequence[Sequence[str]], real: Tensor) -> dict[str, Tensor]:
 
 
 class WordClassPass:
-    """Attention to word classes and [CLS] targets of every head over one probe pass (see the module doc)."""
+    """Attention to word classes and [CLS] targets of every head over each probe pass (see the module doc)."""
 
     def __init__(self, tokens: Sequence[Sequence[str]]) -> None:
         self.tokens = tokens
@@ -101,8 +103,10 @@ class WordClassPass:
         self.accumulator.add(per_example)
 
     def finish(self) -> RiderOutput:
-        """``{name: [layers, heads]}`` grids: NaN where no probe example has the class."""
-        return RiderOutput({name: grid.numpy() for name, grid in self.accumulator.result().items()})
+        """``{name: [layers, heads]}`` grids of the pass: NaN where no probe example has the class (then the next
+        pass starts from none)."""
+        grids, self.accumulator = self.accumulator.result(), StatsAccumulator()
+        return RiderOutput({name: grid.numpy() for name, grid in grids.items()})
 
 
 @dataclass
@@ -113,8 +117,8 @@ class ClusterTrack:
 
 
 class HeadClusterPass:
-    """JS distances between heads on the first ``num_examples`` probe examples and their MDS map, aligned to the
-    track's previous map, which it then replaces."""
+    """JS distances between heads on the first ``num_examples`` probe examples of each pass and their MDS map,
+    aligned to the track's previous map, which it then replaces."""
 
     def __init__(self, layers: int, heads: int, track: ClusterTrack, num_examples: int = 8) -> None:
         self.distances = HeadDistances(layers, heads)
@@ -129,14 +133,14 @@ class HeadClusterPass:
             self.distances.add_batch(attn.index_select(0, picked).detach().float().cpu(), lengths)
 
     def finish(self) -> RiderOutput:
-        """The heads' map as the embedding ``js_mds_training`` (no grids)."""
-        coords = mds_embedding(self.distances.distances, seed=0, n_init=1)
+        """The heads' map of the pass as the embedding ``js_mds_training`` (no grids); the next pass starts from
+        no distances."""
+        distances, self.distances = self.distances, HeadDistances(self.distances.layers, self.distances.heads)
+        coords = mds_embedding(distances.distances, seed=0, n_init=1)
         if self.track.previous is not None:
             coords = procrustes_align(coords, self.track.previous)
         self.track.previous = coords
-        return RiderOutput(
-            records=(HeadEmbedding(EMBEDDING_NAME, coords, self.distances.layers, self.distances.heads),)
-        )
+        return RiderOutput(records=(HeadEmbedding(EMBEDDING_NAME, coords, distances.layers, distances.heads),))
 
 
 def riders_for(
@@ -147,7 +151,8 @@ def riders_for(
     annotated: WordClassBatches | None = None,
 ) -> list[Rider]:
     """The riders asked for, over ``context``'s probe set: word classes by token rules, head clusters when
-    ``track`` is given, and word classes on ``annotated`` UD sentences when given."""
+    ``track`` is given, and word classes on ``annotated`` UD sentences when given; made once a run, for all its
+    passes."""
     out: list[Rider] = []
     if word_classes:
         out.append(WordClassPass(context.probe.tokens))

@@ -18,9 +18,9 @@ from bertwatch.callbacks import announce
 from bertwatch.callbacks._context import TrainerContext, evaluation_steps
 from bertwatch.callbacks._safe import OwnCallback, SetupError, contained
 from bertwatch.callbacks.alerting import Alerting
-from bertwatch.callbacks.members import Judging, Member, MemberHandle, Riding, resolve, setup_warnings
+from bertwatch.callbacks.members import Judging, Member, MemberHandle, resolve, setup_warnings
 from bertwatch.callbacks.pacing import MapsCadence, Pinned, ProbePacing
-from bertwatch.callbacks.riders import ClusterTrack
+from bertwatch.callbacks.riders import ClusterTrack, riders_for
 from bertwatch.callbacks.run_evidence import RunEvidence
 from bertwatch.callbacks.tracking import NotATracker
 from bertwatch.callbacks.watched_run import join
@@ -127,7 +127,8 @@ class WatchCallback(OwnCallback, NotATracker, TrainerCallback):
             self.watched.leave(self.member_handle)
 
     def _member(self, stat_names: frozenset[str], context: ProbeContext | None) -> Member:
-        """This callback's part in the run's passes (BertWatchCallback adds maps and riders)."""
+        """This callback's part in the run's passes (BertWatchCallback adds maps and riders, made here for the
+        run's passes)."""
         required, s = self.requested is not None, self.settings
         judging = Judging(s.on_alert, s.alerts, s.verdict) if self.judges else None
         return Member(self.shown_name, stat_names, self.pacing, required, log_to_trackers=self.log_to_trackers,
@@ -336,8 +337,10 @@ class BertWatchCallback(WatchCallback):
 
     def _member(self, stat_names: frozenset[str], context: ProbeContext) -> Member:
         maps = MapsCadence(self.num_maps, self.maps_every_n_steps, fixed=self.every_n_steps is not None)
-        riding = Riding(self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches)
-        return dataclasses.replace(super()._member(stat_names, context), maps=maps, riding=riding)
+        riders = riders_for(
+            context, self.word_classes is True, self.cluster_track, self.cluster_examples, self.word_class_batches
+        )
+        return dataclasses.replace(super()._member(stat_names, context), maps=maps, riders=tuple(riders))
 
     def _check_setup(self, args: Any, state: Any, probe: ProbeContext, context: TrainerContext) -> None:
         self.word_class_batches = prepare_word_classes(self.word_classes, probe)

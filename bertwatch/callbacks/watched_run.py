@@ -265,7 +265,7 @@ class WatchedRun:
             riders = []
             for handle in (h for h in self.handles if h in due and h not in now.rode):
                 now.rode.add(handle)
-                riders.extend(handle.member.riding.riders(context))
+                riders.extend(handle.member.riders)
         maps = [] if step in self._maps_written else [
             m.maps.count(event, step, m.pacing.budgeted_count()) for m in members if m.maps
         ]  # fmt: skip

@@ -1,7 +1,7 @@
 """What rides on a probe pass and what it hands back besides the statistics' grids: values, written elsewhere.
 
-A ``Rider`` sees every unit's maps of one pass and returns a ``RiderOutput``: ``{name: [layers, heads]}`` grids and
-records (a named-values series point, lines of text, a 2-D map of the heads). The probe pass collects them, the
+A ``Rider`` sees every unit's maps of a pass and returns a ``RiderOutput``: ``{name: [layers, heads]}`` grids and
+records (a named-values series point, lines of text, a 2-D map of the heads), then starts over for the next pass. The probe pass collects them, the
 callbacks' publisher writes them; the riders themselves (word classes, head clusters) are the callbacks'.
 """
 
@@ -64,12 +64,12 @@ class RiderOutput:
 
 @runtime_checkable
 class Rider(Protocol):
-    """What rides on one probe pass: sees its batches' maps, returns a ``RiderOutput``."""
+    """What rides on probe passes: sees a pass's batches' maps and returns a ``RiderOutput`` at its end."""
 
     def consume(self, rows: Sequence[int], attn: Tensor, roles: TokenRoles) -> None:
         """See a unit's maps ``[rows, layers, heads, T, T]``, of the probe rows ``rows`` (in that order)."""
         ...
 
     def finish(self) -> RiderOutput:
-        """What the rider found in the pass, as values (nothing is written here)."""
+        """What the rider found in the pass, as values (nothing is written here); the next pass starts afresh."""
         ...
