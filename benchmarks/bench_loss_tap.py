@@ -26,7 +26,7 @@ def main() -> None:
 
     import transformers as T
 
-    from bertwatch.callbacks.loss_tap import LossTap
+    from bertwatch.callbacks.judging import LossTap
 
     torch.set_num_threads(opts.threads)
     torch.manual_seed(0)

@@ -22,7 +22,7 @@ RUN = (
     "bertwatch.callbacks.alert_lines",
     "bertwatch.callbacks.announce",
     "bertwatch.callbacks.attach",
-    "bertwatch.callbacks.loss_tap",
+    "bertwatch.callbacks.judging",
     "bertwatch.callbacks.trial_pruning",
     "bertwatch.core.alerts",
     "bertwatch.core.baseline",

@@ -38,7 +38,7 @@ def constant_of(dataset: Any) -> Constant | None:
 
 class RunEvidence:
     """One run's evidence (``evidence``); ``tapped``: the training loss comes from the model's own outputs
-    (``callbacks.loss_tap``), and the Trainer's logged loss and learning rate are no longer read."""
+    (``callbacks.judging.LossTap``), and the Trainer's logged loss and learning rate are no longer read."""
 
     def __init__(self) -> None:
         self.evidence = Evidence()

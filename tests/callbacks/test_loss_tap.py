@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bertwatch.callbacks import BertWatchCallback
-from bertwatch.callbacks.loss_tap import LossTap, every_for, learning_rate
+from bertwatch.callbacks.judging import LossTap, every_for, learning_rate
 from tests.support.tiny_trainer import toy_trainer
 
 

@@ -12,6 +12,7 @@ import torch
 import transformers as T
 
 from bertwatch.callbacks._safe import SetupError
+from bertwatch.callbacks.judging import LossTap
 from bertwatch.callbacks.tracking import layer_mean_logs, tracker_key
 from bertwatch.core.stat_names import GRADIENT_NAMES, OUTLIER_NAMES
 from bertwatch.heads.outliers.activations import OUTLIER_THRESHOLD, ffn_outputs, layer_modules
@@ -211,7 +212,8 @@ def test_the_feed_forward_hooks_go_after_a_pass_and_after_a_failed_one(tmp_path)
     def hooks():  # the pass's hooks (transformers installs some of its own on a first forward; the run's loss tap
         # stays on the model for the whole run)
         found = [f for m in modules for f in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
-        return [f for f in found if f.__module__.startswith("bertwatch") and "loss_tap" not in f.__module__]
+        tap = [f for f in found if isinstance(getattr(f, "__self__", None), LossTap)]
+        return [f for f in found if f.__module__.startswith("bertwatch") and f not in tap]
 
     before = hooks()
     assert before == []
