@@ -2,9 +2,9 @@
 
 ``ProbePacing`` is the callback side of ``bertwatch.core.budget`` (the rule's home): it answers whether an event is
 due (:meth:`ProbePacing.due`), times bertwatch's own work on the training thread with one clock
-(:meth:`ProbePacing.charge`), and keeps why each measured step was measured (``ProbeReason``), written to the event
-file as the ``probe_steps`` series (``overhead_share`` and ``budgeted`` per measured step; their scalars appear
-under ``bertwatch_series/probe_steps/``).
+(:meth:`ProbePacing.charge`; at each delivery of the run's results, :meth:`ProbePacing.delivered`), and keeps why
+each measured step was measured (``ProbeReason``), written to the event file as the ``probe_steps`` series
+(``overhead_share`` and ``budgeted`` per measured step; their scalars appear under ``bertwatch_series/probe_steps/``).
 
 Pinned, never skipped: step 0 (``at_start``), each evaluation (``on_evaluate``), the end (``at_end``) and, when
 ``every_n_steps`` is a number, every multiple of it. With ``every_n_steps=None`` (the default) the other steps are
@@ -16,7 +16,7 @@ all-reduce takes the minimum of the processes' answers (:func:`agreed_across_pro
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +146,13 @@ class ProbePacing:
         """The measured steps an ``event`` (``"start"``, ``"evaluation"``, ``"end"``) was due at (the first event
         of a step)."""
         return tuple(r.step for r in self.log if self._events.get(r.step) == event)
+
+    def delivered(self, seconds: float, steps: Sequence[int]) -> list[tuple[int, list[NamedValues]]]:
+        """The run delivered the results of the measured ``steps`` (oldest first; none: it measured nothing for
+        this callback) in ``seconds``: charged (:meth:`charge`, to the last of them), and the ``probe_steps`` points
+        now to write, ``(step, records)`` (:meth:`records`)."""
+        self.charge(seconds, steps[-1] if steps else None)
+        return [(step, self.records(step)) for step in steps]
 
     def records(self, step: int) -> list[NamedValues]:
         """The measured ``step`` with its reason, as a point of the ``probe_steps`` series (once; empty when

@@ -11,8 +11,10 @@ probe pass never sees. Data flows one way, down:
   whether it is due (``callbacks.pacing``), plans the pass (``probe_pass.plan_pass``), runs it
   (``probe_pass.execute``), writes it (``callbacks.publisher``), judges it once (the alerts and the verdict,
   ``callbacks.judging``) and keeps the ``StepResult``; every callback's call then has the run deliver that
-  callback's part into its handle (``MemberHandle.keep``), charge its pacing and write its ``probe_steps`` points;
-- nothing here calls a callback.
+  callback's part into its handle (``MemberHandle.keep``), charge its pacing and write the ``probe_steps`` points
+  that gives (``ProbePacing.delivered``);
+- the run calls each of these parts in turn, and none of them calls back into the run (nor does anything here call
+  a callback): ``tests/callbacks/test_flow.py`` records a probe step and checks it.
 
 The run's first pass, at the first step's begin, also checks the gradient statistics' loss on the probe batches
 (its own gradient pass where it can be that check), before the first optimiser step; a refusal takes the gradient
@@ -41,7 +43,7 @@ from bertwatch.heads.gradients.importance import GRADIENT_NAMES
 from bertwatch.options.settings import ProbeSettings
 from bertwatch.probe.probe_context import ProbeContext
 from bertwatch.probe.probe_pass import LossRefused, PassResult, ProbePlan, execute, plan_pass
-from bertwatch.probe.records import HeadEmbedding, NamedValues, Rider, StepText
+from bertwatch.probe.records import NamedValues, Rider
 from bertwatch.tb.writer.metadata import PROBE_MODEL_KEY
 
 __all__ = ["MAPS_BYTES", "StepResult", "WatchedRun", "join"]
@@ -177,10 +179,13 @@ class WatchedRun:
         """Handle ``event`` at ``step`` once for all members (the run's start pass first where it is still
         pending; a "begin" that is not pending does nothing), each new result judged (``callbacks.judging``;
         ``control`` the Trainer's, for a stop), then deliver to ``member`` the results it has not had yet, oldest
-        first (``MemberHandle.keep``; they are returned too), charge its pacing with the time this took and write
-        its ``probe_steps`` points (``ProbePacing.records``). A step's begin writes the verdict of the steps before;
-        the end writes the last. ``evaluation``: ``on_evaluate``'s metrics and ``TrainerContext``, noted as evidence
-        before the pass, the verdict judged again after it on new metrics."""
+        first (``MemberHandle.keep``; they are returned too), and write the ``probe_steps`` points its pacing
+        gives for them once charged with the time this took (``ProbePacing.delivered``). A step's begin writes the
+        verdict of the steps before; the end writes the last. ``evaluation``: ``on_evaluate``'s metrics and
+        ``TrainerContext``, noted as evidence before the pass, the verdict judged again after it on new metrics.
+
+        One flat sequence, each part called from here and none calling back: the judge, the passes
+        (:meth:`_result_of`), the judge, the member's handle, its pacing, the publisher."""
         if self.failed or self.context is None:
             raise RuntimeError("bertwatch already failed in this run")
         pacing = member.member.pacing
@@ -203,9 +208,8 @@ class WatchedRun:
         out = [r for key, r in now.results.items() if (member, key) not in now.delivered]
         now.delivered.update((member, (r.event, r.step)) for r in out)
         steps = member.keep(out)
-        pacing.charge(pacing.clock() - start, steps[-1] if steps else None)
-        for measured in steps:
-            self.publish_records(pacing.records(measured), measured)
+        for measured, records in pacing.delivered(pacing.clock() - start, steps):
+            self.publisher.publish_records(records, measured)
         return out
 
     def _result_of(self, event: str, step: int, control: Any) -> None:
@@ -223,14 +227,19 @@ class WatchedRun:
         self.judge.after_pass(self.members, result, control)
 
     def _handle(self, event: str, step: int) -> StepResult:
-        context, now = self.context, self._now
+        """The pass of ``event`` at ``step`` for the members due (:meth:`_pass`), what it took kept for the later
+        passes to compare with (the drift reference, cached on disk by ``DriftReference.keep``; the outlier
+        statistics' first top dimensions, held by the context the later passes get) and its results written."""
+        now = self._now
         due = frozenset(h for h in self.handles if h.active and h.member.pacing.due(event, step))
-        plan = self._plan(event, step, due)
-        if plan.build_reference and self.trainer_side.resumed:
-            context.reference.warn_resumed(int(self.trainer_side.state.global_step))
-        result = self._checked(plan, event, step, due) if event == "begin" and step == 0 else self._execute(plan)
+        result = self._pass(event, step, due, self._checks_loss(event, step))
         if result is not None:
-            self._keep_references(result)
+            context = self.context
+            if result.references.get("drift") is not None:
+                context.reference.keep(result.references["drift"])
+            dims = result.references.get("outlier_dims")
+            if dims is not None and context.outlier_dims is None:
+                self.context = replace(context, outlier_dims=dims)
             now.grids.update(result.all_grids())
             self.publisher.publish(
                 step, result.grids, now.grids, result.summaries, result.examples, result.measure_examples
@@ -245,20 +254,16 @@ class WatchedRun:
             self.publisher.send_layer_means(step, now.grids, set().union(*(m.stat_names for m in senders)))
         return StepResult(step, event, due, dict(now.grids), dict(now.health))
 
-    def _keep_references(self, result: PassResult) -> None:
-        """Keep what the pass took for the later passes to compare with: the drift reference (cached on disk by
-        ``DriftReference.keep``) and the outlier statistics' top dimensions (the first taken: the later passes get a
-        context that holds them)."""
-        context = self.context
-        if result.references.get("drift") is not None:
-            context.reference.keep(result.references["drift"])
-        dims = result.references.get("outlier_dims")
-        if dims is not None and context.outlier_dims is None:
-            self.context = replace(context, outlier_dims=dims)
+    def _checks_loss(self, event: str, step: int) -> bool:
+        """Whether the pass of ``event`` at ``step`` is the run's start pass that checks the gradient statistics'
+        loss (step 0's begin, where a member measures them), before the first optimiser step."""
+        return event == "begin" and step == 0 and any(m.gradients for m in self.active)
 
     def _plan(
         self, event: str, step: int, due: frozenset[MemberHandle], riders: Sequence[Rider] | None = None
     ) -> ProbePlan:
+        """The pass ``event`` at ``step`` calls for (``probe_pass.plan_pass``): the ``due`` members' statistics,
+        maps and riders (each member's riders once a step)."""
         context, now = self.context, self._now
         members = [h.member for h in self.handles if h in due]  # in the order they joined
         if riders is None:
@@ -282,41 +287,39 @@ class WatchedRun:
             riders=riders,
         )
 
-    def _execute(self, plan: ProbePlan) -> PassResult | None:
-        return None if plan.empty else execute(plan, self.context)
+    def _pass(self, event: str, step: int, due: frozenset[MemberHandle], check: bool) -> PassResult | None:
+        """The pass of ``event`` at ``step`` for the ``due`` members, planned (:meth:`_plan`) and run (None: nothing
+        to do); a resumed run that builds its drift reference says so.
 
-    def _checked(self, plan: ProbePlan, event: str, step: int, due: frozenset[MemberHandle]) -> PassResult | None:
-        """The start pass after the loss check, or as it: where the pass takes the gradient statistics with the
-        model's own or the Trainer's loss, its gradient pass is the check (the same forwards of the same length
-        groups or examples alone, ``ProbePlan.check_loss``); a ``loss_fn`` (whose check also compares each
-        example's loss across batches) or a pass without them gets :func:`loss_problem`'s forward first, and so
-        does a pass with riders over several batches (a refusal after its first batch would find them fed). On a
-        refusal the members lose their gradient statistics (:func:`without_gradients`) and the pass is planned
-        anew."""
+        With ``check`` (:meth:`_checks_loss`) it is the start pass, after the gradient statistics' loss check or as
+        it: where the pass takes them with the model's own or the Trainer's loss, its gradient pass is the check
+        (the same forwards of the same length groups or examples alone, ``ProbePlan.check_loss``); a ``loss_fn``
+        (whose check also compares each example's loss across batches) or a pass without them gets
+        :func:`loss_problem`'s forward first, and so does a pass with riders over several batches (a refusal after
+        its first batch would find them fed). On a refusal the members lose their gradient statistics
+        (:func:`without_gradients`) and the pass is planned anew."""
         context = self.context
-        if not any(m.gradients for m in self.active):
-            return self._execute(plan)
-        gradients = bool(set(plan.names) & set(GRADIENT_NAMES))
-        single = not plan.riders or len(context.probe.batches) == 1
-        if gradients and single and context.loss.loss_fn is None:
-            try:
-                return execute(replace(plan, check_loss=True), context)
-            except LossRefused as refused:
-                problem: str | None = refusal(context, refused.error)
-        else:
-            problem = loss_problem(context)
-        if problem is None:
-            return self._execute(plan)
-        for handle in self.handles:
-            handle.member = without_gradients(handle.member, problem)
-        return self._execute(self._plan(event, step, due, riders=plan.riders))
+        plan = self._plan(event, step, due)
+        if plan.build_reference and self.trainer_side.resumed:
+            context.reference.warn_resumed(int(self.trainer_side.state.global_step))
+        problem: str | None = None
+        if check:
+            gradients = bool(set(plan.names) & set(GRADIENT_NAMES))
+            single = not plan.riders or len(context.probe.batches) == 1
+            if gradients and single and context.loss.loss_fn is None:
+                try:
+                    return execute(replace(plan, check_loss=True), context)
+                except LossRefused as refused:
+                    problem = refusal(context, refused.error)
+            else:
+                problem = loss_problem(context)
+        if problem is not None:
+            for handle in self.handles:
+                handle.member = without_gradients(handle.member, problem)
+            plan = self._plan(event, step, due, riders=plan.riders)
+        return None if plan.empty else execute(plan, context)
 
     # ---------------------------------------------------------------------------------------------- writing
-
-    def publish_records(self, records: Sequence[NamedValues | StepText | HeadEmbedding], step: int) -> None:
-        """Write records made outside a probe pass (the ``probe_steps`` points)."""
-        if records and self.publisher is not None:
-            self.publisher.publish_records(records, step)
 
     def on_log(self, step: int, logs: Mapping[str, Any] | None, control: Any) -> None:
         """An ``on_log``: the event file flushed, the logged values noted as evidence (once, whichever callback of

@@ -1,4 +1,4 @@
-"""The setup check of the gradient statistics' loss, made by the start pass (``WatchedRun._checked``): no
+"""The setup check of the gradient statistics' loss, made by the start pass (``WatchedRun._pass``): no
 forward of its own where that pass takes the gradient statistics, and the same measurements and the same verdict
 before the first optimiser step wherever the refusal is found; its own forward, still before that step, where the
 start pass cannot make it."""
@@ -98,7 +98,7 @@ def test_the_start_pass_makes_the_check_and_measures_what_the_checks_own_forward
     assert set(GRADIENT_NAMES) <= set(folded.history[0][1])
     # the check at setup, by its own forward, and a start pass that only measures
     monkeypatch.setattr(watch_module, "resolve", lambda member, c, _: members_module.resolve(member, c, True))
-    monkeypatch.setattr(watched_module.WatchedRun, "_checked", lambda self, plan, *_: self._execute(plan))
+    monkeypatch.setattr(watched_module.WatchedRun, "_checks_loss", lambda self, *_: False)
     own = BertWatchCallback(**PROBE)
     run = _Run(tmp_path / "b", own, monkeypatch)
     run.trainer.train()

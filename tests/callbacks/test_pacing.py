@@ -254,3 +254,20 @@ def test_maps_follow_the_measured_steps_when_budgeted() -> None:
             chosen.append(step)
         default.pacing.log.append(ProbeReason(step, "budget", 0.01))
     assert chosen == [40, 80]
+
+
+@pytest.mark.fast
+def test_a_delivery_is_charged_and_hands_back_each_measured_step_once() -> None:
+    """``ProbePacing.delivered``: the time of a delivery charged to its last step, and the ``probe_steps`` point of
+    each step the callback measured, once (a step delivered twice, by its begin and its step, has one)."""
+    clock = _Clock()
+    pacing = ProbePacing(1, 0.02, clock=clock)
+    pacing.start(0)
+    assert pacing.due("begin", 0) and pacing.due("step", 0)
+    clock.now += 2.0
+    points = pacing.delivered(2.0, [0, 0])
+    assert [step for step, _ in points] == [0, 0] and points[1][1] == []
+    ((point,),) = [records for _, records in points if records]
+    assert point.tag == PROBE_SERIES and point.values == {"overhead_share": 1.0, "budgeted": 0.0}
+    assert [(r.step, r.reason) for r in pacing.log] == [(0, "start")]
+    assert pacing.delivered(0.5, []) == [] and pacing.meter.own == 2.5  # a delivery of nothing: charged all the same
