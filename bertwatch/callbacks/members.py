@@ -1,7 +1,9 @@
 """What one callback brings to its run's passes (a ``Member``), fixed at ``on_train_begin``: the statistics it
 measures once the model, the probe set and the loss have had their say (:func:`resolve`), when, and the riders on
 its passes. The home of the rule "does this member measure gradients?" (:attr:`Member.gradients`: the statistics
-that need a loss; :attr:`Member.gives_health`: it runs the gradient pass that gives the run-health signals).
+that need a loss; :attr:`Member.gives_health`: it runs the gradient pass that gives the run-health signals), and of
+what a refused loss does to a member (:meth:`Member.drop_gradients`: at setup, or where the run's start pass finds
+it, before the first optimiser step; the member stays the same object).
 
 A callback holds its place in the run as a :class:`MemberHandle` (never a position): the run's results name the
 handles that were due (:class:`StepResult`), and the run delivers each result into the handle's ``history`` and
@@ -38,7 +40,6 @@ __all__ = [
     "StepResult",
     "loss_problem",
     "resolve",
-    "without_gradients",
 ]
 
 #: The statistics that need a loss on the probe set (the gradient pass's and integrated gradients).
@@ -60,7 +61,9 @@ class Member:
     """One callback's part in its run's passes, fixed at setup: ``name`` (for messages), the statistics it
     measures (``stat_names``; ``required``: asked for by name, so a refused loss is an error), when (``pacing``),
     the maps it keeps (``maps``), the riders on its passes (``riders``: ``callbacks.riders``, made once, each riding
-    once a step it is due at), whether its layer means go to the trackers (``log_to_trackers``). ``active``: False once it stopped.
+    once a step it is due at), whether its layer means go to the trackers (``log_to_trackers``). Its statistics
+    change once at most: where the run's start pass finds their loss refused, before the first optimiser step, it
+    gives up its gradient statistics (:meth:`drop_gradients`), the same object in its handle. ``active``: False once it stopped.
 
     Its part in the run's judging (``callbacks.judging``), as it declares it: ``judging``, the settings it judges
     with (None: it takes no part but what it measures), ``strict`` (its errors re-raise) and ``speaks`` (it prints:
@@ -88,10 +91,24 @@ class Member:
         """Whether its passes run the gradient pass, which gives the run-health signals the verdict reads."""
         return bool(self.stat_names & frozenset(GRADIENT_NAMES))
 
+    def drop_gradients(self, problem: str) -> None:
+        """Give up its gradient statistics, which cannot be measured (``problem`` says why), with one warning; a
+        ``SetupError`` instead when they were asked for by name or are all it measures. A member that stopped, or
+        measures none, keeps what it has."""
+        gradient = self.gradients
+        if not self.active or not gradient:
+            return
+        if self.required or not self.stat_names - gradient:
+            raise SetupError(f"{self.name}: {sorted(gradient)} cannot be measured: {problem}")
+        who = "bertwatch" if self.name == "bertwatch" else f"bertwatch: {self.name}"
+        message = f"{who} skips the gradient statistics ({', '.join(sorted(gradient))}): {problem}"
+        warnings.warn(message, BertWatchWarning, stacklevel=4)
+        self.stat_names = self.stat_names - gradient
+
 
 class MemberHandle:
-    """One callback's place in its run (``WatchedRun.add`` makes it): its ``member`` (replaced where the start pass
-    takes its gradient statistics away), and what the run delivered to it: ``history`` ``(step, {stat: [layers,
+    """One callback's place in its run (``WatchedRun.add`` makes it): its ``member``, and what the run delivered to
+    it: ``history`` ``(step, {stat: [layers,
     heads]})`` of every step it measured, ``health`` ``(step, {signal: value})`` of the steps it had the run-health
     signals. Compared by identity: two callbacks with equal members are two members."""
 
@@ -173,23 +190,9 @@ def refusal(context: ProbeContext, err: LossSetupError) -> str:
     return str(err)
 
 
-def without_gradients(member: Member, problem: str) -> Member:
-    """``member`` without its gradient statistics, which cannot be measured (``problem`` says why): a
-    ``SetupError`` when they were asked for by name or are all it measures, else one warning."""
-    gradient = member.gradients
-    if not member.active or not gradient:
-        return member
-    if member.required or not member.stat_names - gradient:
-        raise SetupError(f"{member.name}: {sorted(gradient)} cannot be measured: {problem}")
-    who = "bertwatch" if member.name == "bertwatch" else f"bertwatch: {member.name}"
-    message = f"{who} skips the gradient statistics ({', '.join(sorted(gradient))}): {problem}"
-    warnings.warn(message, BertWatchWarning, stacklevel=4)
-    return replace(member, stat_names=member.stat_names - gradient)
-
-
 def resolve(member: Member, context: ProbeContext, check_loss_now: bool) -> Member:
     """``member`` with the statistics it can measure in this run: those the model gives (``supported_stats``),
-    without the gradient statistics where the probe set or the loss cannot give them (:func:`without_gradients`).
+    without the gradient statistics where the probe set or the loss cannot give them (:meth:`Member.drop_gradients`).
     The loss on the probe batches themselves is checked by the run's start pass before the first optimiser step,
     or now (``check_loss_now``) where the run has none (resumed)."""
     names = supported_stats(member.stat_names, member.required, context.encoder, member.name)
@@ -208,8 +211,9 @@ def resolve(member: Member, context: ProbeContext, check_loss_now: bool) -> Memb
         problem = loss_problem(context)
     if problem is None:
         loss.announce()
-        return member
-    return without_gradients(member, problem)
+    else:
+        member.drop_gradients(problem)
+    return member
 
 
 def setup_warnings(member: Member, args: Any, bound: bool) -> None:

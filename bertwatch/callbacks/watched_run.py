@@ -17,8 +17,9 @@ probe pass never sees. Data flows one way, down:
   a callback): ``tests/callbacks/test_flow.py`` records a probe step and checks it.
 
 The run's first pass, at the first step's begin, also checks the gradient statistics' loss on the probe batches
-(its own gradient pass where it can be that check), before the first optimiser step; a refusal takes the gradient
-statistics out of the members (``members.without_gradients``) and the pass runs again without them. The pass never
+(its own gradient pass where it can be that check), before the first optimiser step; on a refusal each member gives
+up its gradient statistics (``Member.drop_gradients``: the members stay the objects their handles hold) and the
+pass, planned once, runs without them (``ProbePlan.without``). The pass never
 changes the user's training: eval mode, restored RNG and attention implementation (``bertwatch.heads.capture``),
 ``torch.no_grad`` for maps, ``torch.autograd.grad`` on gates for gradients, and its own copy of the probe batches.
 """
@@ -26,7 +27,7 @@ changes the user's training: eval mode, restored RNG and attention implementatio
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -35,7 +36,7 @@ import torch
 
 from bertwatch.callbacks._context import TrainerContext
 from bertwatch.callbacks.judging import RunJudge
-from bertwatch.callbacks.members import Member, MemberHandle, StepResult, loss_problem, refusal, without_gradients
+from bertwatch.callbacks.members import GRADIENT_STATS, Member, MemberHandle, StepResult, loss_problem, refusal
 from bertwatch.callbacks.probe_setup import TrainerSide, build_probe_context, open_trainer_side
 from bertwatch.callbacks.publisher import Publisher
 from bertwatch.core.health_names import HEALTH_SERIES
@@ -232,7 +233,8 @@ class WatchedRun:
         statistics' first top dimensions, held by the context the later passes get) and its results written."""
         now = self._now
         due = frozenset(h for h in self.handles if h.active and h.member.pacing.due(event, step))
-        result = self._pass(event, step, due, self._checks_loss(event, step))
+        check = self._checks_loss(event, step)
+        result = self._pass(event, step, due, check)
         if result is not None:
             context = self.context
             if result.references.get("drift") is not None:
@@ -259,18 +261,15 @@ class WatchedRun:
         loss (step 0's begin, where a member measures them), before the first optimiser step."""
         return event == "begin" and step == 0 and any(m.gradients for m in self.active)
 
-    def _plan(
-        self, event: str, step: int, due: frozenset[MemberHandle], riders: Sequence[Rider] | None = None
-    ) -> ProbePlan:
+    def _plan(self, event: str, step: int, due: frozenset[MemberHandle]) -> ProbePlan:
         """The pass ``event`` at ``step`` calls for (``probe_pass.plan_pass``): the ``due`` members' statistics,
         maps and riders (each member's riders once a step)."""
         context, now = self.context, self._now
         members = [h.member for h in self.handles if h in due]  # in the order they joined
-        if riders is None:
-            riders = []
-            for handle in (h for h in self.handles if h in due and h not in now.rode):
-                now.rode.add(handle)
-                riders.extend(handle.member.riders)
+        riders: list[Rider] = []
+        for handle in (h for h in self.handles if h in due and h not in now.rode):
+            now.rode.add(handle)
+            riders.extend(handle.member.riders)
         maps = [] if step in self._maps_written else [
             m.maps.count(event, step, m.pacing.budgeted_count()) for m in members if m.maps
         ]  # fmt: skip
@@ -296,8 +295,8 @@ class WatchedRun:
         (the same forwards of the same length groups or examples alone, ``ProbePlan.check_loss``); a ``loss_fn``
         (whose check also compares each example's loss across batches) or a pass without them gets
         :func:`loss_problem`'s forward first, and so does a pass with riders over several batches (a refusal after
-        its first batch would find them fed). On a refusal the members lose their gradient statistics
-        (:func:`without_gradients`) and the pass is planned anew."""
+        its first batch would find them fed). On a refusal each member gives up its gradient statistics
+        (``Member.drop_gradients``) and the plan runs without them (``ProbePlan.without``), not planned again."""
         context = self.context
         plan = self._plan(event, step, due)
         if plan.build_reference and self.trainer_side.resumed:
@@ -314,9 +313,9 @@ class WatchedRun:
             else:
                 problem = loss_problem(context)
         if problem is not None:
-            for handle in self.handles:
-                handle.member = without_gradients(handle.member, problem)
-            plan = self._plan(event, step, due, riders=plan.riders)
+            for member in self.members:
+                member.drop_gradients(problem)
+            plan = plan.without(GRADIENT_STATS)
         return None if plan.empty else execute(plan, context)
 
     # ---------------------------------------------------------------------------------------------- writing

@@ -126,6 +126,17 @@ class ProbePlan:
     def uses_reference(self) -> bool:
         return any(n in DRIFT_NAMES for n in self.names)
 
+    def without(self, names: Collection[str]) -> ProbePlan:
+        """This plan without the statistics ``names`` (the gradient statistics, where the start pass found their
+        loss refused): what :func:`plan_pass` plans without them, the maps, the reference and the riders as they
+        were. Raises ValueError for a drift statistic (it decides whether the pass takes the reference)."""
+        dropped = set(names) & set(self.names)
+        if dropped & set(DRIFT_NAMES):
+            raise ValueError(f"a plan keeps its drift statistics: {sorted(dropped & set(DRIFT_NAMES))}")
+        work = tuple((m, tuple(n for n in given if n not in dropped)) for m, given in self.work)
+        kept = tuple(n for n in self.names if n not in dropped)
+        return replace(self, work=tuple((m, given) for m, given in work if given), names=kept)
+
 
 def plan_pass(
     event: str,

@@ -112,11 +112,18 @@ def test_a_refusal_in_a_later_batch_drops_the_defaults_gradients_and_measures_th
 ) -> None:
     defaults = BertWatchCallback(**PROBE)
     run = _Run(tmp_path / "a", defaults, monkeypatch, unlabelled_second_batch=True)
+    joined = []  # the member the callback brought to its run
+    add = watched_module.WatchedRun.add
+    monkeypatch.setattr(
+        watched_module.WatchedRun, "add", lambda self, member: joined.append(member) or add(self, member)
+    )
     with pytest.warns(
         BertWatchWarning, match=rf"BertWatchCallback skips the gradient statistics \(.*head_importance.*\): {REFUSAL}"
     ):
         run.trainer.train()
     assert run.checks == []
+    assert defaults.member_handle.member is joined[0], "the member gave its gradient statistics up, not replaced"
+    assert not set(GRADIENT_NAMES) & defaults.stat_names
     assert run.trainer.state.global_step == 1
     others = tuple(n for n in BertWatchCallback.default_stats if n not in GRADIENT_NAMES)
     without = BertWatchCallback(stats=others, **PROBE)

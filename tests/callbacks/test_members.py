@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bertwatch.callbacks import BertWatchWarning, SetupError
-from bertwatch.callbacks.members import Member, without_gradients
+from bertwatch.callbacks.members import Member
 from bertwatch.callbacks.pacing import ProbePacing
 from bertwatch.heads.gradients.importance import GRADIENT_NAMES, IG_NAME
 
@@ -26,11 +26,14 @@ def test_the_gradient_rule() -> None:
 
 
 def test_a_refused_loss_drops_the_gradient_statistics_with_a_warning_or_stops_the_run() -> None:
+    member = _member("entropy", *GRADIENT_NAMES)
     with pytest.warns(BertWatchWarning, match=r"bertwatch: EntropyCallback skips the gradient statistics .*: no loss"):
-        kept = without_gradients(_member("entropy", *GRADIENT_NAMES), "no loss")
-    assert kept.stat_names == {"entropy"}
+        member.drop_gradients("no loss")
+    assert member.stat_names == {"entropy"} and not member.gives_health  # the same member, without them
     with pytest.raises(SetupError, match="cannot be measured: no loss"):
-        without_gradients(_member("entropy", *GRADIENT_NAMES, required=True), "no loss")  # asked for by name
+        _member("entropy", *GRADIENT_NAMES, required=True).drop_gradients("no loss")  # asked for by name
     with pytest.raises(SetupError, match="cannot be measured"):
-        without_gradients(_member(*GRADIENT_NAMES), "no loss")  # nothing else to measure
-    assert without_gradients(_member("entropy"), "no loss").stat_names == {"entropy"}
+        _member(*GRADIENT_NAMES).drop_gradients("no loss")  # nothing else to measure
+    plain = _member("entropy")
+    plain.drop_gradients("no loss")
+    assert plain.stat_names == {"entropy"}

@@ -97,6 +97,21 @@ def test_the_plan_skips_the_shared_forward_when_only_gradients_are_due():
     assert maps_only.num_maps == 3 and not maps_only.shared_forward and not maps_only.empty
 
 
+def test_a_plan_without_the_gradient_statistics_is_the_plan_made_without_them():
+    """``ProbePlan.without``: the start pass's plan once the loss is refused, as ``plan_pass`` plans it without the
+    gradient statistics (the same maps, reference and riders); a drift statistic stays."""
+    gradients = {*GRADIENT_NAMES, IG_NAME}
+    names = {"entropy", "cls_mass", *DRIFT_NAMES, *gradients}
+    rider = WordClassPass([["[CLS]"]])
+    args = dict(num_maps=2, reference_ready=False, riders=[rider])
+    full = plan_pass("begin", 0, names, names, **args)
+    assert full.without(gradients) == plan_pass("begin", 0, names - gradients, names, **args)
+    only = plan_pass("begin", 0, gradients, gradients, reference_ready=True)
+    assert only.without(gradients).empty and only.without(()) == only
+    with pytest.raises(ValueError, match="drift"):
+        full.without(DRIFT_NAMES)
+
+
 @pytest.mark.parametrize(
     ("event", "due_drift", "ready", "model", "from_model", "build"),
     [
