@@ -55,7 +55,12 @@ def _recorded_run(tmp_path, monkeypatch):
         if callee and caller and callee != caller:
             edges.add((caller, callee))
 
-    callback = BertWatchCallback(num_probe_examples=4)
+    _train_profiled(tmp_path, BertWatchCallback(num_probe_examples=4), profile)
+    return edges, writes
+
+
+def _train_profiled(tmp_path, callback, profile) -> None:
+    """A 3-step toy Trainer run watched by ``callback``, evaluating at step 2, with ``profile`` on every call."""
     trainer = toy_trainer(tmp_path, [callback], eval_size=8, max_steps=3, eval_strategy="steps", eval_steps=2)
     watch(trainer)
     sys.setprofile(profile)
@@ -63,7 +68,6 @@ def _recorded_run(tmp_path, monkeypatch):
         trainer.train()
     finally:
         sys.setprofile(None)
-    return edges, writes
 
 
 def test_a_probe_pass_reaches_the_event_file_through_six_modules_and_calls_go_one_way(tmp_path, monkeypatch):
@@ -127,14 +131,7 @@ def test_a_probe_step_visits_the_run_and_its_parts_and_nothing_calls_back_into_t
         if module == "callbacks.watched_run" and caller is not None:
             callers.add(caller)
 
-    callback = BertWatchCallback(num_probe_examples=4, every_n_steps=1)
-    trainer = toy_trainer(tmp_path, [callback], eval_size=8, max_steps=3, eval_strategy="steps", eval_steps=2)
-    watch(trainer)
-    sys.setprofile(profile)
-    try:
-        trainer.train()
-    finally:
-        sys.setprofile(None)
+    _train_profiled(tmp_path, BertWatchCallback(num_probe_examples=4, every_n_steps=1), profile)
     assert len(steps) == 3, "each of the 3 steps measured"
     for visited in steps:
         side = {m for m in visited if m.startswith("callbacks.")}
