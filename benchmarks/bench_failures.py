@@ -260,8 +260,10 @@ def run_key(config: dict, opts: argparse.Namespace) -> str:
     draw = "" if c.get("draw", "wide") == "wide" else f"|{c['draw']}"
     return (
         f"v{PROTOCOL}{draw}|{c['task']}|seed={c['seed']}|lr={c['lr']:g}|steps={c['steps']}|batch={c['batch']}"
-        f"|len={c['max_length']}|{c['schedule']}|eval={c['evaluate']:g}{'' if c.get('eval_set', True) else '|no-eval-set'}"
-        f"|dev={opts.dev_size}" + ("" if opts.device == "cpu" else f"|{opts.device}")
+        f"|len={c['max_length']}|{c['schedule']}|eval={c['evaluate']:g}"
+        + ("" if c.get("eval_set", True) else "|no-eval-set")
+        + f"|dev={opts.dev_size}"
+        + ("" if opts.device == "cpu" else f"|{opts.device}")
     )
 
 
@@ -331,16 +333,15 @@ def _without_eval_set(records: list[dict], t: dict[str, np.ndarray]) -> list[str
     rows = np.array([not r.get("eval_set", True) for r in records], dtype=bool)
     if not rows.any():
         return []
-    labels = {0: "healthy", 1: "at risk", 2: "failing"}
+    from bertwatch.core.verdict import CANNOT_TELL, LEVELS
+
     words = []
     for outcome, among in (("failed", t["failed"]), ("learned", t["learned"])):
         keep = rows & among
         ended = [
-            "cannot tell" if u else labels[int(v)] for v, u in zip(t["level@None"][keep], t["cannot tell@None"][keep])
+            CANNOT_TELL if u else LEVELS[int(v)] for v, u in zip(t["level@None"][keep], t["cannot tell@None"][keep])
         ]
-        counts = ", ".join(
-            f"{ended.count(x)} {x}" for x in ("failing", "at risk", "healthy", "cannot tell") if x in ended
-        )
+        counts = ", ".join(f"{ended.count(x)} {x}" for x in (*LEVELS[::-1], CANNOT_TELL) if x in ended)
         words.append(f"{int(keep.sum())} {outcome} ({counts or 'none'})")
     return [f"Without an eval_dataset ({int(rows.sum())} runs), the end verdict: {'; '.join(words)}."]
 

@@ -1,4 +1,4 @@
-"""Cost of the verdict's loss tap (``bertwatch.callbacks.loss_tap``): training steps of a MiniLM-shaped sequence
+"""Cost of the verdict's loss tap (``bertwatch.callbacks.judging.LossTap``): training steps of a MiniLM-shaped sequence
 classifier (6 layers x 12 heads, hidden 384, random weights: timings do not depend on them) with the tap's forward
 hook on the model and a window read at the end of each step (the most often it reads: a run of up to 200 steps),
 against the same steps without it, the two interleaved ``--rounds`` times. Prints the fastest round of each and

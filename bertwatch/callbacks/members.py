@@ -63,7 +63,8 @@ class Member:
     the maps it keeps (``maps``), the riders on its passes (``riders``: ``callbacks.riders``, made once, each riding
     once a step it is due at), whether its layer means go to the trackers (``log_to_trackers``). Its statistics
     change once at most: where the run's start pass finds their loss refused, before the first optimiser step, it
-    gives up its gradient statistics (:meth:`drop_gradients`), the same object in its handle. ``active``: False once it stopped.
+    gives up its gradient statistics (:meth:`drop_gradients`), the same object in its handle. ``active``: False
+    once it stopped.
 
     Its part in the run's judging (``callbacks.judging``), as it declares it: ``judging``, the settings it judges
     with (None: it takes no part but what it measures), ``strict`` (its errors re-raise) and ``speaks`` (it prints:
@@ -108,8 +109,7 @@ class Member:
 
 class MemberHandle:
     """One callback's place in its run (``WatchedRun.add`` makes it): its ``member``, and what the run delivered to
-    it: ``history`` ``(step, {stat: [layers,
-    heads]})`` of every step it measured, ``health`` ``(step, {signal: value})`` of the steps it had the run-health
+    it: ``history`` ``(step, {stat: [layers, heads]})`` of every step it measured, ``health`` ``(step, {signal: value})`` of the steps it had the run-health
     signals. Compared by identity: two callbacks with equal members are two members."""
 
     def __init__(self, member: Member) -> None:
