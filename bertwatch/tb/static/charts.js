@@ -7,6 +7,7 @@ const M = {l: 56, r: 14, t: 12, b: 38};
 // The mark (colours.json) a rule of each class is drawn in, inline (style.css keeps only its dashes); a rule's own
 // color wins, and a rule of another class keeps style.css's grey.
 const RULE_MARKS = {zero: 'zero', delta: 'delta', 'hline-alert': 'alert', 'hline-soft': 'reference'};
+const LABEL_H = 13; // a rule label's height (style.css: 11px text), the least step between two labels' baselines
 
 /** A chart width that fills a card body (minus its padding), within limits. */
 export function chartWidth(el, fallback = 520) {
@@ -121,6 +122,27 @@ function bandPath(xs, lo, hi, X, Y) {
 }
 
 /**
+ * The baseline of each rule's label (null where it has none): just above its rule, or, where that would overlap
+ * the label above, just below its rule and clear of that label; then up again where that leaves the plot. So the
+ * labels of close rules never overlap.
+ */
+function ruleLabelYs(rules, Y, bottom) {
+  const out = rules.map(() => null);
+  const order = rules
+    .map((_, i) => i)
+    .filter((i) => rules[i].label && Number.isFinite(rules[i].y))
+    .sort((a, b) => Y(rules[a].y) - Y(rules[b].y));
+  let prev = -Infinity;
+  for (const i of order) {
+    const y = Y(rules[i].y);
+    prev = out[i] = y - 5 >= prev + LABEL_H ? y - 5 : Math.max(y + LABEL_H, prev + LABEL_H);
+  }
+  let next = Infinity;
+  for (const i of order.reverse()) next = out[i] = Math.min(out[i], next - LABEL_H, bottom);
+  return out;
+}
+
+/**
  * Lines over a shared x (steps). series: [{name, color, xs, ys, dashed}]; bands: [{name, color, xs, lo, hi, id}]
  * filled behind the lines (intervals, ranges); marker: an x to highlight (move it later with the returned
  * element's setMarker(x), without redrawing); hline: {y, label, cls, id}, and more in hlines; onPick(x) when clicked.
@@ -180,8 +202,9 @@ export function lineChart({
       }),
     );
   }
-  for (const rule of rules) {
-    if (!Number.isFinite(rule.y)) continue;
+  const labelYs = ruleLabelYs(rules, Y, H - M.b - 4);
+  rules.forEach((rule, i) => {
+    if (!Number.isFinite(rule.y)) return;
     svg.append(
       s('line', {
         class: `hline${rule.cls ? ` ${rule.cls}` : ''}`,
@@ -194,8 +217,8 @@ export function lineChart({
       }),
     );
     if (rule.label)
-      svg.append(s('text', {class: 'hline-label', x: W - M.r - 4, y: Y(rule.y) - 5, 'text-anchor': 'end'}, rule.label));
-  }
+      svg.append(s('text', {class: 'hline-label', x: W - M.r - 4, y: labelYs[i], 'text-anchor': 'end'}, rule.label));
+  });
   const markerLine = s('line', {
     class: 'marker',
     x1: 0,

@@ -103,6 +103,24 @@ def test_a_healthy_run_says_so(s) -> None:
     assert not s.frame.query_selector_all("#verdict-chart-share .band")
 
 
+def test_the_loss_charts_labels_never_overlap(s) -> None:
+    s.frame.select_option("#run-select", "healthy")
+    s.frame.wait_for_function("() => document.querySelector('#verdict-level')?.textContent === 'healthy'")
+    # a learning run's loss chart spans ~0.3 to 1, so the constant's rule (1) and the not-learning one (0.95) lie
+    # closer than a label's height: each label stays beside its own rule, apart from the other, within the chart
+    rules = [float(e.get_attribute("y1")) for e in s.frame.query_selector_all("#verdict-chart-loss .hline")]
+    boxes = s.frame.eval_on_selector_all(
+        "#verdict-chart-loss .hline-label",
+        "els => els.map(e => { const b = e.getBBox(); return [b.y, b.y + b.height]; })",
+    )
+    height = float(s.frame.get_attribute("#verdict-chart-loss", "height"))
+    (upper_rule, upper), (lower_rule, lower) = sorted(zip(rules, boxes))
+    assert 0 < lower_rule - upper_rule < upper[1] - upper[0]
+    assert upper[1] <= lower[0]
+    for rule, (top, bottom) in ((upper_rule, upper), (lower_rule, lower)):
+        assert top - 5 <= rule <= bottom + 5 and 0 <= top and bottom <= height
+
+
 def test_a_run_without_a_verdict_shows_no_strip(s) -> None:
     s.frame.select_option("#run-select", "plain")
     s.frame.wait_for_function("() => document.querySelector('#verdict-strip').hidden", timeout=20000)
