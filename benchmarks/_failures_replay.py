@@ -20,35 +20,52 @@ BATCH, PROBE = 16, 32
 LEARNED_MARGIN = 0.05
 
 
+#: Tasks whose labels are scores, not classes: a run is labelled by its Spearman correlation, 0 for any constant.
+REGRESSION = ("stsb",)
+
+
 def metric(task: str) -> Callable[[np.ndarray, np.ndarray], float]:
-    """The score a run is labelled by: Matthews correlation for CoLA, accuracy for the others (MRPC's F1 would
-    credit the majority class, which predicts every pair a paraphrase, with 0.81)."""
+    """The score a run is labelled by: Matthews correlation for CoLA, Spearman's for STS-B (0 for predictions that
+    do not vary, as any constant's), accuracy for the others (MRPC's F1 would credit the majority class, which
+    predicts every pair a paraphrase, with 0.81)."""
     from bertwatch.data.metrics import metric_fn
 
+    if task in REGRESSION:
+        spearman = metric_fn(task, "spearmanr")
+        return lambda p, y: float(np.nan_to_num(spearman(p, y), nan=0.0))
     return metric_fn(task, None if task == "cola" else "accuracy")
 
 
-def majority_score(task: str, labels: Sequence[int]) -> float:
+def _constant(task: str, y: np.ndarray) -> np.ndarray | None:
+    """The best constant prediction's answers on labels ``y``: the majority class; None for a regression (any
+    constant's correlation is 0)."""
+    return None if task in REGRESSION else np.full_like(y, np.bincount(y).argmax())
+
+
+def majority_score(task: str, labels: Sequence[float]) -> float:
+    """The best constant prediction's score on ``labels``: the majority class's, 0 for a regression."""
     y = np.asarray(labels)
-    return metric(task)(np.full_like(y, np.bincount(y).argmax()), y)
+    constant = _constant(task, y)
+    return 0.0 if constant is None else metric(task)(constant, y)
 
 
-def failed_by_score(task: str, predictions: Sequence[int], labels: Sequence[int], boot: int, seed: int = 0) -> bool:
-    """Whether the 95% paired bootstrap interval of (score − majority classifier's score) on the dev examples
-    reaches 0: the run is not better than predicting the majority class beyond chance."""
+def failed_by_score(task: str, predictions: Sequence[float], labels: Sequence[float], boot: int, seed: int = 0) -> bool:
+    """Whether the 95% paired bootstrap interval of (score − the best constant prediction's score) on the dev
+    examples reaches 0: the run is not better than predicting the majority class (a regression: any constant)
+    beyond chance."""
     score = metric(task)
     p, y = np.asarray(predictions), np.asarray(labels)
-    majority = np.full_like(y, np.bincount(y).argmax())
+    constant = _constant(task, y)
     rng = np.random.default_rng(seed)
     diffs = []
     for _ in range(boot):
         i = rng.integers(0, len(y), len(y))
-        diffs.append(score(p[i], y[i]) - score(majority[i], y[i]))
+        diffs.append(score(p[i], y[i]) - (0.0 if constant is None else score(constant[i], y[i])))
     return bool(np.quantile(diffs, 0.025) <= 0)
 
 
-def learned_by_score(task: str, predictions: Sequence[int], labels: Sequence[int]) -> bool:
-    """Whether the final dev score is at least ``LEARNED_MARGIN`` above the majority class's."""
+def learned_by_score(task: str, predictions: Sequence[float], labels: Sequence[float]) -> bool:
+    """Whether the final dev score is at least ``LEARNED_MARGIN`` above the best constant prediction's."""
     return metric(task)(np.asarray(predictions), np.asarray(labels)) >= majority_score(task, labels) + LEARNED_MARGIN
 
 

@@ -97,3 +97,17 @@ def test_a_run_fails_when_it_is_not_above_the_majority_class(bench) -> None:
     assert not bench.failed_by_score("rte", labels, labels, 200)  # every example right
     assert bench.failed_by_score("cola", [1] * 100, labels, 200)  # Matthews 0
     assert not bench.failed_by_score("cola", labels[:90] + [0] * 10, labels, 200)
+
+
+def test_a_regression_run_is_labelled_by_its_spearman_correlation_against_zero(bench, replay) -> None:
+    rng = np.random.default_rng(3)
+    labels = rng.uniform(0, 5, 200)
+    noise = rng.standard_normal(200)
+    assert bench.failed_by_score("stsb", [2.5] * 200, labels, 200)  # a constant: no correlation at all
+    assert bench.failed_by_score("stsb", noise, labels, 200)  # predictions that ignore the labels
+    assert not bench.failed_by_score("stsb", labels + noise, labels, 200)
+    ranks = lambda x: np.argsort(np.argsort(x)).astype(np.float64)  # noqa: E731  (no ties in uniform draws)
+    plain = np.corrcoef(ranks(labels + noise), ranks(labels))[0, 1]  # Spearman: Pearson's of the ranks
+    assert bench.metric("stsb")(labels + noise, labels) == pytest.approx(plain, rel=1e-9)
+    assert bench.learned_by_score("stsb", labels + noise, labels) and replay.majority_score("stsb", labels) == 0.0
+    assert not bench.learned_by_score("stsb", [2.5] * 200, labels)  # its correlation counts as 0, not NaN

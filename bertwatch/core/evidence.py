@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -37,20 +38,30 @@ def _number(value: Any) -> float | None:
 
 @dataclass(frozen=True)
 class Constant:
-    """The best constant prediction on a set of ``examples`` class labels: predicting the most frequent class
-    scores accuracy ``share``; predicting the label frequencies has cross-entropy ``entropy`` (nats), the lowest
-    loss a model that ignores its input can reach."""
+    """The best constant prediction on a set of ``examples`` labels, and what it scores. Class labels: predicting
+    the most frequent class scores accuracy ``share``; predicting the label frequencies has cross-entropy ``loss``
+    (nats). Regression targets: predicting their mean has squared error ``loss`` (their variance); ``share`` is
+    NaN. ``loss`` is the lowest a model that ignores its input can reach."""
 
     share: float
-    entropy: float
+    loss: float
     examples: int
 
     @classmethod
     def of_labels(cls, labels: Iterable[Any]) -> Constant | None:
-        """From the labels of a single-label classification set (whole numbers); None for an empty set or labels
-        that are not classes (floats of a regression, lists of a multi-label or token task)."""
+        """From the labels of a single-label classification set (whole numbers) or of a regression set (real
+        numbers, at least one of them a float); None for an empty set, a non-finite target or labels that are
+        neither (lists of a multi-label or token task).
+
+        Example:
+            >>> Constant.of_labels([0, 1, 1, 1]).share, Constant.of_labels([1.0, 2.0, 3.0]).loss
+            (0.75, 0.6666666666666666)
+        """
+        values = list(labels)
+        if values and all(_real(v) for v in values) and not all(isinstance(v, numbers.Integral) for v in values):
+            return cls._of_targets([float(v) for v in values])
         counts: Counter[int] = Counter()
-        for label in labels:
+        for label in values:
             if isinstance(label, bool) or not isinstance(label, int) and not _whole(label):
                 return None
             if int(label) >= 0:  # -100: an example the loss ignores
@@ -60,6 +71,19 @@ class Constant:
             return None
         entropy = -sum(c / total * math.log(c / total) for c in counts.values())
         return cls(max(counts.values()) / total, entropy, total)
+
+    @classmethod
+    def _of_targets(cls, targets: list[float]) -> Constant | None:
+        if not all(math.isfinite(t) for t in targets):
+            return None
+        mean = sum(targets) / len(targets)
+        return cls(math.nan, sum((t - mean) ** 2 for t in targets) / len(targets), len(targets))
+
+
+def _real(value: Any) -> bool:
+    """A real number that is not a bool (a float, an int, a numpy scalar of either); a float one makes a set of
+    labels regression targets."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _whole(value: Any) -> bool:
@@ -171,7 +195,7 @@ class Evidence:
         """The record :meth:`as_dict` wrote."""
 
         def constant(value: Mapping[str, Any] | None) -> Constant | None:
-            return None if value is None else Constant(float(value["share"]), float(value["entropy"]),
+            return None if value is None else Constant(float(value["share"]), float(value.get("loss", value.get("entropy"))),
                                                        int(value["examples"]))  # fmt: skip
 
         return cls(

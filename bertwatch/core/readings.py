@@ -26,7 +26,7 @@ from bertwatch.core.health_names import LOSS_EXAMPLES, LOSS_MEAN, LOSS_STD, PRED
 
 __all__ = [
     "ACCURACY_KEYS",
-    "MATTHEWS_KEYS",
+    "CORRELATION_KEYS",
     "Z95",
     "Reading",
     "confidence_of",
@@ -44,14 +44,18 @@ __all__ = [
 
 #: The ``eval_*`` names read as accuracy (compared with the majority class's share).
 ACCURACY_KEYS = ("eval_accuracy", "eval_acc")
-#: The ``eval_*`` names read as Matthews correlation (compared with 0, any constant prediction's).
-MATTHEWS_KEYS = ("eval_matthews_correlation", "eval_matthews", "eval_mcc")
+#: The ``eval_*`` names read as a correlation, first found first (each compared with 0, any constant prediction's),
+#: and what a reading calls it: Matthews (classes), then Spearman and Pearson (regression).
+CORRELATION_KEYS = {
+    "eval_matthews_correlation": "Matthews", "eval_matthews": "Matthews", "eval_mcc": "Matthews",
+    "eval_spearmanr": "Spearman", "eval_spearman": "Spearman", "eval_pearson": "Pearson", "eval_pearsonr": "Pearson",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Reading:
-    """One piece of evidence at ``step`` (``source``: "probe loss", "eval accuracy", "eval loss", "training
-    loss"): ``value``, its interval ``low``..``high``, the constant prediction's ``baseline``, ``learning`` (True,
+    """One piece of evidence at ``step`` (``source``: "probe loss", "eval accuracy", "eval Matthews", "eval
+    Spearman", "eval Pearson", "eval loss", "training loss"): ``value``, its interval ``low``..``high``, the constant prediction's ``baseline``, ``learning`` (True,
     False or None: cannot tell), the words, and ``evidence``: how far the value lies on the learning side of the
     line it is judged against, in standard errors (a loss: (``loss_line`` × baseline − value) / its standard
     error; an accuracy: (value − the majority's share) / the majority's binomial standard error); NaN where the
@@ -157,16 +161,22 @@ def evaluation(
     loss_line: float = 0.95,
 ) -> Reading | None:
     """An evaluation against the constant prediction on the eval set: its accuracy (``ACCURACY_KEYS``) against
-    the majority class's share, with Wilson's interval over the eval set's examples; else its Matthews correlation
-    (``MATTHEWS_KEYS``) against 0 ± z/√n (the spread of the correlation of predictions that ignore the labels);
-    else its ``eval_loss``
-    against the label entropy, the standard error from the spread of the per-example probe losses at the same step
-    (``probe``: its run-health values); None without the eval set's labels or a value to compare."""
+    the majority class's share, with Wilson's interval over the eval set's examples; else its correlation
+    (``CORRELATION_KEYS``: Matthews, Spearman or Pearson) against 0 ± z/√n (the spread of the correlation of
+    predictions that ignore the labels); else its ``eval_loss`` against the constant prediction's (the label
+    entropy, or the targets' variance), the standard error from the spread of the per-example probe losses at the
+    same step (``probe``: its run-health values); None without the eval set's labels or a value to compare.
+
+    Example:
+        >>> r = evaluation(40, {"eval_spearmanr": 0.31}, Constant(math.nan, 2.1, 400))
+        >>> r.learning, r.text
+        (True, 'eval Spearman correlation 0.310 over 400 examples against 0 for any constant prediction (95% interval 0.212 to 0.408)')
+    """
     if constant is None:
         return None
     n = constant.examples
     accuracy = next((metrics[k] for k in ACCURACY_KEYS if _finite(metrics.get(k))), None)
-    if accuracy is not None:
+    if accuracy is not None and _finite(constant.share):
         low, high = wilson(accuracy, n, z)
         m = constant.share
         says = True if low > m else (False if accuracy <= m else None)
@@ -177,28 +187,29 @@ def evaluation(
             text = f"eval accuracy {accuracy:.3f} over {n} examples, the majority's share {bounds}"
         evidence = _standardised(accuracy - m, math.sqrt(m * (1 - m) / n))
         return Reading("eval accuracy", step, accuracy, low, high, m, says, text, evidence)
-    matthews = next((metrics[k] for k in MATTHEWS_KEYS if _finite(metrics.get(k))), None)
-    if matthews is not None and n >= 2:
+    key = next((k for k in CORRELATION_KEYS if _finite(metrics.get(k))), None)
+    if key is not None and n >= 2:
+        name, value = CORRELATION_KEYS[key], metrics[key]
         error = 1 / math.sqrt(n)  # a constant's, or any prediction independent of the labels': about 1/√n
-        low, high = max(-1.0, matthews - z * error), min(1.0, matthews + z * error)
-        says = True if low > 0 else (False if matthews <= 0 else None)
+        low, high = max(-1.0, value - z * error), min(1.0, value + z * error)
+        says = True if low > 0 else (False if value <= 0 else None)
         text = (
-            f"eval Matthews correlation {matthews:.3f} over {n} examples against 0 for any constant prediction "
+            f"eval {name} correlation {value:.3f} over {n} examples against 0 for any constant prediction "
             f"({interval_words(z)} {low:.3f} to {high:.3f})"
         )
-        return Reading("eval Matthews", step, matthews, low, high, 0.0, says, text, matthews / error)
+        return Reading(f"eval {name}", step, value, low, high, 0.0, says, text, value / error)
     loss, std = metrics.get("eval_loss"), (probe or {}).get(LOSS_STD)
-    if not (_finite(loss) and _finite(std) and constant.entropy > 0 and n >= 2):
+    if not (_finite(loss) and _finite(std) and constant.loss > 0 and n >= 2):
         return None
     error = std / math.sqrt(n - 1)
     half = z * error
-    says, words = _loss_says(loss - half, loss + half, constant.entropy, loss_line)
+    says, words = _loss_says(loss - half, loss + half, constant.loss, loss_line)
     text = (
         f"eval loss {loss:.3f} ± {half:.3f} ({n} examples, the spread of the probe losses) against "
-        f"{constant.entropy:.3f} for the constant prediction: {words}"
+        f"{constant.loss:.3f} for the constant prediction: {words}"
     )
-    evidence = _standardised(loss_line * constant.entropy - loss, error)
-    return Reading("eval loss", step, loss, loss - half, loss + half, constant.entropy, says, text, evidence)
+    evidence = _standardised(loss_line * constant.loss - loss, error)
+    return Reading("eval loss", step, loss, loss - half, loss + half, constant.loss, says, text, evidence)
 
 
 def loss_noise(losses: Sequence[float]) -> float:

@@ -370,16 +370,18 @@ def _evaluation_finding(e: Evidence, newest: Any, readings: list, hold: float | 
     if newest.learning is False and hold is not None and newest.step - since >= hold:
         text = f"{newest.text}: no better than {what} since step {since}"
         return _Finding("failing", "evaluation", since, text + _share(newest.step - since, e.max_steps))
+    if newest.source.endswith("loss"):  # a loss reading's words already say what it cannot tell
+        return _Finding("risk", "evaluation", newest.step, newest.text)
     words = "cannot tell it from" if newest.learning is None else "no better than"
     return _Finding("risk", "evaluation", newest.step, f"{newest.text}: {words} {what}")
 
 
 def _loss_constant(e: Evidence) -> float | None:
-    """The constant prediction's training loss: the training set's label entropy, else the eval set's, else the
-    probe set's (its newest ``prior_loss``)."""
+    """The constant prediction's training loss (the label entropy; a regression's target variance): the training
+    set's, else the eval set's, else the probe set's (its newest ``prior_loss``)."""
     for constant in (e.train_constant, e.eval_constant):
         if constant is not None:
-            return constant.entropy
+            return constant.loss
     prior = e.probes[-1][1].get(PRIOR_LOSS) if e.probes else None
     return prior if _finite(prior) and prior > 0 else None
 

@@ -18,10 +18,21 @@ def test_the_constant_prediction_of_labels_is_the_majority_share_and_the_label_e
     labels = [1] * 68 + [0] * 32 + [-100] * 5  # -100: examples the loss ignores
     c = Constant.of_labels(np.asarray(labels))  # numpy integers too
     assert c.share == 0.68 and c.examples == 100
-    assert c.entropy == pytest.approx(-(0.68 * math.log(0.68) + 0.32 * math.log(0.32)), rel=1e-12)
-    assert Constant.of_labels([0.5, 1.5]) is None  # regression targets are not classes
+    assert c.loss == pytest.approx(-(0.68 * math.log(0.68) + 0.32 * math.log(0.32)), rel=1e-12)
     assert Constant.of_labels([[0, 1], [1, 0]]) is None  # multi-label rows
     assert Constant.of_labels([]) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_constant_prediction_of_regression_targets_is_their_mean(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    targets = rng.uniform(0, 5, int(rng.integers(2, 60))).astype(np.float32)
+    c = Constant.of_labels(list(targets))  # numpy float32 scalars, as a datasets column gives them
+    mean = sum(float(t) for t in targets) / len(targets)  # the plain squared error of predicting the mean
+    assert math.isnan(c.share) and c.examples == len(targets)
+    assert c.loss == pytest.approx(sum((float(t) - mean) ** 2 for t in targets) / len(targets), rel=1e-9)
+    assert Constant.of_labels([3, 2.5, 4]).examples == 3  # one float makes the set regression targets
+    assert Constant.of_labels([1.0, float("nan")]) is None  # a target that is not a number
 
 
 def test_logs_and_evaluations_go_where_they_belong() -> None:

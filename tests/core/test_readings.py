@@ -65,7 +65,7 @@ def test_the_probe_loss_says_learning_only_when_its_whole_interval_is_past_the_l
 
 
 def test_an_evaluation_reads_its_accuracy_against_the_majority() -> None:
-    constant = Constant(share=0.523, entropy=0.692, examples=500)
+    constant = Constant(share=0.523, loss=0.692, examples=500)
     up = evaluation(100, {"eval_accuracy": 0.648, "eval_loss": 0.7}, constant)
     assert up.learning is True and up.source == "eval accuracy" and up.low > 0.523
     at = evaluation(100, {"eval_acc": 0.523}, constant)
@@ -76,7 +76,7 @@ def test_an_evaluation_reads_its_accuracy_against_the_majority() -> None:
 
 
 def test_an_evaluation_without_accuracy_reads_its_loss_with_the_probe_spread() -> None:
-    constant = Constant(share=0.5, entropy=0.693, examples=872)
+    constant = Constant(share=0.5, loss=0.693, examples=872)
     probe = {LOSS_STD: 0.4}
     reading = evaluation(50, {"eval_loss": 0.45}, constant, probe)
     assert reading.source == "eval loss" and reading.learning is True
@@ -112,7 +112,7 @@ def test_the_training_loss_reads_its_recent_logs_against_the_constant_prediction
 
 
 def test_each_readings_evidence_is_its_distance_past_the_line_in_standard_errors() -> None:
-    constant = Constant(share=0.523, entropy=0.692, examples=500)
+    constant = Constant(share=0.523, loss=0.692, examples=500)
     up = evaluation(100, {"eval_accuracy": 0.648}, constant)
     assert up.evidence == pytest.approx((0.648 - 0.523) / math.sqrt(0.523 * 0.477 / 500), rel=1e-12)
     rng = np.random.default_rng(2)
@@ -128,7 +128,7 @@ def test_each_readings_evidence_is_its_distance_past_the_line_in_standard_errors
 
 
 def test_each_readings_margin_is_its_share_of_what_the_constant_leaves_to_learn() -> None:
-    constant = Constant(share=0.523, entropy=0.692, examples=500)
+    constant = Constant(share=0.523, loss=0.692, examples=500)
     assert evaluation(100, {"eval_accuracy": 0.648}, constant).margin == pytest.approx((0.648 - 0.523) / 0.477)
     assert evaluation(100, {"eval_accuracy": 0.4}, constant).margin < 0  # worse than the majority
     assert evaluation(9, {"eval_mcc": -0.1}, constant).margin == pytest.approx(-0.1)
@@ -138,13 +138,13 @@ def test_each_readings_margin_is_its_share_of_what_the_constant_leaves_to_learn(
     window = [v for s, v in logged[1:] if s > 60]
     assert training_loss(logged, 60, 0.693).margin == pytest.approx((0.693 - np.mean(window)) / 0.693, rel=1e-12)
     # the margin does not grow with the sample, the evidence does
-    small, large = (Constant(share=0.523, entropy=0.692, examples=n) for n in (50, 5000))
+    small, large = (Constant(share=0.523, loss=0.692, examples=n) for n in (50, 5000))
     a, b = (evaluation(1, {"eval_accuracy": 0.6}, c) for c in (small, large))
     assert a.margin == b.margin and b.evidence == pytest.approx(a.evidence * 10)
 
 
 def test_an_evaluation_reads_matthews_correlation_against_zero() -> None:
-    constant = Constant(share=0.7, entropy=0.61, examples=400)
+    constant = Constant(share=0.7, loss=0.61, examples=400)
     up = evaluation(9, {"eval_matthews_correlation": 0.2, "eval_loss": 0.9}, constant)
     assert up.source == "eval Matthews" and up.learning is True  # 0.2 ± 1.96/20 = [0.102, 0.298]
     assert (up.low, up.high) == pytest.approx((0.2 - 1.959963984540054 / 20, 0.2 + 1.959963984540054 / 20))
@@ -153,11 +153,23 @@ def test_an_evaluation_reads_matthews_correlation_against_zero() -> None:
     assert evaluation(9, {"eval_matthews_correlation": 0.0}, constant).learning is False  # any constant's
 
 
+def test_an_evaluation_of_a_regression_reads_its_correlation_against_zero() -> None:
+    constant = Constant(share=math.nan, loss=2.1, examples=100)  # the targets' variance: predicting their mean
+    up = evaluation(9, {"eval_pearson": 0.5, "eval_spearmanr": 0.25, "eval_loss": 1.5}, constant)
+    assert up.source == "eval Spearman" and up.learning is True and up.margin == 0.25  # Spearman before Pearson
+    assert (up.low, up.high) == pytest.approx((0.25 - 1.959963984540054 / 10, 0.25 + 1.959963984540054 / 10))
+    assert evaluation(9, {"eval_pearson": 0.1}, constant).learning is None
+    assert evaluation(9, {"eval_pearsonr": -0.1}, constant).learning is False
+    assert evaluation(9, {"eval_accuracy": 0.9}, constant) is None  # no majority share to compare an accuracy with
+    loss = evaluation(9, {"eval_loss": 1.5}, constant, {"loss_std": 1.0})  # against the variance
+    assert loss.source == "eval loss" and loss.baseline == 2.1 and loss.learning is True
+
+
 def test_interval_words_give_the_confidence_used() -> None:
     assert interval_words(z_value(0.95)) == "95% interval"
     assert interval_words(z_value(0.9)) == "90% interval"
     assert interval_words(z_value(0.995)) == "99.5% interval"
-    constant = Constant(share=0.523, entropy=0.692, examples=500)
+    constant = Constant(share=0.523, loss=0.692, examples=500)
     assert "(90% interval" in evaluation(1, {"eval_accuracy": 0.6}, constant, z=z_value(0.9)).text
 
 

@@ -420,3 +420,39 @@ def test_a_training_loss_still_warming_up_gives_its_margin_but_no_finding() -> N
     assert verdict.label == "cannot tell"  # a loss at its start says nothing while the rate still rises
     mean = (0.71 + 0.69 + 0.70) / 3
     assert verdict.margin == pytest.approx((math.log(2) - mean) / math.log(2), rel=1e-9)
+
+
+def test_a_regression_run_is_judged_against_predicting_the_targets_mean() -> None:
+    """STS-B-like targets of variance 1.9 on the training set and 2.1 on the eval set: a run whose training loss
+    (squared error) falls well below the variance and whose Spearman correlation is above 0 beyond chance is
+    healthy; one whose loss stays at the variance and whose correlation is 0 at the end fails."""
+    rates = linear_rates(100, 5e-5)
+
+    def run(losses, spearman):
+        e = Evidence(max_steps=100, train_constant=Constant(math.nan, 1.9, 1600))
+        e.eval_constant = Constant(math.nan, 2.1, 200)
+        for step, loss in zip(range(10, 110, 10), losses):
+            e.note_log(step, {"loss": loss, "learning_rate": rates[step - 1]})
+        e.note_evaluation(100, {"eval_spearmanr": spearman, "eval_pearson": spearman})
+        return judge(e)
+
+    curve = np.linspace(2.4, 0.7, 10) + 0.02 * np.cos(np.arange(10))
+    learned = run(curve, 0.55)
+    assert learned.label == "healthy"
+    assert learned.reasons[0].startswith("eval Spearman correlation 0.550 over 200 examples against 0")
+    assert "against 1.900 for the constant prediction" in learned.describe()  # the training targets' variance
+    assert (1.9 - curve[-1]) / 1.9 > learned.margin > (1.9 - curve[4]) / 1.9  # the share of it learned of late
+    failed = run(1.9 + 0.03 * np.cos(np.arange(10)), 0.0)
+    assert failed.label == "failing"
+    assert "the run ends no better than the constant prediction" in failed.describe()
+
+
+def test_an_eval_loss_that_cannot_tell_says_so_once() -> None:
+    e = Evidence(max_steps=100, eval_constant=Constant(0.5, LN2, 200))
+    e.note_probe(0, health(0.5, 0.69, [1.0] * LAYERS, std=0.3))
+    e.note_probe(20, health(0.5, 0.66, [1.0] * LAYERS, std=0.3))  # the spread of the probe losses at the evaluation
+    e.note_evaluation(20, {"eval_loss": 0.66})
+    verdict = judge(e)
+    assert verdict.label == "at risk"
+    assert verdict.reasons[0].endswith("for the constant prediction: cannot tell")
+    assert verdict.describe().count("cannot tell") == 1
