@@ -391,7 +391,8 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     prediction's loss (else its own first log). Learning when clearly below ``loss_line`` × it. Not below it: no
     finding while the learning rate still warms up; failing at the end of training, or before it once the loss's
     interval has been at or above the constant prediction's own loss for ``hold`` steps and ``MIN_LOGS`` logs
-    after the warm-up without clearly falling; at risk otherwise. The schedule's own decay is never evidence."""
+    after the warm-up without clearly falling (never for a regression, whose fresh head starts far above it); at
+    risk otherwise. The schedule's own decay is never evidence."""
     step = e.step
     if step is None or len(e.losses) < 3:
         return []
@@ -412,6 +413,9 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     warmed = warm_up_end(e.rates)
     if warmed is None:  # still warming up: a loss at its start says nothing yet, but its margin ranks the run
         return [_Finding("unsure", "training loss", reading.step, reading.text, **_measures(reading))]
+    if _regression(e):  # a fresh regression head starts far above the targets' variance: only its end can fail it
+        text = f"{reading.text}; a regression head starts far above its targets' variance, so only the end can fail it"
+        return [_Finding("risk", "training loss", reading.step, text, **_measures(reading))]
     after = [(s_, v) for s_, v in e.losses if s_ > max(since, warmed)]
     slope, error = loss_trend(e.losses, max(since, warmed), loss_noise([v for _, v in e.losses]))
     falling = _finite(slope) and slope + z * error < 0
@@ -425,6 +429,16 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
         return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
     trend = ", falling" if falling else ""
     return [_Finding("risk", "training loss", reading.step, f"{reading.text}{trend}", **_measures(reading))]
+
+
+def _regression(e: Evidence) -> bool:
+    """Whether the run's labels are regression targets: its training or eval set's constant has no majority share
+    (``Constant.share`` NaN), else its newest probe pass measured the predictions' spread, not a class share."""
+    constant = e.train_constant or e.eval_constant
+    if constant is not None:
+        return not _finite(constant.share)
+    health = e.probes[-1][1] if e.probes else {}
+    return not _finite(health.get(PREDICTION_SHARE)) and _finite(health.get(PREDICTION_STD))
 
 
 def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdict | None:

@@ -5,6 +5,7 @@ rule at its edge and the words it gives."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -456,3 +457,19 @@ def test_an_eval_loss_that_cannot_tell_says_so_once() -> None:
     assert verdict.label == "at risk"
     assert verdict.reasons[0].endswith("for the constant prediction: cannot tell")
     assert verdict.describe().count("cannot tell") == 1
+
+
+def test_a_regression_loss_still_above_the_variance_mid_run_is_at_risk_not_failing() -> None:
+    """A fresh regression head predicts about 0 for targets of mean 2.7: its squared error starts near 10, far above
+    the targets' variance (2.6), and can sit above it for a fifth of the run while the run learns (as an STS-B
+    fine-tune at 1e-4 does). Mid-run that is at risk; at the end, with nothing else, it fails."""
+    rng = np.random.default_rng(2)
+    e = Evidence(max_steps=40, train_constant=Constant(math.nan, 2.6, 640))
+    for step in range(1, 41):
+        e.note_log(step, {"loss": 3.0 + 7.2 * math.exp(-step / 4) + rng.normal(0, 0.8), "learning_rate": 1e-4})
+    assert all(judge(e.until(step)).level < 2 for step in range(1, 40))
+    assert judge(e.until(16)).label == "at risk"
+    assert "a regression head starts far above its targets' variance" in judge(e.until(16)).reasons[0]
+    assert judge(e).label == "failing"  # its training loss never got below 95% of the variance
+    classes = replace(e, train_constant=Constant(0.5, 2.6, 640))  # the same losses against a class constant
+    assert judge(classes.until(9)).label == "failing" and judge(classes.until(16)).label == "failing"
