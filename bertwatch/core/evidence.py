@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bertwatch.core.health_names import PREDICTION_SHARE, PREDICTION_STD, PRIOR_LOSS
+
 __all__ = ["Constant", "Evidence"]
 
 #: ``on_log`` / ``on_evaluate`` values that say how long an evaluation took, not how good the model is.
@@ -153,6 +155,28 @@ class Evidence:
             self.evaluations[-1][1].update(values)
         else:
             self.evaluations.append((int(step), values))
+
+    @property
+    def constant_loss(self) -> float | None:
+        """The constant prediction's training loss (the label entropy; a regression's target variance): the
+        training set's, else the eval set's, else the probe set's (its newest ``prior_loss``)."""
+        for constant in (self.train_constant, self.eval_constant):
+            if constant is not None:
+                return constant.loss
+        prior = self.probes[-1][1].get(PRIOR_LOSS) if self.probes else None
+        return prior if prior is not None and math.isfinite(prior) and prior > 0 else None
+
+    @property
+    def regression(self) -> bool:
+        """Whether the run's labels are regression targets: its training or eval set's constant has no majority
+        share (``Constant.share`` NaN), else its newest probe pass measured the predictions' spread, not a class
+        share."""
+        constant = self.train_constant or self.eval_constant
+        if constant is not None:
+            return not math.isfinite(constant.share)
+        health = self.probes[-1][1] if self.probes else {}
+        share, spread = health.get(PREDICTION_SHARE, math.nan), health.get(PREDICTION_STD, math.nan)
+        return not math.isfinite(share) and math.isfinite(spread)
 
     @property
     def step(self) -> int | None:

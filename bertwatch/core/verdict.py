@@ -13,7 +13,8 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
   evaluation loss; every probe prediction in one class (``collapse_share``) *and* the lower layers' gradient norm
   below ``vanish_fraction`` of the reference's (Mosbach et al.'s mark of a failed run);
 - **failing once it has held** ``hold`` steps: the training loss's interval at or above the constant prediction's
-  own loss after the warm-up (``MIN_LOGS`` logs at least) and not clearly falling; evaluations no better than the
+  own loss after the warm-up (``MIN_LOGS`` logs at least) and not clearly falling (not a regression's: its fresh
+  head starts far above its targets' variance); evaluations no better than the
   majority class; the probe predictions collapsed with the probe loss not learning at every pass.
 - **failing at the end of training**: an evaluation no better than the majority class (or the constant
   prediction), the training loss never below the line, or the probe predictions collapsed to one class. An
@@ -42,7 +43,6 @@ from bertwatch.core.health_names import (
     PREDICTION_COUNT,
     PREDICTION_SHARE,
     PREDICTION_STD,
-    PRIOR_LOSS,
     layer_of,
 )
 from bertwatch.core.readings import (
@@ -376,16 +376,6 @@ def _evaluation_finding(e: Evidence, newest: Any, readings: list, hold: float | 
     return _Finding("risk", "evaluation", newest.step, f"{newest.text}: {words} {what}")
 
 
-def _loss_constant(e: Evidence) -> float | None:
-    """The constant prediction's training loss (the label entropy; a regression's target variance): the training
-    set's, else the eval set's, else the probe set's (its newest ``prior_loss``)."""
-    for constant in (e.train_constant, e.eval_constant):
-        if constant is not None:
-            return constant.loss
-    prior = e.probes[-1][1].get(PRIOR_LOSS) if e.probes else None
-    return prior if _finite(prior) and prior > 0 else None
-
-
 def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
     """The logged training loss over the last ``hold`` steps (at least ``MIN_LOGS`` logs) against the constant
     prediction's loss (else its own first log). Learning when clearly below ``loss_line`` × it. Not below it: no
@@ -399,7 +389,7 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     since = step - hold if hold is not None else e.losses[-3][0]
     if sum(1 for s_, _ in e.losses if s_ > since) < MIN_LOGS:
         since = e.losses[-MIN_LOGS - 1][0] if len(e.losses) > MIN_LOGS else e.losses[0][0]
-    reading = training_loss(e.losses, since, _loss_constant(e), z, s.loss_line)
+    reading = training_loss(e.losses, since, e.constant_loss, z, s.loss_line)
     if reading is None:
         return []
     if reading.learning is None:
@@ -413,7 +403,7 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     warmed = warm_up_end(e.rates)
     if warmed is None:  # still warming up: a loss at its start says nothing yet, but its margin ranks the run
         return [_Finding("unsure", "training loss", reading.step, reading.text, **_measures(reading))]
-    if _regression(e):  # a fresh regression head starts far above the targets' variance: only its end can fail it
+    if e.regression:  # a fresh regression head starts far above the targets' variance: only its end can fail it
         text = f"{reading.text}; a regression head starts far above its targets' variance, so only the end can fail it"
         return [_Finding("risk", "training loss", reading.step, text, **_measures(reading))]
     after = [(s_, v) for s_, v in e.losses if s_ > max(since, warmed)]
@@ -429,16 +419,6 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
         return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
     trend = ", falling" if falling else ""
     return [_Finding("risk", "training loss", reading.step, f"{reading.text}{trend}", **_measures(reading))]
-
-
-def _regression(e: Evidence) -> bool:
-    """Whether the run's labels are regression targets: its training or eval set's constant has no majority share
-    (``Constant.share`` NaN), else its newest probe pass measured the predictions' spread, not a class share."""
-    constant = e.train_constant or e.eval_constant
-    if constant is not None:
-        return not _finite(constant.share)
-    health = e.probes[-1][1] if e.probes else {}
-    return not _finite(health.get(PREDICTION_SHARE)) and _finite(health.get(PREDICTION_STD))
 
 
 def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdict | None:

@@ -61,3 +61,16 @@ def test_until_keeps_what_was_known_at_a_step_and_the_record_round_trips() -> No
     back = Evidence.from_dict(json.loads(json.dumps(e.as_dict())))
     assert back.losses == e.losses and back.evaluations == e.evaluations and back.eval_constant == e.eval_constant
     assert math.isnan(back.probes[1][1]["prior_loss"]) and back.max_steps == 100
+
+
+def test_the_constant_loss_and_whether_a_run_is_a_regression_come_from_its_labels_else_its_probe() -> None:
+    e = Evidence(eval_constant=Constant(0.6, 0.67, 200))
+    assert e.constant_loss == 0.67 and not e.regression
+    e.train_constant = Constant(math.nan, 2.3, 1000)  # the training set's first: its targets' variance
+    assert e.constant_loss == 2.3 and e.regression
+    probe = Evidence()
+    assert probe.constant_loss is None and not probe.regression
+    probe.note_probe(0, {"prior_loss": 1.9, "prediction_share": math.nan, "prediction_std": 0.01})
+    assert probe.constant_loss == 1.9 and probe.regression
+    probe.note_probe(10, {"prior_loss": 0.69, "prediction_share": 0.5, "prediction_std": math.nan})
+    assert probe.constant_loss == 0.69 and not probe.regression
