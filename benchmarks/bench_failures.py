@@ -1,5 +1,5 @@
 """Will this fine-tune fail? Fine-tunes of the packaged MiniLM drawn from their index (``--draw``: the task in
-turn, SST-2, MRPC, RTE, CoLA and QNLI; a learning rate log-uniform over a range from too low to learn in a short
+turn, SST-2, MRPC, RTE, CoLA, QNLI and, in the "unseen" draw, STS-B, a regression; a learning rate log-uniform over a range from too low to learn in a short
 run to far too high; the length, batch size, sequence length and schedule, linear, cosine or constant; the seed =
 the index; every other round of the tasks evaluates every 20% of its steps), each watched by
 ``BertWatchCallback()`` at its defaults and labelled from its final score on dev examples it never saw; the
@@ -15,7 +15,7 @@ those runs only. Each task's dev set is shuffled once and split into two halves 
 *seen* half is the Trainer's ``eval_dataset`` (what an evaluating run, bertwatch and the early dev score read), the
 *unseen* half defines the outcome and nothing else reads it (QNLI has no training file here: its dev set gives the
 training rows too). A run **failed** when its final score on the unseen half (accuracy; Matthews correlation on
-CoLA) is not better than the majority class's beyond chance: the 95% paired bootstrap interval (``--boot``
+CoLA; Spearman's on STS-B, 0 for any constant) is not better than the majority class's beyond chance: the 95% paired bootstrap interval (``--boot``
 resamples) of (run's score − majority's) reaches 0. It **learned** when it is at least 5 points above the
 majority's. Each record keeps the evidence the live verdict read (``Evidence.as_dict``: every step's training
 loss from the loss tap, the run-health values and alerts of each probe pass, the evaluations) and the verdict it
