@@ -1,11 +1,11 @@
-"""Will this fine-tune fail? Fine-tunes of the packaged MiniLM drawn from their index (``--draw``: the task in
-turn, SST-2, MRPC, RTE, CoLA, QNLI and, in the "unseen" draw, STS-B, a regression; a learning rate log-uniform over a range from too low to learn in a short
-run to far too high; the length, batch size, sequence length and schedule, linear, cosine or constant; the seed =
-the index; every other round of the tasks evaluates every 20% of its steps), each watched by
-``BertWatchCallback()`` at its defaults and labelled from its final score on dev examples it never saw; the
-verdict (``core.verdict``) replayed on each run's recorded evidence at 10%, 20% and 30% of training and at the end,
-against three baselines read at the same step: the early dev score (Dodge et al. 2020's early stopping), the last
-logged training loss and its least-squares trend.
+"""Will this fine-tune fail? Fine-tunes of the packaged MiniLM drawn from their index (``--draw``: the task in turn,
+SST-2, MRPC, RTE, CoLA, QNLI and, in the "unseen" draw, STS-B, a regression; a learning rate log-uniform over a
+range from too low to learn in a short run to far too high; the length, batch size, sequence length and schedule,
+linear, cosine or constant; the seed = the index; every other round of the tasks evaluates every 20% of its steps),
+each watched by ``BertWatchCallback()`` at its defaults and labelled from its final score on dev examples it never
+saw; the verdict (``core.verdict``) replayed on each run's recorded evidence at 10%, 20% and 30% of training and at
+the end, against three baselines read at the same step: the early dev score (Dodge et al. 2020's early stopping),
+the last logged training loss and its least-squares trend.
 
     nice python benchmarks/bench_failures.py --draw learning --runs 0-99 --jobs 2 --threads 1 --out failures.jsonl
     python benchmarks/bench_failures.py --out failures.jsonl --report            # the figures of what finished
@@ -15,16 +15,16 @@ those runs only. Each task's dev set is shuffled once and split into two halves 
 *seen* half is the Trainer's ``eval_dataset`` (what an evaluating run, bertwatch and the early dev score read), the
 *unseen* half defines the outcome and nothing else reads it (QNLI has no training file here: its dev set gives the
 training rows too). A run **failed** when its final score on the unseen half (accuracy; Matthews correlation on
-CoLA; Spearman's on STS-B, 0 for any constant) is not better than the majority class's beyond chance: the 95% paired bootstrap interval (``--boot``
-resamples) of (run's score − majority's) reaches 0. It **learned** when it is at least 5 points above the
-majority's. Each record keeps the evidence the live verdict read (``Evidence.as_dict``: every step's training
-loss from the loss tap, the run-health values and alerts of each probe pass, the evaluations) and the verdict it
-judged live at each step, so the replay is checked against the live verdict. Figures, each with a 95% bootstrap
-interval over runs: the ROC AUC of the verdict's rank (failing first, then the smallest margin of learning) and of
-each baseline as failure scores at 10/20/30%; at the end, the recall of "failing" on the failed runs and the
-share of the runs that learned that end "at risk" or worse (false alarms); slice by slice. Training: AdamW, 10%
-warm-up (none with the constant schedule), ``steps`` × batch training examples (a smaller set is gone round
-again); the probe set: 32 training examples the run never trains on.
+CoLA; Spearman's on STS-B, 0 for any constant) is not better than the majority class's beyond chance: the 95% paired
+bootstrap interval (``--boot`` resamples) of (run's score − majority's) reaches 0. It **learned** when it is at
+least 5 points above the majority's. Each record keeps the evidence the live verdict read (``Evidence.as_dict``:
+every step's training loss from the loss tap, the run-health values and alerts of each probe pass, the evaluations)
+and the verdict it judged live at each step, so the replay is checked against the live verdict. Figures, each with a
+95% bootstrap interval over runs: the ROC AUC of the verdict's rank (failing first, then the smallest margin of
+learning) and of each baseline as failure scores at 10/20/30%; at the end, the recall of "failing" on the failed
+runs and the share of the runs that learned that end "at risk" or worse (false alarms); slice by slice. Training:
+AdamW, 10% warm-up (none with the constant schedule), ``steps`` × batch training examples (a smaller set is gone
+round again); the probe set: 32 training examples the run never trains on.
 """
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ _metric = metric  # the score a run is labelled by (and evaluates with)
 
 
 def dev_predictions(model, tok, dev: list[dict], batch_size: int = 64) -> list[float]:
-    """Class predictions (a regression: scores) on ``dev`` (tokenized rows), in eval mode and without gradients, on the model's device;
-    the model's mode is restored (no random number is drawn, so training is unchanged)."""
+    """Class predictions (a regression: scores) on ``dev`` (tokenized rows), in eval mode and without gradients,
+    on the model's device; the model's mode is restored (no random number is drawn, so training is unchanged)."""
     import torch
     from transformers import DataCollatorWithPadding
 
@@ -231,7 +231,6 @@ DRAWS = {
     "unseen": {"tasks": ("stsb", "sst2", "qnli", "stsb", "mrpc", "cola", "stsb", "rte"), "steps": (60, 100, 150),
                "batches": (16,), "lengths": (48, 64), "lrs": (1e-5, 1e-3), "eval_modes": 3},
 }  # fmt: skip
-TASKS = (*DRAWS["wide"]["tasks"], *REGRESSION)
 SCHEDULES = ("linear", "cosine", "constant")
 BATCHES = (8, 16)
 LENGTHS = (32, 48, 64)

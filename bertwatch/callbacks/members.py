@@ -109,8 +109,9 @@ class Member:
 
 class MemberHandle:
     """One callback's place in its run (``WatchedRun.add`` makes it): its ``member``, and what the run delivered to
-    it: ``history`` ``(step, {stat: [layers, heads]})`` of every step it measured, ``health`` ``(step, {signal: value})`` of the steps it had the run-health
-    signals. Compared by identity: two callbacks with equal members are two members."""
+    it: ``history`` ``(step, {stat: [layers, heads]})`` of every step it measured, ``health`` ``(step, {signal:
+    value})`` of the steps it had the run-health signals. Compared by identity: two callbacks with equal members are
+    two members."""
 
     def __init__(self, member: Member) -> None:
         self.member = member

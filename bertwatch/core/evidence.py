@@ -219,8 +219,10 @@ class Evidence:
         """The record :meth:`as_dict` wrote."""
 
         def constant(value: Mapping[str, Any] | None) -> Constant | None:
-            return None if value is None else Constant(float(value["share"]), float(value.get("loss", value.get("entropy"))),
-                                                       int(value["examples"]))  # fmt: skip
+            if value is None:
+                return None
+            loss = value.get("loss", value.get("entropy"))  # "entropy": a record written before regressions
+            return Constant(float(value["share"]), float(loss), int(value["examples"]))
 
         return cls(
             probes=[(int(s), {k: float(v) for k, v in h.items()}) for s, h in data.get("probes", [])],

@@ -55,11 +55,12 @@ CORRELATION_KEYS = {
 @dataclass(frozen=True)
 class Reading:
     """One piece of evidence at ``step`` (``source``: "probe loss", "eval accuracy", "eval Matthews", "eval
-    Spearman", "eval Pearson", "eval loss", "training loss"): ``value``, its interval ``low``..``high``, the constant prediction's ``baseline``, ``learning`` (True,
-    False or None: cannot tell), the words, and ``evidence``: how far the value lies on the learning side of the
-    line it is judged against, in standard errors (a loss: (``loss_line`` × baseline − value) / its standard
-    error; an accuracy: (value − the majority's share) / the majority's binomial standard error); NaN where the
-    standard error is 0 or unknown."""
+    Spearman", "eval Pearson", "eval loss", "training loss"): ``value``, its interval ``low``..``high``, the
+    constant prediction's ``baseline``, ``learning`` (True, False or None: cannot tell), the words, and
+    ``evidence``: how far the value lies on the learning side of the line it is judged against, in standard
+    errors (a loss: (``loss_line`` × baseline − value) / its standard error; an accuracy: (value − the majority's
+    share) / the majority's binomial standard error; a correlation: value × √n); NaN where the standard error is 0
+    or unknown."""
 
     source: str
     step: int

@@ -2,7 +2,8 @@
 
 A ``Rider`` sees every unit's maps of a pass and returns a ``RiderOutput``: ``{name: [layers, heads]}`` grids and
 records (a named-values series point, lines of text, a 2-D map of the heads), then starts over for the next pass.
-The probe pass collects them, the callbacks' publisher writes them; the riders themselves (word classes, head clusters) are the callbacks'.
+The probe pass collects them, the callbacks' publisher writes them; the riders themselves (word classes, head
+clusters) are the callbacks'.
 """
 
 from __future__ import annotations
