@@ -705,6 +705,7 @@ WITHOUT_OWN_TEST = {
     "tests/callbacks/test_riders.py, test_word_classes.py",
     "callbacks/tracking.py": "the layer means sent to trackers: tests/callbacks/test_watch.py, test_outlier_pass.py",
     "core/removable.py": "the 'N% of heads at δ' answer: tests/ablation/test_pruning.py",
+    "core/verdict_settings.py": "the verdict's thresholds and their checks: tests/core/test_verdict.py",
     "core/rules.py": "the behaviour labels and pattern classes: tests/heads/maps/test_patterns.py, "
     "tests/tb/test_plugin.py",
     "heads/adapters.py": "DeBERTa and MPNet capture against eager maps: tests/heads/test_capture_support.py",

@@ -48,7 +48,7 @@ RUN = (
     "bertwatch.core.lazy",
     "bertwatch.core.modes",
     "bertwatch.core.removable",
-    "bertwatch.core.verdict",
+    "bertwatch.core.verdict_settings",
     "bertwatch.core.resolution",
     "bertwatch.ablation.estimate",
     "bertwatch.tb.colours",

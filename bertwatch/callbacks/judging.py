@@ -46,7 +46,8 @@ VERDICT_DESCRIPTION = (
     "The run's verdict: level 0 healthy, 1 at risk, 2 failing; known 0 where nothing showed learning yet (cannot "
     "tell); evidence: the training loss's distance on the learning side of its line, in standard errors "
     "; margin: the same reading's distance on the learning side of the constant prediction's, as a share of what "
-    "the constant leaves to learn (bertwatch.core.verdict)"
+    "the constant leaves to learn; regression: 1 where the labels are real numbers, which its rank reads "
+    "(bertwatch.core.verdict)"
 )
 VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
 
@@ -310,5 +311,7 @@ class RunJudge:
                 "evidence": verdict.evidence,
                 "margin": verdict.margin,
             }
+            if verdict.regression:  # how the rank reads the margin (``Verdict.rank``)
+                values["regression"] = 1.0
             level = NamedValues(VERDICT_SERIES, values, VERDICT_DESCRIPTION)
             self.publisher.publish_records([level, text], verdict.step)

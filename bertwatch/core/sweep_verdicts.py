@@ -100,13 +100,14 @@ def sweep_run(
 ) -> SweepRun:
     """The :class:`SweepRun` called ``name`` from its ``verdict`` series: ``judged``, ``(step, level, reasons)`` of
     each judged step in order (at least one); ``columns``, the series' other values by name and step
-    (``known``, ``evidence``, ``margin``; a missing one: known, NaN); ``args``, the Trainer's arguments as it
+    (``known``, ``evidence``, ``margin``, ``regression``; a missing one: known, NaN, not one); ``args``, the Trainer's arguments as it
     logged them (empty where it did not); ``ended``: it logged the end of its training."""
     known = columns.get("known", {})
     step, level, reasons = judged[-1]
     evidence = float(columns.get("evidence", {}).get(step, math.nan))
     margin = float(columns.get("margin", {}).get(step, math.nan))
-    verdict = Verdict(step, level, tuple(reasons), bool(known.get(step, 1)), evidence, margin)
+    regression = bool(columns.get("regression", {}).get(step, 0.0))
+    verdict = Verdict(step, level, tuple(reasons), bool(known.get(step, 1)), evidence, margin, regression)
     history = tuple((s, Verdict(s, lv, known=bool(known.get(s, 1))).label) for s, lv, _ in judged)
     max_steps = _number(args.get("max_steps"), int)
     return SweepRun(

@@ -17,7 +17,8 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
   head starts far above its targets' variance); evaluations no better than the
   majority class; the probe predictions collapsed with the probe loss not learning at every pass.
 - **failing at the end of training**: an evaluation no better than the majority class (or the constant
-  prediction), the training loss never below the line, or the probe predictions collapsed to one class. An
+  prediction), the training loss not below the line nor clearly below ``A_LITTLE`` × the constant prediction's
+  loss, or the probe predictions collapsed to one class. An
   evaluation clearly better than the constant prediction at or after the start of such a finding overrules it.
   An evaluation above the majority's that its interval cannot tell from it fails nothing.
 - **at risk**: a collapse now, a lower-layer gradient below ``risk_fraction`` now, the probe loss, an evaluation
@@ -55,7 +56,7 @@ from bertwatch.core.readings import (
     warm_up_end,
     z_value,
 )
-from bertwatch.core.schema import Checked, Flag, number, option, switch, whole
+from bertwatch.core.verdict_settings import VerdictSettings
 
 __all__ = [
     "CANNOT_TELL",
@@ -87,6 +88,8 @@ NOTHING_AT_END = (
     "cannot tell without an evaluation: nothing showed learning or trouble (no evaluation, and neither the logged "
     "training loss nor the probe loss clearly below the constant prediction's); evaluate on labelled data to know"
 )
+#: How much a regression's margin below 0 counts in ``Verdict.rank``.
+_REGRESSION_WEIGHT = 1e-4
 #: The named-values series the verdict is written as.
 VERDICT_SERIES = "verdict"
 
@@ -94,95 +97,13 @@ Health = Mapping[str, float]
 
 #: The fewest logged training losses after the warm-up that can make a run failing before its end.
 MIN_LOGS = 5
+#: A training loss that ends clearly below this share of the constant prediction's loss, though not below the
+#: learning line, learned a little: it does not fail the run (a loss within 1% of the constant's learned too little
+#: to show on a dev set).
+A_LITTLE = 0.99
 #: How much each source weighs when learning outweighs a risk: an evaluation over the eval set, the logged
 #: training loss, the probe set, the stability alerts.
 _RANK = {"evaluation": 3, "training loss": 2, "probe": 1, "alerts": 0}
-
-
-def _fraction(flag: str, default: float, help_text: str, below: float | None = None) -> Any:
-    """A share or fraction of the verdict, in (0, 1] (below ``below`` when given), set with ``flag``."""
-    check = number(0.0, below=below) if below is not None else number(0.0, at_most=1.0)
-    return option(default, help_text, check, Flag((flag,), "float", metavar="X"))
-
-
-@dataclass(frozen=True, eq=False, init=False)
-class VerdictSettings(Checked):
-    """The thresholds of the run verdict (the rules: module doc; ``docs/callbacks.md`` justifies each default), for
-    ``WatchSettings(verdict=...)``.
-
-    Args:
-        collapse_share: collapse: this share of the probe examples or more predicted as one class.
-        spread_fraction: collapse of a regression head: the spread (std) of its predictions down to this fraction
-            of step 0's or less.
-        vanish_fraction: failing at once: the predictions collapsed and every lower layer's gradient norm below
-            this fraction of step 0's.
-        risk_fraction: gradient at risk: the lower layers' gradient norm below this fraction of step 0's.
-        lower_share: the lower layers, for the gradient rules: this share of the layers from the input side (at
-            least one).
-        loss_line: a loss shows learning when its whole interval is below this fraction of the loss of always
-            guessing the label frequencies, and not learning when it is at or above it.
-        hold_share: failing once a sign of not learning has lasted this share of the run's steps.
-        confidence: the confidence of every interval the verdict reads (probe loss, evaluation, training loss).
-        alerts_at_risk: the run is at risk once this many stability alerts are in force, unless it clearly learns.
-        layer_gradients: the gradient pass takes the encoder layers' gradient norms (one ``torch.autograd.grad``
-            call with the head gates, but the weight gradients of every layer to compute: about 1.5 times the
-            gradient pass on MiniLM on a CPU, ``docs/performance.md``); without them the vanishing rules are silent.
-
-    Raises:
-        TypeError: a value that is not a number, or ``layer_gradients`` not True or False.
-        ValueError: a fraction outside (0, 1], ``confidence`` of 1, a count below 1, or ``vanish_fraction`` above
-            ``risk_fraction``.
-
-    Example:
-        >>> VerdictSettings(hold_share=0.3).hold_share
-        0.3
-        >>> VerdictSettings(vanish_fraction=0.5)
-        Traceback (most recent call last):
-        ValueError: VerdictSettings.vanish_fraction must not exceed risk_fraction
-    """
-
-    collapse_share: float = _fraction(
-        "--verdict-collapse-share", 0.95, "collapse: this share of the probe examples or more predicted as one class"
-    )
-    spread_fraction: float = _fraction(
-        "--verdict-spread-fraction", 0.05,
-        "collapse of a regression head: the spread (std) of its predictions down to this fraction of step 0's or less",
-    )  # fmt: skip
-    vanish_fraction: float = _fraction(
-        "--verdict-vanish-fraction", 0.01, "failing at once: the predictions collapsed and every lower layer's "
-        "gradient norm below this fraction of step 0's",
-    )  # fmt: skip
-    risk_fraction: float = _fraction(
-        "--verdict-risk-fraction", 0.1, "gradient at risk: the lower layers' gradient norm below this fraction of "
-        "step 0's",
-    )  # fmt: skip
-    lower_share: float = _fraction(
-        "--verdict-lower-share", 1 / 3,
-        "the lower layers, for the gradient rules: this share of the layers from the input side (at least one)",
-    )  # fmt: skip
-    loss_line: float = _fraction(
-        "--verdict-loss-line", 0.95, "a loss shows learning when its whole interval is below this fraction of the "
-        "loss of always guessing the label frequencies, and not learning when it is at or above it",
-    )  # fmt: skip
-    hold_share: float = _fraction(
-        "--verdict-hold-share", 0.2, "failing once a sign of not learning has lasted this share of the run's steps"
-    )
-    confidence: float = _fraction(
-        "--verdict-confidence", 0.95,
-        "the confidence of every interval the verdict reads (probe loss, evaluation, training loss)", below=1.0,
-    )  # fmt: skip
-    alerts_at_risk: int = option(
-        1, "the run is at risk once this many stability alerts are in force, unless it clearly learns", whole(1),
-        Flag(("--verdict-alerts-at-risk",), "int"),
-    )  # fmt: skip
-    layer_gradients: bool = option(
-        True, "measure each layer's gradient norm, which the vanishing-gradient rule reads (the gradient statistics "
-        "then take about 1.5x as long)", switch(),
-        Flag(("--no-verdict-layer-gradients",), "false",
-             help="do not measure each layer's gradient norm (faster; the vanishing-gradient rule is then silent)"),
-    )  # fmt: skip
-
-    not_above = (("vanish_fraction", "risk_fraction"),)
 
 
 @dataclass(frozen=True)
@@ -193,7 +114,8 @@ class Verdict:
     logs, the newest evaluation, else the probe loss) lies on the learning side of its line, in standard errors
     (``core.readings.Reading``), NaN without one; ``margin``: how far the same reading lies on the learning side
     of the constant prediction's, as a share of what the constant leaves to learn (``Reading.margin``: 0 the
-    constant's, 1 perfect). ``rank`` orders runs from the most to the least likely to fail."""
+    constant's, 1 perfect); ``regression``: the run's labels are real numbers. ``rank`` orders runs from the
+    most to the least likely to fail."""
 
     step: int
     level: int
@@ -201,6 +123,7 @@ class Verdict:
     known: bool = True
     evidence: float = math.nan
     margin: float = math.nan
+    regression: bool = False
 
     @property
     def label(self) -> str:
@@ -212,11 +135,14 @@ class Verdict:
         unknown; the higher, the likelier the run fails. Below "failing" the margin alone orders the runs: early in
         training most runs are "at risk" (not yet clearly learning), so that level does not tell them apart, while
         the share of the constant's loss a run has already learned compares between runs (a standard error from
-        a few noisy logs does not)."""
+        a few noisy logs does not). A regression's margin below 0 counts ``_REGRESSION_WEIGHT`` as much: a fresh
+        regression head starts far above its targets' variance in runs that learn too, so such a margin says
+        little against another run's; it puts the run just above a half, ordering regressions among themselves."""
         failing = 2.0 if self.level == 2 else 0.0
         if not math.isfinite(self.margin):
             return failing + 0.5
-        return failing + 1 / (1 + math.exp(max(-50.0, min(50.0, 10 * self.margin))))
+        margin = self.margin * (_REGRESSION_WEIGHT if self.regression and self.margin < 0 else 1.0)
+        return failing + 1 / (1 + math.exp(max(-50.0, min(50.0, 10 * margin))))
 
     def describe(self) -> str:
         """``failing: reason; reason`` (the label alone without reasons)."""
@@ -379,10 +305,11 @@ def _evaluation_finding(e: Evidence, newest: Any, readings: list, hold: float | 
 def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
     """The logged training loss over the last ``hold`` steps (at least ``MIN_LOGS`` logs) against the constant
     prediction's loss (else its own first log). Learning when clearly below ``loss_line`` × it. Not below it: no
-    finding while the learning rate still warms up; failing at the end of training, or before it once the loss's
-    interval has been at or above the constant prediction's own loss for ``hold`` steps and ``MIN_LOGS`` logs
-    after the warm-up without clearly falling (never for a regression, whose fresh head starts far above it); at
-    risk otherwise. The schedule's own decay is never evidence."""
+    finding while the learning rate still warms up; failing at the end of training (at risk if clearly below
+    ``A_LITTLE`` × the constant prediction's loss: it learned a little), or before it once the loss's interval has
+    been at or above that loss for ``hold`` steps and ``MIN_LOGS`` logs after the warm-up without clearly falling
+    (never for a regression, whose fresh head starts far above it); at risk otherwise. The schedule's decay is
+    never evidence."""
     step = e.step
     if step is None or len(e.losses) < 3:
         return []
@@ -397,6 +324,9 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     if reading.learning:
         return [_Finding("learning", "training loss", reading.step, reading.text, **_measures(reading))]
     ended = e.max_steps is not None and step >= e.max_steps
+    if ended and reading.baseline == e.constant_loss and reading.high < A_LITTLE * reading.baseline:
+        text = f"{reading.text}, yet clearly below {A_LITTLE:.0%} of it: the run learned a little"
+        return [_Finding("risk", "training loss", reading.step, text, **_measures(reading))]
     if ended:
         text = f"{reading.text} at the end of training: the run ends without learning its training set"
         return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
@@ -449,7 +379,7 @@ def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdic
             _Finding("risk", "alerts", alerts[0], f"{count} stability alert{'' if count == 1 else 's'} in force")
         )
     ended = evidence.max_steps is not None and step >= evidence.max_steps
-    return _weigh(step, findings, ended)
+    return replace(_weigh(step, findings, ended), regression=evidence.regression)
 
 
 #: Whose evidence and margin a verdict carries, first found first: the training loss, logged by every run and

@@ -38,6 +38,13 @@ def test_worst_first_failing_then_by_the_smallest_margin() -> None:
     assert [r.name for r in ranked(tied)] == ["a", "b"]  # no margin: by name
 
 
+def test_a_regression_run_is_ranked_as_its_series_says() -> None:
+    regression = sweep_run("sts", [(10, 1, [])], {"margin": {10: -2.0}, "regression": {10: 1.0}}, {}, False)
+    assert regression.verdict.regression and not _run("cls", [1], -2.0).verdict.regression
+    runs = [regression, _run("cls", [1], -0.05), _run("good", [0], 0.3)]
+    assert [r.name for r in ranked(runs)] == ["cls", "sts", "good"]  # its loss above the variance says little
+
+
 def test_the_strip_shows_the_worst_of_each_stretch() -> None:
     assert strip([(0, "cannot tell"), (1, "healthy"), (2, "at risk"), (3, "failing")]) == "?+!X"
     history = [(i, "healthy") for i in range(48)]

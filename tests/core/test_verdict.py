@@ -473,3 +473,42 @@ def test_a_regression_loss_still_above_the_variance_mid_run_is_at_risk_not_faili
     assert judge(e).label == "failing"  # its training loss never got below 95% of the variance
     classes = replace(e, train_constant=Constant(0.5, 2.6, 640))  # the same losses against a class constant
     assert judge(classes.until(9)).label == "failing" and judge(classes.until(16)).label == "failing"
+
+
+def test_a_training_loss_clearly_below_the_constant_at_the_end_learned_a_little_and_cannot_tell() -> None:
+    """A training loss that ends short of 95% of ln 2 fails the run unless its interval lies wholly below 99% of it:
+    such a loss (0.666 ± 0.006, as a QNLI run that went on to 0.665 against 0.51) learned a little."""
+    stalled = judge(stalled_run(0, noise=0.01, level=0.691))
+    assert stalled.label == "failing"  # 0.691 ± 0.002: its interval reaches 0.693
+    little = judge(stalled_run(0, noise=0.01, level=0.666))
+    assert (little.label, little.reasons[0]) == ("cannot tell", ENDED_UNRESOLVED)
+    assert little.reasons[1].startswith("training loss 0.66")
+    assert little.reasons[1].endswith("not below 95% of it, yet clearly below 99% of it: the run learned a little")
+    assert judge(stalled_run(0, noise=0.01, level=0.688)).label == "failing"  # 0.688 ± 0.002: within 1% of ln 2
+    assert judge(stalled_run(0, noise=0.01, level=0.666).until(140)).label == "at risk"  # mid-run: unchanged
+
+
+def test_a_regression_margin_below_zero_ranks_just_above_the_middle_and_orders_regressions() -> None:
+    from bertwatch.core.verdict import Verdict
+
+    ranks = [
+        Verdict(1, 0, margin=0.01).rank,  # a classifier just past its constant
+        Verdict(1, 1).rank,  # no margin: the middle
+        Verdict(1, 1, margin=-1.0, regression=True).rank,
+        Verdict(1, 1, margin=-3.0, regression=True).rank,  # its fresh head still far above the variance
+        Verdict(1, 1, margin=-0.01).rank,  # a classifier just above its constant's loss
+        Verdict(1, 2, margin=-1.0, regression=True).rank,  # failing outranks any margin
+    ]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    assert Verdict(1, 1, margin=-3.0, regression=True).rank - 0.5 < 1e-3
+    assert Verdict(1, 0, margin=0.2, regression=True).rank == Verdict(1, 0, margin=0.2).rank  # below the variance
+
+
+def test_the_verdict_says_whether_it_judged_a_regression() -> None:
+    regression = Evidence(max_steps=100, train_constant=Constant(math.nan, 2.6, 640))
+    classes = Evidence(max_steps=100, train_constant=Constant(0.5, LN2, 640))
+    for e in (regression, classes):
+        for step in range(1, 31):
+            e.note_log(step, {"loss": 9.0 - 0.1 * step, "learning_rate": 1e-4})
+    assert judge(regression).regression and not judge(classes).regression
+    assert judge(regression).rank < judge(classes).rank  # 6 against 2.6 says little of a regression
