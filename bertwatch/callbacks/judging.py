@@ -46,7 +46,7 @@ VERDICT_DESCRIPTION = (
     "The run's verdict: level 0 healthy, 1 at risk, 2 failing; known 0 where nothing showed learning yet (cannot "
     "tell); evidence: the training loss's distance on the learning side of its line, in standard errors "
     "; margin: the same reading's distance on the learning side of the constant prediction's, as a share of what "
-    "the constant leaves to learn; regression: 1 where the labels are real numbers, which its rank reads "
+    "the constant leaves to learn; regression: 1 where the labels are real numbers (the rank reads it), else 0 "
     "(bertwatch.core.verdict)"
 )
 VERDICT_TEXT = "The verdict's reasons at each judged step, one a line (none: healthy); thresholds in the metadata"
@@ -310,8 +310,7 @@ class RunJudge:
                 "known": float(verdict.known),
                 "evidence": verdict.evidence,
                 "margin": verdict.margin,
+                "regression": float(verdict.regression),
             }
-            if verdict.regression:  # how the rank reads the margin (``Verdict.rank``)
-                values["regression"] = 1.0
             level = NamedValues(VERDICT_SERIES, values, VERDICT_DESCRIPTION)
             self.publisher.publish_records([level, text], verdict.step)

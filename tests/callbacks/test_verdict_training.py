@@ -270,6 +270,7 @@ def test_the_verdict_reaches_an_mlflow_run_beside_the_layer_means(tmp_path, monk
         score, share = float(written[step][2]), float(written[step][3])
         assert evidence.get(step, math.nan) == pytest.approx(score, rel=1e-5, nan_ok=True)
         assert margin.get(step, math.nan) == pytest.approx(share, rel=1e-5, nan_ok=True)
+        assert written[step][4] == 0.0  # not a regression: the rank reads its margin whole
         assert rank[step] == pytest.approx(Verdict(step, int(level[step]), margin=share).rank, rel=1e-5)
         base = 2.0 if level[step] == 2 else 0.0  # failing first, then the margin alone
         assert base <= rank[step] <= base + 1
