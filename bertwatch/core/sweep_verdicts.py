@@ -100,8 +100,8 @@ def sweep_run(
 ) -> SweepRun:
     """The :class:`SweepRun` called ``name`` from its ``verdict`` series: ``judged``, ``(step, level, reasons)`` of
     each judged step in order (at least one); ``columns``, the series' other values by name and step
-    (``known``, ``evidence``, ``margin``, ``regression``; a missing one: known, NaN, not one); ``args``, the Trainer's arguments as it
-    logged them (empty where it did not); ``ended``: it logged the end of its training."""
+    (``known``, ``evidence``, ``margin``, ``regression``; a missing one: known, NaN, not one); ``args``, the
+    Trainer's arguments as it logged them (empty where it did not); ``ended``: it logged the end of its training."""
     known = columns.get("known", {})
     step, level, reasons = judged[-1]
     evidence = float(columns.get("evidence", {}).get(step, math.nan))
