@@ -12,9 +12,9 @@ no better than the majority), or cannot tell. ``hold`` is ``hold_share`` of the 
 - **failing at once**, whatever the cadence: a non-finite probe loss, layer gradient, logged training loss or
   evaluation loss; every probe prediction in one class (``collapse_share``) *and* the lower layers' gradient norm
   below ``vanish_fraction`` of the reference's (Mosbach et al.'s mark of a failed run);
-- **failing once it has held** ``hold`` steps: the training loss's interval at or above the constant prediction's
-  own loss after the warm-up (``MIN_LOGS`` logs at least) and not clearly falling (not a regression's: its fresh
-  head starts far above its targets' variance); evaluations no better than the
+- **failing once it has held** ``hold`` steps: the training loss's interval over them at or above the constant
+  prediction's own loss, all after the warm-up (``MIN_LOGS`` logs at least), and not clearly falling (not a
+  regression's: its fresh head starts far above its targets' variance); evaluations no better than the
   majority class; the probe predictions collapsed with the probe loss not learning at every pass.
 - **failing at the end of training**: an evaluation no better than the majority class (or the constant
   prediction), the training loss not below the line nor clearly below ``A_LITTLE`` × the constant prediction's
@@ -97,6 +97,8 @@ Health = Mapping[str, float]
 
 #: The fewest logged training losses after the warm-up that can make a run failing before its end.
 MIN_LOGS = 5
+#: The share of the run's steps the training loss is read over (its newest logs; ``hold_share`` for failing it).
+LOSS_WINDOW = 0.2
 #: A training loss that ends clearly below this share of the constant prediction's loss, though not below the
 #: learning line, learned a little: it does not fail the run (a loss within 1% of the constant's learned too little
 #: to show on a dev set).
@@ -303,20 +305,17 @@ def _evaluation_finding(e: Evidence, newest: Any, readings: list, hold: float | 
 
 
 def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | None) -> list[_Finding]:
-    """The logged training loss over the last ``hold`` steps (at least ``MIN_LOGS`` logs) against the constant
-    prediction's loss (else its own first log). Learning when clearly below ``loss_line`` × it. Not below it: no
-    finding while the learning rate still warms up; failing at the end of training (at risk if clearly below
-    ``A_LITTLE`` × the constant prediction's loss: it learned a little), or before it once the loss's interval has
-    been at or above that loss for ``hold`` steps and ``MIN_LOGS`` logs after the warm-up without clearly falling
-    (never for a regression, whose fresh head starts far above it); at risk otherwise. The schedule's decay is
-    never evidence."""
+    """The logged training loss over the last ``LOSS_WINDOW`` of training (at least ``MIN_LOGS`` logs) against the
+    constant prediction's loss (else its own first log). Learning when clearly below ``loss_line`` × it. Not below
+    it: no finding while the learning rate still warms up; failing at the end of training (at risk if clearly below
+    ``A_LITTLE`` × the constant prediction's loss: it learned a little), or before it once the loss's interval over
+    the last ``hold`` steps, all after the warm-up and ``MIN_LOGS`` logs at least, is at or above that loss without
+    clearly falling (never for a regression, whose fresh head starts far above it); at risk otherwise. The
+    schedule's decay is never evidence."""
     step = e.step
     if step is None or len(e.losses) < 3:
         return []
-    since = step - hold if hold is not None else e.losses[-3][0]
-    if sum(1 for s_, _ in e.losses if s_ > since) < MIN_LOGS:
-        since = e.losses[-MIN_LOGS - 1][0] if len(e.losses) > MIN_LOGS else e.losses[0][0]
-    reading = training_loss(e.losses, since, e.constant_loss, z, s.loss_line)
+    reading, since = _loss_reading(e, s, z, LOSS_WINDOW * e.max_steps if e.max_steps else None)
     if reading is None:
         return []
     if reading.learning is None:
@@ -336,19 +335,41 @@ def _training_findings(e: Evidence, s: VerdictSettings, z: float, hold: float | 
     if e.regression:  # a fresh regression head starts far above the targets' variance: only its end can fail it
         text = f"{reading.text}; a regression head starts far above its targets' variance, so only the end can fail it"
         return [_Finding("risk", "training loss", reading.step, text, **_measures(reading))]
-    after = [(s_, v) for s_, v in e.losses if s_ > max(since, warmed)]
+    held = _held_loss(e, s, z, hold, warmed)
+    if held is not None:
+        return [replace(held, **_measures(reading))]
     slope, error = loss_trend(e.losses, max(since, warmed), loss_noise([v for _, v in e.losses]))
-    falling = _finite(slope) and slope + z * error < 0
-    span = step - max(since, warmed)
-    above = reading.low >= reading.baseline  # worse than ignoring the input, not only short of the line
-    if hold is not None and span >= hold and len(after) >= MIN_LOGS and above and not falling:
-        text = (
-            f"{reading.text}, at or above it over the last {_span(span, e.max_steps)} after the warm-up "
-            f"({len(after)} logs), and not falling"
-        )
-        return [_Finding("failing", "training loss", int(since), text, **_measures(reading))]
-    trend = ", falling" if falling else ""
+    trend = ", falling" if _finite(slope) and slope + z * error < 0 else ""
     return [_Finding("risk", "training loss", reading.step, f"{reading.text}{trend}", **_measures(reading))]
+
+
+def _loss_reading(e: Evidence, s: VerdictSettings, z: float, window: float | None) -> tuple[Any, float]:
+    """The training loss's reading over the last ``window`` steps (the last three logs without one; at least
+    ``MIN_LOGS`` logs), and the step it reads from."""
+    step = e.step
+    since = step - window if window is not None else e.losses[-3][0]
+    if sum(1 for s_, _ in e.losses if s_ > since) < MIN_LOGS:
+        since = e.losses[-MIN_LOGS - 1][0] if len(e.losses) > MIN_LOGS else e.losses[0][0]
+    return training_loss(e.losses, since, e.constant_loss, z, s.loss_line), since
+
+
+def _held_loss(e: Evidence, s: VerdictSettings, z: float, hold: float | None, warmed: int) -> _Finding | None:
+    """Failing before the end: the training loss's interval over the last ``hold`` steps, all after the warm-up
+    (``MIN_LOGS`` logs at least), at or above the constant prediction's loss, and not clearly falling."""
+    if hold is None or e.step - warmed < hold:
+        return None
+    reading, since = _loss_reading(e, s, z, hold)
+    after = [v for s_, v in e.losses if s_ > max(since, warmed)]
+    if reading is None or reading.learning is not False or len(after) < MIN_LOGS or reading.low < reading.baseline:
+        return None
+    slope, error = loss_trend(e.losses, max(since, warmed), loss_noise([v for _, v in e.losses]))
+    if _finite(slope) and slope + z * error < 0:
+        return None
+    text = (
+        f"{reading.text}, at or above it over the last {_span(e.step - max(since, warmed), e.max_steps)} after the "
+        f"warm-up ({len(after)} logs), and not falling"
+    )
+    return _Finding("failing", "training loss", int(since), text)
 
 
 def judge(evidence: Evidence, settings: VerdictSettings | None = None) -> Verdict | None:

@@ -76,7 +76,7 @@ class VerdictSettings(Checked):
         "loss of always guessing the label frequencies, and not learning when it is at or above it",
     )  # fmt: skip
     hold_share: float = _fraction(
-        "--verdict-hold-share", 0.2, "failing once a sign of not learning has lasted this share of the run's steps"
+        "--verdict-hold-share", 0.3, "failing once a sign of not learning has lasted this share of the run's steps"
     )
     confidence: float = _fraction(
         "--verdict-confidence", 0.95,

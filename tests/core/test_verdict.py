@@ -107,9 +107,10 @@ def test_evaluations_that_beat_the_constant_outweigh_a_probe_loss_above_it() -> 
 def test_an_evaluation_at_the_majority_puts_a_run_at_risk_and_fails_it_once_it_has_held() -> None:
     e = learning_run(accuracy=0.523)
     assert judge(e.until(20)).label == "at risk"  # one evaluation, 20% of training in
-    verdict = judge(e.until(40))  # two, 20% of training apart
+    assert judge(e.until(40)).label == "at risk"  # two, 20% of training apart: short of hold_share (30%)
+    verdict = judge(e.until(60))  # three, 40% of training apart
     assert verdict.label == "failing"
-    assert verdict.reasons[0].endswith("no better than predicting the majority class since step 20 (20% of training)")
+    assert verdict.reasons[0].endswith("no better than predicting the majority class since step 20 (40% of training)")
     assert judge(e).label == "failing"
     # an evaluation within its interval of the majority's during training: at risk, and it says it cannot tell
     close = learning_run(accuracy=0.55)
@@ -174,11 +175,11 @@ def test_a_training_loss_above_the_constant_fails_once_it_has_held_five_logs_aft
     e = stalled_run(0, level=1.3 * LN2)  # worse than ignoring the input
     assert judge(e.until(20)).label == "cannot tell"  # warming up
     assert judge(e.until(40)).label == "at risk"  # 2 logs after the warm-up (step 20): not enough to fail
-    assert judge(e.until(60)).label == "at risk"  # 4 logs
-    verdict = judge(e.until(70))  # 5 logs after the warm-up over 50 steps (33% of training), and not falling
+    assert judge(e.until(60)).label == "at risk"  # 40 steps after the warm-up: short of hold_share (45 steps)
+    verdict = judge(e.until(70))  # the last 45 steps (30% of training), 5 logs, all after the warm-up; not falling
     assert verdict.label == "failing"
     assert verdict.reasons[0].endswith(
-        "not below 95% of it, at or above it over the last 33% of training after the warm-up (5 logs), and not falling"
+        "not below 95% of it, at or above it over the last 30% of training after the warm-up (5 logs), and not falling"
     )
 
 
@@ -268,14 +269,14 @@ def test_noisy_healthy_runs_are_never_failing_and_end_healthy(seed: int, evaluat
 def test_a_collapse_with_the_probe_loss_at_the_constant_fails_once_it_has_held() -> None:
     e = Evidence(max_steps=100)
     e.note_probe(0, health(0.6, 0.70, [1.0] * LAYERS, std=0.02))
-    for step in (10, 20, 30):
+    for step in (10, 20, 30, 40):
         e.note_probe(step, health(1.0, 0.694, [0.8] * LAYERS, std=0.01))
     assert judge(e.until(10)).label == "at risk"  # a collapse now, the loss at the constant's
-    assert judge(e.until(20)).label == "at risk"  # held 10 steps: 10% of training
+    assert judge(e.until(30)).label == "at risk"  # held 20 steps: 20% of training, short of hold_share (30%)
     verdict = judge(e)
     assert verdict.label == "failing"
     assert verdict.reasons[0] == (
-        "32 of 32 probe predictions in one class and the probe loss not learning since step 10 (20% of training)"
+        "32 of 32 probe predictions in one class and the probe loss not learning since step 10 (30% of training)"
     )
 
 
@@ -472,7 +473,8 @@ def test_a_regression_loss_still_above_the_variance_mid_run_is_at_risk_not_faili
     assert "a regression head starts far above its targets' variance" in judge(e.until(16)).reasons[0]
     assert judge(e).label == "failing"  # its training loss never got below 95% of the variance
     classes = replace(e, train_constant=Constant(0.5, 2.6, 640))  # the same losses against a class constant
-    assert judge(classes.until(9)).label == "failing" and judge(classes.until(16)).label == "failing"
+    assert judge(classes.until(12)).label == "at risk"  # 10 steps after the warm-up: short of 30% of 40 steps
+    assert judge(classes.until(18)).label == "failing"
 
 
 def test_a_training_loss_clearly_below_the_constant_at_the_end_learned_a_little_and_cannot_tell() -> None:
