@@ -45,8 +45,8 @@ class VerdictSettings(Checked):
             ``risk_fraction``.
 
     Example:
-        >>> VerdictSettings(hold_share=0.3).hold_share
-        0.3
+        >>> VerdictSettings(hold_share=0.4).hold_share
+        0.4
         >>> VerdictSettings(vanish_fraction=0.5)
         Traceback (most recent call last):
         ValueError: VerdictSettings.vanish_fraction must not exceed risk_fraction

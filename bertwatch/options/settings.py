@@ -185,7 +185,7 @@ class WatchSettings(Checked):
     verdict: VerdictSettings = option(
         None,
         "the thresholds of the run verdict (healthy, at risk, failing)",
-        instance_of(VerdictSettings, "VerdictSettings(hold_share=0.3)"),
+        instance_of(VerdictSettings, "VerdictSettings(hold_share=0.4)"),
         factory=VerdictSettings,
     )
     ablation: AblationOptions = option(

@@ -101,7 +101,8 @@ def _settings(content: dict) -> VerdictSettings:
 
 
 def run_verdict(queries, ctx, eid, run: str) -> dict[str, Any]:
-    """``/verdict``: every judged step's ``level`` and ``reasons`` (null where the run kept no reasons), the level
+    """``/verdict``: every judged step's ``level``, ``labels`` ("cannot tell" for a level 0 that no evidence of
+    learning backs) and ``reasons`` (null where the run kept no reasons), the level
     ``now`` (its step, label, since when, reasons), the thresholds (``settings``) and ``health``: the signals
     the rules read at each step of the ``run_health`` series (:func:`health_lines`). NotFoundError when the run
     wrote no verdict."""
@@ -130,6 +131,7 @@ def run_verdict(queries, ctx, eid, run: str) -> dict[str, Any]:
         "levels": list(LEVELS),
         "steps": steps,
         "level": levels,
+        "labels": labels,
         "reasons": reasons,
         "now": {
             "step": steps[-1],

@@ -60,6 +60,11 @@ def test_the_strip_gives_the_level_since_when_and_the_reasons(s, tmp_path) -> No
         "#verdict-timeline .verdict-step", "els => els.map(e => [+e.dataset.step, +e.dataset.level])"
     )
     assert squares == [[v.step, v.level] for v in verdicts]
+    # a level 0 that no evidence of learning backs is grey, "cannot tell", not the healthy green
+    classes = s.frame.eval_on_selector_all("#verdict-timeline .verdict-step", "els => els.map(e => e.className)")
+    grey = {"healthy": "healthy", "cannot tell": "cannot-tell", "at risk": "at-risk", "failing": "failing"}
+    assert [c.replace("verdict-step ", "").replace(" picked", "") for c in classes] == [grey[v.label] for v in verdicts]
+    assert verdicts[0].label == "cannot tell"
     # an earlier step's square gives that step's own reasons
     risky = next(v for v in verdicts if v.level == 1)
     s.frame.click(f'#verdict-timeline .verdict-step[data-step="{risky.step}"]')

@@ -61,7 +61,8 @@ def write_verdict_run(run_dir: Path, failing: bool, settings: VerdictSettings | 
             evidence.note_probe(step, health)
             verdict = judge(evidence, settings)
             w.add_named_values(HEALTH_SERIES, health, step, "run health")
-            w.add_named_values(VERDICT_SERIES, {"level": float(verdict.level)}, step, "verdict")
+            values = {"level": float(verdict.level), "known": float(verdict.known)}
+            w.add_named_values(VERDICT_SERIES, values, step, "verdict")
             w.add_step_text(VERDICT_SERIES, list(verdict.reasons), step, levels=list(LEVELS), settings=asdict(settings))
             verdicts.append(verdict)
     return verdicts
@@ -113,6 +114,8 @@ def test_a_healthy_run_and_a_run_without_a_verdict(runs) -> None:
     client, _, healthy = runs
     out = get_json(client, "verdict", run="healthy")
     assert set(out["level"]) == {0} and out["now"]["since"] == 0
+    assert out["labels"] == [v.label for v in healthy]  # "cannot tell" where nothing yet showed learning
+    assert out["labels"][0] == "cannot tell" and out["labels"][-1] == "healthy"
     assert out["now"]["reasons"] == [  # a healthy verdict says what it stands on
         "probe loss 0.347 ± 0.158 (32 examples) against 0.693 for the constant prediction: below 95% of it"
     ]
