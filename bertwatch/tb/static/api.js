@@ -124,6 +124,16 @@ export function tagsOfKind(tags, run, kind) {
     .map(([tag, info]) => ({tag, ...info}));
 }
 
+/** The run verdict's series tag, and each verdict label's CSS class (grey "cannot tell": level 0 with no evidence
+ * of learning). */
+export const VERDICT_TAG = 'bertwatch/series/verdict';
+export const VERDICT_CLASS = {
+  healthy: 'healthy',
+  'cannot tell': 'cannot-tell',
+  'at risk': 'at-risk',
+  failing: 'failing',
+};
+
 export function runsWithKind(tags, kind) {
   return Object.keys(tags.runs || {}).filter((run) => tagsOfKind(tags, run, kind).length > 0);
 }

@@ -4,15 +4,11 @@
 // thresholds drawn, the probe loss's interval, and the steps at risk or failing shaded. Hidden when the run wrote
 // no verdict.
 
-import {getJSON, nums, tagsOfKind} from './api.js';
+import {getJSON, nums, tagsOfKind, VERDICT_CLASS, VERDICT_TAG} from './api.js';
 import {lineChart} from './charts.js';
 import {clear, fmt, fmtStep, h} from './dom.js';
 
-const VERDICT_TAG = 'bertwatch/series/verdict';
 const COLORS = ['#2e7d32', '#ef6c00', '#c62828'];
-const CSS = ['healthy', 'at-risk', 'failing', 'cannot-tell'];
-/** A step's class: its level's, grey for a level 0 that no evidence of learning backs ("cannot tell"). */
-const cssOf = (level, label) => (level === 0 && label === 'cannot tell' ? 'cannot-tell' : CSS[level]);
 
 /** A share in words: 3%, 0.25%. */
 function pct(v) {
@@ -58,13 +54,13 @@ export class VerdictStrip {
     this.el.hidden = !d;
     if (!d) return;
     const now = d.now;
-    for (const css of CSS) this.el.classList.remove(css);
-    this.el.classList.add(cssOf(now.level, now.label));
+    for (const css of Object.values(VERDICT_CLASS)) this.el.classList.remove(css);
+    this.el.classList.add(VERDICT_CLASS[now.label]);
     const judged = d.steps.length;
     clear(this.summary).append(
       h('b', {}, 'Run verdict'),
       ' ',
-      h('span', {class: `verdict-badge ${cssOf(now.level, now.label)}`, id: 'verdict-level'}, now.label),
+      h('span', {class: `verdict-badge ${VERDICT_CLASS[now.label]}`, id: 'verdict-level'}, now.label),
       now.level > 0 && now.since !== now.step
         ? ` since step ${fmtStep(now.since)} · judged at step ${fmtStep(now.step)}`
         : ` at step ${fmtStep(now.step)}`,
@@ -81,9 +77,7 @@ export class VerdictStrip {
     const i = this.picked === null ? d.steps.length - 1 : d.steps.indexOf(this.picked);
     const reasons = d.reasons[i];
     const at =
-      this.picked === null
-        ? []
-        : [h('li', {class: 'verdict-at'}, `at step ${fmtStep(d.steps[i])}: ${this.labelOf(i)}`)];
+      this.picked === null ? [] : [h('li', {class: 'verdict-at'}, `at step ${fmtStep(d.steps[i])}: ${d.labels[i]}`)];
     const items =
       reasons === null
         ? [h('li', {class: 'description'}, 'no reasons kept for this step')]
@@ -93,25 +87,19 @@ export class VerdictStrip {
     clear(this.reasons).append(...at, ...items);
   }
 
-  /** Step ``i``'s label: "cannot tell" where no evidence of learning backs a level 0 (older routes: the level's). */
-  labelOf(i) {
-    const d = this.data;
-    return d.labels ? d.labels[i] : d.levels[d.level[i]];
-  }
-
   renderTimeline() {
     const d = this.data;
     clear(this.timeline).append(
       h('span', {class: 'verdict-timeline-label'}, 'step by step'),
       ...d.steps.map((step, i) => {
         const level = d.level[i];
-        const label = this.labelOf(i);
+        const label = d.labels[i];
         const square = h(
           'button',
           {
             type: 'button',
             role: 'listitem',
-            class: `verdict-step ${cssOf(level, label)}${this.picked === step ? ' picked' : ''}`,
+            class: `verdict-step ${VERDICT_CLASS[label]}${this.picked === step ? ' picked' : ''}`,
             dataset: {step: String(step), level: String(level)},
             title: `step ${fmtStep(step)}: ${label}${d.reasons[i]?.length ? ` — ${d.reasons[i].join('; ')}` : ''}`,
           },

@@ -4,12 +4,10 @@
 // now, with the training steps that saves. Sort by any column, filter by name, verdict or reason; a run still
 // training updates live. Click a run's name to open it in the other views.
 
-import {getJSON} from './api.js';
+import {getJSON, VERDICT_CLASS, VERDICT_TAG} from './api.js';
 import {card, clear, emptyState, field, fmt, h} from './dom.js';
 
-const VERDICT_TAG = 'bertwatch/series/verdict';
 const MARKS = {'+': 'healthy', '?': 'cannot-tell', '!': 'at-risk', X: 'failing'};
-const CSS = {healthy: 'healthy', 'cannot tell': 'cannot-tell', 'at risk': 'at-risk', failing: 'failing'};
 const LABELS = ['failing', 'at risk', 'cannot tell', 'healthy'];
 
 // column: [key, header, sort value of a row, initial direction (-1: largest first)]
@@ -184,7 +182,7 @@ export class RunsView {
       h(
         'td',
         {},
-        h('span', {class: `verdict-badge small ${CSS[r.label]}`}, r.label),
+        h('span', {class: `verdict-badge small ${VERDICT_CLASS[r.label]}`}, r.label),
         r.ended
           ? ''
           : h(
